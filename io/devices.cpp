@@ -1,0 +1,89 @@
+#include "io/devices.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "io/error.hpp"
+#include "io/files.hpp"
+#include "io/yaml_util.hpp"
+
+namespace tpsim {
+namespace fs = std::filesystem;
+
+std::vector<std::string> known_devices() {
+  std::vector<std::string> ids;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(data_dir() / "devices", ec))
+    if (e.path().extension() == ".yaml") ids.push_back(e.path().stem().string());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+DeviceSpec load_device(const std::string& id) {
+  const fs::path path = data_dir() / "devices" / (id + ".yaml");
+  if (id.empty() || id.find('/') != std::string::npos || !fs::exists(path)) {
+    std::string known;
+    for (const auto& k : known_devices()) known += (known.empty() ? "" : ", ") + k;
+    throw Error("unknown device '" + id + "' (known: " + known + ")");
+  }
+  DeviceSpec d = parse_device_yaml(read_text_file(path, "device file"), path.string());
+  if (d.id != id) throw Error(path.string() + ": file is named for " + id + " but describes device '" + d.id + "'");
+  return d;
+}
+
+DeviceSpec parse_device_yaml(const std::string& text, const std::string& origin) {
+  const YAML::Node root = yaml::parse(text, origin);
+  if (!root.IsMap()) throw Error(origin + ": a device file must be a YAML map");
+  DeviceSpec d;
+  const std::set<std::string> known = {"device", "name", "peak_dense_tflops", "memory_gib", "hbm_gb_per_s",
+                                       "compute_units", "gpus_per_node", "intra_node_gb_per_s",
+                                       "inter_node_gbps_per_node"};
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    if (!known.count(key)) throw Error(yaml::where(origin, kv.first) + ": unknown key '" + key + "'");
+  }
+  const auto need = [&](const char* key) {
+    const YAML::Node n = root[key];
+    if (!n) throw Error(origin + ": missing required key " + key);
+    return n;
+  };
+  // A sourced value: {value: number, source: "where it comes from"}; both required, value > 0.
+  const auto sourced = [&](const YAML::Node& n, const std::string& key, double& out) {
+    if (!n.IsMap() || !n["value"] || !n["source"])
+      throw Error(yaml::where(origin, n) + ": " + key + " must be {value: ..., source: \"...\"}");
+    out = yaml::as_double(n["value"], origin, key);
+    if (!(out > 0)) throw Error(yaml::where(origin, n) + ": " + key + " must be positive");
+    const std::string src = yaml::as_string(n["source"], origin, key + ".source");
+    if (src.empty()) throw Error(yaml::where(origin, n) + ": " + key + " has an empty source");
+    d.sources[key] = src;
+  };
+  d.id = yaml::as_string(need("device"), origin, "device");
+  d.name = yaml::as_string(need("name"), origin, "name");
+  const YAML::Node peaks = need("peak_dense_tflops");
+  if (!peaks.IsMap() || peaks.size() == 0) throw Error(yaml::where(origin, peaks) + ": peak_dense_tflops must be a map of formats");
+  for (const auto& kv : peaks) {
+    const std::string fmt = kv.first.as<std::string>();
+    const auto t = parse_dtype(fmt);
+    if (!t) throw Error(yaml::where(origin, kv.first) + ": unknown number format '" + fmt + "' (fp8, bf16, fp16, tf32, fp32)");
+    double tflops = 0;
+    sourced(kv.second, "peak_dense_tflops." + fmt, tflops);
+    d.peak_flops_per_s[static_cast<int>(*t)] = tflops * 1e12;
+  }
+  double v = 0;
+  sourced(need("memory_gib"), "memory_gib", v);
+  d.memory_bytes = v * double(1LL << 30);
+  sourced(need("hbm_gb_per_s"), "hbm_gb_per_s", v);
+  d.hbm_bytes_per_s = v * 1e9;
+  sourced(need("compute_units"), "compute_units", v);
+  d.compute_units = static_cast<int>(v);
+  sourced(need("gpus_per_node"), "gpus_per_node", v);
+  d.gpus_per_node = static_cast<int>(v);
+  sourced(need("intra_node_gb_per_s"), "intra_node_gb_per_s", v);
+  d.intra_node_bytes_per_s = v * 1e9;
+  sourced(need("inter_node_gbps_per_node"), "inter_node_gbps_per_node", v);
+  d.inter_node_bytes_per_s = v * 1e9 / 8.0;
+  if (d.compute_units < 1 || d.gpus_per_node < 1) throw Error(origin + ": compute_units and gpus_per_node must be at least 1");
+  return d;
+}
+
+}  // namespace tpsim

@@ -1,0 +1,104 @@
+#include "io/profile_io.hpp"
+
+#include <cmath>
+#include <set>
+
+#include "io/error.hpp"
+#include "io/files.hpp"
+
+namespace tpsim {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+const std::set<std::string> kSourceKinds = {"datasheet", "kernel", "table-fit", "comm", "assumed", "derived"};
+}
+
+DeviceProfile parse_profile_json(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(origin + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+  }
+  if (!j.is_object()) throw Error(origin + ": a profile must be a JSON object");
+  if (j.value("format", "") != "tpsim-profile") throw Error(origin + ": not a tpsim profile (\"format\" is not \"tpsim-profile\")");
+  if (!j.contains("version") || !j["version"].is_number_integer())
+    throw Error(origin + ": missing integer \"version\"");
+  if (j["version"].get<int64_t>() != kProfileVersion)
+    throw Error(origin + ": profile version " + j["version"].dump() + " is not supported (this tpsim reads version " +
+                std::to_string(kProfileVersion) + ")");
+  if (!j.contains("device") || !j["device"].is_string()) throw Error(origin + ": missing \"device\"");
+  if (!j.contains("parameters") || !j["parameters"].is_object()) throw Error(origin + ": missing \"parameters\" object");
+
+  DeviceProfile p;
+  p.origin = origin;
+  p.device = j["device"].get<std::string>();
+  const json& params = j["parameters"];
+  for (const auto& [key, _] : params.items())
+    if (!find_param(key)) throw Error(origin + ": unknown parameter \"" + key + "\"");
+  for (const ParamInfo& info : cost_param_registry()) {
+    const std::string name(info.name);
+    if (!params.contains(name)) throw Error(origin + ": missing parameter \"" + name + "\"");
+    const json& e = params[name];
+    if (!e.is_object() || !e.contains("value") || !e["value"].is_number())
+      throw Error(origin + ": parameter \"" + name + "\" needs a numeric \"value\"");
+    const double v = e["value"].get<double>();
+    if (!std::isfinite(v) || v < info.lower || v > info.upper)
+      throw Error(origin + ": parameter \"" + name + "\" = " + e["value"].dump() + " is outside its physical range [" +
+                  json(info.lower).dump() + ", " + json(info.upper).dump() + "] " + std::string(info.unit));
+    p.params.*info.member = v;
+    ParamSource src;
+    src.kind = e.value("source", "");
+    if (!kSourceKinds.count(src.kind))
+      throw Error(origin + ": parameter \"" + name + "\" has source \"" + src.kind +
+                  "\"; expected datasheet, kernel, table-fit, comm, assumed or derived");
+    src.detail = e.value("detail", "");
+    if (e.contains("stddev") && e["stddev"].is_number()) src.stddev = e["stddev"].get<double>();
+    p.sources[name] = src;
+  }
+  for (const auto& [key, value] : j.items())
+    if (key != "format" && key != "version" && key != "device" && key != "parameters") p.extra[key] = value;
+  return p;
+}
+
+DeviceProfile load_profile(const fs::path& path) {
+  return parse_profile_json(read_text_file(path, "profile"), path.string());
+}
+
+DeviceProfile load_shipped_profile(const std::string& device_id) {
+  const fs::path path = data_dir() / "profiles" / (device_id + ".json");
+  if (!fs::exists(path)) throw Error("no shipped profile for device " + device_id + " (" + path.string() + ")");
+  DeviceProfile p = load_profile(path);
+  if (p.device != device_id) throw Error(path.string() + ": profile is for device " + p.device + ", not " + device_id);
+  return p;
+}
+
+std::string profile_to_json(const DeviceProfile& p) {
+  json j;
+  j["format"] = "tpsim-profile";
+  j["version"] = kProfileVersion;
+  j["device"] = p.device;
+  json params = json::object();
+  for (const ParamInfo& info : cost_param_registry()) {
+    const std::string name(info.name);
+    const auto it = p.sources.find(name);
+    json e;
+    e["value"] = p.params.*info.member;
+    e["unit"] = std::string(info.unit);
+    e["source"] = it != p.sources.end() ? it->second.kind : "assumed";
+    e["detail"] = it != p.sources.end() ? it->second.detail : "";
+    if (it != p.sources.end() && it->second.stddev >= 0) e["stddev"] = it->second.stddev;
+    else e["stddev"] = nullptr;
+    params[name] = e;
+  }
+  j["parameters"] = params;
+  for (const auto& [key, value] : p.extra.items()) j[key] = value;
+  return j.dump(2) + "\n";
+}
+
+void save_profile(const fs::path& path, const DeviceProfile& profile) {
+  write_file_atomic(path, profile_to_json(profile));
+}
+
+}  // namespace tpsim

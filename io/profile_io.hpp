@@ -1,0 +1,47 @@
+// Device profiles (data/profiles/<device>.json): every CostParams value with where it came from.
+//
+// {
+//   "format": "tpsim-profile", "version": 1, "device": "h100_80gb",
+//   "parameters": {
+//     "gemm_bf16_flops_per_s": {"value": 7.84e14, "unit": "FLOP/s", "source": "kernel",
+//                               "detail": "Milabench (seed 003) ...", "stddev": null}, ...},
+//   "prediction_interval": {...}, "fit": {...}, "measurements": [...]   (optional)
+// }
+// Every parameter of the registry must be present: a missing value is an error, never a default.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/profile.hpp"
+
+namespace tpsim {
+
+// Where a value came from. Kinds: "datasheet", "kernel" (a kernel measurement), "table-fit" (fitted
+// to measured training throughput), "comm" (collective measurement), "assumed" (reasoned, not
+// measured), "derived" (computed from other values).
+struct ParamSource {
+  std::string kind;
+  std::string detail;
+  double stddev = -1;  // from the fit's covariance; < 0 when not fitted
+};
+
+struct DeviceProfile {
+  std::string device;
+  CostParams params;
+  std::map<std::string, ParamSource> sources;  // by parameter name, one per registry entry
+  nlohmann::json extra = nlohmann::json::object();  // prediction_interval, fit report, measurements
+  std::string origin;                               // file it was read from
+};
+
+inline constexpr int kProfileVersion = 1;
+
+DeviceProfile parse_profile_json(const std::string& text, const std::string& origin);
+DeviceProfile load_profile(const std::filesystem::path& path);
+DeviceProfile load_shipped_profile(const std::string& device_id);  // data/profiles/<id>.json
+std::string profile_to_json(const DeviceProfile& profile);
+void save_profile(const std::filesystem::path& path, const DeviceProfile& profile);  // atomic
+
+}  // namespace tpsim

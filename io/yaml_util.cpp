@@ -1,0 +1,82 @@
+#include "io/yaml_util.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "io/error.hpp"
+
+namespace tpsim::yaml {
+
+std::string where(const std::string& origin, const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.line < 0) return origin;
+  return origin + ":" + std::to_string(mark.line + 1);
+}
+
+YAML::Node parse(const std::string& text, const std::string& origin) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    const std::string at = e.mark.line >= 0 ? ":" + std::to_string(e.mark.line + 1) : "";
+    throw Error(origin + at + ": not valid YAML: " + e.msg);
+  }
+}
+
+namespace {
+std::string scalar_or_throw(const YAML::Node& node, const std::string& origin, const std::string& key,
+                            const char* expected) {
+  if (!node.IsScalar())
+    throw Error(where(origin, node) + ": " + key + " must be " + expected + ", not a " +
+                (node.IsMap() ? "map" : node.IsSequence() ? "list" : "null"));
+  return node.Scalar();
+}
+}  // namespace
+
+int64_t as_int(const YAML::Node& node, const std::string& origin, const std::string& key) {
+  const std::string s = scalar_or_throw(node, origin, key, "an integer");
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(s, &used, 10);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != s.size() || s.empty()) {
+    // Accept integral floats such as 4.0 or 1e3.
+    try {
+      const double d = std::stod(s, &used);
+      if (used == s.size() && std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18)
+        return static_cast<int64_t>(d);
+    } catch (...) {
+    }
+    throw Error(where(origin, node) + ": " + key + " must be an integer, got '" + s + "'");
+  }
+  return v;
+}
+
+double as_double(const YAML::Node& node, const std::string& origin, const std::string& key) {
+  const std::string s = scalar_or_throw(node, origin, key, "a number");
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != s.size() || s.empty()) throw Error(where(origin, node) + ": " + key + " must be a number, got '" + s + "'");
+  if (!std::isfinite(v)) throw Error(where(origin, node) + ": " + key + " must be finite, got '" + s + "'");
+  return v;
+}
+
+bool as_bool(const YAML::Node& node, const std::string& origin, const std::string& key) {
+  const std::string s = scalar_or_throw(node, origin, key, "true or false");
+  if (s == "true" || s == "True" || s == "TRUE") return true;
+  if (s == "false" || s == "False" || s == "FALSE") return false;
+  throw Error(where(origin, node) + ": " + key + " must be true or false, got '" + s + "'");
+}
+
+std::string as_string(const YAML::Node& node, const std::string& origin, const std::string& key) {
+  return scalar_or_throw(node, origin, key, "a string");
+}
+
+}  // namespace tpsim::yaml

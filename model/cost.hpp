@@ -1,0 +1,53 @@
+// Seconds for ops and collectives on one device, from its datasheet and its cost profile.
+#pragma once
+
+#include <cstdint>
+
+#include "model/device.hpp"
+#include "model/ops.hpp"
+#include "model/profile.hpp"
+
+namespace tpsim {
+
+enum class CollectiveKind : uint8_t { kAllGather, kReduceScatter, kAllReduce };
+
+// A group of ranks taking part in one collective: `ranks` GPUs spread over `nodes` nodes.
+// `groups_per_node`: how many such collectives cross a node's NICs at the same time (1 for a
+// group holding all of a node's GPUs; the GPUs per node for HYBRID_SHARD's cross-node
+// all-reduces, one per local rank).
+struct CommGroup {
+  int64_t ranks = 1;
+  int64_t nodes = 1;
+  int64_t groups_per_node = 1;
+};
+
+class CostModel {
+ public:
+  CostModel(const DeviceSpec& device, const CostParams& params);
+
+  double op_seconds(const Op& op) const;
+  double ops_seconds(const OpList& ops) const;
+
+  // Fraction of the large-GEMM rate a GEMM of this shape reaches: output tiles spread over the
+  // compute units in waves (the last wave may be part-empty; tiles overhanging m or n do wasted
+  // work), split-K when there are too few tiles to fill the device, and a main-loop ramp in K.
+  double gemm_efficiency(int64_t m, int64_t n, int64_t k) const;
+  // Fraction of the bf16 GEMM rate a causal flash-attention pass reaches.
+  double attention_efficiency(const Op& op) const;
+
+  // Ring collective over `bytes` (the size of the full, unsharded buffer). All-gather and
+  // reduce-scatter: every rank receives (n-1)/n of the buffer over its intra-node link, and every
+  // node receives the (N-1)/N of it held by the other N-1 nodes through its NICs (NCCL's rings run
+  // one per NIC rail; a byte crosses into a node once and is forwarded over NVLink). The slower
+  // of the two phases sets the time, plus (n-1) ring steps of latency. All-reduce: twice that.
+  double collective_seconds(CollectiveKind kind, double bytes, const CommGroup& group) const;
+
+  const DeviceSpec& device() const { return device_; }
+  const CostParams& params() const { return params_; }
+
+ private:
+  const DeviceSpec& device_;
+  const CostParams& params_;
+};
+
+}  // namespace tpsim

@@ -1,0 +1,50 @@
+#include "model/memory.hpp"
+
+#include <algorithm>
+
+namespace tpsim {
+
+MemoryBreakdown estimate_memory(const MemoryInputs& in, const FsdpLayout& layout, const TrainConfig& cfg,
+                                const CostParams& params) {
+  const double total_params = in.block_params * static_cast<double>(in.n_layers) + in.root_params;
+  const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
+  const double rb = reduced_grad_bytes(cfg.precision, cfg.mp_mode);
+  const double L = static_cast<double>(in.n_layers);
+
+  MemoryBreakdown m;
+  // fp32 master parameters (4), gradients (4) and Adam's two moments (8), sharded.
+  m.sharded_state_bytes = 16.0 * total_params / static_cast<double>(layout.shard_ranks);
+
+  // Gathered parameters: the root unit stays gathered through the step; blocks are gathered two at
+  // a time (limit_all_gathers), or all of them between forward and backward under SHARD_GRAD_OP.
+  // Under NO_SHARD the low-precision copies are made per block in the same way.
+  const bool all_blocks = layout.gather_in_forward && !layout.gather_in_backward;
+  const double blocks_gathered = all_blocks ? L : std::min(2.0, L);
+  const double gathered = (in.root_params + blocks_gathered * in.block_params) * gb;
+
+  const double per_block = cfg.activation_checkpointing ? in.block_input_bytes : in.block_saved_bytes;
+  const double kept = L * per_block + in.embed_saved_bytes;
+
+  // Peak A: the loss, with every block's activations and the logits alive.
+  const double at_loss = kept + in.head_saved_bytes;
+  // Peak B: the first block backward; the logits are gone, one block's activations are rebuilt
+  // under checkpointing, and unsharded gradients sit beside the gradient buffers: the block being
+  // computed (compute dtype) and the one waiting for its reduce-scatter (reduce dtype).
+  const double rebuilt = cfg.activation_checkpointing ? in.block_saved_bytes : 0.0;
+  const double grads = in.block_params * (gb + rb);
+  const double at_backward = kept + rebuilt + in.backward_buffer_bytes + grads;
+
+  m.gathered_params_bytes = gathered;
+  if (at_loss >= at_backward) {
+    m.activation_bytes = at_loss;
+  } else {
+    m.activation_bytes = kept + rebuilt;
+    m.transient_bytes = in.backward_buffer_bytes + grads;
+  }
+  m.live_bytes = m.sharded_state_bytes + m.gathered_params_bytes + m.activation_bytes + m.transient_bytes;
+  m.reserve_bytes = params.memory_reserve_bytes;
+  m.peak_bytes = m.live_bytes * params.memory_fragmentation + m.reserve_bytes;
+  return m;
+}
+
+}  // namespace tpsim

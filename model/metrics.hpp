@@ -1,0 +1,33 @@
+// Throughput metrics exactly as llm-foundry's scripts/train/benchmarking/collect_results.py
+// computes them (seed 001, "MFU and HFU"; Korthikanti et al. 2022 for the definitions):
+//   flops_per_seq      = 2 * n_params * seq_len
+//   attn_flops_per_seq = n_layers * 2 * 2 * d_model * seq_len^2   (counted as if not causal)
+//   MFU = (3 * flops_per_seq + 3 * attn_flops_per_seq) * seq_per_s / (gpus * peak)
+//   HFU = (4 * flops_per_seq + 4 * attn_flops_per_seq) * seq_per_s / (gpus * peak) with activation
+//         checkpointing, else HFU = MFU
+//   Model TFLOP: (3 * flops_per_seq + 3 * attn_flops_per_seq) * seq_per_s / gpus, the model FLOP/s
+//         each GPU achieves. collect_results.py writes it in FLOP/s as "%.6E"; the seed tables show
+//         its mantissa (4.212583 for 4.212583E+14). tpsim prints it in TFLOP/s (421.2583).
+// The peak is Composer's GPU_AVAILABLE_FLOPS for the run's precision: the dense datasheet peak
+// (312e12 A100 bf16, 989.5e12 H100 bf16, 1979e12 H100 fp8).
+// Norms, activations and residuals are not counted.
+#pragma once
+
+#include <cstdint>
+
+namespace tpsim {
+
+struct FoundryMetrics {
+  double mfu = 0;                           // fraction, not percent
+  double hfu = 0;
+  double model_flops_per_s_per_gpu = 0;     // FLOP/s
+};
+
+double foundry_flops_per_seq(int64_t n_params, int64_t seq_len);
+double foundry_attn_flops_per_seq(int64_t n_layers, int64_t d_model, int64_t seq_len);
+
+FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len,
+                               double seq_per_s, int64_t n_gpus, double peak_flops_per_s,
+                               bool activation_checkpointing);
+
+}  // namespace tpsim

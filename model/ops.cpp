@@ -1,0 +1,284 @@
+#include "model/ops.hpp"
+
+#include <cassert>
+
+namespace tpsim {
+namespace {
+
+double d(int64_t x) { return static_cast<double>(x); }
+
+// A GEMM C[m,n] = A[m,k] B[k,n] reading its operands in `in_bytes` per element and writing C
+// in `out_bytes` per element. 2mnk FLOPs.
+Op gemm(const char* name, int64_t m, int64_t n, int64_t k, DType dtype, double in_bytes, double out_bytes) {
+  Op op;
+  op.name = name;
+  op.kind = OpKind::kGemm;
+  op.category = OpCategory::kGemm;
+  op.dtype = dtype;
+  op.m = m;
+  op.n = n;
+  op.k = k;
+  op.flops = 2.0 * d(m) * d(n) * d(k);
+  op.bytes_read = (d(m) * d(k) + d(k) * d(n)) * in_bytes;
+  op.bytes_written = d(m) * d(n) * out_bytes;
+  return op;
+}
+
+Op membound(const char* name, double read, double written, int64_t kernels = 1, double saved = 0,
+            OpCategory category = OpCategory::kOther) {
+  Op op;
+  op.name = name;
+  op.kind = OpKind::kMemoryBound;
+  op.category = category;
+  op.kernels = kernels;
+  op.bytes_read = read;
+  op.bytes_written = written;
+  op.saved_bytes = saved;
+  return op;
+}
+
+// Causal attention over (b, h, s, dh). The score and value products each take 2*s*s*dh FLOPs per
+// head without the mask; the causal kernel skips the blocks above the diagonal, about half.
+// Forward: 2 products -> 2*b*h*s^2*dh executed FLOPs. Backward: 5 products (scores recomputed,
+// dV, dP, dQ, dK) -> 2.5x the forward.
+Op attention(const char* name, OpKind kind, const BlockShape& s, double a) {
+  const int64_t dh = s.d_model / s.n_heads;
+  const double td = d(s.tokens()) * d(s.d_model);
+  const double lse = d(s.batch) * d(s.n_heads) * d(s.seq) * 4.0;  // fp32 log-sum-exp per row
+  Op op;
+  op.name = name;
+  op.kind = kind;
+  op.category = OpCategory::kAttention;
+  op.dtype = other_gemm_dtype(s.precision);
+  op.batch = s.batch;
+  op.heads = s.n_heads;
+  op.seq = s.seq;
+  op.head_dim = dh;
+  // Two products of 2*s*s*dh FLOPs each per head, half of them under the causal mask.
+  const double forward_flops = 2.0 * d(s.batch) * d(s.n_heads) * d(s.seq) * d(s.seq) * d(dh);
+  if (kind == OpKind::kAttentionFwd) {
+    op.flops = forward_flops;
+    op.bytes_read = 3.0 * td * a;
+    op.bytes_written = td * a + lse;
+    op.saved_bytes = 3.0 * td * a + td * a + lse;  // q, k, v, output, log-sum-exp
+  } else {
+    op.flops = 2.5 * forward_flops;
+    op.bytes_read = 5.0 * td * a + lse;  // q, k, v, o, dO
+    op.bytes_written = 3.0 * td * a;     // dQ, dK, dV
+  }
+  return op;
+}
+
+}  // namespace
+
+void OpList::push(const Op& op) {
+  assert(size < kCapacity);
+  ops[size++] = op;
+}
+
+BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_len, Precision p) {
+  BlockShape s;
+  s.batch = micro_batch;
+  s.seq = seq_len;
+  s.d_model = m.d_model;
+  s.n_heads = m.n_heads;
+  s.d_ffn = m.d_ffn();
+  s.vocab = m.vocab_size;
+  s.bias = !m.no_bias;
+  s.precision = p;
+  return s;
+}
+
+namespace {
+
+// The four linear layers of a block: name stems and (N, K) of y[t,N] = x[t,K] W^T.
+struct Linear {
+  const char* fwd;
+  const char* dgrad;
+  const char* wgrad;
+  const char* bgrad;
+  const char* cast_in;
+  const char* cast_grad;
+  int64_t n, k;
+};
+
+Linear qkv(const BlockShape& s) {
+  return {"attn.Wqkv.fwd", "attn.Wqkv.dgrad", "attn.Wqkv.wgrad", "attn.Wqkv.bgrad",
+          "attn.Wqkv.fp8_cast", "attn.Wqkv.fp8_cast_grad", 3 * s.d_model, s.d_model};
+}
+Linear out_proj(const BlockShape& s) {
+  return {"attn.out_proj.fwd", "attn.out_proj.dgrad", "attn.out_proj.wgrad", "attn.out_proj.bgrad",
+          "attn.out_proj.fp8_cast", "attn.out_proj.fp8_cast_grad", s.d_model, s.d_model};
+}
+Linear up(const BlockShape& s) {
+  return {"ffn.up_proj.fwd", "ffn.up_proj.dgrad", "ffn.up_proj.wgrad", "ffn.up_proj.bgrad",
+          "ffn.up_proj.fp8_cast", "ffn.up_proj.fp8_cast_grad", s.d_ffn, s.d_model};
+}
+Linear down(const BlockShape& s) {
+  return {"ffn.down_proj.fwd", "ffn.down_proj.dgrad", "ffn.down_proj.wgrad", "ffn.down_proj.bgrad",
+          "ffn.down_proj.fp8_cast", "ffn.down_proj.fp8_cast_grad", s.d_model, s.d_ffn};
+}
+
+// Forward of a linear layer. `input_saved_elsewhere`: another op already keeps the input alive.
+void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, OpList& out) {
+  const double a = activation_bytes(s.precision);
+  const double t = d(s.tokens());
+  const DType dt = block_gemm_dtype(s.precision);
+  double saved = input_saved_elsewhere ? 0.0 : t * d(l.k) * a;
+  if (dt == DType::kFp8) {
+    // TransformerEngine: cast (and transpose, for the weight gradient) the input and the weight to
+    // fp8, computing amax on the way; the fp8 copy of the input is what it keeps for backward.
+    out.push(membound(l.cast_in, t * d(l.k) * a + d(l.n) * d(l.k) * a,
+                      2.0 * t * d(l.k) + 2.0 * d(l.n) * d(l.k), 2));
+    saved = t * d(l.k);
+    Op g = gemm(l.fwd, s.tokens(), l.n, l.k, dt, 1.0, a);
+    g.saved_bytes = saved;
+    out.push(g);
+    return;
+  }
+  Op g = gemm(l.fwd, s.tokens(), l.n, l.k, dt, a, a);
+  g.saved_bytes = saved;
+  out.push(g);
+}
+
+void linear_backward(const BlockShape& s, const Linear& l, OpList& out) {
+  const double a = activation_bytes(s.precision);
+  const double t = d(s.tokens());
+  const DType dt = block_gemm_dtype(s.precision);
+  const double in_bytes = dt == DType::kFp8 ? 1.0 : a;
+  if (dt == DType::kFp8)  // cast-transpose of the output gradient
+    out.push(membound(l.cast_grad, t * d(l.n) * a, 2.0 * t * d(l.n)));
+  // dX[t,K] = dY[t,N] W[N,K];  dW[N,K] = dY^T[N,t] X[t,K]; the parameter gradient is written in
+  // the parameter dtype (bf16 under FSDP mixed precision).
+  out.push(gemm(l.dgrad, s.tokens(), l.k, l.n, dt, in_bytes, a));
+  out.push(gemm(l.wgrad, l.n, l.k, s.tokens(), dt, in_bytes, a));
+  if (s.bias) out.push(membound(l.bgrad, t * d(l.n) * a, d(l.n) * a));
+}
+
+Op layer_norm_forward(const char* name, const BlockShape& s) {
+  const double a = activation_bytes(s.precision);
+  const double td = d(s.tokens()) * d(s.d_model);
+  const double stats = d(s.tokens()) * 8.0;  // fp32 mean and rstd per token
+  // Keeps its input and statistics for backward.
+  return membound(name, td * a + 2.0 * d(s.d_model) * a, td * a + stats, 1, td * a + stats);
+}
+
+Op layer_norm_backward(const char* name, const BlockShape& s) {
+  const double a = activation_bytes(s.precision);
+  const double td = d(s.tokens()) * d(s.d_model);
+  const double stats = d(s.tokens()) * 8.0;
+  // Input gradient (reads dY, x, stats) and weight/bias gradients (reads dY, x again): two kernels.
+  return membound(name, 4.0 * td * a + 2.0 * stats, td * a + 2.0 * d(s.d_model) * 4.0, 2);
+}
+
+Op residual_add(const char* name, const BlockShape& s) {
+  const double a = activation_bytes(s.precision);
+  const double td = d(s.tokens()) * d(s.d_model);
+  return membound(name, 2.0 * td * a, td * a);
+}
+
+}  // namespace
+
+void block_forward_ops(const BlockShape& s, OpList& out) {
+  const double a = activation_bytes(s.precision);
+  const double tf = d(s.tokens()) * d(s.d_ffn);
+  const bool fp8 = block_gemm_dtype(s.precision) == DType::kFp8;
+  out.push(layer_norm_forward("norm_1.fwd", s));
+  linear_forward(s, qkv(s), false, out);
+  out.push(attention("attn.flash.fwd", OpKind::kAttentionFwd, s, a));
+  linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8, out);  // attention keeps its output
+  out.push(residual_add("resid_attn.fwd", s));
+  out.push(layer_norm_forward("norm_2.fwd", s));
+  linear_forward(s, up(s), false, out);
+  out.push(membound("ffn.gelu.fwd", tf * a, tf * a, 1, tf * a));  // keeps its input
+  linear_forward(s, down(s), /*input_saved_elsewhere=*/false, out);
+  out.push(residual_add("resid_ffn.fwd", s));
+}
+
+void block_backward_ops(const BlockShape& s, OpList& out) {
+  const double a = activation_bytes(s.precision);
+  const double tf = d(s.tokens()) * d(s.d_ffn);
+  out.push(residual_add("resid_ffn.bwd", s));  // the skip and branch gradients summed
+  linear_backward(s, down(s), out);
+  out.push(membound("ffn.gelu.bwd", 2.0 * tf * a, tf * a));
+  linear_backward(s, up(s), out);
+  out.push(layer_norm_backward("norm_2.bwd", s));
+  out.push(residual_add("resid_attn.bwd", s));
+  linear_backward(s, out_proj(s), out);
+  out.push(attention("attn.flash.bwd", OpKind::kAttentionBwd, s, a));
+  linear_backward(s, qkv(s), out);
+  out.push(layer_norm_backward("norm_1.bwd", s));
+}
+
+void embedding_forward_ops(const BlockShape& s, OpList& out) {
+  const double a = activation_bytes(s.precision);
+  const double t = d(s.tokens());
+  const double td = t * d(s.d_model);
+  out.push(membound("wte.fwd", td * a + t * 8.0, td * a, 1, t * 8.0));  // keeps the token ids
+  out.push(membound("wpe.fwd", td * a + d(s.seq) * d(s.d_model) * a, td * a));
+}
+
+void embedding_backward_ops(const BlockShape& s, OpList& out) {
+  const double a = activation_bytes(s.precision);
+  const double t = d(s.tokens());
+  const double td = t * d(s.d_model);
+  out.push(membound("wpe.bwd", td * a, d(s.seq) * d(s.d_model) * a));
+  // Dense embedding backward: sort the ids, zero the V x d gradient, accumulate the rows.
+  out.push(membound("wte.bwd", td * a + 2.0 * t * 8.0, d(s.vocab) * d(s.d_model) * a + t * 8.0, 4));
+}
+
+void head_forward_ops(const BlockShape& s, OpList& out) {
+  const double a = activation_bytes(s.precision);
+  const double t = d(s.tokens());
+  const double tv = t * d(s.vocab);
+  out.push(layer_norm_forward("norm_f.fwd", s));
+  Op logits = gemm("logits.fwd", s.tokens(), s.vocab, s.d_model, other_gemm_dtype(s.precision), a, a);
+  logits.saved_bytes = t * d(s.d_model) * a;  // its input, for the weight gradient
+  out.push(logits);
+  // Fused cross-entropy: reads the logits, writes the loss and, in place, the logits gradient;
+  // the t x V buffer stays alive until the head's backward.
+  out.push(membound("loss.xent.fwd", tv * a, tv * a + t * 4.0, 1, tv * a));
+}
+
+void head_backward_ops(const BlockShape& s, OpList& out) {
+  const double a = activation_bytes(s.precision);
+  const double tv = d(s.tokens()) * d(s.vocab);
+  const DType dt = other_gemm_dtype(s.precision);
+  out.push(membound("loss.xent.bwd", tv * a, tv * a));  // scale the stored gradient by dL
+  out.push(gemm("logits.dgrad", s.tokens(), s.d_model, s.vocab, dt, a, a));
+  out.push(gemm("logits.wgrad", s.vocab, s.d_model, s.tokens(), dt, a, a));  // into the tied wte gradient
+  out.push(layer_norm_backward("norm_f.bwd", s));
+}
+
+void optimizer_ops(double p, OpList& out) {
+  // fp32 master parameters, gradients and both Adam moments.
+  out.push(membound("optim.grad_norm", 4.0 * p, 0.0, 1, 0.0, OpCategory::kOptimizer));
+  out.push(membound("optim.clip", 4.0 * p, 4.0 * p, 1, 0.0, OpCategory::kOptimizer));
+  out.push(membound("optim.adamw", 16.0 * p, 12.0 * p, 1, 0.0, OpCategory::kOptimizer));
+}
+
+void fsdp_pre_gather_ops(double unit_params, double shard, double gather_bytes, OpList& out) {
+  if (gather_bytes < 4.0)
+    out.push(membound("fsdp.cast_shard", 4.0 * unit_params / shard, gather_bytes * unit_params / shard));
+}
+
+void fsdp_pre_reduce_ops(double unit_params, double shard, double grad_compute_bytes, double reduce_bytes,
+                         OpList& out) {
+  if (reduce_bytes > grad_compute_bytes)
+    out.push(membound("fsdp.cast_grad", grad_compute_bytes * unit_params, reduce_bytes * unit_params));
+  out.push(membound("fsdp.accumulate_grad", 8.0 * unit_params / shard, 4.0 * unit_params / shard));
+}
+
+double total_flops(const OpList& ops) {
+  double f = 0;
+  for (const Op& op : ops) f += op.flops;
+  return f;
+}
+
+double total_saved_bytes(const OpList& ops) {
+  double b = 0;
+  for (const Op& op : ops) b += op.saved_bytes;
+  return b;
+}
+
+}  // namespace tpsim

@@ -1,0 +1,97 @@
+// The ops of one training step, each with its shape, FLOPs and bytes. The cost model (cost.hpp)
+// only turns these into seconds.
+//
+// Shapes are per device (no tensor parallelism yet: a later split of heads and d_ffn across
+// tensor-parallel ranks divides the n of column-parallel GEMMs and the k of row-parallel ones).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "model/architecture.hpp"
+#include "model/training.hpp"
+
+namespace tpsim {
+
+enum class OpKind : uint8_t {
+  kGemm,          // C[m,n] = A[m,k] * B[k,n]
+  kAttentionFwd,  // causal flash attention forward over (batch, heads, seq, head_dim)
+  kAttentionBwd,  // its backward (recomputes the scores internally)
+  kMemoryBound,   // elementwise, normalisation, reduction, cast, optimizer: bytes over bandwidth
+};
+
+// Where an op's time is reported in the step-time breakdown.
+enum class OpCategory : uint8_t { kGemm, kAttention, kOther, kOptimizer };
+
+struct Op {
+  const char* name = "";  // e.g. "mlp_up.fwd", "mlp_up.dgrad"; static storage
+  OpKind kind = OpKind::kMemoryBound;
+  OpCategory category = OpCategory::kOther;
+  DType dtype = DType::kBf16;
+  int64_t m = 0, n = 0, k = 0;                            // GEMM
+  int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;    // attention
+  int64_t kernels = 1;         // kernel launches this op stands for
+  double flops = 0;            // floating-point operations executed
+  double bytes_read = 0;
+  double bytes_written = 0;
+  double saved_bytes = 0;      // activation bytes kept alive until the backward pass (forward ops)
+};
+
+// A small fixed-capacity list: building the ops of a layer allocates nothing.
+struct OpList {
+  static constexpr int kCapacity = 48;
+  std::array<Op, kCapacity> ops;
+  int size = 0;
+  void push(const Op& op);
+  const Op* begin() const { return ops.data(); }
+  const Op* end() const { return ops.data() + size; }
+};
+
+// The tokens a device processes at once and the model dimensions they meet.
+struct BlockShape {
+  int64_t batch = 0;  // sequences in the micro-batch
+  int64_t seq = 0;
+  int64_t d_model = 0;
+  int64_t n_heads = 0;
+  int64_t d_ffn = 0;
+  int64_t vocab = 0;
+  bool bias = true;
+  Precision precision = Precision::kAmpBf16;
+  int64_t tokens() const { return batch * seq; }
+};
+
+BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_len, Precision p);
+
+// One transformer block (MPT: pre-LN attention and MLP with residuals).
+// Forward: ln_1, Wqkv, causal flash attention, out_proj, residual, ln_2, up, GELU, down, residual.
+// Backward: for every linear a data-gradient and a weight-gradient GEMM (and a bias reduction),
+// attention backward, the elementwise backwards, and the residual-gradient sums.
+// amp_fp8 adds TransformerEngine's cast-transposes of inputs, weights and output gradients.
+void block_forward_ops(const BlockShape& s, OpList& out);
+void block_backward_ops(const BlockShape& s, OpList& out);
+
+// Token and position embedding lookup, and its gradient scatter into the embedding tables.
+void embedding_forward_ops(const BlockShape& s, OpList& out);
+void embedding_backward_ops(const BlockShape& s, OpList& out);
+
+// Final layer norm, tied logits GEMM (t x V) and fused cross-entropy (loss and gradient computed
+// in place in the bf16 logits buffer, as the flash-attn cross-entropy llm-foundry's MPT uses).
+void head_forward_ops(const BlockShape& s, OpList& out);
+void head_backward_ops(const BlockShape& s, OpList& out);
+
+// Decoupled AdamW with gradient-norm clipping over `local_params` fp32 parameters.
+void optimizer_ops(double local_params, OpList& out);
+
+// FSDP's casts around collectives, per FSDP unit of `unit_params` parameters sharded `shard` ways:
+// the local fp32 shard cast to the gather dtype before each all-gather, and (DEFAULT) the
+// unsharded bf16 gradient cast to fp32 before the reduce-scatter plus the accumulation into the
+// sharded gradient after it.
+void fsdp_pre_gather_ops(double unit_params, double shard, double gather_bytes, OpList& out);
+void fsdp_pre_reduce_ops(double unit_params, double shard, double grad_compute_bytes, double reduce_bytes,
+                         OpList& out);
+
+// Sums of the ops' fields.
+double total_flops(const OpList& ops);
+double total_saved_bytes(const OpList& ops);
+
+}  // namespace tpsim

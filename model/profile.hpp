@@ -1,0 +1,82 @@
+// The parameters of the cost model for one device, and a registry that names them.
+//
+// A profile value is either measurable by short kernel runs (kernel level: GEMM rates, attention
+// efficiency, memory-bound bandwidth, launch overheads) or only visible in whole training steps
+// (system level: achieved collective bandwidth, how much communication slows compute, fixed
+// per-micro-batch and per-step overheads, the allocator's reserve). `calibrate kernels` fits the
+// former, `calibrate table` the latter; each value's provenance is kept beside it (io/profile).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "model/training.hpp"
+
+namespace tpsim {
+
+struct CostParams {
+  // GEMM: time = overhead + max(flops / (rate * efficiency(m, n, k)), bytes / membound rate).
+  double gemm_fp8_flops_per_s = 0;   // achieved rate of a large square GEMM, per format; 0: unsupported
+  double gemm_bf16_flops_per_s = 0;
+  double gemm_fp16_flops_per_s = 0;
+  double gemm_tf32_flops_per_s = 0;
+  double gemm_fp32_flops_per_s = 0;
+  double gemm_tile_m = 128;   // output tile rows of the GEMM kernels (wave quantization)
+  double gemm_tile_n = 256;   // output tile columns
+  double gemm_k_half = 64;    // K at which the main loop runs at half its asymptotic rate (pipeline fill)
+  double gemm_overhead_s = 4e-6;  // launch and epilogue per GEMM
+
+  // Causal flash attention, as a fraction of the bf16 GEMM rate at head size 128 and long sequences.
+  // Executed FLOPs count only the causal half; diagonal blocks and waves are modelled explicitly.
+  double attn_fwd_efficiency = 0.6;
+  double attn_bwd_efficiency = 0.5;
+  double attn_head_dim_half = 32;  // efficiency ~ dh / (dh + half), normalised to 1 at dh = 128
+  double attn_block = 128;         // query/key block size of the kernel
+
+  // Memory-bound kernels (norms, activations, residuals, casts, cross-entropy, optimizer).
+  double membound_bytes_per_s = 0;  // achieved read+write bandwidth
+  double kernel_overhead_s = 4e-6;  // launch per kernel
+
+  // Collectives: ring all-gather / reduce-scatter of B bytes over n ranks costs
+  // (n-1)/n * B / (link * efficiency) + (n-1) * latency.
+  double intra_node_link_efficiency = 0.75;  // achieved bus bandwidth / datasheet NVLink bandwidth
+  double inter_node_link_efficiency = 0.75;  // achieved bus bandwidth / datasheet NIC bandwidth
+  double intra_node_latency_s = 5e-6;        // per ring step
+  double inter_node_latency_s = 10e-6;       // per ring step
+  double overlap_slowdown = 0.1;  // compute runs this much slower while a collective overlaps it
+
+  // Sustained compute clock in a long training run relative to the short kernel runs that measured
+  // the GEMM and attention rates (power and thermal limits of a fully loaded node).
+  double compute_clock_ratio = 0.9;
+
+  // Fixed costs outside kernels: CPU-side work that stalls the GPU.
+  double microbatch_overhead_s = 2e-3;  // per micro-batch: data loading, hooks, synchronisation
+  double step_overhead_s = 20e-3;       // per optimizer step: logging, scheduler, clipping sync
+
+  // Memory: peak = live bytes * fragmentation + reserve.
+  double memory_fragmentation = 1.05;        // caching-allocator overhead over live tensors
+  double memory_reserve_bytes = 3.0 * (1 << 30);  // CUDA context, NCCL buffers, cuBLAS workspaces
+
+  double gemm_flops_per_s(DType t) const;
+};
+
+// Which runs can measure a parameter.
+enum class ParamLevel : uint8_t { kKernel, kSystem };
+
+struct ParamInfo {
+  std::string_view name;
+  double CostParams::*member;
+  std::string_view unit;
+  double lower;  // physical bounds; fits keep parameters inside them
+  double upper;
+  ParamLevel level;
+  std::string_view meaning;
+};
+
+// Every parameter of CostParams, in declaration order.
+std::span<const ParamInfo> cost_param_registry();
+const ParamInfo* find_param(std::string_view name);
+
+}  // namespace tpsim

@@ -1,0 +1,53 @@
+// The timeline of one FSDP training step on one GPU: a compute stream and a communication
+// stream, layer by layer, with PyTorch FSDP's prefetching and Composer's limit_all_gathers.
+//
+// Forward: block i's all-gather may start once the collective before it is done and block i-2's
+// forward has finished (at most two gathered blocks in flight); block i's forward waits for its
+// gather. Backward (FULL_SHARD, HYBRID_SHARD re-gather): the gather of block i-1 is issued before
+// the reduce-scatter of block i, which waits for block i's gradients. Compute slows by
+// `overlap_slowdown` for the time a collective runs beside it (they share SMs and memory
+// bandwidth). Whatever compute does not hide is exposed.
+#pragma once
+
+#include <cstdint>
+
+namespace tpsim {
+
+// Costs of one micro-batch, in seconds. Collective times are 0 where the strategy issues none.
+struct MicroBatchCosts {
+  double embed_fwd_s = 0;
+  double block_fwd_s = 0;   // one block's forward (including FSDP casts on the compute stream)
+  double head_s = 0;        // final norm, logits, loss and their backward
+  double block_bwd_s = 0;   // one block's backward, including its recompute under checkpointing
+  double embed_bwd_s = 0;
+  double root_gather_s = 0;       // the root unit (embeddings, final norm), gathered once per micro-batch
+  double root_reduce_s = 0;
+  double block_gather_fwd_s = 0;  // one block's parameter all-gather before its forward
+  double block_gather_bwd_s = 0;  // ... and before its backward (FULL_SHARD, HYBRID_SHARD)
+  double block_reduce_s = 0;      // one block's gradient reduce-scatter / all-reduce
+  double overhead_s = 0;          // GPU idle per micro-batch (data loading, hooks)
+};
+
+struct StepCosts {
+  int64_t n_layers = 0;
+  int64_t n_micro = 1;   // micro-batches per step (gradient accumulation)
+  MicroBatchCosts full;  // a full micro-batch
+  MicroBatchCosts last;  // the last one, smaller when the micro-batch does not divide the batch
+  double optimizer_s = 0;
+  double step_overhead_s = 0;
+  double overlap_slowdown = 0;
+};
+
+struct Timeline {
+  double step_s = 0;
+  double compute_s = 0;         // compute-stream kernel time, without slowdown
+  double slowdown_s = 0;        // compute time added by overlapping collectives
+  double comm_s = 0;            // communication-stream busy time
+  double optimizer_s = 0;
+  double overhead_s = 0;        // fixed idle time (micro-batch and step overheads)
+  double exposed_comm_s = 0;    // step time not covered by compute, optimizer or overheads (incl. slowdown)
+};
+
+Timeline simulate_step(const StepCosts& costs);
+
+}  // namespace tpsim

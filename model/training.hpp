@@ -1,0 +1,80 @@
+// What a training run is asked to do: the llm-foundry/Composer knobs of one configuration.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tpsim {
+
+// Number formats a kernel can compute in; indexes per-format peak and achieved rates.
+enum class DType : uint8_t { kFp8, kBf16, kFp16, kTf32, kFp32 };
+inline constexpr int kNumDTypes = 5;
+inline constexpr std::array<std::string_view, kNumDTypes> kDTypeNames = {"fp8", "bf16", "fp16", "tf32",
+                                                                          "fp32"};
+
+// Composer's `precision`.
+//   amp_bf16 / amp_fp16: fp32 master weights, matmuls in bf16 / fp16 under autocast.
+//   amp_fp8: TransformerEngine fp8 matmuls for the block's linear layers, the rest as amp_bf16.
+//   bf16: the older Composer "bf16" precision of seed 001's A100 40GB rows; matmuls in bf16.
+//   fp32: fp32 matmuls (no TF32).
+enum class Precision : uint8_t { kAmpBf16, kAmpFp16, kAmpFp8, kBf16, kFp32 };
+
+// Composer's FSDP `mixed_precision`: the dtypes of the gathered parameters and reduced gradients.
+//   DEFAULT: parameters gathered in the autocast dtype (bf16/fp16), gradients reduced in fp32.
+//   PURE:    parameters gathered and gradients reduced in the autocast dtype.
+//   FULL:    both in fp32.
+enum class MpMode : uint8_t { kDefault, kPure, kFull };
+
+// PyTorch FSDP sharding strategies as Composer names them.
+enum class Sharding : uint8_t { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+inline constexpr std::array<Sharding, 4> kAllShardings = {Sharding::kFullShard, Sharding::kShardGradOp,
+                                                          Sharding::kNoShard, Sharding::kHybridShard};
+
+std::string_view to_string(Precision p);
+std::string_view to_string(MpMode m);
+std::string_view to_string(Sharding s);
+std::string_view to_string(DType t);
+std::optional<Precision> parse_precision(std::string_view s);  // llm-foundry spelling, e.g. "amp_bf16"
+std::optional<MpMode> parse_mp_mode(std::string_view s);        // "DEFAULT", "PURE", "FULL"
+std::optional<Sharding> parse_sharding(std::string_view s);     // "FULL_SHARD", ...
+std::optional<DType> parse_dtype(std::string_view s);
+
+// The dtype of the transformer blocks' matmuls, of everything else (attention, logits), and of
+// activations as stored (bytes per element).
+DType block_gemm_dtype(Precision p);
+DType other_gemm_dtype(Precision p);
+double activation_bytes(Precision p);
+// Bytes per element of gathered parameters and of reduced gradients under an FSDP mixed-precision mode.
+double gathered_param_bytes(Precision p, MpMode m);
+double reduced_grad_bytes(Precision p, MpMode m);
+// The dtype whose peak MFU and HFU divide by (Composer: amp_fp8 -> fp8 peak, bf16 and amp_bf16 -> bf16 ...).
+DType mfu_dtype(Precision p);
+
+// One configuration of a training run on n_gpus identical devices.
+// The per-device batch (global_batch / n_gpus) is processed in micro-batches of micro_batch
+// sequences; when micro_batch does not divide it, the last micro-batch is smaller (llm-foundry
+// accumulates 11, 11, 11, 11, 4 for a per-device batch of 48 and micro-batches of 11).
+struct TrainConfig {
+  int64_t seq_len = 0;       // tokens per sequence (max_seq_len)
+  int64_t global_batch = 0;  // sequences per optimizer step over all GPUs
+  int64_t micro_batch = 0;   // sequences per micro-batch per GPU
+  int64_t n_gpus = 0;
+  Precision precision = Precision::kAmpBf16;
+  MpMode mp_mode = MpMode::kDefault;
+  Sharding sharding = Sharding::kFullShard;
+  bool activation_checkpointing = false;
+
+  int64_t per_device_batch() const { return global_batch / n_gpus; }
+  int64_t grad_accum() const { return (per_device_batch() + micro_batch - 1) / micro_batch; }
+  int64_t last_micro_batch() const { return per_device_batch() - (grad_accum() - 1) * micro_batch; }
+};
+
+// Upper bounds that keep every count and byte total exact and finite.
+inline constexpr int64_t kMaxSeqLen = 1 << 24;
+inline constexpr int64_t kMaxGpus = 1 << 20;
+inline constexpr int64_t kMaxBatch = 1LL << 32;
+
+}  // namespace tpsim

@@ -1,0 +1,25 @@
+// Parsing of command-line values with errors that name the flag: counts, lists, ranges, token
+// amounts. Everything here rejects zero, negative, fractional and absurd values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tpsim {
+
+// A whole number in [1, max]: "8", "1024". Rejects "8.5", "-1", "0", "1e308", "2^63", "".
+int64_t parse_count(const std::string& flag, const std::string& text, int64_t max);
+
+// "512..65536" (powers of two from the first to the last, both ends included, both powers of two),
+// "2048" or "512,2048,8192".
+std::vector<int64_t> parse_count_list(const std::string& flag, const std::string& text, int64_t max);
+
+// A token amount: "1048576", "4M" (4e6), "1Mi" (2^20), "1T" (1e12), "2.5B" (2.5e9).
+// Suffixes K, M, G/B, T are decimal; Ki, Mi, Gi, Ti binary.
+double parse_tokens(const std::string& flag, const std::string& text);
+
+// A comma-separated list of names; rejects empty items.
+std::vector<std::string> parse_name_list(const std::string& flag, const std::string& text);
+
+}  // namespace tpsim

@@ -1,0 +1,108 @@
+// tpsim bench: the simulator's own speed, as figures (not a timed test).
+//   1. configuration evaluations per second on one core (predict() over a mix of models,
+//      sequence lengths, micro-batches, checkpointing and sharding);
+//   2. wall time of the headline sweep, process start-up included (the median of 5 runs of
+//      `tpsim sweep --models 125m..70b --seq 512..65536`).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "io/error.hpp"
+#include "model/simulator.hpp"
+#include "sweeps/commands.hpp"
+#include "sweeps/context.hpp"
+
+namespace tpsim {
+namespace {
+
+struct BenchOptions {
+  CommonOptions common;
+  double seconds = 2.0;
+  int sweep_runs = 5;
+};
+
+double run_headline_sweep() {
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid < 0) throw Error("bench: fork failed");
+  if (pid == 0) {
+    // Child: the sweep, output discarded.
+    if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) _exit(127);
+    execl(self.c_str(), self.c_str(), "sweep", "--models", "125m..70b", "--seq", "512..65536",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw Error("bench: the headline sweep failed");
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void run_bench(const BenchOptions& o) {
+  Context ctx(o.common);
+  const DeviceSpec& device = ctx.device("h100_80gb");
+  const CostParams& params = ctx.profile("h100_80gb").params;
+
+  // A mix of configurations like those a sweep evaluates.
+  std::vector<std::pair<const ModelConfig*, TrainConfig>> configs;
+  for (const ModelConfig& m : ctx.catalog().models())
+    for (int64_t seq = 512; seq <= 65536; seq *= 2)
+      for (int64_t mb : {1, 2, 4, 8})
+        for (bool ckpt : {false, true})
+          for (Sharding sh : {Sharding::kFullShard, Sharding::kShardGradOp}) {
+            TrainConfig c;
+            c.seq_len = seq;
+            c.n_gpus = 8;
+            c.micro_batch = mb;
+            c.global_batch = mb * 4 * 8;
+            c.activation_checkpointing = ckpt;
+            c.sharding = sh;
+            if (check_config(m, device, params, c).empty()) configs.emplace_back(&m, c);
+          }
+
+  int64_t evaluations = 0;
+  double sink = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  while (elapsed < o.seconds) {
+    for (const auto& [m, c] : configs) sink += predict(*m, device, params, c).step_s;
+    evaluations += static_cast<int64_t>(configs.size());
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double per_second = static_cast<double>(evaluations) / elapsed;
+
+  std::vector<double> sweeps;
+  for (int i = 0; i < o.sweep_runs; ++i) sweeps.push_back(run_headline_sweep());
+  std::sort(sweeps.begin(), sweeps.end());
+  const double median = sweeps[sweeps.size() / 2];
+
+  OutputTable t;
+  t.title = "bench";
+  t.columns = {"Benchmark", "Value", "Unit", "Target", "Met"};
+  t.add_row({Cell::str("configuration evaluations, one core"), Cell::num(per_second, 0), Cell::str("per second"),
+             Cell::str(">= 1000000"), Cell::str(per_second >= 1e6 ? "yes" : "no")});
+  t.add_row({Cell::str("headline sweep 125m..70b x 512..65536, wall time incl. start-up (median of " +
+                       std::to_string(sweeps.size()) + ")"),
+             Cell::num(median, 3), Cell::str("s"), Cell::str("< 1"), Cell::str(median < 1.0 ? "yes" : "no")});
+  emit(render({t}, ctx.format()), ctx.output());
+  if (sink < 0) std::cerr << sink;  // keeps the loop from being optimised away
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "measure the simulator's speed (evaluations per second, sweep time)");
+  cmd->add_option("--seconds", o->seconds, "how long to time evaluations")->default_val(2.0)->check(CLI::Range(0.1, 600.0));
+  cmd->add_option("--sweep-runs", o->sweep_runs, "headline sweep repetitions")->default_val(5)->check(CLI::Range(1, 100));
+  add_common_options(cmd, o->common);
+  cmd->callback([o] { run_bench(*o); });
+}
+
+}  // namespace tpsim

@@ -1,0 +1,13 @@
+// Each tpsim subcommand registers itself on the CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tpsim {
+
+void register_predict(CLI::App& app);
+void register_sweep(CLI::App& app);
+void register_bench(CLI::App& app);
+void register_validate(CLI::App& app);
+
+}  // namespace tpsim

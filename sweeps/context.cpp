@@ -1,0 +1,46 @@
+#include "sweeps/context.hpp"
+
+#include <iostream>
+
+#include "io/devices.hpp"
+#include "io/error.hpp"
+
+namespace tpsim {
+
+void add_common_options(CLI::App* cmd, CommonOptions& o) {
+  cmd->add_option("--models", o.models_file, "YAML file of more models (name -> llm-foundry model keys)");
+  cmd->add_option("--profile", o.profile_files, "device profile JSON (repeatable); applies to its own device");
+  cmd->add_option("--format", o.format, "output format: md, csv or json")->default_val("md");
+  cmd->add_option("-o,--output", o.output, "write the output to FILE (atomically) instead of stdout");
+}
+
+Context::Context(const CommonOptions& o) : catalog_(ModelCatalog::load_default()), format_(parse_format(o.format)) {
+  if (!o.output.empty()) output_ = o.output;
+  if (!o.models_file.empty()) catalog_.add_file(o.models_file, warnings_);
+  for (const auto& path : o.profile_files) {
+    DeviceProfile p = load_profile(path);
+    device(p.device);  // the profile's device must exist
+    if (profiles_.count(p.device))
+      throw Error("--profile " + path + ": a second profile for device " + p.device + " (one per device)");
+    profiles_.emplace(p.device, std::move(p));
+  }
+  print_warnings();
+}
+
+const DeviceSpec& Context::device(const std::string& id) {
+  auto it = devices_.find(id);
+  if (it == devices_.end()) it = devices_.emplace(id, load_device(id)).first;
+  return it->second;
+}
+
+const DeviceProfile& Context::profile(const std::string& device_id) {
+  auto it = profiles_.find(device_id);
+  if (it == profiles_.end()) it = profiles_.emplace(device_id, load_shipped_profile(device_id)).first;
+  return it->second;
+}
+
+void Context::print_warnings() const {
+  for (const auto& w : warnings_) std::cerr << "tpsim: warning: " << w << "\n";
+}
+
+}  // namespace tpsim

@@ -1,0 +1,48 @@
+// What every command loads: the model catalogue (plus --models), device datasheets and profiles
+// (the shipped ones, or --profile files for their own devices), and the output options.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/catalog.hpp"
+#include "io/output.hpp"
+#include "io/profile_io.hpp"
+#include "model/device.hpp"
+
+namespace tpsim {
+
+struct CommonOptions {
+  std::string models_file;
+  std::vector<std::string> profile_files;
+  std::string format = "md";
+  std::string output;
+};
+
+// --models, --profile (repeatable), --format, -o.
+void add_common_options(CLI::App* cmd, CommonOptions& o);
+
+class Context {
+ public:
+  explicit Context(const CommonOptions& o);
+
+  const ModelCatalog& catalog() const { return catalog_; }
+  const DeviceSpec& device(const std::string& id);
+  const DeviceProfile& profile(const std::string& device_id);  // a --profile for it, else the shipped one
+  Format format() const { return format_; }
+  std::optional<std::string> output() const { return output_; }
+  void print_warnings() const;  // to stderr, once
+
+ private:
+  ModelCatalog catalog_;
+  std::vector<std::string> warnings_;
+  std::map<std::string, DeviceSpec> devices_;
+  std::map<std::string, DeviceProfile> profiles_;
+  Format format_;
+  std::optional<std::string> output_;
+};
+
+}  // namespace tpsim

@@ -1,0 +1,36 @@
+// tpsim: predicts how fast an MPT-style model trains under llm-foundry/Composer FSDP.
+// Each subcommand lives in its own file; errors reach here as tpsim::Error and leave as one line.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "io/error.hpp"
+#include "sweeps/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tpsim: LLM training throughput simulator (llm-foundry MPT, FSDP)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tpsim 0.1.0");
+  tpsim::register_predict(app);
+  tpsim::register_sweep(app);
+  tpsim::register_validate(app);
+  tpsim::register_bench(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "tpsim: error: " << e.what() << "\n";
+    return 2;
+  } catch (const tpsim::Error& e) {
+    std::cerr << "tpsim: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tpsim: internal error: " << e.what() << "\n";
+    return 70;
+  }
+  return 0;
+}

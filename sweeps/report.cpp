@@ -1,0 +1,68 @@
+#include "sweeps/report.hpp"
+
+namespace tpsim {
+
+const std::vector<std::string>& foundry_columns() {
+  static const std::vector<std::string> c = {
+      "Model", "SeqLen (T)", "# GPUs", "GPU", "MFU", "HFU", "Model TFLOP", "MicroBatchSize", "GradAccum",
+      "GlobalBatchSize", "Throughput (S/s)", "Throughput (T/s)", "Throughput (T/s/GPU)", "GlobalBatchSize (T)",
+      "Precision", "MP Mode", "Sharding Strategy", "Activation Checkpointing", "Activation CPUOffload",
+      "NumParams"};
+  return c;
+}
+
+const std::vector<std::string>& extra_columns() {
+  static const std::vector<std::string> c = {"Fits", "Memory (GiB)", "Capacity (GiB)", "Step Time (s)",
+                                             "GEMM (s)", "Attention (s)", "Other Compute (s)",
+                                             "Exposed Comm (s)", "Optimizer (s)", "Overhead (s)"};
+  return c;
+}
+
+std::vector<std::string> prediction_columns() {
+  std::vector<std::string> c = foundry_columns();
+  c.insert(c.end(), extra_columns().begin(), extra_columns().end());
+  return c;
+}
+
+std::vector<Cell> prediction_row(const std::string& model, const std::string& device, const TrainConfig& cfg,
+                                 const Prediction& p) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const bool ok = p.fits();
+  const auto when_fits = [&](Cell c) { return ok ? c : Cell::empty(); };
+  std::vector<Cell> row = {
+      Cell::str(model),
+      Cell::integer_value(cfg.seq_len),
+      Cell::integer_value(cfg.n_gpus),
+      Cell::str(device),
+      when_fits(Cell::num(p.mfu * 100.0, 2)),
+      when_fits(Cell::num(p.hfu * 100.0, 2)),
+      when_fits(Cell::num(p.model_flops_per_s_per_gpu / 1e12, 2)),
+      Cell::integer_value(cfg.micro_batch),
+      Cell::integer_value(cfg.grad_accum()),
+      Cell::integer_value(cfg.global_batch),
+      when_fits(Cell::num(p.seq_per_s, 2)),
+      when_fits(Cell::integer_value(static_cast<int64_t>(p.tokens_per_s))),
+      when_fits(Cell::integer_value(static_cast<int64_t>(p.tokens_per_s_per_gpu))),
+      Cell::integer_value(cfg.global_batch * cfg.seq_len),
+      Cell::str(std::string(to_string(cfg.precision))),
+      Cell::str(std::string(to_string(cfg.mp_mode))),
+      Cell::str(std::string(to_string(cfg.sharding))),
+      Cell::flag(cfg.activation_checkpointing),
+      Cell::flag(false),
+      Cell::integer_value(p.n_params),
+      // tpsim's columns
+      Cell::str(ok ? "yes" : "no"),
+      Cell::num(p.memory.peak_bytes / kGiB, 1),
+      Cell::num(p.capacity_bytes / kGiB, 1),
+      when_fits(Cell::num(p.step_s, 4)),
+      when_fits(Cell::num(p.time.gemm_s, 4)),
+      when_fits(Cell::num(p.time.attention_s, 4)),
+      when_fits(Cell::num(p.time.other_compute_s, 4)),
+      when_fits(Cell::num(p.time.exposed_comm_s, 4)),
+      when_fits(Cell::num(p.time.optimizer_s, 4)),
+      when_fits(Cell::num(p.time.overhead_s, 4)),
+  };
+  return row;
+}
+
+}  // namespace tpsim

@@ -1,0 +1,87 @@
+#include "sweeps/validation.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "io/error.hpp"
+
+namespace tpsim {
+
+std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>& tables,
+                                   std::vector<std::string>& warnings) {
+  if (tables.empty()) throw Error("--table: give at least one measured table");
+  std::vector<ResolvedRow> rows;
+  for (const auto& path : tables) {
+    MeasuredTable t = read_measured_table(path);
+    warnings.insert(warnings.end(), t.warnings.begin(), t.warnings.end());
+    for (auto& m : t.rows) {
+      ResolvedRow r;
+      r.model = ctx.catalog().find(m.model);
+      if (!r.model) throw Error(m.where() + ": unknown model '" + m.model + "' (not in the catalogue or --models)");
+      try {
+        r.device = &ctx.device(m.gpu);
+      } catch (const Error& e) {
+        throw Error(m.where() + ": " + e.what());
+      }
+      if (m.activation_cpu_offload) throw Error(m.where() + ": activation CPU offload is not modelled");
+      r.cfg.seq_len = m.seq_len;
+      r.cfg.n_gpus = m.n_gpus;
+      r.cfg.global_batch = m.global_batch;
+      r.cfg.micro_batch = m.micro_batch;
+      r.cfg.precision = m.precision;
+      r.cfg.mp_mode = m.mp_mode;
+      r.cfg.sharding = m.sharding;
+      r.cfg.activation_checkpointing = m.activation_checkpointing;
+      const CostParams& params = ctx.profile(m.gpu).params;
+      if (const std::string why = check_config(*r.model, *r.device, params, r.cfg); !why.empty())
+        throw Error(m.where() + ": " + why);
+      if (m.grad_accum > 0 && m.grad_accum != r.cfg.grad_accum())
+        warnings.push_back(m.where() + ": GradAccum " + std::to_string(m.grad_accum) + " disagrees with ceil(" +
+                           std::to_string(m.global_batch) + " / " + std::to_string(m.n_gpus) + " / " +
+                           std::to_string(m.micro_batch) + ") = " + std::to_string(r.cfg.grad_accum()));
+      r.row = std::move(m);
+      rows.push_back(std::move(r));
+    }
+  }
+  return rows;
+}
+
+RowResult predict_row(const ResolvedRow& r, const CostParams& params) {
+  RowResult out;
+  out.row = &r;
+  out.prediction = predict(*r.model, *r.device, params, r.cfg);
+  out.error = (out.prediction.tokens_per_s - r.row.tokens_per_s) / r.row.tokens_per_s;
+  return out;
+}
+
+namespace {
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t i = static_cast<size_t>(std::floor(pos));
+  const size_t j = std::min(i + 1, v.size() - 1);
+  return v[i] + (v[j] - v[i]) * (pos - static_cast<double>(i));
+}
+}  // namespace
+
+ErrorSummary summarize(const std::vector<double>& errors) {
+  ErrorSummary s;
+  s.rows = static_cast<int64_t>(errors.size());
+  if (errors.empty()) return s;
+  std::vector<double> abs;
+  for (double e : errors) {
+    abs.push_back(std::fabs(e));
+    if (std::fabs(e) > 0.15) ++s.over_15;
+  }
+  double sum = 0;
+  for (double a : abs) sum += a;
+  s.mape = sum / static_cast<double>(abs.size());
+  s.median_abs = percentile(abs, 0.5);
+  s.max_abs = *std::max_element(abs.begin(), abs.end());
+  s.p10 = percentile(errors, 0.1);
+  s.p90 = percentile(errors, 0.9);
+  return s;
+}
+
+}  // namespace tpsim

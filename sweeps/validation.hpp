@@ -1,0 +1,46 @@
+// Predicting the rows of measured tables: shared by `validate`, `calibrate table` and the
+// held-out cross-validation.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/measured_table.hpp"
+#include "model/simulator.hpp"
+#include "sweeps/context.hpp"
+
+namespace tpsim {
+
+// A measured row resolved against the catalogue and the device datasheets.
+struct ResolvedRow {
+  MeasuredRow row;
+  const ModelConfig* model = nullptr;
+  const DeviceSpec* device = nullptr;
+  TrainConfig cfg;
+};
+
+// Reads tables and resolves every row; an unknown model or GPU, or a configuration the simulator
+// cannot model, is an Error naming the row's file and line. Reader warnings go to `warnings`.
+std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>& tables,
+                                   std::vector<std::string>& warnings);
+
+struct RowResult {
+  const ResolvedRow* row = nullptr;
+  Prediction prediction;
+  double error = 0;  // (predicted - measured) / measured, relative
+};
+
+RowResult predict_row(const ResolvedRow& r, const CostParams& params);
+
+// Summary statistics of relative errors.
+struct ErrorSummary {
+  int64_t rows = 0;
+  double mape = 0;        // mean |error|, relative
+  double median_abs = 0;
+  double max_abs = 0;
+  int64_t over_15 = 0;    // rows off by more than 15%
+  double p10 = 0, p90 = 0;  // signed percentiles
+};
+ErrorSummary summarize(const std::vector<double>& errors);
+
+}  // namespace tpsim
