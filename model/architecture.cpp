@@ -5,7 +5,8 @@
 namespace tpsim {
 
 int64_t ModelConfig::d_ffn() const {
-  return static_cast<int64_t>(std::llround(expansion_ratio * static_cast<double>(d_model)));
+  // Rounded to nearest; check_architecture keeps the product positive and small.
+  return static_cast<int64_t>(expansion_ratio * static_cast<double>(d_model) + 0.5);
 }
 
 std::string check_architecture(const ModelConfig& m) {

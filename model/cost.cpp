@@ -6,7 +6,13 @@
 namespace tpsim {
 namespace {
 
-double ceil_div(double a, double b) { return std::ceil(a / b); }
+// ceil(a / b) for positive a, b whose quotient is below 2^53. Baseline x86-64 has no rounding
+// instruction, so std::ceil is a library call; the integer conversion is not.
+double ceil_div(double a, double b) {
+  const double q = a / b;
+  const double t = static_cast<double>(static_cast<int64_t>(q));
+  return t < q ? t + 1.0 : t;
+}
 
 // Efficiency of `items` equal work items spread over `units` in waves.
 double wave_efficiency(double items, double units) {
@@ -16,10 +22,15 @@ double wave_efficiency(double items, double units) {
 
 }  // namespace
 
-CostModel::CostModel(const DeviceSpec& device, const CostParams& params) : device_(device), params_(params) {}
+CostModel::CostModel(const DeviceSpec& device, const CostParams& params) : device_(device), params_(params) {
+  for (int t = 0; t < kNumDTypes; ++t)
+    rate_[t] = params.gemm_flops_per_s(static_cast<DType>(t)) * params.compute_clock_ratio;
+  seconds_per_byte_ = 1.0 / params.membound_bytes_per_s;
+  units_ = device.compute_units;
+}
 
 double CostModel::gemm_efficiency(int64_t m, int64_t n, int64_t k) const {
-  const double units = device_.compute_units;
+  const double units = units_;
   // The larger tile side goes along the larger output dimension.
   double tm = params_.gemm_tile_m, tn = params_.gemm_tile_n;
   if ((m >= n) != (tm >= tn)) std::swap(tm, tn);
@@ -47,23 +58,22 @@ double CostModel::attention_efficiency(const Op& op) const {
   const double nb = ceil_div(static_cast<double>(op.seq), params_.attn_block);
   const double causal = nb / (nb + 1.0);
   const double blocks = nb * static_cast<double>(op.batch) * static_cast<double>(op.heads);
-  const double waves = wave_efficiency(blocks, device_.compute_units);
+  const double waves = wave_efficiency(blocks, units_);
   const double base = op.kind == OpKind::kAttentionFwd ? params_.attn_fwd_efficiency : params_.attn_bwd_efficiency;
   return base * head_factor * causal * waves;
 }
 
 double CostModel::op_seconds(const Op& op) const {
   const double bytes = op.bytes_read + op.bytes_written;
-  const double memory_s = bytes / params_.membound_bytes_per_s;
+  const double memory_s = bytes * seconds_per_byte_;
   switch (op.kind) {
     case OpKind::kGemm: {
-      const double rate =
-          params_.gemm_flops_per_s(op.dtype) * params_.compute_clock_ratio * gemm_efficiency(op.m, op.n, op.k);
+      const double rate = rate_[static_cast<int>(op.dtype)] * gemm_efficiency(op.m, op.n, op.k);
       return params_.gemm_overhead_s + std::max(op.flops / rate, memory_s);
     }
     case OpKind::kAttentionFwd:
     case OpKind::kAttentionBwd: {
-      const double rate = params_.gemm_flops_per_s(op.dtype) * params_.compute_clock_ratio * attention_efficiency(op);
+      const double rate = rate_[static_cast<int>(op.dtype)] * attention_efficiency(op);
       return params_.gemm_overhead_s + std::max(op.flops / rate, memory_s);
     }
     case OpKind::kMemoryBound:

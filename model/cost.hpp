@@ -1,6 +1,7 @@
 // Seconds for ops and collectives on one device, from its datasheet and its cost profile.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "model/device.hpp"
@@ -48,6 +49,10 @@ class CostModel {
  private:
   const DeviceSpec& device_;
   const CostParams& params_;
+  // Derived once: achieved compute rates at the sustained clock, and reciprocals for the hot path.
+  std::array<double, kNumDTypes> rate_{};
+  double seconds_per_byte_ = 0;
+  double units_ = 0;
 };
 
 }  // namespace tpsim

@@ -9,11 +9,21 @@ double d(int64_t x) { return static_cast<double>(x); }
 
 // A GEMM C[m,n] = A[m,k] B[k,n] reading its operands in `in_bytes` per element and writing C
 // in `out_bytes` per element. 2mnk FLOPs.
-Op gemm(const char* name, int64_t m, int64_t n, int64_t k, DType dtype, double in_bytes, double out_bytes) {
+Op blank(const char* name, OpKind kind, OpCategory category) {
   Op op;
   op.name = name;
-  op.kind = OpKind::kGemm;
-  op.category = OpCategory::kGemm;
+  op.kind = kind;
+  op.category = category;
+  op.dtype = DType::kBf16;
+  op.m = op.n = op.k = 0;
+  op.batch = op.heads = op.seq = op.head_dim = 0;
+  op.kernels = 1;
+  op.flops = op.bytes_read = op.bytes_written = op.saved_bytes = 0;
+  return op;
+}
+
+Op gemm(const char* name, int64_t m, int64_t n, int64_t k, DType dtype, double in_bytes, double out_bytes) {
+  Op op = blank(name, OpKind::kGemm, OpCategory::kGemm);
   op.dtype = dtype;
   op.m = m;
   op.n = n;
@@ -26,10 +36,7 @@ Op gemm(const char* name, int64_t m, int64_t n, int64_t k, DType dtype, double i
 
 Op membound(const char* name, double read, double written, int64_t kernels = 1, double saved = 0,
             OpCategory category = OpCategory::kOther) {
-  Op op;
-  op.name = name;
-  op.kind = OpKind::kMemoryBound;
-  op.category = category;
+  Op op = blank(name, OpKind::kMemoryBound, category);
   op.kernels = kernels;
   op.bytes_read = read;
   op.bytes_written = written;
@@ -45,10 +52,7 @@ Op attention(const char* name, OpKind kind, const BlockShape& s, double a) {
   const int64_t dh = s.d_model / s.n_heads;
   const double td = d(s.tokens()) * d(s.d_model);
   const double lse = d(s.batch) * d(s.n_heads) * d(s.seq) * 4.0;  // fp32 log-sum-exp per row
-  Op op;
-  op.name = name;
-  op.kind = kind;
-  op.category = OpCategory::kAttention;
+  Op op = blank(name, kind, OpCategory::kAttention);
   op.dtype = other_gemm_dtype(s.precision);
   op.batch = s.batch;
   op.heads = s.n_heads;
@@ -72,8 +76,8 @@ Op attention(const char* name, OpKind kind, const BlockShape& s, double a) {
 }  // namespace
 
 void OpList::push(const Op& op) {
-  assert(size < kCapacity);
-  ops[size++] = op;
+  assert(size_ < kCapacity);
+  ops_[size_++] = op;
 }
 
 BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_len, Precision p) {
@@ -120,7 +124,7 @@ Linear down(const BlockShape& s) {
 }
 
 // Forward of a linear layer. `input_saved_elsewhere`: another op already keeps the input alive.
-void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, OpList& out) {
+void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens());
   const DType dt = block_gemm_dtype(s.precision);
@@ -141,7 +145,7 @@ void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsew
   out.push(g);
 }
 
-void linear_backward(const BlockShape& s, const Linear& l, OpList& out) {
+void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens());
   const DType dt = block_gemm_dtype(s.precision);
@@ -179,7 +183,7 @@ Op residual_add(const char* name, const BlockShape& s) {
 
 }  // namespace
 
-void block_forward_ops(const BlockShape& s, OpList& out) {
+void block_forward_ops(const BlockShape& s, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double tf = d(s.tokens()) * d(s.d_ffn);
   const bool fp8 = block_gemm_dtype(s.precision) == DType::kFp8;
@@ -195,7 +199,7 @@ void block_forward_ops(const BlockShape& s, OpList& out) {
   out.push(residual_add("resid_ffn.fwd", s));
 }
 
-void block_backward_ops(const BlockShape& s, OpList& out) {
+void block_backward_ops(const BlockShape& s, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double tf = d(s.tokens()) * d(s.d_ffn);
   out.push(residual_add("resid_ffn.bwd", s));  // the skip and branch gradients summed
@@ -210,7 +214,7 @@ void block_backward_ops(const BlockShape& s, OpList& out) {
   out.push(layer_norm_backward("norm_1.bwd", s));
 }
 
-void embedding_forward_ops(const BlockShape& s, OpList& out) {
+void embedding_forward_ops(const BlockShape& s, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens());
   const double td = t * d(s.d_model);
@@ -218,7 +222,7 @@ void embedding_forward_ops(const BlockShape& s, OpList& out) {
   out.push(membound("wpe.fwd", td * a + d(s.seq) * d(s.d_model) * a, td * a));
 }
 
-void embedding_backward_ops(const BlockShape& s, OpList& out) {
+void embedding_backward_ops(const BlockShape& s, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens());
   const double td = t * d(s.d_model);
@@ -227,7 +231,7 @@ void embedding_backward_ops(const BlockShape& s, OpList& out) {
   out.push(membound("wte.bwd", td * a + 2.0 * t * 8.0, d(s.vocab) * d(s.d_model) * a + t * 8.0, 4));
 }
 
-void head_forward_ops(const BlockShape& s, OpList& out) {
+void head_forward_ops(const BlockShape& s, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens());
   const double tv = t * d(s.vocab);
@@ -240,7 +244,7 @@ void head_forward_ops(const BlockShape& s, OpList& out) {
   out.push(membound("loss.xent.fwd", tv * a, tv * a + t * 4.0, 1, tv * a));
 }
 
-void head_backward_ops(const BlockShape& s, OpList& out) {
+void head_backward_ops(const BlockShape& s, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double tv = d(s.tokens()) * d(s.vocab);
   const DType dt = other_gemm_dtype(s.precision);
@@ -250,20 +254,20 @@ void head_backward_ops(const BlockShape& s, OpList& out) {
   out.push(layer_norm_backward("norm_f.bwd", s));
 }
 
-void optimizer_ops(double p, OpList& out) {
+void optimizer_ops(double p, OpSink& out) {
   // fp32 master parameters, gradients and both Adam moments.
   out.push(membound("optim.grad_norm", 4.0 * p, 0.0, 1, 0.0, OpCategory::kOptimizer));
   out.push(membound("optim.clip", 4.0 * p, 4.0 * p, 1, 0.0, OpCategory::kOptimizer));
   out.push(membound("optim.adamw", 16.0 * p, 12.0 * p, 1, 0.0, OpCategory::kOptimizer));
 }
 
-void fsdp_pre_gather_ops(double unit_params, double shard, double gather_bytes, OpList& out) {
+void fsdp_pre_gather_ops(double unit_params, double shard, double gather_bytes, OpSink& out) {
   if (gather_bytes < 4.0)
     out.push(membound("fsdp.cast_shard", 4.0 * unit_params / shard, gather_bytes * unit_params / shard));
 }
 
 void fsdp_pre_reduce_ops(double unit_params, double shard, double grad_compute_bytes, double reduce_bytes,
-                         OpList& out) {
+                         OpSink& out) {
   if (reduce_bytes > grad_compute_bytes)
     out.push(membound("fsdp.cast_grad", grad_compute_bytes * unit_params, reduce_bytes * unit_params));
   out.push(membound("fsdp.accumulate_grad", 8.0 * unit_params / shard, 4.0 * unit_params / shard));

@@ -23,28 +23,44 @@ enum class OpKind : uint8_t {
 // Where an op's time is reported in the step-time breakdown.
 enum class OpCategory : uint8_t { kGemm, kAttention, kOther, kOptimizer };
 
+// Plain data; every field is set by the builders in ops.cpp. No default member initialisers, so
+// that OpList's storage is not initialised op by op on every evaluation.
 struct Op {
-  const char* name = "";  // e.g. "mlp_up.fwd", "mlp_up.dgrad"; static storage
-  OpKind kind = OpKind::kMemoryBound;
-  OpCategory category = OpCategory::kOther;
-  DType dtype = DType::kBf16;
-  int64_t m = 0, n = 0, k = 0;                            // GEMM
-  int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;    // attention
-  int64_t kernels = 1;         // kernel launches this op stands for
-  double flops = 0;            // floating-point operations executed
-  double bytes_read = 0;
-  double bytes_written = 0;
-  double saved_bytes = 0;      // activation bytes kept alive until the backward pass (forward ops)
+  const char* name;  // e.g. "ffn.up_proj.fwd", "ffn.up_proj.dgrad"; static storage
+  OpKind kind;
+  OpCategory category;
+  DType dtype;
+  int64_t m, n, k;                        // GEMM: C[m,n] = A[m,k] * B[k,n]
+  int64_t batch, heads, seq, head_dim;    // attention
+  int64_t kernels;       // kernel launches this op stands for
+  double flops;          // floating-point operations executed
+  double bytes_read;
+  double bytes_written;
+  double saved_bytes;    // activation bytes kept alive until the backward pass (forward ops)
+};
+
+// Where the builders below put the ops they describe: a list to keep (OpList), or a consumer that
+// costs each op as it arrives and keeps nothing (the simulator's hot path).
+class OpSink {
+ public:
+  virtual void push(const Op& op) = 0;
+
+ protected:
+  ~OpSink() = default;
 };
 
 // A small fixed-capacity list: building the ops of a layer allocates nothing.
-struct OpList {
+class OpList final : public OpSink {
+ public:
   static constexpr int kCapacity = 48;
-  std::array<Op, kCapacity> ops;
-  int size = 0;
-  void push(const Op& op);
-  const Op* begin() const { return ops.data(); }
-  const Op* end() const { return ops.data() + size; }
+  void push(const Op& op) override;
+  const Op* begin() const { return ops_.data(); }
+  const Op* end() const { return ops_.data() + size_; }
+  int size() const { return size_; }
+
+ private:
+  std::array<Op, kCapacity> ops_;  // only the first size_ are set
+  int size_ = 0;
 };
 
 // The tokens a device processes at once and the model dimensions they meet.
@@ -67,28 +83,28 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
 // Backward: for every linear a data-gradient and a weight-gradient GEMM (and a bias reduction),
 // attention backward, the elementwise backwards, and the residual-gradient sums.
 // amp_fp8 adds TransformerEngine's cast-transposes of inputs, weights and output gradients.
-void block_forward_ops(const BlockShape& s, OpList& out);
-void block_backward_ops(const BlockShape& s, OpList& out);
+void block_forward_ops(const BlockShape& s, OpSink& out);
+void block_backward_ops(const BlockShape& s, OpSink& out);
 
 // Token and position embedding lookup, and its gradient scatter into the embedding tables.
-void embedding_forward_ops(const BlockShape& s, OpList& out);
-void embedding_backward_ops(const BlockShape& s, OpList& out);
+void embedding_forward_ops(const BlockShape& s, OpSink& out);
+void embedding_backward_ops(const BlockShape& s, OpSink& out);
 
 // Final layer norm, tied logits GEMM (t x V) and fused cross-entropy (loss and gradient computed
 // in place in the bf16 logits buffer, as the flash-attn cross-entropy llm-foundry's MPT uses).
-void head_forward_ops(const BlockShape& s, OpList& out);
-void head_backward_ops(const BlockShape& s, OpList& out);
+void head_forward_ops(const BlockShape& s, OpSink& out);
+void head_backward_ops(const BlockShape& s, OpSink& out);
 
 // Decoupled AdamW with gradient-norm clipping over `local_params` fp32 parameters.
-void optimizer_ops(double local_params, OpList& out);
+void optimizer_ops(double local_params, OpSink& out);
 
 // FSDP's casts around collectives, per FSDP unit of `unit_params` parameters sharded `shard` ways:
 // the local fp32 shard cast to the gather dtype before each all-gather, and (DEFAULT) the
 // unsharded bf16 gradient cast to fp32 before the reduce-scatter plus the accumulation into the
 // sharded gradient after it.
-void fsdp_pre_gather_ops(double unit_params, double shard, double gather_bytes, OpList& out);
+void fsdp_pre_gather_ops(double unit_params, double shard, double gather_bytes, OpSink& out);
 void fsdp_pre_reduce_ops(double unit_params, double shard, double grad_compute_bytes, double reduce_bytes,
-                         OpList& out);
+                         OpSink& out);
 
 // Sums of the ops' fields.
 double total_flops(const OpList& ops);

@@ -26,6 +26,8 @@ struct MicroBatchCosts {
   double block_gather_bwd_s = 0;  // ... and before its backward (FULL_SHARD, HYBRID_SHARD)
   double block_reduce_s = 0;      // one block's gradient reduce-scatter / all-reduce
   double overhead_s = 0;          // GPU idle per micro-batch (data loading, hooks)
+
+  bool operator==(const MicroBatchCosts&) const = default;
 };
 
 struct StepCosts {
@@ -36,6 +38,9 @@ struct StepCosts {
   double optimizer_s = 0;
   double step_overhead_s = 0;
   double overlap_slowdown = 0;
+  // Identical blocks and micro-batches reach a steady state; skip it exactly instead of stepping
+  // through every block. false: step through everything (the slow reference the tests use).
+  bool skip_steady_state = true;
 };
 
 struct Timeline {

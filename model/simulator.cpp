@@ -11,28 +11,44 @@
 namespace tpsim {
 namespace {
 
-struct CategorySeconds {
-  double gemm = 0, attention = 0, other = 0;
-  void add(const CostModel& cost, const OpList& ops, double times) {
-    for (const Op& op : ops) {
-      const double s = cost.op_seconds(op) * times;
-      switch (op.category) {
-        case OpCategory::kGemm: gemm += s; break;
-        case OpCategory::kAttention: attention += s; break;
-        case OpCategory::kOther:
-        case OpCategory::kOptimizer: other += s; break;
-      }
+// Seconds of ops by breakdown category, costed as the builders produce them.
+class CategorySeconds final : public OpSink {
+ public:
+  explicit CategorySeconds(const CostModel& cost) : cost_(&cost) {}
+  CategorySeconds() = default;
+
+  void push(const Op& op) override {
+    const double s = cost_->op_seconds(op);
+    saved_bytes += op.saved_bytes;
+    switch (op.category) {
+      case OpCategory::kGemm: gemm += s; break;
+      case OpCategory::kAttention: attention += s; break;
+      case OpCategory::kOther:
+      case OpCategory::kOptimizer: other += s; break;
     }
   }
+  void add(const CategorySeconds& o, double times) {
+    gemm += o.gemm * times;
+    attention += o.attention * times;
+    other += o.other * times;
+  }
   double total() const { return gemm + attention + other; }
+
+  double gemm = 0, attention = 0, other = 0;
+  double saved_bytes = 0;  // activations the ops keep for backward
+
+ private:
+  const CostModel* cost_ = nullptr;
 };
 
 struct MicroBatchResult {
   MicroBatchCosts costs;
   CategorySeconds categories;  // compute of one micro-batch by category
+  // Activation bytes the forward keeps for backward (for the memory model).
+  double block_saved_bytes = 0, embed_saved_bytes = 0, head_saved_bytes = 0;
 };
 
-// Costs of one micro-batch of `micro_batch` sequences.
+// Costs of one micro-batch of `micro_batch` sequences: each op is built and costed once.
 MicroBatchResult micro_batch_costs(const ModelConfig& model, const CostModel& cost, const CostParams& params,
                                    const TrainConfig& cfg, const FsdpLayout& layout, int64_t micro_batch,
                                    double block_params, double root_params) {
@@ -41,49 +57,49 @@ MicroBatchResult micro_batch_costs(const ModelConfig& model, const CostModel& co
   const double shard = static_cast<double>(layout.shard_ranks);
   const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
   const double rb = reduced_grad_bytes(cfg.precision, cfg.mp_mode);
-  const double compute_grad_bytes = std::min(gb, 4.0);
 
   MicroBatchResult r;
-  OpList fwd, bwd, fsdp_block, embed_f, embed_b, head;
-  block_forward_ops(shape, fwd);
-  block_backward_ops(shape, bwd);
+  CategorySeconds f(cost), b(cost), cast(cost), red(cost), ef(cost), eb(cost), hf(cost), hb(cost);
+  block_forward_ops(shape, f);
+  block_backward_ops(shape, b);
   // FSDP's casts for one block: before each gather, and around the gradient reduction.
-  const int gathers_per_block = (layout.gather_in_forward ? 1 : 0) + (layout.gather_in_backward ? 1 : 0);
-  OpList gather_cast, reduce_ops;
-  fsdp_pre_gather_ops(block_params, shard, gb, gather_cast);
-  fsdp_pre_reduce_ops(block_params, shard, compute_grad_bytes, rb, reduce_ops);
-  embedding_forward_ops(shape, embed_f);
-  embedding_backward_ops(shape, embed_b);
-  head_forward_ops(shape, head);
-  head_backward_ops(shape, head);
+  fsdp_pre_gather_ops(block_params, shard, gb, cast);
+  fsdp_pre_reduce_ops(block_params, shard, std::min(gb, 4.0), rb, red);
+  embedding_forward_ops(shape, ef);
+  embedding_backward_ops(shape, eb);
+  head_forward_ops(shape, hf);
+  head_backward_ops(shape, hb);
+  r.block_saved_bytes = f.saved_bytes;
+  r.embed_saved_bytes = ef.saved_bytes;
+  r.head_saved_bytes = hf.saved_bytes;
 
   const double recompute = cfg.activation_checkpointing ? 1.0 : 0.0;
+  const double gathers_per_block = (layout.gather_in_forward ? 1.0 : 0.0) + (layout.gather_in_backward ? 1.0 : 0.0);
   MicroBatchCosts& c = r.costs;
-  const double cast_s = cost.ops_seconds(gather_cast);
-  c.block_fwd_s = cost.ops_seconds(fwd) + (layout.gather_in_forward ? cast_s : 0.0);
-  c.block_bwd_s = cost.ops_seconds(bwd) + recompute * cost.ops_seconds(fwd) + cost.ops_seconds(reduce_ops) +
-                  (layout.gather_in_backward ? cast_s : 0.0);
-  c.embed_fwd_s = cost.ops_seconds(embed_f);
-  c.embed_bwd_s = cost.ops_seconds(embed_b);
-  c.head_s = cost.ops_seconds(head);
+  c.block_fwd_s = f.total() + (layout.gather_in_forward ? cast.total() : 0.0);
+  c.block_bwd_s = b.total() + recompute * f.total() + red.total() + (layout.gather_in_backward ? cast.total() : 0.0);
+  c.embed_fwd_s = ef.total();
+  c.embed_bwd_s = eb.total();
+  c.head_s = hf.total() + hb.total();
   c.overhead_s = params.microbatch_overhead_s;
 
-  r.categories.add(cost, fwd, L * (1.0 + recompute));
-  r.categories.add(cost, bwd, L);
-  r.categories.add(cost, gather_cast, L * gathers_per_block);
-  r.categories.add(cost, reduce_ops, L);
-  r.categories.add(cost, embed_f, 1);
-  r.categories.add(cost, embed_b, 1);
-  r.categories.add(cost, head, 1);
+  r.categories.add(f, L * (1.0 + recompute));
+  r.categories.add(b, L);
+  r.categories.add(cast, L * gathers_per_block);
+  r.categories.add(red, L);
+  r.categories.add(ef, 1);
+  r.categories.add(eb, 1);
+  r.categories.add(hf, 1);
+  r.categories.add(hb, 1);
 
   // Collectives of one block and of the root unit.
-  const auto gather = [&](double params_bytes) {
-    return cost.collective_seconds(CollectiveKind::kAllGather, params_bytes, layout.shard_group);
+  const auto gather = [&](double bytes) {
+    return cost.collective_seconds(CollectiveKind::kAllGather, bytes, layout.shard_group);
   };
-  const auto reduce = [&](double grad_bytes) {
-    double s = cost.collective_seconds(layout.grad_reduce, grad_bytes, layout.shard_group);
+  const auto reduce = [&](double bytes) {
+    double s = cost.collective_seconds(layout.grad_reduce, bytes, layout.shard_group);
     if (layout.replica_group.ranks > 1)
-      s += cost.collective_seconds(CollectiveKind::kAllReduce, grad_bytes / shard, layout.replica_group);
+      s += cost.collective_seconds(CollectiveKind::kAllReduce, bytes / shard, layout.replica_group);
     return s;
   };
   if (layout.gather_in_forward) {
@@ -148,7 +164,7 @@ Prediction predict(const ModelConfig& model, const DeviceSpec& device, const Cos
       last == cfg.micro_batch ? full
                               : micro_batch_costs(model, cost, params, cfg, layout, last, block_params, root_params);
 
-  OpList optimizer;
+  CategorySeconds optimizer(cost);
   optimizer_ops(total_params / static_cast<double>(layout.shard_ranks), optimizer);
 
   StepCosts step;
@@ -156,7 +172,7 @@ Prediction predict(const ModelConfig& model, const DeviceSpec& device, const Cos
   step.n_micro = n_micro;
   step.full = full.costs;
   step.last = tail.costs;
-  step.optimizer_s = cost.ops_seconds(optimizer);
+  step.optimizer_s = optimizer.total();
   step.step_overhead_s = params.step_overhead_s;
   step.overlap_slowdown = params.overlap_slowdown;
 
@@ -184,23 +200,19 @@ Prediction predict(const ModelConfig& model, const DeviceSpec& device, const Cos
   p.hfu = fm.hfu;
   p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;
 
-  // Memory.
-  const BlockShape shape = block_shape(model, cfg.micro_batch, cfg.seq_len, cfg.precision);
-  OpList fwd, embed_f, head_f;
-  block_forward_ops(shape, fwd);
-  embedding_forward_ops(shape, embed_f);
-  head_forward_ops(shape, head_f);
+  // Memory, from the full micro-batch's saved activations.
   const double a = activation_bytes(cfg.precision);
-  const double td = static_cast<double>(shape.tokens()) * static_cast<double>(model.d_model);
-  const double tf = static_cast<double>(shape.tokens()) * static_cast<double>(model.d_ffn());
+  const double tokens = static_cast<double>(cfg.micro_batch) * static_cast<double>(cfg.seq_len);
+  const double td = tokens * static_cast<double>(model.d_model);
+  const double tf = tokens * static_cast<double>(model.d_ffn());
   MemoryInputs mem;
   mem.block_params = block_params;
   mem.root_params = root_params;
   mem.n_layers = model.n_layers;
-  mem.block_saved_bytes = total_saved_bytes(fwd);
+  mem.block_saved_bytes = full.block_saved_bytes;
   mem.block_input_bytes = td * a;
-  mem.embed_saved_bytes = total_saved_bytes(embed_f);
-  mem.head_saved_bytes = total_saved_bytes(head_f);
+  mem.embed_saved_bytes = full.embed_saved_bytes;
+  mem.head_saved_bytes = full.head_saved_bytes;
   // Backward of a block: the incoming gradient, the MLP's two t x d_ffn gradients, and dQ, dK, dV.
   mem.backward_buffer_bytes = (4.0 * td + 2.0 * tf) * a;
   p.memory = estimate_memory(mem, layout, cfg, params);
