@@ -94,6 +94,13 @@ class Streams {
  private:
   size_t newest() const { return next_ == 0 ? recent_.size() - 1 : next_ - 1; }
 
+ public:
+  // True when, `idle` seconds after the compute clock, the communication stream has finished
+  // everything: the state every step starts from.
+  bool drained_after(double idle) const { return comm_free_ <= compute_free_ + idle; }
+
+ private:
+
   double slowdown_;
   double compute_free_ = 0, comm_free_ = 0;
   Totals totals_;
@@ -196,7 +203,10 @@ Timeline simulate_step(const StepCosts& costs) {
     const double clock = s.compute_free();
     const Totals totals = s.totals();
     simulate_micro_batch(costs.full, costs.n_layers, skip, s);
-    if (skip && j >= 1 && j + 1 < n_full && s.same_relative_state(before)) {
+    // The first micro-batch starts drained; if it leaves the streams drained again (by the time
+    // the next one starts), every full one repeats it. Otherwise compare consecutive states.
+    const bool repeats = j == 0 ? s.drained_after(costs.full.overhead_s) : s.same_relative_state(before);
+    if (skip && j + 1 < n_full && repeats) {
       s.skip(s.compute_free() - clock, s.totals() - totals, static_cast<double>(n_full - 1 - j));
       break;
     }

@@ -1,0 +1,43 @@
+// Helpers shared by the test suites: the seed tables, resolved against the catalogue.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/catalog.hpp"
+#include "io/devices.hpp"
+#include "io/measured_table.hpp"
+#include "io/profile_io.hpp"
+
+namespace tpsim::test {
+
+inline const std::vector<std::string>& seed_tables() {
+  static const std::vector<std::string> t = {
+      std::string(TPSIM_DATA) + "/measured/h100_80gb_bf16.md", std::string(TPSIM_DATA) + "/measured/h100_80gb_fp8.md",
+      std::string(TPSIM_DATA) + "/measured/a100_80gb_bf16.md", std::string(TPSIM_DATA) + "/measured/a100_40gb_bf16.md"};
+  return t;
+}
+
+inline std::vector<MeasuredRow> all_seed_rows() {
+  std::vector<MeasuredRow> rows;
+  for (const auto& path : seed_tables()) {
+    MeasuredTable t = read_measured_table(path);
+    rows.insert(rows.end(), t.rows.begin(), t.rows.end());
+  }
+  return rows;
+}
+
+inline TrainConfig config_of(const MeasuredRow& r) {
+  TrainConfig c;
+  c.seq_len = r.seq_len;
+  c.n_gpus = r.n_gpus;
+  c.global_batch = r.global_batch;
+  c.micro_batch = r.micro_batch;
+  c.precision = r.precision;
+  c.mp_mode = r.mp_mode;
+  c.sharding = r.sharding;
+  c.activation_checkpointing = r.activation_checkpointing;
+  return c;
+}
+
+}  // namespace tpsim::test

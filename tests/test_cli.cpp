@@ -1,0 +1,132 @@
+// The tpsim command line, run as a user runs it: outputs, and one-line errors with non-zero exits.
+#define BOOST_TEST_MODULE cli
+#include <boost/test/unit_test.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sweeps/report.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+struct Run {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Run run(const std::string& args) {
+  static int n = 0;
+  const fs::path dir = fs::temp_directory_path() / ("tpsim_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path out = dir / ("out" + std::to_string(n)), err = dir / ("err" + std::to_string(n));
+  ++n;
+  const std::string cmd = std::string(TPSIM_BINARY) + " " + args + " > " + out.string() + " 2> " + err.string();
+  Run r;
+  const int rc = std::system(cmd.c_str());
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(predict_prints_one_row_with_the_sweep_columns) {
+  const Run r = run("predict --model 7b --seq 2048 --gpus 8 --device h100_80gb --micro-batch 6 --format csv");
+  BOOST_TEST_REQUIRE(r.status == 0);
+  BOOST_TEST(lines(r.out) == 2);
+  std::string header;
+  for (const auto& c : tpsim::prediction_columns()) header += (header.empty() ? "" : ",") + c;
+  BOOST_TEST(first_line(r.out) == header);
+  const Run j = run("predict --model 7b --seq 2048 --gpus 8 --micro-batch 6 --format json");
+  BOOST_TEST(j.status == 0);
+  BOOST_TEST(j.out.find("\"Throughput (T/s)\"") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(sweep_uses_llm_foundry_columns_and_reports_its_evaluations) {
+  const Run r = run("sweep --models 125m..1b --seq 512..2048 --gpus 8,64 --format csv");
+  BOOST_TEST_REQUIRE(r.status == 0);
+  BOOST_TEST(lines(r.out) == 1 + 4 * 3 * 2);
+  std::string foundry;
+  for (const auto& c : tpsim::foundry_columns()) foundry += (foundry.empty() ? "" : ",") + c;
+  BOOST_TEST(first_line(r.out).rfind(foundry, 0) == 0u);
+  BOOST_TEST(r.err.rfind("evaluated ", 0) == 0u);
+  BOOST_TEST(r.err.find(" configurations in ") != std::string::npos);
+  BOOST_TEST(lines(r.err) == 1);
+}
+
+BOOST_AUTO_TEST_CASE(output_files_are_written) {
+  const fs::path f = fs::temp_directory_path() / ("tpsim_cli_out_" + std::to_string(::getpid()) + ".md");
+  const Run r = run("predict --model 1b --seq 1024 --gpus 8 --micro-batch 4 -o " + f.string());
+  BOOST_TEST(r.status == 0);
+  BOOST_TEST(r.out.empty());
+  BOOST_TEST(slurp(f).rfind("| Model |", 0) == 0u);
+  fs::remove(f);
+}
+
+BOOST_AUTO_TEST_CASE(bad_input_is_one_line_and_a_non_zero_exit) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"predict --model 8b --seq 2048 --gpus 8 --micro-batch 1", "unknown model '8b'"},
+      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --device b200", "unknown device 'b200'"},
+      {"predict --model 7b --seq 2048 --gpus 0 --micro-batch 1", "--gpus '0'"},
+      {"predict --model 7b --seq 2048 --gpus -1 --micro-batch 1", "--gpus"},
+      {"predict --model 7b --seq 2048 --gpus 8.5 --micro-batch 1", "--gpus '8.5'"},
+      {"predict --model 7b --seq 2048 --gpus 1e308 --micro-batch 1", "--gpus '1e308'"},
+      {"predict --model 7b --seq 2048 --gpus 9223372036854775808 --micro-batch 1", "--gpus"},
+      {"predict --model 7b --seq 0 --gpus 8 --micro-batch 1", "--seq '0'"},
+      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 4 --global-batch 16", "--micro-batch 4"},
+      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --global-batch 12", "not a multiple"},
+      {"predict --model 7b --seq 2048 --gpus 12 --micro-batch 1 --sharding HYBRID_SHARD", "HYBRID_SHARD needs whole nodes"},
+      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --precision amp_fp8 --device a100_80gb", "fp8"},
+      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --precision fp4", "--precision 'fp4'"},
+      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --sharding HALF", "--sharding 'HALF'"},
+      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --format xml", "--format 'xml'"},
+      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --models /nonexistent.yaml", "no such file"},
+      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --profile /tmp", "is a directory"},
+      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 -o /nonexistent/x.md", "does not exist"},
+      {"sweep --models 70b..125m", "reversed range"},
+      {"sweep --seq 65536..512", "reversed range"},
+      {"sweep --seq 512..1000", "powers of two"},
+      {"sweep --seq ,", "empty item"},
+      {"sweep --global-batch-tokens 0", "--global-batch-tokens"},
+      {"sweep --global-batch-tokens 4Q", "unknown suffix"},
+      {"validate --table /nonexistent.md", "no such file"},
+      {"frobnicate", ""},
+  };
+  for (const auto& [args, message] : cases) {
+    BOOST_TEST_CONTEXT(args) {
+      const Run r = run(args);
+      BOOST_TEST(r.status != 0);
+      BOOST_TEST(lines(r.err) == 1);
+      BOOST_TEST(r.err.rfind("tpsim: error: ", 0) == 0u);
+      BOOST_TEST(r.err.find(message) != std::string::npos, "stderr: " << r.err);
+      BOOST_TEST(r.err.find("nan") == std::string::npos);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(validate_csv_appends_the_predictions_to_the_input_columns) {
+  const Run r = run(std::string("validate --table ") + TPSIM_DATA + "/measured/h100_80gb_fp8.md --format csv");
+  BOOST_TEST_REQUIRE(r.status == 0);
+  const std::string header = first_line(r.out);
+  BOOST_TEST(header.rfind("Model,SeqLen (T),# GPUs,GPU,MFU,HFU,Model TFLOP,", 0) == 0u);
+  BOOST_TEST(header.find("NumParams,Predicted Throughput (T/s),Predicted MFU,Predicted HFU,Predicted Memory (GiB),Error (%)") !=
+             std::string::npos);
+  BOOST_TEST(lines(r.out) == 8);
+}

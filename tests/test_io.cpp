@@ -1,0 +1,188 @@
+// Readers on the real data files and on malformed ones: every error names the input and the place.
+#define BOOST_TEST_MODULE io
+#include <boost/test/unit_test.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "common.hpp"
+#include "io/error.hpp"
+#include "io/files.hpp"
+#include "io/output.hpp"
+
+using namespace tpsim;
+namespace fs = std::filesystem;
+
+namespace {
+// Runs f and returns the Error's message ("" when nothing was thrown).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const std::string kHeader =
+    "| Model | SeqLen (T) | # GPUs | GPU | MFU | HFU | MicroBatchSize | GradAccum | GlobalBatchSize | Throughput (S/s) | "
+    "Throughput (T/s) | Precision | MP Mode | Sharding Strategy | Activation Checkpointing | NumParams |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+const std::string kRow =
+    "| 1b | 2048 | 8 | a100_80gb | 59.86 | 59.86 | 14 | 4 | 448 | 80 | 164109 | amp_bf16 | DEFAULT | FULL_SHARD | False | "
+    "1315950592 |\n";
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(seed_tables_read_with_the_a100_40gb_header_repaired) {
+  std::size_t rows = 0;
+  for (const auto& path : test::seed_tables()) {
+    const MeasuredTable t = read_measured_table(path);
+    rows += t.rows.size();
+    if (contains(path, "a100_40gb")) {
+      BOOST_TEST_REQUIRE(t.warnings.size() == 1u);
+      BOOST_TEST(contains(t.warnings[0], "Model TFLOP"));
+      BOOST_TEST(contains(t.warnings[0], path + ":"));
+    } else {
+      BOOST_TEST(t.warnings.empty());
+    }
+  }
+  BOOST_TEST(rows == 198u);
+  const MeasuredTable h = read_measured_table(test::seed_tables()[0]);
+  BOOST_TEST(h.rows[0].model == "70b");
+  BOOST_TEST(h.rows[0].tokens_per_s == 66523.0);
+  BOOST_TEST(h.rows[0].line == 3);
+}
+
+BOOST_AUTO_TEST_CASE(csv_tables_as_collect_results_writes_them) {
+  const std::string csv =
+      "Model,SeqLen (T),# GPUs,GPU,MFU,HFU,Model TFLOP,MicroBatchSize,GradAccum,GlobalBatchSize,Throughput (S/s),"
+      "Throughput (T/s),Throughput (T/s/GPU),GlobalBatchSize (T),Precision,MP Mode,Sharding Strategy,"
+      "Activation Checkpointing,Activation CPUOffload,NumParams,Extra\n"
+      "1b,2048,8,a100_80gb,59.86,59.86, 1.867501E+14,14,4,448,80,164109,20513,917504,amp_bf16,DEFAULT,FULL_SHARD,"
+      "False,False,1315950592,\"x, y\"\n";
+  const MeasuredTable t = parse_measured_table(csv, "r.csv");
+  BOOST_TEST_REQUIRE(t.rows.size() == 1u);
+  BOOST_TEST(t.rows[0].tokens_per_s == 164109.0);
+  BOOST_TEST(t.rows[0].model_tflop == 1.867501e14);
+  BOOST_TEST(t.rows[0].cells.back().second == "x, y");
+}
+
+BOOST_AUTO_TEST_CASE(malformed_tables_are_errors_naming_the_line) {
+  BOOST_TEST(contains(error_of([] { parse_measured_table(kHeader + kRow, "t.md"); }), "") );
+  // Missing required column.
+  std::string no_tput = kHeader;
+  no_tput.replace(no_tput.find("Throughput (T/s)"), 16, "Throughput (X/s)");
+  BOOST_TEST(contains(error_of([&] { parse_measured_table(no_tput + kRow, "t.md"); }), "t.md:1: required column 'Throughput (T/s)'"));
+  // Duplicated column.
+  std::string dup = kHeader;
+  dup.replace(dup.find("| NumParams |"), 13, "| Model |");
+  BOOST_TEST(contains(error_of([&] { parse_measured_table(dup + kRow, "t.md"); }), "appears twice"));
+  // Bad cells, on line 3.
+  for (const auto& [from, to, why] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"164109", "nan", "must be finite"},
+           {"164109", "inf", "must be finite"},
+           {"164109", "-5", "must not be negative"},
+           {"164109", "fast", "must be a number"},
+           {"| 448 |", "| 44.8 |", "must be a whole number"},
+           {"amp_bf16", "amp_bf17", "unknown Precision"},
+           {"FULL_SHARD", "HALF_SHARD", "unknown Sharding Strategy"},
+           {"| False |", "| Maybe |", "must be True or False"}}) {
+    std::string row = kRow;
+    row.replace(row.find(from), from.size(), to);
+    const std::string e = error_of([&] { parse_measured_table(kHeader + row, "t.md"); });
+    BOOST_TEST_CONTEXT(to) {
+      BOOST_TEST(contains(e, "t.md:3:"));
+      BOOST_TEST(contains(e, why));
+    }
+  }
+  // A row two cells short is not repairable.
+  std::string short_row = kRow;
+  short_row.replace(short_row.find("| 59.86 | 59.86 |"), 17, "|");
+  BOOST_TEST(contains(error_of([&] { parse_measured_table(kHeader + short_row, "t.md"); }), "t.md:3: row has 14 cells"));
+  BOOST_TEST(contains(error_of([&] { parse_measured_table("no table here\n", "t.md"); }), "t.md:1: required column 'Model'"));
+  BOOST_TEST(contains(error_of([&] { parse_measured_table("\n\n", "t.md"); }), "no table found"));
+  BOOST_TEST(contains(error_of([&] { parse_measured_table(kHeader, "t.md"); }), "no rows"));
+}
+
+BOOST_AUTO_TEST_CASE(models_files_report_unknown_keys_and_refuse_missing_ones) {
+  ModelCatalog c = ModelCatalog::load_default();
+  BOOST_TEST(c.models().size() >= 9u);
+  std::vector<std::string> warnings;
+  c.add_yaml("mine:\n  d_model: 512\n  n_heads: 8\n  n_layers: 4\n  rope: true\n", "m.yaml", warnings);
+  BOOST_TEST(c.get("mine").vocab_size == 50368);
+  BOOST_TEST_REQUIRE(warnings.size() == 1u);
+  BOOST_TEST(contains(warnings[0], "m.yaml:5"));
+  BOOST_TEST(contains(warnings[0], "'rope'"));
+  BOOST_TEST(contains(error_of([&] { c.add_yaml("bad:\n  d_model: 512\n  n_layers: 4\n", "m.yaml", warnings); }),
+                      "missing the required key n_heads"));
+  BOOST_TEST(contains(error_of([&] { c.add_yaml("bad:\n  d_model: 5x\n  n_heads: 8\n  n_layers: 4\n", "m.yaml", warnings); }),
+                      "m.yaml:2"));
+  BOOST_TEST(contains(error_of([&] { c.add_yaml("bad:\n  d_model: 500\n  n_heads: 8\n  n_layers: 4\n", "m.yaml", warnings); }),
+                      "does not divide"));
+  BOOST_TEST(contains(error_of([&] { c.add_yaml("a: [1, 2\n", "m.yaml", warnings); }), "not valid YAML"));
+  BOOST_TEST(contains(error_of([&] { c.get("nope"); }), "unknown model 'nope'"));
+  BOOST_TEST(c.expand("125m..1b", "--models").size() == 4u);
+  BOOST_TEST(contains(error_of([&] { c.expand("1b..125m", "--models"); }), "reversed range"));
+}
+
+BOOST_AUTO_TEST_CASE(device_datasheets_carry_sources) {
+  for (const auto& id : known_devices()) {
+    const DeviceSpec d = load_device(id);
+    BOOST_TEST_CONTEXT(id) {
+      BOOST_TEST(d.memory_bytes > 0);
+      BOOST_TEST(d.gpus_per_node > 0);
+      BOOST_TEST(d.sources.count("memory_gib") == 1u);
+      BOOST_TEST(d.sources.count("inter_node_gbps_per_node") == 1u);
+    }
+  }
+  BOOST_TEST(known_devices().size() == 7u);
+  BOOST_TEST(load_device("a100_40gb").inter_node_bytes_per_s == 1600e9 / 8);
+  BOOST_TEST(contains(error_of([] { load_device("a100_41gb"); }), "unknown device 'a100_41gb'"));
+  BOOST_TEST(contains(error_of([] { parse_device_yaml("device: x\nname: y\n", "d.yaml"); }), "missing required key"));
+}
+
+BOOST_AUTO_TEST_CASE(profiles_name_every_parameter_and_refuse_gaps) {
+  const DeviceProfile p = load_shipped_profile("h100_80gb");
+  BOOST_TEST(p.sources.size() == cost_param_registry().size());
+  for (const auto& [name, src] : p.sources) BOOST_TEST(!src.kind.empty());
+  const std::string good = profile_to_json(p);
+  BOOST_TEST(parse_profile_json(good, "p.json").params.gemm_bf16_flops_per_s == p.params.gemm_bf16_flops_per_s);
+  std::string missing = good;
+  const size_t at = missing.find("\"step_overhead_s\"");
+  missing.replace(at, std::string("\"step_overhead_s\"").size(), "\"step_overhead_x\"");
+  BOOST_TEST(contains(error_of([&] { parse_profile_json(missing, "p.json"); }), "unknown parameter"));
+  std::string version = good;
+  version.replace(version.find("\"version\": 1"), 12, "\"version\": 9");
+  BOOST_TEST(contains(error_of([&] { parse_profile_json(version, "p.json"); }), "version 9 is not supported"));
+  BOOST_TEST(contains(error_of([&] { parse_profile_json("{\"format\": ", "p.json"); }), "not valid JSON"));
+}
+
+BOOST_AUTO_TEST_CASE(files_are_written_whole_or_not_at_all) {
+  const fs::path dir = fs::temp_directory_path() / "tpsim_test_io";
+  fs::create_directories(dir);
+  const fs::path f = dir / "out.csv";
+  write_file_atomic(f, "a,b\n1,2\n");
+  BOOST_TEST(read_text_file(f, "output") == "a,b\n1,2\n");
+  BOOST_TEST(contains(error_of([&] { write_file_atomic(dir / "missing" / "x.csv", "x"); }), "does not exist"));
+  BOOST_TEST(contains(error_of([&] { read_text_file(dir, "table"); }), "is a directory"));
+  std::ofstream(dir / "empty.md").close();
+  BOOST_TEST(contains(error_of([&] { read_text_file(dir / "empty.md", "table"); }), "file is empty"));
+  // No temporary files are left behind.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file() ? 1 : 0;
+  BOOST_TEST(files == 2);
+  fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(tables_render_as_md_csv_and_json) {
+  OutputTable t;
+  t.title = "x";
+  t.columns = {"Model", "MFU", "Activation Checkpointing"};
+  t.add_row({Cell::str("7b"), Cell::num(46.444, 2), Cell::flag(true)});
+  BOOST_TEST(render({t}, Format::kMarkdown) == "| Model | MFU | Activation Checkpointing |\n| --- | --- | --- |\n| 7b | 46.44 | True |\n");
+  BOOST_TEST(render({t}, Format::kCsv) == "Model,MFU,Activation Checkpointing\n7b,46.44,True\n");
+  BOOST_TEST(contains(render({t}, Format::kJson), "\"MFU\": 46.44"));
+  BOOST_TEST(contains(error_of([] { Cell::num(std::nan(""), 2); }), "non-finite"));
+}

@@ -1,0 +1,48 @@
+// MFU, HFU and Model TFLOP recomputed from each seed row's measured throughput.
+#define BOOST_TEST_MODULE metrics
+#include <boost/test/unit_test.hpp>
+
+#include "common.hpp"
+#include "model/metrics.hpp"
+
+using namespace tpsim;
+namespace tt = boost::test_tools;
+
+namespace {
+// The tables print MFU and HFU with two decimals from an unrounded throughput; Throughput (T/s)
+// is rounded down to an integer, which moves the recomputed value by under 0.01 points.
+constexpr double kPercentPointTol = 0.05;
+// Model TFLOP is printed as the mantissa of FLOP/s in %.6E (4.212583 for 4.212583E+14): six
+// significant digits, plus the integer rounding of the throughput.
+constexpr double kModelTflopRelTol = 1e-3;
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(mfu_hfu_and_model_tflop_reproduce_every_seed_row) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  int checked_tflop = 0;
+  for (const auto& r : test::all_seed_rows()) {
+    BOOST_TEST_CONTEXT(r.where()) {
+      const ModelConfig& m = catalog.get(r.model);
+      const DeviceSpec d = load_device(r.gpu);
+      const double seq_per_s = r.tokens_per_s / static_cast<double>(r.seq_len);
+      const FoundryMetrics fm = foundry_metrics(parameter_count(m, r.seq_len), m.n_layers, m.d_model, r.seq_len,
+                                                seq_per_s, r.n_gpus, d.peak(mfu_dtype(r.precision)),
+                                                r.activation_checkpointing);
+      BOOST_TEST(std::abs(100 * fm.mfu - r.mfu_percent) <= kPercentPointTol);
+      BOOST_TEST(std::abs(100 * fm.hfu - r.hfu_percent) <= kPercentPointTol);
+      if (r.model_tflop > 0) {
+        const double mantissa = fm.model_flops_per_s_per_gpu / 1e14;
+        BOOST_TEST(mantissa == r.model_tflop, tt::tolerance(kModelTflopRelTol));
+        ++checked_tflop;
+      }
+    }
+  }
+  BOOST_TEST(checked_tflop == 198);  // the A100 40GB rows too, after the header repair
+}
+
+BOOST_AUTO_TEST_CASE(hfu_counts_the_recompute_only_with_checkpointing) {
+  const FoundryMetrics off = foundry_metrics(1000000000, 24, 2048, 2048, 10.0, 8, 312e12, false);
+  const FoundryMetrics on = foundry_metrics(1000000000, 24, 2048, 2048, 10.0, 8, 312e12, true);
+  BOOST_TEST(off.hfu == off.mfu);
+  BOOST_TEST(on.hfu == on.mfu * 4.0 / 3.0, tt::tolerance(1e-12));
+}

@@ -1,0 +1,112 @@
+// The two-stream FSDP timeline: hand-checkable cases, and the steady-state skip against stepping
+// through every block (the slow reference).
+#define BOOST_TEST_MODULE schedule
+#include <boost/test/unit_test.hpp>
+#include <random>
+
+#include "model/schedule.hpp"
+
+using namespace tpsim;
+namespace tt = boost::test_tools;
+
+namespace {
+constexpr double kExact = 1e-9;
+
+MicroBatchCosts compute_only(double fwd, double bwd) {
+  MicroBatchCosts m;
+  m.embed_fwd_s = 0.001;
+  m.block_fwd_s = fwd;
+  m.head_s = 0.01;
+  m.block_bwd_s = bwd;
+  m.embed_bwd_s = 0.002;
+  m.overhead_s = 0.003;
+  return m;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(without_communication_the_step_is_the_sum_of_compute) {
+  StepCosts c;
+  c.n_layers = 10;
+  c.n_micro = 3;
+  c.full = c.last = compute_only(0.02, 0.04);
+  c.optimizer_s = 0.05;
+  c.step_overhead_s = 0.1;
+  const Timeline t = simulate_step(c);
+  const double per_micro = 0.003 + 0.001 + 10 * 0.02 + 0.01 + 10 * 0.04 + 0.002;
+  BOOST_TEST(t.step_s == 3 * per_micro + 0.05 + 0.1, tt::tolerance(kExact));
+  BOOST_TEST(t.exposed_comm_s == 0.0, tt::tolerance(1e-9));
+}
+
+BOOST_AUTO_TEST_CASE(hidden_gathers_expose_only_the_first_and_the_last_reduce) {
+  StepCosts c;
+  c.n_layers = 10;
+  c.n_micro = 1;
+  MicroBatchCosts m = compute_only(0.02, 0.04);
+  m.overhead_s = 0;
+  m.block_gather_fwd_s = m.block_gather_bwd_s = 0.005;
+  m.block_reduce_s = 0.006;
+  c.full = c.last = m;
+  const Timeline t = simulate_step(c);
+  // The first block waits for its gather; the last reduce-scatter runs after the embedding backward
+  // started; everything else hides behind compute.
+  const double compute = 0.001 + 10 * 0.02 + 0.01 + 10 * 0.04 + 0.002;
+  BOOST_TEST(t.step_s >= compute + 0.005);
+  BOOST_TEST(t.exposed_comm_s < 0.005 + 0.006 + 1e-9);
+}
+
+BOOST_AUTO_TEST_CASE(communication_bound_steps_take_the_communication_time) {
+  StepCosts c;
+  c.n_layers = 20;
+  c.n_micro = 2;
+  MicroBatchCosts m = compute_only(0.001, 0.002);
+  m.overhead_s = 0;
+  m.block_gather_fwd_s = m.block_gather_bwd_s = 0.01;
+  m.block_reduce_s = 0.02;
+  c.full = c.last = m;
+  const Timeline t = simulate_step(c);
+  const double comm = 2 * 20 * (0.01 + 0.01 + 0.02);
+  BOOST_TEST(t.comm_s == comm, tt::tolerance(kExact));
+  BOOST_TEST(t.step_s >= comm);
+  BOOST_TEST(t.step_s <= comm + 0.05);
+}
+
+BOOST_AUTO_TEST_CASE(skipping_the_steady_state_matches_stepping_through_every_block) {
+  std::mt19937_64 rng(20261122);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  double worst = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    StepCosts c;
+    c.n_layers = 1 + static_cast<int64_t>(rng() % 100);
+    c.n_micro = 1 + static_cast<int64_t>(rng() % 24);
+    c.overlap_slowdown = 0.3 * u(rng);
+    const auto draw = [&](double scale) {
+      MicroBatchCosts m;
+      m.embed_fwd_s = 0.01 * scale * u(rng);
+      m.block_fwd_s = 0.02 * scale * u(rng);
+      m.head_s = 0.05 * scale * u(rng);
+      m.block_bwd_s = m.block_fwd_s * (2 + 2 * u(rng));
+      m.embed_bwd_s = 0.01 * scale * u(rng);
+      const int strategy = static_cast<int>(rng() % 3);  // FULL_SHARD, SHARD_GRAD_OP, NO_SHARD
+      const double gather = 0.04 * u(rng);
+      m.root_gather_s = strategy < 2 ? 0.01 * u(rng) : 0;
+      m.root_reduce_s = 0.01 * u(rng);
+      m.block_gather_fwd_s = strategy < 2 ? gather : 0;
+      m.block_gather_bwd_s = strategy == 0 ? gather : 0;
+      m.block_reduce_s = 0.05 * u(rng);
+      m.overhead_s = 0.005 * u(rng);
+      return m;
+    };
+    c.full = draw(1.0);
+    c.last = rng() % 2 ? c.full : draw(u(rng));
+    c.skip_steady_state = false;
+    const Timeline slow = simulate_step(c);
+    c.skip_steady_state = true;
+    const Timeline fast = simulate_step(c);
+    worst = std::max(worst, std::abs(fast.step_s - slow.step_s) / slow.step_s);
+    BOOST_TEST_REQUIRE(fast.step_s == slow.step_s, tt::tolerance(kExact));
+    BOOST_TEST_REQUIRE(fast.compute_s == slow.compute_s, tt::tolerance(kExact));
+    BOOST_TEST_REQUIRE(fast.comm_s == slow.comm_s, tt::tolerance(kExact));
+    BOOST_TEST_REQUIRE(fast.slowdown_s + 1.0 == slow.slowdown_s + 1.0, tt::tolerance(kExact));
+  }
+  BOOST_TEST_MESSAGE("worst relative difference " << worst);
+}
