@@ -23,14 +23,36 @@ enum class OpKind : uint8_t {
 // Where an op's time is reported in the step-time breakdown.
 enum class OpCategory : uint8_t { kGemm, kAttention, kOther, kOptimizer };
 
+// Which memory-bound kernel an op is, so that a backend can run it (kernels/). Shapes: `m` rows
+// (tokens, or parameters for the per-parameter kinds) by `n` columns.
+enum class MemKind : uint8_t {
+  kNone,              // not memory-bound
+  kLayerNorm,         // y = norm(x) * w + b over rows of n
+  kLayerNormBackward, // dx, dw, db from dy, x and the row statistics
+  kGelu,              // y = gelu(x), tanh approximation
+  kGeluBackward,      // dx = dy * gelu'(x)
+  kAdd,               // y = a + b
+  kBiasGrad,          // db[n] = sum over m rows of dy
+  kCrossEntropy,      // loss and, in place, the gradient of an m x n logits matrix
+  kCrossEntropyBackward,  // scale the stored gradient
+  kEmbedding,         // y[m, n] = table[ids[m]] (+ positions)
+  kEmbeddingBackward, // accumulate rows of dy into the table gradient
+  kCast,              // convert m x n elements to another format
+  kGradNorm,          // sum of squares of m parameters
+  kScale,             // x *= c over m parameters
+  kAdamW,             // decoupled AdamW over m parameters
+};
+
 // Plain data; every field is set by the builders in ops.cpp. No default member initialisers, so
 // that OpList's storage is not initialised op by op on every evaluation.
 struct Op {
   const char* name;  // e.g. "ffn.up_proj.fwd", "ffn.up_proj.dgrad"; static storage
   OpKind kind;
   OpCategory category;
+  MemKind mem;                            // memory-bound ops: which kernel
   DType dtype;
-  int64_t m, n, k;                        // GEMM: C[m,n] = A[m,k] * B[k,n]
+  bool trans_a, trans_b;                  // GEMM: C[m,n] = op(A)[m,k] * op(B)[k,n], row-major
+  int64_t m, n, k;                        // GEMM dims; memory-bound ops: m rows of n elements
   int64_t batch, heads, seq, head_dim;    // attention
   int64_t kernels;       // kernel launches this op stands for
   double flops;          // floating-point operations executed

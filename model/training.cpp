@@ -70,6 +70,11 @@ DType other_gemm_dtype(Precision p) {
 
 double activation_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
 
+DType activation_dtype(Precision p) {
+  if (p == Precision::kFp32) return DType::kFp32;
+  return p == Precision::kAmpFp16 ? DType::kFp16 : DType::kBf16;
+}
+
 double gathered_param_bytes(Precision p, MpMode m) {
   if (m == MpMode::kFull || p == Precision::kFp32) return 4.0;
   return 2.0;  // DEFAULT and PURE gather in the autocast dtype (bf16 or fp16; fp8 runs keep bf16 weights)

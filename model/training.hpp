@@ -47,6 +47,7 @@ std::optional<DType> parse_dtype(std::string_view s);
 DType block_gemm_dtype(Precision p);
 DType other_gemm_dtype(Precision p);
 double activation_bytes(Precision p);
+DType activation_dtype(Precision p);  // bf16, fp16 (amp_fp16) or fp32
 // Bytes per element of gathered parameters and of reduced gradients under an FSDP mixed-precision mode.
 double gathered_param_bytes(Precision p, MpMode m);
 double reduced_grad_bytes(Precision p, MpMode m);

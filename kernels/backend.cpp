@@ -1,0 +1,64 @@
+#include "kernels/backend.hpp"
+
+#include "io/error.hpp"
+#include "kernels/factory.hpp"
+
+namespace tpsim {
+
+std::optional<BackendKind> parse_backend(std::string_view s) {
+  if (s == "cpu") return BackendKind::kCpu;
+  if (s == "cuda") return BackendKind::kCuda;
+  if (s == "hip") return BackendKind::kHip;
+  return std::nullopt;
+}
+
+std::string_view to_string(BackendKind k) {
+  switch (k) {
+    case BackendKind::kCpu: return "cpu";
+    case BackendKind::kCuda: return "cuda";
+    case BackendKind::kHip: return "hip";
+  }
+  return "?";
+}
+
+bool backend_built(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kCpu: return true;
+    case BackendKind::kCuda:
+#ifdef TPSIM_HAVE_CUDA
+      return true;
+#else
+      return false;
+#endif
+    case BackendKind::kHip:
+#ifdef TPSIM_HAVE_HIP
+      return true;
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+std::unique_ptr<Backend> make_backend(BackendKind kind, int index) {
+  switch (kind) {
+    case BackendKind::kCpu:
+      if (index != 0) throw Error("--device-index " + std::to_string(index) + ": the CPU backend has one device, 0");
+      return make_cpu_backend();
+    case BackendKind::kCuda:
+#ifdef TPSIM_HAVE_CUDA
+      return make_cuda_backend(index);
+#else
+      throw Error("this build has no CUDA backend (the CUDA toolkit was not found when it was configured)");
+#endif
+    case BackendKind::kHip:
+#ifdef TPSIM_HAVE_HIP
+      return make_hip_backend(index);
+#else
+      throw Error("this build has no HIP backend (hipcc was not found when it was configured)");
+#endif
+  }
+  throw Error("unknown backend");
+}
+
+}  // namespace tpsim

@@ -1,0 +1,91 @@
+// Measurement backends: run the ops the simulator costs (model/ops.hpp) on real hardware and time
+// them. One interface, one implementation per backend:
+//   cpu/   Eigen, real and run everywhere; its plain reference kernels (reference.hpp) check the
+//          CPU kernels and, on a GPU, the CUDA and HIP ones.
+//   cuda/  cuBLASLt GEMMs, fused attention, own memory-bound kernels; NCCL collectives.
+//   hip/   the CUDA sources through a header of renames, built with hipcc.
+// make_backend() is the factory; a backend this build lacks is a clear Error, not a crash.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/ops.hpp"
+
+namespace tpsim {
+
+enum class BackendKind : uint8_t { kCpu, kCuda, kHip };
+std::optional<BackendKind> parse_backend(std::string_view s);  // "cpu", "cuda", "hip"
+std::string_view to_string(BackendKind k);
+
+// How an op is timed. Every run uses fresh random inputs (never zeros) allocated once per op.
+struct TimingOptions {
+  int warmup = 3;            // runs discarded before timing
+  int min_repetitions = 5;   // timed runs, at least
+  int max_repetitions = 200; // and at most
+  double min_seconds = 0.02; // keep repeating until this much time is measured
+  double max_seconds = 1.0;  // stop repeating after this much
+  bool flush_cache = true;   // GPU: overwrite a buffer larger than L2 before each timed run
+};
+
+struct Timing {
+  bool supported = true;       // false: this backend cannot run the op (reason says why)
+  std::string reason;
+  double median_s = 0;         // median of the timed runs
+  double p10_s = 0, p90_s = 0; // spread
+  int repetitions = 0;
+};
+
+// A whole sequence of ops run back to back, as one step runs them.
+struct SequenceTiming {
+  bool supported = true;
+  std::string reason;             // the first op the backend cannot run
+  double total_median_s = 0;      // the sequence end to end, median of the timed runs
+  std::vector<Timing> per_op;     // each op timed on its own
+};
+
+struct CheckResult {
+  bool supported = true;
+  std::string reason;
+  double max_rel_error = 0;  // over the outputs, against the reference, relative to their scale
+};
+
+struct BackendInfo {
+  std::string backend;           // "cpu", "cuda", "hip"
+  std::string device_name;       // e.g. "Intel Xeon ... (2 threads)", "NVIDIA H100 80GB HBM3"
+  std::string driver_version;    // e.g. "CUDA driver 13.0"; "-" on the CPU
+  std::string library_versions;  // e.g. "Eigen 3.4.0"; "cuBLASLt 13.0.0, cuDNN 9.12, NCCL 2.27"
+  int compute_units = 0;         // threads (CPU) or SMs / CUs
+  double memory_bytes = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendInfo info() const = 0;
+
+  // "" when the backend can run `op` (kind, memory-bound kind and number format), else why not.
+  virtual std::string unsupported(const Op& op) const = 0;
+
+  // Runs the op on fresh random inputs of its shape and times it.
+  virtual Timing time_op(const Op& op, const TimingOptions& options) = 0;
+
+  // Runs the ops in order, back to back, and times the whole and each op.
+  virtual SequenceTiming time_sequence(std::span<const Op> ops, const TimingOptions& options) = 0;
+
+  // Runs the op on fresh random inputs and compares its outputs with the plain reference kernels.
+  virtual CheckResult check_op(const Op& op) = 0;
+};
+
+// The backend of `kind` on device `index`; Error when this build has no such backend or no such
+// device ("this build has no CUDA backend (CUDA toolkit not found at configure time)").
+std::unique_ptr<Backend> make_backend(BackendKind kind, int index = 0);
+
+// Which backends this build has.
+bool backend_built(BackendKind kind);
+
+}  // namespace tpsim
