@@ -36,8 +36,8 @@ struct CostParams {
   double attn_block = 128;         // query/key block size of the kernel
 
   // Memory-bound kernels (norms, activations, residuals, casts, cross-entropy, optimizer).
-  double membound_bytes_per_s = 0;  // achieved read+write bandwidth
-  double kernel_overhead_s = 4e-6;  // launch per kernel
+  double membound_efficiency = 0.8;  // achieved read+write bandwidth / the device's memory bandwidth
+  double kernel_overhead_s = 4e-6;   // launch per kernel
 
   // Collectives: ring all-gather / reduce-scatter of B bytes over n ranks costs
   // (n-1)/n * B / (link * efficiency) + (n-1) * latency.
@@ -52,6 +52,7 @@ struct CostParams {
   double compute_clock_ratio = 0.9;
 
   // Fixed costs outside kernels: CPU-side work that stalls the GPU.
+  double block_overhead_s = 0;          // per block and pass: FSDP hooks, limit_all_gathers waits
   double microbatch_overhead_s = 2e-3;  // per micro-batch: data loading, hooks, synchronisation
   double step_overhead_s = 20e-3;       // per optimizer step: logging, scheduler, clipping sync
 

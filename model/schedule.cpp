@@ -131,6 +131,7 @@ void simulate_micro_batch(const MicroBatchCosts& c, int64_t n_layers, bool skip,
     const double clock = s.compute_free();
     const Totals totals = s.totals();
     const double gathered = c.block_gather_fwd_s > 0 ? s.comm(done2, c.block_gather_fwd_s) : 0.0;
+    s.idle(c.block_overhead_s);
     prev = s.compute(std::max(prev, gathered), c.block_fwd_s);
     done2 = done1;
     done1 = prev;
@@ -166,6 +167,7 @@ void simulate_micro_batch(const MicroBatchCosts& c, int64_t n_layers, bool skip,
     const Totals totals = s.totals();
     const double gathered = gathered_next;
     if (regather && i > 0) gathered_next = s.comm(freed, c.block_gather_bwd_s);
+    s.idle(c.block_overhead_s);
     prev = s.compute(std::max(prev, gathered), c.block_bwd_s);
     freed = prev;
     s.comm(prev, c.block_reduce_s);

@@ -26,6 +26,7 @@ struct MicroBatchCosts {
   double block_gather_bwd_s = 0;  // ... and before its backward (FULL_SHARD, HYBRID_SHARD)
   double block_reduce_s = 0;      // one block's gradient reduce-scatter / all-reduce
   double overhead_s = 0;          // GPU idle per micro-batch (data loading, hooks)
+  double block_overhead_s = 0;    // GPU idle before each block's forward and backward (CPU-side hooks)
 
   bool operator==(const MicroBatchCosts&) const = default;
 };

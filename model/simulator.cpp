@@ -82,6 +82,7 @@ MicroBatchResult micro_batch_costs(const ModelConfig& model, const CostModel& co
   c.embed_bwd_s = eb.total();
   c.head_s = hf.total() + hb.total();
   c.overhead_s = params.microbatch_overhead_s;
+  c.block_overhead_s = params.block_overhead_s;
 
   r.categories.add(f, L * (1.0 + recompute));
   r.categories.add(b, L);

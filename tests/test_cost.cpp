@@ -29,7 +29,7 @@ CostParams params() {
   p.gemm_tile_m = 128;
   p.gemm_tile_n = 128;
   p.gemm_k_half = 256;
-  p.membound_bytes_per_s = 1.6e12;
+  p.membound_efficiency = 0.8;  // of 2e12 B/s: 1.6e12
   p.intra_node_link_efficiency = 0.8;
   p.inter_node_link_efficiency = 0.5;
   p.intra_node_latency_s = 2e-6;

@@ -94,6 +94,7 @@ BOOST_AUTO_TEST_CASE(skipping_the_steady_state_matches_stepping_through_every_bl
       m.block_gather_bwd_s = strategy == 0 ? gather : 0;
       m.block_reduce_s = 0.05 * u(rng);
       m.overhead_s = 0.005 * u(rng);
+      m.block_overhead_s = rng() % 2 ? 0.002 * u(rng) : 0.0;
       return m;
     };
     c.full = draw(1.0);
