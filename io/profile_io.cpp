@@ -66,12 +66,23 @@ DeviceProfile load_profile(const fs::path& path) {
   return parse_profile_json(read_text_file(path, "profile"), path.string());
 }
 
-DeviceProfile load_shipped_profile(const std::string& device_id) {
-  const fs::path path = data_dir() / "profiles" / (device_id + ".json");
-  if (!fs::exists(path)) throw Error("no shipped profile for device " + device_id + " (" + path.string() + ")");
+namespace {
+DeviceProfile load_device_profile(const fs::path& path, const std::string& device_id) {
+  if (!fs::exists(path)) throw Error("no profile for device " + device_id + " (" + path.string() + ")");
   DeviceProfile p = load_profile(path);
   if (p.device != device_id) throw Error(path.string() + ": profile is for device " + p.device + ", not " + device_id);
   return p;
+}
+}  // namespace
+
+DeviceProfile load_shipped_profile(const std::string& device_id) {
+  const fs::path fitted = data_dir() / "profiles" / (device_id + ".json");
+  if (fs::exists(fitted)) return load_device_profile(fitted, device_id);
+  return load_default_profile(device_id);
+}
+
+DeviceProfile load_default_profile(const std::string& device_id) {
+  return load_device_profile(data_dir() / "profiles" / "defaults" / (device_id + ".json"), device_id);
 }
 
 std::string profile_to_json(const DeviceProfile& p) {

@@ -40,7 +40,10 @@ inline constexpr int kProfileVersion = 1;
 
 DeviceProfile parse_profile_json(const std::string& text, const std::string& origin);
 DeviceProfile load_profile(const std::filesystem::path& path);
-DeviceProfile load_shipped_profile(const std::string& device_id);  // data/profiles/<id>.json
+// data/profiles/<id>.json, the profile fitted to measured tables; for a device no table has
+// measured, data/profiles/defaults/<id>.json, its reasoned default.
+DeviceProfile load_shipped_profile(const std::string& device_id);
+DeviceProfile load_default_profile(const std::string& device_id);  // data/profiles/defaults/<id>.json
 std::string profile_to_json(const DeviceProfile& profile);
 void save_profile(const std::filesystem::path& path, const DeviceProfile& profile);  // atomic
 
