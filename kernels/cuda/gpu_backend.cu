@@ -1,0 +1,1085 @@
+// The CUDA backend (and, compiled by hipcc through kernels/hip/cuda_to_hip.hpp, the HIP backend):
+// runs the ops of model/ops.hpp on one GPU, times them with events, and checks them against the
+// plain reference kernels (kernels/reference.hpp).
+//
+// An op is run in three steps: plan (the tensors it needs: format, element count, how to fill
+// them), prepare (allocate, fill with fresh random values, build the launch), launch (enqueue its
+// kernels on the backend's stream). GEMMs go to cuBLASLt on CUDA and to gemm_tiled.cu on HIP;
+// attention and memory-bound ops to this backend's own kernels (attention.cu, memory_bound.cu).
+//
+// Timing: warm-up runs, then timed runs, each preceded (TimingOptions::flush_cache) by a write of a
+// buffer larger than L2 and bracketed by an event pair on the stream; kernels/timing.hpp decides
+// how many runs and summarises them (median, p10, p90).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/gpu_backend.hpp"
+#include "kernels/cuda/gpu_kernels.cuh"
+#include "kernels/factory.hpp"
+#include "kernels/reference.hpp"
+#include "kernels/timing.hpp"
+
+#if !defined(TPSIM_HIP)
+#include "kernels/cuda/gemm_cublaslt.cuh"
+#if defined(TPSIM_HAVE_CUDNN)
+#include <cudnn.h>
+#endif
+#if defined(TPSIM_HAVE_NCCL)
+#include <nccl.h>
+#endif
+#endif
+
+namespace tpsim::TPSIM_GPU_NS {
+namespace {
+
+#if defined(TPSIM_HIP)
+constexpr const char* kApi = "HIP";
+#else
+constexpr const char* kApi = "CUDA";
+#endif
+
+// In-place ops (cross-entropy backward, gradient clipping) scale by this: close to 1, so that the
+// repeated timed runs on one buffer neither overflow nor underflow.
+constexpr float kInPlaceScale = 0.999f;
+
+// The largest tensor a check runs the reference on; bigger ops are checked on a smaller shape of
+// the same kind, format, layout and row length (check_shape).
+constexpr int64_t kCheckElements = int64_t{1} << 22;
+
+std::string gib(double bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f GiB", bytes / double(1ull << 30));
+  return s;
+}
+
+// ---- device memory ----
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes_ > 0) CUDA_CHECK(cudaMalloc(&p_, bytes_));
+  }
+  ~DeviceBuffer() {
+    if (p_) (void)cudaFree(p_);  // nothing to report from a destructor
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// How a tensor starts: random values in [lo, hi), random ids in [0, id_rows), or nothing (outputs
+// and workspaces, which the op writes before it reads).
+enum class Init : uint8_t { kUniform, kIds, kNone };
+
+struct TensorSpec {
+  std::string name;
+  Elem elem;
+  int64_t count;
+  Init init = Init::kNone;
+  float lo = -1.0f, hi = 1.0f;
+  int64_t id_rows = 0;
+};
+
+struct Tensor {
+  TensorSpec spec;
+  DeviceBuffer buf;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(buf.get());
+  }
+};
+
+// ---- what each op needs ----
+
+std::optional<Elem> storage_of(DType d) {
+  switch (d) {
+    case DType::kBf16: return Elem::kBf16;
+    case DType::kFp16: return Elem::kF16;
+    case DType::kFp32: return Elem::kF32;
+    case DType::kTf32:
+    case DType::kFp8: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// GEMM storage: operands and output.
+struct GemmElems {
+  Elem ab, c;
+};
+GemmElems gemm_elems(DType d) {
+  switch (d) {
+    case DType::kFp8: return {Elem::kE4m3, Elem::kBf16};
+    case DType::kBf16: return {Elem::kBf16, Elem::kBf16};
+    case DType::kFp16: return {Elem::kF16, Elem::kF16};
+    case DType::kTf32:
+    case DType::kFp32: return {Elem::kF32, Elem::kF32};
+  }
+  return {Elem::kF32, Elem::kF32};
+}
+
+// fp8 GEMMs run in the one layout cuBLASLt takes for fp8 ("TN": y = x W^T); TransformerEngine's
+// cast-transposes, separate ops, produce it for the other products.
+bool gemm_trans_a(const Op& op) { return op.dtype == DType::kFp8 ? false : op.trans_a; }
+bool gemm_trans_b(const Op& op) { return op.dtype == DType::kFp8 ? true : op.trans_b; }
+
+// What a kCast op converts, read from its bytes per element: fp32 <-> bf16 (FSDP's casts around
+// its collectives; a 2-byte target is taken as bf16), or an activation to fp8 e4m3 with its
+// transpose (TransformerEngine's cast-transpose: about 2 bytes written per element).
+enum class CastKind : uint8_t { kNone, kFp32ToBf16, kBf16ToFp32, kFp8CastTranspose };
+
+CastKind cast_kind(const Op& op) {
+  const double elements = double(op.m) * double(op.n);
+  if (elements <= 0) return CastKind::kNone;
+  const double in = op.bytes_read / elements, out = op.bytes_written / elements;
+  auto near = [](double x, double want) { return std::fabs(x - want) < 1e-9 * want; };
+  if (near(in, 4) && near(out, 2)) return CastKind::kFp32ToBf16;
+  if (near(in, 2) && near(out, 4)) return CastKind::kBf16ToFp32;
+  if ((op.dtype == DType::kBf16 || op.dtype == DType::kFp16 || op.dtype == DType::kFp32) && out >= 2.0 &&
+      out < 2.0 + 1e-9 + 2.0 * in)
+    return CastKind::kFp8CastTranspose;
+  return CastKind::kNone;
+}
+
+std::string dims(const Op& op) {
+  return "m=" + std::to_string(op.m) + " n=" + std::to_string(op.n) +
+         (op.kind == OpKind::kGemm ? " k=" + std::to_string(op.k) : "");
+}
+
+// "" when this backend's kernels run the memory-bound op, else why not.
+std::string membound_unsupported(const Op& op) {
+  if (op.m < 1 || op.n < 1) return std::string(op.name) + ": empty shape " + dims(op);
+  const bool act = storage_of(op.dtype).has_value();
+  const std::string fmt(to_string(op.dtype));
+  switch (op.mem) {
+    case MemKind::kNone: return std::string(op.name) + ": a memory-bound op without a kernel kind";
+    case MemKind::kLayerNorm:
+    case MemKind::kLayerNormBackward:
+    case MemKind::kGelu:
+    case MemKind::kGeluBackward:
+    case MemKind::kAdd:
+    case MemKind::kBiasGrad:
+    case MemKind::kCrossEntropyBackward:
+    case MemKind::kEmbedding:
+      if (!act) return "activations in " + fmt + " are not implemented (bf16, fp16, fp32)";
+      if ((op.m + 7) / 8 > 0x7fffffffll) return "more rows than one launch covers";
+      if ((op.mem == MemKind::kEmbedding) && op.k < 1) return "embedding without table rows (k)";
+      return "";
+    case MemKind::kCrossEntropy:
+      if (!act) return "activations in " + fmt + " are not implemented (bf16, fp16, fp32)";
+      if (op.m > 0x7fffffffll) return "more rows than one launch covers";
+      return "";
+    case MemKind::kEmbeddingBackward:
+      if (!act) return "activations in " + fmt + " are not implemented (bf16, fp16, fp32)";
+      if (op.k < 1) return "embedding backward without table rows (k)";
+      if ((op.k + 7) / 8 > 0x7fffffffll) return "more table rows than one launch covers";
+      return "";
+    case MemKind::kCast:
+      switch (cast_kind(op)) {
+        case CastKind::kNone:
+          return "a cast reading " + std::to_string(op.bytes_read / (double(op.m) * double(op.n))) +
+                 " and writing " + std::to_string(op.bytes_written / (double(op.m) * double(op.n))) +
+                 " bytes per element matches none this backend runs (fp32<->bf16, activation->fp8)";
+        case CastKind::kFp8CastTranspose:
+          if ((op.m + 31) / 32 > 65535) return "more rows than one cast-transpose launch covers";
+          return "";
+        default: return "";
+      }
+    case MemKind::kGradNorm:
+    case MemKind::kScale:
+    case MemKind::kAdamW: return "";  // fp32 parameters, whatever the op's dtype says
+  }
+  return "unknown memory-bound kind";
+}
+
+std::string attention_unsupported(const Op& op) {
+  if (!storage_of(op.dtype)) return "attention in " + std::string(to_string(op.dtype)) + " is not implemented (bf16, fp16, fp32)";
+  if (op.batch < 1 || op.heads < 1 || op.seq < 1 || op.head_dim < 1) return std::string(op.name) + ": empty shape";
+  if (!attention_head_dim_supported(op.head_dim))
+    return "attention head_dim " + std::to_string(op.head_dim) + " > 128 is not implemented";
+  if (op.batch * op.heads > 0x7fffffffll || (op.seq + 31) / 32 > 65535) return "attention shape exceeds one launch";
+  return "";
+}
+
+// A smaller op of the same kind, format, layout and row length, whose reference runs in well under
+// a second: GEMM dimensions at most 256 x 256 x 1024, attention one sequence of at most 2 heads and
+// 256 positions, at most kCheckElements per tensor elsewhere.
+Op check_shape(const Op& op) {
+  Op c = op;
+  switch (op.kind) {
+    case OpKind::kGemm:
+      c.m = std::min<int64_t>(op.m, 256);
+      c.n = std::min<int64_t>(op.n, 256);
+      c.k = std::min<int64_t>(op.k, 1024);
+      break;
+    case OpKind::kAttentionFwd:
+    case OpKind::kAttentionBwd:
+      c.batch = 1;
+      c.heads = std::min<int64_t>(op.heads, 2);
+      c.seq = std::min<int64_t>(op.seq, 256);
+      break;
+    case OpKind::kMemoryBound: {
+      const int64_t rows = std::max<int64_t>(1, kCheckElements / std::max<int64_t>(op.n, 1));
+      c.m = std::min(op.m, rows);
+      if (op.mem == MemKind::kEmbedding || op.mem == MemKind::kEmbeddingBackward) c.k = std::min(op.k, rows);
+      // Keep the cast's bytes per element (they say which cast it is).
+      const double scale = (double(c.m) * double(c.n)) / (double(op.m) * double(op.n));
+      c.bytes_read = op.bytes_read * scale;
+      c.bytes_written = op.bytes_written * scale;
+      break;
+    }
+  }
+  return c;
+}
+
+// The tensors an op needs, in the order its launch uses them.
+std::vector<TensorSpec> plan_tensors(const Op& op) {
+  std::vector<TensorSpec> t;
+  auto in = [&](std::string name, Elem e, int64_t count, float lo = -1.0f, float hi = 1.0f) {
+    t.push_back({std::move(name), e, count, Init::kUniform, lo, hi, 0});
+  };
+  auto ids = [&](std::string name, int64_t count, int64_t rows) {
+    t.push_back({std::move(name), Elem::kI64, count, Init::kIds, 0, 0, rows});
+  };
+  auto out = [&](std::string name, Elem e, int64_t count) { t.push_back({std::move(name), e, count, Init::kNone, 0, 0, 0}); };
+  const int64_t mn = op.m * op.n;
+  switch (op.kind) {
+    case OpKind::kGemm: {
+      const GemmElems g = gemm_elems(op.dtype);
+      in("a", g.ab, op.m * op.k);
+      in("b", g.ab, op.k * op.n);
+      out("c", g.c, op.m * op.n);
+      return t;
+    }
+    case OpKind::kAttentionFwd:
+    case OpKind::kAttentionBwd: {
+      const Elem e = *storage_of(op.dtype);
+      const int64_t rows = op.batch * op.heads * op.seq, count = rows * op.head_dim;
+      in("q", e, count, -2.0f, 2.0f);
+      in("k", e, count, -2.0f, 2.0f);
+      in("v", e, count);
+      if (op.kind == OpKind::kAttentionFwd) {
+        out("o", e, count);
+        out("lse", Elem::kF32, rows);
+      } else {
+        out("o", e, count);       // from a forward run during preparation
+        out("lse", Elem::kF32, rows);
+        in("do", e, count);
+        out("dq", e, count);
+        out("dk", e, count);
+        out("dv", e, count);
+        out("delta", Elem::kF32, rows);
+        out("dq_accum", Elem::kF32, count);
+      }
+      return t;
+    }
+    case OpKind::kMemoryBound: break;
+  }
+  const Elem e = storage_of(op.dtype).value_or(Elem::kF32);
+  switch (op.mem) {
+    case MemKind::kNone: break;
+    case MemKind::kLayerNorm:
+      in("x", e, mn, -2.0f, 2.0f);
+      in("w", e, op.n, 0.5f, 1.5f);
+      in("b", e, op.n, -0.5f, 0.5f);
+      out("y", e, mn);
+      out("mean", Elem::kF32, op.m);
+      out("rstd", Elem::kF32, op.m);
+      break;
+    case MemKind::kLayerNormBackward:
+      in("dy", e, mn);
+      in("x", e, mn, -2.0f, 2.0f);
+      in("w", e, op.n, 0.5f, 1.5f);
+      out("mean", Elem::kF32, op.m);  // from a forward run during preparation
+      out("rstd", Elem::kF32, op.m);
+      out("dx", e, mn);
+      out("dw", Elem::kF32, op.n);
+      out("db", Elem::kF32, op.n);
+      out("partials", Elem::kF32, column_partial_rows(op.m) * 2 * op.n);
+      break;
+    case MemKind::kGelu:
+      in("x", e, mn, -3.0f, 3.0f);
+      out("y", e, mn);
+      break;
+    case MemKind::kGeluBackward:
+      in("dy", e, mn);
+      in("x", e, mn, -3.0f, 3.0f);
+      out("dx", e, mn);
+      break;
+    case MemKind::kAdd:
+      in("a", e, mn);
+      in("b", e, mn);
+      out("y", e, mn);
+      break;
+    case MemKind::kBiasGrad:
+      in("dy", e, mn);
+      out("db", e, op.n);
+      out("partials", Elem::kF32, column_partial_rows(op.m) * op.n);
+      break;
+    case MemKind::kCrossEntropy:
+      in("logits", e, mn, -4.0f, 4.0f);
+      ids("targets", op.m, op.n);
+      out("loss", Elem::kF32, op.m);
+      break;
+    case MemKind::kCrossEntropyBackward: in("x", e, mn); break;
+    case MemKind::kEmbedding:
+      in("table", e, op.k * op.n);
+      ids("ids", op.m, op.k);
+      out("y", e, mn);
+      break;
+    case MemKind::kEmbeddingBackward:
+      in("dy", e, mn);
+      ids("ids", op.m, op.k);
+      out("dtable", e, op.k * op.n);
+      out("counts", Elem::kI64, op.k + 1);
+      out("offsets", Elem::kI64, op.k + 1);
+      out("order", Elem::kI64, op.m);
+      break;
+    case MemKind::kCast:
+      switch (cast_kind(op)) {
+        case CastKind::kFp32ToBf16:
+          in("x", Elem::kF32, mn);
+          out("y", Elem::kBf16, mn);
+          break;
+        case CastKind::kBf16ToFp32:
+          in("x", Elem::kBf16, mn);
+          out("y", Elem::kF32, mn);
+          break;
+        case CastKind::kFp8CastTranspose:
+          in("x", e, mn, -4.0f, 4.0f);
+          out("y", Elem::kE4m3, mn);
+          out("yt", Elem::kE4m3, mn);
+          out("amax", Elem::kF32, 1);
+          break;
+        case CastKind::kNone: break;
+      }
+      break;
+    case MemKind::kGradNorm:
+      in("x", Elem::kF32, mn);
+      out("partials", Elem::kF64, grad_norm_blocks());
+      out("result", Elem::kF64, 1);
+      break;
+    case MemKind::kScale: in("x", Elem::kF32, mn); break;
+    case MemKind::kAdamW:
+      in("p", Elem::kF32, mn);
+      in("g", Elem::kF32, mn);
+      in("m", Elem::kF32, mn, -0.1f, 0.1f);
+      in("v", Elem::kF32, mn, 0.0f, 0.01f);
+      break;
+  }
+  return t;
+}
+
+double plan_bytes(const std::vector<TensorSpec>& specs) {
+  double b = 0;
+  for (const auto& s : specs) b += double(s.count) * double(elem_bytes(s.elem));
+  return b;
+}
+
+// An op ready to run: its tensors on the device and the launch that enqueues its kernels.
+struct Prepared {
+  std::string unsupported;  // "" when it can run
+  std::vector<Tensor> tensors;
+  std::function<void(cudaStream_t)> launch;
+
+  const Tensor& t(const char* name) const {
+    for (const auto& x : tensors)
+      if (x.spec.name == name) return x;
+    throw Error(std::string("GPU backend: no tensor named ") + name);
+  }
+  void* p(const char* name) const { return t(name).buf.get(); }
+};
+
+// ---- host copies for the checks ----
+
+std::vector<float> download(const Tensor& t) {
+  const size_t n = static_cast<size_t>(t.spec.count);
+  std::vector<float> out(n);
+  switch (t.spec.elem) {
+    case Elem::kF32: CUDA_CHECK(cudaMemcpy(out.data(), t.buf.get(), n * 4, cudaMemcpyDeviceToHost)); break;
+    case Elem::kBf16:
+    case Elem::kF16: {
+      std::vector<uint16_t> raw(n);
+      CUDA_CHECK(cudaMemcpy(raw.data(), t.buf.get(), n * 2, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < n; ++i)
+        out[i] = t.spec.elem == Elem::kBf16 ? bf16_to_float(raw[i]) : half_bits_to_float(raw[i]);
+      break;
+    }
+    case Elem::kE4m3: {
+      std::vector<uint8_t> raw(n);
+      CUDA_CHECK(cudaMemcpy(raw.data(), t.buf.get(), n, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < n; ++i) out[i] = e4m3_to_float(raw[i]);
+      break;
+    }
+    case Elem::kF64: {
+      std::vector<double> raw(n);
+      CUDA_CHECK(cudaMemcpy(raw.data(), t.buf.get(), n * 8, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(raw[i]);
+      break;
+    }
+    case Elem::kI64: throw Error("GPU backend: ids are read with download_ids");
+  }
+  return out;
+}
+
+std::vector<int64_t> download_ids(const Tensor& t) {
+  std::vector<int64_t> out(static_cast<size_t>(t.spec.count));
+  CUDA_CHECK(cudaMemcpy(out.data(), t.buf.get(), out.size() * 8, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+double download_f64(const Tensor& t) {
+  double v = 0;
+  CUDA_CHECK(cudaMemcpy(&v, t.buf.get(), 8, cudaMemcpyDeviceToHost));
+  return v;
+}
+
+// ---- the backend ----
+
+class GpuBackend final : public Backend, public GpuCopyProbe {
+ public:
+  explicit GpuBackend(int index);
+  ~GpuBackend() override;
+
+  BackendInfo info() const override;
+  std::string unsupported(const Op& op) const override;
+  Timing time_op(const Op& op, const TimingOptions& options) override;
+  SequenceTiming time_sequence(std::span<const Op> ops, const TimingOptions& options) override;
+  CheckResult check_op(const Op& op) override;
+  Timing time_copy(double bytes, const TimingOptions& options) override;
+
+ private:
+  Prepared prepare(const Op& op);
+  void build_launch(const Op& op, Prepared& p);
+  double free_bytes() const;
+  // Seconds of one run of `launch` between two events, after an L2 flush when asked.
+  double run_once(const std::function<void(cudaStream_t)>& launch, bool flush);
+  Timing time_launch(const std::function<void(cudaStream_t)>& launch, const TimingOptions& options);
+  double compare(const Op& op, const Prepared& p, const std::vector<std::pair<std::string, std::vector<float>>>& inputs,
+                 const std::vector<std::vector<int64_t>>& ids);
+
+  int device_ = 0;
+  cudaDeviceProp prop_{};
+  int cc_ = 0;  // compute capability, major * 10 + minor (CUDA)
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  DeviceBuffer flush_;
+  uint32_t flush_value_ = 0;
+  uint64_t seed_ = 0x7470'7369'6d00'0001ull;  // advanced per tensor: every run gets fresh inputs
+#if !defined(TPSIM_HIP)
+  cublasLtHandle_t lt_ = nullptr;
+  DeviceBuffer lt_workspace_;
+#endif
+};
+
+GpuBackend::GpuBackend(int index) : device_(index) {
+  CUDA_CHECK(cudaSetDevice(device_));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
+  cc_ = prop_.major * 10 + prop_.minor;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreate(&start_));
+  CUDA_CHECK(cudaEventCreate(&stop_));
+  // Twice L2, at least 64 MiB; AMD runtimes may report no L2 size, and MI300X has a 256 MiB
+  // Infinity Cache behind it, so 512 MiB there.
+  const size_t l2 = prop_.l2CacheSize > 0 ? static_cast<size_t>(prop_.l2CacheSize) : 0;
+  const size_t flush_bytes = l2 > 0 ? std::max<size_t>(2 * l2, size_t{64} << 20) : size_t{512} << 20;
+  flush_ = DeviceBuffer(flush_bytes);
+#if !defined(TPSIM_HIP)
+  CUBLAS_CHECK(cublasLtCreate(&lt_));
+  lt_workspace_ = DeviceBuffer(kLtWorkspaceBytes);
+#endif
+}
+
+GpuBackend::~GpuBackend() {
+  // Nothing to report from a destructor: an error here would hide the one unwinding the stack.
+  if (stream_) (void)cudaStreamSynchronize(stream_);
+#if !defined(TPSIM_HIP)
+  if (lt_) (void)cublasLtDestroy(lt_);
+#endif
+  if (start_) (void)cudaEventDestroy(start_);
+  if (stop_) (void)cudaEventDestroy(stop_);
+  if (stream_) (void)cudaStreamDestroy(stream_);
+}
+
+std::string version3(long long v, long long major_div) {
+  // NVIDIA libraries encode major * major_div + minor * 100 + patch.
+  return std::to_string(v / major_div) + "." + std::to_string((v % major_div) / 100) + "." + std::to_string(v % 100);
+}
+
+BackendInfo GpuBackend::info() const {
+  CUDA_CHECK(cudaSetDevice(device_));
+  BackendInfo i;
+  int driver = 0, runtime = 0;
+  CUDA_CHECK(cudaDriverGetVersion(&driver));
+  CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+#if defined(TPSIM_HIP)
+  i.backend = "hip";
+  i.device_name = std::string(prop_.name) + " (" + prop_.gcnArchName + ")";
+  i.driver_version = "HIP driver " + std::to_string(driver) + ", runtime " + std::to_string(runtime);
+  i.library_versions = "own kernels (GEMM: shared-memory tiled; no hipBLAS)";
+#else
+  i.backend = "cuda";
+  i.device_name = std::string(prop_.name) + " (sm_" + std::to_string(cc_) + ")";
+  i.driver_version = "CUDA driver " + std::to_string(driver / 1000) + "." + std::to_string((driver % 1000) / 10) +
+                     ", runtime " + std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10);
+  i.library_versions = "cuBLASLt " + version3(static_cast<long long>(cublasLtGetVersion()), 10000);
+#if defined(TPSIM_HAVE_CUDNN)
+  i.library_versions += ", cuDNN " + version3(static_cast<long long>(cudnnGetVersion()), 10000);
+#endif
+#if defined(TPSIM_HAVE_NCCL)
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) == ncclSuccess) i.library_versions += ", NCCL " + version3(nccl, 10000);
+#endif
+#endif
+  i.compute_units = prop_.multiProcessorCount;
+  i.memory_bytes = static_cast<double>(prop_.totalGlobalMem);
+  return i;
+}
+
+std::string GpuBackend::unsupported(const Op& op) const {
+  switch (op.kind) {
+    case OpKind::kGemm:
+      if (op.m < 1 || op.n < 1 || op.k < 1) return std::string(op.name) + ": empty GEMM " + dims(op);
+#if defined(TPSIM_HIP)
+      if (op.dtype == DType::kFp8 || op.dtype == DType::kTf32)
+        return std::string(to_string(op.dtype)) +
+               " GEMMs need hipBLASLt, which this build lacks (Debian packages no hipBLAS); the HIP backend's own "
+               "GEMM runs fp32, bf16 and fp16";
+      if ((op.m + 63) / 64 > 65535) return "GEMM m = " + std::to_string(op.m) + " exceeds one launch";
+      return "";
+#else
+      return lt_dtype_unsupported(op.dtype, cc_);
+#endif
+    case OpKind::kAttentionFwd:
+    case OpKind::kAttentionBwd: return attention_unsupported(op);
+    case OpKind::kMemoryBound: return membound_unsupported(op);
+  }
+  return "unknown op kind";
+}
+
+double GpuBackend::free_bytes() const {
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<double>(free);
+}
+
+Prepared GpuBackend::prepare(const Op& op) {
+  Prepared p;
+  p.unsupported = unsupported(op);
+  if (!p.unsupported.empty()) return p;
+  const std::vector<TensorSpec> specs = plan_tensors(op);
+  const double need = plan_bytes(specs), free = free_bytes();
+  if (need > 0.9 * free) {
+    p.unsupported = std::string(op.name) + " needs " + gib(need) + " of device memory; " + gib(free) + " is free";
+    return p;
+  }
+  for (const auto& s : specs) {
+    Tensor t{s, DeviceBuffer(static_cast<size_t>(s.count) * elem_bytes(s.elem))};
+    seed_ = seed_ * 6364136223846793005ull + 1442695040888963407ull;
+    if (s.init == Init::kUniform) fill_uniform(t.buf.get(), s.elem, s.count, seed_, s.lo, s.hi, stream_);
+    if (s.init == Init::kIds) fill_ids(t.as<int64_t>(), s.count, s.id_rows, seed_, stream_);
+    p.tensors.push_back(std::move(t));
+  }
+  build_launch(op, p);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // inputs and set-up runs done
+  return p;
+}
+
+void GpuBackend::build_launch(const Op& op, Prepared& p) {
+  const int64_t m = op.m, n = op.n, mn = op.m * op.n;
+  switch (op.kind) {
+    case OpKind::kGemm: {
+      void *a = p.p("a"), *b = p.p("b"), *c = p.p("c");
+      const bool ta = gemm_trans_a(op), tb = gemm_trans_b(op);
+      const int64_t k = op.k;
+#if defined(TPSIM_HIP)
+      const Elem e = gemm_elems(op.dtype).ab;
+      p.launch = [=](cudaStream_t s) { gemm_tiled(e, m, n, k, ta, tb, a, b, c, s); };
+#else
+      auto plan = std::make_shared<LtMatmul>(lt_, op.dtype, m, n, k, ta, tb);
+      if (!plan->unsupported().empty()) {
+        p.unsupported = plan->unsupported();
+        return;
+      }
+      void* ws = lt_workspace_.get();
+      p.launch = [=](cudaStream_t s) { plan->run(a, b, c, ws, s); };
+#endif
+      return;
+    }
+    case OpKind::kAttentionFwd:
+    case OpKind::kAttentionBwd: {
+      const Elem e = *storage_of(op.dtype);
+      const int64_t B = op.batch, H = op.heads, S = op.seq, D = op.head_dim;
+      void *q = p.p("q"), *k = p.p("k"), *v = p.p("v"), *o = p.p("o");
+      auto* lse = static_cast<float*>(p.p("lse"));
+      if (op.kind == OpKind::kAttentionFwd) {
+        p.launch = [=](cudaStream_t s) { attention_forward(e, B, H, S, D, q, k, v, o, lse, s); };
+      } else {
+        attention_forward(e, B, H, S, D, q, k, v, o, lse, stream_);  // the o and lse backward reads
+        void *d_o = p.p("do"), *dq = p.p("dq"), *dk = p.p("dk"), *dv = p.p("dv");
+        auto* delta = static_cast<float*>(p.p("delta"));
+        auto* dq_accum = static_cast<float*>(p.p("dq_accum"));
+        p.launch = [=](cudaStream_t s) {
+          attention_backward(e, B, H, S, D, q, k, v, o, d_o, lse, dq, dk, dv, delta, dq_accum, s);
+        };
+      }
+      return;
+    }
+    case OpKind::kMemoryBound: break;
+  }
+  const Elem e = storage_of(op.dtype).value_or(Elem::kF32);
+  switch (op.mem) {
+    case MemKind::kNone: throw Error("GPU backend: memory-bound op without a kind");
+    case MemKind::kLayerNorm: {
+      void *x = p.p("x"), *w = p.p("w"), *b = p.p("b"), *y = p.p("y");
+      auto *mean = static_cast<float*>(p.p("mean")), *rstd = static_cast<float*>(p.p("rstd"));
+      p.launch = [=](cudaStream_t s) { layer_norm_forward(e, m, n, x, w, b, y, mean, rstd, s); };
+      return;
+    }
+    case MemKind::kLayerNormBackward: {
+      void *dy = p.p("dy"), *x = p.p("x"), *w = p.p("w"), *dx = p.p("dx");
+      auto *mean = static_cast<float*>(p.p("mean")), *rstd = static_cast<float*>(p.p("rstd"));
+      auto *dw = static_cast<float*>(p.p("dw")), *db = static_cast<float*>(p.p("db"));
+      auto* partials = static_cast<float*>(p.p("partials"));
+      // The statistics backward reads: a forward run over x (w doubles as the bias; dx as y).
+      layer_norm_forward(e, m, n, x, w, w, dx, mean, rstd, stream_);
+      p.launch = [=](cudaStream_t s) { layer_norm_backward(e, m, n, dy, x, w, mean, rstd, dx, dw, db, partials, s); };
+      return;
+    }
+    case MemKind::kGelu: {
+      void *x = p.p("x"), *y = p.p("y");
+      p.launch = [=](cudaStream_t s) { gelu_forward(e, mn, x, y, s); };
+      return;
+    }
+    case MemKind::kGeluBackward: {
+      void *dy = p.p("dy"), *x = p.p("x"), *dx = p.p("dx");
+      p.launch = [=](cudaStream_t s) { gelu_backward(e, mn, dy, x, dx, s); };
+      return;
+    }
+    case MemKind::kAdd: {
+      void *a = p.p("a"), *b = p.p("b"), *y = p.p("y");
+      p.launch = [=](cudaStream_t s) { add(e, mn, a, b, y, s); };
+      return;
+    }
+    case MemKind::kBiasGrad: {
+      void *dy = p.p("dy"), *db = p.p("db");
+      auto* partials = static_cast<float*>(p.p("partials"));
+      p.launch = [=](cudaStream_t s) { bias_grad(e, m, n, dy, db, partials, s); };
+      return;
+    }
+    case MemKind::kCrossEntropy: {
+      void* logits = p.p("logits");
+      auto* targets = static_cast<const int64_t*>(p.p("targets"));
+      auto* loss = static_cast<float*>(p.p("loss"));
+      p.launch = [=](cudaStream_t s) { cross_entropy(e, m, n, logits, targets, loss, s); };
+      return;
+    }
+    case MemKind::kCrossEntropyBackward: {
+      void* x = p.p("x");
+      p.launch = [=](cudaStream_t s) { scale(e, mn, x, kInPlaceScale, s); };
+      return;
+    }
+    case MemKind::kEmbedding: {
+      void *table = p.p("table"), *y = p.p("y");
+      auto* ids = static_cast<const int64_t*>(p.p("ids"));
+      p.launch = [=](cudaStream_t s) { embedding_forward(e, m, n, table, ids, y, s); };
+      return;
+    }
+    case MemKind::kEmbeddingBackward: {
+      void *dy = p.p("dy"), *dtable = p.p("dtable");
+      auto* ids = static_cast<const int64_t*>(p.p("ids"));
+      auto *counts = static_cast<int64_t*>(p.p("counts")), *offsets = static_cast<int64_t*>(p.p("offsets"));
+      auto* order = static_cast<int64_t*>(p.p("order"));
+      const int64_t rows = op.k;
+      p.launch = [=](cudaStream_t s) { embedding_backward(e, m, n, rows, dy, ids, dtable, counts, offsets, order, s); };
+      return;
+    }
+    case MemKind::kCast: {
+      void *x = p.p("x"), *y = p.p("y");
+      switch (cast_kind(op)) {
+        case CastKind::kFp32ToBf16:
+          p.launch = [=](cudaStream_t s) { convert(Elem::kF32, x, Elem::kBf16, y, mn, s); };
+          return;
+        case CastKind::kBf16ToFp32:
+          p.launch = [=](cudaStream_t s) { convert(Elem::kBf16, x, Elem::kF32, y, mn, s); };
+          return;
+        case CastKind::kFp8CastTranspose: {
+          auto* yt = static_cast<e4m3*>(p.p("yt"));
+          auto* amax = static_cast<uint32_t*>(p.p("amax"));
+          p.launch = [=](cudaStream_t s) {
+            CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(uint32_t), s));
+            cast_transpose_e4m3(e, m, n, x, static_cast<e4m3*>(y), yt, amax, s);
+          };
+          return;
+        }
+        case CastKind::kNone: throw Error("GPU backend: unplanned cast");
+      }
+      return;
+    }
+    case MemKind::kGradNorm: {
+      auto* x = static_cast<const float*>(p.p("x"));
+      auto *partials = static_cast<double*>(p.p("partials")), *result = static_cast<double*>(p.p("result"));
+      p.launch = [=](cudaStream_t s) { sum_of_squares(mn, x, partials, result, s); };
+      return;
+    }
+    case MemKind::kScale: {
+      void* x = p.p("x");
+      p.launch = [=](cudaStream_t s) { scale(Elem::kF32, mn, x, kInPlaceScale, s); };
+      return;
+    }
+    case MemKind::kAdamW: {
+      auto *pp = static_cast<float*>(p.p("p")), *g = static_cast<float*>(p.p("g"));
+      auto *mm = static_cast<float*>(p.p("m")), *vv = static_cast<float*>(p.p("v"));
+      const AdamWParams r;
+      const AdamW h{r.lr, r.beta1, r.beta2, r.eps, r.weight_decay, r.step};
+      p.launch = [=](cudaStream_t s) { adamw(mn, pp, g, mm, vv, h, s); };
+      return;
+    }
+  }
+}
+
+double GpuBackend::run_once(const std::function<void(cudaStream_t)>& launch, bool flush) {
+  if (flush) flush_write(flush_.get(), flush_.bytes(), ++flush_value_, stream_);
+  CUDA_CHECK(cudaEventRecord(start_, stream_));
+  launch(stream_);
+  CUDA_CHECK(cudaEventRecord(stop_, stream_));
+  CUDA_CHECK(cudaEventSynchronize(stop_));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+  return static_cast<double>(ms) * 1e-3;
+}
+
+Timing GpuBackend::time_launch(const std::function<void(cudaStream_t)>& launch, const TimingOptions& options) {
+  return summarize_timings(repeat_timed(options, [&] { return run_once(launch, options.flush_cache); }));
+}
+
+Timing GpuBackend::time_op(const Op& op, const TimingOptions& options) {
+  validate(options);
+  CUDA_CHECK(cudaSetDevice(device_));
+  const Prepared p = prepare(op);
+  if (!p.unsupported.empty()) {
+    Timing t;
+    t.supported = false;
+    t.reason = p.unsupported;
+    return t;
+  }
+  return time_launch(p.launch, options);
+}
+
+SequenceTiming GpuBackend::time_sequence(std::span<const Op> ops, const TimingOptions& options) {
+  validate(options);
+  CUDA_CHECK(cudaSetDevice(device_));
+  SequenceTiming result;
+  // Every op's buffers at once, as a step holds them; say so when they do not fit.
+  double need = 0;
+  for (const Op& op : ops) {
+    const std::string why = unsupported(op);
+    if (!why.empty()) {
+      result.supported = false;
+      result.reason = std::string(op.name) + ": " + why;
+      return result;
+    }
+    need += plan_bytes(plan_tensors(op));
+  }
+  const double free = free_bytes();
+  if (need > 0.9 * free) {
+    result.supported = false;
+    result.reason = "the sequence's buffers need " + gib(need) + " of device memory; " + gib(free) + " is free";
+    return result;
+  }
+  std::vector<Prepared> prepared;
+  prepared.reserve(ops.size());
+  for (const Op& op : ops) {
+    prepared.push_back(prepare(op));
+    if (!prepared.back().unsupported.empty()) {
+      result.supported = false;
+      result.reason = std::string(op.name) + ": " + prepared.back().unsupported;
+      return result;
+    }
+  }
+  const Timing whole = time_launch(
+      [&](cudaStream_t s) {
+        for (const auto& p : prepared) p.launch(s);
+      },
+      options);
+  result.total_median_s = whole.median_s;
+  for (const auto& p : prepared) result.per_op.push_back(time_launch(p.launch, options));
+  return result;
+}
+
+Timing GpuBackend::time_copy(double bytes, const TimingOptions& options) {
+  validate(options);
+  CUDA_CHECK(cudaSetDevice(device_));
+  if (!(bytes >= 16)) throw Error("copy bandwidth: " + std::to_string(bytes) + " bytes; at least 16");
+  const size_t n = (static_cast<size_t>(bytes) + 15) / 16 * 16;
+  if (2.0 * double(n) > 0.9 * free_bytes()) {
+    Timing t;
+    t.supported = false;
+    t.reason = "a copy of " + gib(double(n)) + " needs twice that of device memory; " + gib(free_bytes()) + " is free";
+    return t;
+  }
+  DeviceBuffer src(n), dst(n);
+  fill_uniform(src.get(), Elem::kF32, static_cast<int64_t>(n / 4), ++seed_, -1.0f, 1.0f, stream_);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  void *d = dst.get(), *s = src.get();
+  return time_launch([=](cudaStream_t st) { copy_bytes(d, s, n, st); }, options);
+}
+
+// ---- checks ----
+
+CheckResult GpuBackend::check_op(const Op& full) {
+  CUDA_CHECK(cudaSetDevice(device_));
+  CheckResult r;
+  r.reason = unsupported(full);
+  if (!r.reason.empty()) {
+    r.supported = false;
+    return r;
+  }
+  const Op op = check_shape(full);
+  const Prepared p = prepare(op);
+  if (!p.unsupported.empty()) {
+    r.supported = false;
+    r.reason = p.unsupported;
+    return r;
+  }
+  // The inputs as the kernels see them (after the preparation's set-up runs), before the run:
+  // several ops work in place.
+  std::vector<std::pair<std::string, std::vector<float>>> inputs;
+  std::vector<std::vector<int64_t>> ids;
+  for (const auto& t : p.tensors) {
+    if (t.spec.elem == Elem::kI64) {
+      if (t.spec.init == Init::kIds) ids.push_back(download_ids(t));
+      continue;
+    }
+    if (t.spec.init != Init::kNone || t.spec.name == "mean" || t.spec.name == "rstd" || t.spec.name == "o" ||
+        t.spec.name == "lse")
+      inputs.emplace_back(t.spec.name, download(t));
+  }
+  p.launch(stream_);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  r.max_rel_error = compare(op, p, inputs, ids);
+  return r;
+}
+
+double GpuBackend::compare(const Op& op, const Prepared& p,
+                           const std::vector<std::pair<std::string, std::vector<float>>>& inputs,
+                           const std::vector<std::vector<int64_t>>& ids) {
+  auto in = [&](const char* name) -> const std::vector<float>& {
+    for (const auto& [n, v] : inputs)
+      if (n == name) return v;
+    throw Error(std::string("GPU check: no input named ") + name);
+  };
+  auto out = [&](const char* name) { return download(p.t(name)); };
+  auto zeros = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n)); };
+  const int64_t m = op.m, n = op.n, mn = op.m * op.n;
+  double err = 0;
+  auto worst = [&](const std::vector<float>& got, const std::vector<float>& want) {
+    err = std::max(err, max_relative_error(got, want));
+  };
+
+  switch (op.kind) {
+    case OpKind::kGemm: {
+      auto c = zeros(op.m * op.n);
+      gemm_reference(op.m, op.n, op.k, gemm_trans_a(op), gemm_trans_b(op), in("a"), in("b"), c);
+      worst(out("c"), c);
+      return err;
+    }
+    case OpKind::kAttentionFwd: {
+      const int64_t rows = op.batch * op.heads * op.seq;
+      auto o = zeros(rows * op.head_dim), lse = zeros(rows);
+      attention_forward_reference(op.batch, op.heads, op.seq, op.head_dim, in("q"), in("k"), in("v"), o, lse);
+      worst(out("o"), o);
+      worst(out("lse"), lse);
+      return err;
+    }
+    case OpKind::kAttentionBwd: {
+      const int64_t count = op.batch * op.heads * op.seq * op.head_dim;
+      auto dq = zeros(count), dk = zeros(count), dv = zeros(count);
+      attention_backward_reference(op.batch, op.heads, op.seq, op.head_dim, in("q"), in("k"), in("v"), in("do"), dq,
+                                   dk, dv);
+      worst(out("dq"), dq);
+      worst(out("dk"), dk);
+      worst(out("dv"), dv);
+      return err;
+    }
+    case OpKind::kMemoryBound: break;
+  }
+  switch (op.mem) {
+    case MemKind::kNone: break;
+    case MemKind::kLayerNorm: {
+      auto y = zeros(mn), mean = zeros(m), rstd = zeros(m);
+      layer_norm_reference(m, n, in("x"), in("w"), in("b"), y, mean, rstd);
+      worst(out("y"), y);
+      worst(out("mean"), mean);
+      worst(out("rstd"), rstd);
+      return err;
+    }
+    case MemKind::kLayerNormBackward: {
+      auto dx = zeros(mn), dw = zeros(n), db = zeros(n);
+      layer_norm_backward_reference(m, n, in("dy"), in("x"), in("w"), in("mean"), in("rstd"), dx, dw, db);
+      worst(out("dx"), dx);
+      worst(out("dw"), dw);
+      worst(out("db"), db);
+      return err;
+    }
+    case MemKind::kGelu: {
+      auto y = zeros(mn);
+      gelu_reference(in("x"), y);
+      worst(out("y"), y);
+      return err;
+    }
+    case MemKind::kGeluBackward: {
+      auto dx = zeros(mn);
+      gelu_backward_reference(in("dy"), in("x"), dx);
+      worst(out("dx"), dx);
+      return err;
+    }
+    case MemKind::kAdd: {
+      auto y = zeros(mn);
+      add_reference(in("a"), in("b"), y);
+      worst(out("y"), y);
+      return err;
+    }
+    case MemKind::kBiasGrad: {
+      auto db = zeros(n);
+      bias_grad_reference(m, n, in("dy"), db);
+      worst(out("db"), db);
+      return err;
+    }
+    case MemKind::kCrossEntropy: {
+      auto logits = in("logits");
+      auto loss = zeros(m);
+      cross_entropy_reference(m, n, logits, ids.at(0), loss);
+      worst(out("logits"), logits);
+      worst(out("loss"), loss);
+      return err;
+    }
+    case MemKind::kCrossEntropyBackward: {
+      auto x = in("x");
+      scale_reference(x, kInPlaceScale);
+      worst(out("x"), x);
+      return err;
+    }
+    case MemKind::kEmbedding: {
+      auto y = zeros(mn);
+      embedding_reference(m, n, op.k, in("table"), ids.at(0), y);
+      worst(out("y"), y);
+      return err;
+    }
+    case MemKind::kEmbeddingBackward: {
+      auto dtable = zeros(op.k * n);
+      embedding_backward_reference(m, n, op.k, in("dy"), ids.at(0), dtable);
+      worst(out("dtable"), dtable);
+      return err;
+    }
+    case MemKind::kCast:
+      switch (cast_kind(op)) {
+        case CastKind::kFp32ToBf16: {
+          std::vector<uint16_t> bits(static_cast<size_t>(mn));
+          cast_fp32_to_bf16_reference(in("x"), bits);
+          std::vector<float> y(bits.size());
+          for (size_t i = 0; i < bits.size(); ++i) y[i] = bf16_to_float(bits[i]);
+          worst(out("y"), y);
+          return err;
+        }
+        case CastKind::kBf16ToFp32: {
+          const auto& x = in("x");  // bf16 values, already widened exactly
+          std::vector<uint16_t> bits(x.size());
+          for (size_t i = 0; i < x.size(); ++i) bits[i] = float_to_bf16(x[i]);
+          auto y = zeros(mn);
+          cast_bf16_to_fp32_reference(bits, y);
+          worst(out("y"), y);
+          return err;
+        }
+        case CastKind::kFp8CastTranspose: {
+          // No fp8 in the reference kernels: the expected values are the round-to-nearest-even,
+          // saturating e4m3 encodings of the inputs (common.cuh), and the transpose of them.
+          const auto& x = in("x");
+          std::vector<float> y(x.size()), yt(x.size());
+          float amax = 0;
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              const float v = x[static_cast<size_t>(i * n + j)];
+              const float q = e4m3_to_float(float_to_e4m3(v));
+              y[static_cast<size_t>(i * n + j)] = q;
+              yt[static_cast<size_t>(j * m + i)] = q;
+              amax = std::max(amax, std::fabs(v));
+            }
+          worst(out("y"), y);
+          worst(out("yt"), yt);
+          uint32_t bits = 0;
+          CUDA_CHECK(cudaMemcpy(&bits, p.p("amax"), 4, cudaMemcpyDeviceToHost));
+          worst({bits_to_float(bits)}, {amax});
+          return err;
+        }
+        case CastKind::kNone: break;
+      }
+      throw Error("GPU check: unplanned cast");
+    case MemKind::kGradNorm: {
+      const double want = sum_of_squares_reference(in("x"));
+      const double got = download_f64(p.t("result"));
+      return std::fabs(got - want) / std::max(std::fabs(want), kErrorScaleFloor);
+    }
+    case MemKind::kScale: {
+      auto x = in("x");
+      scale_reference(x, kInPlaceScale);
+      worst(out("x"), x);
+      return err;
+    }
+    case MemKind::kAdamW: {
+      auto pp = in("p"), mm = in("m"), vv = in("v");
+      adamw_reference(pp, in("g"), mm, vv, AdamWParams{});
+      worst(out("p"), pp);
+      worst(out("m"), mm);
+      worst(out("v"), vv);
+      return err;
+    }
+  }
+  throw Error("GPU check: unknown op kind");
+}
+
+}  // namespace
+}  // namespace tpsim::TPSIM_GPU_NS
+
+namespace tpsim {
+
+#if defined(TPSIM_HIP)
+std::unique_ptr<Backend> make_hip_backend(int index)
+#else
+std::unique_ptr<Backend> make_cuda_backend(int index)
+#endif
+{
+  using namespace TPSIM_GPU_NS;
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky error of the failed query
+    throw Error(std::string("no ") + kApi + " device: the device count query failed with " +
+                cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
+  }
+  if (count == 0) throw Error(std::string("no ") + kApi + " device: the runtime found none");
+  if (index < 0 || index >= count)
+    throw Error("--device-index " + std::to_string(index) + ": this machine has " + std::to_string(count) + " " +
+                kApi + " device" + (count == 1 ? "" : "s") + " (0.." + std::to_string(count - 1) + ")");
+  return std::make_unique<GpuBackend>(index);
+}
+
+}  // namespace tpsim

@@ -1,0 +1,20 @@
+// The NCCL communicator: kernels/comm.hpp's collectives on device buffers, one GPU per rank,
+// bootstrapped over MPI (rank 0 creates the NCCL unique id and broadcasts it). Built when NCCL and
+// MPI were both found (TPSIM_HAVE_NCCL_COMM).
+#pragma once
+
+#include <memory>
+
+#include "kernels/comm.hpp"
+
+namespace tpsim {
+
+#ifdef TPSIM_HAVE_NCCL_COMM
+// The communicator over MPI_COMM_WORLD's ranks (MPI is initialised on first use, as
+// make_mpi_communicator does). Each rank takes GPU `device_index`, or, when it is -1, its rank
+// among the ranks on its node modulo the node's GPUs. Error, on every rank that finds it, when
+// there is no CUDA device.
+std::unique_ptr<Communicator> make_nccl_communicator(int device_index = -1);
+#endif
+
+}  // namespace tpsim
