@@ -158,9 +158,11 @@ std::vector<Op> gemm_variants() {
       op.dtype = d;
       op.trans_a = layout & 1;
       op.trans_b = layout & 2;
-      op.m = 131;
-      op.n = 77;
-      op.k = d == DType::kFp8 ? 144 : 203;
+      // Ragged for the tiles; fp8 needs 16-byte leading dimensions, so multiples of 16 there.
+      const bool fp8 = d == DType::kFp8;
+      op.m = fp8 ? 144 : 131;
+      op.n = fp8 ? 80 : 77;
+      op.k = fp8 ? 144 : 203;
       op.kernels = 1;
       v.push_back(op);
     }
