@@ -21,6 +21,7 @@
 #include "kernels/cuda/formats.hpp"
 #include "kernels/cuda/gemm_layout.hpp"
 #include "kernels/cuda/gpu_backend.hpp"
+#include "kernels/cuda/nccl_comm.hpp"
 #include "kernels/reference.hpp"
 #include "model/ops.hpp"
 
@@ -364,6 +365,19 @@ BOOST_AUTO_TEST_CASE(a_missing_gpu_backend_or_device_is_a_clear_error) {
       BOOST_TEST(d.why_not.find("this build has no " + name + " backend") != std::string::npos, d.why_not);
   }
 }
+
+#ifdef TPSIM_HAVE_NCCL_COMM
+BOOST_AUTO_TEST_CASE(the_nccl_communicator_without_a_device_is_a_clear_error) {
+  if (device(BackendKind::kCuda).backend) {
+    BOOST_TEST_MESSAGE("CUDA device present: the NCCL communicator is not checked here (it needs mpirun)");
+    return;
+  }
+  BOOST_CHECK_EXCEPTION(make_nccl_communicator(), Error, [](const Error& e) {
+    BOOST_TEST_MESSAGE(e.what());
+    return std::string(e.what()).rfind("NCCL communicator: no CUDA device", 0) == 0;
+  });
+}
+#endif
 
 BOOST_AUTO_TEST_SUITE_END()
 

@@ -73,6 +73,9 @@ LtMatmul::LtMatmul(cublasLtHandle_t handle, DType dtype, int64_t m, int64_t n, i
     const float ones[2] = {1.0f, 1.0f};
     CUDA_CHECK(cudaMalloc(&scales_, sizeof ones));
     CUDA_CHECK(cudaMemcpy(scales_, ones, sizeof ones, cudaMemcpyHostToDevice));
+    // A pageable copy may return before its DMA lands, and the matmuls run on a non-blocking
+    // stream that does not wait for the legacy stream.
+    CUDA_CHECK(cudaDeviceSynchronize());
     const float* a_scale = scales_;  // cuBLASLt's A is our B; both scales are 1
     const float* b_scale = scales_ + 1;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));

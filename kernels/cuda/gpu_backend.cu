@@ -32,7 +32,7 @@
 #include <cudnn.h>
 #endif
 #if defined(TPSIM_HAVE_NCCL)
-#include <nccl.h>
+#include "kernels/cuda/nccl_check.hpp"
 #endif
 #endif
 
@@ -546,7 +546,8 @@ BackendInfo GpuBackend::info() const {
 #endif
 #if defined(TPSIM_HAVE_NCCL)
   int nccl = 0;
-  if (ncclGetVersion(&nccl) == ncclSuccess) i.library_versions += ", NCCL " + version3(nccl, 10000);
+  NCCL_CHECK(ncclGetVersion(&nccl));
+  i.library_versions += ", NCCL " + version3(nccl, 10000);
 #endif
 #endif
   i.compute_units = prop_.multiProcessorCount;

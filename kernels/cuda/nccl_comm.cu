@@ -3,7 +3,6 @@
 // MPI barrier; every repetition counts the slowest rank (MPI_Allreduce of the maximum), so all
 // ranks see the same samples and stop after the same repetition (kernels/timing.hpp).
 #include <mpi.h>
-#include <nccl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,15 +12,11 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gpu_kernels.cuh"
+#include "kernels/cuda/nccl_check.hpp"
 #include "kernels/cuda/nccl_comm.hpp"
 #include "kernels/timing.hpp"
 
 namespace tpsim::TPSIM_GPU_NS {
-
-[[noreturn]] void throw_nccl_error(ncclResult_t status, const char* statement, const char* file, int line) {
-  throw Error(std::string("NCCL error ") + std::to_string(static_cast<int>(status)) + " (" +
-              ncclGetErrorString(status) + ") in `" + statement + "` at " + file + ":" + std::to_string(line));
-}
 
 [[noreturn]] void throw_mpi_error(int code, const char* statement, const char* file, int line) {
   char message[MPI_MAX_ERROR_STRING];
@@ -32,13 +27,6 @@ namespace tpsim::TPSIM_GPU_NS {
 }
 
 }  // namespace tpsim::TPSIM_GPU_NS
-
-#define NCCL_CHECK(statement)                                                             \
-  do {                                                                                    \
-    const ncclResult_t tpsim_status_ = (statement);                                       \
-    if (tpsim_status_ != ncclSuccess)                                                     \
-      ::tpsim::TPSIM_GPU_NS::throw_nccl_error(tpsim_status_, #statement, __FILE__, __LINE__); \
-  } while (0)
 
 #define MPI_CHECK(statement)                                                             \
   do {                                                                                   \
@@ -224,6 +212,7 @@ class NcclCommunicator final : public Communicator {
     Floats send(c.send), recv(c.recv);
     const std::vector<float> mine = input_of(rank_);
     CUDA_CHECK(cudaMemcpy(send.get(), mine.data(), mine.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());  // the pageable copy has landed before the collective's stream reads it
     run(kind, send, recv);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::vector<float> got(static_cast<size_t>(c.recv));
