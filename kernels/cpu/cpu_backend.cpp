@@ -1,0 +1,184 @@
+// The CPU measurement backend: runs the simulator's ops with the Eigen/OpenMP kernels of
+// cpu_kernels.cpp on all hardware threads and times them on the host's monotonic clock.
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "io/error.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/cpu_ops.hpp"
+#include "kernels/factory.hpp"
+#include "kernels/timing.hpp"
+
+namespace tpsim {
+namespace {
+
+// Buffers may take at most this share of the memory the kernel reports available, leaving room
+// for the rest of the process and the page cache.
+constexpr double kUsableMemoryShare = 0.8;
+
+std::string name_of(const Op& op) { return op.name ? op.name : "(unnamed op)"; }
+
+// The value of `key` in a "key : value" file such as /proc/cpuinfo, or "".
+std::string proc_field(const char* path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string k = line.substr(0, colon);
+    k.erase(k.find_last_not_of(" \t") + 1);
+    if (k != key) continue;
+    std::string v = line.substr(colon + 1);
+    v.erase(0, v.find_first_not_of(" \t"));
+    return v;
+  }
+  return "";
+}
+
+// /proc/meminfo gives kB (KiB); 0 when the field is missing.
+double meminfo_bytes(const std::string& key) {
+  const std::string v = proc_field("/proc/meminfo", key);
+  return v.empty() ? 0.0 : std::stod(v) * 1024.0;
+}
+
+std::string cpu_model_name() {
+  std::string name = proc_field("/proc/cpuinfo", "model name");  // x86
+  if (name.empty()) name = proc_field("/proc/cpuinfo", "Model");  // some Arm boards
+  return name.empty() ? "unknown CPU" : name;
+}
+
+std::string openmp_version() {
+  switch (_OPENMP) {
+    case 201511: return "OpenMP 4.5";
+    case 201811: return "OpenMP 5.0";
+    case 202011: return "OpenMP 5.1";
+    case 202111: return "OpenMP 5.2";
+    default: return "OpenMP " + std::to_string(_OPENMP);
+  }
+}
+
+std::string gib(double bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return s;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() : threads_(static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
+    cpu::set_threads(threads_);
+  }
+
+  BackendInfo info() const override {
+    BackendInfo i;
+    i.backend = "cpu";
+    i.device_name = cpu_model_name() + " (" + std::to_string(threads_) + " threads)";
+    i.driver_version = "-";
+    i.library_versions = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
+                         "." + std::to_string(EIGEN_MINOR_VERSION) + ", " + openmp_version();
+    i.compute_units = threads_;
+    i.memory_bytes = meminfo_bytes("MemTotal");
+    return i;
+  }
+
+  std::string unsupported(const Op& op) const override {
+    std::string why = cpu::unsupported_reason(op);
+    if (why.empty()) why = memory_shortfall(cpu::op_buffer_bytes(op));
+    return why;
+  }
+
+  Timing time_op(const Op& op, const TimingOptions& options) override {
+    validate(options);
+    if (std::string why = unsupported(op); !why.empty()) return unsupported_timing(why);
+    const auto cpu_op = cpu::make_cpu_op(op, next_seed());
+    return summarize_timings(repeat_timed(options, [&] { return timed_run(*cpu_op); }));
+  }
+
+  SequenceTiming time_sequence(std::span<const Op> ops, const TimingOptions& options) override {
+    validate(options);
+    SequenceTiming result;
+    double bytes = 0;
+    for (const Op& op : ops) {
+      const std::string why = cpu::unsupported_reason(op);
+      if (!why.empty() && result.supported) {
+        result.supported = false;
+        result.reason = name_of(op) + ": " + why;
+      }
+      result.per_op.push_back(why.empty() ? Timing{} : unsupported_timing(why));
+      bytes += cpu::op_buffer_bytes(op);
+    }
+    if (result.supported) {
+      if (std::string why = memory_shortfall(bytes); !why.empty()) {
+        result.supported = false;
+        result.reason = "the sequence's buffers: " + why;
+      }
+    }
+    if (!result.supported) return result;
+
+    // Every op keeps its own buffers, as a training step's ops do.
+    std::vector<std::unique_ptr<cpu::CpuOp>> cpu_ops;
+    for (const Op& op : ops) cpu_ops.push_back(cpu::make_cpu_op(op, next_seed()));
+    for (size_t i = 0; i < cpu_ops.size(); ++i)
+      result.per_op[i] = summarize_timings(repeat_timed(options, [&] { return timed_run(*cpu_ops[i]); }));
+    const std::vector<double> totals_s = repeat_timed(options, [&] {
+      const double start_s = host_seconds();
+      for (const auto& cpu_op : cpu_ops) cpu_op->run();
+      return host_seconds() - start_s;
+    });
+    result.total_median_s = median(totals_s);
+    return result;
+  }
+
+  CheckResult check_op(const Op& op) override {
+    CheckResult result;
+    if (std::string why = unsupported(op); !why.empty()) {
+      result.supported = false;
+      result.reason = why;
+      return result;
+    }
+    result.max_rel_error = cpu::make_cpu_op(op, next_seed())->check();
+    return result;
+  }
+
+ private:
+  static Timing unsupported_timing(const std::string& why) {
+    Timing t;
+    t.supported = false;
+    t.reason = why;
+    return t;
+  }
+
+  static double timed_run(cpu::CpuOp& op) {
+    const double start_s = host_seconds();
+    op.run();
+    return host_seconds() - start_s;
+  }
+
+  static std::string memory_shortfall(double bytes) {
+    const double available = meminfo_bytes("MemAvailable");
+    if (available <= 0 || bytes <= kUsableMemoryShare * available) return "";
+    return "its buffers need " + gib(bytes) + ", more than " + gib(kUsableMemoryShare * available) +
+           " (80% of the memory available)";
+  }
+
+  // Each op's buffers get their own seeds (an op uses up to 16 consecutive ones): fresh values for
+  // every op, the same values in every run of the program.
+  uint64_t next_seed() {
+    seed_ += 16;
+    return seed_;
+  }
+
+  int threads_;
+  uint64_t seed_ = 0x5eed;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace tpsim

@@ -1,0 +1,59 @@
+// The CPU backend's kernels: Eigen GEMMs and OpenMP-parallel, vectorised loops for attention and
+// the memory-bound ops, fp32. Layouts and semantics are those of kernels/reference.hpp, which
+// checks every one of them. Pointers are to contiguous buffers of the sizes the layouts imply.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/reference.hpp"
+
+namespace tpsim::cpu {
+
+// Threads the kernels use (Eigen's GEMM and the OpenMP loops); set once by the backend.
+void set_threads(int threads);
+int threads();
+
+// C[m,n] = op(A)[m,k] * op(B)[k,n], row-major, Eigen's blocked GEMM over all threads.
+void gemm_eigen(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, const float* a, const float* b,
+                float* c);
+
+// Causal attention, FlashAttention-2's blocking (Dao 2023): each thread takes a block of queries
+// and streams the key blocks up to the diagonal through an online softmax, so the scratch is
+// O(block * block + block * head_dim) per thread and never O(seq^2).
+void attention_forward_cpu(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const float* q,
+                           const float* k, const float* v, float* o, float* lse);
+// Recomputes each block's probabilities from lse; one (batch, head) per thread, key blocks in the
+// outer loop so dK and dV accumulate in registers-sized scratch and dQ without races.
+void attention_backward_cpu(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const float* q,
+                            const float* k, const float* v, const float* o, const float* lse, const float* d_o,
+                            float* dq, float* dk, float* dv);
+
+void layer_norm_cpu(int64_t m, int64_t n, const float* x, const float* w, const float* b, float* y, float* mean,
+                    float* rstd);
+void layer_norm_backward_cpu(int64_t m, int64_t n, const float* dy, const float* x, const float* w,
+                             const float* mean, const float* rstd, float* dx, float* dw, float* db);
+
+void gelu_cpu(int64_t elements, const float* x, float* y);
+void gelu_backward_cpu(int64_t elements, const float* dy, const float* x, float* dx);
+void add_cpu(int64_t elements, const float* a, const float* b, float* y);
+void bias_grad_cpu(int64_t m, int64_t n, const float* dy, float* db);
+
+void cross_entropy_cpu(int64_t m, int64_t n, float* logits, const int64_t* targets, float* loss);
+void scale_cpu(int64_t elements, float* x, float c);
+
+void embedding_cpu(int64_t m, int64_t n, const float* table, const int64_t* ids, float* y);
+void embedding_backward_cpu(int64_t m, int64_t n, int64_t rows, const float* dy, const int64_t* ids, float* dtable);
+
+void cast_fp32_to_bf16_cpu(int64_t elements, const float* x, uint16_t* y);
+void cast_bf16_to_fp32_cpu(int64_t elements, const uint16_t* x, float* y);
+
+double sum_of_squares_cpu(int64_t elements, const float* x);
+void adamw_cpu(int64_t elements, float* p, const float* g, float* m, float* v, const AdamWParams& h);
+
+// Uniform values in [lo, hi) from (seed, index) alone, so the threads that fill a buffer do not
+// change its contents; never exactly 0 when lo < 0 < hi (the grid is offset by half a step).
+void fill_uniform(float* x, int64_t elements, float lo, float hi, uint64_t seed);
+// Integers in [0, bound).
+void fill_indices(int64_t* x, int64_t elements, int64_t bound, uint64_t seed);
+
+}  // namespace tpsim::cpu

@@ -1,0 +1,298 @@
+// The CPU backend: every op the simulator builds, run by the Eigen/OpenMP kernels and compared
+// with the plain reference kernels on the same random inputs; formats it cannot run reported as
+// unsupported; timings that honour their options.
+#define BOOST_TEST_MODULE kernels_cpu
+#include <boost/test/unit_test.hpp>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "io/error.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/reference.hpp"
+#include "kernels/timing.hpp"
+#include "model/ops.hpp"
+
+using namespace tpsim;
+namespace tt = boost::test_tools;
+
+namespace {
+// Largest error relative to each output's scale (reference.hpp: max_relative_error), per kind of
+// kernel. fp32 has a unit roundoff of 6e-8; the bounds leave room for the accumulation order
+// (blocked GEMM, per-thread partial sums, the online softmax) but not for a wrong formula.
+constexpr double kGemmRelTol = 1e-5;
+constexpr double kAttentionRelTol = 1e-4;      // online softmax rescaling, fp32 exp
+constexpr double kNormRelTol = 1e-5;           // row statistics in fp32, two passes
+constexpr double kNormBackwardRelTol = 1e-4;   // dw, db: column sums over the rows
+constexpr double kElementwiseRelTol = 1e-5;    // Eigen's vectorised tanh and exp
+constexpr double kReductionRelTol = 1e-5;      // fp32 sums over rows or chunks
+constexpr double kOptimizerRelTol = 1e-4;      // the AdamW step itself, taken from p' - p
+constexpr double kExact = 0.0;                 // copies, gathers and bf16 conversions
+
+// The tiny model of the brief: d_model 64, 4 heads, 2 layers, vocabulary 512.
+const ModelConfig kTiny{"t", 64, 4, 2, 4.0, 512, true, false};
+
+double tolerance(const Op& op) {
+  switch (op.kind) {
+    case OpKind::kGemm: return kGemmRelTol;
+    case OpKind::kAttentionFwd:
+    case OpKind::kAttentionBwd: return kAttentionRelTol;
+    case OpKind::kMemoryBound: break;
+  }
+  switch (op.mem) {
+    case MemKind::kLayerNorm: return kNormRelTol;
+    case MemKind::kLayerNormBackward: return kNormBackwardRelTol;
+    case MemKind::kGelu:
+    case MemKind::kGeluBackward:
+    case MemKind::kCrossEntropy: return kElementwiseRelTol;
+    case MemKind::kBiasGrad:
+    case MemKind::kGradNorm:
+    case MemKind::kEmbeddingBackward: return kReductionRelTol;
+    case MemKind::kAdamW: return kOptimizerRelTol;
+    case MemKind::kAdd:
+    case MemKind::kCrossEntropyBackward:
+    case MemKind::kScale:
+    case MemKind::kEmbedding:
+    case MemKind::kCast: return kExact;
+    case MemKind::kNone: break;
+  }
+  return -1;
+}
+
+// Every op a training step of `precision` builds: embeddings, one block forward and backward, the
+// head, the optimizer and FSDP's casts (a bf16 gather and a fp32 gradient reduction, sharded 2 ways).
+OpList step_ops(Precision precision, int64_t batch, int64_t seq, int part) {
+  const BlockShape s = block_shape(kTiny, batch, seq, precision);
+  OpList ops;
+  switch (part) {
+    case 0: block_forward_ops(s, ops); break;
+    case 1: block_backward_ops(s, ops); break;
+    case 2:
+      embedding_forward_ops(s, ops);
+      embedding_backward_ops(s, ops);
+      head_forward_ops(s, ops);
+      head_backward_ops(s, ops);
+      break;
+    case 3:
+      optimizer_ops(20000, ops);
+      fsdp_pre_gather_ops(30000, 2, 2.0, ops);
+      fsdp_pre_reduce_ops(30000, 2, 2.0, 4.0, ops);
+      break;
+  }
+  return ops;
+}
+constexpr int kStepParts = 4;
+
+std::unique_ptr<Backend> cpu_backend() { return make_backend(BackendKind::kCpu); }
+
+float from_bits(uint32_t u) { return std::bit_cast<float>(u); }
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_op_of_a_tiny_fp32_step_matches_the_reference) {
+  auto backend = cpu_backend();
+  std::set<OpKind> kinds;
+  std::set<MemKind> mems;
+  for (int part = 0; part < kStepParts; ++part) {
+    for (const Op& op : step_ops(Precision::kFp32, 2, 32, part)) {
+      BOOST_TEST_CONTEXT("op " << op.name) {
+        BOOST_TEST(backend->unsupported(op) == "");
+        const CheckResult r = backend->check_op(op);
+        BOOST_TEST_REQUIRE(r.supported);
+        BOOST_TEST(std::isfinite(r.max_rel_error));
+        BOOST_TEST(r.max_rel_error <= tolerance(op));
+        kinds.insert(op.kind);
+        mems.insert(op.mem);
+      }
+    }
+  }
+  BOOST_TEST(kinds.size() == 4u);  // GEMM, attention forward and backward, memory-bound
+  for (MemKind m : {MemKind::kLayerNorm, MemKind::kLayerNormBackward, MemKind::kGelu, MemKind::kGeluBackward,
+                    MemKind::kAdd, MemKind::kBiasGrad, MemKind::kCrossEntropy, MemKind::kCrossEntropyBackward,
+                    MemKind::kEmbedding, MemKind::kEmbeddingBackward, MemKind::kCast, MemKind::kGradNorm,
+                    MemKind::kScale, MemKind::kAdamW})
+    BOOST_TEST(mems.count(m) == 1u, "memory-bound kind " << static_cast<int>(m) << " was not checked");
+}
+
+BOOST_AUTO_TEST_CASE(gemm_layouts_and_ragged_attention_blocks_match_the_reference) {
+  auto backend = cpu_backend();
+  OpList gemms;
+  block_forward_ops(block_shape(kTiny, 1, 32, Precision::kFp32), gemms);
+  Op g = *gemms.begin();
+  for (const Op& op : gemms)
+    if (op.kind == OpKind::kGemm) g = op;
+  g.m = 37, g.n = 29, g.k = 53;  // no dimension a multiple of a SIMD width or Eigen's blocks
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      g.trans_a = ta, g.trans_b = tb;
+      BOOST_TEST_CONTEXT("trans_a " << ta << " trans_b " << tb) {
+        BOOST_TEST(backend->check_op(g).max_rel_error <= kGemmRelTol);
+      }
+    }
+  // A sequence that ends inside a 64-token block, an odd head size and one sequence.
+  ModelConfig odd{"odd", 72, 3, 1, 4.0, 512, true, false};
+  OpList ops;
+  block_forward_ops(block_shape(odd, 1, 100, Precision::kFp32), ops);
+  block_backward_ops(block_shape(odd, 1, 100, Precision::kFp32), ops);
+  int attention_ops = 0;
+  for (const Op& op : ops) {
+    if (op.kind != OpKind::kAttentionFwd && op.kind != OpKind::kAttentionBwd) continue;
+    ++attention_ops;
+    BOOST_TEST_CONTEXT("op " << op.name) { BOOST_TEST(backend->check_op(op).max_rel_error <= kAttentionRelTol); }
+  }
+  BOOST_TEST(attention_ops == 2);
+}
+
+BOOST_AUTO_TEST_CASE(bf16_casts_round_to_nearest_even) {
+  // Values and their bf16 by hand: ties go to the even mantissa; past the largest finite bf16
+  // plus half an ulp rounds to infinity; NaN stays NaN.
+  const std::vector<std::pair<uint32_t, uint16_t>> cases = {
+      {0x3F800000u, 0x3F80},  // 1
+      {0x3F808000u, 0x3F80},  // 1 + 2^-8: a tie, 0x3F80 is even
+      {0x3F818000u, 0x3F82},  // 1 + 3 * 2^-8: a tie, 0x3F81 is odd
+      {0x3F808001u, 0x3F81},  // just above the tie
+      {0xBF807FFFu, 0xBF80},  // just below the tie, negative
+      {0x7F7FFFFFu, 0x7F80},  // largest float -> +inf
+      {0xFF800000u, 0xFF80},  // -inf
+      {0x00000001u, 0x0000},  // smallest denormal -> +0
+  };
+  std::vector<float> x;
+  for (const auto& c : cases) x.push_back(from_bits(c.first));
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  std::vector<uint16_t> fast(x.size()), ref(x.size());
+  cpu::cast_fp32_to_bf16_cpu(static_cast<int64_t>(x.size()), x.data(), fast.data());
+  cast_fp32_to_bf16_reference(x, ref);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    BOOST_TEST_CONTEXT("fp32 bits " << std::hex << cases[i].first) {
+      BOOST_TEST(ref[i] == cases[i].second);
+      BOOST_TEST(fast[i] == cases[i].second);
+    }
+  }
+  const auto is_nan = [](uint16_t b) { return (b & 0x7F80) == 0x7F80 && (b & 0x7F) != 0; };
+  BOOST_TEST(is_nan(ref.back()));
+  BOOST_TEST(is_nan(fast.back()));
+}
+
+BOOST_AUTO_TEST_CASE(other_formats_are_unsupported_not_errors) {
+  auto backend = cpu_backend();
+  const TimingOptions quick{0, 1, 1, 0.0, 1.0, false};
+  int checked = 0;
+  for (Precision p : {Precision::kAmpBf16, Precision::kAmpFp16, Precision::kAmpFp8}) {
+    for (int part = 0; part < kStepParts - 1; ++part) {
+      for (const Op& op : step_ops(p, 2, 32, part)) {
+        BOOST_TEST_CONTEXT("precision " << to_string(p) << " op " << op.name) {
+          const std::string why = backend->unsupported(op);
+          BOOST_TEST(why.find(std::string(to_string(op.dtype))) != std::string::npos);
+          BOOST_TEST(!backend->check_op(op).supported);
+          const Timing t = backend->time_op(op, quick);
+          BOOST_TEST(!t.supported);
+          BOOST_TEST(t.reason == why);
+          ++checked;
+        }
+      }
+    }
+  }
+  BOOST_TEST(checked > 50);
+  Op tf32 = *step_ops(Precision::kFp32, 2, 32, 0).begin();
+  tf32.dtype = DType::kTf32;
+  BOOST_TEST(backend->unsupported(tf32).find("tf32") != std::string::npos);
+  const SequenceTiming seq = backend->time_sequence(std::vector<Op>{tf32}, quick);
+  BOOST_TEST(!seq.supported);
+  BOOST_TEST(seq.reason.find(tf32.name) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(timings_are_positive_and_honour_their_options) {
+  auto backend = cpu_backend();
+  for (const Op& op : step_ops(Precision::kFp32, 2, 32, 0)) {
+    BOOST_TEST_CONTEXT("op " << op.name) {
+      // Stops as soon as min_repetitions are in: min_seconds is already met.
+      const Timing t = backend->time_op(op, TimingOptions{1, 7, 50, 0.0, 10.0, false});
+      BOOST_TEST_REQUIRE(t.supported);
+      BOOST_TEST(t.repetitions == 7);
+      BOOST_TEST(t.median_s > 0);
+      BOOST_TEST(std::isfinite(t.median_s));
+      BOOST_TEST(t.p10_s <= t.median_s);
+      BOOST_TEST(t.median_s <= t.p90_s);
+    }
+  }
+  const Op op = *step_ops(Precision::kFp32, 2, 32, 0).begin();
+  // min_seconds out of reach: runs until max_repetitions.
+  BOOST_TEST(backend->time_op(op, TimingOptions{0, 3, 11, 1e6, 1e6, false}).repetitions == 11);
+  // max_seconds spent at once: min_repetitions still run.
+  BOOST_TEST(backend->time_op(op, TimingOptions{2, 4, 100, 1e6, 0.0, false}).repetitions == 4);
+}
+
+BOOST_AUTO_TEST_CASE(a_sequence_takes_about_the_sum_of_its_ops) {
+  // Ops of 0.1 to 1 ms (512 tokens of d_model 256), so that timer resolution and thread start-up
+  // are small beside each. Timed alone, an op repeats on buffers its last run left in cache; in
+  // the sequence the other ops' buffers have evicted them. On a shared machine a descheduled
+  // thread also costs a scheduler tick (4 ms): each op's median skips such runs when they are
+  // rarer than one in two, the sequence's median, ten times as exposed, may not. Hence a factor,
+  // not a percentage, and the best of a few attempts.
+  constexpr double kSequenceFactor = 2.0;
+  constexpr int kAttempts = 3;
+  auto backend = cpu_backend();
+  const ModelConfig m{"s", 256, 4, 1, 4.0, 4096, true, false};
+  OpList ops;
+  block_forward_ops(block_shape(m, 2, 256, Precision::kFp32), ops);
+  const std::vector<Op> list(ops.begin(), ops.end());
+  double best_ratio = 0, best_total_s = 0, best_sum_s = 0;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    const SequenceTiming st = backend->time_sequence(list, TimingOptions{2, 5, 100, 0.05, 1.0, false});
+    BOOST_TEST_REQUIRE(st.supported);
+    BOOST_TEST_REQUIRE(st.per_op.size() == list.size());
+    double sum_s = 0;
+    for (const Timing& t : st.per_op) {
+      BOOST_TEST(t.supported);
+      BOOST_TEST(t.median_s > 0);
+      sum_s += t.median_s;
+    }
+    BOOST_TEST_REQUIRE(st.total_median_s > 0);
+    const double ratio = st.total_median_s / sum_s;
+    if (attempt == 0 || std::fabs(std::log(ratio)) < std::fabs(std::log(best_ratio)))
+      best_ratio = ratio, best_total_s = st.total_median_s, best_sum_s = sum_s;
+    if (std::fabs(std::log(best_ratio)) <= std::log(kSequenceFactor)) break;
+  }
+  BOOST_TEST(best_ratio <= kSequenceFactor);
+  BOOST_TEST(best_ratio >= 1.0 / kSequenceFactor);
+  BOOST_TEST_MESSAGE("sequence of " << list.size() << " ops: " << best_total_s * 1e3 << " ms end to end, "
+                                    << best_sum_s * 1e3 << " ms summed");
+}
+
+BOOST_AUTO_TEST_CASE(bad_input_is_an_error) {
+  BOOST_CHECK_THROW(make_backend(BackendKind::kCpu, 1), Error);
+  auto backend = cpu_backend();
+  Op op = *step_ops(Precision::kFp32, 2, 32, 0).begin();
+  op.m = 0;
+  BOOST_CHECK_THROW(backend->time_op(op, TimingOptions{}), Error);
+  BOOST_CHECK_THROW(backend->check_op(op), Error);
+  const Op good = *step_ops(Precision::kFp32, 2, 32, 0).begin();
+  BOOST_CHECK_THROW(backend->time_op(good, TimingOptions{-1, 5, 200, 0.02, 1.0, true}), Error);
+  BOOST_CHECK_THROW(backend->time_op(good, TimingOptions{3, 5, 4, 0.02, 1.0, true}), Error);
+  BOOST_CHECK_THROW(backend->time_op(good, TimingOptions{3, 0, 4, 0.02, 1.0, true}), Error);
+}
+
+BOOST_AUTO_TEST_CASE(info_names_the_cpu_and_its_libraries) {
+  const BackendInfo i = cpu_backend()->info();
+  BOOST_TEST(i.backend == "cpu");
+  BOOST_TEST(i.compute_units >= 1);
+  BOOST_TEST(i.memory_bytes > 0);
+  BOOST_TEST(i.device_name.find("threads") != std::string::npos);
+  BOOST_TEST(i.library_versions.rfind("Eigen 3.", 0) == 0u);
+  BOOST_TEST_MESSAGE(i.device_name << "; " << i.library_versions);
+}
+
+BOOST_AUTO_TEST_CASE(percentiles_interpolate_between_order_statistics) {
+  constexpr double kExactTol = 1e-12;
+  BOOST_TEST(median({3.0, 1.0, 2.0}) == 2.0, tt::tolerance(kExactTol));
+  BOOST_TEST(median({4.0, 1.0, 3.0, 2.0}) == 2.5, tt::tolerance(kExactTol));
+  BOOST_TEST(percentile({1.0, 2.0, 3.0, 4.0, 5.0}, 0.1) == 1.4, tt::tolerance(kExactTol));
+  BOOST_TEST(percentile({1.0, 2.0, 3.0, 4.0, 5.0}, 1.0) == 5.0, tt::tolerance(kExactTol));
+  BOOST_CHECK_THROW(median({}), Error);
+  const Timing t = summarize_timings({5.0, 1.0, 3.0});
+  BOOST_TEST(t.repetitions == 3);
+  BOOST_TEST(t.median_s == 3.0, tt::tolerance(kExactTol));
+}
