@@ -59,7 +59,32 @@ DeviceProfile parse_profile_json(const std::string& text, const std::string& ori
   }
   for (const auto& [key, value] : j.items())
     if (key != "format" && key != "version" && key != "device" && key != "parameters") p.extra[key] = value;
+  prediction_interval(p);  // a malformed interval is an error here, not at first use
   return p;
+}
+
+std::optional<PredictionInterval> prediction_interval(const DeviceProfile& profile) {
+  if (!profile.extra.contains("prediction_interval")) return std::nullopt;
+  const json& j = profile.extra["prediction_interval"];
+  const std::string where = profile.origin.empty() ? "profile" : profile.origin;
+  if (!j.is_object() || !j.contains("p10") || !j.contains("p90") || !j["p10"].is_number() || !j["p90"].is_number())
+    throw Error(where + ": \"prediction_interval\" needs numeric \"p10\" and \"p90\"");
+  PredictionInterval i;
+  i.p10 = j["p10"].get<double>();
+  i.p90 = j["p90"].get<double>();
+  if (!std::isfinite(i.p10) || !std::isfinite(i.p90) || i.p10 > i.p90 || i.p10 <= -1.0)
+    throw Error(where + ": \"prediction_interval\" must have -1 < p10 <= p90");
+  i.rows = j.value("rows", int64_t{0});
+  i.method = j.value("method", "");
+  return i;
+}
+
+void set_prediction_interval(DeviceProfile& profile, const PredictionInterval& interval) {
+  profile.extra["prediction_interval"] = {{"p10", interval.p10},
+                                          {"p90", interval.p90},
+                                          {"rows", interval.rows},
+                                          {"method", interval.method},
+                                          {"meaning", "10th and 90th percentiles of held-out predicted/measured - 1"}};
 }
 
 DeviceProfile load_profile(const fs::path& path) {

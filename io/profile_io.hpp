@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "model/profile.hpp"
@@ -37,6 +38,16 @@ struct DeviceProfile {
 };
 
 inline constexpr int kProfileVersion = 1;
+
+// How far to trust a profile's predictions: the 10th and 90th percentiles of held-out relative
+// errors (predicted / measured - 1), stored as "prediction_interval" with how they were obtained.
+struct PredictionInterval {
+  double p10 = 0, p90 = 0;
+  int64_t rows = 0;
+  std::string method;  // e.g. "tpsim validate --cv model --table data/measured/a100_80gb_bf16.md"
+};
+std::optional<PredictionInterval> prediction_interval(const DeviceProfile& profile);
+void set_prediction_interval(DeviceProfile& profile, const PredictionInterval& interval);
 
 DeviceProfile parse_profile_json(const std::string& text, const std::string& origin);
 DeviceProfile load_profile(const std::filesystem::path& path);

@@ -6,13 +6,19 @@
 namespace tpsim {
 namespace {
 
-// ceil(a / b) for positive a, b whose quotient is below 2^53. Baseline x86-64 has no rounding
-// instruction, so std::ceil is a library call; the integer conversion is not.
-double ceil_div(double a, double b) {
-  const double q = a / b;
+// ceil(q) for 0 <= q < 2^53. Baseline x86-64 has no rounding instruction, so std::ceil is a
+// library call; the integer conversion is not.
+double ceil_pos(double q) {
   const double t = static_cast<double>(static_cast<int64_t>(q));
   return t < q ? t + 1.0 : t;
 }
+
+double ceil_div(double a, double b) { return ceil_pos(a / b); }
+
+// ceil(a / b) for whole numbers a >= 0 and b in [1, 2^20], given 1/b: the product's rounding error
+// must not lift an exact multiple over the next integer, and the fractional part of a true
+// non-multiple is at least 1/b, far above the 1e-9 guard.
+double ceil_ratio(double a, double b_inv) { return ceil_pos(a * b_inv - 1e-9); }
 
 // Efficiency of `items` equal work items spread over `units` in waves.
 double wave_efficiency(double items, double units) {
@@ -27,26 +33,54 @@ CostModel::CostModel(const DeviceSpec& device, const CostParams& params) : devic
     rate_[t] = params.gemm_flops_per_s(static_cast<DType>(t)) * params.compute_clock_ratio;
   seconds_per_byte_ = 1.0 / (params.membound_efficiency * device.hbm_bytes_per_s);
   units_ = device.compute_units;
+  units_inv_ = 1.0 / units_;
+  // Tile shapes: the largest in both orientations, the square of its short side, and half of that.
+  // A smaller tile reuses each loaded element less (intensity tm*tn/(tm+tn)) and runs slower.
+  const double big = std::max(params.gemm_tile_m, params.gemm_tile_n);
+  const double small = std::min(params.gemm_tile_m, params.gemm_tile_n);
+  const double sides[3] = {big, small, small / 2};
+  for (int i = 0; i < 3; ++i) tile_inv_[i] = 1.0 / sides[i];
+  const auto intensity = [](double a, double b) { return a * b / (a + b); };
+  const double half = params.gemm_tile_intensity_half;
+  const double top = intensity(big, small) / (intensity(big, small) + half);
+  const int shapes[5][2] = {{0, 1}, {1, 0}, {1, 1}, {1, 2}, {2, 1}};
+  for (int i = 0; i < 5; ++i) {
+    const double a = sides[shapes[i][0]], b = sides[shapes[i][1]];
+    tile_choices_[i] = {shapes[i][0], shapes[i][1], a * b, intensity(a, b) / (intensity(a, b) + half) / top};
+  }
 }
 
 double CostModel::gemm_efficiency(int64_t m, int64_t n, int64_t k) const {
-  const double units = units_;
-  // The larger tile side goes along the larger output dimension.
-  double tm = params_.gemm_tile_m, tn = params_.gemm_tile_n;
-  if ((m >= n) != (tm >= tn)) std::swap(tm, tn);
-  const double tiles_m = ceil_div(static_cast<double>(m), tm);
-  const double tiles_n = ceil_div(static_cast<double>(n), tn);
-  const double tiles = tiles_m * tiles_n;
-  const double fill = static_cast<double>(m) * static_cast<double>(n) / (tiles_m * tm * tiles_n * tn);
-  const auto k_ramp = [&](double kk) { return kk / (kk + params_.gemm_k_half); };
-  double best = fill * wave_efficiency(tiles, units) * k_ramp(static_cast<double>(k));
-  // Split-K, as cuBLAS heuristics choose it, only when the tiles cannot fill the device.
-  for (double split = 2; tiles < units && split <= 16; split *= 2) {
-    const double kk = static_cast<double>(k) / split;
-    if (tiles * split > 2 * units || kk < 256) break;
-    best = std::max(best, fill * wave_efficiency(tiles * split, units) * k_ramp(kk));
+  const double md = static_cast<double>(m), nd = static_cast<double>(n);
+  // Tile counts along m and n for the three tile side lengths (large, small, half of small).
+  double tm[3], tn[3];
+  for (int s = 0; s < 3; ++s) {
+    tm[s] = ceil_ratio(md, tile_inv_[s]);
+    tn[s] = ceil_ratio(nd, tile_inv_[s]);
   }
-  return best;
+  // The library's heuristic picks among tile shapes the one that wastes least (see cost.hpp).
+  double best = 0, best_tiles = 0, best_rest = 0;
+  for (const TileChoice& t : tile_choices_) {
+    const double tiles = tm[t.side_m] * tn[t.side_n];
+    const double fill = md * nd / (tiles * t.area);
+    const double waves = ceil_ratio(tiles, units_inv_);
+    const double rest = fill * t.efficiency;
+    const double e = rest * tiles / (waves * units_);
+    if (e > best) {
+      best = e;
+      best_tiles = tiles;
+      best_rest = rest;
+    }
+  }
+  const auto k_ramp = [&](double kk) { return kk / (kk + params_.gemm_k_half); };
+  double result = best * k_ramp(static_cast<double>(k));
+  // Split-K, as cuBLAS heuristics choose it, only when the tiles cannot fill the device.
+  for (double split = 2; best_tiles < units_ && split <= 16; split *= 2) {
+    const double kk = static_cast<double>(k) / split;
+    if (best_tiles * split > 2 * units_ || kk < 256) break;
+    result = std::max(result, best_rest * wave_efficiency(best_tiles * split, units_) * k_ramp(kk));
+  }
+  return result;
 }
 
 double CostModel::attention_efficiency(const Op& op) const {
@@ -76,8 +110,11 @@ double CostModel::op_seconds(const Op& op) const {
       const double rate = rate_[static_cast<int>(op.dtype)] * attention_efficiency(op);
       return params_.gemm_overhead_s + std::max(op.flops / rate, memory_s);
     }
-    case OpKind::kMemoryBound:
-      return static_cast<double>(op.kernels) * params_.kernel_overhead_s + memory_s;
+    case OpKind::kMemoryBound: {
+      const bool xent = op.mem == MemKind::kCrossEntropy || op.mem == MemKind::kCrossEntropyBackward;
+      return static_cast<double>(op.kernels) * params_.kernel_overhead_s +
+             (xent ? memory_s / params_.xent_efficiency : memory_s);
+    }
   }
   return 0;
 }

@@ -32,6 +32,9 @@ class CostModel {
   // Fraction of the large-GEMM rate a GEMM of this shape reaches: output tiles spread over the
   // compute units in waves (the last wave may be part-empty; tiles overhanging m or n do wasted
   // work), split-K when there are too few tiles to fill the device, and a main-loop ramp in K.
+  // As the library's heuristic does, the best of several tile shapes is taken: the largest tile in
+  // both orientations, the square of its short side and half of that, a smaller tile running at
+  // I/(I + gemm_tile_intensity_half) relative to the largest (I = tm*tn/(tm+tn), its reuse).
   double gemm_efficiency(int64_t m, int64_t n, int64_t k) const;
   // Fraction of the bf16 GEMM rate a causal flash-attention pass reaches.
   double attention_efficiency(const Op& op) const;
@@ -52,7 +55,14 @@ class CostModel {
   // Derived once: achieved compute rates at the sustained clock, and reciprocals for the hot path.
   std::array<double, kNumDTypes> rate_{};
   double seconds_per_byte_ = 0;
-  double units_ = 0;
+  double units_ = 0, units_inv_ = 0;
+  struct TileChoice {
+    int side_m, side_n;  // indexes into tile_inv_
+    double area;         // elements of one output tile
+    double efficiency;   // relative to the largest tile
+  };
+  double tile_inv_[3] = {};  // 1 / (large, small, half-small) tile side
+  std::array<TileChoice, 5> tile_choices_{};
 };
 
 }  // namespace tpsim

@@ -26,6 +26,8 @@ struct CostParams {
   double gemm_tile_m = 128;   // output tile rows of the GEMM kernels (wave quantization)
   double gemm_tile_n = 256;   // output tile columns
   double gemm_k_half = 64;    // K at which the main loop runs at half its asymptotic rate (pipeline fill)
+  // A tile of intensity I = tm*tn/(tm+tn) elements runs at I/(I + half), relative to the largest.
+  double gemm_tile_intensity_half = 16;
   double gemm_overhead_s = 4e-6;  // launch and epilogue per GEMM
 
   // Causal flash attention, as a fraction of the bf16 GEMM rate at head size 128 and long sequences.
@@ -37,6 +39,9 @@ struct CostParams {
 
   // Memory-bound kernels (norms, activations, residuals, casts, cross-entropy, optimizer).
   double membound_efficiency = 0.8;  // achieved read+write bandwidth / the device's memory bandwidth
+  // The fused cross-entropy over the vocabulary (row-wise reductions over ~50k logits) relative
+  // to the other memory-bound kernels.
+  double xent_efficiency = 1.0;
   double kernel_overhead_s = 4e-6;   // launch per kernel
 
   // Collectives: ring all-gather / reduce-scatter of B bytes over n ranks costs
@@ -51,6 +56,10 @@ struct CostParams {
   // the GEMM and attention rates (power and thermal limits of a fully loaded node).
   double compute_clock_ratio = 0.9;
 
+  // The share of a block's forward that activation checkpointing recomputes in the backward: 1 for
+  // a full recompute; less where the framework keeps some outputs or checkpoints selectively.
+  double recompute_fraction = 1.0;
+
   // Fixed costs outside kernels: CPU-side work that stalls the GPU.
   double block_overhead_s = 0;          // per block and pass: FSDP hooks, limit_all_gathers waits
   double microbatch_overhead_s = 2e-3;  // per micro-batch: data loading, hooks, synchronisation
@@ -58,7 +67,7 @@ struct CostParams {
 
   // Memory: peak = live bytes * fragmentation + reserve.
   double memory_fragmentation = 1.05;        // caching-allocator overhead over live tensors
-  double memory_reserve_bytes = 3.0 * (1 << 30);  // CUDA context, NCCL buffers, cuBLAS workspaces
+  double memory_reserve_bytes = 3.0 * 1073741824.0;  // CUDA context, NCCL buffers, cuBLAS workspaces
 
   double gemm_flops_per_s(DType t) const;
 };

@@ -73,7 +73,7 @@ MicroBatchResult micro_batch_costs(const ModelConfig& model, const CostModel& co
   r.embed_saved_bytes = ef.saved_bytes;
   r.head_saved_bytes = hf.saved_bytes;
 
-  const double recompute = cfg.activation_checkpointing ? 1.0 : 0.0;
+  const double recompute = cfg.activation_checkpointing ? params.recompute_fraction : 0.0;
   const double gathers_per_block = (layout.gather_in_forward ? 1.0 : 0.0) + (layout.gather_in_backward ? 1.0 : 0.0);
   MicroBatchCosts& c = r.costs;
   c.block_fwd_s = f.total() + (layout.gather_in_forward ? cast.total() : 0.0);

@@ -9,5 +9,6 @@ void register_predict(CLI::App& app);
 void register_sweep(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_validate(CLI::App& app);
+void register_calibrate(CLI::App& app);
 
 }  // namespace tpsim

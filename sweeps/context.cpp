@@ -22,6 +22,7 @@ Context::Context(const CommonOptions& o) : catalog_(ModelCatalog::load_default()
     device(p.device);  // the profile's device must exist
     if (profiles_.count(p.device))
       throw Error("--profile " + path + ": a second profile for device " + p.device + " (one per device)");
+    user_profiles_[p.device] = true;
     profiles_.emplace(p.device, std::move(p));
   }
   print_warnings();
@@ -36,6 +37,13 @@ const DeviceSpec& Context::device(const std::string& id) {
 const DeviceProfile& Context::profile(const std::string& device_id) {
   auto it = profiles_.find(device_id);
   if (it == profiles_.end()) it = profiles_.emplace(device_id, load_shipped_profile(device_id)).first;
+  return it->second;
+}
+
+const DeviceProfile& Context::base_profile(const std::string& device_id) {
+  if (has_user_profile(device_id)) return profile(device_id);
+  auto it = defaults_.find(device_id);
+  if (it == defaults_.end()) it = defaults_.emplace(device_id, load_default_profile(device_id)).first;
   return it->second;
 }
 

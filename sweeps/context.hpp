@@ -32,6 +32,10 @@ class Context {
   const ModelCatalog& catalog() const { return catalog_; }
   const DeviceSpec& device(const std::string& id);
   const DeviceProfile& profile(const std::string& device_id);  // a --profile for it, else the shipped one
+  // What fits start from: a --profile for the device, else its reasoned default (never the shipped
+  // profile, which has seen the seed tables).
+  const DeviceProfile& base_profile(const std::string& device_id);
+  bool has_user_profile(const std::string& device_id) const { return user_profiles_.count(device_id) > 0; }
   Format format() const { return format_; }
   std::optional<std::string> output() const { return output_; }
   void print_warnings() const;  // to stderr, once
@@ -41,6 +45,8 @@ class Context {
   std::vector<std::string> warnings_;
   std::map<std::string, DeviceSpec> devices_;
   std::map<std::string, DeviceProfile> profiles_;
+  std::map<std::string, DeviceProfile> defaults_;
+  std::map<std::string, bool> user_profiles_;
   Format format_;
   std::optional<std::string> output_;
 };

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   tpsim::register_predict(app);
   tpsim::register_sweep(app);
   tpsim::register_validate(app);
+  tpsim::register_calibrate(app);
   tpsim::register_bench(app);
   try {
     app.parse(argc, argv);

@@ -60,7 +60,7 @@ void run_predict(const PredictOptions& o) {
   OutputTable t;
   t.title = "prediction";
   t.columns = prediction_columns();
-  t.add_row(prediction_row(model.name, device.id, cfg, p));
+  t.add_row(prediction_row(model.name, device.id, cfg, p, prediction_interval(profile)));
   emit(render({t}, ctx.format()), ctx.output());
   if (!p.fits())
     std::cerr << "tpsim: does not fit: predicted peak " << p.memory.peak_bytes / (1 << 30) << " GiB of "

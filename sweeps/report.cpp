@@ -12,7 +12,8 @@ const std::vector<std::string>& foundry_columns() {
 }
 
 const std::vector<std::string>& extra_columns() {
-  static const std::vector<std::string> c = {"Fits", "Memory (GiB)", "Capacity (GiB)", "Step Time (s)",
+  static const std::vector<std::string> c = {"Fits", "Throughput Low (T/s)", "Throughput High (T/s)",
+                                             "Memory (GiB)", "Capacity (GiB)", "Step Time (s)",
                                              "GEMM (s)", "Attention (s)", "Other Compute (s)",
                                              "Exposed Comm (s)", "Optimizer (s)", "Overhead (s)"};
   return c;
@@ -24,8 +25,11 @@ std::vector<std::string> prediction_columns() {
   return c;
 }
 
+double interval_low(double predicted, const PredictionInterval& i) { return predicted / (1.0 + i.p90); }
+double interval_high(double predicted, const PredictionInterval& i) { return predicted / (1.0 + i.p10); }
+
 std::vector<Cell> prediction_row(const std::string& model, const std::string& device, const TrainConfig& cfg,
-                                 const Prediction& p) {
+                                 const Prediction& p, const std::optional<PredictionInterval>& interval) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const bool ok = p.fits();
   const auto when_fits = [&](Cell c) { return ok ? c : Cell::empty(); };
@@ -52,6 +56,8 @@ std::vector<Cell> prediction_row(const std::string& model, const std::string& de
       Cell::integer_value(p.n_params),
       // tpsim's columns
       Cell::str(ok ? "yes" : "no"),
+      ok && interval ? Cell::integer_value(static_cast<int64_t>(interval_low(p.tokens_per_s, *interval))) : Cell::empty(),
+      ok && interval ? Cell::integer_value(static_cast<int64_t>(interval_high(p.tokens_per_s, *interval))) : Cell::empty(),
       Cell::num(p.memory.peak_bytes / kGiB, 1),
       Cell::num(p.capacity_bytes / kGiB, 1),
       when_fits(Cell::num(p.step_s, 4)),

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "io/output.hpp"
+#include "io/profile_io.hpp"
 #include "model/simulator.hpp"
 
 namespace tpsim {
@@ -14,13 +15,19 @@ namespace tpsim {
 // GlobalBatchSize, Throughput (S/s), Throughput (T/s), Throughput (T/s/GPU), GlobalBatchSize (T),
 // Precision, MP Mode, Sharding Strategy, Activation Checkpointing, Activation CPUOffload, NumParams.
 const std::vector<std::string>& foundry_columns();
-// Fits, Memory (GiB), Capacity (GiB), Step Time (s), GEMM (s), Attention (s), Other Compute (s),
-// Exposed Comm (s), Optimizer (s), Overhead (s).
+// Fits, Throughput Low (T/s), Throughput High (T/s), Memory (GiB), Capacity (GiB), Step Time (s),
+// GEMM (s), Attention (s), Other Compute (s), Exposed Comm (s), Optimizer (s), Overhead (s).
+// Low and High: the range the measured throughput is expected in, from the profile's held-out
+// errors (10th to 90th percentile).
 const std::vector<std::string>& extra_columns();
 std::vector<std::string> prediction_columns();  // both
 
 // A configuration that does not fit gets its memory columns and empty throughput columns.
 std::vector<Cell> prediction_row(const std::string& model, const std::string& device, const TrainConfig& cfg,
-                                 const Prediction& p);
+                                 const Prediction& p, const std::optional<PredictionInterval>& interval);
+
+// The measured value expected for a prediction: [predicted / (1 + p90), predicted / (1 + p10)].
+double interval_low(double predicted, const PredictionInterval& i);
+double interval_high(double predicted, const PredictionInterval& i);
 
 }  // namespace tpsim

@@ -106,8 +106,9 @@ void run_sweep(const SweepOptions& o) {
           const SearchResult r = search_fastest(model, device, profile.params, cfg, space);
           evaluated += r.evaluated;
           if (r.evaluated == 0) continue;
-          if (r.found) table.add_row(prediction_row(name, device_id, r.best, r.best_prediction));
-          else table.add_row(prediction_row(name, device_id, r.leanest, r.leanest_prediction));
+          const auto interval = prediction_interval(profile);
+          if (r.found) table.add_row(prediction_row(name, device_id, r.best, r.best_prediction, interval));
+          else table.add_row(prediction_row(name, device_id, r.leanest, r.leanest_prediction, interval));
         }
       }
     }

@@ -1,12 +1,16 @@
 // tpsim validate: predict every row of measured tables at the row's own configuration and report
-// the errors, per row and summarised (all rows, per GPU type, per model).
+// the errors, per row and summarised (all rows, per table, per GPU type, per model).
+// With --cv, every prediction is held out: made by a fit that did not see the row.
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <memory>
 
+#include "calibrate/crossval.hpp"
 #include "io/error.hpp"
 #include "sweeps/commands.hpp"
 #include "sweeps/context.hpp"
+#include "sweeps/report.hpp"
 #include "sweeps/validation.hpp"
 
 namespace tpsim {
@@ -15,6 +19,10 @@ namespace {
 struct ValidateOptions {
   CommonOptions common;
   std::vector<std::string> tables;
+  std::string cv;
+  std::string fit_parameters;  // comma-separated; empty: the table-level default set
+  double robust_scale = 0.05;
+  double prior_width = 0;
 };
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -34,10 +42,9 @@ OutputTable summary_table(const std::vector<RowResult>& results) {
     }
     scopes[it->second].second.push_back(e);
   };
-  for (const auto& r : results) {
-    scopes[0].second.push_back(r.error);
-    add("GPU " + r.row->row.gpu, r.error);
-  }
+  for (const auto& r : results) scopes[0].second.push_back(r.error);
+  for (const auto& r : results) add("table " + r.row->row.origin, r.error);
+  for (const auto& r : results) add("GPU " + r.row->row.gpu, r.error);
   for (const auto& r : results) add("model " + r.row->row.model, r.error);
   for (const auto& [scope, errors] : scopes) {
     const ErrorSummary s = summarize(errors);
@@ -48,6 +55,44 @@ OutputTable summary_table(const std::vector<RowResult>& results) {
   return t;
 }
 
+// Held-out predictions, each interval from the held-out errors of its own device.
+std::vector<RowResult> held_out_results(Context& ctx, const std::vector<ResolvedRow>& rows, const CvSpec& spec,
+                                        const ValidateOptions& o) {
+  const std::vector<FitRow> fits = fit_rows(ctx, rows);
+  TableFitOptions options;
+  options.parameters = o.fit_parameters.empty() ? table_fit_parameters(ctx, rows)
+                                                : parse_parameter_list("--fit-parameters", o.fit_parameters);
+  options.robust_scale = o.robust_scale;
+  options.prior_width = o.prior_width;
+  options.covariance = false;
+  const std::vector<HeldOutError> held = cross_validate(fits, spec, options);
+  std::vector<RowResult> results;
+  for (const auto& h : held) {
+    RowResult r = predict_row(rows[h.row], h.params);
+    r.held_out = h.fold;
+    results.push_back(std::move(r));
+  }
+  if (results.empty()) throw Error("--cv " + to_string(spec) + ": no row can be held out (each device needs two model sizes for 'model', two devices for 'device')");
+  return results;
+}
+
+std::map<std::string, PredictionInterval> intervals_by_device(Context& ctx, const std::vector<RowResult>& results,
+                                                              bool held_out) {
+  std::map<std::string, PredictionInterval> out;
+  if (held_out) {
+    std::map<std::string, std::vector<double>> errors;
+    for (const auto& r : results) errors[r.row->row.gpu].push_back(r.error);
+    for (const auto& [gpu, e] : errors) {
+      const ErrorSummary s = summarize(e);
+      out[gpu] = {s.p10, s.p90, s.rows, "held-out errors of this run"};
+    }
+  } else {
+    for (const auto& r : results)
+      if (auto i = prediction_interval(ctx.profile(r.row->row.gpu))) out[r.row->row.gpu] = *i;
+  }
+  return out;
+}
+
 void run_validate(const ValidateOptions& o) {
   Context ctx(o.common);
   std::vector<std::string> warnings;
@@ -55,7 +100,18 @@ void run_validate(const ValidateOptions& o) {
   for (const auto& w : warnings) std::cerr << "tpsim: warning: " << w << "\n";
 
   std::vector<RowResult> results;
-  for (const auto& r : rows) results.push_back(predict_row(r, ctx.profile(r.row.gpu).params));
+  if (o.cv.empty()) {
+    for (const auto& r : rows) results.push_back(predict_row(r, ctx.profile(r.row.gpu).params));
+  } else {
+    results = held_out_results(ctx, rows, parse_cv(o.cv), o);
+  }
+  const auto intervals = intervals_by_device(ctx, results, !o.cv.empty());
+  const auto low_high = [&](const RowResult& r) -> std::pair<Cell, Cell> {
+    const auto it = intervals.find(r.row->row.gpu);
+    if (it == intervals.end()) return {Cell::empty(), Cell::empty()};
+    const double p = r.prediction.tokens_per_s;
+    return {Cell::num(interval_low(p, it->second), 0), Cell::num(interval_high(p, it->second), 0)};
+  };
 
   OutputTable summary = summary_table(results);
   if (ctx.format() == Format::kCsv) {
@@ -63,21 +119,25 @@ void run_validate(const ValidateOptions& o) {
     OutputTable t;
     t.title = "validate";
     for (const auto& [col, _] : rows.front().row.cells) t.columns.push_back(col);
+    const size_t n_in = t.columns.size();
     for (const char* c : {"Predicted Throughput (T/s)", "Predicted MFU", "Predicted HFU", "Predicted Memory (GiB)",
-                          "Error (%)"})
+                          "Error (%)", "Predicted Throughput Low (T/s)", "Predicted Throughput High (T/s)", "Held Out"})
       t.columns.emplace_back(c);
-    const size_t n_in = t.columns.size() - 5;
     for (const auto& r : results) {
       std::vector<Cell> row(n_in);
       for (const auto& [col, cell] : r.row->row.cells)
         for (size_t i = 0; i < n_in; ++i)
           if (t.columns[i] == col) row[i] = Cell::str(cell);
       const Prediction& p = r.prediction;
+      const auto [low, high] = low_high(r);
       row.push_back(Cell::num(p.tokens_per_s, 0));
       row.push_back(Cell::num(100 * p.mfu, 2));
       row.push_back(Cell::num(100 * p.hfu, 2));
       row.push_back(Cell::num(p.memory.peak_bytes / kGiB, 1));
       row.push_back(Cell::num(100 * r.error, 2));
+      row.push_back(low);
+      row.push_back(high);
+      row.push_back(r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out));
       t.add_row(std::move(row));
     }
     emit(render({t}, Format::kCsv), ctx.output());
@@ -89,20 +149,21 @@ void run_validate(const ValidateOptions& o) {
   t.title = "rows";
   t.columns = {"Source", "Model", "SeqLen (T)", "# GPUs", "GPU", "MicroBatchSize", "GradAccum", "GlobalBatchSize",
                "Precision", "MP Mode", "Sharding Strategy", "Activation Checkpointing", "Throughput (T/s)",
-               "Predicted Throughput (T/s)", "Error (%)", "MFU", "Predicted MFU", "HFU", "Predicted HFU",
-               "Predicted Memory (GiB)", "Fits"};
+               "Predicted Throughput (T/s)", "Error (%)", "Predicted Low (T/s)", "Predicted High (T/s)", "MFU",
+               "Predicted MFU", "HFU", "Predicted HFU", "Predicted Memory (GiB)", "Fits", "Held Out"};
   for (const auto& r : results) {
     const MeasuredRow& m = r.row->row;
     const Prediction& p = r.prediction;
     const auto measured = [](double v) { return v >= 0 ? Cell::num(v, 2) : Cell::empty(); };
+    const auto [low, high] = low_high(r);
     t.add_row({Cell::str(m.where()), Cell::str(m.model), Cell::integer_value(m.seq_len), Cell::integer_value(m.n_gpus),
                Cell::str(m.gpu), Cell::integer_value(m.micro_batch), Cell::integer_value(r.row->cfg.grad_accum()),
                Cell::integer_value(m.global_batch), Cell::str(std::string(to_string(m.precision))),
                Cell::str(std::string(to_string(m.mp_mode))), Cell::str(std::string(to_string(m.sharding))),
                Cell::flag(m.activation_checkpointing), Cell::num(m.tokens_per_s, 0), Cell::num(p.tokens_per_s, 0),
-               Cell::num(100 * r.error, 2), measured(m.mfu_percent), Cell::num(100 * p.mfu, 2),
+               Cell::num(100 * r.error, 2), low, high, measured(m.mfu_percent), Cell::num(100 * p.mfu, 2),
                measured(m.hfu_percent), Cell::num(100 * p.hfu, 2), Cell::num(p.memory.peak_bytes / kGiB, 1),
-               Cell::str(p.fits() ? "yes" : "no")});
+               Cell::str(p.fits() ? "yes" : "no"), r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out)});
   }
   emit(render({t, summary}, ctx.format()), ctx.output());
 }
@@ -113,6 +174,15 @@ void register_validate(CLI::App& app) {
   auto o = std::make_shared<ValidateOptions>();
   CLI::App* cmd = app.add_subcommand("validate", "predict measured llm-foundry tables row by row and report the errors");
   cmd->add_option("--table", o->tables, "llm-foundry results table, markdown or CSV (repeatable)")->required();
+  cmd->add_option("--cv", o->cv,
+                  "held-out errors only: model (leave one model size out), kfold:K, or device (fit on the other "
+                  "devices' rows)");
+  cmd->add_option("--fit-parameters", o->fit_parameters,
+                  "with --cv: the parameters each fold fits (comma-separated; default: the table-level set)");
+  cmd->add_option("--robust-scale", o->robust_scale, "with --cv: Huber scale of the fit's loss on log errors")
+      ->default_val(0.05)->check(CLI::Range(1e-4, 10.0));
+  cmd->add_option("--prior-width", o->prior_width, "with --cv: width of the prior on each fitted parameter's log (0: none)")
+      ->default_val(0.0)->check(CLI::Range(0.0, 100.0));
   add_common_options(cmd, o->common);
   cmd->callback([o] { run_validate(*o); });
 }

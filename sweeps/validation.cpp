@@ -46,6 +46,47 @@ std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>&
   return rows;
 }
 
+std::vector<FitRow> fit_rows(Context& ctx, const std::vector<ResolvedRow>& rows) {
+  std::vector<FitRow> out;
+  for (const auto& r : rows) {
+    FitRow f;
+    f.model = r.model;
+    f.device = r.device;
+    f.base = &ctx.base_profile(r.row.gpu).params;
+    f.cfg = r.cfg;
+    f.measured_tokens_per_s = r.row.tokens_per_s;
+    f.where = r.row.where();
+    out.push_back(f);
+  }
+  return out;
+}
+
+std::vector<std::string> table_fit_parameters(Context& ctx, const std::vector<ResolvedRow>& rows) {
+  std::vector<std::string> names = default_table_fit_parameters();
+  for (const auto& r : rows) {
+    if (r.cfg.precision != Precision::kAmpFp8) continue;
+    const auto& sources = ctx.base_profile(r.row.gpu).sources;
+    const auto it = sources.find("gemm_fp8_flops_per_s");
+    if (it == sources.end() || it->second.kind != "kernel") names.push_back("gemm_fp8_flops_per_s");
+    break;
+  }
+  return names;
+}
+
+std::vector<std::string> parse_parameter_list(const std::string& flag, const std::string& text) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string name = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!find_param(name)) throw Error(flag + ": unknown parameter '" + name + "'");
+    names.push_back(name);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return names;
+}
+
 RowResult predict_row(const ResolvedRow& r, const CostParams& params) {
   RowResult out;
   out.row = &r;

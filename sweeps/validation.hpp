@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/table_fit.hpp"
 #include "io/measured_table.hpp"
 #include "model/simulator.hpp"
 #include "sweeps/context.hpp"
@@ -27,10 +28,21 @@ std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>&
 struct RowResult {
   const ResolvedRow* row = nullptr;
   Prediction prediction;
-  double error = 0;  // (predicted - measured) / measured, relative
+  double error = 0;    // (predicted - measured) / measured, relative
+  std::string held_out;  // cross-validation: the fold that held this row out
 };
 
 RowResult predict_row(const ResolvedRow& r, const CostParams& params);
+
+// Rows for a table fit, each on its device's base profile (a --profile, else the reasoned default).
+std::vector<FitRow> fit_rows(Context& ctx, const std::vector<ResolvedRow>& rows);
+
+// What a table fit adjusts for these rows: the default set, plus the fp8 GEMM rate when fp8 rows
+// are present and no kernel run measured it.
+std::vector<std::string> table_fit_parameters(Context& ctx, const std::vector<ResolvedRow>& rows);
+
+// "a,b,c" of registry parameter names; Error naming the flag and the unknown name.
+std::vector<std::string> parse_parameter_list(const std::string& flag, const std::string& text);
 
 // Summary statistics of relative errors.
 struct ErrorSummary {

@@ -1,0 +1,127 @@
+#include "calibrate/crossval.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+
+#include "io/error.hpp"
+
+namespace tpsim {
+
+CvSpec parse_cv(const std::string& text) {
+  CvSpec s;
+  if (text == "model") {
+    s.mode = CvMode::kModel;
+  } else if (text == "device") {
+    s.mode = CvMode::kDevice;
+  } else if (text.rfind("kfold:", 0) == 0) {
+    s.mode = CvMode::kKFold;
+    const std::string k = text.substr(6);
+    if (k.empty() || k.size() > 3 || k.find_first_not_of("0123456789") != std::string::npos || std::stoi(k) < 2)
+      throw Error("--cv '" + text + "': kfold needs a whole number of folds of at least 2, as in kfold:5");
+    s.folds = std::stoi(k);
+  } else {
+    throw Error("--cv '" + text + "': expected model, kfold:K or device");
+  }
+  return s;
+}
+
+std::string to_string(const CvSpec& spec) {
+  switch (spec.mode) {
+    case CvMode::kModel: return "model";
+    case CvMode::kDevice: return "device";
+    case CvMode::kKFold: return "kfold:" + std::to_string(spec.folds);
+  }
+  return "?";
+}
+
+namespace {
+
+struct Fold {
+  std::string name;
+  std::vector<size_t> train, test;
+};
+
+std::vector<Fold> make_folds(const std::vector<FitRow>& rows, const CvSpec& spec) {
+  std::vector<std::string> devices;  // in order of appearance
+  for (const auto& r : rows)
+    if (std::find(devices.begin(), devices.end(), r.device->id) == devices.end()) devices.push_back(r.device->id);
+  std::vector<Fold> folds;
+  for (const auto& dev : devices) {
+    std::vector<size_t> mine;
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (rows[i].device->id == dev) mine.push_back(i);
+    switch (spec.mode) {
+      case CvMode::kModel: {
+        std::vector<std::string> models;
+        for (size_t i : mine)
+          if (std::find(models.begin(), models.end(), rows[i].model->name) == models.end())
+            models.push_back(rows[i].model->name);
+        if (models.size() < 2) break;
+        for (const auto& m : models) {
+          Fold f{dev + ", model " + m, {}, {}};
+          for (size_t i : mine) (rows[i].model->name == m ? f.test : f.train).push_back(i);
+          folds.push_back(std::move(f));
+        }
+        break;
+      }
+      case CvMode::kKFold: {
+        std::vector<size_t> order = mine;
+        std::mt19937_64 rng(0x7470'7369'6dULL);  // fixed: repeatable folds
+        std::shuffle(order.begin(), order.end(), rng);
+        const int k = std::min<int>(spec.folds, static_cast<int>(order.size()));
+        if (k < 2) break;
+        for (int j = 0; j < k; ++j) {
+          Fold f{dev + ", fold " + std::to_string(j + 1) + " of " + std::to_string(k), {}, {}};
+          for (size_t p = 0; p < order.size(); ++p) (static_cast<int>(p % k) == j ? f.test : f.train).push_back(order[p]);
+          folds.push_back(std::move(f));
+        }
+        break;
+      }
+      case CvMode::kDevice: {
+        Fold f{"device " + dev, {}, mine};
+        for (size_t i = 0; i < rows.size(); ++i)
+          if (rows[i].device->id != dev) f.train.push_back(i);
+        if (!f.train.empty()) folds.push_back(std::move(f));
+        break;
+      }
+    }
+  }
+  return folds;
+}
+
+}  // namespace
+
+std::vector<HeldOutError> cross_validate(const std::vector<FitRow>& rows, const CvSpec& spec,
+                                         const TableFitOptions& options,
+                                         const std::function<void(int, int)>& progress) {
+  const std::vector<Fold> folds = make_folds(rows, spec);
+  // Across devices only system-level parameters carry over; the held-out device keeps the
+  // kernel-level ones of its own profile (its kernel runs, else its reasoned defaults).
+  std::vector<std::string> transferred;
+  for (const auto& name : options.parameters)
+    if (find_param(name)->level == ParamLevel::kSystem) transferred.push_back(name);
+  std::vector<HeldOutError> out;
+  int done = 0;
+  for (const Fold& f : folds) {
+    std::vector<FitRow> train;
+    for (size_t i : f.train) train.push_back(rows[i]);
+    const TableFitResult fit = fit_table(train, *train.front().base, options);
+    for (size_t i : f.test) {
+      const CostParams p = with_fitted(*rows[i].base, fit.params, spec.mode == CvMode::kDevice ? transferred : options.parameters);
+      HeldOutError h;
+      h.row = i;
+      h.error = std::exp(log_error(rows[i], p)) - 1.0;
+      h.fold = f.name;
+      h.params = p;
+      out.push_back(std::move(h));
+    }
+    if (progress) progress(++done, static_cast<int>(folds.size()));
+  }
+  std::sort(out.begin(), out.end(), [](const HeldOutError& a, const HeldOutError& b) { return a.row < b.row; });
+  return out;
+}
+
+}  // namespace tpsim

@@ -1,0 +1,81 @@
+// Fitting the parameters kernel runs cannot measure to measured training throughput.
+//
+// Each row contributes r = log(predicted tokens/s / measured tokens/s): relative errors, so that
+// 125m rows at millions of tokens/s and 70b rows at thousands weigh alike. A robust loss keeps a few
+// odd rows from dragging the fit; parameters are fitted in log space within their physical bounds
+// (the registry's, narrowed where noted), so every step stays physical. Ceres Solver minimises;
+// ceres::Covariance gives each parameter's standard deviation at the optimum.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/architecture.hpp"
+#include "model/device.hpp"
+#include "model/profile.hpp"
+#include "model/training.hpp"
+
+namespace tpsim {
+
+struct FitRow {
+  const ModelConfig* model = nullptr;
+  const DeviceSpec* device = nullptr;
+  const CostParams* base = nullptr;  // the device's profile; fitted parameters override it
+  TrainConfig cfg;
+  double measured_tokens_per_s = 0;
+  std::string where;  // file:line, for reports
+};
+
+// The parameters a table fit adjusts by default: what kernels cannot measure, in units that carry
+// across devices (fractions, ratios, seconds).
+const std::vector<std::string>& default_table_fit_parameters();
+
+struct TableFitOptions {
+  std::vector<std::string> parameters = default_table_fit_parameters();
+  // Huber loss scale on log errors: rows off by more than ~this fraction count linearly.
+  double robust_scale = 0.05;
+  int max_iterations = 200;
+  bool covariance = true;
+  // Rows whose |log error| after the fit exceeds this are reported as outliers.
+  double outlier_threshold = 0.15;
+  // A Gaussian prior on each fitted parameter's log, centred on its starting value: a parameter
+  // moves a factor e^width from its reasoned value at the cost of one row off by robust_scale.
+  // 0 turns the prior off. Regularises what the rows cannot pin down.
+  double prior_width = 0;
+  // Starts: the given values, then starts-1 seeded perturbations (log-space sd start_spread).
+  int starts = 4;
+  double start_spread = 0.7;
+};
+
+struct FittedParameter {
+  std::string name;
+  double value = 0;
+  double stddev = -1;  // from the covariance, in the parameter's unit; < 0 when unavailable
+  bool at_bound = false;
+};
+
+struct TableFitResult {
+  CostParams params;
+  std::vector<FittedParameter> fitted;
+  std::vector<double> residuals;  // log(predicted / measured) per row, after the fit
+  std::vector<bool> outliers;
+  double initial_cost = 0;        // Ceres cost (robustified, 1/2 sum) before and after
+  double final_cost = 0;
+  int iterations = 0;
+  bool converged = false;
+  std::string summary;            // Ceres' brief report
+};
+
+// Fits `options.parameters` to `rows`, starting from their values in `start`. Rows may come from
+// several devices: each keeps its own profile (`base`) and shares the fitted values. The result's
+// `params` is `start` with the fitted values. Error when a name is not a registry parameter or
+// rows are empty.
+TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& start, const TableFitOptions& options);
+
+// The fitted values of `names` taken from `fitted`, everything else from `base`.
+CostParams with_fitted(const CostParams& base, const CostParams& fitted, const std::vector<std::string>& names);
+
+// log(predicted / measured) of one row under `params` (its device's profile with fitted values).
+double log_error(const FitRow& row, const CostParams& params);
+
+}  // namespace tpsim
