@@ -92,6 +92,8 @@ class CpuBackend final : public Backend {
     return why;
   }
 
+  // options.flush_cache is a GPU option and is not applied here: an op repeats on the buffers its
+  // previous run left in the CPU's caches. time_sequence's total shows the cost of colder caches.
   Timing time_op(const Op& op, const TimingOptions& options) override {
     validate(options);
     if (std::string why = unsupported(op); !why.empty()) return unsupported_timing(why);

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -299,8 +300,7 @@ void embedding_backward_cpu(int64_t m, int64_t n, int64_t rows, const float* dy,
 void cast_fp32_to_bf16_cpu(int64_t elements, const float* x, uint16_t* y) {
   for_chunks(elements, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      uint32_t u;
-      std::memcpy(&u, x + i, sizeof u);
+      const auto u = std::bit_cast<uint32_t>(x[i]);
       // Round to nearest even: add just under half an ulp of bf16, plus one when the kept
       // mantissa is odd, and truncate. NaNs keep their sign and become quiet.
       const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
@@ -312,10 +312,7 @@ void cast_fp32_to_bf16_cpu(int64_t elements, const float* x, uint16_t* y) {
 
 void cast_bf16_to_fp32_cpu(int64_t elements, const uint16_t* x, float* y) {
   for_chunks(elements, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const uint32_t u = static_cast<uint32_t>(x[i]) << 16;
-      std::memcpy(y + i, &u, sizeof u);
-    }
+    for (int64_t i = b; i < e; ++i) y[i] = std::bit_cast<float>(static_cast<uint32_t>(x[i]) << 16);
   });
 }
 
