@@ -46,7 +46,10 @@ Timing summarize_timings(const std::vector<double>& samples_s) {
 std::vector<double> repeat_timed(const TimingOptions& options, const std::function<double()>& run_once) {
   validate(options);
   double spent_s = 0;  // warm-up and timed runs together, as they reported themselves
-  for (int i = 0; i < options.warmup && spent_s < options.max_seconds; ++i) spent_s += run_once();
+  for (int i = 0; i < options.warmup; ++i) {
+    spent_s += run_once();
+    if (spent_s >= options.max_seconds) break;
+  }
   std::vector<double> samples_s;
   samples_s.reserve(static_cast<size_t>(std::min(options.max_repetitions, 1 << 16)));
   double measured_s = 0;

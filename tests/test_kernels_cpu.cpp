@@ -296,3 +296,33 @@ BOOST_AUTO_TEST_CASE(percentiles_interpolate_between_order_statistics) {
   BOOST_TEST(t.repetitions == 3);
   BOOST_TEST(t.median_s == 3.0, tt::tolerance(kExactTol));
 }
+
+BOOST_AUTO_TEST_CASE(the_repetition_loop_follows_its_options) {
+  // A run that reports a fixed, exactly representable time: the loop's decisions are exact.
+  int calls = 0;
+  auto runs_of = [&](double seconds) {
+    return [&calls, seconds] {
+      ++calls;
+      return seconds;
+    };
+  };
+  // min_seconds reached after 8 runs of 1/8 s (min_repetitions 5 already in).
+  std::vector<double> s = repeat_timed(TimingOptions{3, 5, 100, 1.0, 10.0, false}, runs_of(0.125));
+  BOOST_TEST(s.size() == 8u);
+  BOOST_TEST(calls == 3 + 8);
+  // max_seconds counts the warm-up: 3 x 0.5 s warm, then 2 timed runs reach 2.5 s >= 2 s.
+  calls = 0;
+  s = repeat_timed(TimingOptions{3, 2, 100, 10.0, 2.0, false}, runs_of(0.5));
+  BOOST_TEST(s.size() == 2u);
+  BOOST_TEST(calls == 5);
+  // A run longer than max_seconds: one warm-up run, then min_repetitions all the same.
+  calls = 0;
+  s = repeat_timed(TimingOptions{3, 2, 100, 10.0, 1.0, false}, runs_of(3.0));
+  BOOST_TEST(s.size() == 2u);
+  BOOST_TEST(calls == 3);
+  // max_repetitions caps everything.
+  calls = 0;
+  s = repeat_timed(TimingOptions{0, 1, 4, 100.0, 100.0, false}, runs_of(1.0));
+  BOOST_TEST(s.size() == 4u);
+  BOOST_TEST(calls == 4);
+}

@@ -507,7 +507,7 @@ std::string unsupported_reason(const Op& op) {
            std::string(to_string(op.dtype)) + " needs a GPU backend";
   if (op.kind == OpKind::kMemoryBound) {
     if (op.mem == MemKind::kNone) return "a memory-bound op without a kernel kind (MemKind::kNone)";
-    if (op.mem == MemKind::kCast && !cast_direction(op)) {
+    if (op.mem == MemKind::kCast && op.m > 0 && op.n > 0 && !cast_direction(op)) {
       const double elements = static_cast<double>(op.m) * static_cast<double>(op.n);
       return "a cast of " + std::to_string(op.bytes_read / elements) + " to " +
              std::to_string(op.bytes_written / elements) +
