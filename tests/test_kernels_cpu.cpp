@@ -228,10 +228,11 @@ BOOST_AUTO_TEST_CASE(timings_are_positive_and_honour_their_options) {
 BOOST_AUTO_TEST_CASE(a_sequence_takes_about_the_sum_of_its_ops) {
   // Ops of 0.1 to 1 ms (512 tokens of d_model 256), so that timer resolution and thread start-up
   // are small beside each. Timed alone, an op repeats on buffers its last run left in cache; in
-  // the sequence the other ops' buffers have evicted them. On a shared machine a descheduled
-  // thread also costs a scheduler tick (4 ms): each op's median skips such runs when they are
-  // rarer than one in two, the sequence's median, ten times as exposed, may not. Hence a factor,
-  // not a percentage, and the best of a few attempts.
+  // the sequence the other ops' buffers have evicted them. On a busy machine a descheduled thread
+  // also costs a scheduler tick (4 ms): an op's median skips such runs while they are rarer than
+  // one in two, the sequence's median, ten times as exposed, does not. So the sequence is bounded
+  // by the ops' spread: above by twice the sum of their 90th percentiles, below by half the sum of
+  // their 10th; on a quiet machine both sums are within a few percent of the medians' sum.
   constexpr double kSequenceFactor = 2.0;
   constexpr int kAttempts = 3;
   auto backend = cpu_backend();
@@ -239,27 +240,26 @@ BOOST_AUTO_TEST_CASE(a_sequence_takes_about_the_sum_of_its_ops) {
   OpList ops;
   block_forward_ops(block_shape(m, 2, 256, Precision::kFp32), ops);
   const std::vector<Op> list(ops.begin(), ops.end());
-  double best_ratio = 0, best_total_s = 0, best_sum_s = 0;
-  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+  bool within = false;
+  for (int attempt = 0; attempt < kAttempts && !within; ++attempt) {
     const SequenceTiming st = backend->time_sequence(list, TimingOptions{2, 5, 100, 0.05, 1.0, false});
     BOOST_TEST_REQUIRE(st.supported);
     BOOST_TEST_REQUIRE(st.per_op.size() == list.size());
-    double sum_s = 0;
+    double p10_s = 0, median_s = 0, p90_s = 0;
     for (const Timing& t : st.per_op) {
       BOOST_TEST(t.supported);
       BOOST_TEST(t.median_s > 0);
-      sum_s += t.median_s;
+      p10_s += t.p10_s, median_s += t.median_s, p90_s += t.p90_s;
     }
     BOOST_TEST_REQUIRE(st.total_median_s > 0);
-    const double ratio = st.total_median_s / sum_s;
-    if (attempt == 0 || std::fabs(std::log(ratio)) < std::fabs(std::log(best_ratio)))
-      best_ratio = ratio, best_total_s = st.total_median_s, best_sum_s = sum_s;
-    if (std::fabs(std::log(best_ratio)) <= std::log(kSequenceFactor)) break;
+    within = st.total_median_s <= kSequenceFactor * p90_s && st.total_median_s >= p10_s / kSequenceFactor;
+    BOOST_TEST_MESSAGE("sequence of " << list.size() << " ops: " << st.total_median_s * 1e3 << " ms end to end; "
+                                      << "ops summed: " << p10_s * 1e3 << " (p10), " << median_s * 1e3
+                                      << " (median), " << p90_s * 1e3 << " ms (p90)");
   }
-  BOOST_TEST(best_ratio <= kSequenceFactor);
-  BOOST_TEST(best_ratio >= 1.0 / kSequenceFactor);
-  BOOST_TEST_MESSAGE("sequence of " << list.size() << " ops: " << best_total_s * 1e3 << " ms end to end, "
-                                    << best_sum_s * 1e3 << " ms summed");
+  BOOST_TEST(within, "the sequence's median is outside [sum of p10 / " << kSequenceFactor << ", " << kSequenceFactor
+                                                                      << " x sum of p90] in " << kAttempts
+                                                                      << " attempts");
 }
 
 BOOST_AUTO_TEST_CASE(bad_input_is_an_error) {
