@@ -161,9 +161,29 @@ TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& star
   }
   x = best_x;
 
+  // Which parameters the rows determine: a Jacobian column that is zero at the starting values means
+  // no row's prediction moves with that parameter. (At the solution a parameter pinned at a bound
+  // can have a vanishing column too, yet the rows did decide it.)
+  std::vector<bool> determined(n, true);
+  {
+    x = x0;
+    ceres::CRSMatrix jacobian;
+    ceres::Problem::EvaluateOptions eval;
+    eval.residual_blocks = blocks;
+    double cost = 0;
+    problem.Evaluate(eval, &cost, nullptr, nullptr, &jacobian);
+    std::vector<double> column(n, 0.0);
+    for (int row = 0; row < jacobian.num_rows; ++row)
+      for (int k = jacobian.rows[row]; k < jacobian.rows[row + 1]; ++k)
+        column[static_cast<size_t>(jacobian.cols[k])] += jacobian.values[k] * jacobian.values[k];
+    for (size_t i = 0; i < n; ++i) determined[i] = column[i] > 1e-12;
+    x = best_x;
+  }
+
   TableFitResult r;
   r.params = start;
-  for (size_t i = 0; i < n; ++i) r.params.*(maps[i].info->member) = from_x(x[i]);
+  for (size_t i = 0; i < n; ++i)
+    r.params.*(maps[i].info->member) = determined[i] ? from_x(x[i]) : start.*(maps[i].info->member);
   r.initial_cost = summary.initial_cost;
   r.final_cost = summary.final_cost;
   r.iterations = static_cast<int>(summary.iterations.size());
@@ -191,10 +211,15 @@ TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& star
   }
   for (size_t i = 0; i < n; ++i) {
     const ParamInfo& info = *maps[i].info;
-    const double v = r.params.*(info.member);
+    double& v = r.params.*(info.member);
     const double lo = std::max(info.lower, maps[i].floor), hi = std::min(info.upper, 1e300);
-    r.fitted.push_back({std::string(info.name), v, stddev[i],
-                        std::fabs(std::log(v / lo)) < 1e-6 || std::fabs(std::log(hi / v)) < 1e-6});
+    bool at_bound = determined[i] && (std::fabs(std::log(v / lo)) < 1e-6 || std::fabs(std::log(hi / v)) < 1e-6);
+    // A time within a microsecond of the fit's floor is the physical bound, zero.
+    if (determined[i] && info.unit == std::string_view("s") && v < 1e-6) {
+      v = 0.0;
+      at_bound = true;
+    }
+    r.fitted.push_back({std::string(info.name), v, determined[i] ? stddev[i] : -1.0, at_bound, determined[i]});
   }
   for (const FitRow& row : rows) {
     const double e = log_error(row, with_fitted(*row.base, r.params, options.parameters));

@@ -52,6 +52,9 @@ struct FittedParameter {
   double value = 0;
   double stddev = -1;  // from the covariance, in the parameter's unit; < 0 when unavailable
   bool at_bound = false;
+  // False when no row's prediction depends on the parameter (say, a head-size effect in a table
+  // without head size 64): it keeps its starting value and provenance.
+  bool determined = true;
 };
 
 struct TableFitResult {

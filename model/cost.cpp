@@ -39,7 +39,10 @@ CostModel::CostModel(const DeviceSpec& device, const CostParams& params) : devic
   const double big = std::max(params.gemm_tile_m, params.gemm_tile_n);
   const double small = std::min(params.gemm_tile_m, params.gemm_tile_n);
   const double sides[3] = {big, small, small / 2};
-  for (int i = 0; i < 3; ++i) tile_inv_[i] = 1.0 / sides[i];
+  for (int i = 0; i < 3; ++i) {
+    tile_sides_[i] = sides[i];
+    tile_inv_[i] = 1.0 / sides[i];
+  }
   const auto intensity = [](double a, double b) { return a * b / (a + b); };
   const double half = params.gemm_tile_intensity_half;
   const double top = intensity(big, small) / (intensity(big, small) + half);
@@ -51,27 +54,8 @@ CostModel::CostModel(const DeviceSpec& device, const CostParams& params) : devic
 }
 
 double CostModel::gemm_efficiency(int64_t m, int64_t n, int64_t k) const {
-  const double md = static_cast<double>(m), nd = static_cast<double>(n);
-  // Tile counts along m and n for the three tile side lengths (large, small, half of small).
-  double tm[3], tn[3];
-  for (int s = 0; s < 3; ++s) {
-    tm[s] = ceil_ratio(md, tile_inv_[s]);
-    tn[s] = ceil_ratio(nd, tile_inv_[s]);
-  }
-  // The library's heuristic picks among tile shapes the one that wastes least (see cost.hpp).
-  double best = 0, best_tiles = 0, best_rest = 0;
-  for (const TileChoice& t : tile_choices_) {
-    const double tiles = tm[t.side_m] * tn[t.side_n];
-    const double fill = md * nd / (tiles * t.area);
-    const double waves = ceil_ratio(tiles, units_inv_);
-    const double rest = fill * t.efficiency;
-    const double e = rest * tiles / (waves * units_);
-    if (e > best) {
-      best = e;
-      best_tiles = tiles;
-      best_rest = rest;
-    }
-  }
+  const TileFit t = best_tiles(m, n);
+  const double best = t.efficiency, best_tiles = t.tiles, best_rest = t.fill_and_tile;
   const auto k_ramp = [&](double kk) { return kk / (kk + params_.gemm_k_half); };
   double result = best * k_ramp(static_cast<double>(k));
   // Split-K, as cuBLAS heuristics choose it, only when the tiles cannot fill the device.
@@ -81,6 +65,51 @@ double CostModel::gemm_efficiency(int64_t m, int64_t n, int64_t k) const {
     result = std::max(result, best_rest * wave_efficiency(best_tiles * split, units_) * k_ramp(kk));
   }
   return result;
+}
+
+CostModel::TileFit CostModel::search_tiles(int64_t m, int64_t n) const {
+  const double md = static_cast<double>(m), nd = static_cast<double>(n);
+  // Tile counts along m and n for the three tile side lengths (large, small, half of small).
+  double tm[3], tn[3];
+  for (int s = 0; s < 3; ++s) {
+    tm[s] = ceil_ratio(md, tile_inv_[s]);
+    tn[s] = ceil_ratio(nd, tile_inv_[s]);
+  }
+  // The library's heuristic picks among tile shapes the one that wastes least (see cost.hpp).
+  TileFit best;
+  for (const TileChoice& t : tile_choices_) {
+    const double tiles = tm[t.side_m] * tn[t.side_n];
+    const double fill = md * nd / (tiles * t.area);
+    const double waves = ceil_ratio(tiles, units_inv_);
+    const double rest = fill * t.efficiency;
+    const double e = rest * tiles / (waves * units_);
+    if (e > best.efficiency) best = {e, tiles, rest};
+  }
+  return best;
+}
+
+namespace {
+// The tile search depends only on the output shape and the tiling parameters, and a sweep meets
+// the same shapes again and again (weight-gradient GEMMs do not depend on the micro-batch at all).
+// A small direct-mapped memo per thread remembers recent results.
+struct TileMemoEntry {
+  int64_t m = -1, n = -1;
+  double units = 0, big = 0, small = 0, half = 0;
+  double efficiency = 0, tiles = 0, fill_and_tile = 0;
+};
+thread_local std::array<TileMemoEntry, 1024> tile_memo;
+}  // namespace
+
+CostModel::TileFit CostModel::best_tiles(int64_t m, int64_t n) const {
+  const uint64_t h = (static_cast<uint64_t>(m) * 0x9E3779B97F4A7C15ULL) ^ (static_cast<uint64_t>(n) * 0xC2B2AE3D27D4EB4FULL);
+  TileMemoEntry& e = tile_memo[(h >> 54) & (tile_memo.size() - 1)];
+  if (e.m == m && e.n == n && e.units == units_ && e.big == tile_sides_[0] && e.small == tile_sides_[1] &&
+      e.half == params_.gemm_tile_intensity_half)
+    return {e.efficiency, e.tiles, e.fill_and_tile};
+  const TileFit t = search_tiles(m, n);
+  e = {m, n, units_, tile_sides_[0], tile_sides_[1], params_.gemm_tile_intensity_half, t.efficiency, t.tiles,
+       t.fill_and_tile};
+  return t;
 }
 
 double CostModel::attention_efficiency(const Op& op) const {

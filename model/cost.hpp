@@ -50,6 +50,14 @@ class CostModel {
   const CostParams& params() const { return params_; }
 
  private:
+  struct TileFit {
+    double efficiency = 0;     // fill * waves * tile rate of the best tile shape
+    double tiles = 0;          // its tile count
+    double fill_and_tile = 0;  // its fill * tile rate (for split-K)
+  };
+  TileFit search_tiles(int64_t m, int64_t n) const;
+  TileFit best_tiles(int64_t m, int64_t n) const;  // search_tiles, remembered per thread
+
   const DeviceSpec& device_;
   const CostParams& params_;
   // Derived once: achieved compute rates at the sustained clock, and reciprocals for the hot path.
@@ -61,7 +69,8 @@ class CostModel {
     double area;         // elements of one output tile
     double efficiency;   // relative to the largest tile
   };
-  double tile_inv_[3] = {};  // 1 / (large, small, half-small) tile side
+  double tile_sides_[3] = {};  // large, small, half-small tile side
+  double tile_inv_[3] = {};    // their reciprocals
   std::array<TileChoice, 5> tile_choices_{};
 };
 

@@ -96,7 +96,7 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
                              " rows of " + join(fitted_devices, ", ") + " in " + join(o.tables, ", ") +
                              " (tpsim calibrate table, " + utc_now() + ")";
   for (const auto& f : fit.fitted)
-    if (std::find(taken.begin(), taken.end(), f.name) != taken.end())
+    if (f.determined && std::find(taken.begin(), taken.end(), f.name) != taken.end())
       out.sources[f.name] = {"table-fit", detail, f.stddev};
 
   nlohmann::json jrows = nlohmann::json::array();
@@ -109,7 +109,7 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
   nlohmann::json jparams = nlohmann::json::array();
   for (const auto& f : fit.fitted)
     jparams.push_back({{"name", f.name}, {"value", f.value}, {"stddev", f.stddev < 0 ? nlohmann::json() : nlohmann::json(f.stddev)},
-                       {"at_bound", f.at_bound}});
+                       {"at_bound", f.at_bound}, {"determined_by_rows", f.determined}});
   out.extra["fit"] = {{"command", command_line},
                       {"transferred", o.transfer},
                       {"fitted_devices", fitted_devices},
@@ -137,7 +137,8 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
   for (const auto& f : fit.fitted)
     if (std::find(taken.begin(), taken.end(), f.name) != taken.end())
       std::cerr << "  " << f.name << " = " << f.value << (f.stddev >= 0 ? " +- " + std::to_string(f.stddev) : "")
-              << (f.at_bound ? " (at its bound)" : "") << "\n";
+              << (f.at_bound ? " (at its bound)" : "")
+              << (f.determined ? "" : " (no row depends on it: kept from the base profile)") << "\n";
   std::vector<double> errs;
   int outliers = 0;
   for (size_t i = 0; i < fit.residuals.size(); ++i) {
