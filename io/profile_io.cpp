@@ -111,15 +111,16 @@ DeviceProfile load_default_profile(const std::string& device_id) {
 }
 
 std::string profile_to_json(const DeviceProfile& p) {
-  json j;
+  // Written in reading order: what the profile is, its parameters, then how it was made.
+  nlohmann::ordered_json j;
   j["format"] = "tpsim-profile";
   j["version"] = kProfileVersion;
   j["device"] = p.device;
-  json params = json::object();
+  nlohmann::ordered_json params = nlohmann::ordered_json::object();
   for (const ParamInfo& info : cost_param_registry()) {
     const std::string name(info.name);
     const auto it = p.sources.find(name);
-    json e;
+    nlohmann::ordered_json e;
     e["value"] = p.params.*info.member;
     e["unit"] = std::string(info.unit);
     e["source"] = it != p.sources.end() ? it->second.kind : "assumed";
@@ -129,7 +130,10 @@ std::string profile_to_json(const DeviceProfile& p) {
     params[name] = e;
   }
   j["parameters"] = params;
-  for (const auto& [key, value] : p.extra.items()) j[key] = value;
+  for (const char* key : {"prediction_interval", "notes", "fit", "measurements"})
+    if (p.extra.contains(key)) j[key] = p.extra[key];
+  for (const auto& [key, value] : p.extra.items())
+    if (!j.contains(key)) j[key] = value;
   return j.dump(2) + "\n";
 }
 

@@ -150,7 +150,8 @@ BOOST_AUTO_TEST_CASE(profiles_name_every_parameter_and_refuse_gaps) {
   const std::string good = profile_to_json(p);
   BOOST_TEST(parse_profile_json(good, "p.json").params.gemm_bf16_flops_per_s == p.params.gemm_bf16_flops_per_s);
   std::string missing = good;
-  const size_t at = missing.find("\"step_overhead_s\"");
+  const size_t at = missing.find("\"step_overhead_s\": {");
+  BOOST_TEST_REQUIRE(at != std::string::npos);
   missing.replace(at, std::string("\"step_overhead_s\"").size(), "\"step_overhead_x\"");
   BOOST_TEST(contains(error_of([&] { parse_profile_json(missing, "p.json"); }), "unknown parameter"));
   std::string version = good;
