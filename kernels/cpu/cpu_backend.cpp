@@ -6,7 +6,6 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <thread>
 
 #include "io/error.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
@@ -70,14 +69,13 @@ std::string gib(double bytes) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend() : threads_(static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {
-    cpu::set_threads(threads_);
-  }
+  // All hardware threads, unless OMP_NUM_THREADS asks for fewer (a shared machine, a pinned run).
+  CpuBackend() : threads_(cpu::default_threads()) { cpu::set_threads(threads_); }
 
   BackendInfo info() const override {
     BackendInfo i;
     i.backend = "cpu";
-    i.device_name = cpu_model_name() + " (" + std::to_string(threads_) + " threads)";
+    i.device_name = cpu_model_name() + " (" + std::to_string(threads_) + (threads_ == 1 ? " thread)" : " threads)");
     i.driver_version = "-";
     i.library_versions = "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) +
                          "." + std::to_string(EIGEN_MINOR_VERSION) + ", " + openmp_version();

@@ -70,6 +70,8 @@ void set_threads(int threads) {
 
 int threads() { return g_threads; }
 
+int default_threads() { return std::max(1, omp_get_max_threads()); }
+
 void gemm_eigen(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, const float* a, const float* b,
                 float* c) {
   const MapCR A(a, trans_a ? k : m, trans_a ? m : k);

@@ -12,6 +12,8 @@ namespace tpsim::cpu {
 // Threads the kernels use (Eigen's GEMM and the OpenMP loops); set once by the backend.
 void set_threads(int threads);
 int threads();
+// OpenMP's default: OMP_NUM_THREADS when set, else every hardware thread this process may run on.
+int default_threads();
 
 // C[m,n] = op(A)[m,k] * op(B)[k,n], row-major, Eigen's blocked GEMM over all threads.
 void gemm_eigen(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, const float* a, const float* b,
