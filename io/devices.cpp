@@ -87,3 +87,36 @@ DeviceSpec parse_device_yaml(const std::string& text, const std::string& origin)
 }
 
 }  // namespace tpsim
+
+namespace tpsim {
+
+nlohmann::json device_spec_to_json(const DeviceSpec& d) {
+  const auto sourced = [&](double value, const std::string& key) {
+    const auto it = d.sources.find(key);
+    return nlohmann::json{{"value", value}, {"source", it != d.sources.end() ? it->second : "unknown"}};
+  };
+  nlohmann::json j;
+  j["device"] = d.id;
+  j["name"] = d.name;
+  nlohmann::json peaks = nlohmann::json::object();
+  for (int t = 0; t < kNumDTypes; ++t)
+    if (d.peak_flops_per_s[t] > 0) {
+      const std::string fmt(kDTypeNames[t]);
+      peaks[fmt] = sourced(d.peak_flops_per_s[t] / 1e12, "peak_dense_tflops." + fmt);
+    }
+  j["peak_dense_tflops"] = peaks;
+  j["memory_gib"] = sourced(d.memory_bytes / double(1LL << 30), "memory_gib");
+  j["hbm_gb_per_s"] = sourced(d.hbm_bytes_per_s / 1e9, "hbm_gb_per_s");
+  j["compute_units"] = sourced(d.compute_units, "compute_units");
+  j["gpus_per_node"] = sourced(d.gpus_per_node, "gpus_per_node");
+  j["intra_node_gb_per_s"] = sourced(d.intra_node_bytes_per_s / 1e9, "intra_node_gb_per_s");
+  j["inter_node_gbps_per_node"] = sourced(d.inter_node_bytes_per_s * 8.0 / 1e9, "inter_node_gbps_per_node");
+  return j;
+}
+
+// YAML is a superset of JSON: the YAML reader checks the fields and their sources.
+DeviceSpec parse_device_json(const nlohmann::json& j, const std::string& origin) {
+  return parse_device_yaml(j.dump(), origin);
+}
+
+}  // namespace tpsim

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "io/error.hpp"
+#include "io/devices.hpp"
 #include "io/files.hpp"
 
 namespace tpsim {
@@ -57,8 +58,14 @@ DeviceProfile parse_profile_json(const std::string& text, const std::string& ori
     if (e.contains("stddev") && e["stddev"].is_number()) src.stddev = e["stddev"].get<double>();
     p.sources[name] = src;
   }
+  if (j.contains("device_spec")) {
+    p.device_spec = parse_device_json(j["device_spec"], origin + " (device_spec)");
+    if (p.device_spec->id != p.device)
+      throw Error(origin + ": device_spec describes '" + p.device_spec->id + "', the profile is for '" + p.device + "'");
+  }
   for (const auto& [key, value] : j.items())
-    if (key != "format" && key != "version" && key != "device" && key != "parameters") p.extra[key] = value;
+    if (key != "format" && key != "version" && key != "device" && key != "parameters" && key != "device_spec")
+      p.extra[key] = value;
   prediction_interval(p);  // a malformed interval is an error here, not at first use
   return p;
 }
@@ -116,6 +123,7 @@ std::string profile_to_json(const DeviceProfile& p) {
   j["format"] = "tpsim-profile";
   j["version"] = kProfileVersion;
   j["device"] = p.device;
+  if (p.device_spec) j["device_spec"] = device_spec_to_json(*p.device_spec);
   nlohmann::ordered_json params = nlohmann::ordered_json::object();
   for (const ParamInfo& info : cost_param_registry()) {
     const std::string name(info.name);

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "model/device.hpp"
 #include "model/profile.hpp"
 
 namespace tpsim {
@@ -31,6 +32,9 @@ struct ParamSource {
 
 struct DeviceProfile {
   std::string device;
+  // The device's spec when no data/devices/<id>.yaml describes it (a CPU measured by
+  // `tpsim calibrate kernels`): "device_spec" in the file, with a source per value.
+  std::optional<DeviceSpec> device_spec;
   CostParams params;
   std::map<std::string, ParamSource> sources;  // by parameter name, one per registry entry
   nlohmann::json extra = nlohmann::json::object();  // prediction_interval, fit report, measurements

@@ -19,6 +19,7 @@ Context::Context(const CommonOptions& o) : catalog_(ModelCatalog::load_default()
   if (!o.models_file.empty()) catalog_.add_file(o.models_file, warnings_);
   for (const auto& path : o.profile_files) {
     DeviceProfile p = load_profile(path);
+    if (p.device_spec) devices_.emplace(p.device, *p.device_spec);
     device(p.device);  // the profile's device must exist
     if (profiles_.count(p.device))
       throw Error("--profile " + path + ": a second profile for device " + p.device + " (one per device)");

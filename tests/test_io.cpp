@@ -160,6 +160,22 @@ BOOST_AUTO_TEST_CASE(profiles_name_every_parameter_and_refuse_gaps) {
   BOOST_TEST(contains(error_of([&] { parse_profile_json("{\"format\": ", "p.json"); }), "not valid JSON"));
 }
 
+BOOST_AUTO_TEST_CASE(profiles_can_carry_the_spec_of_a_device_without_a_datasheet_file) {
+  DeviceProfile p = load_shipped_profile("a100_80gb");
+  DeviceSpec cpu = load_device("a100_80gb");
+  cpu.id = "cpu_test";
+  cpu.name = "a test CPU";
+  p.device = "cpu_test";
+  p.device_spec = cpu;
+  const DeviceProfile back = parse_profile_json(profile_to_json(p), "p.json");
+  BOOST_TEST_REQUIRE(back.device_spec.has_value());
+  BOOST_TEST(back.device_spec->compute_units == 108);
+  BOOST_TEST(back.device_spec->memory_bytes == cpu.memory_bytes);
+  BOOST_TEST(back.device_spec->sources.at("memory_gib") == cpu.sources.at("memory_gib"));
+  p.device = "other";
+  BOOST_TEST(contains(error_of([&] { parse_profile_json(profile_to_json(p), "p.json"); }), "device_spec describes 'cpu_test'"));
+}
+
 BOOST_AUTO_TEST_CASE(files_are_written_whole_or_not_at_all) {
   const fs::path dir = fs::temp_directory_path() / "tpsim_test_io";
   fs::create_directories(dir);
