@@ -11,4 +11,7 @@ void register_bench(CLI::App& app);
 void register_validate(CLI::App& app);
 void register_calibrate(CLI::App& app);
 
+// Subcommands of `calibrate`.
+void register_calibrate_table(CLI::App& calibrate);
+
 }  // namespace tpsim
