@@ -124,7 +124,7 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
                       {"solver", fit.summary},
                       {"parameters", jparams},
                       {"rows", jrows}};
-  const ErrorSummary s = summarize(held);
+  const ErrorSummary s = summarize_errors(held);
   set_prediction_interval(out, {s.p10, s.p90, s.rows,
                                 "held-out errors of tpsim validate --cv " + to_string(cv) + " on " + join(o.tables, ", ") +
                                     (o.transfer ? " (a device predicted from the others' fit)" : "")});
@@ -149,7 +149,7 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
                 << ", " << rows[i].row.n_gpus << " GPUs) off by " << 100 * errs.back() << "%\n";
     }
   }
-  const ErrorSummary fitted = summarize(errs);
+  const ErrorSummary fitted = summarize_errors(errs);
   std::cerr << "  fitted rows: MAPE " << 100 * fitted.mape << "%, " << outliers << " outliers; held-out ("
             << to_string(cv) << "): MAPE " << 100 * s.mape << "%, interval [" << 100 * s.p10 << "%, " << 100 * s.p90
             << "%]\n  wrote " << o.out << "\n";

@@ -47,7 +47,7 @@ OutputTable summary_table(const std::vector<RowResult>& results) {
   for (const auto& r : results) add("GPU " + r.row->row.gpu, r.error);
   for (const auto& r : results) add("model " + r.row->row.model, r.error);
   for (const auto& [scope, errors] : scopes) {
-    const ErrorSummary s = summarize(errors);
+    const ErrorSummary s = summarize_errors(errors);
     t.add_row({Cell::str(scope), Cell::integer_value(s.rows), Cell::num(100 * s.mape, 2),
                Cell::num(100 * s.median_abs, 2), Cell::num(100 * s.max_abs, 2), Cell::integer_value(s.over_15),
                Cell::num(100 * s.p10, 2), Cell::num(100 * s.p90, 2)});
@@ -83,7 +83,7 @@ std::map<std::string, PredictionInterval> intervals_by_device(Context& ctx, cons
     std::map<std::string, std::vector<double>> errors;
     for (const auto& r : results) errors[r.row->row.gpu].push_back(r.error);
     for (const auto& [gpu, e] : errors) {
-      const ErrorSummary s = summarize(e);
+      const ErrorSummary s = summarize_errors(e);
       out[gpu] = {s.p10, s.p90, s.rows, "held-out errors of this run"};
     }
   } else {

@@ -106,7 +106,7 @@ double percentile(std::vector<double> v, double q) {
 }
 }  // namespace
 
-ErrorSummary summarize(const std::vector<double>& errors) {
+ErrorSummary summarize_errors(const std::vector<double>& errors) {
   ErrorSummary s;
   s.rows = static_cast<int64_t>(errors.size());
   if (errors.empty()) return s;

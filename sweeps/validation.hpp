@@ -53,6 +53,6 @@ struct ErrorSummary {
   int64_t over_15 = 0;    // rows off by more than 15%
   double p10 = 0, p90 = 0;  // signed percentiles
 };
-ErrorSummary summarize(const std::vector<double>& errors);
+ErrorSummary summarize_errors(const std::vector<double>& errors);
 
 }  // namespace tpsim

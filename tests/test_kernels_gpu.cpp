@@ -175,7 +175,7 @@ std::string describe(const Op& op) {
          " n=" + std::to_string(op.n) + " k=" + std::to_string(op.k) + "]";
 }
 
-void check_every_op(BackendKind kind) {
+[[maybe_unused]] void check_every_op(BackendKind kind) {
   Backend& b = *device(kind).backend;
   int checked = 0, unsupported = 0;
   std::vector<Op> ops = gemm_variants();
@@ -203,7 +203,7 @@ void check_every_op(BackendKind kind) {
   BOOST_TEST(checked > 0);
 }
 
-void time_ops_and_sequences(BackendKind kind) {
+[[maybe_unused]] void time_ops_and_sequences(BackendKind kind) {
   Backend& b = *device(kind).backend;
   TimingOptions o;
   o.warmup = 1;
@@ -243,7 +243,7 @@ void time_ops_and_sequences(BackendKind kind) {
   BOOST_TEST(copy.median_s > 0.0);
 }
 
-void info_and_bad_index(BackendKind kind) {
+[[maybe_unused]] void info_and_bad_index(BackendKind kind) {
   const BackendInfo i = device(kind).backend->info();
   BOOST_TEST_MESSAGE(i.backend << ": " << i.device_name << "; " << i.driver_version << "; " << i.library_versions);
   BOOST_TEST(i.backend == std::string(to_string(kind)));
