@@ -7,6 +7,7 @@ namespace tpsim {
 
 void register_predict(CLI::App& app);
 void register_sweep(CLI::App& app);
+void register_plan(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_validate(CLI::App& app);
 void register_calibrate(CLI::App& app);

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "tpsim 0.1.0");
   tpsim::register_predict(app);
   tpsim::register_sweep(app);
+  tpsim::register_plan(app);
   tpsim::register_validate(app);
   tpsim::register_calibrate(app);
   tpsim::register_bench(app);

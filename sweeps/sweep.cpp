@@ -6,6 +6,9 @@
 #include <memory>
 
 #include "io/error.hpp"
+#include "io/files.hpp"
+#include "io/plots.hpp"
+#include "io/progress.hpp"
 #include "model/search.hpp"
 #include "sweeps/args.hpp"
 #include "sweeps/commands.hpp"
@@ -21,6 +24,7 @@ struct SweepOptions {
   std::string seq = "512..65536", gpus = "8", devices = "h100_80gb";
   std::string precision = "amp_bf16", mp_mode = "DEFAULT", tokens = "1Mi";
   std::string shardings = "FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD";
+  std::string plot;  // SVG: MFU over model size and sequence length
 };
 
 // Sequences per step for a token budget: the nearest multiple of the GPU count, at least one
@@ -85,6 +89,16 @@ void run_sweep(const SweepOptions& o) {
   table.title = "sweep";
   table.columns = prediction_columns();
   int64_t evaluated = 0;
+  // The heat map: a row per (model, GPU count, device), a column per sequence length.
+  const bool several = gpus.size() * devices.size() > 1;
+  HeatMap heat;
+  heat.title = "Predicted MFU of the fastest configuration that fits";
+  heat.x_label = "sequence length (tokens)";
+  heat.y_label = several ? "model, GPUs, device" : "model";
+  heat.value_label = "MFU (%)";
+  for (int64_t seq : seqs) heat.x_ticks.push_back(std::to_string(seq));
+  Progress progress("sweep", static_cast<int64_t>(devices.size() * models.size() * seqs.size() * gpus.size()));
+  int64_t done = 0;
   for (const auto& device_id : devices) {
     const DeviceSpec& device = ctx.device(device_id);
     const DeviceProfile& profile = ctx.profile(device_id);
@@ -94,8 +108,18 @@ void run_sweep(const SweepOptions& o) {
                     std::string(to_string(t)) + " matmuls");
     for (const auto& name : models) {
       const ModelConfig& model = ctx.catalog().get(name);
-      for (int64_t seq : seqs) {
-        for (int64_t n : gpus) {
+      std::vector<size_t> heat_rows;
+      for (int64_t n : gpus) {
+        heat_rows.push_back(heat.values.size());
+        heat.y_ticks.push_back(several ? name + ", " + std::to_string(n) + ", " + device_id : name);
+        heat.values.emplace_back(seqs.size(), std::nan(""));
+        heat.notes.emplace_back(seqs.size());
+      }
+      for (size_t si = 0; si < seqs.size(); ++si) {
+        const int64_t seq = seqs[si];
+        for (size_t gi = 0; gi < gpus.size(); ++gi) {
+          const int64_t n = gpus[gi];
+          progress.update(done++);
           TrainConfig cfg = base;
           cfg.seq_len = seq;
           cfg.n_gpus = n;
@@ -107,12 +131,22 @@ void run_sweep(const SweepOptions& o) {
           evaluated += r.evaluated;
           if (r.evaluated == 0) continue;
           const auto interval = prediction_interval(profile);
-          if (r.found) table.add_row(prediction_row(name, device_id, r.best, r.best_prediction, interval));
-          else table.add_row(prediction_row(name, device_id, r.leanest, r.leanest_prediction, interval));
+          if (r.found) {
+            table.add_row(prediction_row(name, device_id, r.best, r.best_prediction, interval));
+            heat.values[heat_rows[gi]][si] = 100.0 * r.best_prediction.mfu;
+            heat.notes[heat_rows[gi]][si] = "micro-batch " + std::to_string(r.best.micro_batch) +
+                                            (r.best.activation_checkpointing ? ", checkpointing, " : ", ") +
+                                            std::string(to_string(r.best.sharding));
+          } else {
+            table.add_row(prediction_row(name, device_id, r.leanest, r.leanest_prediction, interval));
+            heat.notes[heat_rows[gi]][si] = "does not fit";
+          }
         }
       }
     }
   }
+  progress.finish();
+  if (!o.plot.empty()) write_file_atomic(o.plot, heat_map_svg(heat));
   emit(render({table}, ctx.format()), ctx.output());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cerr << "evaluated " << evaluated << " configurations in " << seconds << " s\n";
@@ -138,6 +172,7 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--shardings", o->shardings, "sharding strategies to search")
       ->default_val("FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD");
   cmd->add_option("--profile", o->common.profile_files, "device profile JSON (repeatable)");
+  cmd->add_option("--plot", o->plot, "also write an SVG heat map of MFU over model size and sequence length");
   cmd->add_option("--format", o->common.format, "output format: md, csv or json")->default_val("md");
   cmd->add_option("-o,--output", o->common.output, "write the output to FILE (atomically)");
   cmd->callback([o] { run_sweep(*o); });

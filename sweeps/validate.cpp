@@ -8,6 +8,9 @@
 
 #include "calibrate/crossval.hpp"
 #include "io/error.hpp"
+#include "io/files.hpp"
+#include "io/plots.hpp"
+#include "io/progress.hpp"
 #include "sweeps/commands.hpp"
 #include "sweeps/context.hpp"
 #include "sweeps/report.hpp"
@@ -23,6 +26,7 @@ struct ValidateOptions {
   std::string fit_parameters;  // comma-separated; empty: the table-level default set
   double robust_scale = 0.05;
   double prior_width = 0;
+  std::string plot;  // SVG: predicted against measured
 };
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -65,7 +69,10 @@ std::vector<RowResult> held_out_results(Context& ctx, const std::vector<Resolved
   options.robust_scale = o.robust_scale;
   options.prior_width = o.prior_width;
   options.covariance = false;
-  const std::vector<HeldOutError> held = cross_validate(fits, spec, options);
+  Progress progress("held-out fits (--cv " + to_string(spec) + ")", 0);
+  const std::vector<HeldOutError> held =
+      cross_validate(fits, spec, options, [&](int done, int total) { progress.update(done, total); });
+  progress.finish();
   std::vector<RowResult> results;
   for (const auto& h : held) {
     RowResult r = predict_row(rows[h.row], h.params);
@@ -93,6 +100,29 @@ std::map<std::string, PredictionInterval> intervals_by_device(Context& ctx, cons
   return out;
 }
 
+// Predicted against measured throughput on log axes, coloured by device, with y = x and the band
+// of the widest interval among the devices shown.
+std::string validation_plot(const std::vector<RowResult>& results, const std::map<std::string, PredictionInterval>& intervals,
+                            bool held_out) {
+  Scatter sc;
+  sc.title = held_out ? "Held-out predictions against measured throughput" : "Predicted against measured throughput";
+  sc.x_label = "measured throughput (tokens/s)";
+  sc.y_label = "predicted throughput (tokens/s)";
+  for (const auto& r : results) {
+    const MeasuredRow& m = r.row->row;
+    char note[256];
+    std::snprintf(note, sizeof note, "%s: %s, seq %lld, %lld GPUs, error %+.1f%%", m.where().c_str(), m.model.c_str(),
+                  static_cast<long long>(m.seq_len), static_cast<long long>(m.n_gpus), 100 * r.error);
+    sc.points.push_back({m.tokens_per_s, r.prediction.tokens_per_s, m.gpu, note});
+  }
+  for (const auto& [gpu, i] : intervals) {
+    sc.band_low = std::min(sc.band_low, i.p10);
+    sc.band_high = std::max(sc.band_high, i.p90);
+  }
+  if (!intervals.empty()) sc.band_label = "10-90% held-out error";
+  return scatter_loglog_svg(sc);
+}
+
 void run_validate(const ValidateOptions& o) {
   Context ctx(o.common);
   std::vector<std::string> warnings;
@@ -113,6 +143,7 @@ void run_validate(const ValidateOptions& o) {
     return {Cell::num(interval_low(p, it->second), 0), Cell::num(interval_high(p, it->second), 0)};
   };
 
+  if (!o.plot.empty()) write_file_atomic(o.plot, validation_plot(results, intervals, !o.cv.empty()));
   OutputTable summary = summary_table(results);
   if (ctx.format() == Format::kCsv) {
     // The input's columns (of the first table), then the predictions.
@@ -181,6 +212,7 @@ void register_validate(CLI::App& app) {
                   "with --cv: the parameters each fold fits (comma-separated; default: the table-level set)");
   cmd->add_option("--robust-scale", o->robust_scale, "with --cv: Huber scale of the fit's loss on log errors")
       ->default_val(0.05)->check(CLI::Range(1e-4, 10.0));
+  cmd->add_option("--plot", o->plot, "also write an SVG of predicted against measured throughput");
   cmd->add_option("--prior-width", o->prior_width, "with --cv: width of the prior on each fitted parameter's log (0: none)")
       ->default_val(0.0)->check(CLI::Range(0.0, 100.0));
   add_common_options(cmd, o->common);

@@ -1,0 +1,43 @@
+#include "io/progress.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace tpsim {
+
+Progress::Progress(std::string label, int64_t total)
+    : label_(std::move(label)), total_(total), tty_(isatty(STDERR_FILENO) == 1),
+      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+
+Progress::~Progress() { finish(); }
+
+void Progress::update(int64_t done) {
+  if (!tty_ || total_ <= 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  if (elapsed < 1.0 || std::chrono::duration<double>(now - last_draw_).count() < 0.2) return;
+  last_draw_ = now;
+  const double frac = static_cast<double>(done) / static_cast<double>(total_);
+  char eta[48] = "";
+  if (frac > 0) std::snprintf(eta, sizeof eta, ", about %.0f s left", elapsed * (1.0 - frac) / frac);
+  std::fprintf(stderr, "\r%s: %3.0f%% (%lld/%lld)%s   ", label_.c_str(), 100.0 * frac, static_cast<long long>(done),
+               static_cast<long long>(total_), eta);
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+void Progress::update(int64_t done, int64_t total) {
+  total_ = total;
+  update(done);
+}
+
+void Progress::finish() {
+  if (drawn_) {
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+    drawn_ = false;
+  }
+}
+
+}  // namespace tpsim

@@ -1,0 +1,36 @@
+// llm-foundry training YAMLs as users keep them: the model block, sequence length, batch sizes,
+// precision and FSDP settings, with ${...} references resolved as llm-foundry's YAMLs use them
+// (OmegaConf interpolation: ${max_seq_len}, ${model.d_model}, ${oc.env:VAR} and
+// ${oc.env:VAR,default}; a value that is only a reference keeps the referenced type).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/architecture.hpp"
+#include "model/training.hpp"
+
+namespace tpsim {
+
+struct TrainYaml {
+  std::string origin;
+  ModelConfig model;                       // from `model:`; name from the file name
+  std::optional<int64_t> seq_len;          // max_seq_len
+  std::optional<int64_t> global_batch;     // global_train_batch_size (sequences)
+  std::optional<int64_t> micro_batch;      // device_train_microbatch_size, unless "auto"
+  bool micro_batch_auto = false;           // device_train_microbatch_size: auto
+  std::optional<Precision> precision;
+  std::optional<MpMode> mp_mode;
+  std::optional<Sharding> sharding;
+  std::optional<bool> activation_checkpointing;
+  std::vector<std::string> ignored;        // keys the simulator does not model ("optimizer", "model.attn_config.alibi", ...)
+  std::vector<std::string> notes;          // modelled differently than written (e.g. attn_impl)
+};
+
+TrainYaml parse_train_yaml(const std::string& text, const std::string& origin);
+TrainYaml read_train_yaml(const std::filesystem::path& path);
+
+}  // namespace tpsim

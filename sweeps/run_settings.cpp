@@ -1,0 +1,79 @@
+#include "sweeps/run_settings.hpp"
+
+#include <iostream>
+
+#include "io/error.hpp"
+#include "sweeps/args.hpp"
+
+namespace tpsim {
+
+void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt) {
+  cmd->add_option("--config", f.config, "llm-foundry training YAML (flags override it)");
+  cmd->add_option("--model", f.model, "model name (catalogue or --models file); default: the --config's model");
+  cmd->add_option("--seq", f.seq, "sequence length; default: the --config's max_seq_len");
+  cmd->add_option("--precision", f.precision, "amp_bf16, amp_fp16, amp_fp8, bf16 or fp32 (default amp_bf16)");
+  cmd->add_option("--mp-mode", f.mp_mode, "FSDP mixed precision: DEFAULT, PURE or FULL (default DEFAULT)");
+  if (with_sharding_and_ckpt) {
+    cmd->add_option("--micro-batch", f.micro_batch, "sequences per micro-batch per GPU, or auto (the largest that fits)");
+    cmd->add_option("--sharding", f.sharding, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD (default FULL_SHARD)");
+    cmd->add_flag_function(
+        "--ckpt", [&f](int64_t) { f.ckpt = true; }, "activation checkpointing on");
+    cmd->add_flag_function(
+        "--no-ckpt", [&f](int64_t) { f.ckpt = false; }, "activation checkpointing off (the default)");
+  }
+}
+
+RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
+  RunSettings s;
+  if (!f.config.empty()) {
+    TrainYaml y = read_train_yaml(f.config);
+    s.config_origin = y.origin;
+    s.model = y.model;
+    s.seq_len = y.seq_len;
+    s.micro_batch = y.micro_batch;
+    s.micro_batch_auto = y.micro_batch_auto;
+    s.global_batch = y.global_batch;
+    if (y.precision) s.precision = *y.precision;
+    if (y.mp_mode) s.mp_mode = *y.mp_mode;
+    s.sharding = y.sharding;
+    s.activation_checkpointing = y.activation_checkpointing;
+    if (!y.ignored.empty()) {
+      std::string list;
+      for (const auto& k : y.ignored) list += (list.empty() ? "" : ", ") + k;
+      std::cerr << "tpsim: note: " << y.origin << ": not modelled, ignored: " << list << "\n";
+    }
+    for (const auto& n : y.notes) std::cerr << "tpsim: note: " << y.origin << ": " << n << "\n";
+  }
+  if (!f.model.empty()) s.model = ctx.catalog().get(f.model);
+  if (!f.seq.empty()) s.seq_len = parse_count("--seq", f.seq, kMaxSeqLen);
+  if (!f.micro_batch.empty()) {
+    if (f.micro_batch == "auto") {
+      s.micro_batch_auto = true;
+      s.micro_batch.reset();
+    } else {
+      s.micro_batch = parse_count("--micro-batch", f.micro_batch, kMaxBatch);
+      s.micro_batch_auto = false;
+    }
+  }
+  if (!f.precision.empty()) {
+    const auto p = parse_precision(f.precision);
+    if (!p) throw Error("--precision '" + f.precision + "': expected amp_bf16, amp_fp16, amp_fp8, bf16 or fp32");
+    s.precision = *p;
+  }
+  if (!f.mp_mode.empty()) {
+    const auto m = parse_mp_mode(f.mp_mode);
+    if (!m) throw Error("--mp-mode '" + f.mp_mode + "': expected DEFAULT, PURE or FULL");
+    s.mp_mode = *m;
+  }
+  if (!f.sharding.empty()) {
+    const auto sh = parse_sharding(f.sharding);
+    if (!sh) throw Error("--sharding '" + f.sharding + "': expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD");
+    s.sharding = *sh;
+  }
+  if (f.ckpt) s.activation_checkpointing = f.ckpt;
+  if (!s.model) throw Error("--model: no model given (name one, or give --config with a model: block)");
+  if (!s.seq_len) throw Error("--seq: no sequence length given (or max_seq_len in --config)");
+  return s;
+}
+
+}  // namespace tpsim
