@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs what tpsim needs (Debian packages) and builds it into build/.
+# Installs what tpsim needs (Debian packages; chromium renders the plots in the tests) and builds
+# it into build/
 # Usage: ./build.sh            (Release build with tests)
 #        BUILD_DIR=out ./build.sh -DTPSIM_SANITIZE=ON   (extra CMake options pass through)
 set -euo pipefail
 cd "$(dirname "$0")"
 
 # hipcc, libamdhip64-dev and rocm-device-libs build the HIP backend (kernels/hip; about 70 MB).
-packages=(cmake g++ make libeigen3-dev libceres-dev libcli11-dev libboost-test-dev libyaml-cpp-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin hipcc libamdhip64-dev rocm-device-libs)
+packages=(cmake g++ make libeigen3-dev libceres-dev libcli11-dev libboost-test-dev libyaml-cpp-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin hipcc libamdhip64-dev rocm-device-libs chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,109 @@
+// tpsim plan and predict --config, run as a user runs them.
+#define BOOST_TEST_MODULE plan
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace {
+struct Run {
+  int status = -1;
+  std::string out, err;
+};
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+Run run(const std::string& args) {
+  static int n = 0;
+  const fs::path dir = fs::temp_directory_path() / ("tpsim_plan_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path out = dir / ("out" + std::to_string(n)), err = dir / ("err" + std::to_string(n));
+  ++n;
+  const int rc = std::system((std::string(TPSIM_BINARY) + " " + args + " > " + out.string() + " 2> " + err.string()).c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(out), slurp(err)};
+}
+const std::string kData = TPSIM_DATA;
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(plan_ranks_configurations_that_fit_by_time) {
+  const Run r = run("plan --model 30b --seq 8192 --device h100_80gb --gpus 32,64,128 --tokens 1T "
+                    "--global-batch-tokens 4Mi --price-per-gpu-hour 2.50 --top 5 --format json");
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  BOOST_TEST_REQUIRE(j.size() == 5u);
+  double previous = 0;
+  for (const auto& row : j) {
+    const double days = row["Time to Train (days)"].get<double>();
+    BOOST_TEST(days >= previous);  // fastest first
+    previous = days;
+    BOOST_TEST(row["Time Low (days)"].get<double>() <= days);
+    BOOST_TEST(row["Time High (days)"].get<double>() >= days);
+    BOOST_TEST(row["Cost ($)"].get<double>() == row["GPU-hours"].get<double>() * 2.5, boost::test_tools::tolerance(1e-3));
+    BOOST_TEST(row["Headroom (GiB)"].get<double>() >= 0.0);
+    // 4Mi tokens at 8192 is 512 sequences, a multiple of every GPU count asked.
+    BOOST_TEST(row["GlobalBatchSize (T)"].get<int64_t>() == 4194304);
+    BOOST_TEST(row["Global Batch"].get<std::string>() == "as asked");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(plan_says_how_the_global_batch_was_reached_and_why_choices_were_rejected) {
+  const Run r = run("plan --model 1b --seq 2048 --device a100_80gb,h100_80gb --gpus 8,1024 --global-batch-tokens 1M "
+                    "--objective cost --price-per-gpu-hour 2 --top 3 --explain --format json");
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  BOOST_TEST(j.contains("plan"));
+  BOOST_TEST(j["best per device"].size() == 2u);
+  // 1e6 tokens is 488 sequences of 2048: on 8 GPUs the nearest multiple is 488; on 1024 GPUs no
+  // whole sequence per GPU is possible.
+  bool unreachable = false;
+  for (const auto& row : j["rejected"])
+    if (row["# GPUs"].get<int64_t>() == 1024) unreachable = row["Reason"].get<std::string>().find("not reachable") != std::string::npos;
+  BOOST_TEST(unreachable);
+}
+
+BOOST_AUTO_TEST_CASE(predict_and_plan_read_llm_foundry_yamls_and_flags_win) {
+  const Run r = run("predict --config " + kData + "/examples/mpt-7b-pretrain.yaml --gpus 64 --format json");
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  BOOST_TEST(j[0]["SeqLen (T)"].get<int64_t>() == 2048);
+  BOOST_TEST(j[0]["GlobalBatchSize"].get<int64_t>() == 1024);
+  BOOST_TEST(r.err.find("not modelled, ignored: variables, run_name") != std::string::npos);
+  BOOST_TEST(r.err.find("micro-batch auto:") != std::string::npos);
+  const Run o = run("predict --config " + kData + "/examples/mpt-7b-pretrain.yaml --gpus 64 --seq 4096 --micro-batch 2 --format json");
+  BOOST_TEST_REQUIRE(o.status == 0, o.err);
+  const auto k = nlohmann::json::parse(o.out);
+  BOOST_TEST(k[0]["SeqLen (T)"].get<int64_t>() == 4096);
+  BOOST_TEST(k[0]["MicroBatchSize"].get<int64_t>() == 2);
+  const Run p = run("plan --config " + kData + "/examples/mpt-30b-fp8.yaml --device h100_80gb --gpus 64,128 --tokens 500B --top 2 --format json");
+  BOOST_TEST(p.status == 0, p.err);
+}
+
+BOOST_AUTO_TEST_CASE(bad_plan_input_is_one_line) {
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"plan --model 7b --seq 2048 --gpus 8 --objective speed", "--objective 'speed'"},
+           {"plan --model 7b --seq 2048 --gpus 8 --objective cost", "needs --price-per-gpu-hour"},
+           {"plan --model 7b --seq 2048 --gpus 8 --price-per-gpu-hour -3", "--price-per-gpu-hour '-3'"},
+           {"plan --model 7b --seq 2048", "--gpus"},
+           {"plan --model 7b --gpus 8", "--seq"},
+           {"plan --seq 2048 --gpus 8", "--model"},
+           {"plan --model 7b --seq 2048 --gpus 8 --tokens 0", "--tokens"},
+           {"plan --model 7b --seq 2048 --gpus 8 --device tpu", "unknown device 'tpu'"},
+           {"plan --config /nonexistent.yaml --gpus 8", "no such file"},
+       }) {
+    BOOST_TEST_CONTEXT(args) {
+      const Run r = run(args);
+      BOOST_TEST(r.status != 0);
+      BOOST_TEST(r.err.rfind("tpsim: error: ", 0) == 0u);
+      BOOST_TEST(r.err.find(message) != std::string::npos, r.err);
+      BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    }
+  }
+}
