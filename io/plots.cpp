@@ -160,8 +160,8 @@ std::string scatter_loglog_svg(const Scatter& sc) {
     hi = std::max({hi, p.x, p.y});
   }
   if (sc.points.empty()) lo = 1, hi = 10;
-  const double llo = std::floor(std::log10(lo)), lhi = std::ceil(std::log10(hi)) + (std::log10(hi) == std::ceil(std::log10(hi)) ? 0 : 0);
-  const double a0 = llo, a1 = std::max(lhi, llo + 1);
+  // Whole decades around the data, at least one.
+  const double a0 = std::floor(std::log10(lo)), a1 = std::max(std::ceil(std::log10(hi)), a0 + 1);
   const double left = 80, top = 44, size = 440, right = 190, bottom = 64;
   const double w = left + size + right, height = top + size + bottom;
   const auto X = [&](double v) { return left + (std::log10(v) - a0) / (a1 - a0) * size; };
@@ -264,15 +264,6 @@ std::string stacked_bars_svg(const StackedBars& b) {
     s += "<text x=\"" + fmt(w - right + 38, 0) + "\" y=\"" + fmt(ly + 2, 0) + "\">" + esc(b.series[k]) + "</text>\n";
   }
   return s + "</svg>\n";
-}
-
-std::string html_page(const std::string& title, const std::vector<std::pair<std::string, std::string>>& figures) {
-  std::string s = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + esc(title) +
-                  "</title>\n<style>body{font-family:DejaVu Sans,Helvetica,Arial,sans-serif;margin:2em;color:#222}"
-                  "figure{margin:2em 0}figcaption{font-weight:bold;margin-bottom:.5em}</style></head><body>\n<h1>" +
-                  esc(title) + "</h1>\n";
-  for (const auto& [caption, svg] : figures) s += "<figure><figcaption>" + esc(caption) + "</figcaption>\n" + svg + "</figure>\n";
-  return s + "</body></html>\n";
 }
 
 }  // namespace tpsim

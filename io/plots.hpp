@@ -41,7 +41,4 @@ struct StackedBars {
 };
 std::string stacked_bars_svg(const StackedBars& b);
 
-// A page holding several SVGs with headings (tpsim report).
-std::string html_page(const std::string& title, const std::vector<std::pair<std::string, std::string>>& figures);
-
 }  // namespace tpsim
