@@ -7,6 +7,7 @@
 
 #include "calibrate/crossval.hpp"
 #include "io/error.hpp"
+#include "io/progress.hpp"
 #include "sweeps/commands.hpp"
 #include "sweeps/context.hpp"
 #include "sweeps/validation.hpp"
@@ -82,7 +83,10 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
   TableFitOptions cv_options = options;
   cv_options.covariance = false;
   std::vector<double> held;
-  for (const auto& h : cross_validate(fits, cv, cv_options)) held.push_back(h.error);
+  Progress progress("held-out fits for the interval (--cv " + to_string(cv) + ")", 0);
+  for (const auto& h : cross_validate(fits, cv, cv_options, [&](int done, int total) { progress.update(done, total); }))
+    held.push_back(h.error);
+  progress.finish();
   if (held.empty()) throw Error("--transfer: held-out errors need rows of at least two devices");
 
   DeviceProfile out = base;
