@@ -25,7 +25,7 @@ ModelConfig parse_model(const std::string& name, const YAML::Node& block, const 
   m.vocab_size = 50368;  // MPT's default vocabulary (the GPT-NeoX-20B tokenizer, padded)
   std::set<std::string> seen;
   for (const auto& kv : block) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = yaml::key(kv.first, origin);
     const YAML::Node& v = kv.second;
     if (!seen.insert(key).second) throw Error(yaml::where(origin, v) + ": model '" + name + "': duplicate key " + key);
     const std::string label = "model '" + name + "' " + key;
@@ -39,7 +39,7 @@ ModelConfig parse_model(const std::string& name, const YAML::Node& block, const 
     else if (key == "ffn_config" && v.IsMap() && v["expansion_ratio"])
       m.expansion_ratio = yaml::as_double(v["expansion_ratio"], origin, label + ".expansion_ratio");
     else if (!kIgnoredKeys.count(key))
-      warnings.push_back(yaml::where(origin, v) + ": model '" + name + "': unknown key '" + key + "' ignored");
+      warnings.push_back(one_line(yaml::where(origin, v) + ": model '" + name + "': unknown key '" + key + "' ignored"));
   }
   for (const char* required : {"d_model", "n_heads", "n_layers"})
     if (!seen.count(required)) throw Error(at + ": model '" + name + "' is missing the required key " + required);
@@ -61,12 +61,16 @@ void ModelCatalog::add_file(const std::filesystem::path& path, std::vector<std::
 }
 
 void ModelCatalog::add_yaml(const std::string& text, const std::string& origin, std::vector<std::string>& warnings) {
+  yaml::guard(origin, [&] { add_yaml_unguarded(text, origin, warnings); });
+}
+
+void ModelCatalog::add_yaml_unguarded(const std::string& text, const std::string& origin, std::vector<std::string>& warnings) {
   const YAML::Node root = yaml::parse(text, origin);
   if (!root.IsMap() || root.size() == 0)
     throw Error(origin + ": a models file must be a map from model names to llm-foundry model blocks");
   for (const auto& kv : root) {
     if (!kv.first.IsScalar()) throw Error(yaml::where(origin, kv.first) + ": model names must be strings");
-    const std::string name = kv.first.as<std::string>();
+    const std::string name = yaml::key(kv.first, origin);
     if (name.empty() || name.find_first_of(" ,.\t") != std::string::npos)
       throw Error(yaml::where(origin, kv.first) + ": model name '" + name + "' may not be empty or contain spaces, commas or dots");
     ModelConfig m = parse_model(name, kv.second, origin, warnings);

@@ -29,6 +29,7 @@ class ModelCatalog {
   std::vector<std::string> expand(std::string_view spec, const std::string& flag) const;
 
  private:
+  void add_yaml_unguarded(const std::string& text, const std::string& origin, std::vector<std::string>& warnings);
   std::vector<ModelConfig> models_;
 };
 

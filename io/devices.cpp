@@ -31,7 +31,16 @@ DeviceSpec load_device(const std::string& id) {
   return d;
 }
 
+namespace {
+DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::string& origin);
+}
+
 DeviceSpec parse_device_yaml(const std::string& text, const std::string& origin) {
+  return yaml::guard(origin, [&] { return parse_device_yaml_unguarded(text, origin); });
+}
+
+namespace {
+DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::string& origin) {
   const YAML::Node root = yaml::parse(text, origin);
   if (!root.IsMap()) throw Error(origin + ": a device file must be a YAML map");
   DeviceSpec d;
@@ -39,7 +48,7 @@ DeviceSpec parse_device_yaml(const std::string& text, const std::string& origin)
                                        "compute_units", "gpus_per_node", "intra_node_gb_per_s",
                                        "inter_node_gbps_per_node"};
   for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = yaml::key(kv.first, origin);
     if (!known.count(key)) throw Error(yaml::where(origin, kv.first) + ": unknown key '" + key + "'");
   }
   const auto need = [&](const char* key) {
@@ -62,7 +71,7 @@ DeviceSpec parse_device_yaml(const std::string& text, const std::string& origin)
   const YAML::Node peaks = need("peak_dense_tflops");
   if (!peaks.IsMap() || peaks.size() == 0) throw Error(yaml::where(origin, peaks) + ": peak_dense_tflops must be a map of formats");
   for (const auto& kv : peaks) {
-    const std::string fmt = kv.first.as<std::string>();
+    const std::string fmt = yaml::key(kv.first, origin);
     const auto t = parse_dtype(fmt);
     if (!t) throw Error(yaml::where(origin, kv.first) + ": unknown number format '" + fmt + "' (fp8, bf16, fp16, tf32, fp32)");
     double tflops = 0;
@@ -85,6 +94,7 @@ DeviceSpec parse_device_yaml(const std::string& text, const std::string& origin)
   if (d.compute_units < 1 || d.gpus_per_node < 1) throw Error(origin + ": compute_units and gpus_per_node must be at least 1");
   return d;
 }
+}  // namespace
 
 }  // namespace tpsim
 

@@ -15,7 +15,28 @@ namespace {
 const std::set<std::string> kSourceKinds = {"datasheet", "kernel", "table-fit", "comm", "assumed", "derived"};
 }
 
+namespace {
+DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::string& origin);
+
+// A string field of an object: "" when absent, an Error when present but not a string.
+std::string string_field(const json& o, const char* key, const std::string& where) {
+  if (!o.contains(key)) return "";
+  if (!o[key].is_string()) throw Error(where + ": \"" + key + "\" must be a string");
+  return o[key].get<std::string>();
+}
+}  // namespace
+
 DeviceProfile parse_profile_json(const std::string& text, const std::string& origin) {
+  try {
+    return parse_profile_json_unguarded(text, origin);
+  } catch (const json::exception& e) {
+    // A field of an unexpected type that a check above missed: still one line naming the file.
+    throw Error(origin + ": unexpected JSON: " + e.what());
+  }
+}
+
+namespace {
+DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::string& origin) {
   json j;
   try {
     j = json::parse(text);
@@ -23,7 +44,8 @@ DeviceProfile parse_profile_json(const std::string& text, const std::string& ori
     throw Error(origin + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
   }
   if (!j.is_object()) throw Error(origin + ": a profile must be a JSON object");
-  if (j.value("format", "") != "tpsim-profile") throw Error(origin + ": not a tpsim profile (\"format\" is not \"tpsim-profile\")");
+  if (string_field(j, "format", origin) != "tpsim-profile")
+    throw Error(origin + ": not a tpsim profile (\"format\" is not \"tpsim-profile\")");
   if (!j.contains("version") || !j["version"].is_number_integer())
     throw Error(origin + ": missing integer \"version\"");
   if (j["version"].get<int64_t>() != kProfileVersion)
@@ -50,11 +72,11 @@ DeviceProfile parse_profile_json(const std::string& text, const std::string& ori
                   json(info.lower).dump() + ", " + json(info.upper).dump() + "] " + std::string(info.unit));
     p.params.*info.member = v;
     ParamSource src;
-    src.kind = e.value("source", "");
+    src.kind = string_field(e, "source", origin + ": parameter \"" + name + "\"");
     if (!kSourceKinds.count(src.kind))
       throw Error(origin + ": parameter \"" + name + "\" has source \"" + src.kind +
                   "\"; expected datasheet, kernel, table-fit, comm, assumed or derived");
-    src.detail = e.value("detail", "");
+    src.detail = string_field(e, "detail", origin + ": parameter \"" + name + "\"");
     if (e.contains("stddev") && e["stddev"].is_number()) src.stddev = e["stddev"].get<double>();
     p.sources[name] = src;
   }
@@ -69,6 +91,7 @@ DeviceProfile parse_profile_json(const std::string& text, const std::string& ori
   prediction_interval(p);  // a malformed interval is an error here, not at first use
   return p;
 }
+}  // namespace
 
 std::optional<PredictionInterval> prediction_interval(const DeviceProfile& profile) {
   if (!profile.extra.contains("prediction_interval")) return std::nullopt;
@@ -81,8 +104,8 @@ std::optional<PredictionInterval> prediction_interval(const DeviceProfile& profi
   i.p90 = j["p90"].get<double>();
   if (!std::isfinite(i.p10) || !std::isfinite(i.p90) || i.p10 > i.p90 || i.p10 <= -1.0)
     throw Error(where + ": \"prediction_interval\" must have -1 < p10 <= p90");
-  i.rows = j.value("rows", int64_t{0});
-  i.method = j.value("method", "");
+  i.rows = j.contains("rows") && j["rows"].is_number_integer() ? j["rows"].get<int64_t>() : 0;
+  i.method = j.contains("method") && j["method"].is_string() ? j["method"].get<std::string>() : "";
   return i;
 }
 

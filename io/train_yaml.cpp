@@ -20,7 +20,7 @@ class Interpolator {
  private:
   void resolve(YAML::Node node, const std::string& path) {
     if (node.IsMap()) {
-      for (auto kv : node) resolve(kv.second, join(path, kv.first.as<std::string>()));
+      for (auto kv : node) resolve(kv.second, join(path, yaml::key(kv.first, origin_)));
     } else if (node.IsSequence()) {
       for (size_t i = 0; i < node.size(); ++i) resolve(node[i], path + "[" + std::to_string(i) + "]");
     } else if (node.IsScalar()) {
@@ -100,7 +100,16 @@ const std::set<std::string> kModelKeys = {"d_model", "n_heads", "n_layers", "exp
 
 }  // namespace
 
+namespace {
+TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string& origin);
+}
+
 TrainYaml parse_train_yaml(const std::string& text, const std::string& origin) {
+  return yaml::guard(origin, [&] { return parse_train_yaml_unguarded(text, origin); });
+}
+
+namespace {
+TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string& origin) {
   YAML::Node root = yaml::parse(text, origin);
   if (!root.IsMap()) throw Error(origin + ": a training YAML must be a map (llm-foundry's train.yaml)");
   Interpolator(root, origin).resolve_all();
@@ -119,7 +128,7 @@ TrainYaml parse_train_yaml(const std::string& text, const std::string& origin) {
   t.model.vocab_size = 50368;
   std::set<std::string> seen;
   for (const auto& kv : model) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = yaml::key(kv.first, origin);
     const YAML::Node& v = kv.second;
     const std::string label = "model." + key;
     seen.insert(key);
@@ -134,14 +143,14 @@ TrainYaml parse_train_yaml(const std::string& text, const std::string& origin) {
     else if (key == "ffn_config") {
       need_map(v, label);
       for (const auto& f : v) {
-        const std::string fk = f.first.as<std::string>();
+        const std::string fk = yaml::key(f.first, origin);
         if (fk == "expansion_ratio") t.model.expansion_ratio = yaml::as_double(f.second, origin, label + ".expansion_ratio");
         else t.ignored.push_back(label + "." + fk);
       }
     } else if (key == "attn_config") {
       need_map(v, label);
       for (const auto& a : v) {
-        const std::string ak = a.first.as<std::string>();
+        const std::string ak = yaml::key(a.first, origin);
         if (ak == "attn_impl") {
           const std::string impl = yaml::as_string(a.second, origin, label + ".attn_impl");
           t.notes.push_back("model.attn_config.attn_impl: " + impl +
@@ -161,7 +170,7 @@ TrainYaml parse_train_yaml(const std::string& text, const std::string& origin) {
   const std::set<std::string> used = {"model", "max_seq_len", "global_train_batch_size", "device_train_microbatch_size",
                                       "precision", "fsdp_config"};
   for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = yaml::key(kv.first, origin);
     const YAML::Node& v = kv.second;
     if (key == "max_seq_len") t.seq_len = yaml::as_int(v, origin, key);
     else if (key == "global_train_batch_size") t.global_batch = yaml::as_int(v, origin, key);
@@ -176,7 +185,7 @@ TrainYaml parse_train_yaml(const std::string& text, const std::string& origin) {
     } else if (key == "fsdp_config") {
       need_map(v, key);
       for (const auto& f : v) {
-        const std::string fk = f.first.as<std::string>();
+        const std::string fk = yaml::key(f.first, origin);
         const YAML::Node& fv = f.second;
         const std::string label = "fsdp_config." + fk;
         if (fk == "sharding_strategy") {
@@ -203,8 +212,10 @@ TrainYaml parse_train_yaml(const std::string& text, const std::string& origin) {
       t.ignored.push_back(key);
     }
   }
+  for (auto& k : t.ignored) k = one_line(k);
   return t;
 }
+}  // namespace
 
 TrainYaml read_train_yaml(const std::filesystem::path& path) {
   return parse_train_yaml(read_text_file(path, "training YAML"), path.string());

@@ -79,4 +79,9 @@ std::string as_string(const YAML::Node& node, const std::string& origin, const s
   return scalar_or_throw(node, origin, key, "a string");
 }
 
+std::string key(const YAML::Node& k, const std::string& origin) {
+  if (!k.IsScalar()) throw Error(where(origin, k) + ": a key must be a plain name, not a list or map");
+  return k.Scalar();
+}
+
 }  // namespace tpsim::yaml

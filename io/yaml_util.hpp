@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "io/error.hpp"
+
 namespace tpsim::yaml {
 
 // "file:line" of a node (1-based), or just the origin when the node has no position.
@@ -13,9 +15,23 @@ std::string where(const std::string& origin, const YAML::Node& node);
 
 YAML::Node parse(const std::string& text, const std::string& origin);
 
+// Runs a reader, turning any yaml-cpp exception escaping it (a node of an unexpected kind, say)
+// into an Error naming the file and line.
+template <typename F>
+auto guard(const std::string& origin, F&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const YAML::Exception& e) {
+    throw Error(origin + (e.mark.line >= 0 ? ":" + std::to_string(e.mark.line + 1) : "") + ": unexpected YAML: " + e.msg);
+  }
+}
+
 int64_t as_int(const YAML::Node& node, const std::string& origin, const std::string& key);
 double as_double(const YAML::Node& node, const std::string& origin, const std::string& key);
 bool as_bool(const YAML::Node& node, const std::string& origin, const std::string& key);
 std::string as_string(const YAML::Node& node, const std::string& origin, const std::string& key);
+
+// A map key as a string; Error when the key is not a plain scalar (a list or map used as a key).
+std::string key(const YAML::Node& k, const std::string& origin);
 
 }  // namespace tpsim::yaml

@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::cerr << "tpsim: error: " << e.what() << "\n";
     return 2;
+  } catch (const tpsim::ReportedError&) {
+    return 2;
   } catch (const tpsim::Error& e) {
     std::cerr << "tpsim: error: " << e.what() << "\n";
     return 2;
