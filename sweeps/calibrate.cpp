@@ -1,5 +1,6 @@
 // tpsim calibrate: fitting device profiles. Each way of measuring is a subcommand in its own file:
 //   table    measured training throughput (calibrate_table.cpp)
+//   kernels  kernels timed on a measurement backend (calibrate_kernels.cpp)
 #include "sweeps/commands.hpp"
 
 namespace tpsim {
@@ -8,6 +9,7 @@ void register_calibrate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("calibrate", "fit a device profile to measured tables or kernel runs");
   cmd->require_subcommand(1);
   register_calibrate_table(*cmd);
+  register_calibrate_kernels(*cmd);
 }
 
 }  // namespace tpsim

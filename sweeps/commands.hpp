@@ -11,8 +11,10 @@ void register_plan(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_validate(CLI::App& app);
 void register_calibrate(CLI::App& app);
+void register_replay(CLI::App& app);
 
 // Subcommands of `calibrate`.
 void register_calibrate_table(CLI::App& calibrate);
+void register_calibrate_kernels(CLI::App& calibrate);
 
 }  // namespace tpsim

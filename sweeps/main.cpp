@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   tpsim::register_plan(app);
   tpsim::register_validate(app);
   tpsim::register_calibrate(app);
+  tpsim::register_replay(app);
   tpsim::register_bench(app);
   try {
     app.parse(argc, argv);

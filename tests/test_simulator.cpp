@@ -66,7 +66,7 @@ BOOST_FIXTURE_TEST_CASE(predictions_are_finite_and_positive_over_the_sweep_range
                 ++checked;
               }
   }
-  BOOST_TEST(checked == 7 * 9 * 8 * 3 * 3 * 4 * 2);
+  BOOST_TEST(checked == 7 * static_cast<int64_t>(catalog.models().size()) * 8 * 3 * 3 * 4 * 2);
 }
 
 BOOST_FIXTURE_TEST_CASE(checkpointing_trades_time_for_memory, Fixture) {

@@ -1,0 +1,135 @@
+#include "calibrate/kernel_measure.hpp"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "io/error.hpp"
+#include "kernels/cuda/gpu_backend.hpp"
+#include "kernels/timing.hpp"
+
+namespace tpsim {
+
+ProgressLine::ProgressLine(bool enabled) : enabled_(enabled && ::isatty(STDERR_FILENO) == 1) {}
+
+ProgressLine::~ProgressLine() { clear(); }
+
+void ProgressLine::draw(const std::string& text) {
+  if (!enabled_) return;
+  const double now = host_seconds();
+  if (last_s_ >= 0 && now - last_s_ < 0.2) return;
+  last_s_ = now;
+  std::cerr << "\r\033[K" << text << std::flush;
+  drawn_ = true;
+}
+
+void ProgressLine::clear() {
+  if (drawn_) std::cerr << "\r\033[K" << std::flush;
+  drawn_ = false;
+}
+
+MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan, const MeasureOptions& options,
+                           const std::function<double(const Op&)>& estimate_s) {
+  validate(options.timing);
+  MeasureReport report;
+  const double start_s = host_seconds();
+  // Measured / estimated seconds so far, per group: the estimate's correction.
+  std::array<std::vector<double>, 3> ratios;
+  const auto correction = [&](ShapeGroup g) {
+    const auto& r = ratios[static_cast<size_t>(g)];
+    if (r.empty()) return 1.0;
+    std::vector<double> v = r;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  // A run's cost: the warm-up runs and the least repetitions, or as long as the repetitions may
+  // go on when they are short.
+  const TimingOptions& t = options.timing;
+  const auto cost_s = [&](double run_s) {
+    const double least = run_s * (t.warmup + t.min_repetitions);
+    return std::max(least, std::min(t.min_seconds, t.max_seconds) + run_s * t.warmup);
+  };
+
+  ProgressLine progress(options.progress);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const PlannedOp& p = plan[i];
+    const double elapsed = host_seconds() - start_s;
+    if (elapsed >= options.budget_s) {
+      report.skipped_for_budget += static_cast<int64_t>(plan.size() - i);
+      break;
+    }
+    char line[160];
+    std::snprintf(line, sizeof line, "calibrate kernels: %zu/%zu shapes, %.0f of %.0f s", i, plan.size(), elapsed,
+                  options.budget_s);
+    progress.draw(line);
+    if (std::string why = backend.unsupported(p.op); !why.empty()) {
+      report.unsupported.push_back(shape_key(p.op) + ": " + why);
+      continue;
+    }
+    const ShapeGroup g = group_of(p.op);
+    const double estimate = estimate_s(p.op);
+    if (elapsed + cost_s(estimate * correction(g)) > options.budget_s) {
+      ++report.skipped_for_budget;
+      continue;
+    }
+    const Timing timing = backend.time_op(p.op, options.timing);
+    if (!timing.supported) {
+      report.unsupported.push_back(shape_key(p.op) + ": " + timing.reason);
+      continue;
+    }
+    if (!(timing.median_s > 0) || !std::isfinite(timing.median_s)) {
+      report.unsupported.push_back(shape_key(p.op) + ": timed at " + std::to_string(timing.median_s) +
+                                   " s, below what the clock resolves");
+      continue;
+    }
+    if (estimate > 0) ratios[static_cast<size_t>(g)].push_back(timing.median_s / estimate);
+    report.measurements.push_back({p.op, p.source, p.held_out, timing});
+  }
+  progress.clear();
+  report.seconds = host_seconds() - start_s;
+  return report;
+}
+
+CopyBandwidth measure_copy_bandwidth(Backend& backend, double buffer_bytes, const TimingOptions& options) {
+  CopyBandwidth c;
+  c.buffer_bytes = buffer_bytes;
+  if (auto* probe = dynamic_cast<GpuCopyProbe*>(&backend)) {
+    c.timing = probe->time_copy(buffer_bytes, options);
+    if (!c.timing.supported) throw Error("copy bandwidth: " + c.timing.reason);
+    c.bytes_per_s = 2.0 * buffer_bytes / c.timing.median_s;
+    c.method = "device-to-device copy kernel over " + std::to_string(static_cast<int64_t>(buffer_bytes / (1 << 20))) +
+               " MiB (reads and writes counted)";
+    return c;
+  }
+  // x *= c over fp32 elements: each byte read once and written once, as a copy moves them.
+  const auto elements = static_cast<int64_t>(buffer_bytes / 4.0);
+  Op op{};
+  op.name = "copy_bandwidth.scale";
+  op.kind = OpKind::kMemoryBound;
+  op.category = OpCategory::kOther;
+  op.mem = MemKind::kScale;
+  op.dtype = DType::kFp32;
+  op.m = elements;
+  op.n = 1;
+  op.kernels = 1;
+  op.bytes_read = 4.0 * static_cast<double>(elements);
+  op.bytes_written = 4.0 * static_cast<double>(elements);
+  c.timing = backend.time_op(op, options);
+  if (!c.timing.supported) throw Error("copy bandwidth: " + c.timing.reason);
+  c.bytes_per_s = (op.bytes_read + op.bytes_written) / c.timing.median_s;
+  c.method = "in-place fp32 scale (x *= c) over " + std::to_string(static_cast<int64_t>(buffer_bytes / (1 << 20))) +
+             " MiB (reads and writes counted)";
+  return c;
+}
+
+void set_cpu_backend_threads(int threads) {
+  if (threads < 1) throw Error("--threads " + std::to_string(threads) + " must be at least 1");
+  omp_set_num_threads(threads);
+}
+
+}  // namespace tpsim

@@ -1,0 +1,298 @@
+#include "calibrate/kernel_plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "calibrate/step_ops.hpp"
+#include "io/error.hpp"
+#include "model/parallelism.hpp"
+
+namespace tpsim {
+namespace {
+
+double d(int64_t x) { return static_cast<double>(x); }
+
+// FNV-1a: a hash that is the same on every machine and every run (std::hash is not promised to be).
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::string layout(const Op& op) { return std::string(op.trans_a ? "T" : "N") + (op.trans_b ? "T" : "N"); }
+
+std::string mem_name(MemKind k) {
+  switch (k) {
+    case MemKind::kNone: return "none";
+    case MemKind::kLayerNorm: return "layer_norm";
+    case MemKind::kLayerNormBackward: return "layer_norm_bwd";
+    case MemKind::kGelu: return "gelu";
+    case MemKind::kGeluBackward: return "gelu_bwd";
+    case MemKind::kAdd: return "add";
+    case MemKind::kBiasGrad: return "bias_grad";
+    case MemKind::kCrossEntropy: return "cross_entropy";
+    case MemKind::kCrossEntropyBackward: return "cross_entropy_bwd";
+    case MemKind::kEmbedding: return "embedding";
+    case MemKind::kEmbeddingBackward: return "embedding_bwd";
+    case MemKind::kCast: return "cast";
+    case MemKind::kGradNorm: return "grad_norm";
+    case MemKind::kScale: return "scale";
+    case MemKind::kAdamW: return "adamw";
+  }
+  return "?";
+}
+
+std::string number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+// Grid ops follow ops.cpp's conventions for bytes, so that a backend runs them as it runs the
+// builders' ops (a cast, say, tells its formats by its bytes per element).
+Op grid_gemm(int64_t m, int64_t n, int64_t k, DType dtype, bool trans_a, bool trans_b) {
+  Op op{};
+  op.name = "grid.gemm";
+  op.kind = OpKind::kGemm;
+  op.category = OpCategory::kGemm;
+  op.mem = MemKind::kNone;
+  op.dtype = dtype;
+  op.trans_a = trans_a;
+  op.trans_b = trans_b;
+  op.m = m;
+  op.n = n;
+  op.k = k;
+  op.kernels = 1;
+  const double in = dtype == DType::kFp8 ? 1.0 : (dtype == DType::kFp32 || dtype == DType::kTf32 ? 4.0 : 2.0);
+  // fp8 GEMMs write bf16 (TransformerEngine's output format).
+  const double out = dtype == DType::kFp8 ? 2.0 : in;
+  op.flops = 2.0 * d(m) * d(n) * d(k);
+  op.bytes_read = (d(m) * d(k) + d(k) * d(n)) * in;
+  op.bytes_written = d(m) * d(n) * out;
+  return op;
+}
+
+Op grid_membound(const char* name, MemKind kind, int64_t m, int64_t n, DType dtype, double read, double written,
+                 int64_t kernels = 1) {
+  Op op{};
+  op.name = name;
+  op.kind = OpKind::kMemoryBound;
+  op.category = OpCategory::kOther;
+  op.mem = kind;
+  op.dtype = dtype;
+  op.m = m;
+  op.n = n;
+  op.kernels = kernels;
+  op.bytes_read = read;
+  op.bytes_written = written;
+  return op;
+}
+
+// Causal attention as ops.cpp builds it, for a sequence of `heads` heads of size `dh`.
+void grid_attention(int64_t heads, int64_t seq, int64_t dh, Precision p, std::vector<Op>& out) {
+  ModelConfig m;
+  m.name = "grid";
+  m.d_model = heads * dh;
+  m.n_heads = heads;
+  m.n_layers = 1;
+  m.vocab_size = 1;
+  OpVector v;
+  block_forward_ops(block_shape(m, 1, seq, p), v);
+  block_backward_ops(block_shape(m, 1, seq, p), v);
+  for (const Op& op : v.ops)
+    if (op.kind == OpKind::kAttentionFwd || op.kind == OpKind::kAttentionBwd) {
+      Op a = op;
+      a.name = op.kind == OpKind::kAttentionFwd ? "grid.attention.fwd" : "grid.attention.bwd";
+      out.push_back(a);
+    }
+}
+
+std::vector<int64_t> powers(int64_t lo, int64_t hi, int64_t step) {
+  std::vector<int64_t> v;
+  for (int64_t x = lo; x <= hi; x *= step) v.push_back(x);
+  return v;
+}
+
+}  // namespace
+
+KernelPlanOptions default_kernel_plan_options(bool gpu) {
+  KernelPlanOptions o;
+  if (gpu) {
+    o.seq_lens = {512, 2048, 8192};
+    o.micro_batches = {1, 4};
+    o.precisions = {Precision::kAmpBf16};
+    o.shard_ranks = 8;
+    o.gemm_dtypes = {DType::kBf16};
+    o.grid_gemm_min = 64;
+    o.grid_gemm_max = 8192;
+    o.grid_gemm_max_flops = 2.0 * 8192.0 * 8192.0 * 8192.0;
+    o.grid_attention_heads = 16;
+    o.grid_attention_seq_min = 256;
+    o.grid_attention_seq_max = 16384;
+    o.grid_attention_max_flops = 1e13;
+    o.grid_membound_min_elements = int64_t{1} << 16;
+    o.grid_membound_max_elements = int64_t{1} << 28;
+  } else {
+    // One core reaches some 10^11 fp32 FLOP/s: 2^31 FLOPs is a few tens of milliseconds.
+    o.seq_lens = {128, 256, 512};
+    o.micro_batches = {1, 2, 4};
+    o.precisions = {Precision::kFp32};
+    o.shard_ranks = 1;
+    o.gemm_dtypes = {DType::kFp32};
+    o.grid_gemm_min = 32;
+    o.grid_gemm_max = 2048;
+    o.grid_gemm_max_flops = 2.0 * 1024.0 * 1024.0 * 1024.0;
+    o.grid_attention_heads = 4;
+    o.grid_attention_seq_min = 64;
+    o.grid_attention_seq_max = 2048;
+    o.grid_attention_max_flops = 2.0 * 1024.0 * 1024.0 * 1024.0;
+    o.grid_membound_min_elements = int64_t{1} << 12;
+    o.grid_membound_max_elements = int64_t{1} << 24;
+  }
+  return o;
+}
+
+ShapeGroup group_of(const Op& op) {
+  switch (op.kind) {
+    case OpKind::kGemm: return ShapeGroup::kGemm;
+    case OpKind::kAttentionFwd:
+    case OpKind::kAttentionBwd: return ShapeGroup::kAttention;
+    case OpKind::kMemoryBound: return ShapeGroup::kMemoryBound;
+  }
+  return ShapeGroup::kMemoryBound;
+}
+
+std::string_view to_string(ShapeGroup g) {
+  switch (g) {
+    case ShapeGroup::kGemm: return "gemm";
+    case ShapeGroup::kAttention: return "attention";
+    case ShapeGroup::kMemoryBound: return "memory-bound";
+  }
+  return "?";
+}
+
+std::string shape_text(const Op& op) {
+  switch (op.kind) {
+    case OpKind::kGemm:
+      return std::to_string(op.m) + "x" + std::to_string(op.n) + "x" + std::to_string(op.k) + " " + layout(op);
+    case OpKind::kAttentionFwd:
+    case OpKind::kAttentionBwd:
+      return "b" + std::to_string(op.batch) + " h" + std::to_string(op.heads) + " s" + std::to_string(op.seq) + " d" +
+             std::to_string(op.head_dim);
+    case OpKind::kMemoryBound: {
+      std::string s = mem_name(op.mem) + " " + std::to_string(op.m) + "x" + std::to_string(op.n);
+      if (op.mem == MemKind::kEmbedding || op.mem == MemKind::kEmbeddingBackward) s += " rows " + std::to_string(op.k);
+      return s;
+    }
+  }
+  return "?";
+}
+
+std::string shape_key(const Op& op) {
+  const std::string dtype(to_string(op.dtype));
+  switch (op.kind) {
+    case OpKind::kGemm: return "gemm " + dtype + " " + shape_text(op);
+    case OpKind::kAttentionFwd: return "attention_fwd " + dtype + " " + shape_text(op);
+    case OpKind::kAttentionBwd: return "attention_bwd " + dtype + " " + shape_text(op);
+    case OpKind::kMemoryBound:
+      return "membound " + dtype + " " + shape_text(op) + " k" + std::to_string(op.k) + " kernels " +
+             std::to_string(op.kernels) + " bytes " + number(op.bytes_read) + "+" + number(op.bytes_written);
+  }
+  return "?";
+}
+
+std::vector<PlannedOp> make_kernel_plan(const KernelPlanOptions& o) {
+  if (o.held_out_every < 2) throw Error("kernel plan: held_out_every " + std::to_string(o.held_out_every) + " must be >= 2");
+  std::vector<PlannedOp> plan;
+  std::set<std::string> seen;
+  const auto add = [&](const Op& op, PlanSource source) {
+    if (seen.insert(shape_key(op)).second) plan.push_back({op, source, false});
+  };
+
+  // The sweep: a step's ops for every configuration (its blocks are alike: one of each is enough),
+  // then the optimizer and FSDP's casts over a device's shard.
+  for (const ModelConfig& m : o.models)
+    for (Precision p : o.precisions)
+      for (int64_t seq : o.seq_lens)
+        for (int64_t mb : o.micro_batches) {
+          StepOptions so;
+          so.micro_batch = mb;
+          so.seq_len = seq;
+          so.layers = 1;
+          so.precision = p;
+          for (const StepOp& s : training_step_ops(m, so))
+            if (s.part != StepPart::kOptimizer) add(s.op, PlanSource::kSweep);
+          const double shard = static_cast<double>(o.shard_ranks);
+          const double block_params = static_cast<double>(layer_parameter_count(m));
+          OpVector v;
+          optimizer_ops(static_cast<double>(parameter_count(m, seq)) / shard, v);
+          if (o.shard_ranks > 1) {
+            const double gb = gathered_param_bytes(p, MpMode::kDefault);
+            fsdp_pre_gather_ops(block_params, shard, gb, v);
+            fsdp_pre_reduce_ops(block_params, shard, std::min(gb, 4.0), reduced_grad_bytes(p, MpMode::kDefault), v);
+          }
+          for (const Op& op : v.ops) add(op, PlanSource::kSweep);
+        }
+
+  // The grid, collected apart and then ordered by hash.
+  std::vector<Op> grid;
+  const std::vector<int64_t> dims = powers(o.grid_gemm_min, o.grid_gemm_max, 2);
+  // The three layouts the step's GEMMs use (forward NT, data gradient NN, weight gradient TN),
+  // taken in turn, so that every layout meets every size class.
+  const bool layouts[3][2] = {{false, true}, {false, false}, {true, false}};
+  int index = 0;
+  for (DType t : o.gemm_dtypes)
+    for (int64_t m : dims)
+      for (int64_t n : dims)
+        for (int64_t k : dims) {
+          if (2.0 * d(m) * d(n) * d(k) > o.grid_gemm_max_flops) continue;
+          const auto& l = layouts[index++ % 3];
+          grid.push_back(t == DType::kFp8 ? grid_gemm(m, n, k, t, false, true) : grid_gemm(m, n, k, t, l[0], l[1]));
+        }
+  for (Precision p : o.precisions)
+    for (int64_t seq : powers(o.grid_attention_seq_min, o.grid_attention_seq_max, 2))
+      for (int64_t dh : {int64_t{64}, int64_t{128}}) {
+        std::vector<Op> att;
+        grid_attention(o.grid_attention_heads, seq, dh, p, att);
+        for (const Op& a : att)
+          if (a.flops <= o.grid_attention_max_flops) grid.push_back(a);
+      }
+  for (Precision p : o.precisions) {
+    const DType act = activation_dtype(p);
+    const double a = activation_bytes(p);
+    for (int64_t e : powers(o.grid_membound_min_elements, o.grid_membound_max_elements, 4)) {
+      const int64_t n = std::min<int64_t>(e, 1024), m = e / n;
+      const double x = d(e);
+      grid.push_back(grid_membound("grid.add", MemKind::kAdd, m, n, act, 2.0 * x * a, x * a));
+      grid.push_back(grid_membound("grid.gelu", MemKind::kGelu, m, n, act, x * a, x * a));
+      grid.push_back(grid_membound("grid.layer_norm", MemKind::kLayerNorm, m, n, act, x * a + 2.0 * d(n) * a,
+                                   x * a + d(m) * 8.0));
+      // Cross-entropy rows as wide as a small vocabulary.
+      const int64_t vn = std::min<int64_t>(e, 8192), vm = e / vn;
+      grid.push_back(grid_membound("grid.cross_entropy", MemKind::kCrossEntropy, vm, vn, act, x * a, x * a + d(vm) * 4.0));
+      grid.push_back(grid_membound("grid.adamw", MemKind::kAdamW, e, 1, DType::kFp32, 16.0 * x, 12.0 * x));
+    }
+  }
+  std::stable_sort(grid.begin(), grid.end(),
+                   [](const Op& x, const Op& y) { return fnv1a(shape_key(x)) < fnv1a(shape_key(y)); });
+  for (const Op& op : grid) add(op, PlanSource::kGrid);
+
+  // Held out: within each group, every held_out_every-th shape in hash order.
+  for (ShapeGroup g : {ShapeGroup::kGemm, ShapeGroup::kAttention, ShapeGroup::kMemoryBound}) {
+    std::vector<std::pair<uint64_t, size_t>> order;
+    for (size_t i = 0; i < plan.size(); ++i)
+      if (group_of(plan[i].op) == g) order.emplace_back(fnv1a(shape_key(plan[i].op)), i);
+    std::sort(order.begin(), order.end());
+    for (size_t j = 0; j < order.size(); ++j)
+      plan[order[j].second].held_out = static_cast<int>(j % static_cast<size_t>(o.held_out_every)) ==
+                                       o.held_out_every - 1;
+  }
+  return plan;
+}
+
+}  // namespace tpsim

@@ -1,0 +1,189 @@
+// tpsim replay: the op sequence of a training step (calibrate/step_ops), and the command run as a
+// user runs it on this machine's CPU with a profile from a short kernel calibration.
+#define BOOST_TEST_MODULE replay
+#include <boost/test/unit_test.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <unistd.h>
+
+#include "calibrate/step_ops.hpp"
+#include "io/catalog.hpp"
+#include "io/error.hpp"
+#include "kernels/backend.hpp"
+
+using namespace tpsim;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+fs::path scratch_dir() {
+  const fs::path dir = fs::temp_directory_path() / ("tpsim_replay_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir;
+}
+
+Run run(const std::string& args) {
+  static int n = 0;
+  const fs::path out = scratch_dir() / ("out" + std::to_string(n)), err = scratch_dir() / ("err" + std::to_string(n));
+  ++n;
+  const std::string cmd = std::string(TPSIM_BINARY) + " " + args + " > " + out.string() + " 2> " + err.string();
+  Run r;
+  const int rc = std::system(cmd.c_str());
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::vector<std::string> split(const std::string& line, char sep) {
+  std::vector<std::string> v;
+  std::stringstream ss(line);
+  std::string item;
+  while (std::getline(ss, item, sep)) v.push_back(item);
+  return v;
+}
+
+// A CPU profile from a short calibration, made once for the suite.
+const fs::path& cpu_profile() {
+  static const fs::path p = [] {
+    const fs::path f = scratch_dir() / "cpu.json";
+    const Run r = run("calibrate kernels --backend cpu --budget 5 --out " + f.string());
+    if (r.status != 0) throw std::runtime_error("calibration failed: " + r.err);
+    return f;
+  }();
+  return p;
+}
+
+int count_part(const std::vector<StepOp>& ops, StepPart part) {
+  int n = 0;
+  for (const auto& s : ops) n += s.part == part;
+  return n;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_step_runs_forward_head_backward_embedding_and_optimizer_in_order) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  const ModelConfig& tiny = catalog.get("tiny");
+  StepOptions o;
+  o.seq_len = 128;
+  o.micro_batch = 2;
+  const std::vector<StepOp> plain = training_step_ops(tiny, o);
+  OpVector fwd, bwd;
+  block_forward_ops(block_shape(tiny, 2, 128, Precision::kFp32), fwd);
+  block_backward_ops(block_shape(tiny, 2, 128, Precision::kFp32), bwd);
+  BOOST_TEST(count_part(plain, StepPart::kBlockForward) == 4 * static_cast<int>(fwd.ops.size()));
+  BOOST_TEST(count_part(plain, StepPart::kBlockBackward) == 4 * static_cast<int>(bwd.ops.size()));
+  BOOST_TEST(count_part(plain, StepPart::kBlockRecompute) == 0);
+  BOOST_TEST((plain.front().part == StepPart::kEmbeddingForward));
+  BOOST_TEST((plain.back().part == StepPart::kOptimizer));
+  BOOST_TEST((plain.back().op.mem == MemKind::kAdamW));
+  // AdamW over every parameter of the model, even when fewer blocks run.
+  BOOST_TEST(plain.back().op.m == parameter_count(tiny, 128));
+  // Backward runs the blocks in reverse; every op is fp32 here.
+  int64_t last_layer = tiny.n_layers;
+  for (const auto& s : plain) {
+    if (s.part == StepPart::kBlockBackward) {
+      BOOST_TEST(s.layer <= last_layer);
+      last_layer = s.layer;
+    }
+    if (s.op.kind != OpKind::kMemoryBound || s.op.mem == MemKind::kAdamW) BOOST_TEST((s.op.dtype == DType::kFp32));
+  }
+
+  o.activation_checkpointing = true;
+  o.layers = 2;
+  const std::vector<StepOp> ckpt = training_step_ops(tiny, o);
+  BOOST_TEST(count_part(ckpt, StepPart::kBlockForward) == 2 * static_cast<int>(fwd.ops.size()));
+  BOOST_TEST(count_part(ckpt, StepPart::kBlockRecompute) == 2 * static_cast<int>(fwd.ops.size()));
+  BOOST_TEST(ckpt.back().op.m == parameter_count(tiny, 128));
+  // The recompute of block i comes just before its backward.
+  for (size_t i = 1; i < ckpt.size(); ++i)
+    if (ckpt[i].part == StepPart::kBlockBackward && ckpt[i - 1].part != StepPart::kBlockBackward)
+      BOOST_TEST((ckpt[i - 1].part == StepPart::kBlockRecompute && ckpt[i - 1].layer == ckpt[i].layer));
+
+  o.layers = 5;
+  BOOST_CHECK_THROW(training_step_ops(tiny, o), Error);
+}
+
+BOOST_AUTO_TEST_CASE(replay_of_the_tiny_model_measures_and_predicts_a_positive_step) {
+  const Run r = run("replay --backend cpu --model tiny --seq 64 --micro-batch 1 --format csv --profile " +
+                    cpu_profile().string());
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  const std::vector<std::string> lines = split(r.out, '\n');
+  BOOST_TEST_REQUIRE(lines.size() == 2u);
+  const std::vector<std::string> header = split(lines[0], ','), row = split(lines[1], ',');
+  BOOST_TEST_REQUIRE(header.size() == row.size());
+  std::map<std::string, std::string> cell;
+  for (size_t i = 0; i < header.size(); ++i) cell[header[i]] = row[i];
+  for (const char* c : {"Measured Step Time (s)", "Predicted Step Time (s)", "Error (%)"})
+    BOOST_TEST_REQUIRE(cell.count(c) == 1u, c);
+  const double measured = std::stod(cell["Measured Step Time (s)"]);
+  const double predicted = std::stod(cell["Predicted Step Time (s)"]);
+  BOOST_TEST((std::isfinite(measured) && measured > 0));
+  BOOST_TEST((std::isfinite(predicted) && predicted > 0));
+  BOOST_TEST(std::stod(cell["Error (%)"]) == 100.0 * (predicted / measured - 1.0), boost::test_tools::tolerance(0.05));
+  BOOST_TEST(cell["Threads"] == "1");
+
+  // md: the ops one by one, and the scaling stated when fewer blocks run.
+  const Run md = run("replay --backend cpu --model tiny --seq 64 --micro-batch 1 --layers 2 --ckpt --profile " +
+                     cpu_profile().string());
+  BOOST_TEST_REQUIRE(md.status == 0, md.err);
+  BOOST_TEST(md.out.find("## Ops") != std::string::npos);
+  BOOST_TEST(md.out.find("block recompute") != std::string::npos);
+  BOOST_TEST(md.out.find("scaled by 4/2") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(bad_replay_input_is_a_one_line_error) {
+  const std::string profile = " --profile " + cpu_profile().string();
+  std::vector<std::string> cases = {
+      "--backend tpu --model tiny --seq 64 --micro-batch 1" + profile,
+      "--backend cpu --model tiny --seq 64 --micro-batch 1 --layers 0" + profile,
+      "--backend cpu --model tiny --seq 64 --micro-batch 1 --layers 5" + profile,
+      "--backend cpu --model tiny --seq 64 --micro-batch 1 --precision amp_bf16" + profile,
+      "--backend cpu --model tiny --seq 64 --micro-batch 1",  // the CPU has no datasheet: a profile is needed
+      "--backend cpu --model nope --seq 64 --micro-batch 1" + profile,
+      "--backend cpu --model tiny --seq 0 --micro-batch 1" + profile,
+  };
+  // cuda (and hip) on a machine without such a GPU, or a build without the backend.
+  bool gpu_present = false;
+  try {
+    make_backend(BackendKind::kCuda, 0);
+    gpu_present = true;
+  } catch (const Error&) {
+  }
+  if (!gpu_present) {
+    cases.push_back("--backend cuda --model tiny --seq 64 --micro-batch 1");
+    const Run k = run("calibrate kernels --backend cuda --out " + (scratch_dir() / "gpu.json").string());
+    BOOST_TEST(k.status != 0);
+    BOOST_TEST(k.err.rfind("tpsim: error: ", 0) == 0u);
+    BOOST_TEST(std::count(k.err.begin(), k.err.end(), '\n') == 1);
+    BOOST_TEST(!fs::exists(scratch_dir() / "gpu.json"));
+  } else {
+    BOOST_TEST_MESSAGE("a CUDA device is present: the no-GPU error is not checked here");
+  }
+  for (const auto& args : cases)
+    BOOST_TEST_CONTEXT(args) {
+      const Run r = run("replay " + args);
+      BOOST_TEST(r.status != 0);
+      BOOST_TEST(r.err.rfind("tpsim: error: ", 0) == 0u);
+      BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+      BOOST_TEST(r.out.empty());
+    }
+}
