@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kernels/backend.hpp"
 #include "model/cost.hpp"
@@ -50,10 +51,52 @@ class Communicator {
   virtual CheckResult check_collective(CollectiveKind kind, int64_t elements) = 0;
 };
 
+// Which of the job's ranks a communicator's collectives span.
+enum class CommScope : uint8_t {
+  kWorld,  // every rank of the job
+  // The ranks sharing this rank's node_name(): one communicator per node. The nodes' collectives
+  // run at the same time, each timed on its own (a rank's Timing is its node's).
+  kNode,
+};
+
 #ifdef TPSIM_HAVE_MPI
-// The MPI_COMM_WORLD communicator. Initialises MPI on first use (MPI_Init_thread, funneled) and
-// finalises it at exit; without mpirun it is a single rank.
-std::unique_ptr<Communicator> make_mpi_communicator();
+// The communicator over MPI_COMM_WORLD's ranks, or over those on this rank's node. Initialises MPI
+// on first use (MPI_Init_thread, funneled) and finalises it at exit; without mpirun it is a single
+// rank. Collective.
+std::unique_ptr<Communicator> make_mpi_communicator(CommScope scope = CommScope::kWorld);
+
+// What a command run on every rank of an MPI job (mpirun -np N tpsim ...) needs besides timed
+// collectives: where the ranks run, and agreeing on failure, so that every rank ends the same way
+// and one line reports it. Initialises MPI on first use, as make_mpi_communicator does.
+class MpiJob {
+ public:
+  MpiJob();
+  ~MpiJob();
+  MpiJob(const MpiJob&) = delete;
+  MpiJob& operator=(const MpiJob&) = delete;
+
+  int rank() const;
+  int size() const;
+
+  // Every rank's node_name() (the host it runs on), indexed by rank. Collective.
+  std::vector<std::string> node_names();
+
+  // The largest `value` over the ranks, on every rank; no rank returns before all have called it,
+  // so it also starts what follows on all ranks together. Collective.
+  double max_over_ranks(double value);
+
+  // Every rank passes what went wrong on it ("" when nothing did) and gets the failure of the
+  // lowest failing rank: its message as it is for rank 0, "rank R on NODE: message" for another;
+  // "" when no rank failed. Collective.
+  // A rank that failed inside a collective may leave the others blocked in it: a rank that has
+  // waited `timeout_s` for the others prints its own failure (or that it waited) to stderr as one
+  // line and ends the whole job (MPI_Abort, exit status 2) rather than hang.
+  std::string first_failure(const std::string& mine, double timeout_s);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 #endif
 
 }  // namespace tpsim

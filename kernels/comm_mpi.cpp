@@ -3,9 +3,13 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <thread>
 #include <vector>
 
 #include "io/error.hpp"
@@ -47,6 +51,31 @@ void ensure_mpi_initialized() {
   std::atexit(finalize_mpi);
 }
 
+std::string processor_name() {
+  char name[MPI_MAX_PROCESSOR_NAME];
+  int length = 0;
+  TPSIM_MPI_CHECK(MPI_Get_processor_name(name, &length));
+  return std::string(name, static_cast<size_t>(length));
+}
+
+// Every rank's processor name, indexed by rank. Collective over `comm`.
+std::vector<std::string> all_node_names(MPI_Comm comm) {
+  int size = 0;
+  TPSIM_MPI_CHECK(MPI_Comm_size(comm, &size));
+  // Fixed-size, zero-padded slots: [size][kSlot] chars.
+  constexpr int kSlot = MPI_MAX_PROCESSOR_NAME + 1;
+  std::vector<char> mine(kSlot, '\0'), all(static_cast<size_t>(size) * kSlot, '\0');
+  const std::string name = processor_name();
+  std::memcpy(mine.data(), name.data(), std::min<size_t>(name.size(), kSlot - 1));
+  TPSIM_MPI_CHECK(MPI_Allgather(mine.data(), kSlot, MPI_CHAR, all.data(), kSlot, MPI_CHAR, comm));
+  std::vector<std::string> names;
+  for (int r = 0; r < size; ++r) {
+    const char* slot = all.data() + static_cast<size_t>(r) * kSlot;
+    names.emplace_back(slot, strnlen(slot, kSlot));
+  }
+  return names;
+}
+
 int count_of(int64_t elements) {
   if (elements > INT_MAX)
     throw Error("collective of " + std::to_string(elements) + " fp32 elements per rank: MPI counts stop at " +
@@ -71,11 +100,23 @@ Buffers buffers_for(CollectiveKind kind, int64_t per_rank, int ranks) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator() {
+  explicit MpiCommunicator(CommScope scope) {
     ensure_mpi_initialized();
     // A communicator of our own, so that its error handler and traffic stay apart from the
     // program's use of MPI_COMM_WORLD.
-    TPSIM_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    if (scope == CommScope::kWorld) {
+      TPSIM_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    } else {
+      // One communicator per node name: the colour is the name's index among the sorted names.
+      std::vector<std::string> names = all_node_names(MPI_COMM_WORLD);
+      int world_rank = 0;
+      TPSIM_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+      const std::string mine = names[static_cast<size_t>(world_rank)];
+      std::sort(names.begin(), names.end());
+      names.erase(std::unique(names.begin(), names.end()), names.end());
+      const auto color = static_cast<int>(std::lower_bound(names.begin(), names.end(), mine) - names.begin());
+      TPSIM_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, world_rank, &comm_));
+    }
     TPSIM_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     TPSIM_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     TPSIM_MPI_CHECK(MPI_Comm_size(comm_, &size_));
@@ -93,12 +134,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  std::string node_name() const override {
-    char name[MPI_MAX_PROCESSOR_NAME];
-    int length = 0;
-    TPSIM_MPI_CHECK(MPI_Get_processor_name(name, &length));
-    return std::string(name, static_cast<size_t>(length));
-  }
+  std::string node_name() const override { return processor_name(); }
 
   std::string library_version() const override {
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -199,6 +235,71 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+std::unique_ptr<Communicator> make_mpi_communicator(CommScope scope) {
+  return std::make_unique<MpiCommunicator>(scope);
+}
+
+struct MpiJob::State {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+};
+
+MpiJob::MpiJob() : state_(std::make_unique<State>()) {
+  ensure_mpi_initialized();
+  // Its own communicator: agreeing never mixes with a measurement's traffic.
+  TPSIM_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &state_->comm));
+  TPSIM_MPI_CHECK(MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN));
+  TPSIM_MPI_CHECK(MPI_Comm_rank(state_->comm, &state_->rank));
+  TPSIM_MPI_CHECK(MPI_Comm_size(state_->comm, &state_->size));
+}
+
+MpiJob::~MpiJob() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&state_->comm);
+}
+
+int MpiJob::rank() const { return state_->rank; }
+int MpiJob::size() const { return state_->size; }
+
+std::vector<std::string> MpiJob::node_names() { return all_node_names(state_->comm); }
+
+double MpiJob::max_over_ranks(double value) {
+  double result = 0;
+  TPSIM_MPI_CHECK(MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, MPI_MAX, state_->comm));
+  return result;
+}
+
+std::string MpiJob::first_failure(const std::string& mine, double timeout_s) {
+  const int rank = state_->rank, size = state_->size;
+  // The lowest failing rank, or size when none failed: a non-blocking reduction, so that a rank
+  // whose peers never arrive can tell after timeout_s instead of waiting for ever.
+  int failing = mine.empty() ? size : rank, first = size;
+  MPI_Request request = MPI_REQUEST_NULL;
+  TPSIM_MPI_CHECK(MPI_Iallreduce(&failing, &first, 1, MPI_INT, MPI_MIN, state_->comm, &request));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (int done = 0;;) {
+    TPSIM_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::cerr << "tpsim: error: rank " << rank << " on " << processor_name() << ": "
+                << (mine.empty() ? "the other ranks did not answer" : mine) << " (after waiting " << timeout_s
+                << " s for the other ranks, ending the job)" << std::endl;
+      MPI_Abort(state_->comm, 2);
+    }
+    // Waiting ranks sleep rather than spin: they share the cores with the ranks still working.
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  if (first == size) return "";
+  // Everyone has arrived: the failing rank's message (length, then characters) goes to all.
+  std::string message = rank == first ? mine : std::string();
+  int length = static_cast<int>(message.size());
+  TPSIM_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, first, state_->comm));
+  message.resize(static_cast<size_t>(length));
+  TPSIM_MPI_CHECK(MPI_Bcast(message.data(), length, MPI_CHAR, first, state_->comm));
+  if (first == 0) return message;
+  const std::string where = all_node_names(state_->comm)[static_cast<size_t>(first)];
+  return "rank " + std::to_string(first) + " on " + where + ": " + message;
+}
 
 }  // namespace tpsim

@@ -1,6 +1,7 @@
 // tpsim calibrate: fitting device profiles. Each way of measuring is a subcommand in its own file:
 //   table    measured training throughput (calibrate_table.cpp)
 //   kernels  kernels timed on a measurement backend (calibrate_kernels.cpp)
+//   comm     collectives timed across the ranks of an MPI job (calibrate_comm.cpp)
 #include "sweeps/commands.hpp"
 
 namespace tpsim {
@@ -10,6 +11,7 @@ void register_calibrate(CLI::App& app) {
   cmd->require_subcommand(1);
   register_calibrate_table(*cmd);
   register_calibrate_kernels(*cmd);
+  register_calibrate_comm(*cmd);
 }
 
 }  // namespace tpsim

@@ -16,5 +16,6 @@ void register_replay(CLI::App& app);
 // Subcommands of `calibrate`.
 void register_calibrate_table(CLI::App& calibrate);
 void register_calibrate_kernels(CLI::App& calibrate);
+void register_calibrate_comm(CLI::App& calibrate);
 
 }  // namespace tpsim

@@ -5,6 +5,7 @@
 #define BOOST_TEST_MODULE comm_mpi
 #include <boost/test/results_reporter.hpp>
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -94,4 +95,34 @@ BOOST_AUTO_TEST_CASE(collective_timings_are_positive_and_agree_across_ranks) {
     }
   }
   BOOST_CHECK_THROW(c.time_collective(CollectiveKind::kAllReduce, 0.0, options), Error);
+}
+
+BOOST_AUTO_TEST_CASE(a_node_communicator_spans_the_ranks_sharing_a_node_name) {
+  MpiJob job;
+  const std::vector<std::string> names = job.node_names();
+  BOOST_TEST(static_cast<int>(names.size()) == job.size());
+  BOOST_TEST(names[static_cast<size_t>(job.rank())] == world().node_name());
+  const auto same_node = std::count(names.begin(), names.end(), names[static_cast<size_t>(job.rank())]);
+  const std::unique_ptr<Communicator> node = make_mpi_communicator(CommScope::kNode);
+  BOOST_TEST(node->size() == same_node);
+  const Timing t = node->time_collective(CollectiveKind::kAllGather, 64.0 * 1024, TimingOptions{1, 5, 20, 0.001, 0.1, false});
+  BOOST_TEST(t.median_s > 0);
+}
+
+BOOST_AUTO_TEST_CASE(the_ranks_agree_on_the_first_failure) {
+  MpiJob job;
+  constexpr double kTimeout_s = 60;
+  BOOST_TEST(job.first_failure("", kTimeout_s).empty());
+  BOOST_TEST(job.max_over_ranks(static_cast<double>(job.rank())) == job.size() - 1.0);
+  // The last rank fails: every rank gets its message, with where it came from unless it is rank 0.
+  const int last = job.size() - 1;
+  const std::string failure = job.first_failure(job.rank() == last ? "disk full" : "", kTimeout_s);
+  if (last == 0) {
+    BOOST_TEST(failure == "disk full");
+  } else {
+    BOOST_TEST(failure == "rank " + std::to_string(last) + " on " + job.node_names()[static_cast<size_t>(last)] +
+                              ": disk full");
+  }
+  // Several fail: the lowest rank's failure wins.
+  BOOST_TEST(job.first_failure("rank " + std::to_string(job.rank()), kTimeout_s) == "rank 0");
 }

@@ -53,6 +53,24 @@ void ensure_mpi_initialized() {
   std::atexit(finalize_mpi);
 }
 
+// This rank's node as a colour for MPI_Comm_split: the index of its processor name among the
+// sorted names of all ranks (CommScope::kNode groups the ranks sharing a node_name()).
+int node_color() {
+  constexpr int kSlot = MPI_MAX_PROCESSOR_NAME + 1;
+  int rank = 0, size = 0, length = 0;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  std::vector<char> mine(kSlot, '\0'), all(static_cast<size_t>(size) * kSlot, '\0');
+  MPI_CHECK(MPI_Get_processor_name(mine.data(), &length));
+  MPI_CHECK(MPI_Allgather(mine.data(), kSlot, MPI_CHAR, all.data(), kSlot, MPI_CHAR, MPI_COMM_WORLD));
+  std::vector<std::string> names;
+  for (int r = 0; r < size; ++r) names.emplace_back(all.data() + static_cast<size_t>(r) * kSlot);
+  const std::string own = names[static_cast<size_t>(rank)];
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return static_cast<int>(std::lower_bound(names.begin(), names.end(), own) - names.begin());
+}
+
 // A device buffer of fp32 values.
 class Floats {
  public:
@@ -88,7 +106,7 @@ Counts counts_of(CollectiveKind kind, int64_t elements, int ranks) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  explicit NcclCommunicator(int device_index) {
+  NcclCommunicator(int device_index, CommScope scope) {
     int devices = 0;
     const cudaError_t status = cudaGetDeviceCount(&devices);
     if (status != cudaSuccess || devices == 0) {
@@ -97,10 +115,15 @@ class NcclCommunicator final : public Communicator {
                   (status != cudaSuccess ? cudaGetErrorString(status) : "the runtime found none") + ")");
     }
     ensure_mpi_initialized();
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+    int world_rank = 0;
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+    // The ranks this communicator spans, for the NCCL id's broadcast and the timing's barriers.
+    if (scope == CommScope::kWorld) MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &mpi_));
+    else MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, node_color(), world_rank, &mpi_));
+    MPI_CHECK(MPI_Comm_rank(mpi_, &rank_));
+    MPI_CHECK(MPI_Comm_size(mpi_, &size_));
     MPI_Comm node = MPI_COMM_NULL;
-    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node));
     int local_rank = 0;
     MPI_CHECK(MPI_Comm_rank(node, &local_rank));
     MPI_CHECK(MPI_Comm_free(&node));
@@ -111,7 +134,7 @@ class NcclCommunicator final : public Communicator {
 
     ncclUniqueId id;
     if (rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_));
     NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreate(&start_));
@@ -124,6 +147,9 @@ class NcclCommunicator final : public Communicator {
     if (start_) (void)cudaEventDestroy(start_);
     if (stop_) (void)cudaEventDestroy(stop_);
     if (stream_) (void)cudaStreamDestroy(stream_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && mpi_ != MPI_COMM_NULL) MPI_Comm_free(&mpi_);
   }
 
   int rank() const override { return rank_; }
@@ -155,7 +181,7 @@ class NcclCommunicator final : public Communicator {
     CUDA_CHECK(cudaMemGetInfo(&free, &total));
     const double need = 4.0 * double(c.send + c.recv);
     int fits = need <= 0.9 * double(free) ? 1 : 0, all_fit = 0;
-    MPI_CHECK(MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_MIN, mpi_));
     if (!all_fit) {
       Timing t;
       t.supported = false;
@@ -167,7 +193,7 @@ class NcclCommunicator final : public Communicator {
     fill_uniform(send.get(), Elem::kF32, c.send, 0x6e63636cull + static_cast<uint64_t>(rank_), -1.0f, 1.0f, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return summarize_timings(repeat_timed(options, [&] {
-      MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+      MPI_CHECK(MPI_Barrier(mpi_));
       CUDA_CHECK(cudaEventRecord(start_, stream_));
       run(kind, send, recv);
       CUDA_CHECK(cudaEventRecord(stop_, stream_));
@@ -175,7 +201,7 @@ class NcclCommunicator final : public Communicator {
       float ms = 0;
       CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
       double mine = static_cast<double>(ms) * 1e-3, slowest = 0;
-      MPI_CHECK(MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+      MPI_CHECK(MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, mpi_));
       return slowest;
     }));
   }
@@ -224,7 +250,7 @@ class NcclCommunicator final : public Communicator {
       scale = std::max(scale, std::fabs(want[i]));
     }
     double error = diff / std::max(scale, 1e-30), worst = 0;
-    MPI_CHECK(MPI_Allreduce(&error, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(&error, &worst, 1, MPI_DOUBLE, MPI_MAX, mpi_));
     CheckResult r;
     r.max_rel_error = worst;
     return r;
@@ -247,7 +273,8 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  int rank_ = 0, size_ = 1, device_ = 0;
+  int rank_ = 0, size_ = 1, device_ = 0;  // rank and size within mpi_
+  MPI_Comm mpi_ = MPI_COMM_NULL;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
@@ -258,8 +285,8 @@ class NcclCommunicator final : public Communicator {
 
 namespace tpsim {
 
-std::unique_ptr<Communicator> make_nccl_communicator(int device_index) {
-  return std::make_unique<TPSIM_GPU_NS::NcclCommunicator>(device_index);
+std::unique_ptr<Communicator> make_nccl_communicator(int device_index, CommScope scope) {
+  return std::make_unique<TPSIM_GPU_NS::NcclCommunicator>(device_index, scope);
 }
 
 }  // namespace tpsim

@@ -10,11 +10,11 @@
 namespace tpsim {
 
 #ifdef TPSIM_HAVE_NCCL_COMM
-// The communicator over MPI_COMM_WORLD's ranks (MPI is initialised on first use, as
-// make_mpi_communicator does). Each rank takes GPU `device_index`, or, when it is -1, its rank
-// among the ranks on its node modulo the node's GPUs. Error, on every rank that finds it, when
-// there is no CUDA device.
-std::unique_ptr<Communicator> make_nccl_communicator(int device_index = -1);
+// The communicator over MPI_COMM_WORLD's ranks, or over those on this rank's node (`scope`; MPI is
+// initialised on first use, as make_mpi_communicator does). Each rank takes GPU `device_index`,
+// or, when it is -1, its rank among the ranks on its node modulo the node's GPUs. Error, on every
+// rank that finds it, when there is no CUDA device. Collective.
+std::unique_ptr<Communicator> make_nccl_communicator(int device_index = -1, CommScope scope = CommScope::kWorld);
 #endif
 
 }  // namespace tpsim
