@@ -127,6 +127,60 @@ CopyBandwidth measure_copy_bandwidth(Backend& backend, double buffer_bytes, cons
   return c;
 }
 
+NoiseVerdict judge_noise(const std::vector<Timing>& timings, const Timing* reference_start, const Timing* reference_end,
+                         const NoiseOptions& options) {
+  NoiseVerdict v;
+  std::vector<double> spreads;
+  for (const Timing& t : timings)
+    if (t.supported && t.median_s > 0 && std::isfinite(t.median_s) && std::isfinite(t.p10_s) && std::isfinite(t.p90_s))
+      spreads.push_back(std::max(0.0, t.p90_s - t.p10_s) / t.median_s);
+  v.shapes = static_cast<int64_t>(spreads.size());
+  char line[200];
+  if (!spreads.empty()) {
+    v.median_spread = median(spreads);
+    v.p90_spread = percentile(spreads, 0.9);
+    if (v.median_spread > options.max_median_spread) {
+      std::snprintf(line, sizeof line,
+                    "the runs of a shape disagree: median (p90 - p10) / median %.2f over %lld shapes, above %.2f",
+                    v.median_spread, static_cast<long long>(v.shapes), options.max_median_spread);
+      v.reasons.emplace_back(line);
+    }
+  }
+  if (reference_start && reference_end && reference_start->median_s > 0 && reference_end->median_s > 0) {
+    v.reference_timed = true;
+    v.reference_start_s = reference_start->median_s;
+    v.reference_end_s = reference_end->median_s;
+    v.reference_drift = v.reference_end_s / v.reference_start_s - 1.0;
+    if (std::abs(v.reference_drift) > options.max_reference_drift) {
+      std::snprintf(line, sizeof line, "the reference GEMM took %.3g s at the start and %.3g s at the end (%+.1f%%, beyond %.0f%%)",
+                    v.reference_start_s, v.reference_end_s, 100 * v.reference_drift, 100 * options.max_reference_drift);
+      v.reasons.emplace_back(line);
+    }
+  }
+  v.noisy = !v.reasons.empty();
+  return v;
+}
+
+Op reference_gemm(DType dtype, int64_t size) {
+  Op op{};
+  op.name = "reference_gemm";
+  op.kind = OpKind::kGemm;
+  op.category = OpCategory::kGemm;
+  op.dtype = dtype;
+  op.trans_b = true;
+  op.m = op.n = op.k = size;
+  op.kernels = 1;
+  const double s = static_cast<double>(size);
+  op.flops = 2.0 * s * s * s;
+  // Bytes as the plan's GEMMs count them (kernel_plan.cpp): fp8 reads one byte and writes bf16.
+  const double in = dtype == DType::kFp8 ? 1.0 : (dtype == DType::kFp32 || dtype == DType::kTf32 ? 4.0 : 2.0);
+  const double out = dtype == DType::kFp8 ? 2.0 : in;
+  op.mem = MemKind::kNone;
+  op.bytes_read = 2.0 * s * s * in;
+  op.bytes_written = s * s * out;
+  return op;
+}
+
 void set_cpu_backend_threads(int threads) {
   if (threads < 1) throw Error("--threads " + std::to_string(threads) + " must be at least 1");
   omp_set_num_threads(threads);

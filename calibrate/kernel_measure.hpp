@@ -50,6 +50,45 @@ struct CopyBandwidth {
 // (x *= c, STREAM's "scale" without the second array) run by the backend like any memory-bound op.
 CopyBandwidth measure_copy_bandwidth(Backend& backend, double buffer_bytes, const TimingOptions& options);
 
+// Whether a calibration's timings were steady enough to fit: a busy machine (other processes on
+// the cores, their caches and memory traffic) or a device changing speed during the run shows in
+// them two ways.
+//   spread  each shape is timed at least five times; (p90 - p10) / median measures how much its
+//           runs disagree. The fit uses the medians: with n runs the median's relative standard
+//           error is about 1.25 sigma / sqrt(n), and sigma ~ (p90 - p10) / 2.56, so about 0.22 x
+//           the spread at five runs. A median spread over shapes above 0.2 leaves the typical
+//           shape uncertain by more than ~5%, the fit's robust scale and the size of the shape
+//           effects it fits (a wave of tiles, a ramp in K): the fit could not tell them from noise.
+//           A quiet CPU core reads ~0.1 (a microsecond memory-bound kernel jitters by tens of
+//           percent), a GPU ~0.01.
+//   drift   one reference GEMM timed before the measurements and again after them: the same
+//           kernel should take the same time. If it moved by more than 10%, shapes timed early and
+//           late disagree by as much, and the profile's predictions cannot be trusted to 10%.
+struct NoiseOptions {
+  double max_median_spread = 0.2;
+  double max_reference_drift = 0.1;
+};
+
+struct NoiseVerdict {
+  bool noisy = false;
+  int64_t shapes = 0;           // timings the spread is taken over
+  double median_spread = 0;     // median over shapes of (p90 - p10) / median
+  double p90_spread = 0;        // the 90th percentile of the same
+  bool reference_timed = false;
+  double reference_start_s = 0, reference_end_s = 0;  // the reference GEMM's medians
+  double reference_drift = 0;   // reference_end_s / reference_start_s - 1
+  std::vector<std::string> reasons;  // why noisy, one line each; empty when trusted
+};
+
+// The verdict on `timings` (one per measured shape) and, when both are given, the reference
+// GEMM's timings at the start and the end of the run. Timings with a median that is not positive
+// are left out.
+NoiseVerdict judge_noise(const std::vector<Timing>& timings, const Timing* reference_start, const Timing* reference_end,
+                         const NoiseOptions& options = {});
+
+// The reference GEMM: size x size x size (A x B^T) in `dtype`.
+Op reference_gemm(DType dtype, int64_t size);
+
 // The CPU backend takes its thread count from OpenMP's default when it is made (make_backend):
 // this sets that default for the calling thread, so that the next CPU backend uses `threads`.
 void set_cpu_backend_threads(int threads);

@@ -11,6 +11,10 @@ namespace tpsim {
 std::string read_text_file(const std::filesystem::path& path, const std::string& what);
 
 // Writes `content` to `path` atomically: the target is either left as it was or fully replaced.
+// A process killed while it writes leaves no temporary file: the content goes to an unnamed file
+// (O_TMPFILE, where the file system has it) that is named only once whole and renamed over the
+// target at once; SIGINT, SIGTERM and SIGHUP (at their default action) remove a named temporary
+// before they terminate the process.
 void write_file_atomic(const std::filesystem::path& path, const std::string& content);
 
 // The folder holding tpsim's data (models/, devices/, profiles/, measured/): $TPSIM_DATA_DIR,

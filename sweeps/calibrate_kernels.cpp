@@ -115,10 +115,50 @@ std::vector<DType> measured_formats(Backend& backend, const std::optional<Device
   return out;
 }
 
+// The reference GEMM of the noise verdict: a shape the backend runs in about a millisecond (CPU) or
+// a quarter of one (GPU), timed with more repetitions than the plan's ops (30 ms of runs, at least
+// ten), so that its median moves by well under the drift threshold on a quiet machine: on this
+// development machine's CPU its runs spread by ~10% (p10 to p90) and its median over ~25 runs is
+// good to ~1%. The two timings take ~0.1 s of the budget.
+constexpr int64_t kCpuReferenceGemm = 384;
+constexpr int64_t kGpuReferenceGemm = 4096;
+
+TimingOptions reference_timing_for(TimingOptions t) {
+  t.min_repetitions = 10;
+  t.max_repetitions = std::max(t.max_repetitions, 100);
+  t.min_seconds = 0.03;
+  t.max_seconds = 0.5;
+  return t;
+}
+
 nlohmann::json timing_json(const TimingOptions& t) {
   return {{"warmup", t.warmup},           {"min_repetitions", t.min_repetitions},
           {"max_repetitions", t.max_repetitions}, {"min_seconds", t.min_seconds},
           {"max_seconds", t.max_seconds}, {"flush_cache", t.flush_cache}};
+}
+
+nlohmann::json noise_json(const NoiseVerdict& v, const NoiseOptions& o, const Op& reference, const TimingOptions& reference_timing,
+                          const Timing& start, const Timing& end) {
+  const auto timing = [](const Timing& t) {
+    if (!t.supported) return nlohmann::json{{"unsupported", t.reason}};
+    return nlohmann::json{{"median_s", t.median_s}, {"p10_s", t.p10_s}, {"p90_s", t.p90_s}, {"repetitions", t.repetitions}};
+  };
+  return {{"verdict", v.noisy ? "noisy" : "trusted"},
+          {"noisy", v.noisy},
+          {"reasons", v.reasons},
+          {"shapes", v.shapes},
+          {"median_spread", v.median_spread},
+          {"p90_spread", v.p90_spread},
+          {"max_median_spread", o.max_median_spread},
+          {"spread", "(p90 - p10) / median of each shape's timed runs; the median over shapes"},
+          {"reference",
+           {{"shape", shape_text(reference)},
+            {"dtype", std::string(to_string(reference.dtype))},
+            {"timing", timing_json(reference_timing)},
+            {"start", timing(start)},
+            {"end", timing(end)},
+            {"drift", v.reference_timed ? nlohmann::json(v.reference_drift) : nlohmann::json()}}},
+          {"max_reference_drift", o.max_reference_drift}};
 }
 
 void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& command_line) {
@@ -227,6 +267,15 @@ void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& 
   }
   const CostModel estimator(spec, estimate_params);
 
+  // The reference GEMM, timed now and again after the measurements: the noise verdict's drift.
+  const DType reference_dtype = std::find(plan_options.gemm_dtypes.begin(), plan_options.gemm_dtypes.end(), DType::kBf16) !=
+                                        plan_options.gemm_dtypes.end()
+                                    ? DType::kBf16
+                                    : plan_options.gemm_dtypes.front();
+  const Op reference = reference_gemm(reference_dtype, gpu ? kGpuReferenceGemm : kCpuReferenceGemm);
+  const TimingOptions reference_timing = reference_timing_for(timing);
+  const Timing reference_start = backend->time_op(reference, reference_timing);
+
   // What is left of the budget after start-up and the bandwidth probe, less the fit's share
   // (a few seconds: six tile candidates and four attention blocks, three starts each).
   MeasureOptions measure;
@@ -239,6 +288,13 @@ void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& 
   const MeasureReport measured =
       measure_plan(*backend, plan, measure, [&](const Op& op) { return estimator.op_seconds(op); });
   if (measured.measurements.empty()) throw Error("--budget " + fmt(budget_s, 0) + ": no shape could be measured");
+  const Timing reference_end = backend->time_op(reference, reference_timing);
+  std::vector<Timing> timings;
+  for (const auto& m : measured.measurements) timings.push_back(m.timing);
+  const NoiseOptions noise_options;
+  const NoiseVerdict noise =
+      judge_noise(timings, reference_start.supported ? &reference_start : nullptr,
+                  reference_end.supported ? &reference_end : nullptr, noise_options);
 
   // A CPU's "peak" is what it was measured to reach: the fastest GEMM of each format.
   if (!datasheet) {
@@ -282,11 +338,13 @@ void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& 
                              date + ", fitted to " + std::to_string(samples.size() - static_cast<size_t>(held_out)) +
                              " measurements (" + std::to_string(held_out) + " more held out)";
   for (const auto& f : fit.fitted) out.sources[f.name] = {"kernel", detail, f.stddev};
-  // Values the run did not measure stay the base's; a datasheet-less device has no other formats.
+  // Values the run did not measure stay the base's; a datasheet-less device has no formats but
+  // those its backend runs (a format it runs whose GEMMs were too few to fit keeps the base's value).
   for (int t = 0; t < kNumDTypes; ++t) {
     const std::string name = "gemm_" + std::string(kDTypeNames[t]) + "_flops_per_s";
-    const bool fitted = std::any_of(fit.fitted.begin(), fit.fitted.end(), [&](const auto& f) { return f.name == name; });
-    if (!datasheet && !fitted) {
+    const bool runs = std::find(plan_options.gemm_dtypes.begin(), plan_options.gemm_dtypes.end(), DType(t)) !=
+                      plan_options.gemm_dtypes.end();
+    if (!datasheet && !runs) {
       out.params.*(find_param(name)->member) = 0;
       out.sources[name] = {"kernel", "the " + info.backend + " backend does not run " + std::string(kDTypeNames[t]) +
                                          " GEMMs (0: unsupported)", -1};
@@ -372,6 +430,7 @@ void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& 
         {"stages", fit.report},
         {"parameters", jparams}}},
       {"errors", jerrors},
+      {"noise", noise_json(noise, noise_options, reference, reference_timing, reference_start, reference_end)},
       {"measurements", jmeasurements}};
   save_profile(o.out, out);
 
@@ -393,7 +452,21 @@ void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& 
     std::cerr << "  " << to_string(e.group) << ": median |error| " << fmt(100 * e.fitted_median, 1) << "% on "
               << e.fitted << " fitted shapes, " << fmt(100 * e.held_out_median, 1) << "% on " << e.held_out
               << " held-out shapes\n";
+  std::cerr << "  noise: median (p90 - p10) / median " << fmt(noise.median_spread, 3) << " over " << noise.shapes
+            << " shapes (at most " << fmt(noise_options.max_median_spread, 2) << ")";
+  if (noise.reference_timed)
+    std::cerr << ", reference GEMM " << shape_text(reference) << " " << sig(noise.reference_start_s) << " s -> "
+              << sig(noise.reference_end_s) << " s (" << (noise.reference_drift >= 0 ? "+" : "")
+              << fmt(100 * noise.reference_drift, 1) << "%, at most " << fmt(100 * noise_options.max_reference_drift, 0)
+              << "%)";
+  std::cerr << ": " << (noise.noisy ? "too noisy to trust" : "trusted") << "\n";
   std::cerr << "  " << fmt(host_seconds() - t0, 1) << " s in all; wrote " << o.out << "\n";
+  if (noise.noisy) {
+    std::string why;
+    for (const auto& r : noise.reasons) why += (why.empty() ? "" : "; ") + r;
+    std::cerr << "tpsim: warning: calibrate kernels: measurements too noisy to trust (" << why << "); " << o.out
+              << " is written, marked so in kernel_calibration.noise: calibrate again on a quiet machine\n";
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // tpsim calibrate table: fit a device profile's system-level parameters to measured tables with
 // Ceres, and write the profile with the fit's provenance: tables and rows, loss, residuals, each
 // parameter's standard deviation, and the prediction interval from held-out errors.
+#include <cmath>
 #include <ctime>
 #include <iostream>
 #include <memory>
@@ -110,6 +111,15 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
                      {"predicted_tokens_per_s", rows[i].row.tokens_per_s * std::exp(fit.residuals[i])},
                      {"log_residual", fit.residuals[i]},
                      {"outlier", static_cast<bool>(fit.outliers[i])}});
+  // The rows flagged, by name, so that a reader sees them without scanning every row.
+  nlohmann::json joutliers = nlohmann::json::array();
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (fit.outliers[i])
+      joutliers.push_back({{"row", rows[i].row.where()},
+                           {"model", rows[i].row.model},
+                           {"seq_len", rows[i].row.seq_len},
+                           {"n_gpus", rows[i].row.n_gpus},
+                           {"error", std::exp(fit.residuals[i]) - 1.0}});
   nlohmann::json jparams = nlohmann::json::array();
   for (const auto& f : fit.fitted)
     jparams.push_back({{"name", f.name}, {"value", f.value}, {"stddev", f.stddev < 0 ? nlohmann::json() : nlohmann::json(f.stddev)},
@@ -127,6 +137,8 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
                       {"converged", fit.converged},
                       {"solver", fit.summary},
                       {"parameters", jparams},
+                      {"outlier_threshold", "|log(predicted / measured)| > " + std::to_string(options.outlier_threshold)},
+                      {"outliers", joutliers},
                       {"rows", jrows}};
   const ErrorSummary s = summarize_errors(held);
   set_prediction_interval(out, {s.p10, s.p90, s.rows,

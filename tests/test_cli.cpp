@@ -7,36 +7,14 @@
 #include <sstream>
 
 #include "sweeps/report.hpp"
+#include "tests/run_tpsim.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
-struct Run {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Run run(const std::string& args) {
-  static int n = 0;
-  const fs::path dir = fs::temp_directory_path() / ("tpsim_cli_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path out = dir / ("out" + std::to_string(n)), err = dir / ("err" + std::to_string(n));
-  ++n;
-  const std::string cmd = std::string(TPSIM_BINARY) + " " + args + " > " + out.string() + " 2> " + err.string();
-  Run r;
-  const int rc = std::system(cmd.c_str());
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+using tpsim::testing::Run;
+using tpsim::testing::slurp;
+Run run(const std::string& args) { return tpsim::testing::run_tpsim(args); }
 
 int lines(const std::string& s) {
   int n = 0;

@@ -8,28 +8,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/run_tpsim.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
-struct Run {
-  int status = -1;
-  std::string out, err;
-};
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-Run run(const std::string& args) {
-  static int n = 0;
-  const fs::path dir = fs::temp_directory_path() / ("tpsim_plan_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path out = dir / ("out" + std::to_string(n)), err = dir / ("err" + std::to_string(n));
-  ++n;
-  const int rc = std::system((std::string(TPSIM_BINARY) + " " + args + " > " + out.string() + " 2> " + err.string()).c_str());
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(out), slurp(err)};
-}
+using tpsim::testing::Run;
+using tpsim::testing::slurp;
+Run run(const std::string& args) { return tpsim::testing::run_tpsim(args); }
 const std::string kData = TPSIM_DATA;
 }  // namespace
 

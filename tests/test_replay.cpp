@@ -15,42 +15,17 @@
 #include "io/catalog.hpp"
 #include "io/error.hpp"
 #include "kernels/backend.hpp"
+#include "tests/run_tpsim.hpp"
 
 using namespace tpsim;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-fs::path scratch_dir() {
-  const fs::path dir = fs::temp_directory_path() / ("tpsim_replay_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir;
-}
-
-Run run(const std::string& args) {
-  static int n = 0;
-  const fs::path out = scratch_dir() / ("out" + std::to_string(n)), err = scratch_dir() / ("err" + std::to_string(n));
-  ++n;
-  const std::string cmd = std::string(TPSIM_BINARY) + " " + args + " > " + out.string() + " 2> " + err.string();
-  Run r;
-  const int rc = std::system(cmd.c_str());
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+using tpsim::testing::Run;
+using tpsim::testing::scratch_dir;
+using tpsim::testing::slurp;
+Run run(const std::string& args) { return tpsim::testing::run_tpsim(args); }
 
 std::vector<std::string> split(const std::string& line, char sep) {
   std::vector<std::string> v;
@@ -64,7 +39,7 @@ std::vector<std::string> split(const std::string& line, char sep) {
 const fs::path& cpu_profile() {
   static const fs::path p = [] {
     const fs::path f = scratch_dir() / "cpu.json";
-    const Run r = run("calibrate kernels --backend cpu --budget 5 --out " + f.string());
+    const Run r = run(std::string("calibrate kernels --backend cpu --budget ") + TPSIM_TEST_BUDGET_S + " --out " + f.string());
     if (r.status != 0) throw std::runtime_error("calibration failed: " + r.err);
     return f;
   }();
