@@ -156,12 +156,40 @@ bool write_unnamed_then_link(const fs::path& dir, const fs::path& path, const st
   return false;
 }
 
+// Writes `content` straight into an existing file that is not a regular file (a terminal, a pipe,
+// /dev/null): renaming over it would replace the device or pipe itself.
+void write_through(const fs::path& path, const std::string& content) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw Error("output " + path.string() + ": cannot open: " + std::strerror(errno));
+  const char* p = content.data();
+  size_t left = content.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      throw Error("output " + path.string() + ": write failed: " + err);
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  ::close(fd);
+}
+
 }  // namespace
 
-void write_file_atomic(const fs::path& path, const std::string& content) {
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+void write_file_atomic(const fs::path& target, const std::string& content) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) throw Error("output " + path.string() + ": is a directory");
+  // A symbolic link is followed: the file it names is replaced, the link stays.
+  fs::path path = target;
+  if (fs::is_symlink(target, ec)) {
+    const fs::path resolved = fs::weakly_canonical(target, ec);
+    if (!ec && !resolved.empty()) path = resolved;
+  }
+  if (fs::is_directory(path, ec)) throw Error("output " + target.string() + ": is a directory");
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) return write_through(path, content);
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec)) throw Error("output " + path.string() + ": folder " + dir.string() + " does not exist");
   const std::lock_guard<std::mutex> lock(g_write_mutex);
   TempFileGuard guard;

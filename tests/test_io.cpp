@@ -190,6 +190,14 @@ BOOST_AUTO_TEST_CASE(files_are_written_whole_or_not_at_all) {
   int files = 0;
   for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file() ? 1 : 0;
   BOOST_TEST(files == 2);
+  // A link is followed (the file it names is replaced, the link stays); a file that is not a regular
+  // file (a pipe, /dev/null) is written through, never renamed over.
+  fs::create_symlink(f, dir / "link.csv");
+  write_file_atomic(dir / "link.csv", "c\n3\n");
+  BOOST_TEST(fs::is_symlink(dir / "link.csv"));
+  BOOST_TEST(read_text_file(f, "output") == "c\n3\n");
+  write_file_atomic("/dev/null", "x\n");
+  BOOST_TEST(fs::is_character_file("/dev/null"));
   fs::remove_all(dir);
 }
 
