@@ -51,7 +51,8 @@ DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::s
   if (j["version"].get<int64_t>() != kProfileVersion)
     throw Error(origin + ": profile version " + j["version"].dump() + " is not supported (this tpsim reads version " +
                 std::to_string(kProfileVersion) + ")");
-  if (!j.contains("device") || !j["device"].is_string()) throw Error(origin + ": missing \"device\"");
+  if (!j.contains("device")) throw Error(origin + ": missing \"device\"");
+  if (!j["device"].is_string()) throw Error(origin + ": \"device\" must be a string (a device id), not a " + std::string(j["device"].type_name()));
   if (!j.contains("parameters") || !j["parameters"].is_object()) throw Error(origin + ": missing \"parameters\" object");
 
   DeviceProfile p;

@@ -94,6 +94,15 @@ class Interpolator {
   std::set<std::string> active_;
 };
 
+// A sequence length or batch size: a whole number from 1 to what the simulator models.
+int64_t as_count(const YAML::Node& node, const std::string& origin, const std::string& key, int64_t max) {
+  const int64_t v = yaml::as_int(node, origin, key);
+  if (v < 1 || v > max)
+    throw Error(yaml::where(origin, node) + ": " + key + " must be between 1 and " + std::to_string(max) + ", got " +
+                std::to_string(v));
+  return v;
+}
+
 const std::set<std::string> kModelKeys = {"d_model", "n_heads", "n_layers", "expansion_ratio", "vocab_size",
                                           "learned_pos_emb", "no_bias", "max_seq_len", "name", "ffn_config",
                                           "attn_config", "init_device"};
@@ -139,7 +148,7 @@ TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string&
     else if (key == "vocab_size") t.model.vocab_size = yaml::as_int(v, origin, label);
     else if (key == "learned_pos_emb") t.model.learned_pos_emb = yaml::as_bool(v, origin, label);
     else if (key == "no_bias") t.model.no_bias = yaml::as_bool(v, origin, label);
-    else if (key == "max_seq_len") t.seq_len = yaml::as_int(v, origin, label);
+    else if (key == "max_seq_len") t.seq_len = as_count(v, origin, label, kMaxSeqLen);
     else if (key == "ffn_config") {
       need_map(v, label);
       for (const auto& f : v) {
@@ -172,11 +181,11 @@ TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string&
   for (const auto& kv : root) {
     const std::string key = yaml::key(kv.first, origin);
     const YAML::Node& v = kv.second;
-    if (key == "max_seq_len") t.seq_len = yaml::as_int(v, origin, key);
-    else if (key == "global_train_batch_size") t.global_batch = yaml::as_int(v, origin, key);
+    if (key == "max_seq_len") t.seq_len = as_count(v, origin, key, kMaxSeqLen);
+    else if (key == "global_train_batch_size") t.global_batch = as_count(v, origin, key, kMaxBatch);
     else if (key == "device_train_microbatch_size") {
       if (v.IsScalar() && v.Scalar() == "auto") t.micro_batch_auto = true;
-      else t.micro_batch = yaml::as_int(v, origin, key);
+      else t.micro_batch = as_count(v, origin, key, kMaxBatch);
     } else if (key == "precision") {
       const std::string p = yaml::as_string(v, origin, key);
       const auto parsed = parse_precision(p);

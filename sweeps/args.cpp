@@ -1,6 +1,7 @@
 #include "sweeps/args.hpp"
 
 #include <cmath>
+#include <sstream>
 
 #include "io/error.hpp"
 
@@ -46,6 +47,7 @@ double parse_tokens(const std::string& flag, const std::string& text) {
   } catch (...) {
     throw Error(flag + " '" + text + "': expected a token count such as 1048576, 4M, 1Mi or 1T");
   }
+  if (!std::isfinite(v)) throw Error(flag + " '" + text + "': expected a token count such as 1048576, 4M, 1Mi or 1T");
   const std::string suffix = text.substr(used);
   double scale = 1;
   if (suffix.empty()) scale = 1;
@@ -76,6 +78,25 @@ std::vector<std::string> parse_name_list(const std::string& flag, const std::str
     start = comma + 1;
   }
   return out;
+}
+
+CLI::Validator finite_range(double lo, double hi) {
+  std::ostringstream range;
+  range << lo << " to " << hi;
+  return CLI::Validator(
+      [lo, hi, text = range.str()](std::string& s) -> std::string {
+        size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(s, &used);
+        } catch (...) {
+          used = 0;
+        }
+        if (used == 0 || used != s.size() || !std::isfinite(v) || v < lo || v > hi)
+          return "'" + s + "': expected a number from " + text;
+        return {};
+      },
+      "FLOAT in " + range.str());
 }
 
 }  // namespace tpsim

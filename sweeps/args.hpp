@@ -2,6 +2,7 @@
 // amounts. Everything here rejects zero, negative, fractional and absurd values.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,5 +22,9 @@ double parse_tokens(const std::string& flag, const std::string& text);
 
 // A comma-separated list of names; rejects empty items.
 std::vector<std::string> parse_name_list(const std::string& flag, const std::string& text);
+
+// The check for a real-valued CLI11 option: a finite number in [lo, hi]. (CLI::Range lets NaN
+// through: every comparison with it is false.)
+CLI::Validator finite_range(double lo, double hi);
 
 }  // namespace tpsim

@@ -14,6 +14,7 @@
 
 #include "io/error.hpp"
 #include "model/simulator.hpp"
+#include "sweeps/args.hpp"
 #include "sweeps/commands.hpp"
 #include "sweeps/context.hpp"
 
@@ -111,7 +112,7 @@ void run_bench(const BenchOptions& o) {
 void register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "measure the simulator's speed (evaluations per second, sweep time)");
-  cmd->add_option("--seconds", o->seconds, "how long to time evaluations")->default_val(2.0)->check(CLI::Range(0.1, 600.0));
+  cmd->add_option("--seconds", o->seconds, "how long to time evaluations")->default_val(2.0)->check(finite_range(0.1, 600.0));
   cmd->add_option("--sweep-runs", o->sweep_runs, "headline sweep repetitions")->default_val(5)->check(CLI::Range(1, 100));
   add_common_options(cmd, o->common);
   cmd->callback([o] { run_bench(*o); });

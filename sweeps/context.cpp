@@ -1,5 +1,6 @@
 #include "sweeps/context.hpp"
 
+#include <algorithm>
 #include <iostream>
 
 #include "io/devices.hpp"
@@ -20,10 +21,14 @@ Context::Context(const CommonOptions& o) : catalog_(ModelCatalog::load_default()
   for (const auto& path : o.profile_files) {
     DeviceProfile p = load_profile(path);
     if (p.device_spec) devices_.emplace(p.device, *p.device_spec);
-    device(p.device);  // the profile's device must exist
+    try {
+      device(p.device);  // the profile's device must exist
+    } catch (const Error& e) {
+      throw Error("--profile " + path + ": " + e.what());
+    }
     if (profiles_.count(p.device))
       throw Error("--profile " + path + ": a second profile for device " + p.device + " (one per device)");
-    user_profiles_[p.device] = true;
+    user_profiles_[p.device] = path;
     profiles_.emplace(p.device, std::move(p));
   }
   print_warnings();
@@ -46,6 +51,22 @@ const DeviceProfile& Context::base_profile(const std::string& device_id) {
   auto it = defaults_.find(device_id);
   if (it == defaults_.end()) it = defaults_.emplace(device_id, load_default_profile(device_id)).first;
   return it->second;
+}
+
+void Context::check_profiles_used(const std::vector<std::string>& device_ids, const std::string& used_by) const {
+  std::vector<std::string> unused;
+  for (const auto& [device_id, path] : user_profiles_)
+    if (std::find(device_ids.begin(), device_ids.end(), device_id) == device_ids.end())
+      unused.push_back("--profile " + path + " is for device " + device_id);
+  if (unused.empty()) return;
+  std::string used = used_by + " ";
+  for (size_t i = 0; i < device_ids.size(); ++i) used += (i ? ", " : "") + device_ids[i];
+  if (unused.size() == user_profiles_.size()) {
+    std::string what;
+    for (const auto& u : unused) what += (what.empty() ? "" : "; ") + u;
+    throw Error(what + ", which this run does not use (" + used + "); a profile applies to its own device");
+  }
+  for (const auto& u : unused) std::cerr << "tpsim: warning: " << u << ", which this run does not use (" << used << ")\n";
 }
 
 void Context::print_warnings() const {

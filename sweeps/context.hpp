@@ -36,6 +36,10 @@ class Context {
   // profile, which has seen the seed tables).
   const DeviceProfile& base_profile(const std::string& device_id);
   bool has_user_profile(const std::string& device_id) const { return user_profiles_.count(device_id) > 0; }
+  // A --profile applies to its own device: when the command uses none of the profiles' devices,
+  // an Error naming the files; a profile whose device is not used, among others that are, a warning.
+  // `used_by` says where the devices used come from ("--device", "the tables' rows of").
+  void check_profiles_used(const std::vector<std::string>& device_ids, const std::string& used_by = "--device") const;
   Format format() const { return format_; }
   std::optional<std::string> output() const { return output_; }
   void print_warnings() const;  // to stderr, once
@@ -46,7 +50,7 @@ class Context {
   std::map<std::string, DeviceSpec> devices_;
   std::map<std::string, DeviceProfile> profiles_;
   std::map<std::string, DeviceProfile> defaults_;
-  std::map<std::string, bool> user_profiles_;
+  std::map<std::string, std::string> user_profiles_;  // device -> the --profile file
   Format format_;
   std::optional<std::string> output_;
 };

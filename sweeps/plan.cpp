@@ -58,6 +58,8 @@ void run_plan(const PlanOptions& o) {
   const ModelConfig& model = *run.model;
   const int64_t seq = *run.seq_len;
   const std::vector<std::string> devices = parse_name_list("--device", o.devices);
+  for (const auto& d : devices) ctx.device(d);  // unknown device: Error, before any work
+  ctx.check_profiles_used(devices);
   if (o.gpus.empty()) throw Error("--gpus: give the GPU counts to consider, as in 32,64,128");
   const std::vector<int64_t> gpu_counts = parse_count_list("--gpus", o.gpus, kMaxGpus);
   if (o.objective != "time" && o.objective != "cost") throw Error("--objective '" + o.objective + "': expected time or cost");
@@ -138,11 +140,12 @@ void run_plan(const PlanOptions& o) {
           }
           int64_t largest_fit = 0;
           double smallest_peak = 0;
+          // Up to the first micro-batch that does not fit: memory grows with the micro-batch.
           for (int64_t mb = 1; mb <= cfg.per_device_batch(); ++mb) {
             cfg.micro_batch = mb;
             const Prediction p = predict(model, device, profile.params, cfg);
             if (mb == 1) smallest_peak = p.memory.peak_bytes;
-            if (!p.fits()) continue;
+            if (!p.fits()) break;
             largest_fit = mb;
             const double seconds_per_token = 1.0 / p.tokens_per_s;
             const double score = o.objective == "cost" ? seconds_per_token * static_cast<double>(n) : seconds_per_token;
@@ -252,6 +255,7 @@ void run_plan(const PlanOptions& o) {
       why.add_row({Cell::str(r.device), Cell::integer_value(r.gpus), Cell::str(r.choice), Cell::str(r.reason)});
     out.push_back(why);
   }
+  print_notes(run);
   if (!o.plot.empty()) write_file_atomic(o.plot, stacked_bars_svg(bars));
   emit(render(out, ctx.format()), ctx.output());
   if (fits.empty()) {

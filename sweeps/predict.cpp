@@ -20,23 +20,35 @@ struct PredictOptions {
 };
 
 // Composer's "auto" micro-batch: the largest micro-batch that fits (Composer halves on an out-of-
-// memory error; tpsim takes the largest whole number that its memory model says fits).
+// memory error; tpsim takes the largest whole number that its memory model says fits). Memory grows
+// with the micro-batch, so a bisection finds it, however large the per-device batch.
 int64_t largest_fitting_micro_batch(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
                                     TrainConfig cfg) {
-  for (int64_t mb = cfg.per_device_batch(); mb >= 1; --mb) {
+  const auto fits = [&](int64_t mb) {
     cfg.micro_batch = mb;
-    if (!check_config(model, device, params, cfg).empty()) continue;
-    if (predict(model, device, params, cfg).fits()) return mb;
+    return check_config(model, device, params, cfg).empty() && predict(model, device, params, cfg).fits();
+  };
+  int64_t lo = 0, hi = cfg.per_device_batch();  // lo fits (or is 0), everything above hi does not
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
   }
-  return 0;
+  return lo;
 }
 
 void run_predict(const PredictOptions& o) {
   Context ctx(o.common);
-  const RunSettings run = resolve_run(ctx, o.run);
+  RunSettings run = resolve_run(ctx, o.run);
   const ModelConfig& model = *run.model;
   const DeviceSpec& device = ctx.device(o.device);
+  ctx.check_profiles_used({o.device});
   const DeviceProfile& profile = ctx.profile(o.device);
+  // Where a batch setting came from, for the errors: the flag, or the key of the --config YAML.
+  const auto from = [&](bool flag_given, const std::string& flag, const char* key, int64_t value) {
+    return flag_given ? flag + " " + std::to_string(value)
+                      : std::string(key) + " " + std::to_string(value) + " in " + run.config_origin;
+  };
 
   TrainConfig cfg;
   cfg.seq_len = *run.seq_len;
@@ -50,22 +62,28 @@ void run_predict(const PredictOptions& o) {
     cfg.global_batch = !o.run.global_batch.empty() ? parse_count("--global-batch", o.run.global_batch, kMaxBatch)
                                                    : *run.global_batch;
     if (cfg.global_batch % cfg.n_gpus != 0)
-      throw Error("--global-batch " + std::to_string(cfg.global_batch) + ": not a multiple of --gpus " + gpus);
+      throw Error(from(!o.run.global_batch.empty(), "--global-batch", "global_train_batch_size", cfg.global_batch) +
+                  ": not a multiple of --gpus " + gpus);
     if (run.micro_batch_auto) {
       cfg.micro_batch = largest_fitting_micro_batch(model, device, profile.params, cfg);
       if (cfg.micro_batch == 0)
         throw Error("--micro-batch auto: not even a micro-batch of 1 fits on " + device.id + " with these settings");
-      std::cerr << "tpsim: note: micro-batch auto: " << cfg.micro_batch << ", the largest that fits\n";
+      run.notes.push_back("micro-batch auto: " + std::to_string(cfg.micro_batch) + ", the largest that fits");
     } else {
-      if (!run.micro_batch) throw Error("--micro-batch: not given (a number, or auto)");
+      if (!run.micro_batch)
+        throw Error("--micro-batch: not given (a number, or auto)" +
+                    (run.config_origin.empty() ? "" : ", nor device_train_microbatch_size in " + run.config_origin));
       cfg.micro_batch = *run.micro_batch;
       if (cfg.micro_batch > cfg.per_device_batch())
-        throw Error("--micro-batch " + std::to_string(cfg.micro_batch) + ": larger than the per-device batch " +
-                    std::to_string(cfg.per_device_batch()) + " (global batch / --gpus)");
+        throw Error(from(!o.run.micro_batch.empty(), "--micro-batch", "device_train_microbatch_size", cfg.micro_batch) +
+                    ": larger than the per-device batch " + std::to_string(cfg.per_device_batch()) +
+                    " (global batch / --gpus)");
     }
   } else {
     if (run.micro_batch_auto) throw Error("--micro-batch auto needs a global batch (--global-batch, or global_train_batch_size in --config)");
-    if (!run.micro_batch) throw Error("--micro-batch: not given (a number, or auto with a global batch)");
+    if (!run.micro_batch)
+      throw Error("--micro-batch: not given (a number, or auto with a global batch)" +
+                  (run.config_origin.empty() ? "" : ", nor device_train_microbatch_size in " + run.config_origin));
     cfg.micro_batch = *run.micro_batch;
     const int64_t accum = o.run.grad_accum.empty() ? 1 : parse_count("--grad-accum", o.run.grad_accum, kMaxBatch);
     const double global = static_cast<double>(cfg.micro_batch) * static_cast<double>(accum) * static_cast<double>(cfg.n_gpus);
@@ -75,6 +93,7 @@ void run_predict(const PredictOptions& o) {
   }
   if (const std::string why = check_config(model, device, profile.params, cfg); !why.empty()) throw Error(why);
 
+  print_notes(run);
   const Prediction p = predict(model, device, profile.params, cfg);
   OutputTable t;
   t.title = "prediction";

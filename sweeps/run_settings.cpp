@@ -40,9 +40,9 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
     if (!y.ignored.empty()) {
       std::string list;
       for (const auto& k : y.ignored) list += (list.empty() ? "" : ", ") + k;
-      std::cerr << "tpsim: note: " << y.origin << ": not modelled, ignored: " << list << "\n";
+      s.notes.push_back(y.origin + ": not modelled, ignored: " + list);
     }
-    for (const auto& n : y.notes) std::cerr << "tpsim: note: " << y.origin << ": " << n << "\n";
+    for (const auto& n : y.notes) s.notes.push_back(y.origin + ": " + n);
   }
   if (!f.model.empty()) s.model = ctx.catalog().get(f.model);
   if (!f.seq.empty()) s.seq_len = parse_count("--seq", f.seq, kMaxSeqLen);
@@ -74,6 +74,10 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
   if (!s.model) throw Error("--model: no model given (name one, or give --config with a model: block)");
   if (!s.seq_len) throw Error("--seq: no sequence length given (or max_seq_len in --config)");
   return s;
+}
+
+void print_notes(const RunSettings& s) {
+  for (const auto& n : s.notes) std::cerr << "tpsim: note: " << n << "\n";
 }
 
 }  // namespace tpsim

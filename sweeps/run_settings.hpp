@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "io/train_yaml.hpp"
 #include "model/training.hpp"
@@ -34,9 +35,15 @@ struct RunSettings {
   std::optional<Sharding> sharding;
   std::optional<bool> activation_checkpointing;
   std::string config_origin;  // the YAML, if any
+  // What the YAML has that the simulator ignores or models differently: printed by print_notes once
+  // the command's input is known to be good, so that bad input stays one line on stderr.
+  std::vector<std::string> notes;
 };
 
-// Reads --config (listing the keys the simulator ignores once, on stderr) and applies the flags.
+// Reads --config (collecting the keys the simulator ignores as notes) and applies the flags.
 RunSettings resolve_run(const Context& ctx, const RunFlags& f);
+
+// The notes, on stderr, each once.
+void print_notes(const RunSettings& s);
 
 }  // namespace tpsim

@@ -69,6 +69,8 @@ void run_sweep(const SweepOptions& o) {
   const std::vector<int64_t> seqs = parse_count_list("--seq", o.seq, kMaxSeqLen);
   const std::vector<int64_t> gpus = parse_count_list("--gpus", o.gpus, kMaxGpus);
   const std::vector<std::string> devices = parse_name_list("--device", o.devices);
+  for (const auto& d : devices) ctx.device(d);  // unknown device: Error, before any work
+  ctx.check_profiles_used(devices);
   const double tokens = parse_tokens("--global-batch-tokens", o.tokens);
   TrainConfig base;
   const auto precision = parse_precision(o.precision);
@@ -125,6 +127,10 @@ void run_sweep(const SweepOptions& o) {
           cfg.n_gpus = n;
           cfg.global_batch = global_batch_for(tokens, seq, n);
           cfg.micro_batch = 1;
+          if (cfg.global_batch > kMaxBatch)
+            throw Error("--global-batch-tokens " + o.tokens + ": " + std::to_string(cfg.global_batch) + " sequences of " +
+                        std::to_string(seq) + " tokens on " + std::to_string(n) + " GPUs, more than the simulator models (" +
+                        std::to_string(kMaxBatch) + ")");
           if (const std::string why = check_config(model, device, profile.params, cfg); !why.empty())
             throw Error(name + " at sequence length " + std::to_string(seq) + " on " + std::to_string(n) + " GPUs: " + why);
           const SearchResult r = search_fastest(model, device, profile.params, cfg, space);

@@ -1,6 +1,7 @@
 // tpsim validate: predict every row of measured tables at the row's own configuration and report
 // the errors, per row and summarised (all rows, per table, per GPU type, per model).
 // With --cv, every prediction is held out: made by a fit that did not see the row.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -11,6 +12,7 @@
 #include "io/files.hpp"
 #include "io/plots.hpp"
 #include "io/progress.hpp"
+#include "sweeps/args.hpp"
 #include "sweeps/commands.hpp"
 #include "sweeps/context.hpp"
 #include "sweeps/report.hpp"
@@ -127,6 +129,10 @@ void run_validate(const ValidateOptions& o) {
   Context ctx(o.common);
   std::vector<std::string> warnings;
   const std::vector<ResolvedRow> rows = load_rows(ctx, o.tables, warnings);
+  std::vector<std::string> devices;
+  for (const auto& r : rows)
+    if (std::find(devices.begin(), devices.end(), r.row.gpu) == devices.end()) devices.push_back(r.row.gpu);
+  ctx.check_profiles_used(devices, "the tables' rows of");
   for (const auto& w : warnings) std::cerr << "tpsim: warning: " << w << "\n";
 
   std::vector<RowResult> results;
@@ -211,10 +217,10 @@ void register_validate(CLI::App& app) {
   cmd->add_option("--fit-parameters", o->fit_parameters,
                   "with --cv: the parameters each fold fits (comma-separated; default: the table-level set)");
   cmd->add_option("--robust-scale", o->robust_scale, "with --cv: Huber scale of the fit's loss on log errors")
-      ->default_val(0.05)->check(CLI::Range(1e-4, 10.0));
+      ->default_val(0.05)->check(finite_range(1e-4, 10.0));
   cmd->add_option("--plot", o->plot, "also write an SVG of predicted against measured throughput");
   cmd->add_option("--prior-width", o->prior_width, "with --cv: width of the prior on each fitted parameter's log (0: none)")
-      ->default_val(0.0)->check(CLI::Range(0.0, 100.0));
+      ->default_val(0.0)->check(finite_range(0.0, 100.0));
   add_common_options(cmd, o->common);
   cmd->callback([o] { run_validate(*o); });
 }
