@@ -8,6 +8,9 @@ cd "$(dirname "$0")"
 
 # hipcc, libamdhip64-dev and rocm-device-libs build the HIP backend (kernels/hip; about 70 MB).
 packages=(cmake g++ make libeigen3-dev libceres-dev libcli11-dev libboost-test-dev libyaml-cpp-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin hipcc libamdhip64-dev rocm-device-libs chromium)
+# EXTRA_PACKAGES: more Debian packages a caller needs (test.sh: clang and libFuzzer).
+read -r -a extra <<< "${EXTRA_PACKAGES:-}"
+packages+=("${extra[@]}")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
