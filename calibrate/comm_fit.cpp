@@ -189,7 +189,7 @@ CommFitResult fit_comm(const std::vector<CommMeasurement>& ms, const DeviceSpec&
   r.params = start;
   for (size_t i = 0; i < n; ++i) {
     const ParamInfo& info = *maps[i].info;
-    double value = std::exp(x[i]);
+    double value = std::clamp(std::exp(x[i]), info.lower, info.upper);  // exp(log(bound)) may miss it by an ulp
     bool at_bound = std::fabs(x[i] - maps[i].lower_x) < 1e-6 || std::fabs(maps[i].upper_x - x[i]) < 1e-6;
     // A latency at the fit's floor is the physical bound, zero.
     if (info.unit == std::string_view("s") && std::fabs(x[i] - maps[i].lower_x) < 1e-6) value = 0.0;

@@ -116,7 +116,8 @@ StageFit fit_stage(const std::vector<const KernelSample*>& samples, const std::v
   StageFit r;
   r.final_cost = best.final_cost;
   r.summary = best.BriefReport();
-  for (size_t i = 0; i < n; ++i) r.values.push_back(std::exp(x[i]));
+  // exp(log(bound)) can land an ulp outside the bound, which the profile reader then refuses.
+  for (size_t i = 0; i < n; ++i) r.values.push_back(std::clamp(std::exp(x[i]), params[i]->lower, params[i]->upper));
   r.stddev.assign(n, -1.0);
   if (options.covariance) {
     ceres::Covariance::Options copt;

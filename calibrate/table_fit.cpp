@@ -183,7 +183,9 @@ TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& star
   TableFitResult r;
   r.params = start;
   for (size_t i = 0; i < n; ++i)
-    r.params.*(maps[i].info->member) = determined[i] ? from_x(x[i]) : start.*(maps[i].info->member);
+    // exp(log(bound)) can land an ulp outside the bound, which the profile reader then refuses.
+    r.params.*(maps[i].info->member) = determined[i] ? std::clamp(from_x(x[i]), maps[i].info->lower, maps[i].info->upper)
+                                                     : start.*(maps[i].info->member);
   r.initial_cost = summary.initial_cost;
   r.final_cost = summary.final_cost;
   r.iterations = static_cast<int>(summary.iterations.size());
