@@ -16,13 +16,6 @@ std::string squeezed_lower(const std::string& s) {
   return out;
 }
 
-std::string today() {
-  const std::time_t t = std::time(nullptr);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
-  return buf;
-}
-
 }  // namespace
 
 std::string matching_datasheet_device(const BackendInfo& info) {
@@ -56,7 +49,7 @@ DeviceSpec measured_device_spec(const std::string& id, const BackendInfo& info, 
   DeviceSpec d;
   d.id = id;
   d.name = info.device_name;
-  const std::string run = "kernel run: " + copy.method + " on " + info.device_name + ", " + today();
+  const std::string run = "kernel run: " + copy.method + " on " + info.device_name + ", " + utc_timestamp().substr(0, 10);
   d.memory_bytes = info.memory_bytes;
   d.sources["memory_gib"] = gpu ? "the " + info.backend + " runtime's total device memory"
                                 : "MemTotal in /proc/meminfo on the measuring machine";

@@ -1,6 +1,7 @@
 #include "io/profile_io.hpp"
 
 #include <cmath>
+#include <ctime>
 #include <set>
 
 #include "io/error.hpp"
@@ -171,6 +172,15 @@ std::string profile_to_json(const DeviceProfile& p) {
 
 void save_profile(const fs::path& path, const DeviceProfile& profile) {
   write_file_atomic(path, profile_to_json(profile));
+}
+
+std::string utc_timestamp() {
+  const std::time_t t = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buf;
 }
 
 }  // namespace tpsim

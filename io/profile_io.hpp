@@ -62,4 +62,7 @@ DeviceProfile load_default_profile(const std::string& device_id);  // data/profi
 std::string profile_to_json(const DeviceProfile& profile);
 void save_profile(const std::filesystem::path& path, const DeviceProfile& profile);  // atomic
 
+// Now in UTC as ISO 8601 ("2026-11-22T05:30:00Z"): how profiles date their fits and measurements.
+std::string utc_timestamp();
+
 }  // namespace tpsim

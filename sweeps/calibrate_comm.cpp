@@ -71,13 +71,6 @@ constexpr double kMaxSizeBytes = 64.0 * (1LL << 30);
 constexpr double kAgreeBase_s = 60;
 constexpr double kAgreeStepFactor = 4;
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 // One byte amount: "65536", "64Ki", "1Mi", "4M" (K, M, G decimal; Ki, Mi, Gi binary).
 double parse_bytes(const std::string& flag, const std::string& text) {
   const std::string hint = "': expected a whole number of bytes such as 65536, 64Ki or 4M";
@@ -259,7 +252,7 @@ DeviceSpec measured_cpu_spec(const std::string& id) {
   spec.peak_flops_per_s[static_cast<int>(DType::kFp32)] = gemm.flops / t.median_s;
   spec.sources["peak_dense_tflops.fp32"] =
       "kernel run: one fp32 GEMM of " + std::to_string(kCpuPeakGemmSide) + "^3 on one thread by tpsim calibrate comm (" +
-      info.device_name + ", " + utc_now().substr(0, 10) + "); measured, not a datasheet peak (there is none)";
+      info.device_name + ", " + utc_timestamp().substr(0, 10) + "); measured, not a datasheet peak (there is none)";
   return spec;
 }
 
@@ -318,7 +311,7 @@ void set_cpu_links(DeviceSpec& spec, double copy_bytes_per_s, double copy_bytes,
   spec.sources["intra_node_gb_per_s"] =
       "CPU ranks on one node exchange messages through shared memory: memcpy of " + general(copy_bytes / (1 << 20)) +
       " MiB by each of the job's ranks at once, the slowest rank's rate (median of " + std::to_string(kCopyRuns) +
-      " runs), measured by tpsim calibrate comm on " + spec.name + ", " + utc_now().substr(0, 10);
+      " runs), measured by tpsim calibrate comm on " + spec.name + ", " + utc_timestamp().substr(0, 10);
   spec.gpus_per_node = static_cast<int>(ranks_on_node);
   spec.sources["gpus_per_node"] = "ranks per node of the tpsim calibrate comm job (a CPU rank is one device)";
   if (nodes > 1) {
@@ -529,7 +522,7 @@ void run_calibrate_comm(const CalibrateCommOptions& o, const std::string& comman
     out = start.base;
     if (start.embed_spec) out.device_spec = start.device;
     out.params = fit.params;
-    const std::string date = utc_now();
+    const std::string date = utc_timestamp();
     const std::string detail = "tpsim calibrate comm, backend " + o.backend + " (" + library + "), " +
                                std::to_string(job.size()) + " ranks on " + std::to_string(nodes) +
                                (nodes == 1 ? " node" : " nodes") + ", " + date;

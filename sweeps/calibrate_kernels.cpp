@@ -55,20 +55,6 @@ constexpr double kGpuBudgetS = 600;
 constexpr double kCpuCopyBytes = 256.0 * (1 << 20);
 constexpr double kGpuCopyBytes = 1024.0 * (1 << 20);
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
-bool is_models_file(const std::string& value) {
-  const auto ends = [&](const std::string& s) {
-    return value.size() > s.size() && value.compare(value.size() - s.size(), s.size(), s) == 0;
-  };
-  return ends(".yaml") || ends(".yml");
-}
-
 std::string fmt(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
@@ -180,26 +166,9 @@ void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& 
 
   // The sweep's models: names and ranges from the catalogue, a YAML file's models added to it.
   CommonOptions common;
-  std::vector<std::string> specs;
-  for (const auto& m : o.models) {
-    if (is_models_file(m)) {
-      if (!common.models_file.empty()) throw Error("--models " + m + ": one models file per run");
-      common.models_file = m;
-    } else {
-      specs.push_back(m);
-    }
-  }
+  const std::vector<std::string> specs = take_models_file(o.models, common);
   Context ctx(common);
-  std::vector<std::string> model_names;
-  if (!common.models_file.empty() && specs.empty()) {
-    std::vector<std::string> warnings;
-    ModelCatalog file;
-    file.add_file(common.models_file, warnings);
-    for (const auto& m : file.models()) model_names.push_back(m.name);
-  }
-  for (const auto& spec : specs)
-    for (auto& name : ctx.catalog().expand(spec, "--models")) model_names.push_back(name);
-  if (model_names.empty()) model_names = ctx.catalog().expand(gpu ? "125m..70b" : "tiny", "--models");
+  const std::vector<std::string> model_names = ctx.select_models(specs, gpu ? "125m..70b" : "tiny");
 
   KernelPlanOptions plan_options = default_kernel_plan_options(gpu);
   if (!o.seq.empty()) plan_options.seq_lens = parse_count_list("--seq", o.seq, kMaxSeqLen);
@@ -310,7 +279,7 @@ void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& 
         spec.peak_flops_per_s[static_cast<int>(t)] = best;
         spec.sources["peak_dense_tflops." + std::string(to_string(t))] =
             "kernel run: the fastest " + std::string(to_string(t)) + " GEMM measured by tpsim calibrate kernels (" +
-            where + ", " + info.device_name + ", " + utc_now().substr(0, 10) +
+            where + ", " + info.device_name + ", " + utc_timestamp().substr(0, 10) +
             "); measured, not a datasheet peak (there is none)";
       }
     }
@@ -331,7 +300,7 @@ void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& 
   if (!datasheet) out.device_spec = spec;
   else out.device_spec.reset();
   out.params = fit.params;
-  const std::string date = utc_now();
+  const std::string date = utc_timestamp();
   int64_t held_out = 0;
   for (const auto& s : samples) held_out += s.held_out ? 1 : 0;
   const std::string detail = "tpsim calibrate kernels --backend " + info.backend + " on " + info.device_name + ", " +

@@ -8,6 +8,7 @@
 
 #include "calibrate/crossval.hpp"
 #include "io/error.hpp"
+#include "io/profile_io.hpp"
 #include "io/progress.hpp"
 #include "sweeps/commands.hpp"
 #include "sweeps/context.hpp"
@@ -26,13 +27,6 @@ struct CalibrateTableOptions {
   std::string interval_cv = "model";
   bool transfer = false;  // fit the other devices' rows; carry the system-level parameters to --device
 };
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 std::string join(const std::vector<std::string>& v, const std::string& sep) {
   std::string s;
@@ -99,7 +93,7 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
       fitted_devices.push_back(r.row.gpu);
   const std::string detail = (o.transfer ? "transferred from a fit to " : "fitted to ") + std::to_string(rows.size()) +
                              " rows of " + join(fitted_devices, ", ") + " in " + join(o.tables, ", ") +
-                             " (tpsim calibrate table, " + utc_now() + ")";
+                             " (tpsim calibrate table, " + utc_timestamp() + ")";
   for (const auto& f : fit.fitted)
     if (f.determined && std::find(taken.begin(), taken.end(), f.name) != taken.end())
       out.sources[f.name] = {"table-fit", detail, f.stddev};
@@ -127,7 +121,7 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
   out.extra["fit"] = {{"command", command_line},
                       {"transferred", o.transfer},
                       {"fitted_devices", fitted_devices},
-                      {"date", utc_now()},
+                      {"date", utc_timestamp()},
                       {"tables", o.tables},
                       {"base_profile", base.origin},
                       {"loss", "Huber on log(predicted / measured), scale " + std::to_string(options.robust_scale)},

@@ -15,8 +15,25 @@ void add_common_options(CLI::App* cmd, CommonOptions& o) {
   cmd->add_option("-o,--output", o.output, "write the output to FILE (atomically) instead of stdout");
 }
 
+std::vector<std::string> take_models_file(const std::vector<std::string>& values, CommonOptions& common) {
+  const auto ends = [](const std::string& v, const std::string& suffix) {
+    return v.size() > suffix.size() && v.compare(v.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  std::vector<std::string> specs;
+  for (const auto& v : values) {
+    if (ends(v, ".yaml") || ends(v, ".yml")) {
+      if (!common.models_file.empty()) throw Error("--models " + v + ": one models file per run");
+      common.models_file = v;
+    } else {
+      specs.push_back(v);
+    }
+  }
+  return specs;
+}
+
 Context::Context(const CommonOptions& o) : catalog_(ModelCatalog::load_default()), format_(parse_format(o.format)) {
   if (!o.output.empty()) output_ = o.output;
+  models_file_ = o.models_file;
   if (!o.models_file.empty()) catalog_.add_file(o.models_file, warnings_);
   for (const auto& path : o.profile_files) {
     DeviceProfile p = load_profile(path);
@@ -71,6 +88,22 @@ void Context::check_profiles_used(const std::vector<std::string>& device_ids, co
 
 void Context::print_warnings() const {
   for (const auto& w : warnings_) std::cerr << "tpsim: warning: " << w << "\n";
+}
+
+std::vector<std::string> Context::select_models(const std::vector<std::string>& specs,
+                                                 const std::string& fallback) const {
+  std::vector<std::string> names;
+  if (specs.empty() && !models_file_.empty()) {
+    std::vector<std::string> warnings;  // already reported when the catalogue read the file
+    ModelCatalog file;
+    file.add_file(models_file_, warnings);
+    for (const auto& m : file.models()) names.push_back(m.name);
+    return names;
+  }
+  for (const auto& spec : specs)
+    for (auto& name : catalog_.expand(spec, "--models")) names.push_back(name);
+  if (names.empty() && !fallback.empty()) names = catalog_.expand(fallback, "--models");
+  return names;
 }
 
 }  // namespace tpsim

@@ -25,11 +25,19 @@ struct CommonOptions {
 // --models, --profile (repeatable), --format, -o.
 void add_common_options(CLI::App* cmd, CommonOptions& o);
 
+// The values of a repeatable --models option (sweep, calibrate kernels): one that ends in .yaml or
+// .yml is a models file, which becomes `common.models_file` (one per run; an Error for a second);
+// the others are names, lists or ranges, returned in order.
+std::vector<std::string> take_models_file(const std::vector<std::string>& values, CommonOptions& common);
+
 class Context {
  public:
   explicit Context(const CommonOptions& o);
 
   const ModelCatalog& catalog() const { return catalog_; }
+  // The models `specs` name (take_models_file's names, lists, ranges), in order; with no specs and
+  // a --models file, every model of that file; with neither, `fallback` (a name, list or range).
+  std::vector<std::string> select_models(const std::vector<std::string>& specs, const std::string& fallback) const;
   const DeviceSpec& device(const std::string& id);
   const DeviceProfile& profile(const std::string& device_id);  // a --profile for it, else the shipped one
   // What fits start from: a --profile for the device, else its reasoned default (never the shipped
@@ -46,6 +54,7 @@ class Context {
 
  private:
   ModelCatalog catalog_;
+  std::string models_file_;
   std::vector<std::string> warnings_;
   std::map<std::string, DeviceSpec> devices_;
   std::map<std::string, DeviceProfile> profiles_;

@@ -29,14 +29,6 @@ struct SweepOptions {
 
 // Sequences per step for a token budget: the nearest multiple of the GPU count, at least one
 // sequence per GPU.
-bool is_models_file(const std::string& value) {
-  const auto ends = [&](const char* suffix) {
-    const std::string s(suffix);
-    return value.size() > s.size() && value.compare(value.size() - s.size(), s.size(), s) == 0;
-  };
-  return ends(".yaml") || ends(".yml");
-}
-
 int64_t global_batch_for(double tokens, int64_t seq_len, int64_t n_gpus) {
   const double per_gpu = std::round(tokens / static_cast<double>(seq_len) / static_cast<double>(n_gpus));
   return std::max<int64_t>(1, static_cast<int64_t>(std::min(per_gpu, 1e9))) * n_gpus;
@@ -47,25 +39,9 @@ void run_sweep(const SweepOptions& o) {
   // Each --models value is a models YAML file (its models join the catalogue and the sweep) or a
   // range or list of names.
   CommonOptions common = o.common;
-  std::vector<std::string> specs;
-  for (const auto& m : o.models) {
-    if (is_models_file(m)) {
-      if (!common.models_file.empty()) throw Error("--models " + m + ": one models file per run");
-      common.models_file = m;
-    } else {
-      specs.push_back(m);
-    }
-  }
+  const std::vector<std::string> specs = take_models_file(o.models, common);
   Context ctx(common);
-  std::vector<std::string> models;
-  if (!common.models_file.empty() && specs.empty()) {
-    std::vector<std::string> warnings;
-    ModelCatalog file;
-    file.add_file(common.models_file, warnings);
-    for (const auto& m : file.models()) models.push_back(m.name);
-  }
-  for (const auto& spec : specs)
-    for (auto& name : ctx.catalog().expand(spec, "--models")) models.push_back(name);
+  const std::vector<std::string> models = ctx.select_models(specs, "");
   const std::vector<int64_t> seqs = parse_count_list("--seq", o.seq, kMaxSeqLen);
   const std::vector<int64_t> gpus = parse_count_list("--gpus", o.gpus, kMaxGpus);
   const std::vector<std::string> devices = parse_name_list("--device", o.devices);
