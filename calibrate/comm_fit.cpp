@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "calibrate/solver_options.hpp"
 #include "io/error.hpp"
 
 namespace tpsim {
@@ -141,13 +142,7 @@ CommFitResult fit_comm(const std::vector<CommMeasurement>& ms, const DeviceSpec&
     problem.SetParameterUpperBound(x.data(), static_cast<int>(i), maps[i].upper_x);
   }
 
-  ceres::Solver::Options solver;
-  solver.linear_solver_type = ceres::DENSE_QR;
-  solver.max_num_iterations = options.max_iterations;
-  solver.function_tolerance = 1e-12;
-  solver.parameter_tolerance = 1e-12;
-  solver.num_threads = 1;
-  solver.logging_type = ceres::SILENT;
+  const ceres::Solver::Options solver = fit_solver_options(options.max_iterations, 1e-12);
   // Two starts: the given values and the measurements' own estimate; the lower cost wins.
   const std::vector<std::vector<double>> starts = {x, start_from_measurements(ms, device, r.tiers, maps)};
   std::vector<double> best_x;

@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "calibrate/solver_options.hpp"
 #include "io/error.hpp"
 #include "model/cost.hpp"
 
@@ -88,13 +89,7 @@ StageFit fit_stage(const std::vector<const KernelSample*>& samples, const std::v
     problem.SetParameterLowerBound(x.data(), static_cast<int>(i), lo[i]);
     problem.SetParameterUpperBound(x.data(), static_cast<int>(i), hi[i]);
   }
-  ceres::Solver::Options solver;
-  solver.linear_solver_type = ceres::DENSE_QR;
-  solver.max_num_iterations = options.max_iterations;
-  solver.function_tolerance = 1e-10;
-  solver.parameter_tolerance = 1e-10;
-  solver.num_threads = 1;
-  solver.logging_type = ceres::SILENT;
+  const ceres::Solver::Options solver = fit_solver_options(options.max_iterations, 1e-10);
   const std::vector<double> x0 = x;
   std::vector<double> best_x = x0;
   ceres::Solver::Summary best;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "calibrate/solver_options.hpp"
 #include "io/error.hpp"
 #include "model/simulator.hpp"
 
@@ -130,13 +131,7 @@ TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& star
     x[i] = std::clamp(x[i], std::log(std::max(info.lower, maps[i].floor)), std::log(std::min(info.upper, 1e300)));
   }
 
-  ceres::Solver::Options solver;
-  solver.linear_solver_type = ceres::DENSE_QR;
-  solver.max_num_iterations = options.max_iterations;
-  solver.function_tolerance = 1e-10;
-  solver.parameter_tolerance = 1e-10;
-  solver.num_threads = 1;
-  solver.logging_type = ceres::SILENT;
+  const ceres::Solver::Options solver = fit_solver_options(options.max_iterations, 1e-10);
   // The objective has local minima where rows leave a parameter weakly determined: start from the
   // reasoned values and from a few seeded perturbations of them, and keep the lowest cost.
   const std::vector<double> x0 = x;
