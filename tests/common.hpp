@@ -6,10 +6,24 @@
 
 #include "io/catalog.hpp"
 #include "io/devices.hpp"
+#include "io/error.hpp"
 #include "io/measured_table.hpp"
 #include "io/profile_io.hpp"
 
 namespace tpsim::test {
+
+// Runs f and returns the Error's message ("" when nothing was thrown).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 inline const std::vector<std::string>& seed_tables() {
   static const std::vector<std::string> t = {

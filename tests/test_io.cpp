@@ -13,18 +13,8 @@ using namespace tpsim;
 namespace fs = std::filesystem;
 
 namespace {
-// Runs f and returns the Error's message ("" when nothing was thrown).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using tpsim::test::contains;
+using tpsim::test::error_of;
 
 const std::string kHeader =
     "| Model | SeqLen (T) | # GPUs | GPU | MFU | HFU | MicroBatchSize | GradAccum | GlobalBatchSize | Throughput (S/s) | "

@@ -3,22 +3,15 @@
 #include <boost/test/unit_test.hpp>
 #include <cstdlib>
 
+#include "common.hpp"
 #include "io/error.hpp"
 #include "io/train_yaml.hpp"
 
 using namespace tpsim;
 
 namespace {
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using tpsim::test::contains;
+using tpsim::test::error_of;
 std::string example(const char* name) { return std::string(TPSIM_DATA) + "/examples/" + name; }
 }  // namespace
 
