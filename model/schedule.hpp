@@ -52,6 +52,7 @@ struct Timeline {
   double optimizer_s = 0;
   double overhead_s = 0;        // fixed idle time (micro-batch and step overheads)
   double exposed_comm_s = 0;    // step time not covered by compute, optimizer or overheads (incl. slowdown)
+  int64_t blocks_stepped = 0;   // block forwards and backwards simulated one by one (the rest were skipped)
 };
 
 Timeline simulate_step(const StepCosts& costs);

@@ -111,3 +111,59 @@ BOOST_AUTO_TEST_CASE(skipping_the_steady_state_matches_stepping_through_every_bl
   }
   BOOST_TEST_MESSAGE("worst relative difference " << worst);
 }
+
+// NO_SHARD's gradient all-reduces outrunning compute: the communication backlog grows every block
+// and every micro-batch, so the state never repeats; the skip still finds the pattern (each stream
+// on its own period) and must match stepping through every block.
+BOOST_AUTO_TEST_CASE(a_growing_communication_backlog_is_skipped_exactly) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  int64_t stepped = 0, total = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    StepCosts c;
+    c.n_layers = 1 + static_cast<int64_t>(rng() % 96);
+    c.n_micro = 1 + static_cast<int64_t>(rng() % 300);
+    c.overlap_slowdown = rng() % 4 ? 0.3 * u(rng) : 0.0;
+    MicroBatchCosts m = compute_only(0.001 + 0.01 * u(rng), 0.002 + 0.02 * u(rng));
+    m.block_overhead_s = rng() % 2 ? 0.0005 * u(rng) : 0.0;
+    m.block_reduce_s = m.block_bwd_s * (0.5 + 3 * u(rng));  // often slower than compute
+    m.root_reduce_s = 0.01 * u(rng);
+    c.full = m;
+    c.last = rng() % 2 ? m : compute_only(0.0005, 0.001);
+    if (!(c.last == m)) c.last.block_reduce_s = m.block_reduce_s;
+    c.skip_steady_state = false;
+    const Timeline slow = simulate_step(c);
+    c.skip_steady_state = true;
+    const Timeline fast = simulate_step(c);
+    BOOST_TEST_REQUIRE(fast.step_s == slow.step_s, tt::tolerance(kExact));
+    BOOST_TEST_REQUIRE(fast.compute_s == slow.compute_s, tt::tolerance(kExact));
+    BOOST_TEST_REQUIRE(fast.comm_s == slow.comm_s, tt::tolerance(kExact));
+    BOOST_TEST_REQUIRE(fast.slowdown_s + 1.0 == slow.slowdown_s + 1.0, tt::tolerance(kExact));
+    BOOST_TEST_REQUIRE(slow.blocks_stepped == 2 * c.n_layers * c.n_micro);
+    stepped += fast.blocks_stepped;
+    total += slow.blocks_stepped;
+  }
+  // What the skip is for: a small fraction of the blocks is simulated one by one.
+  BOOST_TEST_MESSAGE("blocks stepped " << stepped << " of " << total);
+  BOOST_TEST(static_cast<double>(stepped) < 0.05 * static_cast<double>(total));
+}
+
+// The case that made sweeps slow: 80 blocks, 256 micro-batches, all-reduces twice as slow as the
+// backward. Stepping through it takes 40,960 block steps; the skip needs a few hundred at most.
+BOOST_AUTO_TEST_CASE(a_long_backlogged_step_is_simulated_in_a_few_hundred_blocks) {
+  StepCosts c;
+  c.n_layers = 80;
+  c.n_micro = 256;
+  c.overlap_slowdown = 0.2;
+  MicroBatchCosts m = compute_only(0.002, 0.004);
+  m.block_overhead_s = 0.0001;
+  m.block_reduce_s = 0.008;
+  m.root_reduce_s = 0.003;
+  c.full = c.last = m;
+  const Timeline fast = simulate_step(c);
+  c.skip_steady_state = false;
+  const Timeline slow = simulate_step(c);
+  BOOST_TEST(fast.step_s == slow.step_s, tt::tolerance(kExact));
+  BOOST_TEST(slow.blocks_stepped == 2 * 80 * 256);
+  BOOST_TEST(fast.blocks_stepped < 500);
+}
