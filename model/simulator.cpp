@@ -11,76 +11,57 @@
 namespace tpsim {
 namespace {
 
-// Seconds of ops by breakdown category, costed as the builders produce them.
+// Costs each op as the builders produce it, into seconds by breakdown category.
 class CategorySeconds final : public OpSink {
  public:
-  explicit CategorySeconds(const CostModel& cost) : cost_(&cost) {}
-  CategorySeconds() = default;
+  CategorySeconds(const CostModel& cost, CategoryTotals& out) : cost_(cost), out_(out) {}
 
   void push(const Op& op) override {
-    const double s = cost_->op_seconds(op);
-    saved_bytes += op.saved_bytes;
+    const double s = cost_.op_seconds(op);
+    out_.saved_bytes += op.saved_bytes;
     switch (op.category) {
-      case OpCategory::kGemm: gemm += s; break;
-      case OpCategory::kAttention: attention += s; break;
+      case OpCategory::kGemm: out_.gemm += s; break;
+      case OpCategory::kAttention: out_.attention += s; break;
       case OpCategory::kOther:
-      case OpCategory::kOptimizer: other += s; break;
+      case OpCategory::kOptimizer: out_.other += s; break;
     }
   }
-  void add(const CategorySeconds& o, double times) {
-    gemm += o.gemm * times;
-    attention += o.attention * times;
-    other += o.other * times;
-  }
-  double total() const { return gemm + attention + other; }
-
-  double gemm = 0, attention = 0, other = 0;
-  double saved_bytes = 0;  // activations the ops keep for backward
 
  private:
-  const CostModel* cost_ = nullptr;
+  const CostModel& cost_;
+  CategoryTotals& out_;
 };
+
+template <typename Build, typename... Args>
+CategoryTotals costed(const CostModel& cost, Build build, const Args&... args) {
+  CategoryTotals t;
+  CategorySeconds sink(cost, t);
+  build(args..., sink);
+  return t;
+}
 
 struct MicroBatchResult {
   MicroBatchCosts costs;
-  CategorySeconds categories;  // compute of one micro-batch by category
-  // Activation bytes the forward keeps for backward (for the memory model).
-  double block_saved_bytes = 0, embed_saved_bytes = 0, head_saved_bytes = 0;
+  CategoryTotals categories;  // compute of one micro-batch by category
 };
 
-// Costs of one micro-batch of `micro_batch` sequences: each op is built and costed once.
-MicroBatchResult micro_batch_costs(const ModelConfig& model, const CostModel& cost, const CostParams& params,
-                                   const TrainConfig& cfg, const FsdpLayout& layout, int64_t micro_batch,
-                                   double block_params, double root_params) {
-  const BlockShape shape = block_shape(model, micro_batch, cfg.seq_len, cfg.precision);
-  const double L = static_cast<double>(model.n_layers);
-  const double shard = static_cast<double>(layout.shard_ranks);
-  const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
-  const double rb = reduced_grad_bytes(cfg.precision, cfg.mp_mode);
-
+// Costs of one micro-batch: its shared compute costs, FSDP's casts and collectives for the
+// configuration's sharding, and the recompute its checkpointing adds.
+MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, const CostParams& params,
+                                   const TrainConfig& cfg, double n_layers) {
+  const double L = n_layers;
+  const FsdpLayout& layout = q.layout;
   MicroBatchResult r;
-  CategorySeconds f(cost), b(cost), cast(cost), red(cost), ef(cost), eb(cost), hf(cost), hb(cost);
-  block_forward_ops(shape, f);
-  block_backward_ops(shape, b);
-  // FSDP's casts for one block: before each gather, and around the gradient reduction.
-  fsdp_pre_gather_ops(block_params, shard, gb, cast);
-  fsdp_pre_reduce_ops(block_params, shard, std::min(gb, 4.0), rb, red);
-  embedding_forward_ops(shape, ef);
-  embedding_backward_ops(shape, eb);
-  head_forward_ops(shape, hf);
-  head_backward_ops(shape, hb);
-  r.block_saved_bytes = f.saved_bytes;
-  r.embed_saved_bytes = ef.saved_bytes;
-  r.head_saved_bytes = hf.saved_bytes;
+  const CategoryTotals &f = k.block_fwd, &b = k.block_bwd, &cast = q.cast, &red = q.reduce_casts;
 
   const double recompute = cfg.activation_checkpointing ? params.recompute_fraction : 0.0;
   const double gathers_per_block = (layout.gather_in_forward ? 1.0 : 0.0) + (layout.gather_in_backward ? 1.0 : 0.0);
   MicroBatchCosts& c = r.costs;
   c.block_fwd_s = f.total() + (layout.gather_in_forward ? cast.total() : 0.0);
   c.block_bwd_s = b.total() + recompute * f.total() + red.total() + (layout.gather_in_backward ? cast.total() : 0.0);
-  c.embed_fwd_s = ef.total();
-  c.embed_bwd_s = eb.total();
-  c.head_s = hf.total() + hb.total();
+  c.embed_fwd_s = k.embed_fwd.total();
+  c.embed_bwd_s = k.embed_bwd.total();
+  c.head_s = k.head_fwd.total() + k.head_bwd.total();
   c.overhead_s = params.microbatch_overhead_s;
   c.block_overhead_s = params.block_overhead_s;
 
@@ -88,28 +69,18 @@ MicroBatchResult micro_batch_costs(const ModelConfig& model, const CostModel& co
   r.categories.add(b, L);
   r.categories.add(cast, L * gathers_per_block);
   r.categories.add(red, L);
-  r.categories.add(ef, 1);
-  r.categories.add(eb, 1);
-  r.categories.add(hf, 1);
-  r.categories.add(hb, 1);
+  r.categories.add(k.embed_fwd, 1);
+  r.categories.add(k.embed_bwd, 1);
+  r.categories.add(k.head_fwd, 1);
+  r.categories.add(k.head_bwd, 1);
 
-  // Collectives of one block and of the root unit.
-  const auto gather = [&](double bytes) {
-    return cost.collective_seconds(CollectiveKind::kAllGather, bytes, layout.shard_group);
-  };
-  const auto reduce = [&](double bytes) {
-    double s = cost.collective_seconds(layout.grad_reduce, bytes, layout.shard_group);
-    if (layout.replica_group.ranks > 1)
-      s += cost.collective_seconds(CollectiveKind::kAllReduce, bytes / shard, layout.replica_group);
-    return s;
-  };
   if (layout.gather_in_forward) {
-    c.block_gather_fwd_s = gather(block_params * gb);
-    c.root_gather_s = gather(root_params * gb);
+    c.block_gather_fwd_s = q.block_gather_s;
+    c.root_gather_s = q.root_gather_s;
   }
-  if (layout.gather_in_backward) c.block_gather_bwd_s = c.block_gather_fwd_s;
-  c.block_reduce_s = reduce(block_params * rb);
-  c.root_reduce_s = reduce(root_params * rb);
+  if (layout.gather_in_backward) c.block_gather_bwd_s = q.block_gather_s;
+  c.block_reduce_s = q.block_reduce_s;
+  c.root_reduce_s = q.root_reduce_s;
   return r;
 }
 
@@ -148,32 +119,96 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
   return {};
 }
 
-Prediction predict(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
-                   const TrainConfig& cfg) {
-  const CostModel cost(device, params);
-  const FsdpLayout layout = fsdp_layout(cfg.sharding, cfg.n_gpus, device.gpus_per_node);
-  const double block_params = static_cast<double>(layer_parameter_count(model));
+Evaluator::Evaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
+    : model_(model),
+      device_(device),
+      params_(params),
+      cost_(device, params),
+      block_params_(static_cast<double>(layer_parameter_count(model))) {}
+
+const ComputeCosts& Evaluator::compute_costs(int64_t micro_batch, int64_t seq_len, Precision precision) {
+  for (const ComputeCosts& k : memo_)
+    if (k.micro_batch == micro_batch && k.seq_len == seq_len && k.precision == precision) return k;
+  ComputeCosts& k = memo_[next_];
+  next_ = (next_ + 1) % memo_.size();
+  const BlockShape shape = block_shape(model_, micro_batch, seq_len, precision);
+  k.micro_batch = micro_batch;
+  k.seq_len = seq_len;
+  k.precision = precision;
+  k.block_fwd = costed(cost_, block_forward_ops, shape);
+  k.block_bwd = costed(cost_, block_backward_ops, shape);
+  k.embed_fwd = costed(cost_, embedding_forward_ops, shape);
+  k.embed_bwd = costed(cost_, embedding_backward_ops, shape);
+  k.head_fwd = costed(cost_, head_forward_ops, shape);
+  k.head_bwd = costed(cost_, head_backward_ops, shape);
+  return k;
+}
+
+const FsdpCosts& Evaluator::fsdp_costs(const TrainConfig& cfg) {
+  for (const FsdpCosts& q : fsdp_memo_)
+    if (q.sharding == cfg.sharding && q.n_gpus == cfg.n_gpus && q.seq_len == cfg.seq_len &&
+        q.precision == cfg.precision && q.mp_mode == cfg.mp_mode)
+      return q;
+  FsdpCosts& q = fsdp_memo_[fsdp_next_];
+  fsdp_next_ = (fsdp_next_ + 1) % fsdp_memo_.size();
+  q.sharding = cfg.sharding;
+  q.n_gpus = cfg.n_gpus;
+  q.seq_len = cfg.seq_len;
+  q.precision = cfg.precision;
+  q.mp_mode = cfg.mp_mode;
+  q.layout = fsdp_layout(cfg.sharding, cfg.n_gpus, device_.gpus_per_node);
+  const FsdpLayout& layout = q.layout;
+  const double block_params = block_params_;
+  const double root_params = static_cast<double>(embedding_parameter_count(model_, cfg.seq_len));
+  const double total_params = block_params * static_cast<double>(model_.n_layers) + root_params;
+  const double shard = static_cast<double>(layout.shard_ranks);
+  const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
+  const double rb = reduced_grad_bytes(cfg.precision, cfg.mp_mode);
+  // FSDP's casts for one block: before each gather, and around the gradient reduction.
+  q.cast = costed(cost_, fsdp_pre_gather_ops, block_params, shard, gb);
+  q.reduce_casts = costed(cost_, fsdp_pre_reduce_ops, block_params, shard, std::min(gb, 4.0), rb);
+  q.optimizer = costed(cost_, optimizer_ops, total_params / shard);
+  // Collectives of one block and of the root unit.
+  const auto gather = [&](double bytes) {
+    return cost_.collective_seconds(CollectiveKind::kAllGather, bytes, layout.shard_group);
+  };
+  const auto reduce = [&](double bytes) {
+    double s = cost_.collective_seconds(layout.grad_reduce, bytes, layout.shard_group);
+    if (layout.replica_group.ranks > 1)
+      s += cost_.collective_seconds(CollectiveKind::kAllReduce, bytes / shard, layout.replica_group);
+    return s;
+  };
+  q.block_gather_s = layout.gather_in_forward || layout.gather_in_backward ? gather(block_params * gb) : 0.0;
+  q.root_gather_s = layout.gather_in_forward ? gather(root_params * gb) : 0.0;
+  q.block_reduce_s = reduce(block_params * rb);
+  q.root_reduce_s = reduce(root_params * rb);
+  return q;
+}
+
+Prediction Evaluator::predict(const TrainConfig& cfg) {
+  const ModelConfig& model = model_;
+  const CostParams& params = params_;
+  const FsdpCosts& fsdp = fsdp_costs(cfg);
+  const FsdpLayout& layout = fsdp.layout;
+  const double block_params = block_params_;
   const double root_params = static_cast<double>(embedding_parameter_count(model, cfg.seq_len));
   const double L = static_cast<double>(model.n_layers);
-  const double total_params = block_params * L + root_params;
 
   const int64_t n_micro = cfg.grad_accum();
   const int64_t last = cfg.last_micro_batch();
-  const MicroBatchResult full =
-      micro_batch_costs(model, cost, params, cfg, layout, cfg.micro_batch, block_params, root_params);
+  // Copied: the memo may replace an entry when the tail's costs are computed.
+  const ComputeCosts full_compute = compute_costs(cfg.micro_batch, cfg.seq_len, cfg.precision);
+  const MicroBatchResult full = micro_batch_costs(full_compute, fsdp, params, cfg, L);
   const MicroBatchResult tail =
       last == cfg.micro_batch ? full
-                              : micro_batch_costs(model, cost, params, cfg, layout, last, block_params, root_params);
-
-  CategorySeconds optimizer(cost);
-  optimizer_ops(total_params / static_cast<double>(layout.shard_ranks), optimizer);
+                              : micro_batch_costs(compute_costs(last, cfg.seq_len, cfg.precision), fsdp, params, cfg, L);
 
   StepCosts step;
   step.n_layers = model.n_layers;
   step.n_micro = n_micro;
   step.full = full.costs;
   step.last = tail.costs;
-  step.optimizer_s = optimizer.total();
+  step.optimizer_s = fsdp.optimizer.total();
   step.step_overhead_s = params.step_overhead_s;
   step.overlap_slowdown = params.overlap_slowdown;
 
@@ -195,7 +230,7 @@ Prediction predict(const ModelConfig& model, const DeviceSpec& device, const Cos
   p.tokens_per_s = p.seq_per_s * static_cast<double>(cfg.seq_len);
   p.tokens_per_s_per_gpu = p.tokens_per_s / static_cast<double>(cfg.n_gpus);
   const FoundryMetrics fm = foundry_metrics(p.n_params, model.n_layers, model.d_model, cfg.seq_len, p.seq_per_s,
-                                            cfg.n_gpus, device.peak(mfu_dtype(cfg.precision)),
+                                            cfg.n_gpus, device_.peak(mfu_dtype(cfg.precision)),
                                             cfg.activation_checkpointing);
   p.mfu = fm.mfu;
   p.hfu = fm.hfu;
@@ -210,16 +245,21 @@ Prediction predict(const ModelConfig& model, const DeviceSpec& device, const Cos
   mem.block_params = block_params;
   mem.root_params = root_params;
   mem.n_layers = model.n_layers;
-  mem.block_saved_bytes = full.block_saved_bytes;
+  mem.block_saved_bytes = full_compute.block_fwd.saved_bytes;
   mem.block_input_bytes = td * a;
-  mem.embed_saved_bytes = full.embed_saved_bytes;
-  mem.head_saved_bytes = full.head_saved_bytes;
+  mem.embed_saved_bytes = full_compute.embed_fwd.saved_bytes;
+  mem.head_saved_bytes = full_compute.head_fwd.saved_bytes;
   // Backward of a block: the incoming gradient, the MLP's two t x d_ffn gradients, and dQ, dK, dV.
   mem.backward_buffer_bytes = (4.0 * td + 2.0 * tf) * a;
   p.memory = estimate_memory(mem, layout, cfg, params);
-  p.capacity_bytes = device.memory_bytes;
-  p.feasibility = p.memory.peak_bytes <= device.memory_bytes ? Feasibility::kFits : Feasibility::kOutOfMemory;
+  p.capacity_bytes = device_.memory_bytes;
+  p.feasibility = p.memory.peak_bytes <= device_.memory_bytes ? Feasibility::kFits : Feasibility::kOutOfMemory;
   return p;
+}
+
+Prediction predict(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
+                   const TrainConfig& cfg) {
+  return Evaluator(model, device, params).predict(cfg);
 }
 
 }  // namespace tpsim

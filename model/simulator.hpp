@@ -3,11 +3,14 @@
 // and FSDP collectives on two streams -> add the optimizer -> check memory -> llm-foundry metrics.
 #pragma once
 
+#include <array>
 #include <string>
 
 #include "model/architecture.hpp"
+#include "model/cost.hpp"
 #include "model/device.hpp"
 #include "model/memory.hpp"
+#include "model/parallelism.hpp"
 #include "model/profile.hpp"
 #include "model/schedule.hpp"
 #include "model/training.hpp"
@@ -50,7 +53,65 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
                          const TrainConfig& cfg);
 
 // Requires check_config(...) to be empty. Allocates nothing; safe to call from many threads.
+// The same as Evaluator(model, device, params).predict(cfg).
 Prediction predict(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
                    const TrainConfig& cfg);
+
+// Seconds of a group of ops by breakdown category, and the activation bytes they keep for backward.
+struct CategoryTotals {
+  double gemm = 0, attention = 0, other = 0;
+  double saved_bytes = 0;
+  double total() const { return gemm + attention + other; }
+  void add(const CategoryTotals& o, double times) {
+    gemm += o.gemm * times;
+    attention += o.attention * times;
+    other += o.other * times;
+  }
+};
+
+// The costed ops of one micro-batch that depend only on its size, the sequence length and the
+// precision: not on the sharding strategy, checkpointing or the GPU count.
+struct ComputeCosts {
+  int64_t micro_batch = -1, seq_len = -1;
+  Precision precision = Precision::kAmpBf16;
+  CategoryTotals block_fwd, block_bwd, embed_fwd, embed_bwd, head_fwd, head_bwd;
+};
+
+// The costs of one configuration that depend only on its FSDP layout: the casts around a block's
+// collectives, the collectives' seconds, and the optimizer over the local shard.
+struct FsdpCosts {
+  Sharding sharding = Sharding::kFullShard;
+  int64_t n_gpus = -1, seq_len = -1;
+  Precision precision = Precision::kAmpBf16;
+  MpMode mp_mode = MpMode::kDefault;
+  FsdpLayout layout;
+  CategoryTotals cast, reduce_casts, optimizer;
+  double block_gather_s = 0, root_gather_s = 0, block_reduce_s = 0, root_reduce_s = 0;
+};
+
+// Predicts many configurations of one model on one device and profile, as a search does. The ops
+// of a micro-batch are built and costed once per (micro-batch, sequence length, precision) and
+// shared by every sharding strategy, checkpointing choice and GPU count predicted after it; FSDP's
+// casts, collectives and optimizer once per layout (the last four of each are remembered). The results are those of predict(). The referenced model, device and
+// params must outlive the Evaluator and not change while it is used; one Evaluator per thread.
+class Evaluator {
+ public:
+  Evaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params);
+  Prediction predict(const TrainConfig& cfg);  // requires check_config(...) to be empty
+
+ private:
+  const ComputeCosts& compute_costs(int64_t micro_batch, int64_t seq_len, Precision precision);
+  const FsdpCosts& fsdp_costs(const TrainConfig& cfg);
+
+  const ModelConfig& model_;
+  const DeviceSpec& device_;
+  const CostParams& params_;
+  CostModel cost_;
+  double block_params_;
+  std::array<ComputeCosts, 4> memo_{};
+  size_t next_ = 0;
+  std::array<FsdpCosts, 4> fsdp_memo_{};
+  size_t fsdp_next_ = 0;
+};
 
 }  // namespace tpsim
