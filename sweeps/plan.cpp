@@ -96,6 +96,9 @@ void run_plan(const PlanOptions& o) {
   if (run.sharding && !o.run.sharding.empty()) shardings = {*run.sharding};
   std::vector<bool> ckpts = {false, true};
   if (o.run.ckpt) ckpts = {*o.run.ckpt};
+  // --micro-batch N on the command line plans that micro-batch only; auto (or none) scans them all.
+  std::optional<int64_t> fixed_micro_batch;
+  if (!o.run.micro_batch.empty() && !run.micro_batch_auto) fixed_micro_batch = run.micro_batch;
 
   std::vector<Candidate> fits;
   std::vector<Rejection> rejected;
@@ -138,13 +141,21 @@ void run_plan(const PlanOptions& o) {
             rejected.push_back({device_id, n, choice_name(sh, ckpt), why});
             continue;
           }
+          const int64_t first = fixed_micro_batch.value_or(1);
+          if (first > cfg.per_device_batch()) {
+            rejected.push_back({device_id, n, choice_name(sh, ckpt),
+                                "--micro-batch " + std::to_string(first) + " is more than the " +
+                                    std::to_string(cfg.per_device_batch()) + " sequences per GPU of the global batch"});
+            continue;
+          }
+          const int64_t last = fixed_micro_batch ? first : cfg.per_device_batch();
           int64_t largest_fit = 0;
           double smallest_peak = 0;
           // Up to the first micro-batch that does not fit: memory grows with the micro-batch.
-          for (int64_t mb = 1; mb <= cfg.per_device_batch(); ++mb) {
+          for (int64_t mb = first; mb <= last; ++mb) {
             cfg.micro_batch = mb;
             const Prediction p = predict(model, device, profile.params, cfg);
-            if (mb == 1) smallest_peak = p.memory.peak_bytes;
+            if (mb == first) smallest_peak = p.memory.peak_bytes;
             if (!p.fits()) break;
             largest_fit = mb;
             const double seconds_per_token = 1.0 / p.tokens_per_s;
@@ -153,10 +164,10 @@ void run_plan(const PlanOptions& o) {
           }
           if (largest_fit == 0) {
             char why[160];
-            std::snprintf(why, sizeof why, "out of memory: a micro-batch of 1 needs %.1f GiB of %.1f GiB", smallest_peak / kGiB,
-                          device.memory_bytes / kGiB);
+            std::snprintf(why, sizeof why, "out of memory: a micro-batch of %lld needs %.1f GiB of %.1f GiB",
+                          static_cast<long long>(first), smallest_peak / kGiB, device.memory_bytes / kGiB);
             rejected.push_back({device_id, n, choice_name(sh, ckpt), why});
-          } else if (largest_fit < cfg.per_device_batch()) {
+          } else if (!fixed_micro_batch && largest_fit < cfg.per_device_batch()) {
             rejected.push_back({device_id, n, choice_name(sh, ckpt),
                                 "out of memory for micro-batches above " + std::to_string(largest_fit)});
           }

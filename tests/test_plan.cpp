@@ -55,6 +55,31 @@ BOOST_AUTO_TEST_CASE(plan_says_how_the_global_batch_was_reached_and_why_choices_
   BOOST_TEST(unreachable);
 }
 
+BOOST_AUTO_TEST_CASE(plan_with_a_micro_batch_plans_only_that_micro_batch) {
+  const Run r = run("plan --model 7b --seq 2048 --device h100_80gb --gpus 8,64 --global-batch-tokens 4Mi "
+                    "--micro-batch 3 --top 50 --explain --format json");
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  BOOST_TEST_REQUIRE(j["plan"].size() > 0u);
+  for (const auto& row : j["plan"]) BOOST_TEST(row["MicroBatchSize"].get<int64_t>() == 3);
+  // Without it, plan scans every micro-batch that fits.
+  const Run all = run("plan --model 7b --seq 2048 --device h100_80gb --gpus 8,64 --global-batch-tokens 4Mi "
+                      "--top 50 --format json");
+  BOOST_TEST_REQUIRE(all.status == 0, all.err);
+  bool other = false;
+  for (const auto& row : nlohmann::json::parse(all.out)) other = other || row["MicroBatchSize"].get<int64_t>() != 3;
+  BOOST_TEST(other);
+  // A micro-batch above the per-GPU batch is a rejection with its reason, not a silent scan.
+  const Run big = run("plan --model 7b --seq 2048 --device h100_80gb --gpus 64 --global-batch-tokens 1Mi "
+                      "--micro-batch 64 --explain --format json");
+  BOOST_TEST_REQUIRE(big.status == 0, big.err);
+  const auto b = nlohmann::json::parse(big.out);
+  BOOST_TEST(b["plan"].empty());
+  BOOST_TEST_REQUIRE(b["rejected"].size() > 0u);
+  BOOST_TEST(b["rejected"][0]["Reason"].get<std::string>().find("--micro-batch 64 is more than the 8 sequences per GPU") !=
+             std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(predict_and_plan_read_llm_foundry_yamls_and_flags_win) {
   const Run r = run("predict --config " + kData + "/examples/mpt-7b-pretrain.yaml --gpus 64 --format json");
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
