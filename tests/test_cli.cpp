@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unistd.h>
 
 #include "sweeps/report.hpp"
 #include "tests/run_tpsim.hpp"
@@ -107,4 +108,16 @@ BOOST_AUTO_TEST_CASE(validate_csv_appends_the_predictions_to_the_input_columns) 
   BOOST_TEST(header.find("NumParams,Predicted Throughput (T/s),Predicted MFU,Predicted HFU,Predicted Memory (GiB),Error (%)") !=
              std::string::npos);
   BOOST_TEST(lines(r.out) == 8);
+}
+
+// Start-up stays cheap: the libraries only a GPU run needs and that cost most to load (cuBLASLt,
+// about 90 ms) are loaded on first use, not named in the binary's dynamic section.
+BOOST_AUTO_TEST_CASE(the_binary_does_not_load_cublaslt_at_start) {
+  const fs::path dump = fs::temp_directory_path() / ("tpsim_needed_" + std::to_string(::getpid()) + ".txt");
+  const std::string cmd = "readelf -d '" + std::string(TPSIM_BINARY) + "' > '" + dump.string() + "' 2>&1";
+  BOOST_TEST_REQUIRE(std::system(cmd.c_str()) == 0);
+  const std::string needed = slurp(dump);
+  fs::remove(dump);
+  BOOST_TEST(needed.find("(NEEDED)") != std::string::npos);
+  BOOST_TEST(needed.find("cublasLt") == std::string::npos, needed);
 }
