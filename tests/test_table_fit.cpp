@@ -119,9 +119,15 @@ const std::vector<HeldOutError>& clean_held_out(Context& ctx, const char* name) 
   return done[name] = cross_validate(fit_rows(ctx, rows), parse_cv("model"), options);
 }
 
+// Under the sanitizers (where each table's cross-validation takes minutes) only the A100 80GB table
+// is held out, the one the corrupted-rows case shares; the Release build checks every target.
 BOOST_AUTO_TEST_CASE(held_out_accuracy_meets_the_targets_on_the_seed_tables) {
   Context ctx = seed_context();
-  for (const char* name : {"a100_40gb_bf16.md", "a100_80gb_bf16.md", "h100_80gb_bf16.md"}) {
+  const std::vector<const char*> tables = TPSIM_TEST_SANITIZED
+                                              ? std::vector<const char*>{"a100_80gb_bf16.md"}
+                                              : std::vector<const char*>{"a100_40gb_bf16.md", "a100_80gb_bf16.md",
+                                                                         "h100_80gb_bf16.md"};
+  for (const char* name : tables) {
     BOOST_TEST_CONTEXT(name) {
       const std::vector<ResolvedRow> rows = seed_rows(ctx, {table(name)});
       std::vector<double> errors;
@@ -134,6 +140,7 @@ BOOST_AUTO_TEST_CASE(held_out_accuracy_meets_the_targets_on_the_seed_tables) {
       BOOST_TEST(over <= kRowsOver15Max);
     }
   }
+  if (TPSIM_TEST_SANITIZED) return;
   // FP8, fitted together with the BF16 rows of the same device.
   const std::vector<ResolvedRow> rows = seed_rows(ctx, {table("h100_80gb_bf16.md"), table("h100_80gb_fp8.md")});
   TableFitOptions options;

@@ -18,24 +18,44 @@ declare -A seeds=(
   [fuzz_device_yaml]="data/devices"
   [fuzz_profile_json]="data/profiles"
 )
-status=0
-for target in "${!seeds[@]}"; do
+# Runs one target; its report goes to stderr only on failure.
+run_target() {
+  local target=$1 corpus log regressions crashes
   corpus=$(mktemp -d)
+  log="$corpus.log"
   find "${seeds[$target]}" -type f -exec cp {} "$corpus"/ \;
   regressions="tests/fuzz/regressions/$target"
   [ -d "$regressions" ] && cp "$regressions"/* "$corpus"/ 2>/dev/null || true
   crashes="tests/fuzz/crashes/$target"
   mkdir -p "$crashes"
-  echo "fuzz: $target for ${seconds}s"
+  local ok=0
   if ! TPSIM_DATA_DIR="$PWD/data" "$build/tests/fuzz/$target" "$corpus" -max_total_time="$seconds" -timeout=10 \
-       -rss_limit_mb=4096 -artifact_prefix="$crashes/" -print_final_stats=1 2> "$corpus.log"; then
+       -rss_limit_mb=4096 -artifact_prefix="$crashes/" -print_final_stats=1 2> "$log"; then
     echo "fuzz: $target FAILED; the input is in $crashes/ and the report follows" >&2
-    tail -40 "$corpus.log" >&2
-    status=1
+    tail -40 "$log" >&2
+    ok=1
   else
-    grep -E "^stat::number_of_executed_units" "$corpus.log" | sed "s/^/fuzz: $target /"
+    grep -E "^stat::number_of_executed_units" "$log" | sed "s/^/fuzz: $target /"
   fi
   rmdir "$crashes" 2>/dev/null || true
-  rm -rf "$corpus" "$corpus.log"
+  rm -rf "$corpus" "$log"
+  return $ok
+}
+
+# The targets run side by side, one per core.
+status=0
+running=0
+for target in "${!seeds[@]}"; do
+  echo "fuzz: $target for ${seconds}s"
+  run_target "$target" &
+  running=$((running + 1))
+  if ((running >= $(nproc))); then
+    wait -n || status=1
+    running=$((running - 1))
+  fi
+done
+while ((running > 0)); do
+  wait -n || status=1
+  running=$((running - 1))
 done
 exit $status
