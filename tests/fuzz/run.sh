@@ -7,8 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-30}
-build=${FUZZ_BUILD_DIR:-build-fuzz}
-CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTPSIM_FUZZ=ON >/dev/null
+# The sanitizer build test.sh makes (the same options: configuring it again changes nothing).
+build=${FUZZ_BUILD_DIR:-build-asan}
+CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTPSIM_SANITIZE=ON -DTPSIM_FUZZ=ON \
+  -DTPSIM_CUDA=OFF -DTPSIM_HIP=OFF >/dev/null
 cmake --build "$build" -j "$(nproc)" --target fuzz_measured_table fuzz_models_yaml fuzz_train_yaml fuzz_device_yaml fuzz_profile_json >/dev/null
 
 declare -A seeds=(
