@@ -127,10 +127,11 @@ Evaluator::Evaluator(const ModelConfig& model, const DeviceSpec& device, const C
       block_params_(static_cast<double>(layer_parameter_count(model))) {}
 
 const ComputeCosts& Evaluator::compute_costs(int64_t micro_batch, int64_t seq_len, Precision precision) {
-  for (const ComputeCosts& k : memo_)
-    if (k.micro_batch == micro_batch && k.seq_len == seq_len && k.precision == precision) return k;
-  ComputeCosts& k = memo_[next_];
-  next_ = (next_ + 1) % memo_.size();
+  constexpr size_t kComputeMemoSlots = 1024;
+  const size_t slot = static_cast<size_t>(micro_batch) % kComputeMemoSlots;
+  if (slot >= memo_.size()) memo_.resize(slot + 1);
+  ComputeCosts& k = memo_[slot];
+  if (k.micro_batch == micro_batch && k.seq_len == seq_len && k.precision == precision) return k;
   const BlockShape shape = block_shape(model_, micro_batch, seq_len, precision);
   k.micro_batch = micro_batch;
   k.seq_len = seq_len;

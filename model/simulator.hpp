@@ -5,6 +5,7 @@
 
 #include <array>
 #include <string>
+#include <vector>
 
 #include "model/architecture.hpp"
 #include "model/cost.hpp"
@@ -92,8 +93,11 @@ struct FsdpCosts {
 // Predicts many configurations of one model on one device and profile, as a search does. The ops
 // of a micro-batch are built and costed once per (micro-batch, sequence length, precision) and
 // shared by every sharding strategy, checkpointing choice and GPU count predicted after it; FSDP's
-// casts, collectives and optimizer once per layout (the last four of each are remembered). The results are those of predict(). The referenced model, device and
-// params must outlive the Evaluator and not change while it is used; one Evaluator per thread.
+// casts, collectives and optimizer once per layout. The compute memo is indexed by micro-batch
+// size, so that a configuration's smaller last micro-batch finds the costs the search computed
+// when it scanned that size; the last four FSDP layouts are remembered. The results are those of
+// predict(). The referenced model, device and params must outlive the Evaluator and not change
+// while it is used; one Evaluator per thread.
 class Evaluator {
  public:
   Evaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params);
@@ -108,8 +112,7 @@ class Evaluator {
   const CostParams& params_;
   CostModel cost_;
   double block_params_;
-  std::array<ComputeCosts, 4> memo_{};
-  size_t next_ = 0;
+  std::vector<ComputeCosts> memo_;  // slot: micro-batch size modulo 1024, grown as used
   std::array<FsdpCosts, 4> fsdp_memo_{};
   size_t fsdp_next_ = 0;
 };
