@@ -204,6 +204,7 @@ struct Start {
   DeviceProfile base;
   DeviceSpec device;
   bool embed_spec = false;  // the output carries the device spec (no datasheet file describes it)
+  bool measure_cpu_spec = false;  // the spec is still to be measured here (measured_cpu_spec)
   std::string device_note;  // how the spec was obtained, for the report
 };
 
@@ -344,7 +345,7 @@ Start load_start(const CalibrateCommOptions& o, BackendKind backend) {
                   ", a device with a datasheet; --backend cpu measures this machine's CPU ranks (give the CPU's "
                   "profile, as tpsim calibrate kernels --backend cpu writes it, or none)");
     } else {
-      s.device = measured_cpu_spec(s.base.device);
+      s.measure_cpu_spec = true;  // once the job is known to have something to measure
       s.device_note = "spec measured here (copy bandwidth and one fp32 GEMM, one thread), embedded in the profile";
     }
     s.embed_spec = true;
@@ -457,6 +458,19 @@ void run_calibrate_comm(const CalibrateCommOptions& o, const std::string& comman
     const std::filesystem::path dir = out.has_parent_path() ? out.parent_path() : std::filesystem::path(".");
     if (!std::filesystem::is_directory(dir)) throw Error("--out " + o.out + ": folder " + dir.string() + " does not exist");
   });
+  // What there is to measure, known before anything is: a single rank has no collective to time.
+  std::vector<Scope> scopes;
+  if (ranks_per_node[node0] > 1)
+    scopes.push_back({CommScope::kNode, LinkTier::kIntraNode, ranks_per_node[node0], 1, nullptr});
+  if (nodes > 1) scopes.push_back({CommScope::kWorld, LinkTier::kInterNode, job.size(), nodes, nullptr});
+  if (scopes.empty())
+    agree.run([&] {
+      throw Error("calibrate comm: " + std::to_string(job.size()) +
+                  " rank: a collective needs at least two (run it as mpirun -np 2 tpsim calibrate comm ...)");
+    });
+  agree.run([&] {
+    if (rank0 && start.measure_cpu_spec) start.device = measured_cpu_spec(start.base.device);
+  });
   // CPU ranks: their link inside a node is shared memory, measured by all ranks at once over the
   // largest buffer the collectives use (the bandwidth-bound end of the fit).
   if (backend == BackendKind::kCpu) {
@@ -468,15 +482,6 @@ void run_calibrate_comm(const CalibrateCommOptions& o, const std::string& comman
     });
   }
 
-  std::vector<Scope> scopes;
-  if (ranks_per_node[node0] > 1)
-    scopes.push_back({CommScope::kNode, LinkTier::kIntraNode, ranks_per_node[node0], 1, nullptr});
-  if (nodes > 1) scopes.push_back({CommScope::kWorld, LinkTier::kInterNode, job.size(), nodes, nullptr});
-  if (scopes.empty())
-    agree.run([&] {
-      throw Error("calibrate comm: " + std::to_string(job.size()) +
-                  " rank: a collective needs at least two (run it as mpirun -np 2 tpsim calibrate comm ...)");
-    });
   std::string library;
   agree.run([&] {
     for (Scope& s : scopes) s.comm = make_communicator(backend, s.scope);
