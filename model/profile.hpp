@@ -75,9 +75,13 @@ struct CostParams {
 // Which runs can measure a parameter.
 enum class ParamLevel : uint8_t { kKernel, kSystem };
 
+// A pointer to one of CostParams' values (named: nvcc's host pass rewrites the bare declarator
+// with parentheses, which GCC then warns about).
+using CostParamMember = double CostParams::*;
+
 struct ParamInfo {
   std::string_view name;
-  double CostParams::*member;
+  CostParamMember member;
   std::string_view unit;
   double lower;  // physical bounds; fits keep parameters inside them
   double upper;
