@@ -1,6 +1,7 @@
 #include "io/devices.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "io/error.hpp"
@@ -83,15 +84,21 @@ DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::strin
   d.memory_bytes = v * double(1LL << 30);
   sourced(need("hbm_gb_per_s"), "hbm_gb_per_s", v);
   d.hbm_bytes_per_s = v * 1e9;
-  sourced(need("compute_units"), "compute_units", v);
-  d.compute_units = static_cast<int>(v);
-  sourced(need("gpus_per_node"), "gpus_per_node", v);
-  d.gpus_per_node = static_cast<int>(v);
+  // Counts: whole numbers, checked before they become ints (a huge value would not fit one).
+  const auto count = [&](const char* key, double most) {
+    const YAML::Node n = need(key);
+    double x = 0;
+    sourced(n, key, x);
+    if (!(x >= 1 && x <= most) || x != std::floor(x))
+      throw Error(yaml::where(origin, n) + ": " + key + " must be a whole number from 1 to " + std::to_string(int64_t(most)));
+    return static_cast<int>(x);
+  };
+  d.compute_units = count("compute_units", 1e6);
+  d.gpus_per_node = count("gpus_per_node", 1e4);
   sourced(need("intra_node_gb_per_s"), "intra_node_gb_per_s", v);
   d.intra_node_bytes_per_s = v * 1e9;
   sourced(need("inter_node_gbps_per_node"), "inter_node_gbps_per_node", v);
   d.inter_node_bytes_per_s = v * 1e9 / 8.0;
-  if (d.compute_units < 1 || d.gpus_per_node < 1) throw Error(origin + ": compute_units and gpus_per_node must be at least 1");
   return d;
 }
 }  // namespace

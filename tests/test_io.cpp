@@ -131,6 +131,21 @@ BOOST_AUTO_TEST_CASE(device_datasheets_carry_sources) {
   BOOST_TEST(load_device("a100_40gb").inter_node_bytes_per_s == 1600e9 / 8);
   BOOST_TEST(contains(error_of([] { load_device("a100_41gb"); }), "unknown device 'a100_41gb'"));
   BOOST_TEST(contains(error_of([] { parse_device_yaml("device: x\nname: y\n", "d.yaml"); }), "missing required key"));
+  // Counts are whole numbers in range, refused before they become ints (1e66 once reached the
+  // conversion: undefined behaviour the fuzzer found).
+  const std::string a100 = read_text_file(std::string(TPSIM_DATA) + "/devices/a100_40gb.yaml", "device file");
+  const auto with_units = [&](const std::string& v) {
+    std::string t = a100;
+    const size_t at = t.find("{value: 108,");
+    t.replace(at, std::string("{value: 108,").size(), "{value: " + v + ",");
+    return t;
+  };
+  BOOST_TEST(parse_device_yaml(with_units("108"), "d.yaml").compute_units == 108);
+  for (const char* bad : {"1e66", "2.5", "1e7", "0.5"})
+    BOOST_TEST_CONTEXT(bad) {
+      BOOST_TEST(contains(error_of([&] { parse_device_yaml(with_units(bad), "d.yaml"); }),
+                         "compute_units must be a whole number from 1 to 1000000"));
+    }
 }
 
 BOOST_AUTO_TEST_CASE(profiles_name_every_parameter_and_refuse_gaps) {
