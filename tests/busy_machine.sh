@@ -4,7 +4,7 @@
 # measurements were too noisy to trust. Not a ctest (it takes a minute or two and its outcome
 # depends on the machine): it prints the figures.
 #
-#   tests/busy_machine.sh [TPSIM] [BUDGET_S]      (defaults: build/sweeps/tpsim, 20)
+#   tests/busy_machine.sh [TPSIM] [BUDGET_S]      (defaults: build/cli/tpsim, 20)
 #
 # 1. a calibration on the machine as it is ("quiet": nothing started by this script) -> P1;
 # 2. `nproc` busy loops (`yes > /dev/null`) on every core, the same calibration -> P2, the load
@@ -15,7 +15,7 @@
 # Exit status 1 when the predictions differ by more than 10% and P2 says it is trusted.
 set -euo pipefail
 
-TPSIM=${1:-build/sweeps/tpsim}
+TPSIM=${1:-build/cli/tpsim}
 BUDGET=${2:-20}
 MAX_DIFF_PERCENT=10
 work=$(mktemp -d "${TMPDIR:-/tmp}/tpsim_busy.XXXXXX")

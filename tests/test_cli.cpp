@@ -7,7 +7,7 @@
 #include <sstream>
 #include <unistd.h>
 
-#include "sweeps/report.hpp"
+#include "cli/report.hpp"
 #include "tests/run_tpsim.hpp"
 
 namespace fs = std::filesystem;

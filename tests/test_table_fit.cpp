@@ -10,7 +10,7 @@
 #include "calibrate/crossval.hpp"
 #include "common.hpp"
 #include "io/error.hpp"
-#include "sweeps/validation.hpp"
+#include "cli/validation.hpp"
 
 using namespace tpsim;
 namespace tt = boost::test_tools;

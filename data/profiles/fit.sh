@@ -6,7 +6,7 @@
 #     fit to all tables, kernel-level ones from their defaults (tpsim calibrate table --transfer)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-tpsim=${TPSIM:-build/sweeps/tpsim}
+tpsim=${TPSIM:-build/cli/tpsim}
 m=data/measured
 "$tpsim" calibrate table --table $m/a100_40gb_bf16.md --device a100_40gb --out data/profiles/a100_40gb.json
 "$tpsim" calibrate table --table $m/a100_80gb_bf16.md --device a100_80gb --out data/profiles/a100_80gb.json

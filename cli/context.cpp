@@ -1,4 +1,4 @@
-#include "sweeps/context.hpp"
+#include "cli/context.hpp"
 
 #include <algorithm>
 #include <iostream>

@@ -1,4 +1,4 @@
-#include "sweeps/validation.hpp"
+#include "cli/validation.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -8,7 +8,7 @@
 #include "calibrate/table_fit.hpp"
 #include "io/measured_table.hpp"
 #include "model/simulator.hpp"
-#include "sweeps/context.hpp"
+#include "cli/context.hpp"
 
 namespace tpsim {
 

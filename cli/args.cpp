@@ -1,4 +1,4 @@
-#include "sweeps/args.hpp"
+#include "cli/args.hpp"
 
 #include <cmath>
 #include <sstream>

@@ -25,9 +25,9 @@
 #include "io/profile_io.hpp"
 #include "kernels/timing.hpp"
 #include "model/cost.hpp"
-#include "sweeps/args.hpp"
-#include "sweeps/commands.hpp"
-#include "sweeps/context.hpp"
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
 
 
 namespace tpsim {

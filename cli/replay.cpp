@@ -16,9 +16,9 @@
 #include "calibrate/step_ops.hpp"
 #include "io/error.hpp"
 #include "model/cost.hpp"
-#include "sweeps/args.hpp"
-#include "sweeps/commands.hpp"
-#include "sweeps/context.hpp"
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
 
 namespace tpsim {
 namespace {

@@ -13,11 +13,11 @@
 #include "io/plots.hpp"
 #include "io/progress.hpp"
 #include "model/simulator.hpp"
-#include "sweeps/args.hpp"
-#include "sweeps/commands.hpp"
-#include "sweeps/context.hpp"
-#include "sweeps/report.hpp"
-#include "sweeps/run_settings.hpp"
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/report.hpp"
+#include "cli/run_settings.hpp"
 
 namespace tpsim {
 namespace {

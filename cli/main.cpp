@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "io/error.hpp"
-#include "sweeps/commands.hpp"
+#include "cli/commands.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"tpsim: LLM training throughput simulator (llm-foundry MPT, FSDP)"};

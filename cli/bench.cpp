@@ -22,9 +22,9 @@
 #include "io/error.hpp"
 #include "model/search.hpp"
 #include "model/simulator.hpp"
-#include "sweeps/args.hpp"
-#include "sweeps/commands.hpp"
-#include "sweeps/context.hpp"
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
 
 namespace tpsim {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "io/train_yaml.hpp"
 #include "model/training.hpp"
-#include "sweeps/context.hpp"
+#include "cli/context.hpp"
 
 namespace tpsim {
 

@@ -35,8 +35,8 @@
 #include "io/profile_io.hpp"
 #include "kernels/comm.hpp"
 #include "kernels/timing.hpp"
-#include "sweeps/args.hpp"
-#include "sweeps/commands.hpp"
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
 #ifdef TPSIM_HAVE_NCCL_COMM
 #include "kernels/cuda/nccl_comm.hpp"
 #endif

@@ -1,9 +1,9 @@
-#include "sweeps/run_settings.hpp"
+#include "cli/run_settings.hpp"
 
 #include <iostream>
 
 #include "io/error.hpp"
-#include "sweeps/args.hpp"
+#include "cli/args.hpp"
 
 namespace tpsim {
 

@@ -12,11 +12,11 @@
 #include "io/files.hpp"
 #include "io/plots.hpp"
 #include "io/progress.hpp"
-#include "sweeps/args.hpp"
-#include "sweeps/commands.hpp"
-#include "sweeps/context.hpp"
-#include "sweeps/report.hpp"
-#include "sweeps/validation.hpp"
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/report.hpp"
+#include "cli/validation.hpp"
 
 namespace tpsim {
 namespace {

@@ -1,4 +1,4 @@
-#include "sweeps/report.hpp"
+#include "cli/report.hpp"
 
 namespace tpsim {
 

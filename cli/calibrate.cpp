@@ -2,7 +2,7 @@
 //   table    measured training throughput (calibrate_table.cpp)
 //   kernels  kernels timed on a measurement backend (calibrate_kernels.cpp)
 //   comm     collectives timed across the ranks of an MPI job (calibrate_comm.cpp)
-#include "sweeps/commands.hpp"
+#include "cli/commands.hpp"
 
 namespace tpsim {
 

@@ -10,10 +10,10 @@
 #include "io/plots.hpp"
 #include "io/progress.hpp"
 #include "model/search.hpp"
-#include "sweeps/args.hpp"
-#include "sweeps/commands.hpp"
-#include "sweeps/context.hpp"
-#include "sweeps/report.hpp"
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/report.hpp"
 
 namespace tpsim {
 namespace {

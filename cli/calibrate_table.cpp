@@ -10,9 +10,9 @@
 #include "io/error.hpp"
 #include "io/profile_io.hpp"
 #include "io/progress.hpp"
-#include "sweeps/commands.hpp"
-#include "sweeps/context.hpp"
-#include "sweeps/validation.hpp"
+#include "cli/commands.hpp"
+#include "cli/context.hpp"
+#include "cli/validation.hpp"
 
 namespace tpsim {
 namespace {
