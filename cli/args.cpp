@@ -38,6 +38,21 @@ std::vector<int64_t> parse_count_list(const std::string& flag, const std::string
   return out;
 }
 
+Precision parse_precision_flag(const std::string& flag, const std::string& text) {
+  if (const auto p = parse_precision(text)) return *p;
+  throw Error(flag + " '" + text + "': expected amp_bf16, amp_fp16, amp_fp8, bf16 or fp32");
+}
+
+MpMode parse_mp_mode_flag(const std::string& flag, const std::string& text) {
+  if (const auto m = parse_mp_mode(text)) return *m;
+  throw Error(flag + " '" + text + "': expected DEFAULT, PURE or FULL");
+}
+
+Sharding parse_sharding_flag(const std::string& flag, const std::string& text) {
+  if (const auto s = parse_sharding(text)) return *s;
+  throw Error(flag + " '" + text + "': expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD");
+}
+
 double parse_tokens(const std::string& flag, const std::string& text) {
   if (text.empty()) throw Error(flag + ": empty value");
   size_t used = 0;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "model/training.hpp"
+
 namespace tpsim {
 
 // A whole number in [1, max]: "8", "1024". Rejects "8.5", "-1", "0", "1e308", "2^63", "".
@@ -19,6 +21,12 @@ std::vector<int64_t> parse_count_list(const std::string& flag, const std::string
 // A token amount: "1048576", "4M" (4e6), "1Mi" (2^20), "1T" (1e12), "2.5B" (2.5e9).
 // Suffixes K, M, G/B, T are decimal; Ki, Mi, Gi, Ti binary.
 double parse_tokens(const std::string& flag, const std::string& text);
+
+// The enums of a training configuration, by llm-foundry's spelling, with an error naming the flag
+// and the values it takes.
+Precision parse_precision_flag(const std::string& flag, const std::string& text);
+MpMode parse_mp_mode_flag(const std::string& flag, const std::string& text);
+Sharding parse_sharding_flag(const std::string& flag, const std::string& text);
 
 // A comma-separated list of names; rejects empty items.
 std::vector<std::string> parse_name_list(const std::string& flag, const std::string& text);

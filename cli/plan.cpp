@@ -1,23 +1,24 @@
-// tpsim plan: what to rent and how to run it. For each device and GPU count asked, every
-// micro-batch, activation checkpointing choice and sharding strategy is predicted; those that fit
-// are ranked by time to train (or cost), with the prediction interval carried through to time and
-// cost. --explain says why the others were rejected.
+// tpsim plan: what to rent and how to run it. For each device and GPU count asked, the search
+// (model/search.hpp) predicts every micro-batch, activation checkpointing choice and sharding
+// strategy; model/plan.hpp ranks those that fit by time to train (or cost). Here: the flags, their
+// check, and the tables, with the prediction interval carried through to time and cost. --explain
+// says why the others were rejected.
 #include <algorithm>
 #include <cmath>
 #include <iostream>
-#include <map>
 #include <memory>
 
-#include "io/error.hpp"
-#include "io/files.hpp"
-#include "io/plots.hpp"
-#include "io/progress.hpp"
-#include "model/simulator.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
 #include "cli/report.hpp"
 #include "cli/run_settings.hpp"
+#include "io/error.hpp"
+#include "io/files.hpp"
+#include "io/plots.hpp"
+#include "io/progress.hpp"
+#include "model/plan.hpp"
+#include "model/units.hpp"
 
 namespace tpsim {
 namespace {
@@ -30,249 +31,244 @@ struct PlanOptions {
   bool explain = false;
 };
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-struct Candidate {
-  std::string device;
-  TrainConfig cfg;
-  Prediction p;
-  std::optional<PredictionInterval> interval;
-  std::string batch_note;  // how the global batch was reached
-  double score = 0;        // lower is better: seconds per token, or dollars (GPU-hours) per token
+// The plan asked for, checked: what plan_runs needs, and what the tables add to it.
+struct PlanRequest {
+  PlanQuery query;
+  std::vector<std::string> device_ids;
+  double train_tokens = 0;  // 0: no time to train
+  double price = 0;         // dollars per GPU-hour; 0: no cost
+  std::string asked_from;   // where the global batch asked comes from
 };
 
-struct Rejection {
-  std::string device;
-  int64_t gpus = 0;
-  std::string choice;  // "FULL_SHARD, checkpointing" ...
-  std::string reason;
-};
+double parse_price(const std::string& text) {
+  if (text.empty()) return 0;
+  size_t used = 0;
+  double price = 0;
+  try {
+    price = std::stod(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != text.size() || !std::isfinite(price) || price <= 0 || price > 1e6)
+    throw Error("--price-per-gpu-hour '" + text + "': expected a positive number of dollars");
+  return price;
+}
 
-std::string choice_name(Sharding s, bool ckpt) {
-  return std::string(to_string(s)) + (ckpt ? ", checkpointing" : ", no checkpointing");
+Objective parse_objective(const std::string& text) {
+  if (text == "time") return Objective::kTime;
+  if (text == "cost") return Objective::kCost;
+  throw Error("--objective '" + text + "': expected time or cost");
+}
+
+// The global batch asked, in sequences, and where it comes from.
+void set_asked_batch(const PlanOptions& o, const RunSettings& run, PlanRequest& r) {
+  const int64_t seq = *run.seq_len;
+  if (!o.batch_tokens.empty()) {
+    r.query.asked_sequences = parse_tokens("--global-batch-tokens", o.batch_tokens) / static_cast<double>(seq);
+    r.asked_from = "--global-batch-tokens " + o.batch_tokens;
+  } else if (run.global_batch) {
+    r.query.asked_sequences = static_cast<double>(*run.global_batch);
+    r.asked_from = "global_train_batch_size " + std::to_string(*run.global_batch) + " in " + run.config_origin;
+  } else {
+    r.query.asked_sequences = 4.0 * 1024 * 1024 / static_cast<double>(seq);
+    r.asked_from = "the default of 4Mi tokens per step";
+  }
+}
+
+// What the flags restrict: --sharding, --ckpt/--no-ckpt, --micro-batch N (auto, or none, scans them all).
+SearchSpace plan_space(const PlanOptions& o, const RunSettings& run) {
+  SearchSpace space;
+  if (run.sharding && !o.run.sharding.empty()) space.shardings = {*run.sharding};
+  if (o.run.ckpt) space.checkpointing = {*o.run.ckpt};
+  if (!o.run.micro_batch.empty() && !run.micro_batch_auto) space.micro_batches = {*run.micro_batch};
+  return space;
+}
+
+PlanRequest check_plan(const PlanOptions& o, Context& ctx, const RunSettings& run) {
+  PlanRequest r;
+  r.device_ids = parse_name_list("--device", o.devices);
+  for (const auto& d : r.device_ids) ctx.device(d);  // unknown device: Error, before any work
+  ctx.check_profiles_used(r.device_ids);
+  if (o.gpus.empty()) throw Error("--gpus: give the GPU counts to consider, as in 32,64,128");
+  r.query.gpu_counts = parse_count_list("--gpus", o.gpus, kMaxGpus);
+  r.query.objective = parse_objective(o.objective);
+  if (o.top < 1 || o.top > 1000) throw Error("--top " + std::to_string(o.top) + ": expected 1 to 1000");
+  r.train_tokens = o.tokens.empty() ? 0.0 : parse_tokens("--tokens", o.tokens);
+  r.price = parse_price(o.price);
+  if (r.query.objective == Objective::kCost && r.price == 0) throw Error("--objective cost needs --price-per-gpu-hour");
+  set_asked_batch(o, run, r);
+  r.query.model = &*run.model;
+  r.query.seq_len = *run.seq_len;
+  r.query.precision = run.precision;
+  r.query.mp_mode = run.mp_mode;
+  r.query.space = plan_space(o, run);
+  for (const auto& d : r.device_ids) r.query.devices.push_back({&ctx.device(d), &ctx.profile(d).params});
+  return r;
+}
+
+// How the global batch was reached for a GPU count.
+std::string batch_note(const PlanRequest& r, const TrainConfig& cfg) {
+  const double asked = r.query.asked_sequences;
+  if (std::fabs(static_cast<double>(cfg.global_batch) - asked) < 0.5) return "as asked";
+  return "asked " + std::to_string(static_cast<int64_t>(std::llround(asked))) + " sequences; " +
+         std::to_string(cfg.global_batch) + " is the nearest multiple of " + std::to_string(cfg.n_gpus) + " GPUs";
+}
+
+std::string choice_name(const Layout& l) {
+  return std::string(to_string(l.sharding)) + (l.activation_checkpointing ? ", checkpointing" : ", no checkpointing");
+}
+
+std::string rejection_reason(const PlanRequest& r, const PlanRejection& p) {
+  const Rejection& why = p.rejection;
+  char text[200];
+  if (p.batch_unreachable) {
+    std::snprintf(text, sizeof text, "global batch not reachable: %.0f sequences (%s) is fewer than one per GPU",
+                  r.query.asked_sequences, r.asked_from.c_str());
+    return text;
+  }
+  switch (why.kind) {
+    case RejectionKind::kInvalid: return why.reason;
+    case RejectionKind::kMicroBatchTooLarge:
+      return "--micro-batch " + std::to_string(why.micro_batch) + " is more than the " +
+             std::to_string(why.per_device_batch) + " sequences per GPU of the global batch";
+    case RejectionKind::kOutOfMemory:
+      std::snprintf(text, sizeof text, "out of memory: a micro-batch of %lld needs %.1f GiB of %.1f GiB",
+                    static_cast<long long>(why.micro_batch), why.peak_bytes / kGiB, p.device->memory_bytes / kGiB);
+      return text;
+    case RejectionKind::kOutOfMemoryAbove:
+      return "out of memory for micro-batches above " + std::to_string(why.micro_batch);
+    case RejectionKind::kEquivalent: return "predicts as " + choice_name(why.same_as);
+  }
+  return {};
+}
+
+OutputTable rejected_table(const PlanRequest& r, const PlanResult& plan) {
+  OutputTable why;
+  why.title = "rejected";
+  why.columns = {"GPU", "# GPUs", "Choice", "Reason"};
+  for (const PlanRejection& p : plan.rejected)
+    why.add_row({Cell::str(p.device->id), Cell::integer_value(p.gpus),
+                 Cell::str(p.batch_unreachable ? "all" : choice_name(p.rejection.layout)),
+                 Cell::str(rejection_reason(r, p))});
+  return why;
+}
+
+std::vector<std::string> ranked_columns(const PlanRequest& r) {
+  std::vector<std::string> c = {"Rank", "GPU", "# GPUs", "MicroBatchSize", "GradAccum", "GlobalBatchSize",
+                                "GlobalBatchSize (T)", "Activation Checkpointing", "Sharding Strategy",
+                                "Throughput (T/s)", "Throughput Low (T/s)", "Throughput High (T/s)", "MFU", "HFU",
+                                "Memory (GiB)", "Headroom (GiB)"};
+  if (r.train_tokens > 0) {
+    for (const char* name : {"Time to Train (days)", "Time Low (days)", "Time High (days)", "GPU-hours"}) c.emplace_back(name);
+    if (r.price > 0)
+      for (const char* name : {"Cost ($)", "Cost Low ($)", "Cost High ($)"}) c.emplace_back(name);
+  }
+  c.emplace_back("Global Batch");
+  return c;
+}
+
+// Time to train, GPU-hours and cost, each with its interval.
+void add_time_and_cost(const PlanRequest& r, const PlannedConfig& c, const std::optional<PredictionInterval>& interval,
+                       std::vector<Cell>& row) {
+  const double t = c.prediction.tokens_per_s;
+  const double lo = interval ? interval_low(t, *interval) : t, hi = interval ? interval_high(t, *interval) : t;
+  const double days = r.train_tokens / t / 86400.0;
+  const double gpu_hours = days * 24.0 * static_cast<double>(c.cfg.n_gpus);
+  row.push_back(Cell::num(days, 2));
+  row.push_back(interval ? Cell::num(r.train_tokens / hi / 86400.0, 2) : Cell::empty());
+  row.push_back(interval ? Cell::num(r.train_tokens / lo / 86400.0, 2) : Cell::empty());
+  row.push_back(Cell::num(gpu_hours, 0));
+  if (r.price <= 0) return;
+  row.push_back(Cell::num(gpu_hours * r.price, 0));
+  row.push_back(interval ? Cell::num(gpu_hours * r.price * t / hi, 0) : Cell::empty());
+  row.push_back(interval ? Cell::num(gpu_hours * r.price * t / lo, 0) : Cell::empty());
+}
+
+std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c, const std::optional<PredictionInterval>& interval,
+                             int rank) {
+  const Prediction& p = c.prediction;
+  const double t = p.tokens_per_s;
+  const double lo = interval ? interval_low(t, *interval) : t, hi = interval ? interval_high(t, *interval) : t;
+  std::vector<Cell> row = {Cell::integer_value(rank), Cell::str(c.device->id), Cell::integer_value(c.cfg.n_gpus),
+                           Cell::integer_value(c.cfg.micro_batch), Cell::integer_value(c.cfg.grad_accum()),
+                           Cell::integer_value(c.cfg.global_batch), Cell::integer_value(c.cfg.global_batch * c.cfg.seq_len),
+                           Cell::flag(c.cfg.activation_checkpointing), Cell::str(std::string(to_string(c.cfg.sharding))),
+                           Cell::integer_value(static_cast<int64_t>(t)),
+                           interval ? Cell::integer_value(static_cast<int64_t>(lo)) : Cell::empty(),
+                           interval ? Cell::integer_value(static_cast<int64_t>(hi)) : Cell::empty(),
+                           Cell::num(100 * p.mfu, 2), Cell::num(100 * p.hfu, 2), Cell::num(p.memory.peak_bytes / kGiB, 1),
+                           Cell::num((p.capacity_bytes - p.memory.peak_bytes) / kGiB, 1)};
+  if (r.train_tokens > 0) add_time_and_cost(r, c, interval, row);
+  row.push_back(Cell::str(batch_note(r, c.cfg)));
+  return row;
+}
+
+void add_bar(StackedBars& bars, const PlannedConfig& c, int rank) {
+  static const char* kShort[] = {"full", "grad-op", "no-shard", "hybrid"};
+  const StepBreakdown& t = c.prediction.time;
+  bars.bars.push_back("#" + std::to_string(rank) + " " + c.device->id + " x" + std::to_string(c.cfg.n_gpus) + " mb" +
+                      std::to_string(c.cfg.micro_batch) + " " + kShort[static_cast<int>(c.cfg.sharding)] +
+                      (c.cfg.activation_checkpointing ? " ckpt" : ""));
+  bars.values.push_back({t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s});
+}
+
+// Side by side: the best of each device.
+OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
+  OutputTable best;
+  best.title = "best per device";
+  best.columns = {"GPU", "# GPUs", "MicroBatchSize", "Activation Checkpointing", "Sharding Strategy", "Throughput (T/s)", "MFU"};
+  if (r.train_tokens > 0) best.columns.emplace_back("Time to Train (days)");
+  if (r.train_tokens > 0 && r.price > 0) best.columns.emplace_back("Cost ($)");
+  for (const auto& d : r.device_ids) {
+    const auto it = std::find_if(plan.ranked.begin(), plan.ranked.end(), [&](const PlannedConfig& c) { return c.device->id == d; });
+    if (it == plan.ranked.end()) {
+      std::vector<Cell> row(best.columns.size());
+      row[0] = Cell::str(d);
+      row[1] = Cell::str("nothing fits");
+      best.add_row(std::move(row));
+      continue;
+    }
+    const Prediction& p = it->prediction;
+    std::vector<Cell> row = {Cell::str(d), Cell::integer_value(it->cfg.n_gpus), Cell::integer_value(it->cfg.micro_batch),
+                             Cell::flag(it->cfg.activation_checkpointing), Cell::str(std::string(to_string(it->cfg.sharding))),
+                             Cell::integer_value(static_cast<int64_t>(p.tokens_per_s)), Cell::num(100 * p.mfu, 2)};
+    const double days = r.train_tokens / p.tokens_per_s / 86400.0;
+    if (r.train_tokens > 0) row.push_back(Cell::num(days, 2));
+    if (r.train_tokens > 0 && r.price > 0) row.push_back(Cell::num(days * 24.0 * static_cast<double>(it->cfg.n_gpus) * r.price, 0));
+    best.add_row(std::move(row));
+  }
+  return best;
 }
 
 void run_plan(const PlanOptions& o) {
   Context ctx(o.common);
   const RunSettings run = resolve_run(ctx, o.run);
-  const ModelConfig& model = *run.model;
-  const int64_t seq = *run.seq_len;
-  const std::vector<std::string> devices = parse_name_list("--device", o.devices);
-  for (const auto& d : devices) ctx.device(d);  // unknown device: Error, before any work
-  ctx.check_profiles_used(devices);
-  if (o.gpus.empty()) throw Error("--gpus: give the GPU counts to consider, as in 32,64,128");
-  const std::vector<int64_t> gpu_counts = parse_count_list("--gpus", o.gpus, kMaxGpus);
-  if (o.objective != "time" && o.objective != "cost") throw Error("--objective '" + o.objective + "': expected time or cost");
-  if (o.top < 1 || o.top > 1000) throw Error("--top " + std::to_string(o.top) + ": expected 1 to 1000");
-  const double train_tokens = o.tokens.empty() ? 0.0 : parse_tokens("--tokens", o.tokens);
-  double price = 0;
-  if (!o.price.empty()) {
-    size_t used = 0;
-    try {
-      price = std::stod(o.price, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != o.price.size() || !std::isfinite(price) || price <= 0 || price > 1e6)
-      throw Error("--price-per-gpu-hour '" + o.price + "': expected a positive number of dollars");
-  }
-  if (o.objective == "cost" && price == 0) throw Error("--objective cost needs --price-per-gpu-hour");
-
-  // The global batch asked, in sequences.
-  double asked_sequences = 0;
-  std::string asked_from;
-  if (!o.batch_tokens.empty()) {
-    asked_sequences = parse_tokens("--global-batch-tokens", o.batch_tokens) / static_cast<double>(seq);
-    asked_from = "--global-batch-tokens " + o.batch_tokens;
-  } else if (run.global_batch) {
-    asked_sequences = static_cast<double>(*run.global_batch);
-    asked_from = "global_train_batch_size " + std::to_string(*run.global_batch) + " in " + run.config_origin;
-  } else {
-    asked_sequences = 4.0 * 1024 * 1024 / static_cast<double>(seq);
-    asked_from = "the default of 4Mi tokens per step";
-  }
-
-  std::vector<Sharding> shardings(kAllShardings.begin(), kAllShardings.end());
-  if (run.sharding && !o.run.sharding.empty()) shardings = {*run.sharding};
-  std::vector<bool> ckpts = {false, true};
-  if (o.run.ckpt) ckpts = {*o.run.ckpt};
-  // --micro-batch N on the command line plans that micro-batch only; auto (or none) scans them all.
-  std::optional<int64_t> fixed_micro_batch;
-  if (!o.run.micro_batch.empty() && !run.micro_batch_auto) fixed_micro_batch = run.micro_batch;
-
-  std::vector<Candidate> fits;
-  std::vector<Rejection> rejected;
-  Progress progress("plan", static_cast<int64_t>(devices.size() * gpu_counts.size()));
-  int64_t step = 0;
-  for (const auto& device_id : devices) {
-    const DeviceSpec& device = ctx.device(device_id);
-    const DeviceProfile& profile = ctx.profile(device_id);
-    const auto interval = prediction_interval(profile);
-    for (int64_t n : gpu_counts) {
-      progress.update(step++);
-      // Whole sequences per GPU, as close to the asked batch as that allows.
-      const double per_gpu = std::round(asked_sequences / static_cast<double>(n));
-      if (per_gpu < 1) {
-        char why[200];
-        std::snprintf(why, sizeof why, "global batch not reachable: %.0f sequences (%s) is fewer than one per GPU",
-                      asked_sequences, asked_from.c_str());
-        rejected.push_back({device_id, n, "all", why});
-        continue;
-      }
-      TrainConfig base;
-      base.seq_len = seq;
-      base.n_gpus = n;
-      base.global_batch = static_cast<int64_t>(per_gpu) * n;
-      base.precision = run.precision;
-      base.mp_mode = run.mp_mode;
-      const double got = static_cast<double>(base.global_batch);
-      std::string note = std::fabs(got - asked_sequences) < 0.5
-                             ? "as asked"
-                             : "asked " + std::to_string(static_cast<int64_t>(std::llround(asked_sequences))) +
-                                   " sequences; " + std::to_string(base.global_batch) + " is the nearest multiple of " +
-                                   std::to_string(n) + " GPUs";
-      for (Sharding sh : shardings) {
-        for (bool ckpt : ckpts) {
-          TrainConfig cfg = base;
-          cfg.sharding = sh;
-          cfg.activation_checkpointing = ckpt;
-          cfg.micro_batch = 1;
-          if (const std::string why = check_config(model, device, profile.params, cfg); !why.empty()) {
-            rejected.push_back({device_id, n, choice_name(sh, ckpt), why});
-            continue;
-          }
-          const int64_t first = fixed_micro_batch.value_or(1);
-          if (first > cfg.per_device_batch()) {
-            rejected.push_back({device_id, n, choice_name(sh, ckpt),
-                                "--micro-batch " + std::to_string(first) + " is more than the " +
-                                    std::to_string(cfg.per_device_batch()) + " sequences per GPU of the global batch"});
-            continue;
-          }
-          const int64_t last = fixed_micro_batch ? first : cfg.per_device_batch();
-          int64_t largest_fit = 0;
-          double smallest_peak = 0;
-          // Up to the first micro-batch that does not fit: memory grows with the micro-batch.
-          for (int64_t mb = first; mb <= last; ++mb) {
-            cfg.micro_batch = mb;
-            const Prediction p = predict(model, device, profile.params, cfg);
-            if (mb == first) smallest_peak = p.memory.peak_bytes;
-            if (!p.fits()) break;
-            largest_fit = mb;
-            const double seconds_per_token = 1.0 / p.tokens_per_s;
-            const double score = o.objective == "cost" ? seconds_per_token * static_cast<double>(n) : seconds_per_token;
-            fits.push_back({device_id, cfg, p, interval, note, score});
-          }
-          if (largest_fit == 0) {
-            char why[160];
-            std::snprintf(why, sizeof why, "out of memory: a micro-batch of %lld needs %.1f GiB of %.1f GiB",
-                          static_cast<long long>(first), smallest_peak / kGiB, device.memory_bytes / kGiB);
-            rejected.push_back({device_id, n, choice_name(sh, ckpt), why});
-          } else if (!fixed_micro_batch && largest_fit < cfg.per_device_batch()) {
-            rejected.push_back({device_id, n, choice_name(sh, ckpt),
-                                "out of memory for micro-batches above " + std::to_string(largest_fit)});
-          }
-        }
-      }
-    }
-  }
+  const PlanRequest r = check_plan(o, ctx, run);
+  Progress progress("plan", static_cast<int64_t>(r.query.devices.size() * r.query.gpu_counts.size()));
+  const PlanResult plan = plan_runs(r.query, [&](int64_t i) { progress.update(i); });
   progress.finish();
-  std::stable_sort(fits.begin(), fits.end(), [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
 
-  // The ranked table.
   OutputTable ranked;
   ranked.title = "plan";
-  ranked.columns = {"Rank", "GPU", "# GPUs", "MicroBatchSize", "GradAccum", "GlobalBatchSize", "GlobalBatchSize (T)",
-                    "Activation Checkpointing", "Sharding Strategy", "Throughput (T/s)", "Throughput Low (T/s)",
-                    "Throughput High (T/s)", "MFU", "HFU", "Memory (GiB)", "Headroom (GiB)"};
-  if (train_tokens > 0) {
-    for (const char* c : {"Time to Train (days)", "Time Low (days)", "Time High (days)", "GPU-hours"}) ranked.columns.emplace_back(c);
-    if (price > 0)
-      for (const char* c : {"Cost ($)", "Cost Low ($)", "Cost High ($)"}) ranked.columns.emplace_back(c);
-  }
-  ranked.columns.emplace_back("Global Batch");
+  ranked.columns = ranked_columns(r);
   StackedBars bars;
   bars.title = "Step time of the ranked configurations";
   bars.y_label = "seconds per optimizer step";
   bars.series = {"GEMM", "attention", "other compute", "exposed communication", "optimizer", "overhead"};
-  const auto emit_row = [&](const Candidate& c, int rank) {
-    const Prediction& p = c.p;
-    const double t = p.tokens_per_s;
-    const double lo = c.interval ? interval_low(t, *c.interval) : t, hi = c.interval ? interval_high(t, *c.interval) : t;
-    std::vector<Cell> row = {Cell::integer_value(rank), Cell::str(c.device), Cell::integer_value(c.cfg.n_gpus),
-                             Cell::integer_value(c.cfg.micro_batch), Cell::integer_value(c.cfg.grad_accum()),
-                             Cell::integer_value(c.cfg.global_batch), Cell::integer_value(c.cfg.global_batch * c.cfg.seq_len),
-                             Cell::flag(c.cfg.activation_checkpointing), Cell::str(std::string(to_string(c.cfg.sharding))),
-                             Cell::integer_value(static_cast<int64_t>(t)),
-                             c.interval ? Cell::integer_value(static_cast<int64_t>(lo)) : Cell::empty(),
-                             c.interval ? Cell::integer_value(static_cast<int64_t>(hi)) : Cell::empty(),
-                             Cell::num(100 * p.mfu, 2), Cell::num(100 * p.hfu, 2), Cell::num(p.memory.peak_bytes / kGiB, 1),
-                             Cell::num((p.capacity_bytes - p.memory.peak_bytes) / kGiB, 1)};
-    if (train_tokens > 0) {
-      const double days = train_tokens / t / 86400.0;
-      const double gpu_hours = days * 24.0 * static_cast<double>(c.cfg.n_gpus);
-      row.push_back(Cell::num(days, 2));
-      row.push_back(c.interval ? Cell::num(train_tokens / hi / 86400.0, 2) : Cell::empty());
-      row.push_back(c.interval ? Cell::num(train_tokens / lo / 86400.0, 2) : Cell::empty());
-      row.push_back(Cell::num(gpu_hours, 0));
-      if (price > 0) {
-        row.push_back(Cell::num(gpu_hours * price, 0));
-        row.push_back(c.interval ? Cell::num(gpu_hours * price * t / hi, 0) : Cell::empty());
-        row.push_back(c.interval ? Cell::num(gpu_hours * price * t / lo, 0) : Cell::empty());
-      }
-    }
-    row.push_back(Cell::str(c.batch_note));
-    ranked.add_row(std::move(row));
-    static const char* kShort[] = {"full", "grad-op", "no-shard", "hybrid"};
-    bars.bars.push_back("#" + std::to_string(rank) + " " + c.device + " x" + std::to_string(c.cfg.n_gpus) + " mb" +
-                        std::to_string(c.cfg.micro_batch) + " " + kShort[static_cast<int>(c.cfg.sharding)] +
-                        (c.cfg.activation_checkpointing ? " ckpt" : ""));
-    bars.values.push_back({p.time.gemm_s, p.time.attention_s, p.time.other_compute_s, p.time.exposed_comm_s,
-                           p.time.optimizer_s, p.time.overhead_s});
-  };
-  for (size_t i = 0; i < fits.size() && static_cast<int>(i) < o.top; ++i) emit_row(fits[i], static_cast<int>(i) + 1);
+  for (size_t i = 0; i < plan.ranked.size() && static_cast<int>(i) < o.top; ++i) {
+    const PlannedConfig& c = plan.ranked[i];
+    ranked.add_row(ranked_row(r, c, prediction_interval(ctx.profile(c.device->id)), static_cast<int>(i) + 1));
+    add_bar(bars, c, static_cast<int>(i) + 1);
+  }
   std::vector<OutputTable> out = {ranked};
-
-  // Side by side: the best of each device.
-  if (devices.size() > 1) {
-    OutputTable best;
-    best.title = "best per device";
-    best.columns = {"GPU", "# GPUs", "MicroBatchSize", "Activation Checkpointing", "Sharding Strategy", "Throughput (T/s)", "MFU"};
-    if (train_tokens > 0) best.columns.emplace_back("Time to Train (days)");
-    if (train_tokens > 0 && price > 0) best.columns.emplace_back("Cost ($)");
-    for (const auto& d : devices) {
-      const auto it = std::find_if(fits.begin(), fits.end(), [&](const Candidate& c) { return c.device == d; });
-      if (it == fits.end()) {
-        std::vector<Cell> row(best.columns.size());
-        row[0] = Cell::str(d);
-        row[1] = Cell::str("nothing fits");
-        best.add_row(std::move(row));
-        continue;
-      }
-      std::vector<Cell> row = {Cell::str(d), Cell::integer_value(it->cfg.n_gpus), Cell::integer_value(it->cfg.micro_batch),
-                               Cell::flag(it->cfg.activation_checkpointing), Cell::str(std::string(to_string(it->cfg.sharding))),
-                               Cell::integer_value(static_cast<int64_t>(it->p.tokens_per_s)), Cell::num(100 * it->p.mfu, 2)};
-      const double days = train_tokens / it->p.tokens_per_s / 86400.0;
-      if (train_tokens > 0) row.push_back(Cell::num(days, 2));
-      if (train_tokens > 0 && price > 0) row.push_back(Cell::num(days * 24.0 * static_cast<double>(it->cfg.n_gpus) * price, 0));
-      best.add_row(std::move(row));
-    }
-    out.push_back(best);
-  }
-  if (o.explain) {
-    OutputTable why;
-    why.title = "rejected";
-    why.columns = {"GPU", "# GPUs", "Choice", "Reason"};
-    for (const auto& r : rejected)
-      why.add_row({Cell::str(r.device), Cell::integer_value(r.gpus), Cell::str(r.choice), Cell::str(r.reason)});
-    out.push_back(why);
-  }
+  if (r.device_ids.size() > 1) out.push_back(best_per_device(r, plan));
+  if (o.explain) out.push_back(rejected_table(r, plan));
   print_notes(run);
   if (!o.plot.empty()) write_file_atomic(o.plot, stacked_bars_svg(bars));
   emit(render(out, ctx.format()), ctx.output());
-  if (fits.empty()) {
-    std::cerr << "tpsim: nothing fits: no configuration of " << model.name << " at sequence length " << seq
+  if (plan.ranked.empty())
+    std::cerr << "tpsim: nothing fits: no configuration of " << run.model->name << " at sequence length " << *run.seq_len
               << " fits on the devices and GPU counts given" << (o.explain ? "" : " (--explain says why)") << "\n";
-  }
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 #include <memory>
 
 #include "io/error.hpp"
-#include "model/simulator.hpp"
+#include "model/search.hpp"
+#include "model/units.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
@@ -19,22 +20,51 @@ struct PredictOptions {
   std::string gpus, device = "h100_80gb";
 };
 
-// Composer's "auto" micro-batch: the largest micro-batch that fits (Composer halves on an out-of-
-// memory error; tpsim takes the largest whole number that its memory model says fits). Memory grows
-// with the micro-batch, so a bisection finds it, however large the per-device batch.
-int64_t largest_fitting_micro_batch(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
-                                    TrainConfig cfg) {
-  const auto fits = [&](int64_t mb) {
-    cfg.micro_batch = mb;
-    return check_config(model, device, params, cfg).empty() && predict(model, device, params, cfg).fits();
-  };
-  int64_t lo = 0, hi = cfg.per_device_batch();  // lo fits (or is 0), everything above hi does not
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (fits(mid)) lo = mid;
-    else hi = mid - 1;
+// Where a batch setting came from, for the errors: the flag, or the key of the --config YAML.
+std::string origin_of(const RunSettings& run, bool flag_given, const std::string& flag, const char* key, int64_t value) {
+  return flag_given ? flag + " " + std::to_string(value)
+                    : std::string(key) + " " + std::to_string(value) + " in " + run.config_origin;
+}
+
+std::string micro_batch_missing(const RunSettings& run, const char* what) {
+  return std::string("--micro-batch: not given (") + what + ")" +
+         (run.config_origin.empty() ? "" : ", nor device_train_microbatch_size in " + run.config_origin);
+}
+
+// A global batch given (flag or YAML): the micro-batch is given, or auto (the largest that fits).
+void set_batch_from_global(const PredictOptions& o, RunSettings& run, const ModelConfig& model,
+                           const DeviceSpec& device, const CostParams& params, TrainConfig& cfg) {
+  const bool flag = !o.run.global_batch.empty();
+  cfg.global_batch = flag ? parse_count("--global-batch", o.run.global_batch, kMaxBatch) : *run.global_batch;
+  if (cfg.global_batch % cfg.n_gpus != 0)
+    throw Error(origin_of(run, flag, "--global-batch", "global_train_batch_size", cfg.global_batch) +
+                ": not a multiple of --gpus " + std::to_string(cfg.n_gpus));
+  if (run.micro_batch_auto) {
+    cfg.micro_batch = largest_fitting_micro_batch(model, device, params, cfg);
+    if (cfg.micro_batch == 0)
+      throw Error("--micro-batch auto: not even a micro-batch of 1 fits on " + device.id + " with these settings");
+    run.notes.push_back("micro-batch auto: " + std::to_string(cfg.micro_batch) + ", the largest that fits");
+    return;
   }
-  return lo;
+  if (!run.micro_batch) throw Error(micro_batch_missing(run, "a number, or auto"));
+  cfg.micro_batch = *run.micro_batch;
+  if (cfg.micro_batch > cfg.per_device_batch())
+    throw Error(origin_of(run, !o.run.micro_batch.empty(), "--micro-batch", "device_train_microbatch_size",
+                          cfg.micro_batch) +
+                ": larger than the per-device batch " + std::to_string(cfg.per_device_batch()) + " (global batch / --gpus)");
+}
+
+// No global batch: micro-batch x gradient accumulation x GPUs.
+void set_batch_from_accumulation(const PredictOptions& o, const RunSettings& run, TrainConfig& cfg) {
+  if (run.micro_batch_auto)
+    throw Error("--micro-batch auto needs a global batch (--global-batch, or global_train_batch_size in --config)");
+  if (!run.micro_batch) throw Error(micro_batch_missing(run, "a number, or auto with a global batch"));
+  cfg.micro_batch = *run.micro_batch;
+  const int64_t accum = o.run.grad_accum.empty() ? 1 : parse_count("--grad-accum", o.run.grad_accum, kMaxBatch);
+  const double global = static_cast<double>(cfg.micro_batch) * static_cast<double>(accum) * static_cast<double>(cfg.n_gpus);
+  if (global > static_cast<double>(kMaxBatch))
+    throw Error("--micro-batch x --grad-accum x --gpus = " + std::to_string(global) + " sequences is too large");
+  cfg.global_batch = cfg.micro_batch * accum * cfg.n_gpus;
 }
 
 void run_predict(const PredictOptions& o) {
@@ -44,11 +74,6 @@ void run_predict(const PredictOptions& o) {
   const DeviceSpec& device = ctx.device(o.device);
   ctx.check_profiles_used({o.device});
   const DeviceProfile& profile = ctx.profile(o.device);
-  // Where a batch setting came from, for the errors: the flag, or the key of the --config YAML.
-  const auto from = [&](bool flag_given, const std::string& flag, const char* key, int64_t value) {
-    return flag_given ? flag + " " + std::to_string(value)
-                      : std::string(key) + " " + std::to_string(value) + " in " + run.config_origin;
-  };
 
   TrainConfig cfg;
   cfg.seq_len = *run.seq_len;
@@ -57,40 +82,8 @@ void run_predict(const PredictOptions& o) {
   cfg.mp_mode = run.mp_mode;
   cfg.sharding = run.sharding.value_or(Sharding::kFullShard);
   cfg.activation_checkpointing = run.activation_checkpointing.value_or(false);
-  const std::string gpus = std::to_string(cfg.n_gpus);
-  if (!o.run.global_batch.empty() || run.global_batch) {
-    cfg.global_batch = !o.run.global_batch.empty() ? parse_count("--global-batch", o.run.global_batch, kMaxBatch)
-                                                   : *run.global_batch;
-    if (cfg.global_batch % cfg.n_gpus != 0)
-      throw Error(from(!o.run.global_batch.empty(), "--global-batch", "global_train_batch_size", cfg.global_batch) +
-                  ": not a multiple of --gpus " + gpus);
-    if (run.micro_batch_auto) {
-      cfg.micro_batch = largest_fitting_micro_batch(model, device, profile.params, cfg);
-      if (cfg.micro_batch == 0)
-        throw Error("--micro-batch auto: not even a micro-batch of 1 fits on " + device.id + " with these settings");
-      run.notes.push_back("micro-batch auto: " + std::to_string(cfg.micro_batch) + ", the largest that fits");
-    } else {
-      if (!run.micro_batch)
-        throw Error("--micro-batch: not given (a number, or auto)" +
-                    (run.config_origin.empty() ? "" : ", nor device_train_microbatch_size in " + run.config_origin));
-      cfg.micro_batch = *run.micro_batch;
-      if (cfg.micro_batch > cfg.per_device_batch())
-        throw Error(from(!o.run.micro_batch.empty(), "--micro-batch", "device_train_microbatch_size", cfg.micro_batch) +
-                    ": larger than the per-device batch " + std::to_string(cfg.per_device_batch()) +
-                    " (global batch / --gpus)");
-    }
-  } else {
-    if (run.micro_batch_auto) throw Error("--micro-batch auto needs a global batch (--global-batch, or global_train_batch_size in --config)");
-    if (!run.micro_batch)
-      throw Error("--micro-batch: not given (a number, or auto with a global batch)" +
-                  (run.config_origin.empty() ? "" : ", nor device_train_microbatch_size in " + run.config_origin));
-    cfg.micro_batch = *run.micro_batch;
-    const int64_t accum = o.run.grad_accum.empty() ? 1 : parse_count("--grad-accum", o.run.grad_accum, kMaxBatch);
-    const double global = static_cast<double>(cfg.micro_batch) * static_cast<double>(accum) * static_cast<double>(cfg.n_gpus);
-    if (global > static_cast<double>(kMaxBatch))
-      throw Error("--micro-batch x --grad-accum x --gpus = " + std::to_string(global) + " sequences is too large");
-    cfg.global_batch = cfg.micro_batch * accum * cfg.n_gpus;
-  }
+  if (!o.run.global_batch.empty() || run.global_batch) set_batch_from_global(o, run, model, device, profile.params, cfg);
+  else set_batch_from_accumulation(o, run, cfg);
   if (const std::string why = check_config(model, device, profile.params, cfg); !why.empty()) throw Error(why);
 
   print_notes(run);
@@ -101,8 +94,8 @@ void run_predict(const PredictOptions& o) {
   t.add_row(prediction_row(model.name, device.id, cfg, p, prediction_interval(profile)));
   emit(render({t}, ctx.format()), ctx.output());
   if (!p.fits())
-    std::cerr << "tpsim: does not fit: predicted peak " << p.memory.peak_bytes / (1 << 30) << " GiB of "
-              << p.capacity_bytes / (1 << 30) << " GiB on " << device.id << "\n";
+    std::cerr << "tpsim: does not fit: predicted peak " << p.memory.peak_bytes / kGiB << " GiB of "
+              << p.capacity_bytes / kGiB << " GiB on " << device.id << "\n";
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "cli/report.hpp"
+#include "model/units.hpp"
 
 namespace tpsim {
 
@@ -30,7 +31,6 @@ double interval_high(double predicted, const PredictionInterval& i) { return pre
 
 std::vector<Cell> prediction_row(const std::string& model, const std::string& device, const TrainConfig& cfg,
                                  const Prediction& p, const std::optional<PredictionInterval>& interval) {
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const bool ok = p.fits();
   const auto when_fits = [&](Cell c) { return ok ? c : Cell::empty(); };
   std::vector<Cell> row = {

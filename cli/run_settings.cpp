@@ -55,21 +55,9 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
       s.micro_batch_auto = false;
     }
   }
-  if (!f.precision.empty()) {
-    const auto p = parse_precision(f.precision);
-    if (!p) throw Error("--precision '" + f.precision + "': expected amp_bf16, amp_fp16, amp_fp8, bf16 or fp32");
-    s.precision = *p;
-  }
-  if (!f.mp_mode.empty()) {
-    const auto m = parse_mp_mode(f.mp_mode);
-    if (!m) throw Error("--mp-mode '" + f.mp_mode + "': expected DEFAULT, PURE or FULL");
-    s.mp_mode = *m;
-  }
-  if (!f.sharding.empty()) {
-    const auto sh = parse_sharding(f.sharding);
-    if (!sh) throw Error("--sharding '" + f.sharding + "': expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD");
-    s.sharding = *sh;
-  }
+  if (!f.precision.empty()) s.precision = parse_precision_flag("--precision", f.precision);
+  if (!f.mp_mode.empty()) s.mp_mode = parse_mp_mode_flag("--mp-mode", f.mp_mode);
+  if (!f.sharding.empty()) s.sharding = parse_sharding_flag("--sharding", f.sharding);
   if (f.ckpt) s.activation_checkpointing = f.ckpt;
   if (!s.model) throw Error("--model: no model given (name one, or give --config with a model: block)");
   if (!s.seq_len) throw Error("--seq: no sequence length given (or max_seq_len in --config)");

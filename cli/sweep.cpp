@@ -34,6 +34,128 @@ int64_t global_batch_for(double tokens, int64_t seq_len, int64_t n_gpus) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::min(per_gpu, 1e9))) * n_gpus;
 }
 
+// The sweep asked for, checked.
+struct SweepRequest {
+  std::vector<std::string> models, devices;
+  std::vector<int64_t> seqs, gpus;
+  double tokens = 0;  // per optimizer step
+  TrainConfig base;   // precision and mp_mode
+  SearchSpace space;
+};
+
+SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<std::string>& model_specs) {
+  SweepRequest r;
+  r.models = ctx.select_models(model_specs, "");
+  r.seqs = parse_count_list("--seq", o.seq, kMaxSeqLen);
+  r.gpus = parse_count_list("--gpus", o.gpus, kMaxGpus);
+  r.devices = parse_name_list("--device", o.devices);
+  for (const auto& d : r.devices) ctx.device(d);  // unknown device: Error, before any work
+  ctx.check_profiles_used(r.devices);
+  r.tokens = parse_tokens("--global-batch-tokens", o.tokens);
+  r.base.precision = parse_precision_flag("--precision", o.precision);
+  r.base.mp_mode = parse_mp_mode_flag("--mp-mode", o.mp_mode);
+  r.space.shardings.clear();
+  for (const auto& s : parse_name_list("--shardings", o.shardings))
+    r.space.shardings.push_back(parse_sharding_flag("--shardings", s));
+  return r;
+}
+
+// The heat map: a row per (model, GPU count, device), a column per sequence length.
+HeatMap heat_map_frame(const SweepRequest& r) {
+  HeatMap heat;
+  heat.title = "Predicted MFU of the fastest configuration that fits";
+  heat.x_label = "sequence length (tokens)";
+  heat.y_label = r.gpus.size() * r.devices.size() > 1 ? "model, GPUs, device" : "model";
+  heat.value_label = "MFU (%)";
+  for (int64_t seq : r.seqs) heat.x_ticks.push_back(std::to_string(seq));
+  return heat;
+}
+
+class Sweep {
+ public:
+  Sweep(const SweepOptions& o, const SweepRequest& r, Context& ctx)
+      : o_(o), r_(r), ctx_(ctx), heat_(heat_map_frame(r)),
+        progress_("sweep", static_cast<int64_t>(r.devices.size() * r.models.size() * r.seqs.size() * r.gpus.size())) {
+    table_.title = "sweep";
+    table_.columns = prediction_columns();
+  }
+  void run();
+  const OutputTable& table() const { return table_; }
+  const HeatMap& heat() const { return heat_; }
+  int64_t evaluated() const { return evaluated_; }
+
+ private:
+  void device(const std::string& device_id);
+  void point(const std::string& device_id, const std::string& name, int64_t seq, int64_t n, size_t heat_row, size_t column);
+
+  const SweepOptions& o_;
+  const SweepRequest& r_;
+  Context& ctx_;
+  OutputTable table_;
+  HeatMap heat_;
+  Progress progress_;
+  int64_t done_ = 0, evaluated_ = 0;
+};
+
+void Sweep::run() {
+  for (const auto& device_id : r_.devices) device(device_id);
+  progress_.finish();
+}
+
+void Sweep::device(const std::string& device_id) {
+  const DeviceSpec& device = ctx_.device(device_id);
+  const DeviceProfile& profile = ctx_.profile(device_id);
+  for (DType t : {block_gemm_dtype(r_.base.precision), other_gemm_dtype(r_.base.precision)})
+    if (!device.supports(t) || !(profile.params.gemm_flops_per_s(t) > 0))
+      throw Error("--precision " + o_.precision + ": device " + device_id + " has no " + std::string(to_string(t)) +
+                  " matmuls");
+  const bool several = r_.gpus.size() * r_.devices.size() > 1;
+  for (const auto& name : r_.models) {
+    const size_t first_row = heat_.values.size();
+    for (int64_t n : r_.gpus) {
+      heat_.y_ticks.push_back(several ? name + ", " + std::to_string(n) + ", " + device_id : name);
+      heat_.values.emplace_back(r_.seqs.size(), std::nan(""));
+      heat_.notes.emplace_back(r_.seqs.size());
+    }
+    for (size_t si = 0; si < r_.seqs.size(); ++si)
+      for (size_t gi = 0; gi < r_.gpus.size(); ++gi) point(device_id, name, r_.seqs[si], r_.gpus[gi], first_row + gi, si);
+  }
+}
+
+// The fastest configuration of one (device, model, sequence length, GPU count): its row and cell.
+void Sweep::point(const std::string& device_id, const std::string& name, int64_t seq, int64_t n, size_t heat_row,
+                  size_t column) {
+  progress_.update(done_++);
+  const DeviceSpec& device = ctx_.device(device_id);
+  const DeviceProfile& profile = ctx_.profile(device_id);
+  const ModelConfig& model = ctx_.catalog().get(name);
+  TrainConfig cfg = r_.base;
+  cfg.seq_len = seq;
+  cfg.n_gpus = n;
+  cfg.global_batch = global_batch_for(r_.tokens, seq, n);
+  cfg.micro_batch = 1;
+  if (cfg.global_batch > kMaxBatch)
+    throw Error("--global-batch-tokens " + o_.tokens + ": " + std::to_string(cfg.global_batch) + " sequences of " +
+                std::to_string(seq) + " tokens on " + std::to_string(n) + " GPUs, more than the simulator models (" +
+                std::to_string(kMaxBatch) + ")");
+  if (const std::string why = check_config(model, device, profile.params, cfg); !why.empty())
+    throw Error(name + " at sequence length " + std::to_string(seq) + " on " + std::to_string(n) + " GPUs: " + why);
+  const SearchResult r = search(model, device, profile.params, cfg, r_.space, SearchGoal::kFastest);
+  evaluated_ += r.evaluated;
+  if (!r.found && !r.has_leanest) return;  // every layout invalid
+  const auto interval = prediction_interval(profile);
+  if (!r.found) {
+    table_.add_row(prediction_row(name, device_id, r.leanest, r.leanest_prediction, interval));
+    heat_.notes[heat_row][column] = "does not fit";
+    return;
+  }
+  table_.add_row(prediction_row(name, device_id, r.best, r.best_prediction, interval));
+  heat_.values[heat_row][column] = 100.0 * r.best_prediction.mfu;
+  heat_.notes[heat_row][column] = "micro-batch " + std::to_string(r.best.micro_batch) +
+                                  (r.best.activation_checkpointing ? ", checkpointing, " : ", ") +
+                                  std::string(to_string(r.best.sharding));
+}
+
 void run_sweep(const SweepOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   // Each --models value is a models YAML file (its models join the catalogue and the sweep) or a
@@ -41,97 +163,13 @@ void run_sweep(const SweepOptions& o) {
   CommonOptions common = o.common;
   const std::vector<std::string> specs = take_models_file(o.models, common);
   Context ctx(common);
-  const std::vector<std::string> models = ctx.select_models(specs, "");
-  const std::vector<int64_t> seqs = parse_count_list("--seq", o.seq, kMaxSeqLen);
-  const std::vector<int64_t> gpus = parse_count_list("--gpus", o.gpus, kMaxGpus);
-  const std::vector<std::string> devices = parse_name_list("--device", o.devices);
-  for (const auto& d : devices) ctx.device(d);  // unknown device: Error, before any work
-  ctx.check_profiles_used(devices);
-  const double tokens = parse_tokens("--global-batch-tokens", o.tokens);
-  TrainConfig base;
-  const auto precision = parse_precision(o.precision);
-  if (!precision) throw Error("--precision '" + o.precision + "': expected amp_bf16, amp_fp16, amp_fp8, bf16 or fp32");
-  const auto mp = parse_mp_mode(o.mp_mode);
-  if (!mp) throw Error("--mp-mode '" + o.mp_mode + "': expected DEFAULT, PURE or FULL");
-  base.precision = *precision;
-  base.mp_mode = *mp;
-  SearchSpace space;
-  space.shardings.clear();
-  for (const auto& s : parse_name_list("--shardings", o.shardings)) {
-    const auto sh = parse_sharding(s);
-    if (!sh) throw Error("--shardings '" + s + "': expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD");
-    space.shardings.push_back(*sh);
-  }
-
-  OutputTable table;
-  table.title = "sweep";
-  table.columns = prediction_columns();
-  int64_t evaluated = 0;
-  // The heat map: a row per (model, GPU count, device), a column per sequence length.
-  const bool several = gpus.size() * devices.size() > 1;
-  HeatMap heat;
-  heat.title = "Predicted MFU of the fastest configuration that fits";
-  heat.x_label = "sequence length (tokens)";
-  heat.y_label = several ? "model, GPUs, device" : "model";
-  heat.value_label = "MFU (%)";
-  for (int64_t seq : seqs) heat.x_ticks.push_back(std::to_string(seq));
-  Progress progress("sweep", static_cast<int64_t>(devices.size() * models.size() * seqs.size() * gpus.size()));
-  int64_t done = 0;
-  for (const auto& device_id : devices) {
-    const DeviceSpec& device = ctx.device(device_id);
-    const DeviceProfile& profile = ctx.profile(device_id);
-    for (DType t : {block_gemm_dtype(base.precision), other_gemm_dtype(base.precision)})
-      if (!device.supports(t) || !(profile.params.gemm_flops_per_s(t) > 0))
-        throw Error("--precision " + o.precision + ": device " + device_id + " has no " +
-                    std::string(to_string(t)) + " matmuls");
-    for (const auto& name : models) {
-      const ModelConfig& model = ctx.catalog().get(name);
-      std::vector<size_t> heat_rows;
-      for (int64_t n : gpus) {
-        heat_rows.push_back(heat.values.size());
-        heat.y_ticks.push_back(several ? name + ", " + std::to_string(n) + ", " + device_id : name);
-        heat.values.emplace_back(seqs.size(), std::nan(""));
-        heat.notes.emplace_back(seqs.size());
-      }
-      for (size_t si = 0; si < seqs.size(); ++si) {
-        const int64_t seq = seqs[si];
-        for (size_t gi = 0; gi < gpus.size(); ++gi) {
-          const int64_t n = gpus[gi];
-          progress.update(done++);
-          TrainConfig cfg = base;
-          cfg.seq_len = seq;
-          cfg.n_gpus = n;
-          cfg.global_batch = global_batch_for(tokens, seq, n);
-          cfg.micro_batch = 1;
-          if (cfg.global_batch > kMaxBatch)
-            throw Error("--global-batch-tokens " + o.tokens + ": " + std::to_string(cfg.global_batch) + " sequences of " +
-                        std::to_string(seq) + " tokens on " + std::to_string(n) + " GPUs, more than the simulator models (" +
-                        std::to_string(kMaxBatch) + ")");
-          if (const std::string why = check_config(model, device, profile.params, cfg); !why.empty())
-            throw Error(name + " at sequence length " + std::to_string(seq) + " on " + std::to_string(n) + " GPUs: " + why);
-          const SearchResult r = search_fastest(model, device, profile.params, cfg, space);
-          evaluated += r.evaluated;
-          if (r.evaluated == 0) continue;
-          const auto interval = prediction_interval(profile);
-          if (r.found) {
-            table.add_row(prediction_row(name, device_id, r.best, r.best_prediction, interval));
-            heat.values[heat_rows[gi]][si] = 100.0 * r.best_prediction.mfu;
-            heat.notes[heat_rows[gi]][si] = "micro-batch " + std::to_string(r.best.micro_batch) +
-                                            (r.best.activation_checkpointing ? ", checkpointing, " : ", ") +
-                                            std::string(to_string(r.best.sharding));
-          } else {
-            table.add_row(prediction_row(name, device_id, r.leanest, r.leanest_prediction, interval));
-            heat.notes[heat_rows[gi]][si] = "does not fit";
-          }
-        }
-      }
-    }
-  }
-  progress.finish();
-  if (!o.plot.empty()) write_file_atomic(o.plot, heat_map_svg(heat));
-  emit(render({table}, ctx.format()), ctx.output());
+  const SweepRequest r = check_sweep(o, ctx, specs);
+  Sweep sweep(o, r, ctx);
+  sweep.run();
+  if (!o.plot.empty()) write_file_atomic(o.plot, heat_map_svg(sweep.heat()));
+  emit(render({sweep.table()}, ctx.format()), ctx.output());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::cerr << "evaluated " << evaluated << " configurations in " << seconds << " s\n";
+  std::cerr << "evaluated " << sweep.evaluated() << " configurations in " << seconds << " s\n";
 }
 
 }  // namespace

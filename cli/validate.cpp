@@ -17,6 +17,7 @@
 #include "cli/context.hpp"
 #include "cli/report.hpp"
 #include "cli/validation.hpp"
+#include "model/units.hpp"
 
 namespace tpsim {
 namespace {
@@ -31,7 +32,6 @@ struct ValidateOptions {
   std::string plot;  // SVG: predicted against measured
 };
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 OutputTable summary_table(const std::vector<RowResult>& results) {
   OutputTable t;
@@ -125,6 +125,69 @@ std::string validation_plot(const std::vector<RowResult>& results, const std::ma
   return scatter_loglog_svg(sc);
 }
 
+// Each row's interval, from its device's held-out errors: [low, high], empty without one.
+using Intervals = std::map<std::string, PredictionInterval>;
+std::pair<Cell, Cell> low_high(const Intervals& intervals, const RowResult& r) {
+  const auto it = intervals.find(r.row->row.gpu);
+  if (it == intervals.end()) return {Cell::empty(), Cell::empty()};
+  const double p = r.prediction.tokens_per_s;
+  return {Cell::num(interval_low(p, it->second), 0), Cell::num(interval_high(p, it->second), 0)};
+}
+
+// CSV: the input's columns (of the first table), then the predictions.
+OutputTable csv_table(const std::vector<ResolvedRow>& rows, const std::vector<RowResult>& results, const Intervals& intervals) {
+  OutputTable t;
+  t.title = "validate";
+  for (const auto& [col, _] : rows.front().row.cells) t.columns.push_back(col);
+  const size_t n_in = t.columns.size();
+  for (const char* c : {"Predicted Throughput (T/s)", "Predicted MFU", "Predicted HFU", "Predicted Memory (GiB)",
+                        "Error (%)", "Predicted Throughput Low (T/s)", "Predicted Throughput High (T/s)", "Held Out"})
+    t.columns.emplace_back(c);
+  for (const auto& r : results) {
+    std::vector<Cell> row(n_in);
+    for (const auto& [col, cell] : r.row->row.cells)
+      for (size_t i = 0; i < n_in; ++i)
+        if (t.columns[i] == col) row[i] = Cell::str(cell);
+    const Prediction& p = r.prediction;
+    const auto [low, high] = low_high(intervals, r);
+    row.push_back(Cell::num(p.tokens_per_s, 0));
+    row.push_back(Cell::num(100 * p.mfu, 2));
+    row.push_back(Cell::num(100 * p.hfu, 2));
+    row.push_back(Cell::num(p.memory.peak_bytes / kGiB, 1));
+    row.push_back(Cell::num(100 * r.error, 2));
+    row.push_back(low);
+    row.push_back(high);
+    row.push_back(r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out));
+    t.add_row(std::move(row));
+  }
+  return t;
+}
+
+// Markdown and JSON: each row measured and predicted, in tpsim's columns.
+OutputTable rows_table(const std::vector<RowResult>& results, const Intervals& intervals) {
+  OutputTable t;
+  t.title = "rows";
+  t.columns = {"Source", "Model", "SeqLen (T)", "# GPUs", "GPU", "MicroBatchSize", "GradAccum", "GlobalBatchSize",
+               "Precision", "MP Mode", "Sharding Strategy", "Activation Checkpointing", "Throughput (T/s)",
+               "Predicted Throughput (T/s)", "Error (%)", "Predicted Low (T/s)", "Predicted High (T/s)", "MFU",
+               "Predicted MFU", "HFU", "Predicted HFU", "Predicted Memory (GiB)", "Fits", "Held Out"};
+  for (const auto& r : results) {
+    const MeasuredRow& m = r.row->row;
+    const Prediction& p = r.prediction;
+    const auto measured = [](double v) { return v >= 0 ? Cell::num(v, 2) : Cell::empty(); };
+    const auto [low, high] = low_high(intervals, r);
+    t.add_row({Cell::str(m.where()), Cell::str(m.model), Cell::integer_value(m.seq_len), Cell::integer_value(m.n_gpus),
+               Cell::str(m.gpu), Cell::integer_value(m.micro_batch), Cell::integer_value(r.row->cfg.grad_accum()),
+               Cell::integer_value(m.global_batch), Cell::str(std::string(to_string(m.precision))),
+               Cell::str(std::string(to_string(m.mp_mode))), Cell::str(std::string(to_string(m.sharding))),
+               Cell::flag(m.activation_checkpointing), Cell::num(m.tokens_per_s, 0), Cell::num(p.tokens_per_s, 0),
+               Cell::num(100 * r.error, 2), low, high, measured(m.mfu_percent), Cell::num(100 * p.mfu, 2),
+               measured(m.hfu_percent), Cell::num(100 * p.hfu, 2), Cell::num(p.memory.peak_bytes / kGiB, 1),
+               Cell::str(p.fits() ? "yes" : "no"), r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out)});
+  }
+  return t;
+}
+
 void run_validate(const ValidateOptions& o) {
   Context ctx(o.common);
   std::vector<std::string> warnings;
@@ -141,68 +204,15 @@ void run_validate(const ValidateOptions& o) {
   } else {
     results = held_out_results(ctx, rows, parse_cv(o.cv), o);
   }
-  const auto intervals = intervals_by_device(ctx, results, !o.cv.empty());
-  const auto low_high = [&](const RowResult& r) -> std::pair<Cell, Cell> {
-    const auto it = intervals.find(r.row->row.gpu);
-    if (it == intervals.end()) return {Cell::empty(), Cell::empty()};
-    const double p = r.prediction.tokens_per_s;
-    return {Cell::num(interval_low(p, it->second), 0), Cell::num(interval_high(p, it->second), 0)};
-  };
-
+  const Intervals intervals = intervals_by_device(ctx, results, !o.cv.empty());
   if (!o.plot.empty()) write_file_atomic(o.plot, validation_plot(results, intervals, !o.cv.empty()));
-  OutputTable summary = summary_table(results);
+  const OutputTable summary = summary_table(results);
   if (ctx.format() == Format::kCsv) {
-    // The input's columns (of the first table), then the predictions.
-    OutputTable t;
-    t.title = "validate";
-    for (const auto& [col, _] : rows.front().row.cells) t.columns.push_back(col);
-    const size_t n_in = t.columns.size();
-    for (const char* c : {"Predicted Throughput (T/s)", "Predicted MFU", "Predicted HFU", "Predicted Memory (GiB)",
-                          "Error (%)", "Predicted Throughput Low (T/s)", "Predicted Throughput High (T/s)", "Held Out"})
-      t.columns.emplace_back(c);
-    for (const auto& r : results) {
-      std::vector<Cell> row(n_in);
-      for (const auto& [col, cell] : r.row->row.cells)
-        for (size_t i = 0; i < n_in; ++i)
-          if (t.columns[i] == col) row[i] = Cell::str(cell);
-      const Prediction& p = r.prediction;
-      const auto [low, high] = low_high(r);
-      row.push_back(Cell::num(p.tokens_per_s, 0));
-      row.push_back(Cell::num(100 * p.mfu, 2));
-      row.push_back(Cell::num(100 * p.hfu, 2));
-      row.push_back(Cell::num(p.memory.peak_bytes / kGiB, 1));
-      row.push_back(Cell::num(100 * r.error, 2));
-      row.push_back(low);
-      row.push_back(high);
-      row.push_back(r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out));
-      t.add_row(std::move(row));
-    }
-    emit(render({t}, Format::kCsv), ctx.output());
+    emit(render({csv_table(rows, results, intervals)}, Format::kCsv), ctx.output());
     std::cerr << render({summary}, Format::kMarkdown);
     return;
   }
-
-  OutputTable t;
-  t.title = "rows";
-  t.columns = {"Source", "Model", "SeqLen (T)", "# GPUs", "GPU", "MicroBatchSize", "GradAccum", "GlobalBatchSize",
-               "Precision", "MP Mode", "Sharding Strategy", "Activation Checkpointing", "Throughput (T/s)",
-               "Predicted Throughput (T/s)", "Error (%)", "Predicted Low (T/s)", "Predicted High (T/s)", "MFU",
-               "Predicted MFU", "HFU", "Predicted HFU", "Predicted Memory (GiB)", "Fits", "Held Out"};
-  for (const auto& r : results) {
-    const MeasuredRow& m = r.row->row;
-    const Prediction& p = r.prediction;
-    const auto measured = [](double v) { return v >= 0 ? Cell::num(v, 2) : Cell::empty(); };
-    const auto [low, high] = low_high(r);
-    t.add_row({Cell::str(m.where()), Cell::str(m.model), Cell::integer_value(m.seq_len), Cell::integer_value(m.n_gpus),
-               Cell::str(m.gpu), Cell::integer_value(m.micro_batch), Cell::integer_value(r.row->cfg.grad_accum()),
-               Cell::integer_value(m.global_batch), Cell::str(std::string(to_string(m.precision))),
-               Cell::str(std::string(to_string(m.mp_mode))), Cell::str(std::string(to_string(m.sharding))),
-               Cell::flag(m.activation_checkpointing), Cell::num(m.tokens_per_s, 0), Cell::num(p.tokens_per_s, 0),
-               Cell::num(100 * r.error, 2), low, high, measured(m.mfu_percent), Cell::num(100 * p.mfu, 2),
-               measured(m.hfu_percent), Cell::num(100 * p.hfu, 2), Cell::num(p.memory.peak_bytes / kGiB, 1),
-               Cell::str(p.fits() ? "yes" : "no"), r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out)});
-  }
-  emit(render({t, summary}, ctx.format()), ctx.output());
+  emit(render({rows_table(results, intervals), summary}, ctx.format()), ctx.output());
 }
 
 }  // namespace

@@ -2,10 +2,46 @@
 
 #include <algorithm>
 
+#include "model/architecture.hpp"
+
 namespace tpsim {
 
-MemoryBreakdown estimate_memory(const MemoryInputs& in, const FsdpLayout& layout, const TrainConfig& cfg,
-                                const CostParams& params) {
+namespace {
+
+struct MemoryInputs {
+  double block_params = 0;           // parameters of one block
+  double root_params = 0;            // parameters outside the blocks (embeddings, final norm)
+  int64_t n_layers = 0;
+  double block_saved_bytes = 0;      // one block's forward saved_bytes
+  double block_input_bytes = 0;      // one block's input (what checkpointing keeps)
+  double embed_saved_bytes = 0;
+  double head_saved_bytes = 0;
+  double backward_buffer_bytes = 0;  // gradient buffers of one block's backward
+};
+
+MemoryInputs memory_inputs(const ModelConfig& model, const TrainConfig& cfg, const SavedActivations& saved) {
+  const double a = activation_bytes(cfg.precision);
+  const double tokens = static_cast<double>(cfg.micro_batch) * static_cast<double>(cfg.seq_len);
+  const double td = tokens * static_cast<double>(model.d_model);
+  const double tf = tokens * static_cast<double>(model.d_ffn());
+  MemoryInputs in;
+  in.block_params = static_cast<double>(layer_parameter_count(model));
+  in.root_params = static_cast<double>(embedding_parameter_count(model, cfg.seq_len));
+  in.n_layers = model.n_layers;
+  in.block_saved_bytes = saved.block;
+  in.block_input_bytes = td * a;
+  in.embed_saved_bytes = saved.embed;
+  in.head_saved_bytes = saved.head;
+  // Backward of a block: the incoming gradient, the MLP's two t x d_ffn gradients, and dQ, dK, dV.
+  in.backward_buffer_bytes = (4.0 * td + 2.0 * tf) * a;
+  return in;
+}
+
+}  // namespace
+
+MemoryBreakdown estimate_memory(const ModelConfig& model, const TrainConfig& cfg, const SavedActivations& saved,
+                                const FsdpLayout& layout, const CostParams& params) {
+  const MemoryInputs in = memory_inputs(model, cfg, saved);
   const double total_params = in.block_params * static_cast<double>(in.n_layers) + in.root_params;
   const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
   const double rb = reduced_grad_bytes(cfg.precision, cfg.mp_mode);

@@ -26,18 +26,16 @@ struct MemoryBreakdown {
   double peak_bytes = 0;             // live * fragmentation + reserve
 };
 
-struct MemoryInputs {
-  double block_params = 0;      // parameters of one block
-  double root_params = 0;       // parameters outside the blocks (embeddings, final norm)
-  int64_t n_layers = 0;
-  double block_saved_bytes = 0;  // one block's forward saved_bytes
-  double block_input_bytes = 0;  // one block's input (what checkpointing keeps)
-  double embed_saved_bytes = 0;
-  double head_saved_bytes = 0;   // final norm, logits input, logits/gradient buffer
-  double backward_buffer_bytes = 0;  // gradient buffers of one block's backward
+// What one micro-batch's forward keeps for the backward: the sums of its ops' saved_bytes.
+struct SavedActivations {
+  double block = 0;  // one block's forward
+  double embed = 0;  // the embeddings
+  double head = 0;   // final norm, logits input, logits/gradient buffer
 };
 
-MemoryBreakdown estimate_memory(const MemoryInputs& in, const FsdpLayout& layout, const TrainConfig& cfg,
-                                const CostParams& params);
+// Peak memory of one GPU for `cfg`: the parameters, gradients and optimizer state of `model` under
+// `layout`, the activations `saved` per micro-batch, and the buffers of a block's backward.
+MemoryBreakdown estimate_memory(const ModelConfig& model, const TrainConfig& cfg, const SavedActivations& saved,
+                                const FsdpLayout& layout, const CostParams& params);
 
 }  // namespace tpsim

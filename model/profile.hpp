@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "model/training.hpp"
+#include "model/units.hpp"
 
 namespace tpsim {
 
@@ -67,7 +68,7 @@ struct CostParams {
 
   // Memory: peak = live bytes * fragmentation + reserve.
   double memory_fragmentation = 1.05;        // caching-allocator overhead over live tensors
-  double memory_reserve_bytes = 3.0 * 1073741824.0;  // CUDA context, NCCL buffers, cuBLAS workspaces
+  double memory_reserve_bytes = 3.0 * kGiB;  // CUDA context, NCCL buffers, cuBLAS workspaces
 
   double gemm_flops_per_s(DType t) const;
 };

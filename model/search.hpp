@@ -1,33 +1,109 @@
-// The search a sweep or a plan runs for one (model, sequence length, GPU count, device): every
-// micro-batch, checkpointing choice and sharding strategy, keeping the fastest that fits.
+// The one search every command runs: over the configurations of a training run on one device and
+// GPU count, which fit in memory, which is fastest, and why the others were rejected. `sweep` keeps
+// the fastest of each point, `plan` ranks every configuration that fits, and `predict --micro-batch
+// auto` asks for the largest micro-batch that fits.
+//
+// The space is data: the axes of a configuration and their values. Every axis but the micro-batch
+// makes a *layout* (today the FSDP sharding strategy and activation checkpointing; tensor, pipeline,
+// virtual, context and expert parallel degrees, recompute granularity and the framework are added
+// as fields of Layout and axes of SearchSpace). The micro-batch axis is searched inside each layout,
+// with two rules that prune instead of visiting every point:
+//   1. Memory grows with the micro-batch: the first micro-batch whose predicted peak exceeds the
+//      device's memory rules out every larger one. The bound is found from memory alone (no
+//      schedule), by an exponential then binary search, before any configuration is timed.
+//   2. Dominated and equivalent choices (goal kFastest only): a layout whose predictions equal an
+//      earlier one's (HYBRID_SHARD within one node is FULL_SHARD) is not searched; with
+//      checkpointing, micro-batches that fit without it are not timed, because recomputing the
+//      forward only adds compute to the same schedule (the step time cannot fall) and equal times
+//      go to the earlier layout.
+// kAllThatFit applies only rule 1: a plan lists configurations that rule 2 would skip.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "model/simulator.hpp"
 
 namespace tpsim {
 
+// Every choice of a configuration except its micro-batch.
+struct Layout {
+  Sharding sharding = Sharding::kFullShard;
+  bool activation_checkpointing = false;
+
+  bool operator==(const Layout&) const = default;
+};
+
+// The configuration `base` runs with `layout`.
+TrainConfig with_layout(TrainConfig base, const Layout& layout);
+
 struct SearchSpace {
-  std::vector<int64_t> micro_batches;     // empty: every value 1..per-device batch
+  std::vector<Sharding> shardings = {kAllShardings.begin(), kAllShardings.end()};
   std::vector<bool> checkpointing = {false, true};
-  std::vector<Sharding> shardings = {Sharding::kFullShard, Sharding::kShardGradOp, Sharding::kNoShard,
-                                     Sharding::kHybridShard};
+  std::vector<int64_t> micro_batches;  // empty: every micro-batch from 1 up to the per-device batch
+
+  // The product of the layout axes, in the order ties are broken: shardings, then checkpointing.
+  std::vector<Layout> layouts() const;
+};
+
+enum class SearchGoal : uint8_t {
+  kFastest,     // the fastest configuration that fits (and, when none fits, the leanest)
+  kAllThatFit,  // every configuration that fits, each with its prediction
+};
+
+// Why a layout, or some of its micro-batches, were not kept.
+enum class RejectionKind : uint8_t {
+  kInvalid,             // check_config refuses the layout: `reason`
+  kMicroBatchTooLarge,  // a listed micro-batch is more than the per-device batch
+  kOutOfMemory,         // not even the smallest micro-batch fits: it needs `peak_bytes`
+  kOutOfMemoryAbove,    // micro-batches above `micro_batch` do not fit
+  kEquivalent,          // predicts exactly as an earlier layout (`same_as`)
+};
+
+struct Rejection {
+  Layout layout;
+  RejectionKind kind = RejectionKind::kInvalid;
+  int64_t micro_batch = 0;  // kMicroBatchTooLarge, kOutOfMemory: the micro-batch; kOutOfMemoryAbove: the largest that fits
+  int64_t per_device_batch = 0;
+  double peak_bytes = 0;    // kOutOfMemory: the peak of `micro_batch`
+  Layout same_as;           // kEquivalent
+  std::string reason;       // kInvalid: check_config's reason
+};
+
+struct Candidate {
+  TrainConfig cfg;
+  Prediction prediction;
 };
 
 struct SearchResult {
   bool found = false;             // some configuration fits in memory
-  TrainConfig best;               // the fastest that fits
+  bool has_leanest = false;       // some layout was valid: its memory was predicted
+  TrainConfig best;               // kFastest: the fastest that fits
   Prediction best_prediction;
-  TrainConfig leanest;            // the configuration with the smallest predicted peak memory
-  Prediction leanest_prediction;  // (what to report when nothing fits)
-  int64_t evaluated = 0;
+  TrainConfig leanest;            // kFastest, when nothing fits: the smallest predicted peak memory
+  Prediction leanest_prediction;  // (what to report then)
+  std::vector<Candidate> fitting;  // kAllThatFit: every configuration that fits, layout by layout,
+                                   // micro-batches ascending (a listed space: in its order)
+  std::vector<Rejection> rejections;  // in the order of the layouts
+  int64_t evaluated = 0;           // configurations timed (predicted in full)
 };
 
 // `base` fixes seq_len, global_batch, n_gpus, precision and mp_mode; the search varies the rest.
-// Configurations check_config refuses (HYBRID_SHARD on a partial node, say) are skipped.
-SearchResult search_fastest(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
-                            const TrainConfig& base, const SearchSpace& space);
+// Equal step times keep the configuration met first in the order of the space (layouts, then
+// micro-batches ascending).
+SearchResult search(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
+                    const TrainConfig& base, const SearchSpace& space, SearchGoal goal);
+
+inline SearchResult search_fastest(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
+                                   const TrainConfig& base, const SearchSpace& space) {
+  return search(model, device, params, base, space, SearchGoal::kFastest);
+}
+
+// The largest micro-batch of `cfg`'s layout that check_config accepts and that fits in memory, by
+// rule 1 above (what `predict --micro-batch auto` runs); 0 when none does.
+int64_t largest_fitting_micro_batch(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
+                                    const TrainConfig& cfg);
 
 }  // namespace tpsim

@@ -84,6 +84,10 @@ MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, co
   return r;
 }
 
+SavedActivations saved_activations(const ComputeCosts& k) {
+  return {k.block_fwd.saved_bytes, k.embed_fwd.saved_bytes, k.head_fwd.saved_bytes};
+}
+
 }  // namespace
 
 std::string check_config(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
@@ -191,8 +195,6 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
   const CostParams& params = params_;
   const FsdpCosts& fsdp = fsdp_costs(cfg);
   const FsdpLayout& layout = fsdp.layout;
-  const double block_params = block_params_;
-  const double root_params = static_cast<double>(embedding_parameter_count(model, cfg.seq_len));
   const double L = static_cast<double>(model.n_layers);
 
   const int64_t n_micro = cfg.grad_accum();
@@ -238,25 +240,18 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
   p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;
 
   // Memory, from the full micro-batch's saved activations.
-  const double a = activation_bytes(cfg.precision);
-  const double tokens = static_cast<double>(cfg.micro_batch) * static_cast<double>(cfg.seq_len);
-  const double td = tokens * static_cast<double>(model.d_model);
-  const double tf = tokens * static_cast<double>(model.d_ffn());
-  MemoryInputs mem;
-  mem.block_params = block_params;
-  mem.root_params = root_params;
-  mem.n_layers = model.n_layers;
-  mem.block_saved_bytes = full_compute.block_fwd.saved_bytes;
-  mem.block_input_bytes = td * a;
-  mem.embed_saved_bytes = full_compute.embed_fwd.saved_bytes;
-  mem.head_saved_bytes = full_compute.head_fwd.saved_bytes;
-  // Backward of a block: the incoming gradient, the MLP's two t x d_ffn gradients, and dQ, dK, dV.
-  mem.backward_buffer_bytes = (4.0 * td + 2.0 * tf) * a;
-  p.memory = estimate_memory(mem, layout, cfg, params);
+  p.memory = estimate_memory(model, cfg, saved_activations(full_compute), layout, params);
   p.capacity_bytes = device_.memory_bytes;
-  p.feasibility = p.memory.peak_bytes <= device_.memory_bytes ? Feasibility::kFits : Feasibility::kOutOfMemory;
+  p.feasibility = fits(p.memory) ? Feasibility::kFits : Feasibility::kOutOfMemory;
   return p;
 }
+
+MemoryBreakdown Evaluator::memory(const TrainConfig& cfg) {
+  const ComputeCosts& k = compute_costs(cfg.micro_batch, cfg.seq_len, cfg.precision);
+  return estimate_memory(model_, cfg, saved_activations(k), fsdp_costs(cfg).layout, params_);
+}
+
+bool Evaluator::fits(const MemoryBreakdown& m) const { return m.peak_bytes <= device_.memory_bytes; }
 
 Prediction predict(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
                    const TrainConfig& cfg) {

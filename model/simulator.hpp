@@ -102,6 +102,9 @@ class Evaluator {
  public:
   Evaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params);
   Prediction predict(const TrainConfig& cfg);  // requires check_config(...) to be empty
+  // The peak memory predict(cfg) would report, without laying out the schedule (a search's bound).
+  MemoryBreakdown memory(const TrainConfig& cfg);
+  bool fits(const MemoryBreakdown& m) const;  // within the device's memory, as Prediction::fits()
 
  private:
   const ComputeCosts& compute_costs(int64_t micro_batch, int64_t seq_len, Precision precision);

@@ -1,0 +1,189 @@
+// The one search (model/search.hpp) against the slow, obvious one: predict() of every layout and
+// every micro-batch from 1 to the per-device batch. Its pruning (the memory bound, equivalent and
+// dominated choices) must never change what it finds.
+#define BOOST_TEST_MODULE search
+#include <boost/test/unit_test.hpp>
+#include <tuple>
+
+#include "common.hpp"
+#include "model/plan.hpp"
+#include "model/search.hpp"
+
+using namespace tpsim;
+
+namespace {
+
+struct Case {
+  const char* device;
+  const char* model;
+  int64_t seq, gpus, global_batch;
+  Precision precision = Precision::kAmpBf16;
+};
+
+// Points where memory, checkpointing and sharding all matter: small models whose every micro-batch
+// fits, large ones where only checkpointing does, and nothing fitting at all.
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {
+      {"h100_80gb", "125m", 2048, 8, 512},   {"h100_80gb", "1b", 2048, 8, 1024},  {"h100_80gb", "7b", 4096, 16, 256},
+      {"h100_80gb", "30b", 8192, 64, 128},   {"a100_40gb", "3b", 2048, 8, 256},   {"a100_40gb", "13b", 8192, 8, 64},
+      {"a100_40gb", "70b", 65536, 8, 16},    {"a100_80gb", "7b", 512, 32, 2048},  {"h100_80gb", "13b", 2048, 16, 512, Precision::kAmpFp8},
+      {"mi300x", "30b", 4096, 8, 64},        {"v100_32gb", "1b", 2048, 8, 128, Precision::kAmpFp16},
+  };
+  return c;
+}
+
+struct Brute {
+  bool found = false;
+  TrainConfig best;
+  Prediction best_prediction;
+  std::vector<Candidate> fitting;
+  int64_t largest_no_ckpt_full_shard = 0;
+};
+
+Brute brute_force(const ModelConfig& model, const DeviceSpec& d, const CostParams& params, const TrainConfig& base) {
+  Brute b;
+  std::tuple<double, int, int64_t> best_rank{};
+  const std::vector<Layout> layouts = SearchSpace{}.layouts();
+  for (size_t i = 0; i < layouts.size(); ++i)
+    for (int64_t mb = 1; mb <= base.per_device_batch(); ++mb) {
+      TrainConfig cfg = with_layout(base, layouts[i]);
+      cfg.micro_batch = mb;
+      if (!check_config(model, d, params, cfg).empty()) continue;
+      const Prediction p = predict(model, d, params, cfg);
+      if (!p.fits()) continue;
+      b.fitting.push_back({cfg, p});
+      if (i == 0) b.largest_no_ckpt_full_shard = mb;
+      const std::tuple<double, int, int64_t> rank{p.step_s, static_cast<int>(i), mb};
+      if (!b.found || rank < best_rank) {
+        b.found = true;
+        b.best = cfg;
+        b.best_prediction = p;
+        best_rank = rank;
+      }
+    }
+  return b;
+}
+
+TrainConfig base_of(const Case& c) {
+  TrainConfig base;
+  base.seq_len = c.seq;
+  base.n_gpus = c.gpus;
+  base.global_batch = c.global_batch;
+  base.precision = c.precision;
+  base.micro_batch = 1;
+  return base;
+}
+
+bool same(const TrainConfig& a, const TrainConfig& b) {
+  return a.micro_batch == b.micro_batch && a.sharding == b.sharding &&
+         a.activation_checkpointing == b.activation_checkpointing && a.global_batch == b.global_batch;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_fastest_is_the_brute_force_fastest_and_prediction_for_prediction_the_same) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  for (const Case& c : cases()) {
+    BOOST_TEST_CONTEXT(c.device << " " << c.model << " seq " << c.seq << " gpus " << c.gpus) {
+      const DeviceSpec d = load_device(c.device);
+      const CostParams params = load_shipped_profile(c.device).params;
+      const ModelConfig& model = catalog.get(c.model);
+      const Brute b = brute_force(model, d, params, base_of(c));
+      const SearchResult r = search(model, d, params, base_of(c), SearchSpace{}, SearchGoal::kFastest);
+      BOOST_TEST(r.found == b.found);
+      if (!b.found) {
+        BOOST_TEST(r.has_leanest);
+        BOOST_TEST(!r.leanest_prediction.fits());
+        continue;
+      }
+      BOOST_TEST(same(r.best, b.best));
+      BOOST_TEST(r.best_prediction.step_s == b.best_prediction.step_s);  // bit for bit
+      BOOST_TEST(r.best_prediction.memory.peak_bytes == b.best_prediction.memory.peak_bytes);
+      // It times fewer configurations than there are that fit (dominated ones are skipped), never more.
+      BOOST_TEST(r.evaluated <= static_cast<int64_t>(b.fitting.size()));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(all_that_fit_lists_every_configuration_that_fits_in_the_order_of_the_space) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  for (const Case& c : cases()) {
+    BOOST_TEST_CONTEXT(c.device << " " << c.model << " seq " << c.seq << " gpus " << c.gpus) {
+      const DeviceSpec d = load_device(c.device);
+      const CostParams params = load_shipped_profile(c.device).params;
+      const ModelConfig& model = catalog.get(c.model);
+      const Brute b = brute_force(model, d, params, base_of(c));
+      const SearchResult r = search(model, d, params, base_of(c), SearchSpace{}, SearchGoal::kAllThatFit);
+      BOOST_TEST_REQUIRE(r.fitting.size() == b.fitting.size());
+      for (size_t i = 0; i < b.fitting.size(); ++i) {
+        BOOST_TEST(same(r.fitting[i].cfg, b.fitting[i].cfg));
+        BOOST_TEST(r.fitting[i].prediction.step_s == b.fitting[i].prediction.step_s);
+      }
+      // largest_fitting_micro_batch (predict --micro-batch auto) is the same bound.
+      BOOST_TEST(largest_fitting_micro_batch(model, d, params, base_of(c)) == b.largest_no_ckpt_full_shard);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rejections_say_why) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  const DeviceSpec d = load_device("a100_40gb");
+  const CostParams params = load_shipped_profile("a100_40gb").params;
+  TrainConfig base = base_of({"a100_40gb", "13b", 2048, 8, 256});
+  // Within one node HYBRID_SHARD is FULL_SHARD: skipped when searching for the fastest, listed
+  // when listing all.
+  const SearchResult fastest = search(catalog.get("13b"), d, params, base, SearchSpace{}, SearchGoal::kFastest);
+  int equivalent = 0;
+  for (const Rejection& r : fastest.rejections)
+    if (r.kind == RejectionKind::kEquivalent) {
+      ++equivalent;
+      BOOST_TEST((r.layout.sharding == Sharding::kHybridShard && r.same_as.sharding == Sharding::kFullShard));
+    }
+  BOOST_TEST(equivalent == 2);
+  const SearchResult all = search(catalog.get("13b"), d, params, base, SearchSpace{}, SearchGoal::kAllThatFit);
+  for (const Rejection& r : all.rejections) BOOST_TEST((r.kind != RejectionKind::kEquivalent));
+
+  // 12 GPUs are not whole nodes for HYBRID_SHARD; under NO_SHARD 13b does not fit a micro-batch of 1
+  // (its 16 bytes of weights, gradients and Adam state per parameter are five times the memory).
+  base.n_gpus = 12;
+  base.global_batch = 96;
+  SearchSpace space;
+  space.shardings = {Sharding::kHybridShard, Sharding::kNoShard};
+  const SearchResult r = search(catalog.get("13b"), d, params, base, space, SearchGoal::kAllThatFit);
+  BOOST_TEST_REQUIRE(r.rejections.size() >= 3u);
+  BOOST_TEST((r.rejections[0].kind == RejectionKind::kInvalid));
+  BOOST_TEST(test::contains(r.rejections[0].reason, "HYBRID_SHARD needs whole nodes"));
+  BOOST_TEST((r.rejections[2].kind == RejectionKind::kOutOfMemory));
+  BOOST_TEST(r.rejections[2].micro_batch == 1);
+  BOOST_TEST(r.rejections[2].peak_bytes > d.memory_bytes);
+
+  // A listed micro-batch above the per-device batch is rejected, not searched.
+  space = SearchSpace{};
+  space.micro_batches = {64};
+  const SearchResult listed = search(catalog.get("1b"), d, params, base_of({"a100_40gb", "1b", 2048, 8, 64}), space,
+                                     SearchGoal::kAllThatFit);
+  BOOST_TEST_REQUIRE(!listed.rejections.empty());
+  BOOST_TEST((listed.rejections[0].kind == RejectionKind::kMicroBatchTooLarge));
+  BOOST_TEST(listed.rejections[0].per_device_batch == 8);
+}
+
+BOOST_AUTO_TEST_CASE(a_plan_ranks_every_fitting_configuration_by_score) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  const DeviceSpec h100 = load_device("h100_80gb"), a100 = load_device("a100_80gb");
+  const CostParams ph = load_shipped_profile("h100_80gb").params, pa = load_shipped_profile("a100_80gb").params;
+  PlanQuery q;
+  q.model = &catalog.get("7b");
+  q.devices = {{&h100, &ph}, {&a100, &pa}};
+  q.gpu_counts = {8, 16};
+  q.seq_len = 2048;
+  q.asked_sequences = 3;  // fewer than one per GPU: every count rejected
+  BOOST_TEST(plan_runs(q).ranked.empty());
+  BOOST_TEST(plan_runs(q).rejected.size() == 4u);
+  q.asked_sequences = 512;
+  q.objective = Objective::kCost;
+  const PlanResult plan = plan_runs(q);
+  BOOST_TEST_REQUIRE(!plan.ranked.empty());
+  for (size_t i = 1; i < plan.ranked.size(); ++i) BOOST_TEST(plan.ranked[i - 1].score <= plan.ranked[i].score);
+  const PlannedConfig& top = plan.ranked.front();
+  BOOST_TEST(top.score == static_cast<double>(top.cfg.n_gpus) / top.prediction.tokens_per_s);
+}
