@@ -4,7 +4,6 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <span>
 
 namespace tpsim {
 namespace {
@@ -72,11 +71,13 @@ class Streams {
     return comm_free_;
   }
 
-  // Runs compute once `ready` (a compute-stream time), `gathered` (a communication-stream time, or
-  // kNoGather) and the stream are free, slowed where collectives overlap it.
+  // Runs compute once the stream and `gathered` (a communication-stream time, or kNoGather) are
+  // free, slowed where collectives overlap it; returns its end. Every other input of a compute is
+  // an earlier compute on the same stream, and idle never moves its clock back (costs are at least
+  // 0; cost_param_registry bounds the overheads), so the stream's own clock covers them.
   static constexpr double kNoGather = -kInf;
-  double compute(double ready, double gathered, double seconds) {
-    const double own = std::max(compute_free_, ready);
+  double compute(double gathered, double seconds) {
+    const double own = compute_free_;
     if (gathered > own) {
       note_coupled();  // waited for a collective
     } else if (gathered != kNoGather) {
@@ -212,106 +213,116 @@ Totals operator-(const Totals& a, const Totals& b) {
 //    grows every block): each keeps its own period, for as many repetitions as every comparison
 //    between them keeps its outcome (Relations).
 
-// A time a loop carries from one repetition to the next besides the streams (when a block's forward
-// finished, when a prefetched gather ends), and the clock it moves with when repetitions are skipped.
+// The times a loop carries from one repetition to the next besides the streams (when a block's
+// forward finished, when a prefetched gather ends), by the clock each moves with when repetitions
+// are skipped. Streams::kNoGather (-inf) stands for one that never comes, in every repetition alike.
+template <size_t NC, size_t NM>
 struct Carried {
-  double* time;
-  bool on_comm_clock = false;  // false: it moves with the compute clock
+  std::array<double*, NC> compute;  // on the compute clock
+  std::array<double*, NM> comm;     // on the communication clock
+  double& operator[](size_t i) const { return i < NC ? *compute[i] : *comm[i - NC]; }
 };
-constexpr size_t kMaxCarried = 3;
-using Offsets = std::array<double, kMaxCarried>;  // carried times minus the compute clock
+using NothingCarried = Carried<0, 0>;
+// The carried times minus the compute clock.
+template <size_t NC, size_t NM>
+using Offsets = std::array<double, NC + NM>;
 
 struct Loop {
-  Streams::Level level;                // whose Relations a repetition's comparisons are kept in
-  int64_t n = 0;                       // repetitions
-  std::span<const Carried> carried;    // at most kMaxCarried
-  bool skip = true;                    // false: step through every repetition (the slow reference)
+  Streams::Level level;  // whose Relations a repetition's comparisons are kept in
+  int64_t n = 0;         // repetitions
+  bool skip = true;      // false: step through every repetition (the slow reference)
   // Micro-batches: the first starts from drained streams, and each begins `lead_idle_s` after the
   // one before ended; if the first leaves them drained again by then, every one repeats it.
   bool starts_drained = false;
   double lead_idle_s = 0;
 };
 
+// x == y first: two times that never come (-inf) sit at the same place.
+bool same_offset(double x, double y, double tol) { return x == y || std::fabs(x - y) <= tol; }
+
 // Whether the carried times sit where they sat after the repetition before: relative to the compute
 // clock (with the streams' relative state, the first pattern), or each relative to its own
-// stream's clock (the second). offsets: theirs now, before_offsets: after the repetition before.
+// stream's clock (the second). offsets: now; before_offsets: after the repetition before.
 struct CarriedMatch {
   bool relative = true, per_stream = true;
 };
 
-CarriedMatch match_carried(const Loop& loop, const Offsets& before_offsets, const Streams& before,
-                           const Offsets& offsets, const Streams& s) {
+template <size_t NC, size_t NM>
+CarriedMatch match_carried(const Carried<NC, NM>& carried, const Offsets<NC, NM>& before_offsets,
+                           const Streams& before, const Offsets<NC, NM>& offsets, const Streams& s) {
   CarriedMatch m;
   const double tol = 1e-9 * std::max(1.0, s.compute_free());
-  for (size_t i = 0; i < loop.carried.size(); ++i) {
-    const Carried& c = loop.carried[i];
-    const bool relative = std::fabs(offsets[i] - before_offsets[i]) <= tol;
-    m.relative = m.relative && relative;
-    if (c.on_comm_clock) {
-      const double was = before_offsets[i] + before.compute_free() - before.comm_free();
-      m.per_stream = m.per_stream && std::fabs((*c.time - s.comm_free()) - was) <= tol;
-    } else {
-      m.per_stream = m.per_stream && relative;
-    }
+  for (size_t i = 0; i < NC; ++i) m.relative = m.relative && same_offset(offsets[i], before_offsets[i], tol);
+  m.per_stream = m.relative;
+  for (size_t i = NC; i < NC + NM; ++i) {
+    m.relative = m.relative && same_offset(offsets[i], before_offsets[i], tol);
+    const double was = before_offsets[i] + before.compute_free() - before.comm_free();
+    m.per_stream = m.per_stream && same_offset(carried[i] - s.comm_free(), was, tol);
   }
   return m;
 }
 
 // Moves the streams and the carried times `times` repetitions ahead, the compute clock by dc and
 // the communication clock by dm each; the totals by the last repetition's (s minus before).
-void skip_ahead(const Loop& loop, double dc, double dm, double times, const Streams& before, Streams& s) {
+template <size_t NC, size_t NM>
+void skip_ahead(const Carried<NC, NM>& carried, double dc, double dm, double times, const Streams& before,
+                Streams& s) {
   s.skip(dc, dm, s.totals() - before.totals(), times);
-  for (const Carried& c : loop.carried) *c.time += (c.on_comm_clock ? dm : dc) * times;
+  for (double* t : carried.compute) *t += dc * times;
+  for (double* t : carried.comm) *t += dm * times;
 }
 
 // After repetition k (before: the state before it, with its carried times' offsets), skips what
 // repeats of the remaining repetitions and returns how many it skipped. offsets: the carried times'
 // now, kept right for the next comparison.
-int64_t skip_repeats(const Loop& loop, int64_t k, const Streams& before, const Offsets& before_offsets,
-                     Streams& s, Offsets& offsets) {
+template <size_t NC, size_t NM>
+int64_t skip_repeats(const Loop& loop, const Carried<NC, NM>& carried, int64_t k, const Streams& before,
+                     const Offsets<NC, NM>& before_offsets, Streams& s, Offsets<NC, NM>& offsets) {
   const int64_t remaining = loop.n - 1 - k;
   const double period = s.compute_free() - before.compute_free();
   if (k == 0) {
     if (!loop.starts_drained || !s.drained_after(loop.lead_idle_s)) return 0;
-    skip_ahead(loop, period, period, static_cast<double>(remaining), before, s);
+    skip_ahead(carried, period, period, static_cast<double>(remaining), before, s);
     return remaining;
   }
-  const CarriedMatch m = match_carried(loop, before_offsets, before, offsets, s);
+  const CarriedMatch m = match_carried(carried, before_offsets, before, offsets, s);
   if (m.relative && s.same_relative_state(before)) {
-    skip_ahead(loop, period, period, static_cast<double>(remaining), before, s);
+    skip_ahead(carried, period, period, static_cast<double>(remaining), before, s);
     return remaining;
   }
+  if (!m.per_stream) return 0;
   const double dm = s.comm_free() - before.comm_free();
   const Relations& rel = s.relations(loop.level);
   const double times = std::min(rel.repetitions(period, dm), static_cast<double>(remaining));
-  if (!(times >= 1 && m.per_stream && s.same_comm_state(before))) return 0;
+  if (!(times >= 1 && s.same_comm_state(before))) return 0;
   // The skipped blocks' comparisons belong to their micro-batch's too.
   if (loop.level == Streams::kBlock) s.merge_relations(Streams::kMicroBatch, rel.shifted(period, dm, times));
-  skip_ahead(loop, period, dm, times, before, s);
+  skip_ahead(carried, period, dm, times, before, s);
   // A time on the compute clock kept its offset from it (both moved by the same amount); one on
   // the communication clock drifted with it.
-  for (size_t i = 0; i < loop.carried.size(); ++i)
-    if (loop.carried[i].on_comm_clock) offsets[i] = *loop.carried[i].time - s.compute_free();
+  for (size_t i = NC; i < NC + NM; ++i) offsets[i] = carried[i] - s.compute_free();
   return static_cast<int64_t>(times);
 }
 
 // Runs `step` loop.n times, skipping what repeats unless loop.skip is false.
-template <class Step>
-void repeat(const Loop& loop, Streams& s, Step&& step) {
+template <size_t NC, size_t NM, class Step>
+void repeat(const Loop& loop, const Carried<NC, NM>& carried, Streams& s, Step&& step) {
   if (!loop.skip) {
     for (int64_t k = 0; k < loop.n; ++k) step();
     return;
   }
   Streams before = s;
-  Offsets before_offsets{}, offsets{};
+  Offsets<NC, NM> before_offsets{}, offsets{};
   for (int64_t k = 0; k < loop.n; ++k) {
     s.reset_relations(loop.level);
     step();
     if (k + 1 == loop.n) break;
-    for (size_t i = 0; i < loop.carried.size(); ++i) offsets[i] = *loop.carried[i].time - s.compute_free();
-    const int64_t skipped = skip_repeats(loop, k, before, before_offsets, s, offsets);
-    if (k + 1 + skipped == loop.n) break;
-    k += skipped;
+    for (size_t i = 0; i < NC + NM; ++i) offsets[i] = carried[i] - s.compute_free();
+    if (k > 0 || loop.starts_drained) {
+      const int64_t skipped = skip_repeats(loop, carried, k, before, before_offsets, s, offsets);
+      if (k + 1 + skipped == loop.n) break;
+      k += skipped;
+    }
     before = s;
     before_offsets = offsets;
   }
@@ -319,10 +330,10 @@ void repeat(const Loop& loop, Streams& s, Step&& step) {
 
 // ---- The physics: one block's forward, one block's backward, one micro-batch.
 
-// Forward. done1, done2: when blocks i-1 and i-2 finished their forward (the start for the first
-// two blocks, whose gathers wait for nothing); prev: when the compute before block i finished.
+// Forward: when blocks i-1 and i-2 finished their forward (the start for the first two blocks,
+// whose gathers wait for nothing).
 struct Forward {
-  double prev = 0, done1 = 0, done2 = 0;
+  double done1 = 0, done2 = 0;
 };
 
 // Limit on gathered blocks in flight (Composer's limit_all_gathers): block i's gather waits for
@@ -331,16 +342,14 @@ void forward_block(const MicroBatchCosts& c, Streams& s, Forward& f) {
   ++s.blocks_stepped;
   const double gathered = c.block_gather_fwd_s > 0 ? s.comm(f.done2, c.block_gather_fwd_s) : Streams::kNoGather;
   s.idle(c.block_overhead_s);
-  f.prev = s.compute(f.prev, gathered, c.block_fwd_s);
   f.done2 = f.done1;
-  f.done1 = f.prev;
+  f.done1 = s.compute(gathered, c.block_fwd_s);
 }
 
-// Backward, blocks L-1 .. 0. gathered_next: when the gather of the block after the one about to
-// run (in backward order) ends; freed: when the block before it (L-1 first) freed its gathered
-// parameters.
+// Backward, blocks L-1 .. 0: when the block before the one about to run (L-1 first) freed its
+// gathered parameters, and when the gather of the next one ends (kNoGather without re-gathering).
 struct Backward {
-  double prev = 0, freed = 0, gathered_next = Streams::kNoGather;
+  double freed = 0, gathered_next = Streams::kNoGather;
 };
 
 // The gather of block i-1 is issued once block i+1's gathered parameters are freed (after its
@@ -350,35 +359,31 @@ void backward_block(const MicroBatchCosts& c, bool gather_next, Streams& s, Back
   const double gathered = b.gathered_next;
   if (c.block_gather_bwd_s > 0 && gather_next) b.gathered_next = s.comm(b.freed, c.block_gather_bwd_s);
   s.idle(c.block_overhead_s);
-  b.prev = s.compute(b.prev, gathered, c.block_bwd_s);
-  b.freed = b.prev;
-  s.comm(b.prev, c.block_reduce_s);
+  b.freed = s.compute(gathered, c.block_bwd_s);
+  s.comm(b.freed, c.block_reduce_s);
 }
 
+// One micro-batch: root gather and embedding, the blocks' forwards, the head, the blocks' backwards,
+// the embedding's backward and the root's reduce.
 void simulate_micro_batch(const MicroBatchCosts& c, int64_t n_layers, bool skip, Streams& s) {
   s.idle(c.overhead_s);
   const double start = s.compute_free();
   const double root = s.comm(start, c.root_gather_s);
-  Forward f;
-  f.prev = s.compute(start, c.root_gather_s > 0 ? root : Streams::kNoGather, c.embed_fwd_s);
-  f.done1 = f.done2 = start;
-  const std::array<Carried, 3> forward_times{{{&f.prev}, {&f.done1}, {&f.done2}}};
-  repeat({Streams::kBlock, n_layers, forward_times, skip}, s, [&] { forward_block(c, s, f); });
+  s.compute(c.root_gather_s > 0 ? root : Streams::kNoGather, c.embed_fwd_s);
+  Forward f{start, start};
+  const Carried<2, 0> forward_times{{&f.done1, &f.done2}, {}};
+  repeat({Streams::kBlock, n_layers, skip}, forward_times, s, [&] { forward_block(c, s, f); });
 
   // Loss and head; the last block's backward gather is issued as the head's backward starts.
-  Backward b;
-  b.freed = f.prev;
-  b.prev = s.compute(f.prev, Streams::kNoGather, c.head_s);
-  const bool regather = c.block_gather_bwd_s > 0;
-  if (regather) b.gathered_next = s.comm(b.freed, c.block_gather_bwd_s);  // block L-1
+  Backward b{s.compute_free()};
+  s.compute(Streams::kNoGather, c.head_s);
+  if (c.block_gather_bwd_s > 0) b.gathered_next = s.comm(b.freed, c.block_gather_bwd_s);  // block L-1
   // Blocks L-1 .. 1 repeat; block 0, whose gather of block -1 does not exist, ends the loop.
-  const std::array<Carried, 3> backward_times{{{&b.prev}, {&b.freed}, {&b.gathered_next, true}}};
-  const Loop backward{Streams::kBlock, std::max<int64_t>(n_layers - 1, 0),
-                      std::span(backward_times).first(regather ? 3 : 2), skip};
-  repeat(backward, s, [&] { backward_block(c, true, s, b); });
+  const Carried<1, 1> backward_times{{&b.freed}, {&b.gathered_next}};
+  repeat({Streams::kBlock, std::max<int64_t>(n_layers - 1, 0), skip}, backward_times, s,
+         [&] { backward_block(c, true, s, b); });
   if (n_layers > 0) backward_block(c, false, s, b);
-  const double embed = s.compute(b.prev, Streams::kNoGather, c.embed_bwd_s);
-  s.comm(embed, c.root_reduce_s);
+  s.comm(s.compute(Streams::kNoGather, c.embed_bwd_s), c.root_reduce_s);
 }
 
 }  // namespace
@@ -389,10 +394,11 @@ Timeline simulate_step(const StepCosts& costs) {
   // pattern as blocks do, and the rest of it is skipped.
   const int64_t n = costs.n_micro;
   const int64_t n_full = costs.last == costs.full ? n : n - 1;
-  Loop micro_batches{Streams::kMicroBatch, n_full, {}, costs.skip_steady_state};
+  Loop micro_batches{Streams::kMicroBatch, n_full, costs.skip_steady_state};
   micro_batches.starts_drained = true;
   micro_batches.lead_idle_s = costs.full.overhead_s;
-  repeat(micro_batches, s, [&] { simulate_micro_batch(costs.full, costs.n_layers, costs.skip_steady_state, s); });
+  const auto full = [&] { simulate_micro_batch(costs.full, costs.n_layers, costs.skip_steady_state, s); };
+  repeat(micro_batches, NothingCarried{}, s, full);
   if (n_full < n) simulate_micro_batch(costs.last, costs.n_layers, costs.skip_steady_state, s);
 
   // The optimizer needs every reduced gradient.
