@@ -71,11 +71,13 @@ class Streams {
     return comm_free_;
   }
 
-  // Runs compute once `ready` (a compute-stream time), `gathered` (a communication-stream time, or
-  // kNoGather) and the stream are free, slowed where collectives overlap it.
+  // Runs compute once the stream and `gathered` (a communication-stream time, or kNoGather) are
+  // free, slowed where collectives overlap it; returns its end. Every other input of a compute is
+  // an earlier compute on the same stream, and idle never moves its clock back (costs are at least
+  // 0; cost_param_registry bounds the overheads), so the stream's own clock covers them.
   static constexpr double kNoGather = -kInf;
-  double compute(double ready, double gathered, double seconds) {
-    const double own = std::max(compute_free_, ready);
+  double compute(double gathered, double seconds) {
+    const double own = compute_free_;
     if (gathered > own) {
       note_coupled();  // waited for a collective
     } else if (gathered != kNoGather) {
@@ -126,9 +128,12 @@ class Streams {
   }
 
   double compute_free() const { return compute_free_; }
-  int64_t blocks_stepped = 0;
   double comm_free() const { return comm_free_; }
   const Totals& totals() const { return totals_; }
+
+  // True when, `idle` seconds after the compute clock, the communication stream has finished
+  // everything: the state every step starts from.
+  bool drained_after(double idle) const { return comm_free_ <= compute_free_ + idle; }
 
   // Everything that shapes what happens next, relative to the compute clock: the streams are
   // shift-invariant, so two equal relative states evolve identically. Collectives that ended
@@ -174,6 +179,8 @@ class Streams {
   // Repetitions skipped at block level stand for comparisons the micro-batch level did not see.
   void merge_relations(Level l, const Relations& r) { rel_[l].merge(r); }
 
+  int64_t blocks_stepped = 0;  // block forwards and backwards simulated one by one
+
  private:
   size_t newest() const { return next_ == 0 ? recent_.size() - 1 : next_ - 1; }
   void note(double Relations::*slack, double value) {
@@ -182,13 +189,6 @@ class Streams {
   void note_coupled() {
     for (Relations& r : rel_) r.coupled = true;
   }
-
- public:
-  // True when, `idle` seconds after the compute clock, the communication stream has finished
-  // everything: the state every step starts from.
-  bool drained_after(double idle) const { return comm_free_ <= compute_free_ + idle; }
-
- private:
 
   double slowdown_;
   double compute_free_ = 0, comm_free_ = 0;
@@ -202,166 +202,204 @@ Totals operator-(const Totals& a, const Totals& b) {
   return {a.compute - b.compute, a.slowed - b.slowed, a.comm - b.comm, a.idle - b.idle};
 }
 
-// Limit on gathered blocks in flight (Composer's limit_all_gathers): block i's gather waits for
-// block i-2 to free its parameters.
+// ---- The extrapolator: steps a loop of identical repetitions (blocks, micro-batches) and skips
+// exactly what repeats. It knows nothing of FSDP; the steps further down know nothing of it.
 //
-// Blocks are identical, and the streams shift-invariant, so the blocks settle into a repeating
-// pattern; once one is seen, the rest of it is skipped exactly (skip = false steps through every
-// block: the slow reference the tests compare with). Two patterns are recognised:
-//  - the same state relative to the compute clock as after the block before (both clocks move by
-//    the same period): every later block repeats it;
+// Identical repetitions on shift-invariant streams settle into a repeating pattern; once one is
+// seen, the rest of it is skipped exactly. Two patterns are recognised:
+//  - the same state relative to the compute clock as after the repetition before (both clocks move
+//    by the same period): every later repetition repeats it;
 //  - the two streams no longer wait for each other nor overlap (say, a communication backlog that
-//    grows every block): each keeps its own period, for as many blocks as every comparison between
-//    them keeps its outcome (Relations).
+//    grows every block): each keeps its own period, for as many repetitions as every comparison
+//    between them keeps its outcome (Relations).
+
+// The times a loop carries from one repetition to the next besides the streams (when a block's
+// forward finished, when a prefetched gather ends), by the clock each moves with when repetitions
+// are skipped. Streams::kNoGather (-inf) stands for one that never comes, in every repetition alike.
+template <size_t NC, size_t NM>
+struct Carried {
+  std::array<double*, NC> compute;  // on the compute clock
+  std::array<double*, NM> comm;     // on the communication clock
+  double& operator[](size_t i) const { return i < NC ? *compute[i] : *comm[i - NC]; }
+};
+using NothingCarried = Carried<0, 0>;
+// The carried times minus the compute clock.
+template <size_t NC, size_t NM>
+using Offsets = std::array<double, NC + NM>;
+
+struct Loop {
+  Streams::Level level;  // whose Relations a repetition's comparisons are kept in
+  int64_t n = 0;         // repetitions
+  bool skip = true;      // false: step through every repetition (the slow reference)
+  // Micro-batches: the first starts from drained streams, and each begins `lead_idle_s` after the
+  // one before ended; if the first leaves them drained again by then, every one repeats it.
+  bool starts_drained = false;
+  double lead_idle_s = 0;
+};
+
+// x == y first: two times that never come (-inf) sit at the same place.
+bool same_offset(double x, double y, double tol) { return x == y || std::fabs(x - y) <= tol; }
+
+// Whether the carried times sit where they sat after the repetition before: relative to the compute
+// clock (with the streams' relative state, the first pattern), or each relative to its own
+// stream's clock (the second). offsets: now; before_offsets: after the repetition before.
+struct CarriedMatch {
+  bool relative = true, per_stream = true;
+};
+
+template <size_t NC, size_t NM>
+CarriedMatch match_carried(const Carried<NC, NM>& carried, const Offsets<NC, NM>& before_offsets,
+                           const Streams& before, const Offsets<NC, NM>& offsets, const Streams& s) {
+  CarriedMatch m;
+  const double tol = 1e-9 * std::max(1.0, s.compute_free());
+  for (size_t i = 0; i < NC; ++i) m.relative = m.relative && same_offset(offsets[i], before_offsets[i], tol);
+  m.per_stream = m.relative;
+  for (size_t i = NC; i < NC + NM; ++i) {
+    m.relative = m.relative && same_offset(offsets[i], before_offsets[i], tol);
+    const double was = before_offsets[i] + before.compute_free() - before.comm_free();
+    m.per_stream = m.per_stream && same_offset(carried[i] - s.comm_free(), was, tol);
+  }
+  return m;
+}
+
+// Moves the streams and the carried times `times` repetitions ahead, the compute clock by dc and
+// the communication clock by dm each; the totals by the last repetition's (s minus before).
+template <size_t NC, size_t NM>
+void skip_ahead(const Carried<NC, NM>& carried, double dc, double dm, double times, const Streams& before,
+                Streams& s) {
+  s.skip(dc, dm, s.totals() - before.totals(), times);
+  for (double* t : carried.compute) *t += dc * times;
+  for (double* t : carried.comm) *t += dm * times;
+}
+
+// After repetition k (before: the state before it, with its carried times' offsets), skips what
+// repeats of the remaining repetitions and returns how many it skipped. offsets: the carried times'
+// now, kept right for the next comparison.
+template <size_t NC, size_t NM>
+int64_t skip_repeats(const Loop& loop, const Carried<NC, NM>& carried, int64_t k, const Streams& before,
+                     const Offsets<NC, NM>& before_offsets, Streams& s, Offsets<NC, NM>& offsets) {
+  const int64_t remaining = loop.n - 1 - k;
+  const double period = s.compute_free() - before.compute_free();
+  if (k == 0) {
+    if (!loop.starts_drained || !s.drained_after(loop.lead_idle_s)) return 0;
+    skip_ahead(carried, period, period, static_cast<double>(remaining), before, s);
+    return remaining;
+  }
+  const CarriedMatch m = match_carried(carried, before_offsets, before, offsets, s);
+  if (m.relative && s.same_relative_state(before)) {
+    skip_ahead(carried, period, period, static_cast<double>(remaining), before, s);
+    return remaining;
+  }
+  if (!m.per_stream) return 0;
+  const double dm = s.comm_free() - before.comm_free();
+  const Relations& rel = s.relations(loop.level);
+  const double times = std::min(rel.repetitions(period, dm), static_cast<double>(remaining));
+  if (!(times >= 1 && s.same_comm_state(before))) return 0;
+  // The skipped blocks' comparisons belong to their micro-batch's too.
+  if (loop.level == Streams::kBlock) s.merge_relations(Streams::kMicroBatch, rel.shifted(period, dm, times));
+  skip_ahead(carried, period, dm, times, before, s);
+  // A time on the compute clock kept its offset from it (both moved by the same amount); one on
+  // the communication clock drifted with it.
+  for (size_t i = NC; i < NC + NM; ++i) offsets[i] = carried[i] - s.compute_free();
+  return static_cast<int64_t>(times);
+}
+
+// Runs `step` loop.n times, skipping what repeats unless loop.skip is false.
+template <size_t NC, size_t NM, class Step>
+void repeat(const Loop& loop, const Carried<NC, NM>& carried, Streams& s, Step&& step) {
+  if (!loop.skip) {
+    for (int64_t k = 0; k < loop.n; ++k) step();
+    return;
+  }
+  Streams before = s;
+  Offsets<NC, NM> before_offsets{}, offsets{};
+  for (int64_t k = 0; k < loop.n; ++k) {
+    s.reset_relations(loop.level);
+    step();
+    if (k + 1 == loop.n) break;
+    for (size_t i = 0; i < NC + NM; ++i) offsets[i] = carried[i] - s.compute_free();
+    if (k > 0 || loop.starts_drained) {
+      const int64_t skipped = skip_repeats(loop, carried, k, before, before_offsets, s, offsets);
+      if (k + 1 + skipped == loop.n) break;
+      k += skipped;
+    }
+    before = s;
+    before_offsets = offsets;
+  }
+}
+
+// ---- The physics: one block's forward, one block's backward, one micro-batch.
+
+// Forward: when blocks i-1 and i-2 finished their forward (the start for the first two blocks,
+// whose gathers wait for nothing).
+struct Forward {
+  double done1 = 0, done2 = 0;
+};
+
+// Limit on gathered blocks in flight (Composer's limit_all_gathers): block i's gather waits for
+// block i-2 to free its parameters; block i's forward waits for its gather.
+void forward_block(const MicroBatchCosts& c, Streams& s, Forward& f) {
+  ++s.blocks_stepped;
+  const double gathered = c.block_gather_fwd_s > 0 ? s.comm(f.done2, c.block_gather_fwd_s) : Streams::kNoGather;
+  s.idle(c.block_overhead_s);
+  f.done2 = f.done1;
+  f.done1 = s.compute(gathered, c.block_fwd_s);
+}
+
+// Backward, blocks L-1 .. 0: when the block before the one about to run (L-1 first) freed its
+// gathered parameters, and when the gather of the next one ends (kNoGather without re-gathering).
+struct Backward {
+  double freed = 0, gathered_next = Streams::kNoGather;
+};
+
+// The gather of block i-1 is issued once block i+1's gathered parameters are freed (after its
+// backward), then block i computes, then its gradients are reduced. Block 0 gathers nothing next.
+void backward_block(const MicroBatchCosts& c, bool gather_next, Streams& s, Backward& b) {
+  ++s.blocks_stepped;
+  const double gathered = b.gathered_next;
+  if (c.block_gather_bwd_s > 0 && gather_next) b.gathered_next = s.comm(b.freed, c.block_gather_bwd_s);
+  s.idle(c.block_overhead_s);
+  b.freed = s.compute(gathered, c.block_bwd_s);
+  s.comm(b.freed, c.block_reduce_s);
+}
+
+// One micro-batch: root gather and embedding, the blocks' forwards, the head, the blocks' backwards,
+// the embedding's backward and the root's reduce.
 void simulate_micro_batch(const MicroBatchCosts& c, int64_t n_layers, bool skip, Streams& s) {
-  using Level = Streams::Level;
   s.idle(c.overhead_s);
   const double start = s.compute_free();
-  const bool gathers_fwd = c.block_gather_fwd_s > 0;
-  const auto gather_or_none = [](bool gathers, double t) { return gathers ? t : Streams::kNoGather; };
-
-  // Forward. done1, done2: when blocks i-1 and i-2 finished their forward (the start for the
-  // first two blocks, whose gathers wait for nothing).
   const double root = s.comm(start, c.root_gather_s);
-  double prev = s.compute(start, gather_or_none(c.root_gather_s > 0, root), c.embed_fwd_s);
-  double done1 = start, done2 = start;
-  Streams before = s;
-  double before_done2 = 0;
-  for (int64_t i = 0; i < n_layers; ++i) {
-    ++s.blocks_stepped;
-    const double clock = s.compute_free();
-    const Totals totals = s.totals();
-    s.reset_relations(Level::kBlock);
-    const double gathered = gathers_fwd ? s.comm(done2, c.block_gather_fwd_s) : Streams::kNoGather;
-    s.idle(c.block_overhead_s);
-    prev = s.compute(prev, gathered, c.block_fwd_s);
-    done2 = done1;
-    done1 = prev;
-    const double rel_done2 = done2 - prev, period = prev - clock;
-    const double tol = 1e-9 * std::max(1.0, prev);
-    if (skip && i >= 1 && i + 1 < n_layers && std::fabs(rel_done2 - before_done2) <= tol) {
-      const double remaining = static_cast<double>(n_layers - 1 - i);
-      if (s.same_relative_state(before)) {
-        s.skip(period, period, s.totals() - totals, remaining);
-        prev += period * remaining;
-        done1 += period * remaining;
-        done2 += period * remaining;
-        break;
-      }
-      const double dm = s.comm_free() - before.comm_free();
-      const Relations& rel = s.relations(Level::kBlock);
-      const double times = std::min(rel.repetitions(period, dm), remaining);
-      if (times >= 1 && s.same_comm_state(before)) {
-        s.merge_relations(Level::kMicroBatch, rel.shifted(period, dm, times));
-        s.skip(period, dm, s.totals() - totals, times);
-        prev += period * times;
-        done1 += period * times;
-        done2 += period * times;
-        i += static_cast<int64_t>(times);
-      }
-    }
-    before = s;
-    before_done2 = rel_done2;
-  }
+  s.compute(c.root_gather_s > 0 ? root : Streams::kNoGather, c.embed_fwd_s);
+  Forward f{start, start};
+  const Carried<2, 0> forward_times{{&f.done1, &f.done2}, {}};
+  repeat({Streams::kBlock, n_layers, skip}, forward_times, s, [&] { forward_block(c, s, f); });
 
   // Loss and head; the last block's backward gather is issued as the head's backward starts.
-  const double head_start = prev;
-  prev = s.compute(prev, Streams::kNoGather, c.head_s);
-
-  // Backward, blocks L-1 .. 0: the gather of block i-1 is issued once block i+1's gathered
-  // parameters are freed (after its backward), then block i computes, then its gradients are
-  // reduced.
-  const bool regather = c.block_gather_bwd_s > 0;
-  double gathered_next = regather ? s.comm(head_start, c.block_gather_bwd_s) : Streams::kNoGather;  // block L-1
-  double freed = head_start;  // when block i+1's backward finished
-  before = s;
-  double before_gathered = 0;
-  for (int64_t i = n_layers - 1; i >= 0; --i) {
-    ++s.blocks_stepped;
-    const double clock = s.compute_free();
-    const Totals totals = s.totals();
-    s.reset_relations(Level::kBlock);
-    const double gathered = gathered_next;
-    if (regather && i > 0) gathered_next = s.comm(freed, c.block_gather_bwd_s);
-    s.idle(c.block_overhead_s);
-    prev = s.compute(prev, gathered, c.block_bwd_s);
-    freed = prev;
-    s.comm(prev, c.block_reduce_s);
-    const double period = prev - clock;
-    // Skip to block 1, whose gather of block 0 is the last one.
-    if (skip && i <= n_layers - 2 && i > 1) {
-      const double remaining = static_cast<double>(i - 1);
-      const double tol = 1e-9 * std::max(1.0, prev);
-      const double rel_gathered = regather ? gathered_next - prev : 0.0;
-      if (std::fabs(rel_gathered - before_gathered) <= tol && s.same_relative_state(before)) {
-        s.skip(period, period, s.totals() - totals, remaining);
-        prev += period * remaining;
-        freed += period * remaining;
-        if (regather) gathered_next += period * remaining;
-        i = 1;
-        continue;
-      }
-      // The gather in flight belongs to the communication stream: it must keep its place there.
-      const double dm = s.comm_free() - before.comm_free();
-      const double comm_gathered = regather ? gathered_next - s.comm_free() : 0.0;
-      const double before_comm_gathered = regather ? before_gathered + before.compute_free() - before.comm_free() : 0.0;
-      const Relations& rel = s.relations(Level::kBlock);
-      const double times = std::min(rel.repetitions(period, dm), remaining);
-      if (times >= 1 && std::fabs(comm_gathered - before_comm_gathered) <= tol && s.same_comm_state(before)) {
-        s.merge_relations(Level::kMicroBatch, rel.shifted(period, dm, times));
-        s.skip(period, dm, s.totals() - totals, times);
-        prev += period * times;
-        freed += period * times;
-        if (regather) gathered_next += dm * times;
-        i -= static_cast<int64_t>(times);
-        before = s;
-        before_gathered = regather ? gathered_next - prev : 0.0;
-        continue;
-      }
-    }
-    before = s;
-    before_gathered = regather ? gathered_next - prev : 0.0;
-  }
-  prev = s.compute(prev, Streams::kNoGather, c.embed_bwd_s);
-  s.comm(prev, c.root_reduce_s);
+  Backward b{s.compute_free()};
+  s.compute(Streams::kNoGather, c.head_s);
+  if (c.block_gather_bwd_s > 0) b.gathered_next = s.comm(b.freed, c.block_gather_bwd_s);  // block L-1
+  // Blocks L-1 .. 1 repeat; block 0, whose gather of block -1 does not exist, ends the loop.
+  const Carried<1, 1> backward_times{{&b.freed}, {&b.gathered_next}};
+  repeat({Streams::kBlock, std::max<int64_t>(n_layers - 1, 0), skip}, backward_times, s,
+         [&] { backward_block(c, true, s, b); });
+  if (n_layers > 0) backward_block(c, false, s, b);
+  s.comm(s.compute(Streams::kNoGather, c.embed_bwd_s), c.root_reduce_s);
 }
 
 }  // namespace
 
 Timeline simulate_step(const StepCosts& costs) {
-  using Level = Streams::Level;
   Streams s(costs.overlap_slowdown);
-  const int64_t n = costs.n_micro;
-  const bool skip = costs.skip_steady_state;
   // Micro-batches in order; the last may be smaller. Full micro-batches settle into a repeating
-  // pattern as blocks do (see simulate_micro_batch), and the rest of it is skipped.
+  // pattern as blocks do, and the rest of it is skipped.
+  const int64_t n = costs.n_micro;
   const int64_t n_full = costs.last == costs.full ? n : n - 1;
-  Streams before = s;
-  for (int64_t j = 0; j < n_full; ++j) {
-    const double clock = s.compute_free();
-    const Totals totals = s.totals();
-    s.reset_relations(Level::kMicroBatch);
-    simulate_micro_batch(costs.full, costs.n_layers, skip, s);
-    if (skip && j + 1 < n_full) {
-      const double remaining = static_cast<double>(n_full - 1 - j);
-      const double period = s.compute_free() - clock;
-      // The first micro-batch starts drained; if it leaves the streams drained again (by the time
-      // the next one starts), every full one repeats it. Otherwise compare consecutive states.
-      if (j == 0 ? s.drained_after(costs.full.overhead_s) : s.same_relative_state(before)) {
-        s.skip(period, period, s.totals() - totals, remaining);
-        break;
-      }
-      const double dm = s.comm_free() - before.comm_free();
-      const Relations& rel = s.relations(Level::kMicroBatch);
-      const double times = std::min(rel.repetitions(period, dm), remaining);
-      if (j >= 1 && times >= 1 && s.same_comm_state(before)) {
-        s.skip(period, dm, s.totals() - totals, times);
-        j += static_cast<int64_t>(times);
-      }
-    }
-    before = s;
-  }
-  if (n_full < n) simulate_micro_batch(costs.last, costs.n_layers, skip, s);
+  Loop micro_batches{Streams::kMicroBatch, n_full, costs.skip_steady_state};
+  micro_batches.starts_drained = true;
+  micro_batches.lead_idle_s = costs.full.overhead_s;
+  const auto full = [&] { simulate_micro_batch(costs.full, costs.n_layers, costs.skip_steady_state, s); };
+  repeat(micro_batches, NothingCarried{}, s, full);
+  if (n_full < n) simulate_micro_batch(costs.last, costs.n_layers, costs.skip_steady_state, s);
 
   // The optimizer needs every reduced gradient.
   const double optimizer_start = std::max(s.compute_free(), s.comm_free());

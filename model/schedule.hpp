@@ -13,7 +13,8 @@
 
 namespace tpsim {
 
-// Costs of one micro-batch, in seconds. Collective times are 0 where the strategy issues none.
+// Costs of one micro-batch, in seconds, each at least 0. Collective times are 0 where the strategy
+// issues none.
 struct MicroBatchCosts {
   double embed_fwd_s = 0;
   double block_fwd_s = 0;   // one block's forward (including FSDP casts on the compute stream)

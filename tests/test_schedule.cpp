@@ -167,3 +167,48 @@ BOOST_AUTO_TEST_CASE(a_long_backlogged_step_is_simulated_in_a_few_hundred_blocks
   BOOST_TEST(slow.blocks_stepped == 2 * 80 * 256);
   BOOST_TEST(fast.blocks_stepped < 500);
 }
+
+// The extrapolator's edges: 0 to 3 blocks (loops too short to compare two repetitions), costs on a
+// grid of 1/1024 s so that repetitions tie exactly, zero costs, and each strategy's collectives
+// (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD's root gather without block gathers).
+BOOST_AUTO_TEST_CASE(the_extrapolator_matches_stepping_on_short_loops_and_exact_ties) {
+  std::mt19937_64 rng(20261123);
+  const auto grid = [&](double max_s) { return static_cast<double>(rng() % 9) * max_s / 8; };
+  for (int trial = 0; trial < 20000; ++trial) {
+    StepCosts c;
+    c.n_layers = trial % 2 ? static_cast<int64_t>(rng() % 4) : 1 + static_cast<int64_t>(rng() % 40);
+    c.n_micro = 1 + static_cast<int64_t>(rng() % 40);
+    c.overlap_slowdown = grid(0.25);
+    const auto draw = [&] {
+      MicroBatchCosts m;
+      m.embed_fwd_s = grid(0.0078125);
+      m.block_fwd_s = grid(0.015625);
+      m.head_s = grid(0.03125);
+      m.block_bwd_s = 2 * m.block_fwd_s + grid(0.015625);
+      m.embed_bwd_s = grid(0.0078125);
+      const int strategy = static_cast<int>(rng() % 4);
+      const double gather = grid(0.03125);
+      m.root_gather_s = strategy != 2 ? grid(0.0078125) : 0;
+      m.root_reduce_s = grid(0.0078125);
+      m.block_gather_fwd_s = strategy < 2 ? gather : 0;
+      m.block_gather_bwd_s = strategy == 0 ? gather : 0;
+      m.block_reduce_s = grid(0.0625);
+      m.overhead_s = grid(0.00390625);
+      m.block_overhead_s = grid(0.0009765625);
+      return m;
+    };
+    c.full = draw();
+    c.last = rng() % 2 ? c.full : draw();
+    c.skip_steady_state = false;
+    const Timeline slow = simulate_step(c);
+    c.skip_steady_state = true;
+    const Timeline fast = simulate_step(c);
+    BOOST_TEST_REQUIRE(slow.blocks_stepped == 2 * c.n_layers * c.n_micro);
+    BOOST_TEST_REQUIRE(fast.blocks_stepped <= slow.blocks_stepped);
+    BOOST_TEST_REQUIRE(fast.step_s == slow.step_s, tt::tolerance(kExact));
+    BOOST_TEST_REQUIRE(fast.compute_s == slow.compute_s, tt::tolerance(kExact));
+    BOOST_TEST_REQUIRE(fast.comm_s == slow.comm_s, tt::tolerance(kExact));
+    BOOST_TEST_REQUIRE(fast.slowdown_s + 1.0 == slow.slowdown_s + 1.0, tt::tolerance(kExact));
+    BOOST_TEST_REQUIRE(fast.overhead_s == slow.overhead_s, tt::tolerance(kExact));
+  }
+}
