@@ -58,7 +58,7 @@ BOOST_AUTO_TEST_CASE(a_fit_recovers_known_parameters_from_simulated_rows_with_no
   std::vector<ResolvedRow> rows = seed_rows(ctx, {table("a100_80gb_bf16.md")});
   const CostParams& base = ctx.base_profile("a100_80gb").params;
   CostParams truth = base;
-  for (const auto& t : kTruth) truth.*(find_param(t.name)->member) = t.value;
+  for (const auto& t : kTruth) find_param(t.name)->value(truth) = t.value;
 
   // Measured = the simulator's own prediction under the truth, with 1% multiplicative noise.
   std::mt19937_64 rng(7);
@@ -68,11 +68,11 @@ BOOST_AUTO_TEST_CASE(a_fit_recovers_known_parameters_from_simulated_rows_with_no
 
   TableFitOptions options;
   options.parameters.clear();
-  for (const auto& t : kTruth) options.parameters.push_back(t.name);
+  for (const auto& t : kTruth) options.parameters.push_back(find_param(t.name));
   const TableFitResult fit = fit_table(fits, base, options);
   for (const auto& t : kTruth)
     BOOST_TEST_CONTEXT(t.name) {
-      const double fitted = fit.params.*(find_param(t.name)->member);
+      const double fitted = find_param(t.name)->value(fit.params);
       BOOST_TEST(fitted == t.value, tt::tolerance(t.rel_tol));
     }
   std::vector<double> errors;
@@ -86,14 +86,14 @@ BOOST_AUTO_TEST_CASE(corrupted_rows_are_flagged_as_outliers_and_do_not_drag_the_
   std::vector<ResolvedRow> rows = seed_rows(ctx, {table("a100_80gb_bf16.md")});
   const CostParams& base = ctx.base_profile("a100_80gb").params;
   CostParams truth = base;
-  for (const auto& t : kTruth) truth.*(find_param(t.name)->member) = t.value;
+  for (const auto& t : kTruth) find_param(t.name)->value(truth) = t.value;
   std::vector<FitRow> fits = fit_rows(ctx, rows);
   for (auto& f : fits) f.measured_tokens_per_s = predict(*f.model, *f.device, truth, f.cfg).tokens_per_s;
   // Every tenth row three times too fast or too slow.
   for (size_t i = 0; i < fits.size(); i += 10) fits[i].measured_tokens_per_s *= (i / 10) % 2 ? 3.0 : 1.0 / 3.0;
   TableFitOptions options;
   options.parameters.clear();
-  for (const auto& t : kTruth) options.parameters.push_back(t.name);
+  for (const auto& t : kTruth) options.parameters.push_back(find_param(t.name));
   const TableFitResult fit = fit_table(fits, base, options);
   for (size_t i = 0; i < fits.size(); ++i) BOOST_TEST(static_cast<bool>(fit.outliers[i]) == (i % 10 == 0));
   BOOST_TEST(fit.params.compute_clock_ratio == 0.86, tt::tolerance(0.03));
