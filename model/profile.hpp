@@ -87,7 +87,7 @@ using CostParamMember = double CostParams::*;
 struct ParamInfo {
   std::string_view name;
   CostParamMember member;  // the scalar; nullptr for a GEMM rate
-  DType dtype;             // a GEMM rate's format: gemm_flops_per_s_by_dtype[dtype]
+  DType dtype;             // a GEMM rate's format: gemm_flops_per_s_by_dtype[dtype] (unused for a scalar)
   Unit unit;
   double lower;  // physical bounds; fits keep parameters inside them
   double upper;
