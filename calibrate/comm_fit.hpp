@@ -12,16 +12,17 @@
 // (groups on one node) and across nodes (groups spanning several). A tier without measurements
 // keeps its values.
 //
-// As in table_fit: parameters in log space within the registry's bounds, a Huber loss on the log
-// errors (the odd size a library runs with another algorithm counts linearly), Ceres Solver from
-// two starts, and standard deviations from ceres::Covariance scaled by the residual variance.
+// The fit is calibrate/fit_core's: parameters in log space within the registry's bounds, a Huber
+// loss on the log errors (the odd size a library runs with another algorithm counts linearly),
+// Ceres Solver from two starts, and standard deviations from ceres::Covariance scaled by the
+// residual variance.
 #pragma once
 
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "calibrate/table_fit.hpp"
+#include "calibrate/fit_core.hpp"
 #include "model/cost.hpp"
 #include "model/device.hpp"
 #include "model/profile.hpp"
@@ -35,8 +36,8 @@ std::string_view to_string(LinkTier tier);  // "intra_node", "inter_node"
 
 // The parameters CostModel::collective_seconds takes from a tier: {link efficiency, latency}.
 struct TierParameters {
-  std::string_view efficiency;
-  std::string_view latency_s;
+  const ParamInfo* efficiency;
+  const ParamInfo* latency_s;
 };
 TierParameters tier_parameters(LinkTier tier);
 

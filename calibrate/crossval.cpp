@@ -100,9 +100,9 @@ std::vector<HeldOutError> cross_validate(const std::vector<FitRow>& rows, const 
   const std::vector<Fold> folds = make_folds(rows, spec);
   // Across devices only system-level parameters carry over; the held-out device keeps the
   // kernel-level ones of its own profile (its kernel runs, else its reasoned defaults).
-  std::vector<std::string> transferred;
-  for (const auto& name : options.parameters)
-    if (find_param(name)->level == ParamLevel::kSystem) transferred.push_back(name);
+  std::vector<const ParamInfo*> transferred;
+  for (const ParamInfo* param : options.parameters)
+    if (param->level == ParamLevel::kSystem) transferred.push_back(param);
   std::vector<HeldOutError> out;
   int done = 0;
   for (const Fold& f : folds) {

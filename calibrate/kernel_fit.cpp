@@ -4,57 +4,25 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <map>
-#include <random>
 #include <set>
 
-#include "calibrate/solver_options.hpp"
+#include "calibrate/fit_core.hpp"
 #include "io/error.hpp"
 #include "model/cost.hpp"
 
 namespace tpsim {
 namespace {
 
-// Seconds may be 0 in the registry; the fit represents them from a nanosecond up (log of 0 is not).
-double floor_of(const ParamInfo& info) {
-  return info.unit == std::string_view("s") ? 1e-9 : std::max(info.lower, 1e-12);
-}
-
-const ParamInfo& param(std::string_view name) {
-  const ParamInfo* p = find_param(name);
-  if (!p) throw Error("kernel fit: unknown parameter '" + std::string(name) + "'");
-  return *p;
-}
-
-std::string rate_name(DType t) { return "gemm_" + std::string(to_string(t)) + "_flops_per_s"; }
+// The seed of the restarts' perturbations (fixed: fits repeat exactly).
+constexpr uint64_t kStartSeed = 0x6b65'726e'656cULL;
 
 double predicted_s(const Op& op, const DeviceSpec& device, const CostParams& params) {
   const CostModel cost(device, params);
   return cost.op_seconds(op);
 }
-
-class OpResidual {
- public:
-  OpResidual(const KernelSample& s, const DeviceSpec& device, const CostParams& base,
-             const std::vector<const ParamInfo*>& params)
-      : sample_(s), device_(device), base_(base), params_(params) {}
-
-  bool operator()(double const* const* x, double* residual) const {
-    CostParams p = base_;
-    for (size_t i = 0; i < params_.size(); ++i) p.*(params_[i]->member) = std::exp(x[0][i]);
-    const double s = predicted_s(sample_.op, device_, p);
-    if (!(s > 0) || !std::isfinite(s)) return false;
-    residual[0] = std::log(s / sample_.measured_s);
-    return true;
-  }
-
- private:
-  const KernelSample& sample_;
-  const DeviceSpec& device_;
-  const CostParams& base_;
-  const std::vector<const ParamInfo*>& params_;
-};
 
 struct StageFit {
   std::vector<double> values;
@@ -63,73 +31,22 @@ struct StageFit {
   std::string summary;
 };
 
-// Fits `names` to `samples`, everything else as in `base` (which also gives the starting values).
+// Fits `params` to `samples`, everything else as in `base` (which also gives the starting values):
+// r = log(predicted / measured) per sample, from the given values and seeded perturbations.
 StageFit fit_stage(const std::vector<const KernelSample*>& samples, const std::vector<const ParamInfo*>& params,
                    const DeviceSpec& device, const CostParams& base, const KernelFitOptions& options) {
-  const size_t n = params.size();
-  std::vector<double> x(n), lo(n), hi(n);
-  for (size_t i = 0; i < n; ++i) {
-    lo[i] = std::log(std::max(params[i]->lower, floor_of(*params[i])));
-    hi[i] = std::log(std::min(params[i]->upper, 1e300));
-    x[i] = std::clamp(std::log(std::max(base.*(params[i]->member), floor_of(*params[i]))), lo[i], hi[i]);
-  }
-  ceres::Problem problem;
-  for (const KernelSample* s : samples) {
-    // The model has kinks at tile and wave counts: a step of 0.1% in log space sees the trend
-    // rather than the nearest kink (as table_fit).
-    ceres::NumericDiffOptions diff;
-    diff.relative_step_size = 1e-3;
-    auto* cost = new ceres::DynamicNumericDiffCostFunction<OpResidual, ceres::CENTRAL>(
-        new OpResidual(*s, device, base, params), ceres::TAKE_OWNERSHIP, diff);
-    cost->AddParameterBlock(static_cast<int>(n));
-    cost->SetNumResiduals(1);
-    problem.AddResidualBlock(cost, new ceres::HuberLoss(options.robust_scale), x.data());
-  }
-  for (size_t i = 0; i < n; ++i) {
-    problem.SetParameterLowerBound(x.data(), static_cast<int>(i), lo[i]);
-    problem.SetParameterUpperBound(x.data(), static_cast<int>(i), hi[i]);
-  }
-  const ceres::Solver::Options solver = fit_solver_options(options.max_iterations, 1e-10);
-  const std::vector<double> x0 = x;
-  std::vector<double> best_x = x0;
-  ceres::Solver::Summary best;
-  bool have = false;
-  std::mt19937_64 rng(0x6b65'726e'656cULL);
-  std::normal_distribution<double> jitter(0.0, options.start_spread);
-  for (int start = 0; start < std::max(1, options.starts); ++start) {
-    for (size_t i = 0; i < n; ++i) x[i] = start == 0 ? x0[i] : std::clamp(x0[i] + jitter(rng), lo[i], hi[i]);
-    ceres::Solver::Summary s;
-    ceres::Solve(solver, &problem, &s);
-    if (!have || s.final_cost < best.final_cost) {
-      best = s;
-      best_x = x;
-      have = true;
-    }
-  }
-  x = best_x;
-
+  LogSpaceFit fit(params, base, {options.robust_scale, options.max_iterations, 1e-10});
+  for (const KernelSample* s : samples)
+    fit.add_log_error(base, [s, &device](const CostParams& p) {
+      return std::log(predicted_s(s->op, device, p) / s->measured_s);
+    });
+  const ceres::Solver::Summary best =
+      fit.solve(fit.seeded_starts(fit.x(), std::max(1, options.starts), options.start_spread, kStartSeed));
   StageFit r;
   r.final_cost = best.final_cost;
   r.summary = best.BriefReport();
-  // exp(log(bound)) can land an ulp outside the bound, which the profile reader then refuses.
-  for (size_t i = 0; i < n; ++i) r.values.push_back(std::clamp(std::exp(x[i]), params[i]->lower, params[i]->upper));
-  r.stddev.assign(n, -1.0);
-  if (options.covariance) {
-    ceres::Covariance::Options copt;
-    copt.algorithm_type = ceres::DENSE_SVD;  // tolerates directions the shapes do not pin down
-    copt.null_space_rank = -1;
-    ceres::Covariance cov(copt);
-    const std::vector<std::pair<const double*, const double*>> pairs = {{x.data(), x.data()}};
-    const double dof = static_cast<double>(samples.size()) - static_cast<double>(n);
-    if (dof > 0 && cov.Compute(pairs, &problem)) {
-      std::vector<double> c(n * n);
-      cov.GetCovarianceBlock(x.data(), x.data(), c.data());
-      // (J'J)^-1 scaled by the residual variance; a log-space sd s is a relative one: value * s.
-      const double variance = 2.0 * best.final_cost / dof;
-      for (size_t i = 0; i < n; ++i)
-        if (c[i * n + i] >= 0) r.stddev[i] = r.values[i] * std::sqrt(c[i * n + i] * variance);
-    }
-  }
+  for (size_t i = 0; i < fit.size(); ++i) r.values.push_back(fit.value(i));
+  r.stddev = options.covariance ? fit.stddevs(best.final_cost) : std::vector<double>(fit.size(), -1.0);
   return r;
 }
 
@@ -179,6 +96,159 @@ std::vector<GroupErrors> kernel_errors(const std::vector<KernelSample>& samples,
   return out;
 }
 
+namespace {
+
+// The shapes each stage fits (held-out ones never).
+struct StageShapes {
+  std::vector<const KernelSample*> membound, xent, gemm, attention;
+  std::set<DType> gemm_dtypes;
+  std::set<int64_t> head_dims;
+  bool attn_fwd = false, attn_bwd = false;
+};
+
+StageShapes stage_shapes(const std::vector<KernelSample>& samples) {
+  StageShapes in;
+  for (const KernelSample& s : samples) {
+    if (s.held_out) continue;
+    switch (group_of(s.op)) {
+      case ShapeGroup::kMemoryBound:
+        in.membound.push_back(&s);
+        if (s.op.mem == MemKind::kCrossEntropy || s.op.mem == MemKind::kCrossEntropyBackward) in.xent.push_back(&s);
+        break;
+      case ShapeGroup::kGemm:
+        in.gemm.push_back(&s);
+        in.gemm_dtypes.insert(s.op.dtype);
+        break;
+      case ShapeGroup::kAttention:
+        in.attention.push_back(&s);
+        in.head_dims.insert(s.op.head_dim);
+        (s.op.kind == OpKind::kAttentionFwd ? in.attn_fwd : in.attn_bwd) = true;
+        break;
+    }
+  }
+  return in;
+}
+
+// What the stages have fitted so far: each stage starts from the values of those before it.
+struct StageState {
+  CostParams params;
+  std::set<const ParamInfo*> determined;
+  std::map<const ParamInfo*, double> stddev;
+  std::vector<std::string> report;
+
+  void keep(const std::vector<const ParamInfo*>& fitted, const StageFit& f) {
+    for (size_t i = 0; i < fitted.size(); ++i) {
+      fitted[i]->value(params) = f.values[i];
+      determined.insert(fitted[i]);
+      stddev[fitted[i]] = f.stddev[i];
+    }
+  }
+};
+
+// 1. Memory-bound kernels.
+void fit_memory_bound(const StageShapes& in, const DeviceSpec& device, const KernelFitOptions& options,
+                      StageState& st) {
+  std::vector<const ParamInfo*> params = {&param_of(&CostParams::membound_efficiency),
+                                           &param_of(&CostParams::kernel_overhead_s)};
+  if (!in.xent.empty()) params.push_back(&param_of(&CostParams::xent_efficiency));
+  if (in.membound.size() > params.size()) {
+    const StageFit f = fit_stage(in.membound, params, device, st.params, options);
+    st.keep(params, f);
+    st.report.push_back("memory-bound (" + std::to_string(in.membound.size()) + " shapes; " + names_of(params) +
+                        "): " + f.summary);
+  } else {
+    st.report.push_back("memory-bound: " + std::to_string(in.membound.size()) + " shapes, too few to fit " +
+                        names_of(params) + "; kept");
+  }
+}
+
+// 2. GEMMs, for each candidate tile.
+void fit_gemm(const StageShapes& in, const DeviceSpec& device, const KernelFitOptions& options, StageState& st) {
+  std::vector<const ParamInfo*> params;
+  for (DType t : in.gemm_dtypes) {
+    params.push_back(&gemm_rate_param(t));
+    // Start each rate just above the fastest shape measured in its format: the shape terms only
+    // ever slow a GEMM below the large-GEMM rate.
+    double fastest = 0;
+    for (const KernelSample* s : in.gemm)
+      if (s->op.dtype == t) fastest = std::max(fastest, s->op.flops / s->measured_s);
+    st.params.gemm_flops_per_s(t) = 1.1 * fastest;
+  }
+  for (CostParamMember m : {&CostParams::gemm_k_half, &CostParams::gemm_tile_intensity_half, &CostParams::gemm_overhead_s})
+    params.push_back(&param_of(m));
+  if (in.gemm.size() > params.size() + 2) {
+    double best_cost = 0;
+    std::pair<double, double> best_tile;
+    StageFit best;
+    for (const auto& tile : options.tile_candidates) {
+      CostParams q = st.params;
+      q.gemm_tile_m = tile.first;
+      q.gemm_tile_n = tile.second;
+      const StageFit f = fit_stage(in.gemm, params, device, q, options);
+      char line[96];
+      std::snprintf(line, sizeof line, "  tile %gx%g: cost %.6g", tile.first, tile.second, f.final_cost);
+      st.report.push_back(line);
+      if (best.values.empty() || f.final_cost < best_cost) {
+        best_cost = f.final_cost;
+        best_tile = tile;
+        best = f;
+      }
+    }
+    st.params.gemm_tile_m = best_tile.first;
+    st.params.gemm_tile_n = best_tile.second;
+    st.determined.insert(&param_of(&CostParams::gemm_tile_m));
+    st.determined.insert(&param_of(&CostParams::gemm_tile_n));
+    st.keep(params, best);
+    char line[96];
+    std::snprintf(line, sizeof line, "; tile %gx%g of %zu candidates: ", best_tile.first, best_tile.second,
+                  options.tile_candidates.size());
+    st.report.push_back("GEMM (" + std::to_string(in.gemm.size()) + " shapes; " + names_of(params) + line +
+                        best.summary);
+  } else {
+    st.report.push_back("GEMM: " + std::to_string(in.gemm.size()) + " shapes, too few to fit " + names_of(params) +
+                        "; kept");
+  }
+}
+
+// 3. Attention, for each candidate block, at the GEMM rate of its format.
+void fit_attention(const StageShapes& in, const DeviceSpec& device, const KernelFitOptions& options, StageState& st) {
+  std::vector<const ParamInfo*> params;
+  if (in.attn_fwd) params.push_back(&param_of(&CostParams::attn_fwd_efficiency));
+  if (in.attn_bwd) params.push_back(&param_of(&CostParams::attn_bwd_efficiency));
+  if (in.head_dims.size() >= 2) params.push_back(&param_of(&CostParams::attn_head_dim_half));
+  bool rates = true;
+  for (const KernelSample* s : in.attention) rates = rates && st.params.gemm_flops_per_s(s->op.dtype) > 0;
+  if (!params.empty() && rates && in.attention.size() > params.size() + 1) {
+    double best_cost = 0, best_block = 0;
+    StageFit best;
+    for (double block : options.attn_block_candidates) {
+      CostParams q = st.params;
+      q.attn_block = block;
+      const StageFit f = fit_stage(in.attention, params, device, q, options);
+      char line[96];
+      std::snprintf(line, sizeof line, "  block %g: cost %.6g", block, f.final_cost);
+      st.report.push_back(line);
+      if (best.values.empty() || f.final_cost < best_cost) {
+        best_cost = f.final_cost;
+        best_block = block;
+        best = f;
+      }
+    }
+    st.params.attn_block = best_block;
+    st.determined.insert(&param_of(&CostParams::attn_block));
+    st.keep(params, best);
+    char line[64];
+    std::snprintf(line, sizeof line, "; block %g): ", best_block);
+    st.report.push_back("attention (" + std::to_string(in.attention.size()) + " shapes; " + names_of(params) + line +
+                        best.summary);
+  } else {
+    st.report.push_back("attention: " + std::to_string(in.attention.size()) +
+                        " shapes; too few, or no GEMM rate for their format; kept");
+  }
+}
+
+}  // namespace
+
 KernelFitResult fit_kernels(const std::vector<KernelSample>& samples, const DeviceSpec& device,
                             const CostParams& start, const KernelFitOptions& options) {
   if (samples.empty()) throw Error("kernel fit: no measurements to fit");
@@ -189,152 +259,28 @@ KernelFitResult fit_kernels(const std::vector<KernelSample>& samples, const Devi
   if (!(device.hbm_bytes_per_s > 0) || device.compute_units < 1)
     throw Error("kernel fit: device " + device.id + " needs a positive memory bandwidth and compute units");
 
-  // The shapes each stage fits (held-out ones never).
-  std::vector<const KernelSample*> membound, xent, gemm, attention;
-  std::set<DType> gemm_dtypes;
-  std::set<int64_t> head_dims;
-  bool attn_fwd = false, attn_bwd = false;
-  for (const KernelSample& s : samples) {
-    if (s.held_out) continue;
-    switch (group_of(s.op)) {
-      case ShapeGroup::kMemoryBound:
-        membound.push_back(&s);
-        if (s.op.mem == MemKind::kCrossEntropy || s.op.mem == MemKind::kCrossEntropyBackward) xent.push_back(&s);
-        break;
-      case ShapeGroup::kGemm:
-        gemm.push_back(&s);
-        gemm_dtypes.insert(s.op.dtype);
-        break;
-      case ShapeGroup::kAttention:
-        attention.push_back(&s);
-        head_dims.insert(s.op.head_dim);
-        (s.op.kind == OpKind::kAttentionFwd ? attn_fwd : attn_bwd) = true;
-        break;
-    }
-  }
+  const StageShapes in = stage_shapes(samples);
+  StageState st;
+  st.params = start;
+  fit_memory_bound(in, device, options, st);
+  fit_gemm(in, device, options, st);
+  fit_attention(in, device, options, st);
 
   KernelFitResult result;
-  result.params = start;
-  CostParams& p = result.params;
-  std::set<std::string> determined;
-  std::map<std::string, double> stddev;
-  const auto keep = [&](const std::vector<const ParamInfo*>& params, const StageFit& f) {
-    for (size_t i = 0; i < params.size(); ++i) {
-      p.*(params[i]->member) = f.values[i];
-      determined.insert(std::string(params[i]->name));
-      stddev[std::string(params[i]->name)] = f.stddev[i];
-    }
-  };
-
-  // 1. Memory-bound kernels.
-  {
-    std::vector<const ParamInfo*> params = {&param("membound_efficiency"), &param("kernel_overhead_s")};
-    if (!xent.empty()) params.push_back(&param("xent_efficiency"));
-    if (membound.size() > params.size()) {
-      const StageFit f = fit_stage(membound, params, device, p, options);
-      keep(params, f);
-      result.report.push_back("memory-bound (" + std::to_string(membound.size()) + " shapes; " + names_of(params) +
-                              "): " + f.summary);
-    } else {
-      result.report.push_back("memory-bound: " + std::to_string(membound.size()) + " shapes, too few to fit " +
-                              names_of(params) + "; kept");
-    }
-  }
-
-  // 2. GEMMs, for each candidate tile.
-  {
-    std::vector<const ParamInfo*> params;
-    for (DType t : gemm_dtypes) {
-      params.push_back(&param(rate_name(t)));
-      // Start each rate just above the fastest shape measured in its format: the shape terms only
-      // ever slow a GEMM below the large-GEMM rate.
-      double fastest = 0;
-      for (const KernelSample* s : gemm)
-        if (s->op.dtype == t) fastest = std::max(fastest, s->op.flops / s->measured_s);
-      p.*(param(rate_name(t)).member) = 1.1 * fastest;
-    }
-    for (const char* name : {"gemm_k_half", "gemm_tile_intensity_half", "gemm_overhead_s"}) params.push_back(&param(name));
-    if (gemm.size() > params.size() + 2) {
-      double best_cost = 0;
-      std::pair<double, double> best_tile;
-      StageFit best;
-      for (const auto& tile : options.tile_candidates) {
-        CostParams q = p;
-        q.gemm_tile_m = tile.first;
-        q.gemm_tile_n = tile.second;
-        const StageFit f = fit_stage(gemm, params, device, q, options);
-        char line[96];
-        std::snprintf(line, sizeof line, "  tile %gx%g: cost %.6g", tile.first, tile.second, f.final_cost);
-        result.report.push_back(line);
-        if (best.values.empty() || f.final_cost < best_cost) {
-          best_cost = f.final_cost;
-          best_tile = tile;
-          best = f;
-        }
-      }
-      p.gemm_tile_m = best_tile.first;
-      p.gemm_tile_n = best_tile.second;
-      determined.insert("gemm_tile_m");
-      determined.insert("gemm_tile_n");
-      keep(params, best);
-      char line[96];
-      std::snprintf(line, sizeof line, "; tile %gx%g of %zu candidates: ", best_tile.first, best_tile.second,
-                    options.tile_candidates.size());
-      result.report.push_back("GEMM (" + std::to_string(gemm.size()) + " shapes; " + names_of(params) + line +
-                              best.summary);
-    } else {
-      result.report.push_back("GEMM: " + std::to_string(gemm.size()) + " shapes, too few to fit " + names_of(params) +
-                              "; kept");
-    }
-  }
-
-  // 3. Attention, for each candidate block, at the GEMM rate of its format.
-  {
-    std::vector<const ParamInfo*> params;
-    if (attn_fwd) params.push_back(&param("attn_fwd_efficiency"));
-    if (attn_bwd) params.push_back(&param("attn_bwd_efficiency"));
-    if (head_dims.size() >= 2) params.push_back(&param("attn_head_dim_half"));
-    bool rates = true;
-    for (const KernelSample* s : attention) rates = rates && p.gemm_flops_per_s(s->op.dtype) > 0;
-    if (!params.empty() && rates && attention.size() > params.size() + 1) {
-      double best_cost = 0, best_block = 0;
-      StageFit best;
-      for (double block : options.attn_block_candidates) {
-        CostParams q = p;
-        q.attn_block = block;
-        const StageFit f = fit_stage(attention, params, device, q, options);
-        char line[96];
-        std::snprintf(line, sizeof line, "  block %g: cost %.6g", block, f.final_cost);
-        result.report.push_back(line);
-        if (best.values.empty() || f.final_cost < best_cost) {
-          best_cost = f.final_cost;
-          best_block = block;
-          best = f;
-        }
-      }
-      p.attn_block = best_block;
-      determined.insert("attn_block");
-      keep(params, best);
-      char line[64];
-      std::snprintf(line, sizeof line, "; block %g): ", best_block);
-      result.report.push_back("attention (" + std::to_string(attention.size()) + " shapes; " + names_of(params) + line +
-                              best.summary);
-    } else {
-      result.report.push_back("attention: " + std::to_string(attention.size()) +
-                              " shapes; too few, or no GEMM rate for their format; kept");
-    }
-  }
-
+  // Tile sizes and the attention block are chosen among candidates, not fitted to a bound.
+  const std::set<const ParamInfo*> discrete = {&param_of(&CostParams::gemm_tile_m), &param_of(&CostParams::gemm_tile_n),
+                                               &param_of(&CostParams::attn_block)};
   for (const ParamInfo& info : cost_param_registry()) {
-    const std::string name(info.name);
-    if (!determined.count(name)) continue;
-    const double v = p.*(info.member);
-    const double lo = std::max(info.lower, floor_of(info)), hi = std::min(info.upper, 1e300);
-    const bool discrete = name == "gemm_tile_m" || name == "gemm_tile_n" || name == "attn_block";
-    const bool at_bound = !discrete && (std::fabs(std::log(v / lo)) < 1e-6 || std::fabs(std::log(hi / v)) < 1e-6);
-    const auto it = stddev.find(name);
-    result.fitted.push_back({name, v, it != stddev.end() ? it->second : -1.0, at_bound, true});
+    if (!st.determined.count(&info)) continue;
+    const auto it = st.stddev.find(&info);
+    FittedParameter f = fitted_report(info, info.value(st.params), it != st.stddev.end() ? it->second : -1.0);
+    if (discrete.count(&info)) f.at_bound = false;
+    info.value(st.params) = f.value;
+    result.fitted.push_back(f);
   }
+  result.params = st.params;
+  result.report = st.report;
+  const CostParams& p = result.params;
   for (const KernelSample& s : samples) result.log_residuals.push_back(std::log(predicted_s(s.op, device, p) / s.measured_s));
   result.errors = kernel_errors(samples, device, p);
   return result;

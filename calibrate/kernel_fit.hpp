@@ -2,9 +2,9 @@
 //
 // Each measured op contributes r = log(predicted / measured median), the prediction being
 // CostModel::op_seconds itself (model/cost.hpp), so that fitted values mean exactly what the
-// simulator does with them. As in table_fit: parameters in log space within the registry's
-// physical bounds, a Huber loss on the log errors (an odd shape counts linearly), Ceres Solver from
-// the starting values and seeded perturbations of them, and standard deviations from
+// simulator does with them. The fit is calibrate/fit_core's: parameters in log space within the
+// registry's physical bounds, a Huber loss on the log errors (an odd shape counts linearly), Ceres
+// Solver from the starting values and seeded perturbations of them, and standard deviations from
 // ceres::Covariance scaled by the residual variance.
 //
 // The groups are fitted in the order their costs depend on each other:
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "calibrate/kernel_plan.hpp"
-#include "calibrate/table_fit.hpp"
+#include "calibrate/fit_core.hpp"
 #include "model/device.hpp"
 #include "model/profile.hpp"
 

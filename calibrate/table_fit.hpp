@@ -1,15 +1,16 @@
 // Fitting the parameters kernel runs cannot measure to measured training throughput.
 //
 // Each row contributes r = log(predicted tokens/s / measured tokens/s): relative errors, so that
-// 125m rows at millions of tokens/s and 70b rows at thousands weigh alike. A robust loss keeps a few
-// odd rows from dragging the fit; parameters are fitted in log space within their physical bounds
-// (the registry's, narrowed where noted), so every step stays physical. Ceres Solver minimises;
-// ceres::Covariance gives each parameter's standard deviation at the optimum.
+// 125m rows at millions of tokens/s and 70b rows at thousands weigh alike. The fit itself is
+// calibrate/fit_core's: log space within the registry's bounds, a Huber loss that keeps a few odd
+// rows from dragging the fit, seeded restarts, and each parameter's standard deviation from
+// ceres::Covariance at the optimum.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "calibrate/fit_core.hpp"
 #include "model/architecture.hpp"
 #include "model/device.hpp"
 #include "model/profile.hpp"
@@ -28,10 +29,10 @@ struct FitRow {
 
 // The parameters a table fit adjusts by default: what kernels cannot measure, in units that carry
 // across devices (fractions, ratios, seconds).
-const std::vector<std::string>& default_table_fit_parameters();
+const std::vector<const ParamInfo*>& default_table_fit_parameters();
 
 struct TableFitOptions {
-  std::vector<std::string> parameters = default_table_fit_parameters();
+  std::vector<const ParamInfo*> parameters = default_table_fit_parameters();
   // Huber loss scale on log errors: rows off by more than ~this fraction count linearly.
   double robust_scale = 0.05;
   int max_iterations = 200;
@@ -45,16 +46,6 @@ struct TableFitOptions {
   // Starts: the given values, then starts-1 seeded perturbations (log-space sd start_spread).
   int starts = 4;
   double start_spread = 0.7;
-};
-
-struct FittedParameter {
-  std::string name;
-  double value = 0;
-  double stddev = -1;  // from the covariance, in the parameter's unit; < 0 when unavailable
-  bool at_bound = false;
-  // False when no row's prediction depends on the parameter (say, a head-size effect in a table
-  // without head size 64): it keeps its starting value and provenance.
-  bool determined = true;
 };
 
 struct TableFitResult {
@@ -71,12 +62,8 @@ struct TableFitResult {
 
 // Fits `options.parameters` to `rows`, starting from their values in `start`. Rows may come from
 // several devices: each keeps its own profile (`base`) and shares the fitted values. The result's
-// `params` is `start` with the fitted values. Error when a name is not a registry parameter or
-// rows are empty.
+// `params` is `start` with the fitted values. Error when rows are empty or incomplete.
 TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& start, const TableFitOptions& options);
-
-// The fitted values of `names` taken from `fitted`, everything else from `base`.
-CostParams with_fitted(const CostParams& base, const CostParams& fitted, const std::vector<std::string>& names);
 
 // log(predicted / measured) of one row under `params` (its device's profile with fitted values).
 double log_error(const FitRow& row, const CostParams& params);

@@ -195,7 +195,7 @@ std::vector<std::pair<CollectiveKind, ResidualSummary>> residuals_by_kind(const 
 
 std::string source_of(const DeviceProfile& p, std::string_view name) {
   const auto it = p.sources.find(std::string(name));
-  return it == p.sources.end() ? "?" : it->second.kind;
+  return it == p.sources.end() ? "?" : std::string(to_string(it->second.kind));
 }
 
 // What rank 0 knows before measuring: the profile to start from and the device whose links the
@@ -533,8 +533,8 @@ void run_calibrate_comm(const CalibrateCommOptions& o, const std::string& comman
                                (nodes == 1 ? " node" : " nodes") + ", " + date;
     nlohmann::json jparams = nlohmann::json::array();
     for (const FittedParameter& f : fit.fitted) {
-      out.sources[f.name] = {"comm", detail, f.stddev};
-      jparams.push_back({{"name", f.name},
+      out.sources[std::string(f.param->name)] = {SourceKind::kComm, detail, f.stddev};
+      jparams.push_back({{"name", std::string(f.param->name)},
                          {"value", f.value},
                          {"stddev", f.stddev < 0 ? nlohmann::json() : nlohmann::json(f.stddev)},
                          {"at_bound", f.at_bound}});
@@ -622,7 +622,7 @@ void run_calibrate_comm(const CalibrateCommOptions& o, const std::string& comman
   for (const auto& s : skipped) std::cerr << "  skipped: " << s << "\n";
   std::cerr << "  " << fit.summary << "\n";
   for (const FittedParameter& f : fit.fitted)
-    std::cerr << "  " << f.name << " = " << general(f.value) << (f.stddev >= 0 ? " +- " + general(f.stddev) : "")
+    std::cerr << "  " << f.param->name << " = " << general(f.value) << (f.stddev >= 0 ? " +- " + general(f.stddev) : "")
               << (f.at_bound ? " (at its bound)" : "") << "\n";
   for (LinkTier tier : {LinkTier::kIntraNode, LinkTier::kInterNode}) {
     if (std::find(fit.tiers.begin(), fit.tiers.end(), tier) != fit.tiers.end()) continue;
@@ -630,10 +630,10 @@ void run_calibrate_comm(const CalibrateCommOptions& o, const std::string& comman
     std::cerr << "  " << to_string(tier) << ": not measured ("
               << (tier == LinkTier::kInterNode ? "the job ran on one node, " + node0
                                                 : "rank 0's node ran one rank")
-              << "); kept from the base profile: " << p.efficiency << " = "
-              << general(out.params.*(find_param(p.efficiency)->member)) << " (" << source_of(out, p.efficiency) << "), "
-              << p.latency_s << " = " << general(out.params.*(find_param(p.latency_s)->member)) << " ("
-              << source_of(out, p.latency_s) << ")\n";
+              << "); kept from the base profile: " << p.efficiency->name << " = "
+              << general(p.efficiency->value(out.params)) << " (" << source_of(out, p.efficiency->name) << "), "
+              << p.latency_s->name << " = " << general(p.latency_s->value(out.params)) << " ("
+              << source_of(out, p.latency_s->name) << ")\n";
   }
   std::cerr << "  error of the fit (predicted / measured - 1), median per kind:";
   for (const auto& [kind, summary] : residuals_by_kind(measurements, fit.residuals))

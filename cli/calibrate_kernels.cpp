@@ -231,7 +231,7 @@ void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& 
   double fastest_rate = 0;
   for (int t = 0; t < kNumDTypes; ++t) fastest_rate = std::max(fastest_rate, estimate_params.gemm_flops_per_s(DType(t)));
   for (DType t : plan_options.gemm_dtypes) {
-    double& r = estimate_params.*(find_param("gemm_" + std::string(to_string(t)) + "_flops_per_s")->member);
+    double& r = estimate_params.gemm_flops_per_s(t);
     if (!(r > 0)) r = fastest_rate > 0 ? fastest_rate : 1e12;
   }
   const CostModel estimator(spec, estimate_params);
@@ -306,16 +306,16 @@ void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& 
   const std::string detail = "tpsim calibrate kernels --backend " + info.backend + " on " + info.device_name + ", " +
                              date + ", fitted to " + std::to_string(samples.size() - static_cast<size_t>(held_out)) +
                              " measurements (" + std::to_string(held_out) + " more held out)";
-  for (const auto& f : fit.fitted) out.sources[f.name] = {"kernel", detail, f.stddev};
+  for (const auto& f : fit.fitted) out.sources[std::string(f.param->name)] = {SourceKind::kKernel, detail, f.stddev};
   // Values the run did not measure stay the base's; a datasheet-less device has no formats but
   // those its backend runs (a format it runs whose GEMMs were too few to fit keeps the base's value).
   for (int t = 0; t < kNumDTypes; ++t) {
-    const std::string name = "gemm_" + std::string(kDTypeNames[t]) + "_flops_per_s";
+    const std::string name(gemm_rate_param(DType(t)).name);
     const bool runs = std::find(plan_options.gemm_dtypes.begin(), plan_options.gemm_dtypes.end(), DType(t)) !=
                       plan_options.gemm_dtypes.end();
     if (!datasheet && !runs) {
-      out.params.*(find_param(name)->member) = 0;
-      out.sources[name] = {"kernel", "the " + info.backend + " backend does not run " + std::string(kDTypeNames[t]) +
+      out.params.gemm_flops_per_s(DType(t)) = 0;
+      out.sources[name] = {SourceKind::kKernel, "the " + info.backend + " backend does not run " + std::string(kDTypeNames[t]) +
                                          " GEMMs (0: unsupported)", -1};
     }
   }
@@ -349,7 +349,7 @@ void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& 
                                                 {"held_out_p90_abs_error", e.held_out_p90}};
   nlohmann::json jparams = nlohmann::json::array();
   for (const auto& f : fit.fitted)
-    jparams.push_back({{"name", f.name},
+    jparams.push_back({{"name", std::string(f.param->name)},
                        {"value", f.value},
                        {"stddev", f.stddev < 0 ? nlohmann::json() : nlohmann::json(f.stddev)},
                        {"at_bound", f.at_bound}});
@@ -415,7 +415,7 @@ void run_calibrate_kernels(const CalibrateKernelsOptions& o, const std::string& 
   for (const auto& line : fit.report)
     if (line.rfind("  ", 0) != 0) std::cerr << "  " << line << "\n";
   for (const auto& f : fit.fitted)
-    std::cerr << "    " << f.name << " = " << f.value
+    std::cerr << "    " << f.param->name << " = " << f.value
               << (f.stddev >= 0 ? " +- " + sig(f.stddev) : "") << (f.at_bound ? " (at its bound)" : "") << "\n";
   for (const auto& e : fit.errors)
     std::cerr << "  " << to_string(e.group) << ": median |error| " << fmt(100 * e.fitted_median, 1) << "% on "

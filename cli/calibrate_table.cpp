@@ -64,9 +64,9 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
   const TableFitResult fit = fit_table(fits, *fits.front().base, options);
   // What the profile takes from the fit: everything fitted to its own rows; across devices only the
   // system-level parameters (the kernel-level ones describe the fitted devices' kernels).
-  std::vector<std::string> taken;
-  for (const auto& name : options.parameters)
-    if (!o.transfer || find_param(name)->level == ParamLevel::kSystem) taken.push_back(name);
+  std::vector<const ParamInfo*> taken;
+  for (const ParamInfo* param : options.parameters)
+    if (!o.transfer || param->level == ParamLevel::kSystem) taken.push_back(param);
 
   // Held-out errors for the interval: for a transfer, each measured device predicted from the
   // others (--cv device); else leave one model size out when there are two, else 5 folds.
@@ -95,8 +95,8 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
                              " rows of " + join(fitted_devices, ", ") + " in " + join(o.tables, ", ") +
                              " (tpsim calibrate table, " + utc_timestamp() + ")";
   for (const auto& f : fit.fitted)
-    if (f.determined && std::find(taken.begin(), taken.end(), f.name) != taken.end())
-      out.sources[f.name] = {"table-fit", detail, f.stddev};
+    if (f.determined && std::find(taken.begin(), taken.end(), f.param) != taken.end())
+      out.sources[std::string(f.param->name)] = {SourceKind::kTableFit, detail, f.stddev};
 
   nlohmann::json jrows = nlohmann::json::array();
   for (size_t i = 0; i < rows.size(); ++i)
@@ -116,7 +116,7 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
                            {"error", std::exp(fit.residuals[i]) - 1.0}});
   nlohmann::json jparams = nlohmann::json::array();
   for (const auto& f : fit.fitted)
-    jparams.push_back({{"name", f.name}, {"value", f.value}, {"stddev", f.stddev < 0 ? nlohmann::json() : nlohmann::json(f.stddev)},
+    jparams.push_back({{"name", std::string(f.param->name)}, {"value", f.value}, {"stddev", f.stddev < 0 ? nlohmann::json() : nlohmann::json(f.stddev)},
                        {"at_bound", f.at_bound}, {"determined_by_rows", f.determined}});
   out.extra["fit"] = {{"command", command_line},
                       {"transferred", o.transfer},
@@ -145,8 +145,8 @@ void run_calibrate_table(const CalibrateTableOptions& o, const std::string& comm
             << (o.transfer ? " of " + join(fitted_devices, ", ") + " (system-level parameters transferred)" : "") << ", "
             << fit.summary << "\n";
   for (const auto& f : fit.fitted)
-    if (std::find(taken.begin(), taken.end(), f.name) != taken.end())
-      std::cerr << "  " << f.name << " = " << f.value << (f.stddev >= 0 ? " +- " + std::to_string(f.stddev) : "")
+    if (std::find(taken.begin(), taken.end(), f.param) != taken.end())
+      std::cerr << "  " << f.param->name << " = " << f.value << (f.stddev >= 0 ? " +- " + std::to_string(f.stddev) : "")
               << (f.at_bound ? " (at its bound)" : "")
               << (f.determined ? "" : " (no row depends on it: kept from the base profile)") << "\n";
   std::vector<double> errs;

@@ -61,30 +61,32 @@ std::vector<FitRow> fit_rows(Context& ctx, const std::vector<ResolvedRow>& rows)
   return out;
 }
 
-std::vector<std::string> table_fit_parameters(Context& ctx, const std::vector<ResolvedRow>& rows) {
-  std::vector<std::string> names = default_table_fit_parameters();
+std::vector<const ParamInfo*> table_fit_parameters(Context& ctx, const std::vector<ResolvedRow>& rows) {
+  std::vector<const ParamInfo*> params = default_table_fit_parameters();
+  const ParamInfo& fp8_rate = gemm_rate_param(DType::kFp8);
   for (const auto& r : rows) {
     if (r.cfg.precision != Precision::kAmpFp8) continue;
     const auto& sources = ctx.base_profile(r.row.gpu).sources;
-    const auto it = sources.find("gemm_fp8_flops_per_s");
-    if (it == sources.end() || it->second.kind != "kernel") names.push_back("gemm_fp8_flops_per_s");
+    const auto it = sources.find(std::string(fp8_rate.name));
+    if (it == sources.end() || it->second.kind != SourceKind::kKernel) params.push_back(&fp8_rate);
     break;
   }
-  return names;
+  return params;
 }
 
-std::vector<std::string> parse_parameter_list(const std::string& flag, const std::string& text) {
-  std::vector<std::string> names;
+std::vector<const ParamInfo*> parse_parameter_list(const std::string& flag, const std::string& text) {
+  std::vector<const ParamInfo*> params;
   size_t start = 0;
   while (true) {
     const size_t comma = text.find(',', start);
     const std::string name = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!find_param(name)) throw Error(flag + ": unknown parameter '" + name + "'");
-    names.push_back(name);
+    const ParamInfo* param = find_param(name);
+    if (!param) throw Error(flag + ": unknown parameter '" + name + "'");
+    params.push_back(param);
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  return names;
+  return params;
 }
 
 RowResult predict_row(const ResolvedRow& r, const CostParams& params) {

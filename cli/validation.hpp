@@ -39,10 +39,10 @@ std::vector<FitRow> fit_rows(Context& ctx, const std::vector<ResolvedRow>& rows)
 
 // What a table fit adjusts for these rows: the default set, plus the fp8 GEMM rate when fp8 rows
 // are present and no kernel run measured it.
-std::vector<std::string> table_fit_parameters(Context& ctx, const std::vector<ResolvedRow>& rows);
+std::vector<const ParamInfo*> table_fit_parameters(Context& ctx, const std::vector<ResolvedRow>& rows);
 
-// "a,b,c" of registry parameter names; Error naming the flag and the unknown name.
-std::vector<std::string> parse_parameter_list(const std::string& flag, const std::string& text);
+// "a,b,c" of registry parameter names, looked up once here; Error naming the flag and the unknown name.
+std::vector<const ParamInfo*> parse_parameter_list(const std::string& flag, const std::string& text);
 
 // Summary statistics of relative errors.
 struct ErrorSummary {

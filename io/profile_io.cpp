@@ -2,7 +2,7 @@
 
 #include <cmath>
 #include <ctime>
-#include <set>
+#include <array>
 
 #include "io/error.hpp"
 #include "io/devices.hpp"
@@ -13,7 +13,26 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-const std::set<std::string> kSourceKinds = {"datasheet", "kernel", "table-fit", "comm", "assumed", "derived"};
+constexpr std::array kSourceKinds = {SourceKind::kDatasheet, SourceKind::kKernel, SourceKind::kTableFit,
+                                     SourceKind::kComm,      SourceKind::kAssumed, SourceKind::kDerived};
+}
+
+std::string_view to_string(SourceKind kind) {
+  switch (kind) {
+    case SourceKind::kDatasheet: return "datasheet";
+    case SourceKind::kKernel: return "kernel";
+    case SourceKind::kTableFit: return "table-fit";
+    case SourceKind::kComm: return "comm";
+    case SourceKind::kAssumed: return "assumed";
+    case SourceKind::kDerived: return "derived";
+  }
+  return "?";
+}
+
+std::optional<SourceKind> parse_source_kind(std::string_view text) {
+  for (SourceKind k : kSourceKinds)
+    if (to_string(k) == text) return k;
+  return std::nullopt;
 }
 
 namespace {
@@ -71,13 +90,15 @@ DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::s
     const double v = e["value"].get<double>();
     if (!std::isfinite(v) || v < info.lower || v > info.upper)
       throw Error(origin + ": parameter \"" + name + "\" = " + e["value"].dump() + " is outside its physical range [" +
-                  json(info.lower).dump() + ", " + json(info.upper).dump() + "] " + std::string(info.unit));
-    p.params.*info.member = v;
+                  json(info.lower).dump() + ", " + json(info.upper).dump() + "] " + std::string(to_string(info.unit)));
+    info.value(p.params) = v;
     ParamSource src;
-    src.kind = string_field(e, "source", origin + ": parameter \"" + name + "\"");
-    if (!kSourceKinds.count(src.kind))
-      throw Error(origin + ": parameter \"" + name + "\" has source \"" + src.kind +
+    const std::string kind = string_field(e, "source", origin + ": parameter \"" + name + "\"");
+    const std::optional<SourceKind> parsed = parse_source_kind(kind);
+    if (!parsed)
+      throw Error(origin + ": parameter \"" + name + "\" has source \"" + kind +
                   "\"; expected datasheet, kernel, table-fit, comm, assumed or derived");
+    src.kind = *parsed;
     src.detail = string_field(e, "detail", origin + ": parameter \"" + name + "\"");
     if (e.contains("stddev") && e["stddev"].is_number()) src.stddev = e["stddev"].get<double>();
     p.sources[name] = src;
@@ -154,9 +175,9 @@ std::string profile_to_json(const DeviceProfile& p) {
     const std::string name(info.name);
     const auto it = p.sources.find(name);
     nlohmann::ordered_json e;
-    e["value"] = p.params.*info.member;
-    e["unit"] = std::string(info.unit);
-    e["source"] = it != p.sources.end() ? it->second.kind : "assumed";
+    e["value"] = info.value(p.params);
+    e["unit"] = std::string(to_string(info.unit));
+    e["source"] = std::string(to_string(it != p.sources.end() ? it->second.kind : SourceKind::kAssumed));
     e["detail"] = it != p.sources.end() ? it->second.detail : "";
     if (it != p.sources.end() && it->second.stddev >= 0) e["stddev"] = it->second.stddev;
     else e["stddev"] = nullptr;

@@ -15,17 +15,22 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "model/device.hpp"
 #include "model/profile.hpp"
 
 namespace tpsim {
 
-// Where a value came from. Kinds: "datasheet", "kernel" (a kernel measurement), "table-fit" (fitted
-// to measured training throughput), "comm" (collective measurement), "assumed" (reasoned, not
-// measured), "derived" (computed from other values).
+// Where a value came from: a datasheet, a kernel measurement, a fit to measured training
+// throughput, a collective measurement, reasoned but not measured, or computed from other values.
+// The file spells them "datasheet", "kernel", "table-fit", "comm", "assumed", "derived".
+enum class SourceKind : uint8_t { kDatasheet, kKernel, kTableFit, kComm, kAssumed, kDerived };
+std::string_view to_string(SourceKind kind);
+std::optional<SourceKind> parse_source_kind(std::string_view text);
+
 struct ParamSource {
-  std::string kind;
+  SourceKind kind = SourceKind::kAssumed;
   std::string detail;
   double stddev = -1;  // from the fit's covariance; < 0 when not fitted
 };

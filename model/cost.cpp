@@ -30,7 +30,7 @@ double wave_efficiency(double items, double units) {
 
 CostModel::CostModel(const DeviceSpec& device, const CostParams& params) : device_(device), params_(params) {
   for (int t = 0; t < kNumDTypes; ++t)
-    rate_[t] = params.gemm_flops_per_s(static_cast<DType>(t)) * params.compute_clock_ratio;
+    rate_[t] = params.gemm_flops_per_s_by_dtype[t] * params.compute_clock_ratio;
   seconds_per_byte_ = 1.0 / (params.membound_efficiency * device.hbm_bytes_per_s);
   units_ = device.compute_units;
   units_inv_ = 1.0 / units_;

@@ -19,11 +19,9 @@ namespace tpsim {
 
 struct CostParams {
   // GEMM: time = overhead + max(flops / (rate * efficiency(m, n, k)), bytes / membound rate).
-  double gemm_fp8_flops_per_s = 0;   // achieved rate of a large square GEMM, per format; 0: unsupported
-  double gemm_bf16_flops_per_s = 0;
-  double gemm_fp16_flops_per_s = 0;
-  double gemm_tf32_flops_per_s = 0;
-  double gemm_fp32_flops_per_s = 0;
+  // Achieved rate of a large square GEMM, indexed by DType as DeviceSpec::peak_flops_per_s is;
+  // 0: unsupported. Profiles name them gemm_fp8_flops_per_s ... gemm_fp32_flops_per_s.
+  std::array<double, kNumDTypes> gemm_flops_per_s_by_dtype{};
   double gemm_tile_m = 128;   // output tile rows of the GEMM kernels (wave quantization)
   double gemm_tile_n = 256;   // output tile columns
   double gemm_k_half = 64;    // K at which the main loop runs at half its asymptotic rate (pipeline fill)
@@ -70,28 +68,43 @@ struct CostParams {
   double memory_fragmentation = 1.05;        // caching-allocator overhead over live tensors
   double memory_reserve_bytes = 3.0 * kGiB;  // CUDA context, NCCL buffers, cuBLAS workspaces
 
-  double gemm_flops_per_s(DType t) const;
+  double gemm_flops_per_s(DType t) const { return gemm_flops_per_s_by_dtype[static_cast<size_t>(t)]; }
+  double& gemm_flops_per_s(DType t) { return gemm_flops_per_s_by_dtype[static_cast<size_t>(t)]; }
 };
 
 // Which runs can measure a parameter.
 enum class ParamLevel : uint8_t { kKernel, kSystem };
 
-// A pointer to one of CostParams' values (named: nvcc's host pass rewrites the bare declarator
-// with parentheses, which GCC then warns about).
+// The unit of a parameter's value; to_string gives the profile file's spelling.
+enum class Unit : uint8_t { kFlopsPerS, kElements, kSeconds, kFraction, kFactor, kBytes };
+std::string_view to_string(Unit unit);  // "FLOP/s", "elements", "s", "fraction", "factor", "B"
+
+// A pointer to one of CostParams' scalar values (named: nvcc's host pass rewrites the bare
+// declarator with parentheses, which GCC then warns about).
 using CostParamMember = double CostParams::*;
 
+// A parameter's id: code holds `const ParamInfo*` (from param_of, gemm_rate_param, or find_param
+// where a name is read from text) and reaches its value through value().
 struct ParamInfo {
   std::string_view name;
-  CostParamMember member;
-  std::string_view unit;
+  CostParamMember member;  // the scalar; nullptr for a GEMM rate
+  DType dtype;             // a GEMM rate's format: gemm_flops_per_s_by_dtype[dtype] (unused for a scalar)
+  Unit unit;
   double lower;  // physical bounds; fits keep parameters inside them
   double upper;
   ParamLevel level;
   std::string_view meaning;
+
+  double& value(CostParams& p) const { return member ? p.*member : p.gemm_flops_per_s(dtype); }
+  double value(const CostParams& p) const { return member ? p.*member : p.gemm_flops_per_s(dtype); }
 };
 
 // Every parameter of CostParams, in declaration order.
 std::span<const ParamInfo> cost_param_registry();
+// By the name profiles and flags spell; nullptr when there is none. For reading text only.
 const ParamInfo* find_param(std::string_view name);
+// The registry entry of a scalar member (every double of CostParams has one) and of a GEMM rate.
+const ParamInfo& param_of(CostParamMember member);
+const ParamInfo& gemm_rate_param(DType t);
 
 }  // namespace tpsim

@@ -76,14 +76,14 @@ BOOST_AUTO_TEST_CASE(two_ranks_write_a_profile_with_comm_provenance) {
   const DeviceProfile p = load_profile(out);
   for (const char* name : {"intra_node_link_efficiency", "intra_node_latency_s"}) {
     BOOST_TEST_CONTEXT(name) {
-      BOOST_TEST(p.sources.at(name).kind == "comm");
+      BOOST_TEST((p.sources.at(name).kind == SourceKind::kComm));
       BOOST_TEST(p.sources.at(name).detail.find("2 ranks on 1 node") != std::string::npos);
       BOOST_TEST(p.sources.at(name).stddev >= 0.0);
     }
   }
   // The tier one machine cannot measure keeps the base profile's provenance.
-  BOOST_TEST(p.sources.at("inter_node_link_efficiency").kind != "comm");
-  BOOST_TEST(p.sources.at("inter_node_latency_s").kind != "comm");
+  BOOST_TEST((p.sources.at("inter_node_link_efficiency").kind != SourceKind::kComm));
+  BOOST_TEST((p.sources.at("inter_node_latency_s").kind != SourceKind::kComm));
   // A CPU rank is the device: its spec is embedded, with the ranks on the node as its devices per node.
   BOOST_TEST_REQUIRE(p.device_spec.has_value());
   BOOST_TEST(p.device_spec->gpus_per_node == 2);

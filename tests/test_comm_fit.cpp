@@ -63,7 +63,7 @@ CostParams defaults_of(const std::string& device) {
 
 const FittedParameter& fitted(const CommFitResult& r, std::string_view name) {
   for (const auto& f : r.fitted)
-    if (f.name == name) return f;
+    if (f.param->name == name) return f;
   throw Error("no fitted parameter " + std::string(name));
 }
 

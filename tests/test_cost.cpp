@@ -25,7 +25,7 @@ DeviceSpec device() {
 
 CostParams params() {
   CostParams p;
-  p.gemm_bf16_flops_per_s = 250e12;
+  p.gemm_flops_per_s(DType::kBf16) = 250e12;
   p.gemm_tile_m = 128;
   p.gemm_tile_n = 128;
   p.gemm_k_half = 256;

@@ -151,9 +151,9 @@ BOOST_AUTO_TEST_CASE(device_datasheets_carry_sources) {
 BOOST_AUTO_TEST_CASE(profiles_name_every_parameter_and_refuse_gaps) {
   const DeviceProfile p = load_shipped_profile("h100_80gb");
   BOOST_TEST(p.sources.size() == cost_param_registry().size());
-  for (const auto& [name, src] : p.sources) BOOST_TEST(!src.kind.empty());
+  for (const auto& [name, src] : p.sources) BOOST_TEST(!to_string(src.kind).empty());
   const std::string good = profile_to_json(p);
-  BOOST_TEST(parse_profile_json(good, "p.json").params.gemm_bf16_flops_per_s == p.params.gemm_bf16_flops_per_s);
+  BOOST_TEST(parse_profile_json(good, "p.json").params.gemm_flops_per_s(DType::kBf16) == p.params.gemm_flops_per_s(DType::kBf16));
   std::string missing = good;
   const size_t at = missing.find("\"step_overhead_s\": {");
   BOOST_TEST_REQUIRE(at != std::string::npos);
@@ -163,6 +163,31 @@ BOOST_AUTO_TEST_CASE(profiles_name_every_parameter_and_refuse_gaps) {
   version.replace(version.find("\"version\": 1"), 12, "\"version\": 9");
   BOOST_TEST(contains(error_of([&] { parse_profile_json(version, "p.json"); }), "version 9 is not supported"));
   BOOST_TEST(contains(error_of([&] { parse_profile_json("{\"format\": ", "p.json"); }), "not valid JSON"));
+}
+
+BOOST_AUTO_TEST_CASE(registry_ids_reach_distinct_values_and_keep_the_file_spelling) {
+  // Each registry entry reaches its own CostParams value: set them all to their index and read back.
+  CostParams p;
+  const auto registry = cost_param_registry();
+  for (size_t i = 0; i < registry.size(); ++i) registry[i].value(p) = static_cast<double>(i);
+  for (size_t i = 0; i < registry.size(); ++i)
+    BOOST_TEST_CONTEXT(registry[i].name) {
+      BOOST_TEST(registry[i].value(p) == static_cast<double>(i));
+      BOOST_TEST(find_param(registry[i].name) == &registry[i]);
+    }
+  // GEMM rates by format, named as profiles spell them; scalars by member.
+  for (int t = 0; t < kNumDTypes; ++t) {
+    const ParamInfo& rate = gemm_rate_param(DType(t));
+    BOOST_TEST(rate.name == "gemm_" + std::string(kDTypeNames[t]) + "_flops_per_s");
+    BOOST_TEST(to_string(rate.unit) == "FLOP/s");
+    BOOST_TEST(&rate.value(p) == &p.gemm_flops_per_s_by_dtype[t]);
+  }
+  BOOST_TEST(&param_of(&CostParams::step_overhead_s) == find_param("step_overhead_s"));
+  BOOST_TEST(to_string(param_of(&CostParams::step_overhead_s).unit) == "s");
+  // Source kinds round-trip through their file spelling; other text is refused.
+  for (const char* kind : {"datasheet", "kernel", "table-fit", "comm", "assumed", "derived"})
+    BOOST_TEST(to_string(*parse_source_kind(kind)) == kind);
+  BOOST_TEST(!parse_source_kind("measured").has_value());
 }
 
 BOOST_AUTO_TEST_CASE(profiles_can_carry_the_spec_of_a_device_without_a_datasheet_file) {

@@ -117,7 +117,7 @@ BOOST_AUTO_TEST_CASE(a_fit_recovers_known_kernel_parameters_from_timings_with_no
   const CostParams start = load_profile(std::string(TPSIM_DATA) + "/profiles/defaults/h100_80gb.json").params;
   // A truth away from the start in every fitted parameter, and in the discrete ones.
   CostParams truth = start;
-  truth.gemm_bf16_flops_per_s = 6.1e14;
+  truth.gemm_flops_per_s(DType::kBf16) = 6.1e14;
   truth.gemm_tile_m = 128;
   truth.gemm_tile_n = 128;
   truth.gemm_k_half = 400;
@@ -139,8 +139,8 @@ BOOST_AUTO_TEST_CASE(a_fit_recovers_known_kernel_parameters_from_timings_with_no
     samples.push_back({p.op, cost.op_seconds(p.op) * std::exp(noise(rng)), p.held_out});
 
   const KernelFitResult fit = fit_kernels(samples, device, start, KernelFitOptions{});
-  const auto fitted = [&](const char* name) { return fit.params.*(find_param(name)->member); };
-  BOOST_TEST(fitted("gemm_bf16_flops_per_s") == truth.gemm_bf16_flops_per_s, tt::tolerance(kRateRelTol));
+  const auto fitted = [&](const char* name) { return find_param(name)->value(fit.params); };
+  BOOST_TEST(fitted("gemm_bf16_flops_per_s") == truth.gemm_flops_per_s(DType::kBf16), tt::tolerance(kRateRelTol));
   BOOST_TEST(fitted("gemm_tile_m") * fitted("gemm_tile_n") == truth.gemm_tile_m * truth.gemm_tile_n);
   BOOST_TEST(fitted("gemm_k_half") == truth.gemm_k_half, tt::tolerance(kShapeTermRelTol));
   BOOST_TEST(fitted("gemm_tile_intensity_half") == truth.gemm_tile_intensity_half, tt::tolerance(kShapeTermRelTol));
@@ -153,9 +153,9 @@ BOOST_AUTO_TEST_CASE(a_fit_recovers_known_kernel_parameters_from_timings_with_no
   BOOST_TEST(fitted("xent_efficiency") == truth.xent_efficiency, tt::tolerance(kEfficiencyRelTol));
   BOOST_TEST(fitted("kernel_overhead_s") == truth.kernel_overhead_s, tt::tolerance(kShapeTermRelTol));
   // Formats without GEMMs and system-level parameters are not touched.
-  BOOST_TEST(fitted("gemm_fp8_flops_per_s") == start.gemm_fp8_flops_per_s);
+  BOOST_TEST(fitted("gemm_fp8_flops_per_s") == start.gemm_flops_per_s(DType::kFp8));
   BOOST_TEST(fitted("compute_clock_ratio") == start.compute_clock_ratio);
-  for (const auto& f : fit.fitted) BOOST_TEST_CONTEXT(f.name) { BOOST_TEST((find_param(f.name)->level == ParamLevel::kKernel)); }
+  for (const auto& f : fit.fitted) BOOST_TEST_CONTEXT(f.param->name) { BOOST_TEST((f.param->level == ParamLevel::kKernel)); }
 
   // Held out: the fit predicts shapes it did not see within about the noise.
   BOOST_TEST_REQUIRE(fit.errors.size() == 3u);
@@ -180,11 +180,11 @@ BOOST_AUTO_TEST_CASE(a_short_cpu_calibration_writes_a_profile_that_loads) {
   BOOST_TEST(p.device_spec->hbm_bytes_per_s > 0);
   BOOST_TEST(p.device_spec->peak(DType::kFp32) > 0);
   BOOST_TEST(p.device_spec->sources.at("hbm_gb_per_s").rfind("kernel run:", 0) == 0u);
-  BOOST_TEST(p.sources.at("gemm_fp32_flops_per_s").kind == "kernel");
+  BOOST_TEST((p.sources.at("gemm_fp32_flops_per_s").kind == SourceKind::kKernel));
   BOOST_TEST(p.sources.at("gemm_fp32_flops_per_s").stddev >= 0);
-  BOOST_TEST(p.params.gemm_bf16_flops_per_s == 0.0);
+  BOOST_TEST(p.params.gemm_flops_per_s(DType::kBf16) == 0.0);
   // System-level values are the CPU base's.
-  BOOST_TEST(p.sources.at("overlap_slowdown").kind == "assumed");
+  BOOST_TEST((p.sources.at("overlap_slowdown").kind == SourceKind::kAssumed));
 
   const auto& k = p.extra.at("kernel_calibration");
   BOOST_TEST(k.at("threads").get<int>() == 1);
@@ -302,6 +302,6 @@ BOOST_AUTO_TEST_CASE(a_cpu_calibration_records_its_noise_verdict) {
   BOOST_TEST(r.err.find(noisy ? ": too noisy to trust\n" : ": trusted\n") != std::string::npos);
   // The format the CPU backend runs has a rate: fitted, or the base's when too few of its GEMMs fit in
   // the budget (it was once set to 0, "unsupported", and replay then predicted non-finite times).
-  BOOST_TEST(p.params.gemm_fp32_flops_per_s > 0);
+  BOOST_TEST(p.params.gemm_flops_per_s(DType::kFp32) > 0);
   fs::remove(out);
 }

@@ -53,12 +53,42 @@ double mape(const std::vector<double>& e) {
 
 }  // namespace
 
+BOOST_AUTO_TEST_CASE(the_fit_core_maps_values_to_log_space_within_bounds_and_reports_bounds) {
+  // One floor per unit: seconds from 1e-7 s, other units from their lower bound.
+  const ParamInfo& step = param_of(&CostParams::step_overhead_s);
+  const ParamInfo& clock = param_of(&CostParams::compute_clock_ratio);
+  BOOST_TEST(log_floor(step) == 1e-7);
+  BOOST_TEST(log_floor(clock) == clock.lower);
+  CostParams start;
+  start.step_overhead_s = 0;          // log of 0 is not: the floor
+  start.compute_clock_ratio = 0.75;
+  const LogSpaceFit fit({&step, &clock}, start, {});
+  BOOST_TEST(fit.x()[0] == std::log(1e-7));
+  BOOST_TEST(fit.x()[1] == std::log(0.75));
+  BOOST_TEST(fit.to_x(1, 5.0) == std::log(clock.upper));  // clamped to the bound
+  BOOST_TEST(fit.value(1) == 0.75, tt::tolerance(1e-12));
+  // A time below a microsecond is the physical bound, zero; a value at a bound says so.
+  const FittedParameter tiny = fitted_report(step, 4e-7, -1);
+  BOOST_TEST(tiny.value == 0.0);
+  BOOST_TEST(tiny.at_bound);
+  BOOST_TEST(fitted_report(step, 2e-3, -1).value == 2e-3);
+  BOOST_TEST(!fitted_report(step, 2e-3, -1).at_bound);
+  BOOST_TEST(fitted_report(clock, clock.upper, -1).at_bound);
+  BOOST_TEST(fitted_report(clock, clock.lower, -1).at_bound);
+  // Seeded starts repeat exactly and stay inside the bounds.
+  const auto a = fit.seeded_starts(fit.x(), 4, 0.7, 42), b = fit.seeded_starts(fit.x(), 4, 0.7, 42);
+  BOOST_TEST(a.size() == 4u);
+  BOOST_TEST((a == b));
+  for (const auto& x : a)
+    for (size_t i = 0; i < x.size(); ++i) BOOST_TEST((x[i] >= fit.lower_x(i) && x[i] <= fit.upper_x(i)));
+}
+
 BOOST_AUTO_TEST_CASE(a_fit_recovers_known_parameters_from_simulated_rows_with_noise) {
   Context ctx = seed_context();
   std::vector<ResolvedRow> rows = seed_rows(ctx, {table("a100_80gb_bf16.md")});
   const CostParams& base = ctx.base_profile("a100_80gb").params;
   CostParams truth = base;
-  for (const auto& t : kTruth) truth.*(find_param(t.name)->member) = t.value;
+  for (const auto& t : kTruth) find_param(t.name)->value(truth) = t.value;
 
   // Measured = the simulator's own prediction under the truth, with 1% multiplicative noise.
   std::mt19937_64 rng(7);
@@ -68,11 +98,11 @@ BOOST_AUTO_TEST_CASE(a_fit_recovers_known_parameters_from_simulated_rows_with_no
 
   TableFitOptions options;
   options.parameters.clear();
-  for (const auto& t : kTruth) options.parameters.push_back(t.name);
+  for (const auto& t : kTruth) options.parameters.push_back(find_param(t.name));
   const TableFitResult fit = fit_table(fits, base, options);
   for (const auto& t : kTruth)
     BOOST_TEST_CONTEXT(t.name) {
-      const double fitted = fit.params.*(find_param(t.name)->member);
+      const double fitted = find_param(t.name)->value(fit.params);
       BOOST_TEST(fitted == t.value, tt::tolerance(t.rel_tol));
     }
   std::vector<double> errors;
@@ -86,14 +116,14 @@ BOOST_AUTO_TEST_CASE(corrupted_rows_are_flagged_as_outliers_and_do_not_drag_the_
   std::vector<ResolvedRow> rows = seed_rows(ctx, {table("a100_80gb_bf16.md")});
   const CostParams& base = ctx.base_profile("a100_80gb").params;
   CostParams truth = base;
-  for (const auto& t : kTruth) truth.*(find_param(t.name)->member) = t.value;
+  for (const auto& t : kTruth) find_param(t.name)->value(truth) = t.value;
   std::vector<FitRow> fits = fit_rows(ctx, rows);
   for (auto& f : fits) f.measured_tokens_per_s = predict(*f.model, *f.device, truth, f.cfg).tokens_per_s;
   // Every tenth row three times too fast or too slow.
   for (size_t i = 0; i < fits.size(); i += 10) fits[i].measured_tokens_per_s *= (i / 10) % 2 ? 3.0 : 1.0 / 3.0;
   TableFitOptions options;
   options.parameters.clear();
-  for (const auto& t : kTruth) options.parameters.push_back(t.name);
+  for (const auto& t : kTruth) options.parameters.push_back(find_param(t.name));
   const TableFitResult fit = fit_table(fits, base, options);
   for (size_t i = 0; i < fits.size(); ++i) BOOST_TEST(static_cast<bool>(fit.outliers[i]) == (i % 10 == 0));
   BOOST_TEST(fit.params.compute_clock_ratio == 0.86, tt::tolerance(0.03));
