@@ -20,6 +20,10 @@ std::vector<int64_t> parse_count_list(const std::string& flag, const std::string
 // Suffixes K, M, G/B, T are decimal; Ki, Mi, Gi, Ti binary.
 double parse_tokens(const std::string& flag, const std::string& text);
 
+// A whole number of bytes in [1, 64Gi]: "65536", "64Ki", "1Mi", "4M". Suffixes K, M, G are
+// decimal; Ki, Mi, Gi binary (the suffix parser parse_tokens uses).
+double parse_bytes(const std::string& flag, const std::string& text);
+
 // A comma-separated list of names; rejects empty items.
 std::vector<std::string> parse_name_list(const std::string& flag, const std::string& text);
 
