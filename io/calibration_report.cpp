@@ -307,4 +307,52 @@ void print_kernel_calibration(std::ostream& os, const KernelCalibration& c, cons
   }
 }
 
+namespace {
+
+double error_percent(double predicted, double measured) { return 100.0 * (predicted / measured - 1.0); }
+
+OutputTable replay_ops_table(const Replay& r) {
+  OutputTable per_op;
+  per_op.title = "Ops";
+  per_op.columns = {"#", "Part", "Layer", "Op", "Shape", "Measured (s)", "Predicted (s)", "Error (%)"};
+  for (size_t i = 0; i < r.ops.size(); ++i) {
+    const StepOp& s = r.ops[i];
+    per_op.add_row({Cell::integer_value(static_cast<int64_t>(i)), Cell::str(std::string(to_string(s.part))),
+                    s.layer >= 0 ? Cell::integer_value(s.layer) : Cell::empty(), Cell::str(s.op.name),
+                    Cell::str(shape_text(s.op)), Cell::num(r.measured_s[i], 6), Cell::num(r.predicted_s[i], 6),
+                    Cell::num(error_percent(r.predicted_s[i], r.measured_s[i]), 1)});
+  }
+  return per_op;
+}
+
+}  // namespace
+
+std::string render_replay(const Replay& r, const ReplayOptions& o, const std::string& precision, const std::string& backend,
+                          const std::string& device_id, Format format) {
+  const ModelConfig& model = o.model;
+  const int64_t layers = o.step.layers > 0 ? o.step.layers : model.n_layers;
+  OutputTable total;
+  total.title = "Step";
+  total.columns = {"Model", "SeqLen (T)", "MicroBatchSize", "Activation Checkpointing", "Precision", "Backend",
+                   "Device", "Threads", "Clock", "Blocks Run", "Blocks", "Block Scale", "Ops",
+                   "Measured Step Time (s)", "Predicted Step Time (s)", "Error (%)"};
+  total.add_row({Cell::str(model.name), Cell::integer_value(o.step.seq_len), Cell::integer_value(o.step.micro_batch),
+                 Cell::flag(o.step.activation_checkpointing), Cell::str(precision), Cell::str(backend), Cell::str(device_id),
+                 o.gpu ? Cell::empty() : Cell::integer_value(o.threads),
+                 Cell::str(o.gpu ? "device events" : (o.thread_clock ? "thread CPU time" : "wall")),
+                 Cell::integer_value(layers), Cell::integer_value(model.n_layers), Cell::num(r.block_scale, 3),
+                 Cell::integer_value(static_cast<int64_t>(r.ops.size())), Cell::num(r.measured_step_s, 6),
+                 Cell::num(r.predicted_step_s, 6), Cell::num(error_percent(r.predicted_step_s, r.measured_step_s), 1)});
+  if (format == Format::kCsv) return render({total}, Format::kCsv);
+  std::string text = render({total, replay_ops_table(r)}, format);
+  if (format == Format::kMarkdown) {
+    text += "\nMeasured: the sequence run end to end (median of its runs); each op's row is the op timed alone.\n";
+    if (layers < model.n_layers)
+      text += "Ran " + std::to_string(layers) + " of " + std::to_string(model.n_layers) +
+              " blocks: the block ops' times are scaled by " + std::to_string(model.n_layers) + "/" +
+              std::to_string(layers) + " in both the measured and the predicted step.\n";
+  }
+  return text;
+}
+
 }  // namespace tpsim

@@ -10,6 +10,8 @@
 
 #include "calibrate/comm_calibration.hpp"
 #include "calibrate/kernel_calibration.hpp"
+#include "calibrate/replay.hpp"
+#include "io/output.hpp"
 
 namespace tpsim {
 
@@ -27,5 +29,11 @@ nlohmann::json comm_calibration_json(const CommCalibration& c, const std::string
 // Rank 0's brief report, in the manner of calibrate table's: the job, the device's links, a table of
 // the measurements with the fit's prediction, the fitted values, the tiers kept from the base.
 void print_comm_calibration(std::ostream& os, const CommCalibration& c, const std::string& out);
+
+// tpsim replay's output: the step's row (CSV: only it, a table a script reads) and, in md and JSON,
+// the ops' rows; md adds how the step was measured and scaled. `precision`, `backend` and
+// `device_id` as the run names them.
+std::string render_replay(const Replay& r, const ReplayOptions& o, const std::string& precision, const std::string& backend,
+                          const std::string& device_id, Format format);
 
 }  // namespace tpsim
