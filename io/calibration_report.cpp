@@ -307,6 +307,48 @@ void print_kernel_calibration(std::ostream& os, const KernelCalibration& c, cons
   }
 }
 
+nlohmann::json table_calibration_json(const TableCalibration& c, const TableCalibrationOptions& o,
+                                      const std::vector<MeasuredRow>& rows, const std::string& base_profile,
+                                      const std::string& command_line) {
+  const TableFitResult& fit = c.fit;
+  nlohmann::json jrows = nlohmann::json::array();
+  for (size_t i = 0; i < rows.size(); ++i)
+    jrows.push_back({{"row", rows[i].where()},
+                     {"measured_tokens_per_s", rows[i].tokens_per_s},
+                     {"predicted_tokens_per_s", rows[i].tokens_per_s * std::exp(fit.residuals[i])},
+                     {"log_residual", fit.residuals[i]},
+                     {"outlier", static_cast<bool>(fit.outliers[i])}});
+  // The rows flagged, by name, so that a reader sees them without scanning every row.
+  nlohmann::json joutliers = nlohmann::json::array();
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (fit.outliers[i])
+      joutliers.push_back({{"row", rows[i].where()},
+                           {"model", rows[i].model},
+                           {"seq_len", rows[i].seq_len},
+                           {"n_gpus", rows[i].n_gpus},
+                           {"error", std::exp(fit.residuals[i]) - 1.0}});
+  nlohmann::json jparams = nlohmann::json::array();
+  for (const auto& f : fit.fitted)
+    jparams.push_back({{"name", f.name}, {"value", f.value}, {"stddev", f.stddev < 0 ? nlohmann::json() : nlohmann::json(f.stddev)},
+                       {"at_bound", f.at_bound}, {"determined_by_rows", f.determined}});
+  return {{"command", command_line},
+          {"transferred", o.transfer},
+          {"fitted_devices", c.fitted_devices},
+          {"date", utc_timestamp()},
+          {"tables", o.tables},
+          {"base_profile", base_profile},
+          {"loss", "Huber on log(predicted / measured), scale " + std::to_string(o.fit.robust_scale)},
+          {"initial_cost", fit.initial_cost},
+          {"final_cost", fit.final_cost},
+          {"iterations", fit.iterations},
+          {"converged", fit.converged},
+          {"solver", fit.summary},
+          {"parameters", jparams},
+          {"outlier_threshold", "|log(predicted / measured)| > " + std::to_string(o.fit.outlier_threshold)},
+          {"outliers", joutliers},
+          {"rows", jrows}};
+}
+
 namespace {
 
 double error_percent(double predicted, double measured) { return 100.0 * (predicted / measured - 1.0); }

@@ -11,6 +11,7 @@
 #include "calibrate/comm_calibration.hpp"
 #include "calibrate/kernel_calibration.hpp"
 #include "calibrate/replay.hpp"
+#include "calibrate/table_calibration.hpp"
 #include "io/output.hpp"
 
 namespace tpsim {
@@ -29,6 +30,12 @@ nlohmann::json comm_calibration_json(const CommCalibration& c, const std::string
 // Rank 0's brief report, in the manner of calibrate table's: the job, the device's links, a table of
 // the measurements with the fit's prediction, the fitted values, the tiers kept from the base.
 void print_comm_calibration(std::ostream& os, const CommCalibration& c, const std::string& out);
+
+// extra.fit: the command, tables, loss, solver, parameters, outliers and every row's residual.
+// `base_profile` the base's origin.
+nlohmann::json table_calibration_json(const TableCalibration& c, const TableCalibrationOptions& o,
+                                      const std::vector<MeasuredRow>& rows, const std::string& base_profile,
+                                      const std::string& command_line);
 
 // tpsim replay's output: the step's row (CSV: only it, a table a script reads) and, in md and JSON,
 // the ops' rows; md adds how the step was measured and scaled. `precision`, `backend` and
