@@ -1,37 +1,18 @@
 #include "calibrate/kernel_measure.hpp"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
-#include <iostream>
 
 #include "io/error.hpp"
+#include "io/progress.hpp"
 #include "kernels/cuda/gpu_backend.hpp"
 #include "kernels/timing.hpp"
 
 namespace tpsim {
-
-ProgressLine::ProgressLine(bool enabled) : enabled_(enabled && ::isatty(STDERR_FILENO) == 1) {}
-
-ProgressLine::~ProgressLine() { clear(); }
-
-void ProgressLine::draw(const std::string& text) {
-  if (!enabled_) return;
-  const double now = host_seconds();
-  if (last_s_ >= 0 && now - last_s_ < 0.2) return;
-  last_s_ = now;
-  std::cerr << "\r\033[K" << text << std::flush;
-  drawn_ = true;
-}
-
-void ProgressLine::clear() {
-  if (drawn_) std::cerr << "\r\033[K" << std::flush;
-  drawn_ = false;
-}
 
 MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan, const MeasureOptions& options,
                            const std::function<double(const Op&)>& estimate_s) {
@@ -55,7 +36,7 @@ MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan,
     return std::max(least, std::min(t.min_seconds, t.max_seconds) + run_s * t.warmup);
   };
 
-  ProgressLine progress(options.progress);
+  Progress progress("calibrate kernels", static_cast<int64_t>(plan.size()), options.progress);
   for (size_t i = 0; i < plan.size(); ++i) {
     const PlannedOp& p = plan[i];
     const double elapsed = host_seconds() - start_s;
@@ -66,7 +47,7 @@ MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan,
     char line[160];
     std::snprintf(line, sizeof line, "calibrate kernels: %zu/%zu shapes, %.0f of %.0f s", i, plan.size(), elapsed,
                   options.budget_s);
-    progress.draw(line);
+    progress.show(line);
     if (std::string why = backend.unsupported(p.op); !why.empty()) {
       report.unsupported.push_back(shape_key(p.op) + ": " + why);
       continue;
@@ -90,7 +71,7 @@ MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan,
     if (estimate > 0) ratios[static_cast<size_t>(g)].push_back(timing.median_s / estimate);
     report.measurements.push_back({p.op, p.source, p.held_out, timing});
   }
-  progress.clear();
+  progress.finish();
   report.seconds = host_seconds() - start_s;
   return report;
 }

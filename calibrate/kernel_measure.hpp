@@ -21,7 +21,7 @@ struct KernelMeasurement {
 struct MeasureOptions {
   double budget_s = 60;  // wall-clock seconds the measurements may take, warm-ups included
   TimingOptions timing;
-  bool progress = false;  // redraw a progress line on stderr (only when it is a terminal)
+  bool progress = false;  // redraw a progress line on stderr (io/progress.hpp: only on a terminal)
 };
 
 struct MeasureReport {
@@ -92,19 +92,5 @@ Op reference_gemm(DType dtype, int64_t size);
 // The CPU backend takes its thread count from OpenMP's default when it is made (make_backend):
 // this sets that default for the calling thread, so that the next CPU backend uses `threads`.
 void set_cpu_backend_threads(int threads);
-
-// One progress line on stderr, redrawn in place, only when stderr is a terminal.
-class ProgressLine {
- public:
-  explicit ProgressLine(bool enabled);
-  ~ProgressLine();
-  void draw(const std::string& text);  // at most a few times a second
-  void clear();
-
- private:
-  bool enabled_;
-  bool drawn_ = false;
-  double last_s_ = -1;
-};
 
 }  // namespace tpsim

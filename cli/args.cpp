@@ -1,6 +1,8 @@
 #include "cli/args.hpp"
 
 #include <cmath>
+#include <initializer_list>
+#include <map>
 #include <sstream>
 
 #include "io/error.hpp"
@@ -53,6 +55,26 @@ Sharding parse_sharding_flag(const std::string& flag, const std::string& text) {
   throw Error(flag + " '" + text + "': expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD");
 }
 
+namespace {
+
+// The one suffix parser of amounts: decimal K, M, G/B, T and binary Ki, Mi, Gi, Ti, of which each
+// kind of amount takes those in `accepted`. 0 for a suffix it does not take.
+double suffix_scale(const std::string& suffix, std::initializer_list<const char*> accepted) {
+  static const std::map<std::string, double> scales = {
+      {"", 1.0},    {"K", 1e3},       {"k", 1e3},          {"M", 1e6},
+      {"G", 1e9},   {"B", 1e9},       {"T", 1e12},         {"Ki", 1024.0},
+      {"Mi", 1024.0 * 1024.0},        {"Gi", 1024.0 * 1024.0 * 1024.0},
+      {"Ti", 1024.0 * 1024.0 * 1024.0 * 1024.0}};
+  for (const char* a : accepted)
+    if (suffix == a) return scales.at(suffix);
+  return 0;
+}
+
+// The largest byte amount parse_bytes takes: 64 GiB, far beyond what one host or GPU holds twice.
+constexpr double kMaxBytes = 64.0 * (1LL << 30);
+
+}  // namespace
+
 double parse_tokens(const std::string& flag, const std::string& text) {
   if (text.empty()) throw Error(flag + ": empty value");
   size_t used = 0;
@@ -64,21 +86,28 @@ double parse_tokens(const std::string& flag, const std::string& text) {
   }
   if (!std::isfinite(v)) throw Error(flag + " '" + text + "': expected a token count such as 1048576, 4M, 1Mi or 1T");
   const std::string suffix = text.substr(used);
-  double scale = 1;
-  if (suffix.empty()) scale = 1;
-  else if (suffix == "K" || suffix == "k") scale = 1e3;
-  else if (suffix == "M") scale = 1e6;
-  else if (suffix == "G" || suffix == "B") scale = 1e9;
-  else if (suffix == "T") scale = 1e12;
-  else if (suffix == "Ki") scale = 1024.0;
-  else if (suffix == "Mi") scale = 1024.0 * 1024.0;
-  else if (suffix == "Gi") scale = 1024.0 * 1024.0 * 1024.0;
-  else if (suffix == "Ti") scale = 1024.0 * 1024.0 * 1024.0 * 1024.0;
-  else throw Error(flag + " '" + text + "': unknown suffix '" + suffix + "' (K, M, G or B, T; Ki, Mi, Gi, Ti)");
+  const double scale = suffix_scale(suffix, {"", "K", "k", "M", "G", "B", "T", "Ki", "Mi", "Gi", "Ti"});
+  if (scale == 0)
+    throw Error(flag + " '" + text + "': unknown suffix '" + suffix + "' (K, M, G or B, T; Ki, Mi, Gi, Ti)");
   const double tokens = v * scale;
   if (!std::isfinite(tokens) || !(tokens >= 1)) throw Error(flag + " '" + text + "': must be at least 1 token");
   if (tokens > 1e18) throw Error(flag + " '" + text + "': too large (at most 1e18 tokens)");
   return tokens;
+}
+
+double parse_bytes(const std::string& flag, const std::string& text) {
+  const std::string hint = "': expected a whole number of bytes such as 65536, 64Ki or 4M";
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 15) throw Error(flag + " '" + text + hint);
+  const double count = std::stod(text.substr(0, digits));
+  const std::string suffix = text.substr(digits);
+  const double scale = suffix_scale(suffix, {"", "K", "M", "G", "Ki", "Mi", "Gi"});
+  if (scale == 0) throw Error(flag + " '" + text + "': unknown suffix '" + suffix + "' (K, M, G; Ki, Mi, Gi)");
+  const double bytes = count * scale;
+  if (!(bytes >= 1)) throw Error(flag + " '" + text + "': a size must be positive");
+  if (bytes > kMaxBytes) throw Error(flag + " '" + text + "': too large (at most 64Gi)");
+  return bytes;
 }
 
 std::vector<std::string> parse_name_list(const std::string& flag, const std::string& text) {

@@ -28,6 +28,10 @@ Precision parse_precision_flag(const std::string& flag, const std::string& text)
 MpMode parse_mp_mode_flag(const std::string& flag, const std::string& text);
 Sharding parse_sharding_flag(const std::string& flag, const std::string& text);
 
+// A whole number of bytes in [1, 64Gi]: "65536", "64Ki", "1Mi", "4M". Suffixes K, M, G are
+// decimal; Ki, Mi, Gi binary (the suffix parser parse_tokens uses).
+double parse_bytes(const std::string& flag, const std::string& text);
+
 // A comma-separated list of names; rejects empty items.
 std::vector<std::string> parse_name_list(const std::string& flag, const std::string& text);
 

@@ -59,6 +59,14 @@ enum class CommScope : uint8_t {
   kNode,
 };
 
+// The factory over the communicators this build has (comm_factory.cpp), as make_backend is over
+// the backends: cpu -> MPI on host buffers, cuda -> NCCL on device buffers (each rank its GPU among
+// its node's, kernels/cuda/nccl_comm.hpp). Error "this build has no X communicator" for one the
+// build lacks (hip has none). Collective.
+std::unique_ptr<Communicator> make_communicator(BackendKind backend, CommScope scope = CommScope::kWorld);
+// Whether this build has the communicator make_communicator makes for `backend`.
+bool communicator_built(BackendKind backend);
+
 #ifdef TPSIM_HAVE_MPI
 // The communicator over MPI_COMM_WORLD's ranks, or over those on this rank's node. Initialises MPI
 // on first use (MPI_Init_thread, funneled) and finalises it at exit; without mpirun it is a single

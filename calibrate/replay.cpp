@@ -1,0 +1,68 @@
+#include "calibrate/replay.hpp"
+
+#include <cmath>
+
+#include "io/error.hpp"
+#include "model/cost.hpp"
+
+namespace tpsim {
+
+std::string ReplayOptions::check() const {
+  if (step.layers > model.n_layers)
+    return "--layers " + std::to_string(step.layers) + ": model " + model.name + " has " +
+           std::to_string(model.n_layers) + " blocks (1.." + std::to_string(model.n_layers) + ")";
+  if (!gpu && threads < 1) return "--threads " + std::to_string(threads) + " must be at least 1";
+  return "";
+}
+
+TimingOptions replay_timing(bool thread_cpu_clock) {
+  TimingOptions t;
+  t.warmup = 1;
+  t.min_repetitions = 5;
+  t.max_repetitions = 50;
+  t.min_seconds = 0.2;
+  t.max_seconds = 3.0;
+  t.flush_cache = true;
+  t.thread_cpu_clock = thread_cpu_clock;
+  return t;
+}
+
+std::vector<StepOp> replay_ops(const ReplayOptions& options) {
+  if (const std::string why = options.check(); !why.empty()) throw Error(why);
+  StepOptions step = options.step;
+  if (step.layers == 0) step.layers = options.model.n_layers;
+  return training_step_ops(options.model, step);
+}
+
+Replay replay_step(const ReplayOptions& options, const std::vector<StepOp>& ops, Backend& backend,
+                   const DeviceSpec& device, const CostParams& params) {
+  Replay r;
+  r.ops = ops;
+  std::vector<Op> sequence;
+  for (const StepOp& s : ops) sequence.push_back(s.op);
+  const SequenceTiming timing = backend.time_sequence(sequence, replay_timing(options.thread_clock));
+  if (!timing.supported) throw Error("replay: " + timing.reason);
+  r.sequence_s = timing.total_median_s;
+
+  const CostModel cost(device, params);
+  const int64_t layers = options.step.layers > 0 ? options.step.layers : options.model.n_layers;
+  r.block_scale = static_cast<double>(options.model.n_layers) / static_cast<double>(layers);
+  double block_measured = 0, block_predicted = 0, other_predicted = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    r.measured_s.push_back(timing.per_op[i].median_s);
+    r.predicted_s.push_back(cost.op_seconds(ops[i].op));
+    if (is_block_part(ops[i].part)) {
+      block_measured += r.measured_s.back();
+      block_predicted += r.predicted_s.back();
+    } else {
+      other_predicted += r.predicted_s.back();
+    }
+  }
+  r.measured_step_s = timing.total_median_s + (r.block_scale - 1.0) * block_measured;
+  r.predicted_step_s = other_predicted + r.block_scale * block_predicted;
+  if (!(r.measured_step_s > 0) || !std::isfinite(r.measured_step_s))
+    throw Error("replay: the step was timed at " + std::to_string(r.measured_step_s) + " s");
+  return r;
+}
+
+}  // namespace tpsim

@@ -1,0 +1,63 @@
+#include "calibrate/table_calibration.hpp"
+
+#include <algorithm>
+
+#include "io/error.hpp"
+
+namespace tpsim {
+namespace {
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+void add_unique(std::vector<std::string>& v, const std::string& x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+}
+
+}  // namespace
+
+std::string TableCalibrationOptions::check() const {
+  if (device.empty()) return "--device: required (the device whose profile is fitted)";
+  if (fit.parameters.empty()) return "--parameters: no parameter to fit";
+  return "";
+}
+
+TableCalibration calibrate_table(const TableCalibrationOptions& o, const std::vector<FitRow>& fits,
+                                 const std::vector<MeasuredRow>& rows, const DeviceProfile& base) {
+  if (const std::string why = o.check(); !why.empty()) throw Error(why);
+  if (fits.empty() || fits.size() != rows.size()) throw Error("calibrate table: no rows to fit");
+  TableCalibration c;
+  c.fit = fit_table(fits, *fits.front().base, o.fit);
+  // What the profile takes from the fit: everything fitted to its own rows; across devices only the
+  // system-level parameters (the kernel-level ones describe the fitted devices' kernels).
+  for (const ParamInfo* param : o.fit.parameters)
+    if (!o.transfer || param->level == ParamLevel::kSystem) c.taken.push_back(param);
+
+  // Held-out errors for the interval: for a transfer, each measured device predicted from the
+  // others (--cv device); else leave one model size out when there are two, else 5 folds.
+  std::vector<std::string> models;
+  for (const auto& r : rows) add_unique(models, r.model);
+  c.cv = o.transfer ? parse_cv("device") : o.interval_cv;
+  if (c.cv.mode == CvMode::kModel && models.size() < 2) c.cv = parse_cv("kfold:5");
+  TableFitOptions cv_options = o.fit;
+  cv_options.covariance = false;
+  for (const auto& h : cross_validate(fits, c.cv, cv_options, o.progress)) c.held_out_errors.push_back(h.error);
+  if (c.held_out_errors.empty()) throw Error("--transfer: held-out errors need rows of at least two devices");
+
+  c.profile = base;
+  c.profile.device = o.device;
+  c.profile.params = with_fitted(base.params, c.fit.params, c.taken);
+  for (const auto& r : rows) add_unique(c.fitted_devices, r.gpu);
+  const std::string detail = (o.transfer ? "transferred from a fit to " : "fitted to ") + std::to_string(rows.size()) +
+                             " rows of " + join(c.fitted_devices, ", ") + " in " + join(o.tables, ", ") +
+                             " (tpsim calibrate table, " + utc_timestamp() + ")";
+  for (const auto& f : c.fit.fitted)
+    if (f.determined && std::find(c.taken.begin(), c.taken.end(), f.param) != c.taken.end())
+      c.profile.sources[std::string(f.param->name)] = {SourceKind::kTableFit, detail, f.stddev};
+  return c;
+}
+
+}  // namespace tpsim

@@ -1,0 +1,106 @@
+// The calibrations as library functions (calibrate/kernel_calibration.hpp,
+// calibrate/comm_calibration.hpp), called directly rather than through the binary: a short CPU
+// kernel calibration returns a typed result whose record writes as the command writes it, and the
+// options' checks name the broken constraint.
+#define BOOST_TEST_MODULE calibration
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "calibrate/comm_calibration.hpp"
+#include "calibrate/kernel_calibration.hpp"
+#include "io/calibration_report.hpp"
+#include "io/catalog.hpp"
+#include "kernels/comm.hpp"
+
+using namespace tpsim;
+
+namespace {
+// The short calibrations' budget (tests/CMakeLists.txt): long enough for a few dozen shapes after
+// the start-up, on a machine shared with other builds.
+const double kBudgetS = std::atof(TPSIM_TEST_BUDGET_S);
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(kernel_options_check_names_the_broken_constraint) {
+  KernelCalibrationOptions o;
+  BOOST_TEST(o.check().empty());
+  BOOST_TEST(o.thread_clock());  // one CPU thread: timed by its CPU clock
+  BOOST_TEST(o.budget_or_default_s() == kCpuKernelBudgetS);
+  o.threads = 2;
+  BOOST_TEST(!o.thread_clock());  // more threads: the wall clock
+  o.clock = "cpu";
+  BOOST_TEST(o.check().find("--clock cpu") != std::string::npos);
+  o.clock = "sun";
+  BOOST_TEST(o.check().find("--clock 'sun'") != std::string::npos);
+  o = {};
+  o.backend = BackendKind::kCuda;
+  o.threads = 4;
+  BOOST_TEST(o.check() == "--threads applies to the CPU backend only");
+  BOOST_TEST(o.budget_or_default_s() == kGpuKernelBudgetS);
+}
+
+BOOST_AUTO_TEST_CASE(a_short_cpu_kernel_calibration_returns_a_typed_result) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  KernelCalibrationOptions o;
+  o.budget_s = kBudgetS;
+  o.models = {catalog.get("tiny")};
+  const auto backend = make_calibration_backend(o);
+  const KernelCalibration c = calibrate_kernels(o, *backend);
+  BOOST_TEST(c.device_id == "cpu");
+  BOOST_TEST(!c.datasheet);
+  BOOST_TEST(c.spec.hbm_bytes_per_s > 0);
+  BOOST_TEST(c.copy.bytes_per_s > 0);
+  BOOST_TEST(c.timing.thread_cpu_clock);
+  BOOST_TEST_REQUIRE(!c.measured.measurements.empty());
+  BOOST_TEST(c.measured.measurements.size() <= c.planned_shapes);
+  BOOST_TEST(c.predicted_s.size() == c.measured.measurements.size());
+  BOOST_TEST(c.fit.log_residuals.size() == c.measured.measurements.size());
+  BOOST_TEST(c.fit.errors.size() == 3u);
+  BOOST_TEST(c.noise.shapes > 0);
+  BOOST_TEST(c.wall_s > 0);
+  // The profile: for the CPU, with its measured spec embedded and the fitted values marked.
+  BOOST_TEST(c.profile.device == "cpu");
+  BOOST_TEST_REQUIRE(c.profile.device_spec.has_value());
+  for (const auto& f : c.fit.fitted) BOOST_TEST(c.profile.sources.at(f.name).kind == "kernel");
+  // Its record, as the command writes it.
+  const nlohmann::json j = kernel_calibration_json(c, "test");
+  BOOST_TEST(j.at("command") == "test");
+  BOOST_TEST(j.at("threads") == 1);
+  BOOST_TEST(j.at("clock") == "thread_cpu");
+  BOOST_TEST(j.at("measurements").size() == c.measured.measurements.size());
+  BOOST_TEST(j.at("plan").at("models").at(0) == "tiny");
+}
+
+BOOST_AUTO_TEST_CASE(comm_options_check_names_the_broken_constraint) {
+  CommCalibrationOptions o;
+  BOOST_TEST(o.check() == "--out: required (the profile to write)");
+  o.out_path = "profile.json";
+  BOOST_TEST(o.check().empty());
+  o.backend = BackendKind::kHip;
+  BOOST_TEST(o.check().find("--backend 'hip'") != std::string::npos);
+  o.backend = BackendKind::kCuda;
+  BOOST_TEST(o.check().empty() == communicator_built(BackendKind::kCuda));
+  o.backend = BackendKind::kCpu;
+  o.sizes_bytes = {4096, 0};
+  BOOST_TEST(o.check() == "--sizes: a size must be positive");
+  o.sizes_bytes = {kMaxCommBytes * 2};
+  BOOST_TEST(o.check() == "--sizes: too large (at most 64Gi)");
+  o.sizes_bytes = {};
+  o.budget_s = 0;
+  BOOST_TEST(o.check() == "--budget: expected a positive number of seconds");
+  // Defaults: 4 KiB to 64 MiB on the CPU, to 1 GiB on GPUs, by powers of two.
+  const std::vector<double> cpu = default_comm_sizes(BackendKind::kCpu), gpu = default_comm_sizes(BackendKind::kCuda);
+  BOOST_TEST(cpu.front() == 4096.0);
+  BOOST_TEST(cpu.back() == 64.0 * (1 << 20));
+  BOOST_TEST(cpu.size() == 15u);
+  BOOST_TEST(gpu.back() == 1024.0 * (1 << 20));
+}
+
+BOOST_AUTO_TEST_CASE(residual_summary_of_log_errors) {
+  const ResidualSummary s = summarize_residuals({std::log(1.1), std::log(0.8), 0.0});
+  BOOST_TEST(s.measurements == 3u);
+  BOOST_TEST(s.median_error == 0.0);
+  BOOST_TEST(s.largest_error == -0.2, boost::test_tools::tolerance(1e-12));
+}
