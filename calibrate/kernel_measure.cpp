@@ -89,17 +89,8 @@ CopyBandwidth measure_copy_bandwidth(Backend& backend, double buffer_bytes, cons
   }
   // x *= c over fp32 elements: each byte read once and written once, as a copy moves them.
   const auto elements = static_cast<int64_t>(buffer_bytes / 4.0);
-  Op op{};
-  op.name = "copy_bandwidth.scale";
-  op.kind = OpKind::kMemoryBound;
-  op.category = OpCategory::kOther;
-  op.mem = MemKind::kScale;
-  op.dtype = DType::kFp32;
-  op.m = elements;
-  op.n = 1;
-  op.kernels = 1;
-  op.bytes_read = 4.0 * static_cast<double>(elements);
-  op.bytes_written = 4.0 * static_cast<double>(elements);
+  const Op op = membound_op("copy_bandwidth.scale", MemKind::kScale, elements, 1, DType::kFp32,
+                            4.0 * static_cast<double>(elements), 4.0 * static_cast<double>(elements));
   c.timing = backend.time_op(op, options);
   if (!c.timing.supported) throw Error("copy bandwidth: " + c.timing.reason);
   c.bytes_per_s = (op.bytes_read + op.bytes_written) / c.timing.median_s;
@@ -143,23 +134,9 @@ NoiseVerdict judge_noise(const std::vector<Timing>& timings, const Timing* refer
 }
 
 Op reference_gemm(DType dtype, int64_t size) {
-  Op op{};
-  op.name = "reference_gemm";
-  op.kind = OpKind::kGemm;
-  op.category = OpCategory::kGemm;
-  op.dtype = dtype;
-  op.trans_b = true;
-  op.m = op.n = op.k = size;
-  op.kernels = 1;
-  const double s = static_cast<double>(size);
-  op.flops = 2.0 * s * s * s;
   // Bytes as the plan's GEMMs count them (kernel_plan.cpp): fp8 reads one byte and writes bf16.
-  const double in = dtype == DType::kFp8 ? 1.0 : (dtype == DType::kFp32 || dtype == DType::kTf32 ? 4.0 : 2.0);
-  const double out = dtype == DType::kFp8 ? 2.0 : in;
-  op.mem = MemKind::kNone;
-  op.bytes_read = 2.0 * s * s * in;
-  op.bytes_written = s * s * out;
-  return op;
+  return gemm_op("reference_gemm", size, size, size, dtype, gemm_operand_bytes(dtype), gemm_output_bytes(dtype),
+                 false, true);
 }
 
 void set_cpu_backend_threads(int threads) {

@@ -53,63 +53,17 @@ std::string number(double x) {
   return buf;
 }
 
-// Grid ops follow ops.cpp's conventions for bytes, so that a backend runs them as it runs the
-// builders' ops (a cast, say, tells its formats by its bytes per element).
-Op grid_gemm(int64_t m, int64_t n, int64_t k, DType dtype, bool trans_a, bool trans_b) {
-  Op op{};
-  op.name = "grid.gemm";
-  op.kind = OpKind::kGemm;
-  op.category = OpCategory::kGemm;
-  op.mem = MemKind::kNone;
-  op.dtype = dtype;
-  op.trans_a = trans_a;
-  op.trans_b = trans_b;
-  op.m = m;
-  op.n = n;
-  op.k = k;
-  op.kernels = 1;
-  const double in = dtype == DType::kFp8 ? 1.0 : (dtype == DType::kFp32 || dtype == DType::kTf32 ? 4.0 : 2.0);
-  // fp8 GEMMs write bf16 (TransformerEngine's output format).
-  const double out = dtype == DType::kFp8 ? 2.0 : in;
-  op.flops = 2.0 * d(m) * d(n) * d(k);
-  op.bytes_read = (d(m) * d(k) + d(k) * d(n)) * in;
-  op.bytes_written = d(m) * d(n) * out;
-  return op;
-}
-
-Op grid_membound(const char* name, MemKind kind, int64_t m, int64_t n, DType dtype, double read, double written,
-                 int64_t kernels = 1) {
-  Op op{};
-  op.name = name;
-  op.kind = OpKind::kMemoryBound;
-  op.category = OpCategory::kOther;
-  op.mem = kind;
-  op.dtype = dtype;
-  op.m = m;
-  op.n = n;
-  op.kernels = kernels;
-  op.bytes_read = read;
-  op.bytes_written = written;
-  return op;
-}
-
-// Causal attention as ops.cpp builds it, for a sequence of `heads` heads of size `dh`.
+// Causal attention as ops.cpp builds it (model/ops.hpp attention_op), for one sequence of `heads`
+// heads of size `dh`: forward, then backward.
 void grid_attention(int64_t heads, int64_t seq, int64_t dh, Precision p, std::vector<Op>& out) {
-  ModelConfig m;
-  m.name = "grid";
-  m.d_model = heads * dh;
-  m.n_heads = heads;
-  m.n_layers = 1;
-  m.vocab_size = 1;
-  OpVector v;
-  block_forward_ops(block_shape(m, 1, seq, p), v);
-  block_backward_ops(block_shape(m, 1, seq, p), v);
-  for (const Op& op : v.ops)
-    if (op.kind == OpKind::kAttentionFwd || op.kind == OpKind::kAttentionBwd) {
-      Op a = op;
-      a.name = op.kind == OpKind::kAttentionFwd ? "grid.attention.fwd" : "grid.attention.bwd";
-      out.push_back(a);
-    }
+  BlockShape s;
+  s.batch = 1;
+  s.seq = seq;
+  s.d_model = heads * dh;
+  s.n_heads = heads;
+  s.precision = p;
+  out.push_back(attention_op("grid.attention.fwd", OpKind::kAttentionFwd, s));
+  out.push_back(attention_op("grid.attention.bwd", OpKind::kAttentionBwd, s));
 }
 
 std::vector<int64_t> powers(int64_t lo, int64_t hi, int64_t step) {
@@ -252,7 +206,9 @@ std::vector<PlannedOp> make_kernel_plan(const KernelPlanOptions& o) {
         for (int64_t k : dims) {
           if (2.0 * d(m) * d(n) * d(k) > o.grid_gemm_max_flops) continue;
           const auto& l = layouts[index++ % 3];
-          grid.push_back(t == DType::kFp8 ? grid_gemm(m, n, k, t, false, true) : grid_gemm(m, n, k, t, l[0], l[1]));
+          // fp8 only in the layout cuBLASLt takes for it (y = x W^T); operands in the GEMM's format.
+          const bool ta = t == DType::kFp8 ? false : l[0], tb = t == DType::kFp8 ? true : l[1];
+          grid.push_back(gemm_op("grid.gemm", m, n, k, t, gemm_operand_bytes(t), gemm_output_bytes(t), ta, tb));
         }
   for (Precision p : o.precisions)
     for (int64_t seq : powers(o.grid_attention_seq_min, o.grid_attention_seq_max, 2))
@@ -268,14 +224,16 @@ std::vector<PlannedOp> make_kernel_plan(const KernelPlanOptions& o) {
     for (int64_t e : powers(o.grid_membound_min_elements, o.grid_membound_max_elements, 4)) {
       const int64_t n = std::min<int64_t>(e, 1024), m = e / n;
       const double x = d(e);
-      grid.push_back(grid_membound("grid.add", MemKind::kAdd, m, n, act, 2.0 * x * a, x * a));
-      grid.push_back(grid_membound("grid.gelu", MemKind::kGelu, m, n, act, x * a, x * a));
-      grid.push_back(grid_membound("grid.layer_norm", MemKind::kLayerNorm, m, n, act, x * a + 2.0 * d(n) * a,
-                                   x * a + d(m) * 8.0));
+      // Bytes as ops.cpp counts them for the model's ops of these kinds.
+      grid.push_back(membound_op("grid.add", MemKind::kAdd, m, n, act, 2.0 * x * a, x * a));
+      grid.push_back(membound_op("grid.gelu", MemKind::kGelu, m, n, act, x * a, x * a));
+      grid.push_back(membound_op("grid.layer_norm", MemKind::kLayerNorm, m, n, act, x * a + 2.0 * d(n) * a,
+                                 x * a + d(m) * 8.0));
       // Cross-entropy rows as wide as a small vocabulary.
       const int64_t vn = std::min<int64_t>(e, 8192), vm = e / vn;
-      grid.push_back(grid_membound("grid.cross_entropy", MemKind::kCrossEntropy, vm, vn, act, x * a, x * a + d(vm) * 4.0));
-      grid.push_back(grid_membound("grid.adamw", MemKind::kAdamW, e, 1, DType::kFp32, 16.0 * x, 12.0 * x));
+      grid.push_back(
+          membound_op("grid.cross_entropy", MemKind::kCrossEntropy, vm, vn, act, x * a, x * a + d(vm) * 4.0));
+      grid.push_back(membound_op("grid.adamw", MemKind::kAdamW, e, 1, DType::kFp32, 16.0 * x, 12.0 * x));
     }
   }
   std::stable_sort(grid.begin(), grid.end(),

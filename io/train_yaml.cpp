@@ -118,21 +118,39 @@ TrainYaml parse_train_yaml(const std::string& text, const std::string& origin) {
 }
 
 namespace {
-TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string& origin) {
-  YAML::Node root = yaml::parse(text, origin);
-  if (!root.IsMap()) throw Error(origin + ": a training YAML must be a map (llm-foundry's train.yaml)");
-  Interpolator(root, origin).resolve_all();
 
-  TrainYaml t;
-  t.origin = origin;
-  const auto need_map = [&](const YAML::Node& n, const std::string& key) {
-    if (!n.IsMap()) throw Error(yaml::where(origin, n) + ": " + key + " must be a map");
-  };
+void need_map(const YAML::Node& n, const std::string& origin, const std::string& key) {
+  if (!n.IsMap()) throw Error(yaml::where(origin, n) + ": " + key + " must be a map");
+}
 
-  // The model block: the same keys as a --models file.
-  const YAML::Node model = root["model"];
-  if (!model) throw Error(origin + ": missing the model: block");
-  need_map(model, "model");
+// model.ffn_config: only the expansion ratio is modelled.
+void read_ffn_config(const YAML::Node& v, const std::string& origin, const std::string& label, TrainYaml& t) {
+  need_map(v, origin, label);
+  for (const auto& f : v) {
+    const std::string fk = yaml::key(f.first, origin);
+    if (fk == "expansion_ratio") t.model.expansion_ratio = yaml::as_double(f.second, origin, label + ".expansion_ratio");
+    else t.ignored.push_back(label + "." + fk);
+  }
+}
+
+// model.attn_config: any attn_impl is costed as causal flash attention, and says so.
+void read_attn_config(const YAML::Node& v, const std::string& origin, const std::string& label, TrainYaml& t) {
+  need_map(v, origin, label);
+  for (const auto& a : v) {
+    const std::string ak = yaml::key(a.first, origin);
+    if (ak == "attn_impl") {
+      const std::string impl = yaml::as_string(a.second, origin, label + ".attn_impl");
+      t.notes.push_back("model.attn_config.attn_impl: " + impl +
+                        " -- attention is costed as the profile's causal flash attention");
+    } else {
+      t.ignored.push_back(label + "." + ak);
+    }
+  }
+}
+
+// The model block: the same keys as a --models file; d_model, n_heads and n_layers required.
+void read_model_block(const YAML::Node& model, const std::string& origin, TrainYaml& t) {
+  need_map(model, origin, "model");
   t.model.name = std::filesystem::path(origin).stem().string();
   t.model.vocab_size = 50368;
   std::set<std::string> seen;
@@ -149,33 +167,47 @@ TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string&
     else if (key == "learned_pos_emb") t.model.learned_pos_emb = yaml::as_bool(v, origin, label);
     else if (key == "no_bias") t.model.no_bias = yaml::as_bool(v, origin, label);
     else if (key == "max_seq_len") t.seq_len = as_count(v, origin, label, kMaxSeqLen);
-    else if (key == "ffn_config") {
-      need_map(v, label);
-      for (const auto& f : v) {
-        const std::string fk = yaml::key(f.first, origin);
-        if (fk == "expansion_ratio") t.model.expansion_ratio = yaml::as_double(f.second, origin, label + ".expansion_ratio");
-        else t.ignored.push_back(label + "." + fk);
-      }
-    } else if (key == "attn_config") {
-      need_map(v, label);
-      for (const auto& a : v) {
-        const std::string ak = yaml::key(a.first, origin);
-        if (ak == "attn_impl") {
-          const std::string impl = yaml::as_string(a.second, origin, label + ".attn_impl");
-          t.notes.push_back("model.attn_config.attn_impl: " + impl +
-                            " -- attention is costed as the profile's causal flash attention");
-        } else {
-          t.ignored.push_back(label + "." + ak);
-        }
-      }
-    } else if (key != "name" && key != "init_device") {
-      t.ignored.push_back(label);
-    }
+    else if (key == "ffn_config") read_ffn_config(v, origin, label, t);
+    else if (key == "attn_config") read_attn_config(v, origin, label, t);
+    else if (key != "name" && key != "init_device") t.ignored.push_back(label);
   }
   for (const char* required : {"d_model", "n_heads", "n_layers"})
     if (!seen.count(required)) throw Error(yaml::where(origin, model) + ": model is missing the required key " + required);
   if (std::string why = check_architecture(t.model); !why.empty()) throw Error(yaml::where(origin, model) + ": model: " + why);
+}
 
+// fsdp_config: sharding strategy, mixed precision and activation checkpointing; the settings the
+// costs assume (limit_all_gathers on, no activation offload) noted or refused when written otherwise.
+void read_fsdp_config(const YAML::Node& v, const std::string& origin, TrainYaml& t) {
+  need_map(v, origin, "fsdp_config");
+  for (const auto& f : v) {
+    const std::string fk = yaml::key(f.first, origin);
+    const YAML::Node& fv = f.second;
+    const std::string label = "fsdp_config." + fk;
+    if (fk == "sharding_strategy") {
+      const std::string s = yaml::as_string(fv, origin, label);
+      const auto parsed = parse_sharding(s);
+      if (!parsed) throw Error(yaml::where(origin, fv) + ": " + label + " '" + s + "' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
+      t.sharding = *parsed;
+    } else if (fk == "mixed_precision") {
+      const std::string s = yaml::as_string(fv, origin, label);
+      const auto parsed = parse_mp_mode(s);
+      if (!parsed) throw Error(yaml::where(origin, fv) + ": " + label + " '" + s + "' is not one of DEFAULT, PURE, FULL");
+      t.mp_mode = *parsed;
+    } else if (fk == "activation_checkpointing") {
+      t.activation_checkpointing = yaml::as_bool(fv, origin, label);
+    } else if (fk == "limit_all_gathers") {
+      if (!yaml::as_bool(fv, origin, label)) t.notes.push_back(label + ": false -- costed with limit_all_gathers on");
+    } else if (fk == "activation_cpu_offload") {
+      if (yaml::as_bool(fv, origin, label)) throw Error(yaml::where(origin, fv) + ": " + label + ": true is not modelled");
+    } else {
+      t.ignored.push_back(label);
+    }
+  }
+}
+
+// The top-level keys after the model block (a top-level max_seq_len overrides model.max_seq_len).
+void read_run_keys(const YAML::Node& root, const std::string& origin, TrainYaml& t) {
   const std::set<std::string> used = {"model", "max_seq_len", "global_train_batch_size", "device_train_microbatch_size",
                                       "precision", "fsdp_config"};
   for (const auto& kv : root) {
@@ -192,38 +224,27 @@ TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string&
       if (!parsed) throw Error(yaml::where(origin, v) + ": precision '" + p + "' is not one of amp_bf16, amp_fp16, amp_fp8, bf16, fp32");
       t.precision = *parsed;
     } else if (key == "fsdp_config") {
-      need_map(v, key);
-      for (const auto& f : v) {
-        const std::string fk = yaml::key(f.first, origin);
-        const YAML::Node& fv = f.second;
-        const std::string label = "fsdp_config." + fk;
-        if (fk == "sharding_strategy") {
-          const std::string s = yaml::as_string(fv, origin, label);
-          const auto parsed = parse_sharding(s);
-          if (!parsed) throw Error(yaml::where(origin, fv) + ": " + label + " '" + s + "' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
-          t.sharding = *parsed;
-        } else if (fk == "mixed_precision") {
-          const std::string s = yaml::as_string(fv, origin, label);
-          const auto parsed = parse_mp_mode(s);
-          if (!parsed) throw Error(yaml::where(origin, fv) + ": " + label + " '" + s + "' is not one of DEFAULT, PURE, FULL");
-          t.mp_mode = *parsed;
-        } else if (fk == "activation_checkpointing") {
-          t.activation_checkpointing = yaml::as_bool(fv, origin, label);
-        } else if (fk == "limit_all_gathers") {
-          if (!yaml::as_bool(fv, origin, label)) t.notes.push_back(label + ": false -- costed with limit_all_gathers on");
-        } else if (fk == "activation_cpu_offload") {
-          if (yaml::as_bool(fv, origin, label)) throw Error(yaml::where(origin, fv) + ": " + label + ": true is not modelled");
-        } else {
-          t.ignored.push_back(label);
-        }
-      }
+      read_fsdp_config(v, origin, t);
     } else if (!used.count(key)) {
       t.ignored.push_back(key);
     }
   }
+}
+
+TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string& origin) {
+  YAML::Node root = yaml::parse(text, origin);
+  if (!root.IsMap()) throw Error(origin + ": a training YAML must be a map (llm-foundry's train.yaml)");
+  Interpolator(root, origin).resolve_all();
+  TrainYaml t;
+  t.origin = origin;
+  const YAML::Node model = root["model"];
+  if (!model) throw Error(origin + ": missing the model: block");
+  read_model_block(model, origin, t);
+  read_run_keys(root, origin, t);
   for (auto& k : t.ignored) k = one_line(k);
   return t;
 }
+
 }  // namespace
 
 TrainYaml read_train_yaml(const std::filesystem::path& path) {

@@ -8,82 +8,6 @@ namespace {
 double d(int64_t x) { return static_cast<double>(x); }
 int64_t count(double x) { return static_cast<int64_t>(x + 0.5); }
 
-// A GEMM C[m,n] = A[m,k] B[k,n] reading its operands in `in_bytes` per element and writing C
-// in `out_bytes` per element. 2mnk FLOPs.
-Op blank(const char* name, OpKind kind, OpCategory category) {
-  Op op;
-  op.name = name;
-  op.kind = kind;
-  op.category = category;
-  op.mem = MemKind::kNone;
-  op.dtype = DType::kBf16;
-  op.trans_a = op.trans_b = false;
-  op.m = op.n = op.k = 0;
-  op.batch = op.heads = op.seq = op.head_dim = 0;
-  op.kernels = 1;
-  op.flops = op.bytes_read = op.bytes_written = op.saved_bytes = 0;
-  return op;
-}
-
-Op gemm(const char* name, int64_t m, int64_t n, int64_t k, DType dtype, double in_bytes, double out_bytes,
-        bool trans_a = false, bool trans_b = false) {
-  Op op = blank(name, OpKind::kGemm, OpCategory::kGemm);
-  op.trans_a = trans_a;
-  op.trans_b = trans_b;
-  op.dtype = dtype;
-  op.m = m;
-  op.n = n;
-  op.k = k;
-  op.flops = 2.0 * d(m) * d(n) * d(k);
-  op.bytes_read = (d(m) * d(k) + d(k) * d(n)) * in_bytes;
-  op.bytes_written = d(m) * d(n) * out_bytes;
-  return op;
-}
-
-// A memory-bound op of `kind` over m rows of n elements.
-Op membound(const char* name, MemKind kind, int64_t m, int64_t n, DType dtype, double read, double written,
-            int64_t kernels = 1, double saved = 0, OpCategory category = OpCategory::kOther) {
-  Op op = blank(name, OpKind::kMemoryBound, category);
-  op.mem = kind;
-  op.m = m;
-  op.n = n;
-  op.dtype = dtype;
-  op.kernels = kernels;
-  op.bytes_read = read;
-  op.bytes_written = written;
-  op.saved_bytes = saved;
-  return op;
-}
-
-// Causal attention over (b, h, s, dh). The score and value products each take 2*s*s*dh FLOPs per
-// head without the mask; the causal kernel skips the blocks above the diagonal, about half.
-// Forward: 2 products -> 2*b*h*s^2*dh executed FLOPs. Backward: 5 products (scores recomputed,
-// dV, dP, dQ, dK) -> 2.5x the forward.
-Op attention(const char* name, OpKind kind, const BlockShape& s, double a) {
-  const int64_t dh = s.d_model / s.n_heads;
-  const double td = d(s.tokens()) * d(s.d_model);
-  const double lse = d(s.batch) * d(s.n_heads) * d(s.seq) * 4.0;  // fp32 log-sum-exp per row
-  Op op = blank(name, kind, OpCategory::kAttention);
-  op.dtype = other_gemm_dtype(s.precision);
-  op.batch = s.batch;
-  op.heads = s.n_heads;
-  op.seq = s.seq;
-  op.head_dim = dh;
-  // Two products of 2*s*s*dh FLOPs each per head, half of them under the causal mask.
-  const double forward_flops = 2.0 * d(s.batch) * d(s.n_heads) * d(s.seq) * d(s.seq) * d(dh);
-  if (kind == OpKind::kAttentionFwd) {
-    op.flops = forward_flops;
-    op.bytes_read = 3.0 * td * a;
-    op.bytes_written = td * a + lse;
-    op.saved_bytes = 3.0 * td * a + td * a + lse;  // q, k, v, output, log-sum-exp
-  } else {
-    op.flops = 2.5 * forward_flops;
-    op.bytes_read = 5.0 * td * a + lse;  // q, k, v, o, dO
-    op.bytes_written = 3.0 * td * a;     // dQ, dK, dV
-  }
-  return op;
-}
-
 }  // namespace
 
 void OpList::push(const Op& op) {
@@ -144,15 +68,15 @@ void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsew
   if (dt == DType::kFp8) {
     // TransformerEngine: cast (and transpose, for the weight gradient) the input and the weight to
     // fp8, computing amax on the way; the fp8 copy of the input is what it keeps for backward.
-    out.push(membound(l.cast_in, MemKind::kCast, s.tokens(), l.k, act, t * d(l.k) * a + d(l.n) * d(l.k) * a,
-                      2.0 * t * d(l.k) + 2.0 * d(l.n) * d(l.k), 2));
+    out.push(membound_op(l.cast_in, MemKind::kCast, s.tokens(), l.k, act, t * d(l.k) * a + d(l.n) * d(l.k) * a,
+                         2.0 * t * d(l.k) + 2.0 * d(l.n) * d(l.k), 2));
     saved = t * d(l.k);
-    Op g = gemm(l.fwd, s.tokens(), l.n, l.k, dt, 1.0, a, false, true);
+    Op g = gemm_op(l.fwd, s.tokens(), l.n, l.k, dt, 1.0, a, false, true);
     g.saved_bytes = saved;
     out.push(g);
     return;
   }
-  Op g = gemm(l.fwd, s.tokens(), l.n, l.k, dt, a, a, false, true);  // y = x W^T
+  Op g = gemm_op(l.fwd, s.tokens(), l.n, l.k, dt, a, a, false, true);  // y = x W^T
   g.saved_bytes = saved;
   out.push(g);
 }
@@ -164,12 +88,12 @@ void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
   const DType dt = block_gemm_dtype(s.precision);
   const double in_bytes = dt == DType::kFp8 ? 1.0 : a;
   if (dt == DType::kFp8)  // cast-transpose of the output gradient
-    out.push(membound(l.cast_grad, MemKind::kCast, s.tokens(), l.n, act, t * d(l.n) * a, 2.0 * t * d(l.n)));
+    out.push(membound_op(l.cast_grad, MemKind::kCast, s.tokens(), l.n, act, t * d(l.n) * a, 2.0 * t * d(l.n)));
   // dX[t,K] = dY[t,N] W[N,K];  dW[N,K] = dY^T[N,t] X[t,K]; the parameter gradient is written in
   // the parameter dtype (bf16 under FSDP mixed precision).
-  out.push(gemm(l.dgrad, s.tokens(), l.k, l.n, dt, in_bytes, a));                // dX = dY W
-  out.push(gemm(l.wgrad, l.n, l.k, s.tokens(), dt, in_bytes, a, true, false));    // dW = dY^T X
-  if (s.bias) out.push(membound(l.bgrad, MemKind::kBiasGrad, s.tokens(), l.n, act, t * d(l.n) * a, d(l.n) * a));
+  out.push(gemm_op(l.dgrad, s.tokens(), l.k, l.n, dt, in_bytes, a));                // dX = dY W
+  out.push(gemm_op(l.wgrad, l.n, l.k, s.tokens(), dt, in_bytes, a, true, false));    // dW = dY^T X
+  if (s.bias) out.push(membound_op(l.bgrad, MemKind::kBiasGrad, s.tokens(), l.n, act, t * d(l.n) * a, d(l.n) * a));
 }
 
 Op layer_norm_forward(const char* name, const BlockShape& s) {
@@ -177,8 +101,8 @@ Op layer_norm_forward(const char* name, const BlockShape& s) {
   const double td = d(s.tokens()) * d(s.d_model);
   const double stats = d(s.tokens()) * 8.0;  // fp32 mean and rstd per token
   // Keeps its input and statistics for backward.
-  return membound(name, MemKind::kLayerNorm, s.tokens(), s.d_model, activation_dtype(s.precision),
-                  td * a + 2.0 * d(s.d_model) * a, td * a + stats, 1, td * a + stats);
+  return membound_op(name, MemKind::kLayerNorm, s.tokens(), s.d_model, activation_dtype(s.precision),
+                     td * a + 2.0 * d(s.d_model) * a, td * a + stats, 1, td * a + stats);
 }
 
 Op layer_norm_backward(const char* name, const BlockShape& s) {
@@ -186,14 +110,14 @@ Op layer_norm_backward(const char* name, const BlockShape& s) {
   const double td = d(s.tokens()) * d(s.d_model);
   const double stats = d(s.tokens()) * 8.0;
   // Input gradient (reads dY, x, stats) and weight/bias gradients (reads dY, x again): two kernels.
-  return membound(name, MemKind::kLayerNormBackward, s.tokens(), s.d_model, activation_dtype(s.precision),
-                  4.0 * td * a + 2.0 * stats, td * a + 2.0 * d(s.d_model) * 4.0, 2);
+  return membound_op(name, MemKind::kLayerNormBackward, s.tokens(), s.d_model, activation_dtype(s.precision),
+                     4.0 * td * a + 2.0 * stats, td * a + 2.0 * d(s.d_model) * 4.0, 2);
 }
 
 Op residual_add(const char* name, const BlockShape& s) {
   const double a = activation_bytes(s.precision);
   const double td = d(s.tokens()) * d(s.d_model);
-  return membound(name, MemKind::kAdd, s.tokens(), s.d_model, activation_dtype(s.precision), 2.0 * td * a, td * a);
+  return membound_op(name, MemKind::kAdd, s.tokens(), s.d_model, activation_dtype(s.precision), 2.0 * td * a, td * a);
 }
 
 }  // namespace
@@ -205,12 +129,13 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
   const bool fp8 = block_gemm_dtype(s.precision) == DType::kFp8;
   out.push(layer_norm_forward("norm_1.fwd", s));
   linear_forward(s, qkv(s), false, out);
-  out.push(attention("attn.flash.fwd", OpKind::kAttentionFwd, s, a));
+  out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
   linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8, out);  // attention keeps its output
   out.push(residual_add("resid_attn.fwd", s));
   out.push(layer_norm_forward("norm_2.fwd", s));
   linear_forward(s, up(s), false, out);
-  out.push(membound("ffn.gelu.fwd", MemKind::kGelu, s.tokens(), s.d_ffn, act, tf * a, tf * a, 1, tf * a));  // keeps its input
+  // GELU keeps its input for backward.
+  out.push(membound_op("ffn.gelu.fwd", MemKind::kGelu, s.tokens(), s.d_ffn, act, tf * a, tf * a, 1, tf * a));
   linear_forward(s, down(s), /*input_saved_elsewhere=*/false, out);
   out.push(residual_add("resid_ffn.fwd", s));
 }
@@ -221,12 +146,12 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
   const double tf = d(s.tokens()) * d(s.d_ffn);
   out.push(residual_add("resid_ffn.bwd", s));  // the skip and branch gradients summed
   linear_backward(s, down(s), out);
-  out.push(membound("ffn.gelu.bwd", MemKind::kGeluBackward, s.tokens(), s.d_ffn, act, 2.0 * tf * a, tf * a));
+  out.push(membound_op("ffn.gelu.bwd", MemKind::kGeluBackward, s.tokens(), s.d_ffn, act, 2.0 * tf * a, tf * a));
   linear_backward(s, up(s), out);
   out.push(layer_norm_backward("norm_2.bwd", s));
   out.push(residual_add("resid_attn.bwd", s));
   linear_backward(s, out_proj(s), out);
-  out.push(attention("attn.flash.bwd", OpKind::kAttentionBwd, s, a));
+  out.push(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, s));
   linear_backward(s, qkv(s), out);
   out.push(layer_norm_backward("norm_1.bwd", s));
 }
@@ -236,12 +161,12 @@ void embedding_forward_ops(const BlockShape& s, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens());
   const double td = t * d(s.d_model);
-  Op wte = membound("wte.fwd", MemKind::kEmbedding, s.tokens(), s.d_model, act, td * a + t * 8.0, td * a, 1,
-                    t * 8.0);  // keeps the token ids
+  Op wte = membound_op("wte.fwd", MemKind::kEmbedding, s.tokens(), s.d_model, act, td * a + t * 8.0, td * a, 1,
+                       t * 8.0);  // keeps the token ids
   wte.k = s.vocab;            // table rows
   out.push(wte);
-  out.push(membound("wpe.fwd", MemKind::kAdd, s.tokens(), s.d_model, act, td * a + d(s.seq) * d(s.d_model) * a,
-                    td * a));
+  out.push(membound_op("wpe.fwd", MemKind::kAdd, s.tokens(), s.d_model, act, td * a + d(s.seq) * d(s.d_model) * a,
+                       td * a));
 }
 
 void embedding_backward_ops(const BlockShape& s, OpSink& out) {
@@ -249,13 +174,13 @@ void embedding_backward_ops(const BlockShape& s, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens());
   const double td = t * d(s.d_model);
-  Op wpe = membound("wpe.bwd", MemKind::kEmbeddingBackward, s.tokens(), s.d_model, act, td * a,
-                    d(s.seq) * d(s.d_model) * a);
+  Op wpe = membound_op("wpe.bwd", MemKind::kEmbeddingBackward, s.tokens(), s.d_model, act, td * a,
+                       d(s.seq) * d(s.d_model) * a);
   wpe.k = s.seq;  // table rows: one per position
   out.push(wpe);
   // Dense embedding backward: sort the ids, zero the V x d gradient, accumulate the rows.
-  Op wte = membound("wte.bwd", MemKind::kEmbeddingBackward, s.tokens(), s.d_model, act, td * a + 2.0 * t * 8.0,
-                    d(s.vocab) * d(s.d_model) * a + t * 8.0, 4);
+  Op wte = membound_op("wte.bwd", MemKind::kEmbeddingBackward, s.tokens(), s.d_model, act, td * a + 2.0 * t * 8.0,
+                       d(s.vocab) * d(s.d_model) * a + t * 8.0, 4);
   wte.k = s.vocab;
   out.push(wte);
 }
@@ -266,13 +191,13 @@ void head_forward_ops(const BlockShape& s, OpSink& out) {
   const double t = d(s.tokens());
   const double tv = t * d(s.vocab);
   out.push(layer_norm_forward("norm_f.fwd", s));
-  Op logits = gemm("logits.fwd", s.tokens(), s.vocab, s.d_model, other_gemm_dtype(s.precision), a, a, false, true);
+  Op logits = gemm_op("logits.fwd", s.tokens(), s.vocab, s.d_model, other_gemm_dtype(s.precision), a, a, false, true);
   logits.saved_bytes = t * d(s.d_model) * a;  // its input, for the weight gradient
   out.push(logits);
   // Fused cross-entropy: reads the logits, writes the loss and, in place, the logits gradient;
   // the t x V buffer stays alive until the head's backward.
-  out.push(membound("loss.xent.fwd", MemKind::kCrossEntropy, s.tokens(), s.vocab, act, tv * a, tv * a + t * 4.0, 1,
-                    tv * a));
+  out.push(membound_op("loss.xent.fwd", MemKind::kCrossEntropy, s.tokens(), s.vocab, act, tv * a, tv * a + t * 4.0, 1,
+                       tv * a));
 }
 
 void head_backward_ops(const BlockShape& s, OpSink& out) {
@@ -280,37 +205,38 @@ void head_backward_ops(const BlockShape& s, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double tv = d(s.tokens()) * d(s.vocab);
   const DType dt = other_gemm_dtype(s.precision);
-  out.push(membound("loss.xent.bwd", MemKind::kCrossEntropyBackward, s.tokens(), s.vocab, act, tv * a,
-                    tv * a));  // scale the stored gradient by dL
-  out.push(gemm("logits.dgrad", s.tokens(), s.d_model, s.vocab, dt, a, a));
-  out.push(gemm("logits.wgrad", s.vocab, s.d_model, s.tokens(), dt, a, a, true, false));  // into the tied wte gradient
+  out.push(membound_op("loss.xent.bwd", MemKind::kCrossEntropyBackward, s.tokens(), s.vocab, act, tv * a,
+                       tv * a));  // scale the stored gradient by dL
+  out.push(gemm_op("logits.dgrad", s.tokens(), s.d_model, s.vocab, dt, a, a));
+  // Into the tied wte gradient.
+  out.push(gemm_op("logits.wgrad", s.vocab, s.d_model, s.tokens(), dt, a, a, true, false));
   out.push(layer_norm_backward("norm_f.bwd", s));
 }
 
 void optimizer_ops(double p, OpSink& out) {
   // fp32 master parameters, gradients and both Adam moments.
   const int64_t n = count(p);
-  out.push(membound("optim.grad_norm", MemKind::kGradNorm, n, 1, DType::kFp32, 4.0 * p, 0.0, 1, 0.0,
-                    OpCategory::kOptimizer));
-  out.push(membound("optim.clip", MemKind::kScale, n, 1, DType::kFp32, 4.0 * p, 4.0 * p, 1, 0.0,
-                    OpCategory::kOptimizer));
-  out.push(membound("optim.adamw", MemKind::kAdamW, n, 1, DType::kFp32, 16.0 * p, 12.0 * p, 1, 0.0,
-                    OpCategory::kOptimizer));
+  out.push(membound_op("optim.grad_norm", MemKind::kGradNorm, n, 1, DType::kFp32, 4.0 * p, 0.0, 1, 0.0,
+                       OpCategory::kOptimizer));
+  out.push(membound_op("optim.clip", MemKind::kScale, n, 1, DType::kFp32, 4.0 * p, 4.0 * p, 1, 0.0,
+                       OpCategory::kOptimizer));
+  out.push(membound_op("optim.adamw", MemKind::kAdamW, n, 1, DType::kFp32, 16.0 * p, 12.0 * p, 1, 0.0,
+                       OpCategory::kOptimizer));
 }
 
 void fsdp_pre_gather_ops(double unit_params, double shard, double gather_bytes, OpSink& out) {
   if (gather_bytes < 4.0)
-    out.push(membound("fsdp.cast_shard", MemKind::kCast, count(unit_params / shard), 1, DType::kFp32,
-                      4.0 * unit_params / shard, gather_bytes * unit_params / shard));
+    out.push(membound_op("fsdp.cast_shard", MemKind::kCast, count(unit_params / shard), 1, DType::kFp32,
+                         4.0 * unit_params / shard, gather_bytes * unit_params / shard));
 }
 
 void fsdp_pre_reduce_ops(double unit_params, double shard, double grad_compute_bytes, double reduce_bytes,
                          OpSink& out) {
   if (reduce_bytes > grad_compute_bytes)
-    out.push(membound("fsdp.cast_grad", MemKind::kCast, count(unit_params), 1, DType::kFp32,
-                      grad_compute_bytes * unit_params, reduce_bytes * unit_params));
-  out.push(membound("fsdp.accumulate_grad", MemKind::kAdd, count(unit_params / shard), 1, DType::kFp32,
-                    8.0 * unit_params / shard, 4.0 * unit_params / shard));
+    out.push(membound_op("fsdp.cast_grad", MemKind::kCast, count(unit_params), 1, DType::kFp32,
+                         grad_compute_bytes * unit_params, reduce_bytes * unit_params));
+  out.push(membound_op("fsdp.accumulate_grad", MemKind::kAdd, count(unit_params / shard), 1, DType::kFp32,
+                       8.0 * unit_params / shard, 4.0 * unit_params / shard));
 }
 
 double total_flops(const OpList& ops) {

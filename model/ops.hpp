@@ -43,8 +43,9 @@ enum class MemKind : uint8_t {
   kAdamW,             // decoupled AdamW over m parameters
 };
 
-// Plain data; every field is set by the builders in ops.cpp. No default member initialisers, so
-// that OpList's storage is not initialised op by op on every evaluation.
+// Plain data; every field is set by the builders below (blank_op and those built on it). No
+// default member initialisers, so that OpList's storage is not initialised op by op on every
+// evaluation.
 struct Op {
   const char* name;  // e.g. "ffn.up_proj.fwd", "ffn.up_proj.dgrad"; static storage
   OpKind kind;
@@ -60,6 +61,74 @@ struct Op {
   double bytes_written;
   double saved_bytes;    // activation bytes kept alive until the backward pass (forward ops)
 };
+
+// ---- the op builders: every Op in the program is made by these three ----
+// Defined here (inline) so that the per-evaluation builders in ops.cpp cost what private helpers
+// would, and so that calibrate/, kernels/ and the tests make their ops with the same formulas.
+
+// An op with its name, kind and category and every other field zero (one kernel, bf16).
+inline Op blank_op(const char* name, OpKind kind, OpCategory category) {
+  Op op;
+  op.name = name;
+  op.kind = kind;
+  op.category = category;
+  op.mem = MemKind::kNone;
+  op.dtype = DType::kBf16;
+  op.trans_a = op.trans_b = false;
+  op.m = op.n = op.k = 0;
+  op.batch = op.heads = op.seq = op.head_dim = 0;
+  op.kernels = 1;
+  op.flops = op.bytes_read = op.bytes_written = op.saved_bytes = 0;
+  return op;
+}
+
+// A GEMM C[m,n] = op(A)[m,k] * op(B)[k,n] (row-major; op() transposes when trans_a / trans_b),
+// computing in `dtype`, reading A and B in `in_bytes` per element and writing C in `out_bytes` per
+// element. 2mnk FLOPs; bytes (mk + kn) * in_bytes read, mn * out_bytes written; saves nothing
+// (a caller that keeps the input for backward sets saved_bytes).
+inline Op gemm_op(const char* name, int64_t m, int64_t n, int64_t k, DType dtype, double in_bytes,
+                  double out_bytes, bool trans_a = false, bool trans_b = false) {
+  const double md = static_cast<double>(m), nd = static_cast<double>(n), kd = static_cast<double>(k);
+  Op op = blank_op(name, OpKind::kGemm, OpCategory::kGemm);
+  op.trans_a = trans_a;
+  op.trans_b = trans_b;
+  op.dtype = dtype;
+  op.m = m;
+  op.n = n;
+  op.k = k;
+  op.flops = 2.0 * md * nd * kd;
+  op.bytes_read = (md * kd + kd * nd) * in_bytes;
+  op.bytes_written = md * nd * out_bytes;
+  return op;
+}
+
+// Bytes per element a GEMM computing in `dtype` reads its operands in and writes its output in,
+// when its operands are stored in that format: fp8 reads e4m3 and writes bf16
+// (TransformerEngine's output format), tf32 reads and writes fp32. The model's own GEMMs state
+// their bytes from the precision's activation format instead (ops.cpp).
+inline double gemm_operand_bytes(DType dtype) {
+  return dtype == DType::kFp8 ? 1.0 : (dtype == DType::kFp32 || dtype == DType::kTf32 ? 4.0 : 2.0);
+}
+inline double gemm_output_bytes(DType dtype) { return dtype == DType::kFp8 ? 2.0 : gemm_operand_bytes(dtype); }
+
+// A memory-bound op of `kind` over m rows of n elements (m parameters by 1 for the per-parameter
+// kinds) stored in `dtype`: no FLOPs counted, `read` and `written` bytes, `kernels` launches,
+// `saved` activation bytes kept for backward. A backend reads what a kCast converts from its bytes
+// per element, so a cast's bytes must be the formats' sizes times m * n.
+inline Op membound_op(const char* name, MemKind kind, int64_t m, int64_t n, DType dtype, double read,
+                      double written, int64_t kernels = 1, double saved = 0,
+                      OpCategory category = OpCategory::kOther) {
+  Op op = blank_op(name, OpKind::kMemoryBound, category);
+  op.mem = kind;
+  op.m = m;
+  op.n = n;
+  op.dtype = dtype;
+  op.kernels = kernels;
+  op.bytes_read = read;
+  op.bytes_written = written;
+  op.saved_bytes = saved;
+  return op;
+}
 
 // Where the builders below put the ops they describe: a list to keep (OpList), or a consumer that
 // costs each op as it arrives and keeps nothing (the simulator's hot path).
@@ -99,6 +168,41 @@ struct BlockShape {
 };
 
 BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_len, Precision p);
+
+// Causal flash attention (kind kAttentionFwd or kAttentionBwd) over (batch, n_heads, seq, head_dim
+// = d_model / n_heads) of `s`, in the precision's non-block GEMM dtype, activations in its
+// activation bytes `a` and an fp32 log-sum-exp per row.
+// The score and value products each take 2*seq^2*head_dim FLOPs per head without the mask; the
+// causal kernel skips the blocks above the diagonal, about half. Forward: 2 products -> 2*b*h*s^2*dh
+// executed FLOPs, reads q, k, v, writes o and the log-sum-exp, and keeps all five for backward.
+// Backward: 5 products (scores recomputed, dV, dP, dQ, dK) -> 2.5x the forward; reads q, k, v, o,
+// dO and the log-sum-exp, writes dQ, dK, dV.
+inline Op attention_op(const char* name, OpKind kind, const BlockShape& s) {
+  const double a = activation_bytes(s.precision);
+  const int64_t dh = s.d_model / s.n_heads;
+  const double b = static_cast<double>(s.batch), h = static_cast<double>(s.n_heads);
+  const double seq = static_cast<double>(s.seq);
+  const double td = static_cast<double>(s.tokens()) * static_cast<double>(s.d_model);
+  const double lse = b * h * seq * 4.0;  // fp32 log-sum-exp per row
+  Op op = blank_op(name, kind, OpCategory::kAttention);
+  op.dtype = other_gemm_dtype(s.precision);
+  op.batch = s.batch;
+  op.heads = s.n_heads;
+  op.seq = s.seq;
+  op.head_dim = dh;
+  const double forward_flops = 2.0 * b * h * seq * seq * static_cast<double>(dh);
+  if (kind == OpKind::kAttentionFwd) {
+    op.flops = forward_flops;
+    op.bytes_read = 3.0 * td * a;
+    op.bytes_written = td * a + lse;
+    op.saved_bytes = 3.0 * td * a + td * a + lse;  // q, k, v, output, log-sum-exp
+  } else {
+    op.flops = 2.5 * forward_flops;
+    op.bytes_read = 5.0 * td * a + lse;  // q, k, v, o, dO
+    op.bytes_written = 3.0 * td * a;     // dQ, dK, dV
+  }
+  return op;
+}
 
 // One transformer block (MPT: pre-LN attention and MLP with residuals).
 // Forward: ln_1, Wqkv, causal flash attention, out_proj, residual, ln_2, up, GELU, down, residual.

@@ -151,21 +151,10 @@ std::vector<Op> gemm_variants() {
   std::vector<Op> v;
   for (DType d : {DType::kFp32, DType::kTf32, DType::kBf16, DType::kFp16, DType::kFp8})
     for (int layout = 0; layout < 4; ++layout) {
-      Op op{};
-      op.name = "gemm.variant";
-      op.kind = OpKind::kGemm;
-      op.category = OpCategory::kGemm;
-      op.mem = MemKind::kNone;
-      op.dtype = d;
-      op.trans_a = layout & 1;
-      op.trans_b = layout & 2;
       // Ragged for the tiles; fp8 needs 16-byte leading dimensions, so multiples of 16 there.
       const bool fp8 = d == DType::kFp8;
-      op.m = fp8 ? 144 : 131;
-      op.n = fp8 ? 80 : 77;
-      op.k = fp8 ? 144 : 203;
-      op.kernels = 1;
-      v.push_back(op);
+      v.push_back(gemm_op("gemm.variant", fp8 ? 144 : 131, fp8 ? 80 : 77, fp8 ? 144 : 203, d, gemm_operand_bytes(d),
+                          gemm_output_bytes(d), (layout & 1) != 0, (layout & 2) != 0));
     }
   return v;
 }

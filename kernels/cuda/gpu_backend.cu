@@ -250,142 +250,159 @@ Op check_shape(const Op& op) {
   return c;
 }
 
-// The tensors an op needs, in the order its launch uses them.
-std::vector<TensorSpec> plan_tensors(const Op& op) {
+// The tensors an op needs, collected in the order its launch uses them.
+struct TensorPlan {
   std::vector<TensorSpec> t;
-  auto in = [&](std::string name, Elem e, int64_t count, float lo = -1.0f, float hi = 1.0f) {
+  // An input filled with uniform values in [lo, hi).
+  void in(std::string name, Elem e, int64_t count, float lo = -1.0f, float hi = 1.0f) {
     t.push_back({std::move(name), e, count, Init::kUniform, lo, hi, 0});
-  };
-  auto ids = [&](std::string name, int64_t count, int64_t rows) {
-    t.push_back({std::move(name), Elem::kI64, count, Init::kIds, 0, 0, rows});
-  };
-  auto out = [&](std::string name, Elem e, int64_t count) { t.push_back({std::move(name), e, count, Init::kNone, 0, 0, 0}); };
-  const int64_t mn = op.m * op.n;
-  switch (op.kind) {
-    case OpKind::kGemm: {
-      const GemmElems g = gemm_elems(op.dtype);
-      in("a", g.ab, op.m * op.k);
-      in("b", g.ab, op.k * op.n);
-      out("c", g.c, op.m * op.n);
-      return t;
-    }
-    case OpKind::kAttentionFwd:
-    case OpKind::kAttentionBwd: {
-      const Elem e = *storage_of(op.dtype);
-      const int64_t rows = op.batch * op.heads * op.seq, count = rows * op.head_dim;
-      in("q", e, count, -2.0f, 2.0f);
-      in("k", e, count, -2.0f, 2.0f);
-      in("v", e, count);
-      if (op.kind == OpKind::kAttentionFwd) {
-        out("o", e, count);
-        out("lse", Elem::kF32, rows);
-      } else {
-        out("o", e, count);       // from a forward run during preparation
-        out("lse", Elem::kF32, rows);
-        in("do", e, count);
-        out("dq", e, count);
-        out("dk", e, count);
-        out("dv", e, count);
-        out("delta", Elem::kF32, rows);
-        out("dq_accum", Elem::kF32, count);
-      }
-      return t;
-    }
-    case OpKind::kMemoryBound: break;
   }
+  // Row ids in [0, rows).
+  void ids(std::string name, int64_t count, int64_t rows) {
+    t.push_back({std::move(name), Elem::kI64, count, Init::kIds, 0, 0, rows});
+  }
+  // An output or workspace, written before it is read.
+  void out(std::string name, Elem e, int64_t count) { t.push_back({std::move(name), e, count, Init::kNone, 0, 0, 0}); }
+};
+
+void plan_gemm_tensors(const Op& op, TensorPlan& t) {
+  const GemmElems g = gemm_elems(op.dtype);
+  t.in("a", g.ab, op.m * op.k);
+  t.in("b", g.ab, op.k * op.n);
+  t.out("c", g.c, op.m * op.n);
+}
+
+void plan_attention_tensors(const Op& op, TensorPlan& t) {
+  const Elem e = *storage_of(op.dtype);
+  const int64_t rows = op.batch * op.heads * op.seq, count = rows * op.head_dim;
+  t.in("q", e, count, -2.0f, 2.0f);
+  t.in("k", e, count, -2.0f, 2.0f);
+  t.in("v", e, count);
+  if (op.kind == OpKind::kAttentionFwd) {
+    t.out("o", e, count);
+    t.out("lse", Elem::kF32, rows);
+    return;
+  }
+  t.out("o", e, count);  // from a forward run during preparation
+  t.out("lse", Elem::kF32, rows);
+  t.in("do", e, count);
+  t.out("dq", e, count);
+  t.out("dk", e, count);
+  t.out("dv", e, count);
+  t.out("delta", Elem::kF32, rows);
+  t.out("dq_accum", Elem::kF32, count);
+}
+
+// A cast's tensors: which formats, cast_kind reads from its bytes per element.
+void plan_cast_tensors(const Op& op, Elem e, TensorPlan& t) {
+  const int64_t mn = op.m * op.n;
+  switch (cast_kind(op)) {
+    case CastKind::kFp32ToBf16:
+      t.in("x", Elem::kF32, mn);
+      t.out("y", Elem::kBf16, mn);
+      break;
+    case CastKind::kBf16ToFp32:
+      t.in("x", Elem::kBf16, mn);
+      t.out("y", Elem::kF32, mn);
+      break;
+    case CastKind::kFp8CastTranspose:
+      t.in("x", e, mn, -4.0f, 4.0f);
+      t.out("y", Elem::kE4m3, mn);
+      t.out("yt", Elem::kE4m3, mn);
+      t.out("amax", Elem::kF32, 1);
+      break;
+    case CastKind::kNone: break;
+  }
+}
+
+void plan_membound_tensors(const Op& op, TensorPlan& t) {
+  const int64_t mn = op.m * op.n;
   const Elem e = storage_of(op.dtype).value_or(Elem::kF32);
   switch (op.mem) {
     case MemKind::kNone: break;
     case MemKind::kLayerNorm:
-      in("x", e, mn, -2.0f, 2.0f);
-      in("w", e, op.n, 0.5f, 1.5f);
-      in("b", e, op.n, -0.5f, 0.5f);
-      out("y", e, mn);
-      out("mean", Elem::kF32, op.m);
-      out("rstd", Elem::kF32, op.m);
+      t.in("x", e, mn, -2.0f, 2.0f);
+      t.in("w", e, op.n, 0.5f, 1.5f);
+      t.in("b", e, op.n, -0.5f, 0.5f);
+      t.out("y", e, mn);
+      t.out("mean", Elem::kF32, op.m);
+      t.out("rstd", Elem::kF32, op.m);
       break;
     case MemKind::kLayerNormBackward:
-      in("dy", e, mn);
-      in("x", e, mn, -2.0f, 2.0f);
-      in("w", e, op.n, 0.5f, 1.5f);
-      out("mean", Elem::kF32, op.m);  // from a forward run during preparation
-      out("rstd", Elem::kF32, op.m);
-      out("dx", e, mn);
-      out("dw", Elem::kF32, op.n);
-      out("db", Elem::kF32, op.n);
-      out("partials", Elem::kF32, column_partial_rows(op.m) * 2 * op.n);
+      t.in("dy", e, mn);
+      t.in("x", e, mn, -2.0f, 2.0f);
+      t.in("w", e, op.n, 0.5f, 1.5f);
+      t.out("mean", Elem::kF32, op.m);  // from a forward run during preparation
+      t.out("rstd", Elem::kF32, op.m);
+      t.out("dx", e, mn);
+      t.out("dw", Elem::kF32, op.n);
+      t.out("db", Elem::kF32, op.n);
+      t.out("partials", Elem::kF32, column_partial_rows(op.m) * 2 * op.n);
       break;
     case MemKind::kGelu:
-      in("x", e, mn, -3.0f, 3.0f);
-      out("y", e, mn);
+      t.in("x", e, mn, -3.0f, 3.0f);
+      t.out("y", e, mn);
       break;
     case MemKind::kGeluBackward:
-      in("dy", e, mn);
-      in("x", e, mn, -3.0f, 3.0f);
-      out("dx", e, mn);
+      t.in("dy", e, mn);
+      t.in("x", e, mn, -3.0f, 3.0f);
+      t.out("dx", e, mn);
       break;
     case MemKind::kAdd:
-      in("a", e, mn);
-      in("b", e, mn);
-      out("y", e, mn);
+      t.in("a", e, mn);
+      t.in("b", e, mn);
+      t.out("y", e, mn);
       break;
     case MemKind::kBiasGrad:
-      in("dy", e, mn);
-      out("db", e, op.n);
-      out("partials", Elem::kF32, column_partial_rows(op.m) * op.n);
+      t.in("dy", e, mn);
+      t.out("db", e, op.n);
+      t.out("partials", Elem::kF32, column_partial_rows(op.m) * op.n);
       break;
     case MemKind::kCrossEntropy:
-      in("logits", e, mn, -4.0f, 4.0f);
-      ids("targets", op.m, op.n);
-      out("loss", Elem::kF32, op.m);
+      t.in("logits", e, mn, -4.0f, 4.0f);
+      t.ids("targets", op.m, op.n);
+      t.out("loss", Elem::kF32, op.m);
       break;
-    case MemKind::kCrossEntropyBackward: in("x", e, mn); break;
+    case MemKind::kCrossEntropyBackward: t.in("x", e, mn); break;
     case MemKind::kEmbedding:
-      in("table", e, op.k * op.n);
-      ids("ids", op.m, op.k);
-      out("y", e, mn);
+      t.in("table", e, op.k * op.n);
+      t.ids("ids", op.m, op.k);
+      t.out("y", e, mn);
       break;
     case MemKind::kEmbeddingBackward:
-      in("dy", e, mn);
-      ids("ids", op.m, op.k);
-      out("dtable", e, op.k * op.n);
-      out("counts", Elem::kI64, op.k + 1);
-      out("offsets", Elem::kI64, op.k + 1);
-      out("order", Elem::kI64, op.m);
+      t.in("dy", e, mn);
+      t.ids("ids", op.m, op.k);
+      t.out("dtable", e, op.k * op.n);
+      t.out("counts", Elem::kI64, op.k + 1);
+      t.out("offsets", Elem::kI64, op.k + 1);
+      t.out("order", Elem::kI64, op.m);
       break;
-    case MemKind::kCast:
-      switch (cast_kind(op)) {
-        case CastKind::kFp32ToBf16:
-          in("x", Elem::kF32, mn);
-          out("y", Elem::kBf16, mn);
-          break;
-        case CastKind::kBf16ToFp32:
-          in("x", Elem::kBf16, mn);
-          out("y", Elem::kF32, mn);
-          break;
-        case CastKind::kFp8CastTranspose:
-          in("x", e, mn, -4.0f, 4.0f);
-          out("y", Elem::kE4m3, mn);
-          out("yt", Elem::kE4m3, mn);
-          out("amax", Elem::kF32, 1);
-          break;
-        case CastKind::kNone: break;
-      }
-      break;
+    case MemKind::kCast: plan_cast_tensors(op, e, t); break;
     case MemKind::kGradNorm:
-      in("x", Elem::kF32, mn);
-      out("partials", Elem::kF64, grad_norm_blocks());
-      out("result", Elem::kF64, 1);
+      t.in("x", Elem::kF32, mn);
+      t.out("partials", Elem::kF64, grad_norm_blocks());
+      t.out("result", Elem::kF64, 1);
       break;
-    case MemKind::kScale: in("x", Elem::kF32, mn); break;
+    case MemKind::kScale: t.in("x", Elem::kF32, mn); break;
     case MemKind::kAdamW:
-      in("p", Elem::kF32, mn);
-      in("g", Elem::kF32, mn);
-      in("m", Elem::kF32, mn, -0.1f, 0.1f);
-      in("v", Elem::kF32, mn, 0.0f, 0.01f);
+      t.in("p", Elem::kF32, mn);
+      t.in("g", Elem::kF32, mn);
+      t.in("m", Elem::kF32, mn, -0.1f, 0.1f);
+      t.in("v", Elem::kF32, mn, 0.0f, 0.01f);
       break;
   }
-  return t;
+}
+
+// The tensors an op needs, in the order its launch uses them.
+std::vector<TensorSpec> plan_tensors(const Op& op) {
+  TensorPlan t;
+  switch (op.kind) {
+    case OpKind::kGemm: plan_gemm_tensors(op, t); break;
+    case OpKind::kAttentionFwd:
+    case OpKind::kAttentionBwd: plan_attention_tensors(op, t); break;
+    case OpKind::kMemoryBound: plan_membound_tensors(op, t); break;
+  }
+  return std::move(t.t);
 }
 
 double plan_bytes(const std::vector<TensorSpec>& specs) {
@@ -468,7 +485,12 @@ class GpuBackend final : public Backend, public GpuCopyProbe {
 
  private:
   Prepared prepare(const Op& op);
+  // Sets p.launch (or p.unsupported), running what the launch needs set up first (a forward run
+  // whose outputs a backward reads) on the backend's stream.
   void build_launch(const Op& op, Prepared& p);
+  void build_gemm_launch(const Op& op, Prepared& p);
+  void build_attention_launch(const Op& op, Prepared& p);
+  void build_membound_launch(const Op& op, Prepared& p);
   double free_bytes() const;
   // Seconds of one run of `launch` between two events, after an L2 flush when asked.
   double run_once(const std::function<void(cudaStream_t)>& launch, bool flush);
@@ -605,47 +627,76 @@ Prepared GpuBackend::prepare(const Op& op) {
 }
 
 void GpuBackend::build_launch(const Op& op, Prepared& p) {
-  const int64_t m = op.m, n = op.n, mn = op.m * op.n;
   switch (op.kind) {
-    case OpKind::kGemm: {
-      void *a = p.p("a"), *b = p.p("b"), *c = p.p("c");
-      const bool ta = gemm_trans_a(op), tb = gemm_trans_b(op);
-      const int64_t k = op.k;
-#if defined(TPSIM_HIP)
-      const Elem e = gemm_elems(op.dtype).ab;
-      p.launch = [=](cudaStream_t s) { gemm_tiled(e, m, n, k, ta, tb, a, b, c, s); };
-#else
-      auto plan = std::make_shared<LtMatmul>(lt_, op.dtype, m, n, k, ta, tb);
-      if (!plan->unsupported().empty()) {
-        p.unsupported = plan->unsupported();
-        return;
-      }
-      void* ws = lt_workspace_.get();
-      p.launch = [=](cudaStream_t s) { plan->run(a, b, c, ws, s); };
-#endif
-      return;
-    }
+    case OpKind::kGemm: build_gemm_launch(op, p); return;
     case OpKind::kAttentionFwd:
-    case OpKind::kAttentionBwd: {
-      const Elem e = *storage_of(op.dtype);
-      const int64_t B = op.batch, H = op.heads, S = op.seq, D = op.head_dim;
-      void *q = p.p("q"), *k = p.p("k"), *v = p.p("v"), *o = p.p("o");
-      auto* lse = static_cast<float*>(p.p("lse"));
-      if (op.kind == OpKind::kAttentionFwd) {
-        p.launch = [=](cudaStream_t s) { attention_forward(e, B, H, S, D, q, k, v, o, lse, s); };
-      } else {
-        attention_forward(e, B, H, S, D, q, k, v, o, lse, stream_);  // the o and lse backward reads
-        void *d_o = p.p("do"), *dq = p.p("dq"), *dk = p.p("dk"), *dv = p.p("dv");
-        auto* delta = static_cast<float*>(p.p("delta"));
-        auto* dq_accum = static_cast<float*>(p.p("dq_accum"));
-        p.launch = [=](cudaStream_t s) {
-          attention_backward(e, B, H, S, D, q, k, v, o, d_o, lse, dq, dk, dv, delta, dq_accum, s);
-        };
-      }
+    case OpKind::kAttentionBwd: build_attention_launch(op, p); return;
+    case OpKind::kMemoryBound: build_membound_launch(op, p); return;
+  }
+}
+
+void GpuBackend::build_gemm_launch(const Op& op, Prepared& p) {
+  const int64_t m = op.m, n = op.n, k = op.k;
+  void *a = p.p("a"), *b = p.p("b"), *c = p.p("c");
+  const bool ta = gemm_trans_a(op), tb = gemm_trans_b(op);
+#if defined(TPSIM_HIP)
+  const Elem e = gemm_elems(op.dtype).ab;
+  p.launch = [=](cudaStream_t s) { gemm_tiled(e, m, n, k, ta, tb, a, b, c, s); };
+#else
+  auto plan = std::make_shared<LtMatmul>(lt_, op.dtype, m, n, k, ta, tb);
+  if (!plan->unsupported().empty()) {
+    p.unsupported = plan->unsupported();
+    return;
+  }
+  void* ws = lt_workspace_.get();
+  p.launch = [=](cudaStream_t s) { plan->run(a, b, c, ws, s); };
+#endif
+}
+
+void GpuBackend::build_attention_launch(const Op& op, Prepared& p) {
+  const Elem e = *storage_of(op.dtype);
+  const int64_t B = op.batch, H = op.heads, S = op.seq, D = op.head_dim;
+  void *q = p.p("q"), *k = p.p("k"), *v = p.p("v"), *o = p.p("o");
+  auto* lse = static_cast<float*>(p.p("lse"));
+  if (op.kind == OpKind::kAttentionFwd) {
+    p.launch = [=](cudaStream_t s) { attention_forward(e, B, H, S, D, q, k, v, o, lse, s); };
+    return;
+  }
+  attention_forward(e, B, H, S, D, q, k, v, o, lse, stream_);  // the o and lse backward reads
+  void *d_o = p.p("do"), *dq = p.p("dq"), *dk = p.p("dk"), *dv = p.p("dv");
+  auto* delta = static_cast<float*>(p.p("delta"));
+  auto* dq_accum = static_cast<float*>(p.p("dq_accum"));
+  p.launch = [=](cudaStream_t s) {
+    attention_backward(e, B, H, S, D, q, k, v, o, d_o, lse, dq, dk, dv, delta, dq_accum, s);
+  };
+}
+
+// A cast's launch: which conversion, cast_kind reads from its bytes per element.
+void build_cast_launch(const Op& op, Elem e, Prepared& p) {
+  const int64_t m = op.m, n = op.n, mn = op.m * op.n;
+  void *x = p.p("x"), *y = p.p("y");
+  switch (cast_kind(op)) {
+    case CastKind::kFp32ToBf16:
+      p.launch = [=](cudaStream_t s) { convert(Elem::kF32, x, Elem::kBf16, y, mn, s); };
+      return;
+    case CastKind::kBf16ToFp32:
+      p.launch = [=](cudaStream_t s) { convert(Elem::kBf16, x, Elem::kF32, y, mn, s); };
+      return;
+    case CastKind::kFp8CastTranspose: {
+      auto* yt = static_cast<e4m3*>(p.p("yt"));
+      auto* amax = static_cast<uint32_t*>(p.p("amax"));
+      p.launch = [=](cudaStream_t s) {
+        CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(uint32_t), s));
+        cast_transpose_e4m3(e, m, n, x, static_cast<e4m3*>(y), yt, amax, s);
+      };
       return;
     }
-    case OpKind::kMemoryBound: break;
+    case CastKind::kNone: throw Error("GPU backend: unplanned cast");
   }
+}
+
+void GpuBackend::build_membound_launch(const Op& op, Prepared& p) {
+  const int64_t m = op.m, n = op.n, mn = op.m * op.n;
   const Elem e = storage_of(op.dtype).value_or(Elem::kF32);
   switch (op.mem) {
     case MemKind::kNone: throw Error("GPU backend: memory-bound op without a kind");
@@ -713,28 +764,7 @@ void GpuBackend::build_launch(const Op& op, Prepared& p) {
       p.launch = [=](cudaStream_t s) { embedding_backward(e, m, n, rows, dy, ids, dtable, counts, offsets, order, s); };
       return;
     }
-    case MemKind::kCast: {
-      void *x = p.p("x"), *y = p.p("y");
-      switch (cast_kind(op)) {
-        case CastKind::kFp32ToBf16:
-          p.launch = [=](cudaStream_t s) { convert(Elem::kF32, x, Elem::kBf16, y, mn, s); };
-          return;
-        case CastKind::kBf16ToFp32:
-          p.launch = [=](cudaStream_t s) { convert(Elem::kBf16, x, Elem::kF32, y, mn, s); };
-          return;
-        case CastKind::kFp8CastTranspose: {
-          auto* yt = static_cast<e4m3*>(p.p("yt"));
-          auto* amax = static_cast<uint32_t*>(p.p("amax"));
-          p.launch = [=](cudaStream_t s) {
-            CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(uint32_t), s));
-            cast_transpose_e4m3(e, m, n, x, static_cast<e4m3*>(y), yt, amax, s);
-          };
-          return;
-        }
-        case CastKind::kNone: throw Error("GPU backend: unplanned cast");
-      }
-      return;
-    }
+    case MemKind::kCast: build_cast_launch(op, e, p); return;
     case MemKind::kGradNorm: {
       auto* x = static_cast<const float*>(p.p("x"));
       auto *partials = static_cast<double*>(p.p("partials")), *result = static_cast<double*>(p.p("result"));
@@ -880,179 +910,197 @@ CheckResult GpuBackend::check_op(const Op& full) {
   return r;
 }
 
-double GpuBackend::compare(const Op& op, const Prepared& p,
-                           const std::vector<std::pair<std::string, std::vector<float>>>& inputs,
-                           const std::vector<std::vector<int64_t>>& ids) {
-  auto in = [&](const char* name) -> const std::vector<float>& {
+// What a check compares: the inputs as the kernels saw them, the ids they read, the outputs on the
+// device, and the largest relative error found so far.
+struct Comparison {
+  const Prepared& p;
+  const std::vector<std::pair<std::string, std::vector<float>>>& inputs;
+  const std::vector<std::vector<int64_t>>& ids;
+  double err = 0;
+
+  const std::vector<float>& in(const char* name) const {
     for (const auto& [n, v] : inputs)
       if (n == name) return v;
     throw Error(std::string("GPU check: no input named ") + name);
-  };
-  auto out = [&](const char* name) { return download(p.t(name)); };
-  auto zeros = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n)); };
-  const int64_t m = op.m, n = op.n, mn = op.m * op.n;
-  double err = 0;
-  auto worst = [&](const std::vector<float>& got, const std::vector<float>& want) {
-    err = std::max(err, max_relative_error(got, want));
-  };
-
-  switch (op.kind) {
-    case OpKind::kGemm: {
-      auto c = zeros(op.m * op.n);
-      gemm_reference(op.m, op.n, op.k, gemm_trans_a(op), gemm_trans_b(op), in("a"), in("b"), c);
-      worst(out("c"), c);
-      return err;
-    }
-    case OpKind::kAttentionFwd: {
-      const int64_t rows = op.batch * op.heads * op.seq;
-      auto o = zeros(rows * op.head_dim), lse = zeros(rows);
-      attention_forward_reference(op.batch, op.heads, op.seq, op.head_dim, in("q"), in("k"), in("v"), o, lse);
-      worst(out("o"), o);
-      worst(out("lse"), lse);
-      return err;
-    }
-    case OpKind::kAttentionBwd: {
-      const int64_t count = op.batch * op.heads * op.seq * op.head_dim;
-      auto dq = zeros(count), dk = zeros(count), dv = zeros(count);
-      attention_backward_reference(op.batch, op.heads, op.seq, op.head_dim, in("q"), in("k"), in("v"), in("do"), dq,
-                                   dk, dv);
-      worst(out("dq"), dq);
-      worst(out("dk"), dk);
-      worst(out("dv"), dv);
-      return err;
-    }
-    case OpKind::kMemoryBound: break;
   }
+  std::vector<float> out(const char* name) const { return download(p.t(name)); }
+  void worst(const std::vector<float>& got, const std::vector<float>& want) {
+    err = std::max(err, max_relative_error(got, want));
+  }
+};
+
+std::vector<float> zeros(int64_t n) { return std::vector<float>(static_cast<size_t>(n)); }
+
+double compare_gemm(const Op& op, Comparison& c) {
+  auto out = zeros(op.m * op.n);
+  gemm_reference(op.m, op.n, op.k, gemm_trans_a(op), gemm_trans_b(op), c.in("a"), c.in("b"), out);
+  c.worst(c.out("c"), out);
+  return c.err;
+}
+
+double compare_attention(const Op& op, Comparison& c) {
+  if (op.kind == OpKind::kAttentionFwd) {
+    const int64_t rows = op.batch * op.heads * op.seq;
+    auto o = zeros(rows * op.head_dim), lse = zeros(rows);
+    attention_forward_reference(op.batch, op.heads, op.seq, op.head_dim, c.in("q"), c.in("k"), c.in("v"), o, lse);
+    c.worst(c.out("o"), o);
+    c.worst(c.out("lse"), lse);
+    return c.err;
+  }
+  const int64_t count = op.batch * op.heads * op.seq * op.head_dim;
+  auto dq = zeros(count), dk = zeros(count), dv = zeros(count);
+  attention_backward_reference(op.batch, op.heads, op.seq, op.head_dim, c.in("q"), c.in("k"), c.in("v"), c.in("do"),
+                               dq, dk, dv);
+  c.worst(c.out("dq"), dq);
+  c.worst(c.out("dk"), dk);
+  c.worst(c.out("dv"), dv);
+  return c.err;
+}
+
+double compare_cast(const Op& op, Comparison& c) {
+  const int64_t m = op.m, n = op.n, mn = op.m * op.n;
+  switch (cast_kind(op)) {
+    case CastKind::kFp32ToBf16: {
+      std::vector<uint16_t> bits(static_cast<size_t>(mn));
+      cast_fp32_to_bf16_reference(c.in("x"), bits);
+      std::vector<float> y(bits.size());
+      for (size_t i = 0; i < bits.size(); ++i) y[i] = bf16_to_float(bits[i]);
+      c.worst(c.out("y"), y);
+      return c.err;
+    }
+    case CastKind::kBf16ToFp32: {
+      const auto& x = c.in("x");  // bf16 values, already widened exactly
+      std::vector<uint16_t> bits(x.size());
+      for (size_t i = 0; i < x.size(); ++i) bits[i] = float_to_bf16(x[i]);
+      auto y = zeros(mn);
+      cast_bf16_to_fp32_reference(bits, y);
+      c.worst(c.out("y"), y);
+      return c.err;
+    }
+    case CastKind::kFp8CastTranspose: {
+      // No fp8 in the reference kernels: the expected values are the round-to-nearest-even,
+      // saturating e4m3 encodings of the inputs (common.cuh), and the transpose of them.
+      const auto& x = c.in("x");
+      std::vector<float> y(x.size()), yt(x.size());
+      float amax = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const float v = x[static_cast<size_t>(i * n + j)];
+          const float q = e4m3_to_float(float_to_e4m3(v));
+          y[static_cast<size_t>(i * n + j)] = q;
+          yt[static_cast<size_t>(j * m + i)] = q;
+          amax = std::max(amax, std::fabs(v));
+        }
+      c.worst(c.out("y"), y);
+      c.worst(c.out("yt"), yt);
+      uint32_t bits = 0;
+      CUDA_CHECK(cudaMemcpy(&bits, c.p.p("amax"), 4, cudaMemcpyDeviceToHost));
+      c.worst({bits_to_float(bits)}, {amax});
+      return c.err;
+    }
+    case CastKind::kNone: break;
+  }
+  throw Error("GPU check: unplanned cast");
+}
+
+double compare_membound(const Op& op, Comparison& c) {
+  const int64_t m = op.m, n = op.n, mn = op.m * op.n;
   switch (op.mem) {
     case MemKind::kNone: break;
     case MemKind::kLayerNorm: {
       auto y = zeros(mn), mean = zeros(m), rstd = zeros(m);
-      layer_norm_reference(m, n, in("x"), in("w"), in("b"), y, mean, rstd);
-      worst(out("y"), y);
-      worst(out("mean"), mean);
-      worst(out("rstd"), rstd);
-      return err;
+      layer_norm_reference(m, n, c.in("x"), c.in("w"), c.in("b"), y, mean, rstd);
+      c.worst(c.out("y"), y);
+      c.worst(c.out("mean"), mean);
+      c.worst(c.out("rstd"), rstd);
+      return c.err;
     }
     case MemKind::kLayerNormBackward: {
       auto dx = zeros(mn), dw = zeros(n), db = zeros(n);
-      layer_norm_backward_reference(m, n, in("dy"), in("x"), in("w"), in("mean"), in("rstd"), dx, dw, db);
-      worst(out("dx"), dx);
-      worst(out("dw"), dw);
-      worst(out("db"), db);
-      return err;
+      layer_norm_backward_reference(m, n, c.in("dy"), c.in("x"), c.in("w"), c.in("mean"), c.in("rstd"), dx, dw, db);
+      c.worst(c.out("dx"), dx);
+      c.worst(c.out("dw"), dw);
+      c.worst(c.out("db"), db);
+      return c.err;
     }
     case MemKind::kGelu: {
       auto y = zeros(mn);
-      gelu_reference(in("x"), y);
-      worst(out("y"), y);
-      return err;
+      gelu_reference(c.in("x"), y);
+      c.worst(c.out("y"), y);
+      return c.err;
     }
     case MemKind::kGeluBackward: {
       auto dx = zeros(mn);
-      gelu_backward_reference(in("dy"), in("x"), dx);
-      worst(out("dx"), dx);
-      return err;
+      gelu_backward_reference(c.in("dy"), c.in("x"), dx);
+      c.worst(c.out("dx"), dx);
+      return c.err;
     }
     case MemKind::kAdd: {
       auto y = zeros(mn);
-      add_reference(in("a"), in("b"), y);
-      worst(out("y"), y);
-      return err;
+      add_reference(c.in("a"), c.in("b"), y);
+      c.worst(c.out("y"), y);
+      return c.err;
     }
     case MemKind::kBiasGrad: {
       auto db = zeros(n);
-      bias_grad_reference(m, n, in("dy"), db);
-      worst(out("db"), db);
-      return err;
+      bias_grad_reference(m, n, c.in("dy"), db);
+      c.worst(c.out("db"), db);
+      return c.err;
     }
     case MemKind::kCrossEntropy: {
-      auto logits = in("logits");
+      auto logits = c.in("logits");
       auto loss = zeros(m);
-      cross_entropy_reference(m, n, logits, ids.at(0), loss);
-      worst(out("logits"), logits);
-      worst(out("loss"), loss);
-      return err;
+      cross_entropy_reference(m, n, logits, c.ids.at(0), loss);
+      c.worst(c.out("logits"), logits);
+      c.worst(c.out("loss"), loss);
+      return c.err;
     }
-    case MemKind::kCrossEntropyBackward: {
-      auto x = in("x");
+    case MemKind::kCrossEntropyBackward:
+    case MemKind::kScale: {
+      auto x = c.in("x");
       scale_reference(x, kInPlaceScale);
-      worst(out("x"), x);
-      return err;
+      c.worst(c.out("x"), x);
+      return c.err;
     }
     case MemKind::kEmbedding: {
       auto y = zeros(mn);
-      embedding_reference(m, n, op.k, in("table"), ids.at(0), y);
-      worst(out("y"), y);
-      return err;
+      embedding_reference(m, n, op.k, c.in("table"), c.ids.at(0), y);
+      c.worst(c.out("y"), y);
+      return c.err;
     }
     case MemKind::kEmbeddingBackward: {
       auto dtable = zeros(op.k * n);
-      embedding_backward_reference(m, n, op.k, in("dy"), ids.at(0), dtable);
-      worst(out("dtable"), dtable);
-      return err;
+      embedding_backward_reference(m, n, op.k, c.in("dy"), c.ids.at(0), dtable);
+      c.worst(c.out("dtable"), dtable);
+      return c.err;
     }
-    case MemKind::kCast:
-      switch (cast_kind(op)) {
-        case CastKind::kFp32ToBf16: {
-          std::vector<uint16_t> bits(static_cast<size_t>(mn));
-          cast_fp32_to_bf16_reference(in("x"), bits);
-          std::vector<float> y(bits.size());
-          for (size_t i = 0; i < bits.size(); ++i) y[i] = bf16_to_float(bits[i]);
-          worst(out("y"), y);
-          return err;
-        }
-        case CastKind::kBf16ToFp32: {
-          const auto& x = in("x");  // bf16 values, already widened exactly
-          std::vector<uint16_t> bits(x.size());
-          for (size_t i = 0; i < x.size(); ++i) bits[i] = float_to_bf16(x[i]);
-          auto y = zeros(mn);
-          cast_bf16_to_fp32_reference(bits, y);
-          worst(out("y"), y);
-          return err;
-        }
-        case CastKind::kFp8CastTranspose: {
-          // No fp8 in the reference kernels: the expected values are the round-to-nearest-even,
-          // saturating e4m3 encodings of the inputs (common.cuh), and the transpose of them.
-          const auto& x = in("x");
-          std::vector<float> y(x.size()), yt(x.size());
-          float amax = 0;
-          for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j) {
-              const float v = x[static_cast<size_t>(i * n + j)];
-              const float q = e4m3_to_float(float_to_e4m3(v));
-              y[static_cast<size_t>(i * n + j)] = q;
-              yt[static_cast<size_t>(j * m + i)] = q;
-              amax = std::max(amax, std::fabs(v));
-            }
-          worst(out("y"), y);
-          worst(out("yt"), yt);
-          uint32_t bits = 0;
-          CUDA_CHECK(cudaMemcpy(&bits, p.p("amax"), 4, cudaMemcpyDeviceToHost));
-          worst({bits_to_float(bits)}, {amax});
-          return err;
-        }
-        case CastKind::kNone: break;
-      }
-      throw Error("GPU check: unplanned cast");
+    case MemKind::kCast: return compare_cast(op, c);
     case MemKind::kGradNorm: {
-      const double want = sum_of_squares_reference(in("x"));
-      const double got = download_f64(p.t("result"));
+      const double want = sum_of_squares_reference(c.in("x"));
+      const double got = download_f64(c.p.t("result"));
       return std::fabs(got - want) / std::max(std::fabs(want), kErrorScaleFloor);
     }
-    case MemKind::kScale: {
-      auto x = in("x");
-      scale_reference(x, kInPlaceScale);
-      worst(out("x"), x);
-      return err;
-    }
     case MemKind::kAdamW: {
-      auto pp = in("p"), mm = in("m"), vv = in("v");
-      adamw_reference(pp, in("g"), mm, vv, AdamWParams{});
-      worst(out("p"), pp);
-      worst(out("m"), mm);
-      worst(out("v"), vv);
-      return err;
+      auto pp = c.in("p"), mm = c.in("m"), vv = c.in("v");
+      adamw_reference(pp, c.in("g"), mm, vv, AdamWParams{});
+      c.worst(c.out("p"), pp);
+      c.worst(c.out("m"), mm);
+      c.worst(c.out("v"), vv);
+      return c.err;
     }
+  }
+  throw Error("GPU check: unknown op kind");
+}
+
+double GpuBackend::compare(const Op& op, const Prepared& p,
+                           const std::vector<std::pair<std::string, std::vector<float>>>& inputs,
+                           const std::vector<std::vector<int64_t>>& ids) {
+  Comparison c{p, inputs, ids};
+  switch (op.kind) {
+    case OpKind::kGemm: return compare_gemm(op, c);
+    case OpKind::kAttentionFwd:
+    case OpKind::kAttentionBwd: return compare_attention(op, c);
+    case OpKind::kMemoryBound: return compare_membound(op, c);
   }
   throw Error("GPU check: unknown op kind");
 }
