@@ -14,6 +14,7 @@
 #include "io/error.hpp"
 #include "io/text_format.hpp"
 #include "kernels/timing.hpp"
+#include "model/ops.hpp"
 
 namespace tpsim {
 namespace {
@@ -71,17 +72,8 @@ DeviceSpec measured_cpu_spec(const std::string& id) {
   const BackendInfo info = backend->info();
   const TimingOptions timing = cpu_probe_timing();
   DeviceSpec spec = measured_device_spec(id, info, measure_copy_bandwidth(*backend, kCpuCopyBytes, timing), false);
-  Op gemm{};
-  gemm.name = "calibrate_comm.peak_gemm";
-  gemm.kind = OpKind::kGemm;
-  gemm.category = OpCategory::kGemm;
-  gemm.dtype = DType::kFp32;
-  gemm.m = gemm.n = gemm.k = kCpuPeakGemmSide;
-  gemm.kernels = 1;
-  const double side = static_cast<double>(kCpuPeakGemmSide);
-  gemm.flops = 2.0 * side * side * side;
-  gemm.bytes_read = 2.0 * side * side * 4.0;
-  gemm.bytes_written = side * side * 4.0;
+  const Op gemm = gemm_op("calibrate_comm.peak_gemm", kCpuPeakGemmSide, kCpuPeakGemmSide, kCpuPeakGemmSide,
+                         DType::kFp32, 4.0, 4.0);
   const Timing t = backend->time_op(gemm, timing);
   if (!t.supported) throw Error("the CPU's fp32 GEMM: " + t.reason);
   spec.peak_flops_per_s[static_cast<int>(DType::kFp32)] = gemm.flops / t.median_s;

@@ -10,6 +10,7 @@
 #include "io/text_format.hpp"
 #include "kernels/timing.hpp"
 #include "model/cost.hpp"
+#include "model/ops.hpp"
 
 namespace tpsim {
 namespace {
@@ -38,15 +39,7 @@ std::vector<DType> measured_formats(Backend& backend, const std::optional<Device
   std::vector<DType> out;
   for (DType t : {DType::kFp8, DType::kBf16, DType::kFp16, DType::kTf32, DType::kFp32}) {
     if (datasheet && !datasheet->supports(t)) continue;
-    Op probe{};
-    probe.name = "format probe";
-    probe.kind = OpKind::kGemm;
-    probe.category = OpCategory::kGemm;
-    probe.dtype = t;
-    probe.trans_b = true;
-    probe.m = probe.n = probe.k = 256;
-    probe.kernels = 1;
-    probe.flops = 2.0 * 256 * 256 * 256;
+    const Op probe = gemm_op("format probe", 256, 256, 256, t, gemm_operand_bytes(t), gemm_output_bytes(t), false, true);
     if (backend.unsupported(probe).empty()) out.push_back(t);
   }
   return out;

@@ -64,9 +64,7 @@ void run_replay(const ReplayFlags& f) {
   o.step.layers = f.layers.empty() ? o.model.n_layers : parse_count("--layers", f.layers, 1 << 16);
   o.step.activation_checkpointing = f.ckpt;
   const std::string precision_text = !f.precision.empty() ? f.precision : (o.gpu ? "amp_bf16" : "fp32");
-  const auto precision = parse_precision(precision_text);
-  if (!precision) throw Error("--precision '" + precision_text + "': expected amp_bf16, amp_fp16, amp_fp8, bf16 or fp32");
-  o.step.precision = *precision;
+  o.step.precision = parse_precision_flag("--precision", precision_text);
   const std::vector<StepOp> ops = replay_ops(o);
 
   std::string device_id;
