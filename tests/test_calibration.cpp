@@ -63,7 +63,7 @@ BOOST_AUTO_TEST_CASE(a_short_cpu_kernel_calibration_returns_a_typed_result) {
   // The profile: for the CPU, with its measured spec embedded and the fitted values marked.
   BOOST_TEST(c.profile.device == "cpu");
   BOOST_TEST_REQUIRE(c.profile.device_spec.has_value());
-  for (const auto& f : c.fit.fitted) BOOST_TEST(c.profile.sources.at(f.name).kind == "kernel");
+  for (const auto& f : c.fit.fitted) BOOST_TEST((c.profile.sources.at(std::string(f.param->name)).kind == SourceKind::kKernel));
   // Its record, as the command writes it.
   const nlohmann::json j = kernel_calibration_json(c, "test");
   BOOST_TEST(j.at("command") == "test");
