@@ -24,6 +24,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/comm.hpp"
 #include "model/device.hpp"
+#include "model/units.hpp"
 
 namespace tpsim {
 
@@ -31,7 +32,7 @@ constexpr CollectiveKind kCommCalibrationKinds[] = {CollectiveKind::kAllGather, 
                                                     CollectiveKind::kAllReduce};
 
 // The largest buffer a calibration times: 64 GiB, far beyond what one host or GPU holds twice.
-constexpr double kMaxCommBytes = 64.0 * (1LL << 30);
+constexpr double kMaxCommBytes = 64.0 * kGiB;
 
 struct CommCalibrationOptions {
   BackendKind backend = BackendKind::kCpu;  // cpu: MPI on host buffers; cuda: NCCL on GPU buffers

@@ -5,6 +5,7 @@
 #include <ctime>
 
 #include "io/devices.hpp"
+#include "model/units.hpp"
 
 namespace tpsim {
 namespace {
@@ -20,7 +21,7 @@ std::string squeezed_lower(const std::string& s) {
 
 std::string matching_datasheet_device(const BackendInfo& info) {
   const std::string name = squeezed_lower(info.device_name);
-  const double gib = info.memory_bytes / double(1LL << 30);
+  const double gib = info.memory_bytes / kGiB;
   for (const std::string& id : known_devices()) {
     const size_t underscore = id.find('_');
     const std::string family = id.substr(0, underscore);

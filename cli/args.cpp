@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "io/error.hpp"
+#include "model/units.hpp"
 
 namespace tpsim {
 
@@ -63,15 +64,15 @@ double suffix_scale(const std::string& suffix, std::initializer_list<const char*
   static const std::map<std::string, double> scales = {
       {"", 1.0},    {"K", 1e3},       {"k", 1e3},          {"M", 1e6},
       {"G", 1e9},   {"B", 1e9},       {"T", 1e12},         {"Ki", 1024.0},
-      {"Mi", 1024.0 * 1024.0},        {"Gi", 1024.0 * 1024.0 * 1024.0},
-      {"Ti", 1024.0 * 1024.0 * 1024.0 * 1024.0}};
+      {"Mi", 1024.0 * 1024.0},        {"Gi", kGiB},
+      {"Ti", 1024.0 * kGiB}};
   for (const char* a : accepted)
     if (suffix == a) return scales.at(suffix);
   return 0;
 }
 
 // The largest byte amount parse_bytes takes: 64 GiB, far beyond what one host or GPU holds twice.
-constexpr double kMaxBytes = 64.0 * (1LL << 30);
+constexpr double kMaxBytes = 64.0 * kGiB;
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include "io/error.hpp"
 #include "io/files.hpp"
 #include "io/yaml_util.hpp"
+#include "model/units.hpp"
 
 namespace tpsim {
 namespace fs = std::filesystem;
@@ -81,7 +82,7 @@ DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::strin
   }
   double v = 0;
   sourced(need("memory_gib"), "memory_gib", v);
-  d.memory_bytes = v * double(1LL << 30);
+  d.memory_bytes = v * kGiB;
   sourced(need("hbm_gb_per_s"), "hbm_gb_per_s", v);
   d.hbm_bytes_per_s = v * 1e9;
   // Counts: whole numbers, checked before they become ints (a huge value would not fit one).
@@ -122,7 +123,7 @@ nlohmann::json device_spec_to_json(const DeviceSpec& d) {
       peaks[fmt] = sourced(d.peak_flops_per_s[t] / 1e12, "peak_dense_tflops." + fmt);
     }
   j["peak_dense_tflops"] = peaks;
-  j["memory_gib"] = sourced(d.memory_bytes / double(1LL << 30), "memory_gib");
+  j["memory_gib"] = sourced(d.memory_bytes / kGiB, "memory_gib");
   j["hbm_gb_per_s"] = sourced(d.hbm_bytes_per_s / 1e9, "hbm_gb_per_s");
   j["compute_units"] = sourced(d.compute_units, "compute_units");
   j["gpus_per_node"] = sourced(d.gpus_per_node, "gpus_per_node");

@@ -1,4 +1,5 @@
 #include "model/profile.hpp"
+#include "model/units.hpp"
 
 #include <array>
 #include <stdexcept>
@@ -82,7 +83,7 @@ const std::array kRegistry = {
            "GPU idle time per optimizer step"),
     scalar("memory_fragmentation", &CostParams::memory_fragmentation, Unit::kFactor, 1.0, 2.0, S,
            "allocator footprint / live bytes"),
-    scalar("memory_reserve_bytes", &CostParams::memory_reserve_bytes, Unit::kBytes, 0, 64.0 * (1LL << 30), S,
+    scalar("memory_reserve_bytes", &CostParams::memory_reserve_bytes, Unit::kBytes, 0, 64.0 * kGiB, S,
            "memory not available to tensors (context, NCCL, workspaces)"),
 };
 }  // namespace

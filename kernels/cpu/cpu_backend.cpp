@@ -16,6 +16,7 @@
 #include "kernels/cpu/cpu_ops.hpp"
 #include "kernels/factory.hpp"
 #include "kernels/timing.hpp"
+#include "model/units.hpp"
 
 namespace tpsim {
 namespace {
@@ -89,7 +90,7 @@ double thread_clock_cost_s() {
 
 std::string gib(double bytes) {
   char s[32];
-  std::snprintf(s, sizeof s, "%.1f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  std::snprintf(s, sizeof s, "%.1f GiB", bytes / kGiB);
   return s;
 }
 
