@@ -47,14 +47,8 @@ struct Start {
 // thread, timed by that thread's CPU clock so that time a shared machine gives other processes is
 // not counted (kernels/backend.hpp).
 TimingOptions cpu_probe_timing() {
-  TimingOptions t;
-  t.warmup = 1;
-  t.min_repetitions = 5;
-  t.max_repetitions = 50;
-  t.min_seconds = 0.01;
-  t.max_seconds = 0.25;
-  t.thread_cpu_clock = true;
-  return t;
+  return {.warmup = 1, .min_repetitions = 5, .max_repetitions = 50, .min_seconds = 0.01, .max_seconds = 0.25,
+          .thread_cpu_clock = true};
 }
 
 // The CPU probes' buffer: 256 MiB, as calibrate kernels' (most of it beyond the caches).

@@ -16,15 +16,8 @@ std::string ReplayOptions::check() const {
 }
 
 TimingOptions replay_timing(bool thread_cpu_clock) {
-  TimingOptions t;
-  t.warmup = 1;
-  t.min_repetitions = 5;
-  t.max_repetitions = 50;
-  t.min_seconds = 0.2;
-  t.max_seconds = 3.0;
-  t.flush_cache = true;
-  t.thread_cpu_clock = thread_cpu_clock;
-  return t;
+  return {.warmup = 1, .min_repetitions = 5, .max_repetitions = 50, .min_seconds = 0.2, .max_seconds = 3.0,
+          .flush_cache = true, .thread_cpu_clock = thread_cpu_clock};
 }
 
 std::vector<StepOp> replay_ops(const ReplayOptions& options) {

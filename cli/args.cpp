@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "io/error.hpp"
+#include "io/text_format.hpp"
 #include "model/units.hpp"
 
 namespace tpsim {
@@ -130,14 +131,8 @@ CLI::Validator finite_range(double lo, double hi) {
   range << lo << " to " << hi;
   return CLI::Validator(
       [lo, hi, text = range.str()](std::string& s) -> std::string {
-        size_t used = 0;
-        double v = 0;
-        try {
-          v = std::stod(s, &used);
-        } catch (...) {
-          used = 0;
-        }
-        if (used == 0 || used != s.size() || !std::isfinite(v) || v < lo || v > hi)
+        const std::optional<double> v = parse_number(s);
+        if (!v || !std::isfinite(*v) || *v < lo || *v > hi)
           return "'" + s + "': expected a number from " + text;
         return {};
       },

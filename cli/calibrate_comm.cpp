@@ -17,6 +17,7 @@
 #include "io/profile_io.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
+#include "io/text_format.hpp"
 
 namespace tpsim {
 namespace {
@@ -51,16 +52,9 @@ std::vector<double> parse_sizes(const std::string& flag, const std::string& text
 }
 
 double parse_budget(const std::string& text) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || !std::isfinite(v) || !(v > 0))
-    throw Error("--budget '" + text + "': expected a positive number of seconds");
-  return v;
+  const std::optional<double> v = parse_number(text);
+  if (!v || !std::isfinite(*v) || !(*v > 0)) throw Error("--budget '" + text + "': expected a positive number of seconds");
+  return *v;
 }
 
 CommCalibrationOptions comm_options(const CalibrateCommFlags& f) {

@@ -17,6 +17,7 @@
 #include "io/files.hpp"
 #include "io/plots.hpp"
 #include "io/progress.hpp"
+#include "io/text_format.hpp"
 #include "model/plan.hpp"
 #include "model/units.hpp"
 
@@ -42,16 +43,10 @@ struct PlanRequest {
 
 double parse_price(const std::string& text) {
   if (text.empty()) return 0;
-  size_t used = 0;
-  double price = 0;
-  try {
-    price = std::stod(text, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (used != text.size() || !std::isfinite(price) || price <= 0 || price > 1e6)
+  const std::optional<double> price = parse_number(text);
+  if (!price || !std::isfinite(*price) || *price <= 0 || *price > 1e6)
     throw Error("--price-per-gpu-hour '" + text + "': expected a positive number of dollars");
-  return price;
+  return *price;
 }
 
 Objective parse_objective(const std::string& text) {

@@ -24,14 +24,7 @@ std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>&
         throw Error(m.where() + ": " + e.what());
       }
       if (m.activation_cpu_offload) throw Error(m.where() + ": activation CPU offload is not modelled");
-      r.cfg.seq_len = m.seq_len;
-      r.cfg.n_gpus = m.n_gpus;
-      r.cfg.global_batch = m.global_batch;
-      r.cfg.micro_batch = m.micro_batch;
-      r.cfg.precision = m.precision;
-      r.cfg.mp_mode = m.mp_mode;
-      r.cfg.sharding = m.sharding;
-      r.cfg.activation_checkpointing = m.activation_checkpointing;
+      r.cfg = m.config();
       const CostParams& params = ctx.profile(m.gpu).params;
       if (const std::string why = check_config(*r.model, *r.device, params, r.cfg); !why.empty())
         throw Error(m.where() + ": " + why);

@@ -7,6 +7,7 @@
 
 #include "io/error.hpp"
 #include "io/files.hpp"
+#include "io/text_format.hpp"
 
 namespace tpsim {
 namespace {
@@ -163,31 +164,19 @@ class RowParser {
 
   double number(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
     const std::string s = text(cells, col, at);
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(s, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != s.size()) throw Error(at + ": column '" + col + "' must be a number, got '" + s + "'");
-    if (!std::isfinite(v)) throw Error(at + ": column '" + col + "' must be finite, got '" + s + "'");
-    if (v < 0) throw Error(at + ": column '" + col + "' must not be negative, got '" + s + "'");
-    return v;
+    const std::optional<double> v = parse_number(s);
+    if (!v) throw Error(at + ": column '" + col + "' must be a number, got '" + s + "'");
+    if (!std::isfinite(*v)) throw Error(at + ": column '" + col + "' must be finite, got '" + s + "'");
+    if (*v < 0) throw Error(at + ": column '" + col + "' must not be negative, got '" + s + "'");
+    return *v;
   }
 
   int64_t positive_int(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
     const std::string s = text(cells, col, at);
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(s, &used, 10);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != s.size()) throw Error(at + ": column '" + col + "' must be a whole number, got '" + s + "'");
-    if (v <= 0) throw Error(at + ": column '" + col + "' must be positive, got '" + s + "'");
-    return v;
+    const std::optional<int64_t> v = parse_integer(s);
+    if (!v) throw Error(at + ": column '" + col + "' must be a whole number, got '" + s + "'");
+    if (*v <= 0) throw Error(at + ": column '" + col + "' must be positive, got '" + s + "'");
+    return *v;
   }
 
   bool boolean(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {

@@ -41,6 +41,13 @@ struct MeasuredRow {
   std::vector<std::pair<std::string, std::string>> cells;  // (column, cell) as written, in table order
 
   std::string where() const { return origin + ":" + std::to_string(line); }
+
+  // The configuration the row measured.
+  TrainConfig config() const {
+    return {.seq_len = seq_len, .global_batch = global_batch, .micro_batch = micro_batch, .n_gpus = n_gpus,
+            .precision = precision, .mp_mode = mp_mode, .sharding = sharding,
+            .activation_checkpointing = activation_checkpointing};
+  }
 };
 
 struct MeasuredTable {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "io/error.hpp"
+#include "io/text_format.hpp"
 
 namespace tpsim::yaml {
 
@@ -34,38 +35,19 @@ std::string scalar_or_throw(const YAML::Node& node, const std::string& origin, c
 
 int64_t as_int(const YAML::Node& node, const std::string& origin, const std::string& key) {
   const std::string s = scalar_or_throw(node, origin, key, "an integer");
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(s, &used, 10);
-  } catch (...) {
-    used = 0;
-  }
-  if (used != s.size() || s.empty()) {
-    // Accept integral floats such as 4.0 or 1e3.
-    try {
-      const double d = std::stod(s, &used);
-      if (used == s.size() && std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18)
-        return static_cast<int64_t>(d);
-    } catch (...) {
-    }
-    throw Error(where(origin, node) + ": " + key + " must be an integer, got '" + s + "'");
-  }
-  return v;
+  if (const std::optional<int64_t> v = parse_integer(s)) return *v;
+  // Accept integral floats such as 4.0 or 1e3.
+  const std::optional<double> d = parse_number(s);
+  if (d && std::isfinite(*d) && *d == std::floor(*d) && std::fabs(*d) < 9.0e18) return static_cast<int64_t>(*d);
+  throw Error(where(origin, node) + ": " + key + " must be an integer, got '" + s + "'");
 }
 
 double as_double(const YAML::Node& node, const std::string& origin, const std::string& key) {
   const std::string s = scalar_or_throw(node, origin, key, "a number");
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (used != s.size() || s.empty()) throw Error(where(origin, node) + ": " + key + " must be a number, got '" + s + "'");
-  if (!std::isfinite(v)) throw Error(where(origin, node) + ": " + key + " must be finite, got '" + s + "'");
-  return v;
+  const std::optional<double> v = parse_number(s);
+  if (!v) throw Error(where(origin, node) + ": " + key + " must be a number, got '" + s + "'");
+  if (!std::isfinite(*v)) throw Error(where(origin, node) + ": " + key + " must be finite, got '" + s + "'");
+  return *v;
 }
 
 bool as_bool(const YAML::Node& node, const std::string& origin, const std::string& key) {

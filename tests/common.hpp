@@ -41,17 +41,4 @@ inline std::vector<MeasuredRow> all_seed_rows() {
   return rows;
 }
 
-inline TrainConfig config_of(const MeasuredRow& r) {
-  TrainConfig c;
-  c.seq_len = r.seq_len;
-  c.n_gpus = r.n_gpus;
-  c.global_batch = r.global_batch;
-  c.micro_batch = r.micro_batch;
-  c.precision = r.precision;
-  c.mp_mode = r.mp_mode;
-  c.sharding = r.sharding;
-  c.activation_checkpointing = r.activation_checkpointing;
-  return c;
-}
-
 }  // namespace tpsim::test

@@ -13,15 +13,10 @@
 namespace fs = std::filesystem;
 
 namespace {
+using tpsim::testing::count_lines;
 using tpsim::testing::Run;
 using tpsim::testing::slurp;
 Run run(const std::string& args) { return tpsim::testing::run_tpsim(args); }
-
-int lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 }  // namespace
@@ -29,7 +24,7 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 BOOST_AUTO_TEST_CASE(predict_prints_one_row_with_the_sweep_columns) {
   const Run r = run("predict --model 7b --seq 2048 --gpus 8 --device h100_80gb --micro-batch 6 --format csv");
   BOOST_TEST_REQUIRE(r.status == 0);
-  BOOST_TEST(lines(r.out) == 2);
+  BOOST_TEST(count_lines(r.out) == 2);
   std::string header;
   for (const auto& c : tpsim::prediction_columns()) header += (header.empty() ? "" : ",") + c;
   BOOST_TEST(first_line(r.out) == header);
@@ -41,13 +36,13 @@ BOOST_AUTO_TEST_CASE(predict_prints_one_row_with_the_sweep_columns) {
 BOOST_AUTO_TEST_CASE(sweep_uses_llm_foundry_columns_and_reports_its_evaluations) {
   const Run r = run("sweep --models 125m..1b --seq 512..2048 --gpus 8,64 --format csv");
   BOOST_TEST_REQUIRE(r.status == 0);
-  BOOST_TEST(lines(r.out) == 1 + 4 * 3 * 2);
+  BOOST_TEST(count_lines(r.out) == 1 + 4 * 3 * 2);
   std::string foundry;
   for (const auto& c : tpsim::foundry_columns()) foundry += (foundry.empty() ? "" : ",") + c;
   BOOST_TEST(first_line(r.out).rfind(foundry, 0) == 0u);
   BOOST_TEST(r.err.rfind("evaluated ", 0) == 0u);
   BOOST_TEST(r.err.find(" configurations in ") != std::string::npos);
-  BOOST_TEST(lines(r.err) == 1);
+  BOOST_TEST(count_lines(r.err) == 1);
 }
 
 BOOST_AUTO_TEST_CASE(output_files_are_written) {
@@ -92,7 +87,7 @@ BOOST_AUTO_TEST_CASE(bad_input_is_one_line_and_a_non_zero_exit) {
     BOOST_TEST_CONTEXT(args) {
       const Run r = run(args);
       BOOST_TEST(r.status != 0);
-      BOOST_TEST(lines(r.err) == 1);
+      BOOST_TEST(count_lines(r.err) == 1);
       BOOST_TEST(r.err.rfind("tpsim: error: ", 0) == 0u);
       BOOST_TEST(r.err.find(message) != std::string::npos, "stderr: " << r.err);
       BOOST_TEST(r.err.find("nan") == std::string::npos);
@@ -107,7 +102,7 @@ BOOST_AUTO_TEST_CASE(validate_csv_appends_the_predictions_to_the_input_columns) 
   BOOST_TEST(header.rfind("Model,SeqLen (T),# GPUs,GPU,MFU,HFU,Model TFLOP,", 0) == 0u);
   BOOST_TEST(header.find("NumParams,Predicted Throughput (T/s),Predicted MFU,Predicted HFU,Predicted Memory (GiB),Error (%)") !=
              std::string::npos);
-  BOOST_TEST(lines(r.out) == 8);
+  BOOST_TEST(count_lines(r.out) == 8);
 }
 
 // Start-up stays cheap: the libraries only a GPU run needs and that cost most to load (cuBLASLt,

@@ -194,12 +194,7 @@ std::string describe(const Op& op) {
 
 [[maybe_unused]] void time_ops_and_sequences(BackendKind kind) {
   Backend& b = *device(kind).backend;
-  TimingOptions o;
-  o.warmup = 1;
-  o.min_repetitions = 3;
-  o.max_repetitions = 5;
-  o.min_seconds = 0;
-  o.max_seconds = 1;
+  const TimingOptions o{.warmup = 1, .min_repetitions = 3, .max_repetitions = 5, .min_seconds = 0, .max_seconds = 1};
   OpList fwd;
   BlockShape s;
   s.batch = 2;

@@ -22,13 +22,29 @@ MicroBatchCosts compute_only(double fwd, double bwd) {
   m.overhead_s = 0.003;
   return m;
 }
+
+// compute_only's blocks with no per-micro-batch overhead, each block gathering its weights for
+// `gather_s` in the forward and again in the backward and reduce-scattering for `reduce_s`.
+MicroBatchCosts with_comm(double fwd, double bwd, double gather_s, double reduce_s) {
+  MicroBatchCosts m = compute_only(fwd, bwd);
+  m.overhead_s = 0;
+  m.block_gather_fwd_s = m.block_gather_bwd_s = gather_s;
+  m.block_reduce_s = reduce_s;
+  return m;
+}
+
+// A step of `n_micro` micro-batches alike (the last one included) through `n_layers` blocks.
+StepCosts uniform_step(int64_t n_layers, int64_t n_micro, const MicroBatchCosts& m) {
+  StepCosts c;
+  c.n_layers = n_layers;
+  c.n_micro = n_micro;
+  c.full = c.last = m;
+  return c;
+}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(without_communication_the_step_is_the_sum_of_compute) {
-  StepCosts c;
-  c.n_layers = 10;
-  c.n_micro = 3;
-  c.full = c.last = compute_only(0.02, 0.04);
+  StepCosts c = uniform_step(10, 3, compute_only(0.02, 0.04));
   c.optimizer_s = 0.05;
   c.step_overhead_s = 0.1;
   const Timeline t = simulate_step(c);
@@ -38,15 +54,7 @@ BOOST_AUTO_TEST_CASE(without_communication_the_step_is_the_sum_of_compute) {
 }
 
 BOOST_AUTO_TEST_CASE(hidden_gathers_expose_only_the_first_and_the_last_reduce) {
-  StepCosts c;
-  c.n_layers = 10;
-  c.n_micro = 1;
-  MicroBatchCosts m = compute_only(0.02, 0.04);
-  m.overhead_s = 0;
-  m.block_gather_fwd_s = m.block_gather_bwd_s = 0.005;
-  m.block_reduce_s = 0.006;
-  c.full = c.last = m;
-  const Timeline t = simulate_step(c);
+  const Timeline t = simulate_step(uniform_step(10, 1, with_comm(0.02, 0.04, 0.005, 0.006)));
   // The first block waits for its gather; the last reduce-scatter runs after the embedding backward
   // started; everything else hides behind compute.
   const double compute = 0.001 + 10 * 0.02 + 0.01 + 10 * 0.04 + 0.002;
@@ -55,15 +63,7 @@ BOOST_AUTO_TEST_CASE(hidden_gathers_expose_only_the_first_and_the_last_reduce) {
 }
 
 BOOST_AUTO_TEST_CASE(communication_bound_steps_take_the_communication_time) {
-  StepCosts c;
-  c.n_layers = 20;
-  c.n_micro = 2;
-  MicroBatchCosts m = compute_only(0.001, 0.002);
-  m.overhead_s = 0;
-  m.block_gather_fwd_s = m.block_gather_bwd_s = 0.01;
-  m.block_reduce_s = 0.02;
-  c.full = c.last = m;
-  const Timeline t = simulate_step(c);
+  const Timeline t = simulate_step(uniform_step(20, 2, with_comm(0.001, 0.002, 0.01, 0.02)));
   const double comm = 2 * 20 * (0.01 + 0.01 + 0.02);
   BOOST_TEST(t.comm_s == comm, tt::tolerance(kExact));
   BOOST_TEST(t.step_s >= comm);
@@ -151,15 +151,12 @@ BOOST_AUTO_TEST_CASE(a_growing_communication_backlog_is_skipped_exactly) {
 // The case that made sweeps slow: 80 blocks, 256 micro-batches, all-reduces twice as slow as the
 // backward. Stepping through it takes 40,960 block steps; the skip needs a few hundred at most.
 BOOST_AUTO_TEST_CASE(a_long_backlogged_step_is_simulated_in_a_few_hundred_blocks) {
-  StepCosts c;
-  c.n_layers = 80;
-  c.n_micro = 256;
-  c.overlap_slowdown = 0.2;
   MicroBatchCosts m = compute_only(0.002, 0.004);
   m.block_overhead_s = 0.0001;
   m.block_reduce_s = 0.008;
   m.root_reduce_s = 0.003;
-  c.full = c.last = m;
+  StepCosts c = uniform_step(80, 256, m);
+  c.overlap_slowdown = 0.2;
   const Timeline fast = simulate_step(c);
   c.skip_steady_state = false;
   const Timeline slow = simulate_step(c);

@@ -79,50 +79,52 @@ bool same(const TrainConfig& a, const TrainConfig& b) {
          a.activation_checkpointing == b.activation_checkpointing && a.global_batch == b.global_batch;
 }
 
-}  // namespace
-
-BOOST_AUTO_TEST_CASE(the_fastest_is_the_brute_force_fastest_and_prediction_for_prediction_the_same) {
+// Runs check(model, d, params, base, brute) for every case, under the case's name.
+template <class Check>
+void for_each_case(Check check) {
   const ModelCatalog catalog = ModelCatalog::load_default();
   for (const Case& c : cases()) {
     BOOST_TEST_CONTEXT(c.device << " " << c.model << " seq " << c.seq << " gpus " << c.gpus) {
       const DeviceSpec d = load_device(c.device);
       const CostParams params = load_shipped_profile(c.device).params;
       const ModelConfig& model = catalog.get(c.model);
-      const Brute b = brute_force(model, d, params, base_of(c));
-      const SearchResult r = search(model, d, params, base_of(c), SearchSpace{}, SearchGoal::kFastest);
-      BOOST_TEST(r.found == b.found);
-      if (!b.found) {
-        BOOST_TEST(r.has_leanest);
-        BOOST_TEST(!r.leanest_prediction.fits());
-        continue;
-      }
-      BOOST_TEST(same(r.best, b.best));
-      BOOST_TEST(r.best_prediction.step_s == b.best_prediction.step_s);  // bit for bit
-      BOOST_TEST(r.best_prediction.memory.peak_bytes == b.best_prediction.memory.peak_bytes);
-      // It times fewer configurations than there are that fit (dominated ones are skipped), never more.
-      BOOST_TEST(r.evaluated <= static_cast<int64_t>(b.fitting.size()));
+      check(model, d, params, base_of(c), brute_force(model, d, params, base_of(c)));
     }
   }
 }
 
-BOOST_AUTO_TEST_CASE(all_that_fit_lists_every_configuration_that_fits_in_the_order_of_the_space) {
-  const ModelCatalog catalog = ModelCatalog::load_default();
-  for (const Case& c : cases()) {
-    BOOST_TEST_CONTEXT(c.device << " " << c.model << " seq " << c.seq << " gpus " << c.gpus) {
-      const DeviceSpec d = load_device(c.device);
-      const CostParams params = load_shipped_profile(c.device).params;
-      const ModelConfig& model = catalog.get(c.model);
-      const Brute b = brute_force(model, d, params, base_of(c));
-      const SearchResult r = search(model, d, params, base_of(c), SearchSpace{}, SearchGoal::kAllThatFit);
-      BOOST_TEST_REQUIRE(r.fitting.size() == b.fitting.size());
-      for (size_t i = 0; i < b.fitting.size(); ++i) {
-        BOOST_TEST(same(r.fitting[i].cfg, b.fitting[i].cfg));
-        BOOST_TEST(r.fitting[i].prediction.step_s == b.fitting[i].prediction.step_s);
-      }
-      // largest_fitting_micro_batch (predict --micro-batch auto) is the same bound.
-      BOOST_TEST(largest_fitting_micro_batch(model, d, params, base_of(c)) == b.largest_no_ckpt_full_shard);
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_fastest_is_the_brute_force_fastest_and_prediction_for_prediction_the_same) {
+  for_each_case([](const ModelConfig& model, const DeviceSpec& d, const CostParams& params, const TrainConfig& base,
+                   const Brute& b) {
+    const SearchResult r = search(model, d, params, base, SearchSpace{}, SearchGoal::kFastest);
+    BOOST_TEST(r.found == b.found);
+    if (!b.found) {
+      BOOST_TEST(r.has_leanest);
+      BOOST_TEST(!r.leanest_prediction.fits());
+      return;
     }
-  }
+    BOOST_TEST(same(r.best, b.best));
+    BOOST_TEST(r.best_prediction.step_s == b.best_prediction.step_s);  // bit for bit
+    BOOST_TEST(r.best_prediction.memory.peak_bytes == b.best_prediction.memory.peak_bytes);
+    // It times fewer configurations than there are that fit (dominated ones are skipped), never more.
+    BOOST_TEST(r.evaluated <= static_cast<int64_t>(b.fitting.size()));
+  });
+}
+
+BOOST_AUTO_TEST_CASE(all_that_fit_lists_every_configuration_that_fits_in_the_order_of_the_space) {
+  for_each_case([](const ModelConfig& model, const DeviceSpec& d, const CostParams& params, const TrainConfig& base,
+                   const Brute& b) {
+    const SearchResult r = search(model, d, params, base, SearchSpace{}, SearchGoal::kAllThatFit);
+    BOOST_TEST_REQUIRE(r.fitting.size() == b.fitting.size());
+    for (size_t i = 0; i < b.fitting.size(); ++i) {
+      BOOST_TEST(same(r.fitting[i].cfg, b.fitting[i].cfg));
+      BOOST_TEST(r.fitting[i].prediction.step_s == b.fitting[i].prediction.step_s);
+    }
+    // largest_fitting_micro_batch (predict --micro-batch auto) is the same bound.
+    BOOST_TEST(largest_fitting_micro_batch(model, d, params, base) == b.largest_no_ckpt_full_shard);
+  });
 }
 
 BOOST_AUTO_TEST_CASE(rejections_say_why) {

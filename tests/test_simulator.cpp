@@ -24,7 +24,7 @@ BOOST_FIXTURE_TEST_CASE(every_measured_configuration_is_predicted_to_fit, Fixtur
     BOOST_TEST_CONTEXT(r.where()) {
       const DeviceSpec d = load_device(r.gpu);
       const DeviceProfile prof = load_shipped_profile(r.gpu);
-      const TrainConfig cfg = test::config_of(r);
+      const TrainConfig cfg = r.config();
       BOOST_TEST_REQUIRE(check_config(catalog.get(r.model), d, prof.params, cfg).empty());
       const Prediction p = predict(catalog.get(r.model), d, prof.params, cfg);
       BOOST_TEST(p.fits());
@@ -45,14 +45,8 @@ BOOST_FIXTURE_TEST_CASE(predictions_are_finite_and_positive_over_the_sweep_range
           for (int64_t mb : {1, 3, 16})
             for (Sharding sh : kAllShardings)
               for (bool ckpt : {false, true}) {
-                TrainConfig c;
-                c.seq_len = seq;
-                c.n_gpus = gpus;
-                c.micro_batch = mb;
-                c.global_batch = gpus * 16;
-                c.precision = prec;
-                c.sharding = sh;
-                c.activation_checkpointing = ckpt;
+                const TrainConfig c{.seq_len = seq, .global_batch = gpus * 16, .micro_batch = mb, .n_gpus = gpus,
+                                    .precision = prec, .sharding = sh, .activation_checkpointing = ckpt};
                 BOOST_TEST_REQUIRE(check_config(m, d, prof.params, c).empty());
                 const Prediction p = predict(m, d, prof.params, c);
                 const StepBreakdown& b = p.time;
@@ -72,11 +66,7 @@ BOOST_FIXTURE_TEST_CASE(predictions_are_finite_and_positive_over_the_sweep_range
 BOOST_FIXTURE_TEST_CASE(checkpointing_trades_time_for_memory, Fixture) {
   const DeviceSpec d = load_device("a100_80gb");
   const DeviceProfile prof = load_shipped_profile("a100_80gb");
-  TrainConfig c;
-  c.seq_len = 2048;
-  c.n_gpus = 8;
-  c.micro_batch = 4;
-  c.global_batch = 256;
+  TrainConfig c{.seq_len = 2048, .global_batch = 256, .micro_batch = 4, .n_gpus = 8};
   const Prediction off = predict(model("7b"), d, prof.params, c);
   c.activation_checkpointing = true;
   const Prediction on = predict(model("7b"), d, prof.params, c);
@@ -90,12 +80,7 @@ BOOST_FIXTURE_TEST_CASE(checkpointing_trades_time_for_memory, Fixture) {
 BOOST_FIXTURE_TEST_CASE(sharding_divides_the_state, Fixture) {
   const DeviceSpec d = load_device("h100_80gb");
   const DeviceProfile prof = load_shipped_profile("h100_80gb");
-  TrainConfig c;
-  c.seq_len = 2048;
-  c.n_gpus = 16;
-  c.micro_batch = 2;
-  c.global_batch = 64;
-  c.sharding = Sharding::kNoShard;
+  TrainConfig c{.seq_len = 2048, .global_batch = 64, .micro_batch = 2, .n_gpus = 16, .sharding = Sharding::kNoShard};
   const Prediction none = predict(model("1b"), d, prof.params, c);
   c.sharding = Sharding::kFullShard;
   const Prediction full = predict(model("1b"), d, prof.params, c);
@@ -117,10 +102,7 @@ BOOST_FIXTURE_TEST_CASE(sharding_divides_the_state, Fixture) {
 BOOST_FIXTURE_TEST_CASE(search_keeps_the_fastest_configuration_that_fits, Fixture) {
   const DeviceSpec d = load_device("a100_40gb");
   const DeviceProfile prof = load_shipped_profile("a100_40gb");
-  TrainConfig base;
-  base.seq_len = 2048;
-  base.n_gpus = 8;
-  base.global_batch = 256;
+  const TrainConfig base{.seq_len = 2048, .global_batch = 256, .n_gpus = 8};
   const SearchResult r = search_fastest(model("13b"), d, prof.params, base, SearchSpace{});
   BOOST_TEST_REQUIRE(r.found);
   BOOST_TEST(r.best_prediction.fits());

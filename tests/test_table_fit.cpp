@@ -33,6 +33,21 @@ const Truth kTruth[] = {
     {"attn_bwd_efficiency", 0.3, 0.10},  {"xent_efficiency", 0.3, 0.25},
 };
 
+// `base` moved to the truth.
+CostParams truth_of(const CostParams& base) {
+  CostParams truth = base;
+  for (const auto& t : kTruth) find_param(t.name)->value(truth) = t.value;
+  return truth;
+}
+
+// A fit of the truth's parameters and no others.
+TableFitOptions truth_fit_options() {
+  TableFitOptions options;
+  options.parameters.clear();
+  for (const auto& t : kTruth) options.parameters.push_back(find_param(t.name));
+  return options;
+}
+
 Context seed_context() {
   CommonOptions o;
   return Context(o);
@@ -87,8 +102,7 @@ BOOST_AUTO_TEST_CASE(a_fit_recovers_known_parameters_from_simulated_rows_with_no
   Context ctx = seed_context();
   std::vector<ResolvedRow> rows = seed_rows(ctx, {table("a100_80gb_bf16.md")});
   const CostParams& base = ctx.base_profile("a100_80gb").params;
-  CostParams truth = base;
-  for (const auto& t : kTruth) find_param(t.name)->value(truth) = t.value;
+  const CostParams truth = truth_of(base);
 
   // Measured = the simulator's own prediction under the truth, with 1% multiplicative noise.
   std::mt19937_64 rng(7);
@@ -96,10 +110,7 @@ BOOST_AUTO_TEST_CASE(a_fit_recovers_known_parameters_from_simulated_rows_with_no
   std::vector<FitRow> fits = fit_rows(ctx, rows);
   for (auto& f : fits) f.measured_tokens_per_s = predict(*f.model, *f.device, truth, f.cfg).tokens_per_s * std::exp(noise(rng));
 
-  TableFitOptions options;
-  options.parameters.clear();
-  for (const auto& t : kTruth) options.parameters.push_back(find_param(t.name));
-  const TableFitResult fit = fit_table(fits, base, options);
+  const TableFitResult fit = fit_table(fits, base, truth_fit_options());
   for (const auto& t : kTruth)
     BOOST_TEST_CONTEXT(t.name) {
       const double fitted = find_param(t.name)->value(fit.params);
@@ -115,16 +126,12 @@ BOOST_AUTO_TEST_CASE(corrupted_rows_are_flagged_as_outliers_and_do_not_drag_the_
   Context ctx = seed_context();
   std::vector<ResolvedRow> rows = seed_rows(ctx, {table("a100_80gb_bf16.md")});
   const CostParams& base = ctx.base_profile("a100_80gb").params;
-  CostParams truth = base;
-  for (const auto& t : kTruth) find_param(t.name)->value(truth) = t.value;
+  const CostParams truth = truth_of(base);
   std::vector<FitRow> fits = fit_rows(ctx, rows);
   for (auto& f : fits) f.measured_tokens_per_s = predict(*f.model, *f.device, truth, f.cfg).tokens_per_s;
   // Every tenth row three times too fast or too slow.
   for (size_t i = 0; i < fits.size(); i += 10) fits[i].measured_tokens_per_s *= (i / 10) % 2 ? 3.0 : 1.0 / 3.0;
-  TableFitOptions options;
-  options.parameters.clear();
-  for (const auto& t : kTruth) options.parameters.push_back(find_param(t.name));
-  const TableFitResult fit = fit_table(fits, base, options);
+  const TableFitResult fit = fit_table(fits, base, truth_fit_options());
   for (size_t i = 0; i < fits.size(); ++i) BOOST_TEST(static_cast<bool>(fit.outliers[i]) == (i % 10 == 0));
   BOOST_TEST(fit.params.compute_clock_ratio == 0.86, tt::tolerance(0.03));
 }

@@ -8,6 +8,8 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <string>
+
 #include "io/error.hpp"
 
 // The CUDA and HIP builds of these sources can be linked into one program, so each puts its
@@ -20,18 +22,28 @@
 
 namespace tpsim::TPSIM_GPU_NS {
 
-// Throws tpsim::Error naming the failed statement, where it is, and the runtime's message:
+// Throws tpsim::Error "<error> in `statement` at file:line": the one message of every API's check
+// (CUDA, HIP, cuBLASLt, NCCL, MPI), where `error` is the API's name, status and message.
+[[noreturn]] inline void throw_api_error(const std::string& error, const char* statement, const char* file, int line) {
+  throw Error(error + " in `" + statement + "` at " + file + ":" + std::to_string(line));
+}
+
 // "CUDA error cudaErrorMemoryAllocation (out of memory) in `cudaMalloc(&p, bytes)` at file:line".
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* statement, const char* file, int line);
 
 }  // namespace tpsim::TPSIM_GPU_NS
 
-#define CUDA_CHECK(statement)                                                        \
-  do {                                                                               \
-    const cudaError_t tpsim_status_ = (statement);                                   \
-    if (tpsim_status_ != cudaSuccess)                                                \
-      ::tpsim::TPSIM_GPU_NS::throw_cuda_error(tpsim_status_, #statement, __FILE__, __LINE__); \
+// The one shape of every API's check macro (ggml's CUDA_CHECK_GEN): `statement` evaluated once, its
+// status compared with the API's `success` and a failure handed to the API's `thrower` with the
+// statement's text as written (`text`: the caller's #statement, before HIP's renames) and file:line.
+#define TPSIM_API_CHECK(status_type, success, thrower, statement, text)           \
+  do {                                                                            \
+    const status_type tpsim_status_ = (statement);                                \
+    if (tpsim_status_ != (success))                                               \
+      ::tpsim::TPSIM_GPU_NS::thrower(tpsim_status_, text, __FILE__, __LINE__);    \
   } while (0)
+
+#define CUDA_CHECK(statement) TPSIM_API_CHECK(cudaError_t, cudaSuccess, throw_cuda_error, statement, #statement)
 
 // After a kernel launch: launch-configuration errors surface here, execution errors at the next
 // synchronisation.

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #if !defined(TPSIM_HIP)
 #include <cuda_fp16.h>
@@ -110,5 +111,31 @@ inline unsigned grid_for(int64_t items, int threads, int64_t max_blocks = 4096) 
   if (blocks > max_blocks) blocks = max_blocks;
   return static_cast<unsigned>(blocks);
 }
+
+// Device memory, freed when it goes out of scope (movable, not copyable).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes_ > 0) CUDA_CHECK(cudaMalloc(&p_, bytes_));
+  }
+  ~DeviceBuffer() {
+    if (p_) (void)cudaFree(p_);  // nothing to report from a destructor
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
 
 }  // namespace tpsim::TPSIM_GPU_NS

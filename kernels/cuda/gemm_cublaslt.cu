@@ -1,16 +1,13 @@
 #include "kernels/cuda/gemm_cublaslt.cuh"
 
-#include <cstdio>
-
 #include "kernels/cuda/gemm_layout.hpp"
 
 namespace tpsim::TPSIM_GPU_NS {
 
 void throw_cublas_error(cublasStatus_t status, const char* statement, const char* file, int line) {
-  char where[512];
-  std::snprintf(where, sizeof where, "%s:%d", file, line);
-  throw Error(std::string("cuBLASLt error ") + cublasLtGetStatusName(status) + " (" +
-              cublasLtGetStatusString(status) + ") in `" + statement + "` at " + where);
+  throw_api_error(std::string("cuBLASLt error ") + cublasLtGetStatusName(status) + " (" +
+                      cublasLtGetStatusString(status) + ")",
+                  statement, file, line);
 }
 
 std::string lt_dtype_unsupported(DType dtype, int cc) {

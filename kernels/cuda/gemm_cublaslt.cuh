@@ -12,17 +12,13 @@
 
 namespace tpsim::TPSIM_GPU_NS {
 
-// Throws tpsim::Error: "cuBLASLt error CUBLAS_STATUS_... (message) in `statement` at file:line".
+// "cuBLASLt error CUBLAS_STATUS_... (message) in `statement` at file:line" (throw_api_error).
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* statement, const char* file, int line);
 
 }  // namespace tpsim::TPSIM_GPU_NS
 
-#define CUBLAS_CHECK(statement)                                                        \
-  do {                                                                                 \
-    const cublasStatus_t tpsim_status_ = (statement);                                  \
-    if (tpsim_status_ != CUBLAS_STATUS_SUCCESS)                                        \
-      ::tpsim::TPSIM_GPU_NS::throw_cublas_error(tpsim_status_, #statement, __FILE__, __LINE__); \
-  } while (0)
+#define CUBLAS_CHECK(statement) \
+  TPSIM_API_CHECK(cublasStatus_t, CUBLAS_STATUS_SUCCESS, throw_cublas_error, statement, #statement)
 
 namespace tpsim::TPSIM_GPU_NS {
 

@@ -59,33 +59,6 @@ std::string gib(double bytes) {
   return s;
 }
 
-// ---- device memory ----
-
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes_ > 0) CUDA_CHECK(cudaMalloc(&p_, bytes_));
-  }
-  ~DeviceBuffer() {
-    if (p_) (void)cudaFree(p_);  // nothing to report from a destructor
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* get() const { return p_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 // How a tensor starts: random values in [lo, hi), random ids in [0, id_rows), or nothing (outputs
 // and workspaces, which the op writes before it reads).
 enum class Init : uint8_t { kUniform, kIds, kNone };

@@ -5,23 +5,18 @@
 // in L1/L2 between passes), accumulates in fp32 and stores in the tensor's format. Elementwise
 // kernels move 16 bytes per load and store, the widths the vendor libraries use.
 #include <cmath>
-#include <cstdio>
 
 #include "kernels/cuda/gpu_kernels.cuh"
 
 namespace tpsim::TPSIM_GPU_NS {
 
 void throw_cuda_error(cudaError_t status, const char* statement, const char* file, int line) {
-  char where[512];
-  std::snprintf(where, sizeof where, "%s:%d", file, line);
-  throw Error(std::string(
 #if defined(TPSIM_HIP)
-                  "HIP error "
+  const std::string api = "HIP error ";
 #else
-                  "CUDA error "
+  const std::string api = "CUDA error ";
 #endif
-                  ) +
-              cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ") in `" + statement + "` at " + where);
+  throw_api_error(api + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")", statement, file, line);
 }
 
 namespace {

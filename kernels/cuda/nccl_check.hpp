@@ -9,17 +9,12 @@
 
 namespace tpsim::TPSIM_GPU_NS {
 
-// Throws tpsim::Error: "NCCL error 2 (unhandled system error ...) in `statement` at file:line".
+// "NCCL error 2 (unhandled system error ...) in `statement` at file:line" (throw_api_error).
 [[noreturn]] inline void throw_nccl_error(ncclResult_t status, const char* statement, const char* file, int line) {
-  throw Error(std::string("NCCL error ") + std::to_string(static_cast<int>(status)) + " (" +
-              ncclGetErrorString(status) + ") in `" + statement + "` at " + file + ":" + std::to_string(line));
+  throw_api_error("NCCL error " + std::to_string(static_cast<int>(status)) + " (" + ncclGetErrorString(status) + ")",
+                  statement, file, line);
 }
 
 }  // namespace tpsim::TPSIM_GPU_NS
 
-#define NCCL_CHECK(statement)                                                                  \
-  do {                                                                                         \
-    const ncclResult_t tpsim_status_ = (statement);                                            \
-    if (tpsim_status_ != ncclSuccess)                                                          \
-      ::tpsim::TPSIM_GPU_NS::throw_nccl_error(tpsim_status_, #statement, __FILE__, __LINE__); \
-  } while (0)
+#define NCCL_CHECK(statement) TPSIM_API_CHECK(ncclResult_t, ncclSuccess, throw_nccl_error, statement, #statement)

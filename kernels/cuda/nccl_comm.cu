@@ -18,22 +18,17 @@
 
 namespace tpsim::TPSIM_GPU_NS {
 
+// "MPI error (message) in `statement` at file:line" (throw_api_error).
 [[noreturn]] void throw_mpi_error(int code, const char* statement, const char* file, int line) {
   char message[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(code, message, &length);
-  throw Error(std::string("MPI error (") + std::string(message, static_cast<size_t>(length)) + ") in `" + statement +
-              "` at " + file + ":" + std::to_string(line));
+  throw_api_error("MPI error (" + std::string(message, static_cast<size_t>(length)) + ")", statement, file, line);
 }
 
 }  // namespace tpsim::TPSIM_GPU_NS
 
-#define MPI_CHECK(statement)                                                             \
-  do {                                                                                   \
-    const int tpsim_status_ = (statement);                                               \
-    if (tpsim_status_ != MPI_SUCCESS)                                                    \
-      ::tpsim::TPSIM_GPU_NS::throw_mpi_error(tpsim_status_, #statement, __FILE__, __LINE__); \
-  } while (0)
+#define MPI_CHECK(statement) TPSIM_API_CHECK(int, MPI_SUCCESS, throw_mpi_error, statement, #statement)
 
 namespace tpsim::TPSIM_GPU_NS {
 namespace {
@@ -74,19 +69,12 @@ int node_color() {
 // A device buffer of fp32 values.
 class Floats {
  public:
-  explicit Floats(int64_t count) : count_(count) {
-    if (count_ > 0) CUDA_CHECK(cudaMalloc(&p_, static_cast<size_t>(count_) * sizeof(float)));
-  }
-  ~Floats() {
-    if (p_) (void)cudaFree(p_);
-  }
-  Floats(const Floats&) = delete;
-  Floats& operator=(const Floats&) = delete;
-  float* get() const { return p_; }
+  explicit Floats(int64_t count) : buf_(static_cast<size_t>(count) * sizeof(float)), count_(count) {}
+  float* get() const { return static_cast<float*>(buf_.get()); }
   int64_t count() const { return count_; }
 
  private:
-  float* p_ = nullptr;
+  DeviceBuffer buf_;
   int64_t count_ = 0;
 };
 
