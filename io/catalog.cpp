@@ -31,7 +31,7 @@ const auto kFfnKeys = {"ffn_type", "ffn_act_fn", "ffn_hidden_size", "expansion_r
                        "moe_num_experts", "moe_top_k", "moe_world_size", "moe_loss_weight", "moe_lbl_in_fp32",
                        "moe_jitter_eps", "moe_normalize_expert_weights", "moe_capacity_factor",
                        "moe_weight_parallelism", "moe_expert_model_parallelism", "memory_optimized_mlp", "mlp_impl",
-                       "mlp_type", "uniform_expert_assignment", "shared_expert", "device"};
+                       "mlp_type", "uniform_expert_assignment", "shared_expert"};
 const auto kInitKeys = {"name", "fan_mode", "init_nonlinearity", "init_div_is_residual", "emb_init_std",
                         "emb_init_uniform_lim", "init_std", "init_gain", "verbose"};
 // Known keys that do not change the cost of a step: dropout, initialisation, logit scaling,
