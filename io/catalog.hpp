@@ -2,14 +2,43 @@
 // files, each a YAML map from a model name to a block of llm-foundry `model:` keys.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "model/architecture.hpp"
 
+namespace YAML {
+class Node;
+}
+
 namespace tpsim {
+
+// One llm-foundry `model:` block (the keys of MPTConfig in llmfoundry/models/mpt/configuration_mpt.py,
+// its nested attn_config, ffn_config and init_config, and ComposerMPTCausalLM's name and loss_fn),
+// read strictly: every key is modelled, accepted as irrelevant to speed and memory, refused as an
+// architecture tpsim cannot model yet (a value other than the default: grouped-query attention, a
+// GLU or mixture-of-experts feed-forward, RMSNorm, untied embeddings, ...), or an unknown key,
+// refused with the nearest known one. A key of attn_config or ffn_config written at the top of the
+// block is a note: llm-foundry passes it to Hugging Face's PretrainedConfig, which keeps it unread.
+struct ModelBlock {
+  struct Note {
+    std::string where;  // file:line
+    std::string text;   // "'rope' belongs in attn_config: ..."
+  };
+  ModelConfig model;                      // vocab_size 50368 unless given; no name
+  std::optional<int64_t> max_seq_len;     // max_seq_len, 1 to kMaxSeqLen
+  std::optional<std::string> attn_impl;   // attn_config.attn_impl as written (costed as flash attention)
+  std::vector<std::string> ignored;       // known keys irrelevant to the cost, as labelled ("model.init_device")
+  std::vector<Note> notes;
+};
+
+// `owner` and `separator` name the block's keys in messages: "model 'm1'" and ' ' give
+// "model 'm1' d_model" (a --models entry), "model" and '.' give "model.d_model" (a training YAML).
+ModelBlock read_model_block(const YAML::Node& block, const std::string& origin, const std::string& owner, char separator);
 
 class ModelCatalog {
  public:

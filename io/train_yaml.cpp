@@ -1,14 +1,22 @@
 #include "io/train_yaml.hpp"
 
 #include <cstdlib>
+#include <initializer_list>
 #include <set>
 
+#include "io/catalog.hpp"
 #include "io/error.hpp"
 #include "io/files.hpp"
 #include "io/yaml_util.hpp"
 
 namespace tpsim {
 namespace {
+
+bool one_of(const std::string& key, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (key == k) return true;
+  return false;
+}
 
 // Resolves ${...} references in place, depth-first, with cycle detection.
 class Interpolator {
@@ -94,18 +102,23 @@ class Interpolator {
   std::set<std::string> active_;
 };
 
-// A sequence length or batch size: a whole number from 1 to what the simulator models.
-int64_t as_count(const YAML::Node& node, const std::string& origin, const std::string& key, int64_t max) {
-  const int64_t v = yaml::as_int(node, origin, key);
-  if (v < 1 || v > max)
-    throw Error(yaml::where(origin, node) + ": " + key + " must be between 1 and " + std::to_string(max) + ", got " +
-                std::to_string(v));
-  return v;
-}
+using yaml::as_count;
 
-const std::set<std::string> kModelKeys = {"d_model", "n_heads", "n_layers", "expansion_ratio", "vocab_size",
-                                          "learned_pos_emb", "no_bias", "max_seq_len", "name", "ffn_config",
-                                          "attn_config", "init_device"};
+// Composer's FSDP settings (composer/utils/parallelism.py, FSDPConfig) that do not change the cost
+// of a step: checkpoint formats, wrapping, prefetch order, logging. Listed as ignored.
+const auto kFsdpIrrelevant = {"activation_checkpointing_reentrant", "auto_wrap", "te_checkpoint_wrapper",
+                              "backward_prefetch", "backward_prefetch_limit", "forward_prefetch",
+                              "forward_prefetch_limit", "ignored_modules", "load_monolith_rank0_only", "load_planner",
+                              "process_group", "save_planner", "sharded_ckpt_prefix_dir", "state_dict_type",
+                              "sync_module_states", "use_orig_params", "verbose"};
+// Every key of FSDPConfig, for the "did you mean" hint.
+const auto kFsdpKeys = {"activation_checkpointing", "activation_checkpointing_reentrant", "activation_cpu_offload",
+                        "auto_wrap", "te_checkpoint_wrapper", "te_shard_fp8_weight", "backward_prefetch",
+                        "backward_prefetch_limit", "cpu_offload", "data_parallel_shard_degree",
+                        "data_parallel_replicate_degree", "forward_prefetch", "forward_prefetch_limit",
+                        "ignored_modules", "keep_low_precision_grads", "limit_all_gathers", "load_monolith_rank0_only",
+                        "load_planner", "mixed_precision", "process_group", "save_planner", "sharded_ckpt_prefix_dir",
+                        "sharding_strategy", "state_dict_type", "sync_module_states", "use_orig_params", "verbose"};
 
 }  // namespace
 
@@ -123,61 +136,23 @@ void need_map(const YAML::Node& n, const std::string& origin, const std::string&
   if (!n.IsMap()) throw Error(yaml::where(origin, n) + ": " + key + " must be a map");
 }
 
-// model.ffn_config: only the expansion ratio is modelled.
-void read_ffn_config(const YAML::Node& v, const std::string& origin, const std::string& label, TrainYaml& t) {
-  need_map(v, origin, label);
-  for (const auto& f : v) {
-    const std::string fk = yaml::key(f.first, origin);
-    if (fk == "expansion_ratio") t.model.expansion_ratio = yaml::as_double(f.second, origin, label + ".expansion_ratio");
-    else t.ignored.push_back(label + "." + fk);
-  }
-}
-
-// model.attn_config: any attn_impl is costed as causal flash attention, and says so.
-void read_attn_config(const YAML::Node& v, const std::string& origin, const std::string& label, TrainYaml& t) {
-  need_map(v, origin, label);
-  for (const auto& a : v) {
-    const std::string ak = yaml::key(a.first, origin);
-    if (ak == "attn_impl") {
-      const std::string impl = yaml::as_string(a.second, origin, label + ".attn_impl");
-      t.notes.push_back("model.attn_config.attn_impl: " + impl +
-                        " -- attention is costed as the profile's causal flash attention");
-    } else {
-      t.ignored.push_back(label + "." + ak);
-    }
-  }
-}
-
-// The model block: the same keys as a --models file; d_model, n_heads and n_layers required.
-void read_model_block(const YAML::Node& model, const std::string& origin, TrainYaml& t) {
-  need_map(model, origin, "model");
+// The model block, read strictly as a --models entry is (read_model_block); the model is named
+// after the file, and any attn_impl is costed as causal flash attention, which a note says.
+void read_model(const YAML::Node& model, const std::string& origin, TrainYaml& t) {
+  ModelBlock b = read_model_block(model, origin, "model", '.');
+  t.model = b.model;
   t.model.name = std::filesystem::path(origin).stem().string();
-  t.model.vocab_size = 50368;
-  std::set<std::string> seen;
-  for (const auto& kv : model) {
-    const std::string key = yaml::key(kv.first, origin);
-    const YAML::Node& v = kv.second;
-    const std::string label = "model." + key;
-    seen.insert(key);
-    if (key == "d_model") t.model.d_model = yaml::as_int(v, origin, label);
-    else if (key == "n_heads") t.model.n_heads = yaml::as_int(v, origin, label);
-    else if (key == "n_layers") t.model.n_layers = yaml::as_int(v, origin, label);
-    else if (key == "expansion_ratio") t.model.expansion_ratio = yaml::as_double(v, origin, label);
-    else if (key == "vocab_size") t.model.vocab_size = yaml::as_int(v, origin, label);
-    else if (key == "learned_pos_emb") t.model.learned_pos_emb = yaml::as_bool(v, origin, label);
-    else if (key == "no_bias") t.model.no_bias = yaml::as_bool(v, origin, label);
-    else if (key == "max_seq_len") t.seq_len = as_count(v, origin, label, kMaxSeqLen);
-    else if (key == "ffn_config") read_ffn_config(v, origin, label, t);
-    else if (key == "attn_config") read_attn_config(v, origin, label, t);
-    else if (key != "name" && key != "init_device") t.ignored.push_back(label);
-  }
-  for (const char* required : {"d_model", "n_heads", "n_layers"})
-    if (!seen.count(required)) throw Error(yaml::where(origin, model) + ": model is missing the required key " + required);
-  if (std::string why = check_architecture(t.model); !why.empty()) throw Error(yaml::where(origin, model) + ": model: " + why);
+  if (b.max_seq_len) t.seq_len = b.max_seq_len;
+  t.ignored.insert(t.ignored.end(), b.ignored.begin(), b.ignored.end());
+  if (b.attn_impl)
+    t.notes.push_back("model.attn_config.attn_impl: " + *b.attn_impl +
+                      " -- attention is costed as the profile's causal flash attention");
+  for (const auto& n : b.notes) t.notes.push_back("model: " + n.text);
 }
 
 // fsdp_config: sharding strategy, mixed precision and activation checkpointing; the settings the
-// costs assume (limit_all_gathers on, no activation offload) noted or refused when written otherwise.
+// costs assume (limit_all_gathers on, no offload, Composer's default shard groups) noted or refused
+// when written otherwise; the others listed as ignored, and a key Composer does not know an error.
 void read_fsdp_config(const YAML::Node& v, const std::string& origin, TrainYaml& t) {
   need_map(v, origin, "fsdp_config");
   for (const auto& f : v) {
@@ -198,10 +173,19 @@ void read_fsdp_config(const YAML::Node& v, const std::string& origin, TrainYaml&
       t.activation_checkpointing = yaml::as_bool(fv, origin, label);
     } else if (fk == "limit_all_gathers") {
       if (!yaml::as_bool(fv, origin, label)) t.notes.push_back(label + ": false -- costed with limit_all_gathers on");
-    } else if (fk == "activation_cpu_offload") {
+    } else if (fk == "activation_cpu_offload" || fk == "cpu_offload" || fk == "keep_low_precision_grads" ||
+               fk == "te_shard_fp8_weight") {
       if (yaml::as_bool(fv, origin, label)) throw Error(yaml::where(origin, fv) + ": " + label + ": true is not modelled");
-    } else {
+    } else if (fk == "data_parallel_shard_degree" || fk == "data_parallel_replicate_degree") {
+      // Composer's defaults (-1, None) let the sharding strategy choose the groups, as tpsim does.
+      if (!fv.IsNull() && yaml::as_int(fv, origin, label) != -1)
+        throw Error(yaml::where(origin, fv) + ": " + label + ": " + fv.Scalar() +
+                    " is not modelled (tpsim shards as sharding_strategy does with Composer's default groups)");
+    } else if (one_of(fk, kFsdpIrrelevant)) {
       t.ignored.push_back(label);
+    } else {
+      throw Error(yaml::where(origin, f.first) + ": unknown key '" + label + "'" + yaml::did_you_mean(fk, kFsdpKeys) +
+                  " (Composer's FSDPConfig)");
     }
   }
 }
@@ -239,7 +223,7 @@ TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string&
   t.origin = origin;
   const YAML::Node model = root["model"];
   if (!model) throw Error(origin + ": missing the model: block");
-  read_model_block(model, origin, t);
+  read_model(model, origin, t);
   read_run_keys(root, origin, t);
   for (auto& k : t.ignored) k = one_line(k);
   return t;

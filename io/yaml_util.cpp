@@ -1,7 +1,9 @@
 #include "io/yaml_util.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "io/error.hpp"
 #include "io/text_format.hpp"
@@ -64,6 +66,42 @@ std::string as_string(const YAML::Node& node, const std::string& origin, const s
 std::string key(const YAML::Node& k, const std::string& origin) {
   if (!k.IsScalar()) throw Error(where(origin, k) + ": a key must be a plain name, not a list or map");
   return k.Scalar();
+}
+
+int64_t as_count(const YAML::Node& node, const std::string& origin, const std::string& key, int64_t max) {
+  const int64_t v = as_int(node, origin, key);
+  if (v < 1 || v > max)
+    throw Error(where(origin, node) + ": " + key + " must be between 1 and " + std::to_string(max) + ", got " +
+                std::to_string(v));
+  return v;
+}
+
+namespace {
+// Insertions, deletions and substitutions that turn a into b (Levenshtein 1966), one row at a time.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+std::string did_you_mean(const std::string& key, std::initializer_list<const char*> known) {
+  std::string best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (const char* k : known) {
+    const size_t d = edit_distance(key, k);
+    if (d < best_distance) best = k, best_distance = d;
+  }
+  return best.empty() ? "" : " (did you mean " + best + "?)";
 }
 
 }  // namespace tpsim::yaml

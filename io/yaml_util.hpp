@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "io/error.hpp"
@@ -33,5 +34,12 @@ std::string as_string(const YAML::Node& node, const std::string& origin, const s
 
 // A map key as a string; Error when the key is not a plain scalar (a list or map used as a key).
 std::string key(const YAML::Node& k, const std::string& origin);
+
+// A sequence length or batch size: a whole number from 1 to `max`; Error naming the key otherwise.
+int64_t as_count(const YAML::Node& node, const std::string& origin, const std::string& key, int64_t max);
+
+// " (did you mean NAME?)" for the known key nearest to `key` by edit distance (Levenshtein; the
+// first of equals): the hint of an unknown-key error.
+std::string did_you_mean(const std::string& key, std::initializer_list<const char*> known);
 
 }  // namespace tpsim::yaml

@@ -38,3 +38,23 @@ BOOST_AUTO_TEST_CASE(architecture_checks_name_the_problem) {
   m.n_layers = 0;
   BOOST_TEST(!check_architecture(m).empty());
 }
+
+BOOST_AUTO_TEST_CASE(alibi_and_rope_drop_the_learned_positions_as_llm_foundry_counts) {
+  // mosaicml/mpt-7b's config.json (../shared/hf-configs/mpt-7b) as a --models entry: ALiBi turns the
+  // learned positions off though learned_pos_emb says true; no_bias; vocabulary 50432. Its published
+  // count (mpt_get_total_params, the sum of parameter sizes) is 6,649,286,656.
+  ModelCatalog catalog;
+  std::vector<std::string> warnings;
+  catalog.add_yaml(
+      "mpt-7b-hf:\n  d_model: 4096\n  n_heads: 32\n  n_layers: 32\n  expansion_ratio: 4\n  max_seq_len: 2048\n"
+      "  vocab_size: 50432\n  no_bias: true\n  learned_pos_emb: true\n"
+      "  attn_config: {alibi: true, attn_impl: torch, qk_ln: false, clip_qkv: null, softmax_scale: null,\n"
+      "                prefix_lm: false, attn_uses_sequence_id: false, alibi_bias_max: 8, attn_pdrop: 0}\n"
+      "  emb_pdrop: 0\n  resid_pdrop: 0\n  logit_scale: null\n  norm_type: low_precision_layernorm\n",
+      "mpt-7b.yaml", warnings);
+  BOOST_TEST(warnings.empty());
+  const ModelConfig& m = catalog.get("mpt-7b-hf");
+  BOOST_TEST(!m.learned_pos_emb);
+  BOOST_TEST(parameter_count(m, 2048) == 6649286656LL);
+  BOOST_TEST(parameter_count(m, 65536) == 6649286656LL);  // no row per position: the count does not grow with S
+}

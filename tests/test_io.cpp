@@ -117,6 +117,94 @@ BOOST_AUTO_TEST_CASE(models_files_report_unknown_keys_and_refuse_missing_ones) {
   BOOST_TEST(contains(error_of([&] { c.expand("1b..125m", "--models"); }), "reversed range"));
 }
 
+namespace {
+// A --models file of one model m1 whose block is a 1024-wide, 8-head, 4-layer MPT plus `extra`
+// lines (each indented two spaces), read into a fresh catalogue; the first extra line is line 5.
+std::string add_m1(const std::string& extra, std::vector<std::string>& warnings) {
+  ModelCatalog c;
+  return error_of([&] { c.add_yaml("m1:\n  d_model: 1024\n  n_heads: 8\n  n_layers: 4\n" + extra, "m.yaml", warnings); });
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(models_files_accept_keys_at_their_modelled_defaults_and_irrelevant_ones) {
+  std::vector<std::string> warnings;
+  ModelCatalog c;
+  c.add_yaml(
+      "m1:\n  name: mpt_causal_lm\n  d_model: 1024\n  n_heads: 8\n  n_layers: 4\n  init_device: meta\n"
+      "  max_seq_len: 2048\n  emb_pdrop: 0.1\n  resid_pdrop: 0\n  norm_type: low_precision_layernorm\n"
+      "  tie_word_embeddings: true\n  head_dim: 128\n  attention_bias: true\n  fc_type: {name: torch}\n"
+      "  logit_scale: null\n  loss_fn: fused_crossentropy\n  block_overrides: null\n"
+      "  attn_config: {attn_type: multihead_attention, kv_n_heads: 8, attn_impl: flash, attn_pdrop: 0,\n"
+      "                qk_ln: false, clip_qkv: null, softmax_scale: null, sliding_window_size: -1, prefix_lm: false,\n"
+      "                alibi: false, rope: false, rope_theta: 10000, fused_qkv: true}\n"
+      "  ffn_config: {ffn_type: mptmlp, expansion_ratio: 4, ffn_hidden_size: 4096, ffn_act_fn: {name: gelu}}\n"
+      "  init_config: {name: kaiming_normal_, init_div_is_residual: true, emb_init_std: null}\n",
+      "m.yaml", warnings);
+  BOOST_TEST(warnings.empty());
+  const ModelConfig& m = c.get("m1");
+  BOOST_TEST(m.learned_pos_emb);
+  BOOST_TEST(m.d_ffn() == 4096);
+  // ALiBi or RoPE turns learned positions off, as MPTConfig does, whatever learned_pos_emb says.
+  for (const char* position : {"alibi", "rope"}) {
+    c.add_yaml(std::string("m2: {d_model: 1024, n_heads: 8, n_layers: 4, learned_pos_emb: true, attn_config: {") + position +
+                   ": true}}\n",
+               "m.yaml", warnings);
+    BOOST_TEST(!c.get("m2").learned_pos_emb, position);
+  }
+  BOOST_TEST(warnings.empty());
+  // The shipped catalogue reads without a warning.
+  std::vector<std::string> shipped;
+  ModelCatalog::load_default().add_file(std::string(TPSIM_DATA) + "/models/mpt.yaml", shipped);
+  BOOST_TEST(shipped.empty());
+}
+
+BOOST_AUTO_TEST_CASE(models_files_refuse_what_tpsim_cannot_model_yet_naming_key_and_value) {
+  std::vector<std::string> warnings;
+  for (const auto& [extra, named] : std::vector<std::pair<std::string, std::string>>{
+           {"  attn_config: {attn_type: grouped_query_attention, kv_n_heads: 2}\n", "attn_config.attn_type: grouped_query_attention"},
+           {"  attn_config: {attn_type: multiquery_attention}\n", "attn_config.attn_type: multiquery_attention"},
+           {"  attn_config:\n    kv_n_heads: 2\n", "m.yaml:6: model 'm1' attn_config.kv_n_heads: 2"},
+           {"  attn_config: {sliding_window_size: 4096}\n", "attn_config.sliding_window_size: 4096"},
+           {"  attn_config: {prefix_lm: true}\n", "attn_config.prefix_lm: true"},
+           {"  attn_config: {qk_ln: true}\n", "attn_config.qk_ln: true"},
+           {"  attn_config: {attn_uses_sequence_id: true}\n", "attn_config.attn_uses_sequence_id: true"},
+           {"  ffn_config: {ffn_type: mptglu, ffn_act_fn: {name: silu}}\n", "ffn_config.ffn_type: mptglu"},
+           {"  ffn_config: {ffn_act_fn: {name: silu}}\n", "ffn_config.ffn_act_fn"},
+           {"  ffn_config: {ffn_hidden_size: 14336}\n", "ffn_config.ffn_hidden_size: 14336"},
+           {"  ffn_config: {ffn_type: mb_dmoe, moe_num_experts: 8, moe_top_k: 2}\n", "ffn_config.ffn_type: mb_dmoe"},
+           {"  ffn_config: {moe_num_experts: 8}\n", "ffn_config.moe_num_experts: 8"},
+           {"  tie_word_embeddings: false\n", "m.yaml:5: model 'm1' tie_word_embeddings: false"},
+           {"  norm_type: rmsnorm\n", "norm_type: rmsnorm"},
+           {"  head_dim: 64\n", "head_dim: 64"},
+           {"  no_bias: true\n  attention_bias: true\n", "m.yaml:6: model 'm1' attention_bias: true"},
+           {"  name: hf_causal_lm\n", "name: hf_causal_lm"},
+           {"  block_overrides: {order: []}\n", "block_overrides: a map"}}) {
+    const std::string e = add_m1(extra, warnings);
+    BOOST_TEST_CONTEXT(extra) {
+      BOOST_TEST(contains(e, "m.yaml:"));
+      BOOST_TEST(contains(e, named));
+      BOOST_TEST(contains(e, "tpsim cannot model it yet"));
+    }
+  }
+  BOOST_TEST(warnings.empty());
+}
+
+BOOST_AUTO_TEST_CASE(models_files_refuse_unknown_keys_naming_the_nearest_known_one) {
+  std::vector<std::string> warnings;
+  BOOST_TEST(add_m1("  expansion_ration: 4\n", warnings) ==
+             "m.yaml:5: model 'm1': unknown key 'expansion_ration' (did you mean expansion_ratio?)");
+  BOOST_TEST(contains(add_m1("  attn_config:\n    atn_impl: flash\n", warnings),
+                      "m.yaml:6: model 'm1': unknown key 'attn_config.atn_impl' (did you mean attn_impl?)"));
+  BOOST_TEST(contains(add_m1("  ffn_config: {ffn_typ: mptmlp}\n", warnings), "(did you mean ffn_type?)"));
+  BOOST_TEST(contains(add_m1("  init_config: {init_stdd: 0.02}\n", warnings), "(did you mean init_std?)"));
+  BOOST_TEST(contains(add_m1("  attn_config: [flash]\n", warnings), "m.yaml:5: model 'm1' attn_config must be a map"));
+  BOOST_TEST(contains(add_m1("  attn_config: {alibi: true, alibi: false}\n", warnings), "duplicate key attn_config.alibi"));
+  // A key of attn_config written at the top of the block is kept unread by llm-foundry too: a warning.
+  BOOST_TEST(add_m1("  kv_n_heads: 2\n", warnings).empty());
+  BOOST_TEST_REQUIRE(warnings.size() == 1u);
+  BOOST_TEST(contains(warnings[0], "m.yaml:5: model 'm1': 'kv_n_heads' belongs in attn_config"));
+}
+
 BOOST_AUTO_TEST_CASE(device_datasheets_carry_sources) {
   for (const auto& id : known_devices()) {
     const DeviceSpec d = load_device(id);
