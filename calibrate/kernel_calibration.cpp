@@ -232,7 +232,9 @@ KernelCalibration calibrate_kernels(const KernelCalibrationOptions& o, Backend& 
   c.plan_options = plan_options_for(o, backend, datasheet);
   const std::vector<PlannedOp> plan = make_kernel_plan(c.plan_options);
   c.planned_shapes = plan.size();
-  const CostModel estimator(c.spec, estimate_params(base.params, c.plan_options.gemm_dtypes));
+  // CostModel keeps references to its spec and parameters: both must outlive it.
+  const CostParams estimate = estimate_params(base.params, c.plan_options.gemm_dtypes);
+  const CostModel estimator(c.spec, estimate);
   measure(c, backend, plan, estimator, started_s, o);
   if (!datasheet) set_measured_peaks(c.spec, c.measured, c.plan_options.gemm_dtypes, c.info);
 

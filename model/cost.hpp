@@ -25,6 +25,9 @@ struct CommGroup {
 class CostModel {
  public:
   CostModel(const DeviceSpec& device, const CostParams& params);
+  // It keeps references to both: a temporary would dangle (AddressSanitizer found one).
+  CostModel(const DeviceSpec&, CostParams&&) = delete;
+  CostModel(DeviceSpec&&, const CostParams&) = delete;
 
   double op_seconds(const Op& op) const;
   double ops_seconds(const OpList& ops) const;
