@@ -43,6 +43,19 @@ std::string mem_name(MemKind k) {
     case MemKind::kGradNorm: return "grad_norm";
     case MemKind::kScale: return "scale";
     case MemKind::kAdamW: return "adamw";
+    case MemKind::kRmsNorm: return "rms_norm";
+    case MemKind::kRmsNormBackward: return "rms_norm_bwd";
+    case MemKind::kSilu: return "silu";
+    case MemKind::kSiluBackward: return "silu_bwd";
+    case MemKind::kRelu: return "relu";
+    case MemKind::kReluBackward: return "relu_bwd";
+    case MemKind::kMul: return "mul";
+    case MemKind::kMulBackward: return "mul_bwd";
+    case MemKind::kRope: return "rope";
+    case MemKind::kRouter: return "router";
+    case MemKind::kRouterBackward: return "router_bwd";
+    case MemKind::kPermute: return "permute";
+    case MemKind::kUnpermute: return "unpermute";
   }
   return "?";
 }

@@ -51,7 +51,7 @@ struct StepOptions {
   int64_t micro_batch = 1;  // sequences
   int64_t seq_len = 0;
   int64_t layers = 0;       // blocks to build (1..n_layers); 0: all of the model's
-  bool activation_checkpointing = false;
+  Checkpointing checkpointing = Checkpointing::kNone;
   Precision precision = Precision::kFp32;
 };
 

@@ -137,7 +137,7 @@ Rate predict_rate(const ModelCatalog& catalog, const DeviceSpec& device, const C
             c.n_gpus = 8;
             c.micro_batch = mb;
             c.global_batch = mb * 4 * 8;
-            c.activation_checkpointing = ckpt;
+            c.checkpointing = ckpt ? Checkpointing::kFull : Checkpointing::kNone;
             c.sharding = sh;
             if (check_config(m, device, params, c).empty()) configs.emplace_back(&m, c);
           }

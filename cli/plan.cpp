@@ -74,7 +74,7 @@ void set_asked_batch(const PlanOptions& o, const RunSettings& run, PlanRequest& 
 SearchSpace plan_space(const PlanOptions& o, const RunSettings& run) {
   SearchSpace space;
   if (run.sharding && !o.run.sharding.empty()) space.shardings = {*run.sharding};
-  if (o.run.ckpt) space.checkpointing = {*o.run.ckpt};
+  if (o.run.ckpt) space.checkpointing = {*o.run.ckpt ? Checkpointing::kFull : Checkpointing::kNone};
   if (!o.run.micro_batch.empty() && !run.micro_batch_auto) space.micro_batches = {*run.micro_batch};
   return space;
 }
@@ -110,7 +110,7 @@ std::string batch_note(const PlanRequest& r, const TrainConfig& cfg) {
 }
 
 std::string choice_name(const Layout& l) {
-  return std::string(to_string(l.sharding)) + (l.activation_checkpointing ? ", checkpointing" : ", no checkpointing");
+  return std::string(to_string(l.sharding)) + (l.checkpointing != Checkpointing::kNone ? ", checkpointing" : ", no checkpointing");
 }
 
 std::string rejection_reason(const PlanRequest& r, const PlanRejection& p) {
@@ -187,7 +187,7 @@ std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c, const
   std::vector<Cell> row = {Cell::integer_value(rank), Cell::str(c.device->id), Cell::integer_value(c.cfg.n_gpus),
                            Cell::integer_value(c.cfg.micro_batch), Cell::integer_value(c.cfg.grad_accum()),
                            Cell::integer_value(c.cfg.global_batch), Cell::integer_value(c.cfg.global_batch * c.cfg.seq_len),
-                           Cell::flag(c.cfg.activation_checkpointing), Cell::str(std::string(to_string(c.cfg.sharding))),
+                           Cell::flag(c.cfg.checkpointing != Checkpointing::kNone), Cell::str(std::string(to_string(c.cfg.sharding))),
                            Cell::integer_value(static_cast<int64_t>(t)),
                            interval ? Cell::integer_value(static_cast<int64_t>(lo)) : Cell::empty(),
                            interval ? Cell::integer_value(static_cast<int64_t>(hi)) : Cell::empty(),
@@ -203,7 +203,7 @@ void add_bar(StackedBars& bars, const PlannedConfig& c, int rank) {
   const StepBreakdown& t = c.prediction.time;
   bars.bars.push_back("#" + std::to_string(rank) + " " + c.device->id + " x" + std::to_string(c.cfg.n_gpus) + " mb" +
                       std::to_string(c.cfg.micro_batch) + " " + kShort[static_cast<int>(c.cfg.sharding)] +
-                      (c.cfg.activation_checkpointing ? " ckpt" : ""));
+                      (c.cfg.checkpointing != Checkpointing::kNone ? " ckpt" : ""));
   bars.values.push_back({t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s});
 }
 
@@ -225,7 +225,7 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
     }
     const Prediction& p = it->prediction;
     std::vector<Cell> row = {Cell::str(d), Cell::integer_value(it->cfg.n_gpus), Cell::integer_value(it->cfg.micro_batch),
-                             Cell::flag(it->cfg.activation_checkpointing), Cell::str(std::string(to_string(it->cfg.sharding))),
+                             Cell::flag(it->cfg.checkpointing != Checkpointing::kNone), Cell::str(std::string(to_string(it->cfg.sharding))),
                              Cell::integer_value(static_cast<int64_t>(p.tokens_per_s)), Cell::num(100 * p.mfu, 2)};
     const double days = r.train_tokens / p.tokens_per_s / 86400.0;
     if (r.train_tokens > 0) row.push_back(Cell::num(days, 2));

@@ -81,7 +81,7 @@ void run_predict(const PredictOptions& o) {
   cfg.precision = run.precision;
   cfg.mp_mode = run.mp_mode;
   cfg.sharding = run.sharding.value_or(Sharding::kFullShard);
-  cfg.activation_checkpointing = run.activation_checkpointing.value_or(false);
+  cfg.checkpointing = run.checkpointing.value_or(Checkpointing::kNone);
   if (!o.run.global_batch.empty() || run.global_batch) set_batch_from_global(o, run, model, device, profile.params, cfg);
   else set_batch_from_accumulation(o, run, cfg);
   if (const std::string why = check_config(model, device, profile.params, cfg); !why.empty()) throw Error(why);

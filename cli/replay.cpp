@@ -62,7 +62,7 @@ void run_replay(const ReplayFlags& f) {
   o.step.seq_len = parse_count("--seq", f.seq, kMaxSeqLen);
   o.step.micro_batch = parse_count("--micro-batch", f.micro_batch, 1 << 20);
   o.step.layers = f.layers.empty() ? o.model.n_layers : parse_count("--layers", f.layers, 1 << 16);
-  o.step.activation_checkpointing = f.ckpt;
+  o.step.checkpointing = f.ckpt ? Checkpointing::kFull : Checkpointing::kNone;
   const std::string precision_text = !f.precision.empty() ? f.precision : (o.gpu ? "amp_bf16" : "fp32");
   o.step.precision = parse_precision_flag("--precision", precision_text);
   const std::vector<StepOp> ops = replay_ops(o);

@@ -51,7 +51,7 @@ std::vector<Cell> prediction_row(const std::string& model, const std::string& de
       Cell::str(std::string(to_string(cfg.precision))),
       Cell::str(std::string(to_string(cfg.mp_mode))),
       Cell::str(std::string(to_string(cfg.sharding))),
-      Cell::flag(cfg.activation_checkpointing),
+      Cell::flag(cfg.checkpointing != Checkpointing::kNone),
       Cell::flag(false),
       Cell::integer_value(p.n_params),
       // tpsim's columns

@@ -36,7 +36,7 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
     if (y.precision) s.precision = *y.precision;
     if (y.mp_mode) s.mp_mode = *y.mp_mode;
     s.sharding = y.sharding;
-    s.activation_checkpointing = y.activation_checkpointing;
+    s.checkpointing = y.checkpointing;
     if (!y.ignored.empty()) {
       std::string list;
       for (const auto& k : y.ignored) list += (list.empty() ? "" : ", ") + k;
@@ -58,7 +58,7 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
   if (!f.precision.empty()) s.precision = parse_precision_flag("--precision", f.precision);
   if (!f.mp_mode.empty()) s.mp_mode = parse_mp_mode_flag("--mp-mode", f.mp_mode);
   if (!f.sharding.empty()) s.sharding = parse_sharding_flag("--sharding", f.sharding);
-  if (f.ckpt) s.activation_checkpointing = f.ckpt;
+  if (f.ckpt) s.checkpointing = *f.ckpt ? Checkpointing::kFull : Checkpointing::kNone;
   if (!s.model) throw Error("--model: no model given (name one, or give --config with a model: block)");
   if (!s.seq_len) throw Error("--seq: no sequence length given (or max_seq_len in --config)");
   return s;

@@ -33,7 +33,7 @@ struct RunSettings {
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
   std::optional<Sharding> sharding;
-  std::optional<bool> activation_checkpointing;
+  std::optional<Checkpointing> checkpointing;
   std::string config_origin;  // the YAML, if any
   // What the YAML has that the simulator ignores or models differently: printed by print_notes once
   // the command's input is known to be good, so that bad input stays one line on stderr.

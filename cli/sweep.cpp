@@ -152,7 +152,7 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
   table_.add_row(prediction_row(name, device_id, r.best, r.best_prediction, interval));
   heat_.values[heat_row][column] = 100.0 * r.best_prediction.mfu;
   heat_.notes[heat_row][column] = "micro-batch " + std::to_string(r.best.micro_batch) +
-                                  (r.best.activation_checkpointing ? ", checkpointing, " : ", ") +
+                                  (r.best.checkpointing != Checkpointing::kNone ? ", checkpointing, " : ", ") +
                                   std::string(to_string(r.best.sharding));
 }
 

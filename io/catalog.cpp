@@ -71,7 +71,12 @@ class BlockReader {
       if (!seen.count(required))
         throw Error(yaml::where(origin_, block) + ": " + owner_ + " is missing the required key " + required);
     // llm-foundry: "alibi or rope is turned on, setting `learned_pos_emb` to `False`" (MPTConfig.__init__).
-    if (positions_in_attention_) out_.model.learned_pos_emb = false;
+    ModelConfig& m = out_.model;
+    m.positions = alibi_ ? PositionKind::kAlibi
+                  : rope_ ? PositionKind::kRope
+                  : learned_pos_emb_ ? PositionKind::kLearned
+                                     : PositionKind::kNone;
+    m.norm_bias = m.qkv_bias = m.linear_bias = !no_bias_;
     if (std::string why = check_architecture(out_.model); !why.empty())
       throw Error(yaml::where(origin_, block) + ": " + owner_ + ": " + why);
     check_defaults();
@@ -111,7 +116,7 @@ class BlockReader {
   std::string owner_;
   char separator_;
   ModelBlock out_;
-  bool positions_in_attention_ = false;
+  bool learned_pos_emb_ = true, alibi_ = false, rope_ = false, no_bias_ = false;
   std::optional<YAML::Node> kv_n_heads_, head_dim_, attention_bias_, ffn_hidden_size_;  // checked by check_defaults
 };
 
@@ -136,8 +141,8 @@ void BlockReader::read_top(const YAML::Node& k, const std::string& key, const YA
   else if (key == "n_layers") m.n_layers = yaml::as_int(v, origin_, l);
   else if (key == "expansion_ratio") m.expansion_ratio = yaml::as_double(v, origin_, l);
   else if (key == "vocab_size") m.vocab_size = yaml::as_int(v, origin_, l);
-  else if (key == "learned_pos_emb") m.learned_pos_emb = yaml::as_bool(v, origin_, l);
-  else if (key == "no_bias") m.no_bias = yaml::as_bool(v, origin_, l);
+  else if (key == "learned_pos_emb") learned_pos_emb_ = yaml::as_bool(v, origin_, l);
+  else if (key == "no_bias") no_bias_ = yaml::as_bool(v, origin_, l);
   else if (key == "max_seq_len") out_.max_seq_len = yaml::as_count(v, origin_, l, kMaxSeqLen);
   else if (key == "attn_config")
     read_section(v, key, [&](const YAML::Node& k2, const std::string& key2, const YAML::Node& v2) { read_attn(k2, key2, v2); });
@@ -178,7 +183,8 @@ void BlockReader::read_attn(const YAML::Node& k, const std::string& key, const Y
   const std::string path = "attn_config." + key;
   const std::string l = label(path);
   if (key == "attn_impl") out_.attn_impl = yaml::as_string(v, origin_, l);
-  else if (key == "alibi" || key == "rope") positions_in_attention_ |= yaml::as_bool(v, origin_, l);
+  else if (key == "alibi") alibi_ = yaml::as_bool(v, origin_, l);
+  else if (key == "rope") rope_ = yaml::as_bool(v, origin_, l);
   else if (key == "attn_type") {
     const std::string t = yaml::as_string(v, origin_, l);
     if (t == "grouped_query_attention" || t == "multiquery_attention")
@@ -228,7 +234,7 @@ void BlockReader::check_defaults() const {
   if (head_dim_ && !head_dim_->IsNull() && yaml::as_int(*head_dim_, origin_, label("head_dim")) != m.d_head())
     refuse(*head_dim_, "head_dim", "a head size apart from d_model / n_heads");
   if (attention_bias_ && !attention_bias_->IsNull() &&
-      yaml::as_bool(*attention_bias_, origin_, label("attention_bias")) == m.no_bias)
+      yaml::as_bool(*attention_bias_, origin_, label("attention_bias")) == no_bias_)
     refuse(*attention_bias_, "attention_bias", "QKV biases apart from no_bias");
   if (ffn_hidden_size_ && !ffn_hidden_size_->IsNull() &&
       yaml::as_int(*ffn_hidden_size_, origin_, label("ffn_config.ffn_hidden_size")) != m.d_ffn())

@@ -138,7 +138,7 @@ class RowParser {
     const auto s = parse_sharding(sh);
     if (!s) throw Error(at + ": unknown Sharding Strategy '" + sh + "' (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)");
     r.sharding = *s;
-    r.activation_checkpointing = boolean(cells, "Activation Checkpointing", at);
+    r.checkpointing = boolean(cells, "Activation Checkpointing", at) ? Checkpointing::kFull : Checkpointing::kNone;
     if (has("Activation CPUOffload")) r.activation_cpu_offload = boolean(cells, "Activation CPUOffload", at);
     if (has("MFU")) r.mfu_percent = number(cells, "MFU", at);
     if (has("HFU")) r.hfu_percent = number(cells, "HFU", at);

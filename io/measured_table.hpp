@@ -32,7 +32,7 @@ struct MeasuredRow {
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
   Sharding sharding = Sharding::kFullShard;
-  bool activation_checkpointing = false;
+  Checkpointing checkpointing = Checkpointing::kNone;
   bool activation_cpu_offload = false;
   double mfu_percent = -1;    // < 0 when absent
   double hfu_percent = -1;
@@ -46,7 +46,7 @@ struct MeasuredRow {
   TrainConfig config() const {
     return {.seq_len = seq_len, .global_batch = global_batch, .micro_batch = micro_batch, .n_gpus = n_gpus,
             .precision = precision, .mp_mode = mp_mode, .sharding = sharding,
-            .activation_checkpointing = activation_checkpointing};
+            .checkpointing = checkpointing};
   }
 };
 

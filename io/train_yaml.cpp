@@ -170,7 +170,7 @@ void read_fsdp_config(const YAML::Node& v, const std::string& origin, TrainYaml&
       if (!parsed) throw Error(yaml::where(origin, fv) + ": " + label + " '" + s + "' is not one of DEFAULT, PURE, FULL");
       t.mp_mode = *parsed;
     } else if (fk == "activation_checkpointing") {
-      t.activation_checkpointing = yaml::as_bool(fv, origin, label);
+      t.checkpointing = yaml::as_bool(fv, origin, label) ? Checkpointing::kFull : Checkpointing::kNone;
     } else if (fk == "limit_all_gathers") {
       if (!yaml::as_bool(fv, origin, label)) t.notes.push_back(label + ": false -- costed with limit_all_gathers on");
     } else if (fk == "activation_cpu_offload" || fk == "cpu_offload" || fk == "keep_low_precision_grads" ||

@@ -4,47 +4,147 @@
 
 namespace tpsim {
 
+std::string_view to_string(NormKind n) { return n == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"; }
+std::string_view to_string(FfnKind f) { return f == FfnKind::kMlp ? "mlp" : "glu"; }
+std::string_view to_string(Activation a) {
+  switch (a) {
+    case Activation::kGelu: return "gelu";
+    case Activation::kSilu: return "silu";
+    case Activation::kRelu: return "relu";
+  }
+  return "?";
+}
+std::string_view to_string(PositionKind p) {
+  switch (p) {
+    case PositionKind::kLearned: return "learned";
+    case PositionKind::kAlibi: return "alibi";
+    case PositionKind::kRope: return "rope";
+    case PositionKind::kNone: return "none";
+  }
+  return "?";
+}
+
 int64_t ModelConfig::d_ffn() const {
+  if (ffn_hidden > 0) return ffn_hidden;
   // Rounded to nearest; check_architecture keeps the product positive and small.
   return static_cast<int64_t>(expansion_ratio * static_cast<double>(d_model) + 0.5);
 }
+
+bool ModelConfig::is_mpt_default() const {
+  return kv_heads() == n_heads && d_head() * n_heads == d_model && norm == NormKind::kLayerNorm && norm_bias &&
+         qkv_bias && linear_bias && ffn == FfnKind::kMlp && activation == Activation::kGelu && tie_embeddings &&
+         positions == PositionKind::kLearned && max_positions == 0 && sliding_window == 0 && !moe.active();
+}
+
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+std::string check_moe(const MoeConfig& e) {
+  if (!e.active()) {
+    if (e.top_k != 0 || e.d_expert != 0 || e.shared_experts != 0 || e.d_shared != 0 || e.shared_gate ||
+        e.capacity_factor != 0 || e.output_bias)
+      return "mixture-of-experts settings without experts";
+    return {};
+  }
+  if (e.experts > 4096) return "experts (" + str(e.experts) + ") beyond what the simulator models (4096)";
+  if (e.top_k <= 0 || e.top_k > e.experts)
+    return "top_k (" + str(e.top_k) + ") must be between 1 and the number of experts (" + str(e.experts) + ")";
+  if (e.d_expert <= 0 || e.d_expert > (1 << 22)) return "the expert FFN width must be positive and at most 2^22";
+  if (e.shared_experts < 0 || e.shared_experts > 64) return "shared experts must be 0 to 64";
+  if (e.shared_experts > 0 && (e.d_shared <= 0 || e.d_shared > (1 << 22)))
+    return "the shared experts' FFN width must be positive and at most 2^22";
+  if (e.shared_experts == 0 && (e.d_shared != 0 || e.shared_gate)) return "a shared-expert width or gate without shared experts";
+  if (!(e.capacity_factor >= 0) || !std::isfinite(e.capacity_factor) || e.capacity_factor > 64)
+    return "capacity_factor must be 0 (dropless) or a positive number no larger than 64";
+  return {};
+}
+
+}  // namespace
 
 std::string check_architecture(const ModelConfig& m) {
   if (m.d_model <= 0) return "d_model must be positive";
   if (m.n_heads <= 0) return "n_heads must be positive";
   if (m.n_layers <= 0) return "n_layers must be positive";
   if (m.vocab_size <= 0) return "vocab_size must be positive";
+  if (m.n_kv_heads < 0) return "the number of key/value heads must be positive";
+  if (m.head_dim < 0) return "head_dim must be positive";
+  if (m.ffn_hidden < 0) return "the feed-forward width must be positive";
+  if (m.max_positions < 0) return "the number of learned positions must be positive";
+  if (m.sliding_window < 0) return "the sliding window must be positive";
   if (!(m.expansion_ratio > 0) || !std::isfinite(m.expansion_ratio) || m.expansion_ratio > 1024)
     return "expansion_ratio must be a positive number no larger than 1024";
-  if (m.d_model % m.n_heads != 0)
-    return "n_heads (" + std::to_string(m.n_heads) + ") does not divide d_model (" +
-           std::to_string(m.d_model) + ")";
-  if (m.d_ffn() <= 0) return "expansion_ratio * d_model rounds to zero";
   // Keep every count well inside int64 and every byte count well inside double precision.
-  if (m.d_model > (1 << 20) || m.n_layers > (1 << 16) || m.vocab_size > (1LL << 32))
-    return "dimensions beyond what the simulator models (d_model <= 2^20, n_layers <= 2^16, vocab_size <= 2^32)";
-  return {};
+  if (m.d_model > (1 << 20) || m.n_layers > (1 << 16) || m.vocab_size > (1LL << 32) || m.n_heads > (1 << 16) ||
+      m.head_dim > (1 << 16) || m.ffn_hidden > (1 << 22) || m.max_positions > (1 << 24))
+    return "dimensions beyond what the simulator models (d_model <= 2^20, n_layers <= 2^16, vocab_size <= 2^32, "
+           "n_heads and head_dim <= 2^16, feed-forward width <= 2^22)";
+  if (m.head_dim == 0 && m.d_model % m.n_heads != 0)
+    return "n_heads (" + str(m.n_heads) + ") does not divide d_model (" + str(m.d_model) + ")";
+  if (m.n_kv_heads > m.n_heads || m.n_heads % m.kv_heads() != 0)
+    return "the key/value heads (" + str(m.kv_heads()) + ") must divide the query heads (" + str(m.n_heads) + ")";
+  if (m.d_ffn() <= 0) return "expansion_ratio * d_model rounds to zero";
+  if (m.max_positions > 0 && !m.learned_positions()) return "a learned position table without learned positions";
+  return check_moe(m.moe);
 }
 
-int64_t layer_parameter_count(const ModelConfig& m) {
+namespace {
+
+int64_t norm_params(const ModelConfig& m) {
+  return m.d_model * (m.norm == NormKind::kLayerNorm && m.norm_bias ? 2 : 1);
+}
+
+// The matrices and biases of one FFN of width f: MLP d*f + f*d, GLU one more d*f.
+int64_t ffn_weights(const ModelConfig& m, int64_t f) { return (m.ffn == FfnKind::kGlu ? 3 : 2) * m.d_model * f; }
+
+int64_t attention_params(const ModelConfig& m) {
+  const int64_t d = m.d_model, q = m.q_dim(), kv = m.kv_dim();
+  const int64_t weights = d * q + 2 * d * kv + q * d;
+  const int64_t biases = (m.qkv_bias ? q + 2 * kv : 0) + (m.linear_bias ? d : 0);
+  return weights + biases;
+}
+
+// The feed-forward with `routed_experts` of the routed experts' weights counted.
+int64_t ffn_params(const ModelConfig& m, int64_t routed_experts) {
   const int64_t d = m.d_model;
-  const int64_t f = m.d_ffn();
-  const int64_t weights = 3 * d * d + d * d + d * f + f * d;  // Wqkv, out_proj, up, down
-  const int64_t norm_weights = 2 * d;
-  const int64_t biases = m.no_bias ? 0 : (3 * d + d + f + d) + 2 * d;  // linear biases + norm biases
-  return weights + norm_weights + biases;
+  if (!m.moe.active()) {
+    const int64_t f = m.d_ffn();
+    const int64_t biases = m.linear_bias ? (m.ffn == FfnKind::kGlu ? 2 * f : f) + d : 0;
+    return ffn_weights(m, f) + biases;
+  }
+  const MoeConfig& e = m.moe;
+  const int64_t router = d * e.experts;
+  const int64_t routed = ffn_weights(m, e.d_expert) * routed_experts;
+  const int64_t shared = e.shared_experts * ffn_weights(m, e.d_shared) + (e.shared_gate ? d : 0);
+  return router + routed + shared + (e.output_bias ? d : 0);
+}
+
+}  // namespace
+
+int64_t layer_parameter_count(const ModelConfig& m) {
+  return attention_params(m) + 2 * norm_params(m) + ffn_params(m, m.moe.experts);
+}
+
+int64_t layer_active_parameter_count(const ModelConfig& m) {
+  if (!m.moe.active()) return layer_parameter_count(m);
+  return attention_params(m) + 2 * norm_params(m) + ffn_params(m, m.moe.top_k);
 }
 
 int64_t embedding_parameter_count(const ModelConfig& m, int64_t seq_len) {
   const int64_t d = m.d_model;
-  const int64_t token = m.vocab_size * d;  // tied with the output projection
-  const int64_t position = m.learned_pos_emb ? seq_len * d : 0;
-  const int64_t final_norm = m.no_bias ? d : 2 * d;
-  return token + position + final_norm;
+  const int64_t token = m.vocab_size * d;
+  const int64_t output = m.tie_embeddings ? 0 : m.vocab_size * d;
+  const int64_t position = m.learned_positions() ? (m.max_positions > 0 ? m.max_positions : seq_len) * d : 0;
+  return token + output + position + norm_params(m);
 }
 
 int64_t parameter_count(const ModelConfig& m, int64_t seq_len) {
   return m.n_layers * layer_parameter_count(m) + embedding_parameter_count(m, seq_len);
+}
+
+int64_t active_parameter_count(const ModelConfig& m, int64_t seq_len) {
+  const int64_t embedding = embedding_parameter_count(m, seq_len) - (m.tie_embeddings ? 0 : m.vocab_size * m.d_model);
+  return m.n_layers * layer_active_parameter_count(m) + embedding;
 }
 
 }  // namespace tpsim

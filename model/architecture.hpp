@@ -1,39 +1,112 @@
-// The architecture of an MPT-style decoder-only transformer, as llm-foundry's `model:` block
-// describes it, and its exact parameter count.
+// The architecture of a decoder-only transformer (MPT, Llama, Mistral, Qwen, Mixtral, DBRX, GPT-2,
+// ...) as llm-foundry's `model:` block or a Hugging Face config.json describes it, and its exact
+// parameter counts.
+//
+// One block: norm -> attention (Q, K, V projections, causal attention over n_heads query heads
+// and n_kv_heads key/value heads of head_dim each, out projection) -> residual -> norm ->
+// feed-forward (dense MLP or GLU, or a mixture of experts) -> residual. Before the blocks the token
+// embedding (and learned positions); after them a final norm and the output projection, tied to the
+// token embedding or not.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace tpsim {
+
+enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
+// kMlp: down(act(up(x))), two matrices. kGlu: down(act(gate(x)) * up(x)), three matrices
+// (SwiGLU with SiLU, GeGLU with GELU).
+enum class FfnKind : uint8_t { kMlp, kGlu };
+enum class Activation : uint8_t { kGelu, kSilu, kRelu };
+// Learned: a table of positions added to the token embedding. ALiBi and RoPE act inside the
+// attention and have no parameters; kNone: no positional encoding at all.
+enum class PositionKind : uint8_t { kLearned, kAlibi, kRope, kNone };
+
+std::string_view to_string(NormKind n);
+std::string_view to_string(FfnKind f);
+std::string_view to_string(Activation a);
+std::string_view to_string(PositionKind p);
+
+// A mixture-of-experts feed-forward in every block (Mixtral, DBRX, Qwen-MoE, llm-foundry's
+// MegaBlocks mb_moe / mb_dmoe and torch_dmoe). Each token is routed by a router (a d_model x
+// experts GEMM, softmax, top-k) to top_k of the routed experts, each an FFN of the model's FfnKind
+// and activation with hidden width d_expert; shared experts (Qwen-MoE, DeepSeek) see every token.
+struct MoeConfig {
+  int64_t experts = 0;         // routed experts; 0: the block has a dense feed-forward
+  int64_t top_k = 0;           // routed experts per token
+  int64_t d_expert = 0;        // hidden width of each routed expert
+  int64_t shared_experts = 0;  // experts every token passes through
+  int64_t d_shared = 0;        // hidden width of each shared expert
+  bool shared_gate = false;    // Qwen2-MoE: a sigmoid gate (a d_model x 1 weight) on the shared experts
+  // Tokens each expert takes relative to an even share (top_k * tokens / experts); tokens beyond it
+  // are dropped and shorter groups padded. 0: dropless (MegaBlocks dMoE, Mixtral, DBRX).
+  double capacity_factor = 0;
+  bool output_bias = false;    // MegaBlocks: one d_model bias after the experts (MPT without no_bias)
+
+  bool active() const { return experts > 0; }
+};
 
 struct ModelConfig {
   std::string name;
   int64_t d_model = 0;
-  int64_t n_heads = 0;
+  int64_t n_heads = 0;          // query heads
   int64_t n_layers = 0;
-  double expansion_ratio = 4.0;  // d_ffn = expansion_ratio * d_model
+  double expansion_ratio = 4.0;  // dense FFN width = expansion_ratio * d_model, unless ffn_hidden is set
   int64_t vocab_size = 0;
-  bool learned_pos_emb = true;  // one learned embedding row per position (max_seq_len rows)
-  bool no_bias = false;         // MPT's no_bias: drops the biases of every linear and norm
+  int64_t n_kv_heads = 0;       // key/value heads (grouped-query, multi-query); 0: n_heads
+  int64_t head_dim = 0;         // 0: d_model / n_heads
+  int64_t ffn_hidden = 0;       // dense FFN width when given explicitly (ffn_hidden_size, intermediate_size)
+  PositionKind positions = PositionKind::kLearned;
+  int64_t max_positions = 0;    // rows of a learned position table; 0: the run's sequence length (MPT sizes it by max_seq_len)
+  NormKind norm = NormKind::kLayerNorm;
+  bool norm_bias = true;        // LayerNorm's bias (RMSNorm has none)
+  bool qkv_bias = true;         // biases of the Q, K and V projections
+  bool linear_bias = true;      // biases of the out projection and the feed-forward's linears
+  FfnKind ffn = FfnKind::kMlp;
+  Activation activation = Activation::kGelu;
+  bool tie_embeddings = true;   // output projection shares the token embedding's weight
+  int64_t sliding_window = 0;   // keys each query attends to at most (Mistral); 0: the whole causal prefix
+  MoeConfig moe;
 
-  int64_t d_head() const { return d_model / n_heads; }
-  int64_t d_ffn() const;
+  int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t q_dim() const { return n_heads * d_head(); }    // width of Q and of the attention output
+  int64_t kv_dim() const { return kv_heads() * d_head(); }  // width of K and of V
+  int64_t d_ffn() const;                                    // dense FFN width
+  bool learned_positions() const { return positions == PositionKind::kLearned; }
+  // The MPT defaults the seed tables were measured with: MHA, LayerNorm with biases everywhere,
+  // GELU MLP, learned positions, tied embeddings, full causal attention, dense.
+  bool is_mpt_default() const;
 };
 
-// Empty when the architecture can be modelled, else the reason (heads that do not divide d_model, ...).
+// Empty when the architecture can be modelled, else the reason (heads that do not divide d_model,
+// query heads not a multiple of the key/value heads, ...).
 std::string check_architecture(const ModelConfig& m);
 
-// Parameters of one transformer block: QKV (3d^2), out projection (d^2), MLP up and down (2*d*f),
-// two layer norms (weight, and bias unless no_bias) and the linear biases unless no_bias.
-// With f = 4d and biases: 12d^2 + 13d.
+// Parameters of one transformer block, every expert included: attention (Q: d x q_dim, K and V:
+// d x kv_dim each, out: q_dim x d, with their biases), the two norms, and the feed-forward (dense:
+// 2 or 3 matrices of d x d_ffn and their biases; mixture of experts: the router (d x experts, no
+// bias), each routed and shared expert's matrices, the shared gate and the output bias).
+// MPT defaults (f = 4d, biases): 12d^2 + 13d.
 int64_t layer_parameter_count(const ModelConfig& m);
 
-// Parameters outside the blocks: tied token embedding (V*d), learned positional embedding (S*d)
-// and the final layer norm (2d with bias).
+// The same with only top_k of the routed experts counted (llm-foundry's mpt_get_active_params:
+// each expert's weights times top_k / experts). Dense blocks: layer_parameter_count.
+int64_t layer_active_parameter_count(const ModelConfig& m);
+
+// Parameters outside the blocks: the token embedding (V*d), the output projection when untied (V*d),
+// learned positions (max_positions or seq_len rows of d) and the final norm.
 int64_t embedding_parameter_count(const ModelConfig& m, int64_t seq_len);
 
-// llm-foundry's `n_params` (the NumParams column): L*(12d^2 + 13d) + d*(V + S + 2) for MPT defaults.
+// Total parameters (the NumParams column): llm-foundry's mpt_get_total_params for MPT models, the
+// sum of parameter sizes for Hugging Face ones. MPT defaults: L*(12d^2 + 13d) + d*(V + S + 2).
 int64_t parameter_count(const ModelConfig& m, int64_t seq_len);
+
+// The parameters llm-foundry's flops_per_batch multiplies by 6 per token (mpt_get_active_params):
+// routed experts counted top_k / experts, and the token embedding left out when untied (a lookup
+// table, not a matmul). Dense models with tied embeddings: parameter_count.
+int64_t active_parameter_count(const ModelConfig& m, int64_t seq_len);
 
 }  // namespace tpsim

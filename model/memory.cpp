@@ -58,7 +58,7 @@ MemoryBreakdown estimate_memory(const ModelConfig& model, const TrainConfig& cfg
   const double blocks_gathered = all_blocks ? L : std::min(2.0, L);
   const double gathered = (in.root_params + blocks_gathered * in.block_params) * gb;
 
-  const double per_block = cfg.activation_checkpointing ? in.block_input_bytes : in.block_saved_bytes;
+  const double per_block = cfg.checkpointing == Checkpointing::kFull ? in.block_input_bytes : in.block_saved_bytes;
   const double kept = L * per_block + in.embed_saved_bytes;
 
   // Peak A: the loss, with every block's activations and the logits alive.
@@ -66,7 +66,7 @@ MemoryBreakdown estimate_memory(const ModelConfig& model, const TrainConfig& cfg
   // Peak B: the first block backward; the logits are gone, one block's activations are rebuilt
   // under checkpointing, and unsharded gradients sit beside the gradient buffers: the block being
   // computed (compute dtype) and the one waiting for its reduce-scatter (reduce dtype).
-  const double rebuilt = cfg.activation_checkpointing ? in.block_saved_bytes : 0.0;
+  const double rebuilt = cfg.checkpointing == Checkpointing::kFull ? in.block_saved_bytes : 0.0;
   const double grads = in.block_params * (gb + rb);
   const double at_backward = kept + rebuilt + in.backward_buffer_bytes + grads;
 

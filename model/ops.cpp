@@ -23,7 +23,7 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
   s.n_heads = m.n_heads;
   s.d_ffn = m.d_ffn();
   s.vocab = m.vocab_size;
-  s.bias = !m.no_bias;
+  s.bias = m.linear_bias;
   s.precision = p;
   return s;
 }

@@ -41,6 +41,22 @@ enum class MemKind : uint8_t {
   kGradNorm,          // sum of squares of m parameters
   kScale,             // x *= c over m parameters
   kAdamW,             // decoupled AdamW over m parameters
+  // Llama-family and mixture-of-experts kernels (m rows of n elements unless said otherwise):
+  kRmsNorm,           // y = x * rsqrt(mean(x^2) + eps) * w over rows of n
+  kRmsNormBackward,   // dx and dw from dy, x and the row rsqrt
+  kSilu,              // y = x * sigmoid(x)
+  kSiluBackward,      // dx = dy * silu'(x)
+  kRelu,              // y = max(x, 0)
+  kReluBackward,      // dx = dy * (x > 0)
+  kMul,               // y = a * b (a GLU's gate times its up projection)
+  kMulBackward,       // da = dy * b, db = dy * a
+  kRope,              // rotate pairs of each head's k = head_dim elements of q and k in place by the
+                      // token's position angles (n = the Q and K widths together); its backward is
+                      // the same kernel rotating the other way
+  kRouter,            // softmax over n experts per token, then the top k (k = top_k) indices and weights
+  kRouterBackward,    // the softmax's gradient over m x n from the k chosen weights' gradients
+  kPermute,           // gather: out[m*k rows, n] = x[token of each (token, choice) in expert order]
+  kUnpermute,         // weighted sum: out[m, n] = sum over the k choices of weight * y[its row]
 };
 
 // Plain data; every field is set by the builders below (blank_op and those built on it). No

@@ -7,14 +7,14 @@ namespace tpsim {
 
 TrainConfig with_layout(TrainConfig base, const Layout& layout) {
   base.sharding = layout.sharding;
-  base.activation_checkpointing = layout.activation_checkpointing;
+  base.checkpointing = layout.checkpointing;
   return base;
 }
 
 std::vector<Layout> SearchSpace::layouts() const {
   std::vector<Layout> out;
   for (Sharding sharding : shardings)
-    for (bool ckpt : checkpointing) out.push_back({sharding, ckpt});
+    for (Checkpointing ckpt : checkpointing) out.push_back({sharding, ckpt});
   return out;
 }
 
@@ -24,7 +24,7 @@ namespace {
 // predicts exactly as FULL_SHARD (model/parallelism.cpp).
 bool equivalent(const Layout& a, const Layout& b, const TrainConfig& base, const DeviceSpec& device) {
   const auto full_like = [](Sharding s) { return s == Sharding::kFullShard || s == Sharding::kHybridShard; };
-  return a.activation_checkpointing == b.activation_checkpointing && full_like(a.sharding) &&
+  return a.checkpointing == b.checkpointing && full_like(a.sharding) &&
          full_like(b.sharding) && base.n_gpus <= device.gpus_per_node;
 }
 
@@ -167,9 +167,9 @@ void Searcher::search_listed(TrainConfig cfg, size_t index) {
 // same sharding) are slower or equal, and equal goes to the earlier layout.
 int64_t Searcher::undominated_from(size_t index) const {
   const Layout& layout = layouts_[index];
-  if (goal_ != SearchGoal::kFastest || !layout.activation_checkpointing) return 1;
+  if (goal_ != SearchGoal::kFastest || layout.checkpointing == Checkpointing::kNone) return 1;
   for (size_t j = 0; j < index; ++j)
-    if (layouts_[j] == Layout{layout.sharding, false}) return fit_upto_[j] + 1;
+    if (layouts_[j] == Layout{layout.sharding, Checkpointing::kNone}) return fit_upto_[j] + 1;
   return 1;
 }
 

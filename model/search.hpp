@@ -31,7 +31,7 @@ namespace tpsim {
 // Every choice of a configuration except its micro-batch.
 struct Layout {
   Sharding sharding = Sharding::kFullShard;
-  bool activation_checkpointing = false;
+  Checkpointing checkpointing = Checkpointing::kNone;
 
   bool operator==(const Layout&) const = default;
 };
@@ -41,7 +41,7 @@ TrainConfig with_layout(TrainConfig base, const Layout& layout);
 
 struct SearchSpace {
   std::vector<Sharding> shardings = {kAllShardings.begin(), kAllShardings.end()};
-  std::vector<bool> checkpointing = {false, true};
+  std::vector<Checkpointing> checkpointing = {Checkpointing::kNone, Checkpointing::kFull};
   std::vector<int64_t> micro_batches;  // empty: every micro-batch from 1 up to the per-device batch
 
   // The product of the layout axes, in the order ties are broken: shardings, then checkpointing.

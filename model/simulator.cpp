@@ -54,7 +54,7 @@ MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, co
   MicroBatchResult r;
   const CategoryTotals &f = k.block_fwd, &b = k.block_bwd, &cast = q.cast, &red = q.reduce_casts;
 
-  const double recompute = cfg.activation_checkpointing ? params.recompute_fraction : 0.0;
+  const double recompute = cfg.checkpointing == Checkpointing::kFull ? params.recompute_fraction : 0.0;
   const double gathers_per_block = (layout.gather_in_forward ? 1.0 : 0.0) + (layout.gather_in_backward ? 1.0 : 0.0);
   MicroBatchCosts& c = r.costs;
   c.block_fwd_s = f.total() + (layout.gather_in_forward ? cast.total() : 0.0);
@@ -234,7 +234,7 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
   p.tokens_per_s_per_gpu = p.tokens_per_s / static_cast<double>(cfg.n_gpus);
   const FoundryMetrics fm = foundry_metrics(p.n_params, model.n_layers, model.d_model, cfg.seq_len, p.seq_per_s,
                                             cfg.n_gpus, device_.peak(mfu_dtype(cfg.precision)),
-                                            cfg.activation_checkpointing);
+                                            cfg.checkpointing == Checkpointing::kFull);
   p.mfu = fm.mfu;
   p.hfu = fm.hfu;
   p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;

@@ -35,6 +35,11 @@ constexpr std::array<std::pair<std::string_view, Sharding>, 4> kShardings = {{
     {"NO_SHARD", Sharding::kNoShard},
     {"HYBRID_SHARD", Sharding::kHybridShard},
 }};
+constexpr std::array<std::pair<std::string_view, Checkpointing>, 3> kCheckpointings = {{
+    {"none", Checkpointing::kNone},
+    {"selective", Checkpointing::kSelective},
+    {"full", Checkpointing::kFull},
+}};
 
 }  // namespace
 
@@ -45,6 +50,8 @@ std::string_view to_string(DType t) { return kDTypeNames[static_cast<int>(t)]; }
 std::optional<Precision> parse_precision(std::string_view s) { return lookup(s, kPrecisions); }
 std::optional<MpMode> parse_mp_mode(std::string_view s) { return lookup(s, kMpModes); }
 std::optional<Sharding> parse_sharding(std::string_view s) { return lookup(s, kShardings); }
+std::string_view to_string(Checkpointing c) { return name_of(c, kCheckpointings); }
+std::optional<Checkpointing> parse_checkpointing(std::string_view s) { return lookup(s, kCheckpointings); }
 std::optional<DType> parse_dtype(std::string_view s) {
   for (int i = 0; i < kNumDTypes; ++i)
     if (kDTypeNames[i] == s) return static_cast<DType>(i);

@@ -33,6 +33,15 @@ enum class Sharding : uint8_t { kFullShard, kShardGradOp, kNoShard, kHybridShard
 inline constexpr std::array<Sharding, 4> kAllShardings = {Sharding::kFullShard, Sharding::kShardGradOp,
                                                           Sharding::kNoShard, Sharding::kHybridShard};
 
+// Activation checkpointing (Composer's activation_checkpointing, Megatron-LM's recompute granularity):
+//   kNone: every block keeps what its backward needs.
+//   kSelective: the attention core (the flash-attention kernel) is run again in the backward instead
+//     of keeping what only it needs (Korthikanti et al. 2022, as Megatron-LM and torchtitan do).
+//   kFull: each block keeps only its input and runs its whole forward again before its backward.
+enum class Checkpointing : uint8_t { kNone, kSelective, kFull };
+inline constexpr std::array<Checkpointing, 3> kAllCheckpointings = {Checkpointing::kNone, Checkpointing::kSelective,
+                                                                    Checkpointing::kFull};
+
 std::string_view to_string(Precision p);
 std::string_view to_string(MpMode m);
 std::string_view to_string(Sharding s);
@@ -41,6 +50,8 @@ std::optional<Precision> parse_precision(std::string_view s);  // llm-foundry sp
 std::optional<MpMode> parse_mp_mode(std::string_view s);        // "DEFAULT", "PURE", "FULL"
 std::optional<Sharding> parse_sharding(std::string_view s);     // "FULL_SHARD", ...
 std::optional<DType> parse_dtype(std::string_view s);
+std::string_view to_string(Checkpointing c);                     // "none", "selective", "full"
+std::optional<Checkpointing> parse_checkpointing(std::string_view s);
 
 // The dtype of the transformer blocks' matmuls, of everything else (attention, logits), and of
 // activations as stored (bytes per element).
@@ -66,7 +77,7 @@ struct TrainConfig {
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
   Sharding sharding = Sharding::kFullShard;
-  bool activation_checkpointing = false;
+  Checkpointing checkpointing = Checkpointing::kNone;
 
   int64_t per_device_batch() const { return global_batch / n_gpus; }
   int64_t grad_accum() const { return (per_device_batch() + micro_batch - 1) / micro_batch; }

@@ -20,18 +20,18 @@ BOOST_AUTO_TEST_CASE(parameter_count_matches_every_seed_row_exactly) {
 
 BOOST_AUTO_TEST_CASE(parameter_count_is_the_mpt_formula) {
   // L(12d^2 + 13d) + d(V + S + 2) for MPT defaults (biases, learned positions, expansion 4).
-  const ModelConfig m{"x", 1024, 16, 24, 4.0, 50368, true, false};
+  const ModelConfig m{.name = "x", .d_model = 1024, .n_heads = 16, .n_layers = 24, .vocab_size = 50368, .moe = {}};
   const int64_t d = 1024, L = 24, V = 50368, S = 2048;
   BOOST_TEST(parameter_count(m, S) == L * (12 * d * d + 13 * d) + d * (V + S + 2));
   // no_bias removes the linear and norm biases; learned_pos_emb=false removes S*d.
   ModelConfig nb = m;
-  nb.no_bias = true;
-  nb.learned_pos_emb = false;
+  nb.norm_bias = nb.qkv_bias = nb.linear_bias = false;
+  nb.positions = PositionKind::kAlibi;
   BOOST_TEST(parameter_count(nb, S) == L * (12 * d * d + 2 * d) + d * (V + 1));
 }
 
 BOOST_AUTO_TEST_CASE(architecture_checks_name_the_problem) {
-  ModelConfig m{"x", 1000, 16, 24, 4.0, 50368, true, false};
+  ModelConfig m{.name = "x", .d_model = 1000, .n_heads = 16, .n_layers = 24, .vocab_size = 50368, .moe = {}};
   BOOST_TEST(check_architecture(m).find("does not divide") != std::string::npos);
   m.d_model = 1024;
   BOOST_TEST(check_architecture(m).empty());
@@ -54,7 +54,77 @@ BOOST_AUTO_TEST_CASE(alibi_and_rope_drop_the_learned_positions_as_llm_foundry_co
       "mpt-7b.yaml", warnings);
   BOOST_TEST(warnings.empty());
   const ModelConfig& m = catalog.get("mpt-7b-hf");
-  BOOST_TEST(!m.learned_pos_emb);
+  BOOST_TEST(!m.learned_positions());
   BOOST_TEST(parameter_count(m, 2048) == 6649286656LL);
   BOOST_TEST(parameter_count(m, 65536) == 6649286656LL);  // no row per position: the count does not grow with S
+}
+
+namespace {
+
+// The Hugging Face models of ../shared/hf-configs, written out field by field from their config.json.
+ModelConfig llama(int64_t d, int64_t heads, int64_t kv, int64_t layers, int64_t ffn, int64_t vocab) {
+  ModelConfig m;
+  m.name = "llama";
+  m.d_model = d;
+  m.n_heads = heads;
+  m.n_kv_heads = kv;
+  m.n_layers = layers;
+  m.ffn_hidden = ffn;
+  m.vocab_size = vocab;
+  m.positions = PositionKind::kRope;
+  m.norm = NormKind::kRmsNorm;
+  m.norm_bias = m.qkv_bias = m.linear_bias = false;
+  m.ffn = FfnKind::kGlu;
+  m.activation = Activation::kSilu;
+  m.tie_embeddings = false;
+  return m;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(parameter_counts_match_the_published_hugging_face_counts) {
+  // ../shared/hf-configs/published_parameter_counts.json; the counts do not depend on the run's
+  // sequence length (no learned positions, or GPT-2's fixed table of 1024).
+  for (int64_t seq : {2048, 8192}) {
+    BOOST_TEST(parameter_count(llama(4096, 32, 8, 32, 14336, 128256), seq) == 8030261248LL);    // Llama-3-8B
+    BOOST_TEST(parameter_count(llama(8192, 64, 8, 80, 28672, 128256), seq) == 70553706496LL);   // Llama-3.1-70B
+    ModelConfig mistral = llama(4096, 32, 8, 32, 14336, 32000);
+    mistral.sliding_window = 4096;
+    BOOST_TEST(parameter_count(mistral, seq) == 7241732096LL);  // Mistral-7B-v0.1
+    ModelConfig qwen = llama(3584, 28, 4, 28, 18944, 152064);
+    qwen.qkv_bias = true;  // Qwen2: biases on Q, K and V only
+    BOOST_TEST(parameter_count(qwen, seq) == 7615616512LL);  // Qwen2.5-7B
+    ModelConfig mixtral = llama(4096, 32, 8, 32, 14336, 32000);
+    mixtral.moe = {.experts = 8, .top_k = 2, .d_expert = 14336};
+    BOOST_TEST(parameter_count(mixtral, seq) == 46702792704LL);  // Mixtral-8x7B
+    ModelConfig gpt2;
+    gpt2.name = "gpt2";
+    gpt2.d_model = 768;
+    gpt2.n_heads = 12;
+    gpt2.n_layers = 12;
+    gpt2.vocab_size = 50257;
+    gpt2.max_positions = 1024;
+    BOOST_TEST(parameter_count(gpt2, std::min<int64_t>(seq, 1024)) == 124439808LL);  // GPT-2
+  }
+}
+
+BOOST_AUTO_TEST_CASE(active_parameters_follow_mpt_get_active_params) {
+  // Routed experts count top_k / experts of their weights; an untied token embedding is a lookup
+  // table and is left out. Dense tied MPT models: the total.
+  ModelConfig mixtral = llama(4096, 32, 8, 32, 14336, 32000);
+  mixtral.moe = {.experts = 8, .top_k = 2, .d_expert = 14336};
+  const int64_t expert = 3LL * 4096 * 14336;
+  const int64_t total = parameter_count(mixtral, 4096);
+  BOOST_TEST(active_parameter_count(mixtral, 4096) == total - 32 * 6 * expert - 32000LL * 4096);
+  const ModelConfig mpt{.name = "x", .d_model = 1024, .n_heads = 16, .n_layers = 24, .vocab_size = 50368, .moe = {}};
+  BOOST_TEST(active_parameter_count(mpt, 2048) == parameter_count(mpt, 2048));
+}
+
+BOOST_AUTO_TEST_CASE(grouped_query_heads_must_divide_the_query_heads) {
+  ModelConfig m = llama(4096, 32, 6, 32, 14336, 32000);
+  BOOST_TEST(check_architecture(m).find("must divide the query heads") != std::string::npos);
+  m.n_kv_heads = 8;
+  BOOST_TEST(check_architecture(m).empty());
+  m.moe = {.experts = 8, .top_k = 9, .d_expert = 1024};
+  BOOST_TEST(check_architecture(m).find("top_k") != std::string::npos);
 }

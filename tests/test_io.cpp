@@ -142,14 +142,14 @@ BOOST_AUTO_TEST_CASE(models_files_accept_keys_at_their_modelled_defaults_and_irr
       "m.yaml", warnings);
   BOOST_TEST(warnings.empty());
   const ModelConfig& m = c.get("m1");
-  BOOST_TEST(m.learned_pos_emb);
+  BOOST_TEST(m.learned_positions());
   BOOST_TEST(m.d_ffn() == 4096);
   // ALiBi or RoPE turns learned positions off, as MPTConfig does, whatever learned_pos_emb says.
   for (const char* position : {"alibi", "rope"}) {
     c.add_yaml(std::string("m2: {d_model: 1024, n_heads: 8, n_layers: 4, learned_pos_emb: true, attn_config: {") + position +
                    ": true}}\n",
                "m.yaml", warnings);
-    BOOST_TEST(!c.get("m2").learned_pos_emb, position);
+    BOOST_TEST(!c.get("m2").learned_positions(), position);
   }
   BOOST_TEST(warnings.empty());
   // The shipped catalogue reads without a warning.

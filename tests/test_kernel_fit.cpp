@@ -80,7 +80,7 @@ BOOST_AUTO_TEST_CASE(the_plan_holds_every_shape_the_simulator_costs_once) {
         StepOptions s;
         s.seq_len = seq;
         s.micro_batch = mb;
-        s.activation_checkpointing = ckpt;
+        s.checkpointing = ckpt ? Checkpointing::kFull : Checkpointing::kNone;
         for (const StepOp& op : training_step_ops(catalog.get("tiny"), s))
           BOOST_TEST(keys.count(shape_key(op.op)) == 1u, "missing: " << shape_key(op.op));
       }

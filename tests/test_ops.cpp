@@ -11,7 +11,7 @@ namespace {
 constexpr double kExact = 1e-12;
 
 BlockShape shape(Precision p = Precision::kAmpBf16) {
-  ModelConfig m{"x", 2048, 16, 24, 4.0, 50368, true, false};
+  ModelConfig m{.name = "x", .d_model = 2048, .n_heads = 16, .n_layers = 24, .vocab_size = 50368, .moe = {}};
   return block_shape(m, 4, 2048, p);
 }
 

@@ -82,7 +82,7 @@ BOOST_AUTO_TEST_CASE(a_step_runs_forward_head_backward_embedding_and_optimizer_i
     if (s.op.kind != OpKind::kMemoryBound || s.op.mem == MemKind::kAdamW) BOOST_TEST((s.op.dtype == DType::kFp32));
   }
 
-  o.activation_checkpointing = true;
+  o.checkpointing = Checkpointing::kFull;
   o.layers = 2;
   const std::vector<StepOp> ckpt = training_step_ops(tiny, o);
   BOOST_TEST(count_part(ckpt, StepPart::kBlockForward) == 2 * static_cast<int>(fwd.ops.size()));

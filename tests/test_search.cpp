@@ -76,7 +76,7 @@ TrainConfig base_of(const Case& c) {
 
 bool same(const TrainConfig& a, const TrainConfig& b) {
   return a.micro_batch == b.micro_batch && a.sharding == b.sharding &&
-         a.activation_checkpointing == b.activation_checkpointing && a.global_batch == b.global_batch;
+         a.checkpointing == b.checkpointing && a.global_batch == b.global_batch;
 }
 
 // Runs check(model, d, params, base, brute) for every case, under the case's name.

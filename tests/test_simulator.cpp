@@ -46,7 +46,7 @@ BOOST_FIXTURE_TEST_CASE(predictions_are_finite_and_positive_over_the_sweep_range
             for (Sharding sh : kAllShardings)
               for (bool ckpt : {false, true}) {
                 const TrainConfig c{.seq_len = seq, .global_batch = gpus * 16, .micro_batch = mb, .n_gpus = gpus,
-                                    .precision = prec, .sharding = sh, .activation_checkpointing = ckpt};
+                                    .precision = prec, .sharding = sh, .checkpointing = ckpt ? Checkpointing::kFull : Checkpointing::kNone};
                 BOOST_TEST_REQUIRE(check_config(m, d, prof.params, c).empty());
                 const Prediction p = predict(m, d, prof.params, c);
                 const StepBreakdown& b = p.time;
@@ -68,7 +68,7 @@ BOOST_FIXTURE_TEST_CASE(checkpointing_trades_time_for_memory, Fixture) {
   const DeviceProfile prof = load_shipped_profile("a100_80gb");
   TrainConfig c{.seq_len = 2048, .global_batch = 256, .micro_batch = 4, .n_gpus = 8};
   const Prediction off = predict(model("7b"), d, prof.params, c);
-  c.activation_checkpointing = true;
+  c.checkpointing = Checkpointing::kFull;
   const Prediction on = predict(model("7b"), d, prof.params, c);
   BOOST_TEST(on.memory.peak_bytes < off.memory.peak_bytes);
   BOOST_TEST(on.step_s > off.step_s);
@@ -111,7 +111,7 @@ BOOST_FIXTURE_TEST_CASE(search_keeps_the_fastest_configuration_that_fits, Fixtur
     for (bool ckpt : {false, true}) {
       TrainConfig c = base;
       c.micro_batch = mb;
-      c.activation_checkpointing = ckpt;
+      c.checkpointing = ckpt ? Checkpointing::kFull : Checkpointing::kNone;
       const Prediction p = predict(model("13b"), d, prof.params, c);
       if (p.fits()) BOOST_TEST(p.step_s >= r.best_prediction.step_s);
     }

@@ -23,7 +23,7 @@ BOOST_AUTO_TEST_CASE(the_shipped_examples_read) {
   BOOST_TEST(*a.global_batch == 1024);
   BOOST_TEST(a.micro_batch_auto);
   BOOST_TEST((*a.precision == Precision::kAmpBf16));
-  BOOST_TEST(*a.activation_checkpointing);
+  BOOST_TEST((*a.checkpointing == Checkpointing::kFull));
   BOOST_TEST(contains(a.ignored.front(), "variables"));
   const TrainYaml b = read_train_yaml(example("mpt-1b-long-context.yaml"));
   BOOST_TEST(*b.seq_len == 8192);  // through ${variables.context}
@@ -78,7 +78,7 @@ BOOST_AUTO_TEST_CASE(model_blocks_read_strictly_as_models_files_do) {
   // Known and irrelevant: listed as ignored; ALiBi drops the learned positions.
   const TrainYaml t = parse_train_yaml(kModel + "  loss_fn: torch_crossentropy\n  attn_config: {alibi: true, attn_pdrop: 0.1}\n"
                                                 "  init_config: {name: kaiming_normal_}\n", "t.yaml");
-  BOOST_TEST(!t.model.learned_pos_emb);
+  BOOST_TEST(!t.model.learned_positions());
   BOOST_TEST(t.ignored == (std::vector<std::string>{"model.loss_fn", "model.attn_config.attn_pdrop", "model.init_config.name"}));
   // Known, matters, not modelled yet: an error naming file:line, key and value.
   BOOST_TEST(error_of([] { parse_train_yaml(kModel + "  attn_config:\n    attn_type: grouped_query_attention\n    kv_n_heads: 2\n", "t.yaml"); }) ==
@@ -95,7 +95,7 @@ BOOST_AUTO_TEST_CASE(model_blocks_read_strictly_as_models_files_do) {
              "t.yaml:6: model: unknown key 'n_layer' (did you mean n_layers?)");
   // A key of attn_config at the top of the block: a note, as llm-foundry leaves it unread.
   const TrainYaml r = parse_train_yaml(kModel + "  rope: true\n", "t.yaml");
-  BOOST_TEST(r.model.learned_pos_emb);
+  BOOST_TEST(r.model.learned_positions());
   BOOST_TEST_REQUIRE(r.notes.size() == 1u);
   BOOST_TEST(contains(r.notes[0], "model: 'rope' belongs in attn_config"));
 }
@@ -103,7 +103,7 @@ BOOST_AUTO_TEST_CASE(model_blocks_read_strictly_as_models_files_do) {
 BOOST_AUTO_TEST_CASE(fsdp_config_keys_are_composers) {
   const TrainYaml t = parse_train_yaml(kModel + "fsdp_config:\n  activation_checkpointing: true\n  verbose: false\n"
                                                 "  state_dict_type: sharded\n  data_parallel_shard_degree: -1\n", "t.yaml");
-  BOOST_TEST(*t.activation_checkpointing);
+  BOOST_TEST((*t.checkpointing == Checkpointing::kFull));
   BOOST_TEST(t.ignored == (std::vector<std::string>{"fsdp_config.verbose", "fsdp_config.state_dict_type"}));
   // Issue 16 item 3: a misspelt key was accepted; Composer refuses it.
   BOOST_TEST(error_of([] { parse_train_yaml(kModel + "fsdp_config:\n  activation_checkpointng: true\n", "t.yaml"); }) ==
@@ -128,7 +128,7 @@ BOOST_AUTO_TEST_CASE(llm_foundrys_own_mpt_yamls_read) {
                            "mpt-small-cpu", "testing"}) {
     BOOST_TEST_CONTEXT(name) {
       const TrainYaml t = read_train_yaml(dir / (std::string(name) + ".yaml"));
-      BOOST_TEST(t.model.learned_pos_emb);
+      BOOST_TEST(t.model.learned_positions());
       ++read;
     }
   }

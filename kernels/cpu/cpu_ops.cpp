@@ -494,9 +494,9 @@ std::unique_ptr<CpuOp> make_memory_bound(const Op& op, uint64_t seed) {
     case MemKind::kCast: return std::make_unique<CastOp>(op, seed, *cast_direction(op));
     case MemKind::kGradNorm: return std::make_unique<GradNormOp>(op, seed);
     case MemKind::kAdamW: return std::make_unique<AdamWOp>(op, seed);
-    case MemKind::kNone: break;
+    default: break;  // kNone, and the kinds unsupported_reason() names
   }
-  throw Error("op " + name_of(op) + ": memory-bound op without a kernel kind");
+  throw Error("op " + name_of(op) + ": memory-bound op without a CPU kernel");
 }
 
 }  // namespace
@@ -507,6 +507,7 @@ std::string unsupported_reason(const Op& op) {
            std::string(to_string(op.dtype)) + " needs a GPU backend";
   if (op.kind == OpKind::kMemoryBound) {
     if (op.mem == MemKind::kNone) return "a memory-bound op without a kernel kind (MemKind::kNone)";
+    if (op.mem > MemKind::kAdamW) return "a " + std::string(op.name) + " kernel, which the CPU backend does not have yet";
     if (op.mem == MemKind::kCast && op.m > 0 && op.n > 0 && !cast_direction(op)) {
       const double elements = static_cast<double>(op.m) * static_cast<double>(op.n);
       return "a cast of " + std::to_string(op.bytes_read / elements) + " to " +
@@ -546,7 +547,7 @@ double op_buffer_bytes(const Op& op) {
     case MemKind::kEmbeddingBackward: return f * (k * n + e) + id * m;
     case MemKind::kCast: return 6.0 * e;
     case MemKind::kAdamW: return f * 4 * e;
-    case MemKind::kNone: break;
+    default: break;  // kNone and the kinds without a CPU kernel
   }
   return 0;
 }

@@ -144,6 +144,19 @@ std::string membound_unsupported(const Op& op) {
   const std::string fmt(to_string(op.dtype));
   switch (op.mem) {
     case MemKind::kNone: return std::string(op.name) + ": a memory-bound op without a kernel kind";
+    case MemKind::kRmsNorm:
+    case MemKind::kRmsNormBackward:
+    case MemKind::kSilu:
+    case MemKind::kSiluBackward:
+    case MemKind::kRelu:
+    case MemKind::kReluBackward:
+    case MemKind::kMul:
+    case MemKind::kMulBackward:
+    case MemKind::kRope:
+    case MemKind::kRouter:
+    case MemKind::kRouterBackward:
+    case MemKind::kPermute:
+    case MemKind::kUnpermute: return std::string(op.name) + ": the GPU backend has no kernel for it yet";
     case MemKind::kLayerNorm:
     case MemKind::kLayerNormBackward:
     case MemKind::kGelu:
