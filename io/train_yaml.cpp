@@ -307,11 +307,11 @@ TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string&
   Interpolator(root, origin).resolve_all();
   TrainYaml t;
   t.origin = origin;
-  check_top_level_keys(root, origin);
   const YAML::Node model = root["model"];
   if (!model) throw Error(origin + ": missing the model: block");
   const std::optional<std::string> target_refusal = read_model(model, origin, t);
   read_run_keys(root, origin, t);
+  check_top_level_keys(root, origin);
   check_checkpointing_target(target_refusal, t);
   for (auto& k : t.ignored) k = one_line(k);
   return t;
