@@ -19,11 +19,15 @@ namespace tpsim {
 
 // One llm-foundry `model:` block (the keys of MPTConfig in llmfoundry/models/mpt/configuration_mpt.py,
 // its nested attn_config, ffn_config and init_config, and ComposerMPTCausalLM's name and loss_fn),
-// read strictly: every key is modelled, accepted as irrelevant to speed and memory, refused as an
-// architecture tpsim cannot model yet (a value other than the default: grouped-query attention, a
-// GLU or mixture-of-experts feed-forward, RMSNorm, untied embeddings, ...), or an unknown key,
-// refused with the nearest known one. A key of attn_config or ffn_config written at the top of the
-// block is a note: llm-foundry passes it to Hugging Face's PretrainedConfig, which keeps it unread.
+// read strictly: every key is modelled (heads and grouped-query or multi-query attention, head_dim,
+// sliding windows, ALiBi, RoPE or learned positions, LayerNorm or RMSNorm, the biases of no_bias and
+// attention_bias, MLP or GLU feed-forwards and their activation and width, MegaBlocks' and torch's
+// mixtures of experts, tied or untied embeddings), accepted as irrelevant to speed and memory,
+// refused naming what tpsim cannot model yet (prefix-LM, normalised queries and keys, expert
+// parallelism, per-layer overrides, ...) or what llm-foundry itself refuses (ALiBi with RoPE,
+// mptgeglu, ...), or an unknown key, refused with the nearest known one. A key of attn_config or
+// ffn_config written at the top of the block is a note: llm-foundry passes it to Hugging Face's
+// PretrainedConfig, which keeps it unread.
 struct ModelBlock {
   struct Note {
     std::string where;  // file:line
@@ -34,6 +38,11 @@ struct ModelBlock {
   std::optional<std::string> attn_impl;   // attn_config.attn_impl as written (costed as flash attention)
   std::vector<std::string> ignored;       // known keys irrelevant to the cost, as labelled ("model.init_device")
   std::vector<Note> notes;
+  // activation_checkpointing_target naming something other than whole blocks (null, [] or MPTBlock):
+  // an attention or feed-forward module, a norm, chosen blocks. The one-line error (file:line, the
+  // value, the nearest that tpsim models) for a run that checkpoints; a run that does not checkpoint
+  // ignores the target, as llm-foundry does.
+  std::optional<std::string> checkpointing_target_refusal;
 };
 
 // `owner` and `separator` name the block's keys in messages: "model 'm1'" and ' ' give

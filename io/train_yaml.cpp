@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <initializer_list>
+#include <optional>
 #include <set>
 
 #include "io/catalog.hpp"
@@ -120,6 +121,43 @@ const auto kFsdpKeys = {"activation_checkpointing", "activation_checkpointing_re
                         "load_planner", "mixed_precision", "process_group", "save_planner", "sharded_ckpt_prefix_dir",
                         "sharding_strategy", "state_dict_type", "sync_module_states", "use_orig_params", "verbose"};
 
+// The top-level keys of a training YAML: the fields of llm-foundry's TrainConfig dataclass
+// (llmfoundry/utils/config_utils.py; train.py refuses any other key: "Unused parameter ... Please
+// place any variables under the `variables` key"), with the fields later releases added
+// (only_hf_checkpoint, only_composer_checkpoint, spin_dataloaders, accumulate_train_batch_on_tokens,
+// tp_config, parallelism_config). Modelled: model, max_seq_len, global_train_batch_size,
+// device_train_microbatch_size, precision, fsdp_config.
+// Known and irrelevant to the speed and memory of a training step: data, tokenizer, optimizer
+// hyperparameters and schedule, evaluation, logging, callbacks, checkpoints, seeds, the CUDA
+// allocator's settings, and the fields llm-foundry derives itself (n_gpus, device_train_batch_size,
+// device_train_grad_accum). `algorithms` (in every shipped YAML: gradient_clipping) is listed here.
+const auto kTrainIrrelevant = {
+    "variables", "tokenizer", "optimizer", "scheduler", "train_loader", "eval_loader", "eval_loaders",
+    "device_train_batch_size", "device_eval_batch_size", "max_duration", "eval_interval", "seed", "code_paths",
+    "max_split_size_mb", "expandable_segments", "cuda_load_lazy", "dist_timeout", "icl_tasks", "icl_tasks_str",
+    "eval_gauntlet", "eval_gauntlet_str", "icl_subset_num_batches", "icl_seq_len", "loggers", "progress_bar",
+    "log_to_console", "python_log_level", "console_log_interval", "log_config", "callbacks", "algorithms",
+    "save_folder", "save_latest_filename", "save_overwrite", "save_weights_only", "save_filename", "save_interval",
+    "save_num_checkpoints_to_keep", "load_path", "load_weights_only", "load_strict_model_weights", "load_ignore_keys",
+    "save_ignore_keys", "only_hf_checkpoint", "only_composer_checkpoint", "eval_subset_num_batches", "eval_first",
+    "metadata", "run_name", "autoresume", "profiler", "n_gpus", "device_train_grad_accum",
+    "accumulate_train_batch_on_tokens", "spin_dataloaders"};
+// Known and changing the speed of a step, not modelled: refused unless null or empty.
+const auto kTrainRefused = {"compile_config", "tp_config", "parallelism_config"};
+// Every known key, for the "did you mean" hint.
+const auto kTrainKeys = {
+    "model", "max_seq_len", "global_train_batch_size", "device_train_microbatch_size", "precision", "fsdp_config",
+    "variables", "tokenizer", "optimizer", "scheduler", "train_loader", "eval_loader", "eval_loaders",
+    "device_train_batch_size", "device_eval_batch_size", "max_duration", "eval_interval", "seed", "code_paths",
+    "max_split_size_mb", "expandable_segments", "cuda_load_lazy", "dist_timeout", "icl_tasks", "icl_tasks_str",
+    "eval_gauntlet", "eval_gauntlet_str", "icl_subset_num_batches", "icl_seq_len", "loggers", "progress_bar",
+    "log_to_console", "python_log_level", "console_log_interval", "log_config", "callbacks", "algorithms",
+    "save_folder", "save_latest_filename", "save_overwrite", "save_weights_only", "save_filename", "save_interval",
+    "save_num_checkpoints_to_keep", "load_path", "load_weights_only", "load_strict_model_weights", "load_ignore_keys",
+    "save_ignore_keys", "only_hf_checkpoint", "only_composer_checkpoint", "eval_subset_num_batches", "eval_first",
+    "metadata", "run_name", "autoresume", "profiler", "n_gpus", "device_train_grad_accum",
+    "accumulate_train_batch_on_tokens", "spin_dataloaders", "compile_config", "tp_config", "parallelism_config"};
+
 }  // namespace
 
 namespace {
@@ -137,8 +175,10 @@ void need_map(const YAML::Node& n, const std::string& origin, const std::string&
 }
 
 // The model block, read strictly as a --models entry is (read_model_block); the model is named
-// after the file, and any attn_impl is costed as causal flash attention, which a note says.
-void read_model(const YAML::Node& model, const std::string& origin, TrainYaml& t) {
+// after the file, and any attn_impl is costed as causal flash attention, which a note says. Returns
+// the refusal of an activation_checkpointing_target other than whole blocks, for the run to raise
+// if it checkpoints.
+std::optional<std::string> read_mpt_causal_lm(const YAML::Node& model, const std::string& origin, TrainYaml& t) {
   ModelBlock b = read_model_block(model, origin, "model", '.');
   t.model = b.model;
   t.model.name = std::filesystem::path(origin).stem().string();
@@ -148,6 +188,28 @@ void read_model(const YAML::Node& model, const std::string& origin, TrainYaml& t
     t.notes.push_back("model.attn_config.attn_impl: " + *b.attn_impl +
                       " -- attention is costed as the profile's causal flash attention");
   for (const auto& n : b.notes) t.notes.push_back("model: " + n.text);
+  return b.checkpointing_target_refusal;
+}
+
+// name: hf_causal_lm, a Hugging Face model named by pretrained_model_name_or_path.
+void read_hf_causal_lm(const YAML::Node& model, const std::string& origin, TrainYaml&) {
+  const YAML::Node name = model["name"];
+  throw Error(yaml::where(origin, name) + ": model.name: hf_causal_lm -- a Hugging Face model: tpsim cannot model it yet");
+}
+
+// The model block by its name, as llm-foundry's models registry builds it: mpt_causal_lm (also when
+// no name is written) and hf_causal_lm are decoder-only transformers; hf_t5 is an encoder-decoder.
+std::optional<std::string> read_model(const YAML::Node& model, const std::string& origin, TrainYaml& t) {
+  const YAML::Node name = model.IsMap() ? model["name"] : YAML::Node();
+  const std::string kind = name && name.IsScalar() ? name.Scalar() : "mpt_causal_lm";
+  if (kind == "hf_causal_lm") {
+    read_hf_causal_lm(model, origin, t);
+    return std::nullopt;
+  }
+  if (kind == "hf_t5")
+    throw Error(yaml::where(origin, name) + ": model.name: hf_t5 -- an encoder-decoder model (T5): tpsim models "
+                "decoder-only transformers (mpt_causal_lm, hf_causal_lm)");
+  return read_mpt_causal_lm(model, origin, t);
 }
 
 // fsdp_config: sharding strategy, mixed precision and activation checkpointing; the settings the
@@ -190,10 +252,25 @@ void read_fsdp_config(const YAML::Node& v, const std::string& origin, TrainYaml&
   }
 }
 
+// Every top-level key is one of TrainConfig's, as llm-foundry's train.py requires; those that change
+// the speed of a step and are not modelled are refused unless null or empty.
+void check_top_level_keys(const YAML::Node& root, const std::string& origin) {
+  for (const auto& kv : root) {
+    const std::string key = yaml::key(kv.first, origin);
+    if (!one_of(key, kTrainKeys))
+      throw Error(yaml::where(origin, kv.first) + ": unknown top-level key '" + key + "'" + yaml::did_you_mean(key, kTrainKeys) +
+                  ": llm-foundry's train.py refuses keys outside its TrainConfig (values of your own go under variables)");
+    const YAML::Node& v = kv.second;
+    if (!one_of(key, kTrainRefused) || v.IsNull() || ((v.IsMap() || v.IsSequence()) && v.size() == 0)) continue;
+    const std::string what = key == "compile_config" ? "torch.compile of the model"
+                             : key == "tp_config"    ? "tensor parallelism"
+                                                     : "parallelism settings beyond fsdp_config (tensor parallelism, or FSDP written there)";
+    throw Error(yaml::where(origin, v) + ": " + key + " -- " + what + ": tpsim cannot model it yet");
+  }
+}
+
 // The top-level keys after the model block (a top-level max_seq_len overrides model.max_seq_len).
 void read_run_keys(const YAML::Node& root, const std::string& origin, TrainYaml& t) {
-  const std::set<std::string> used = {"model", "max_seq_len", "global_train_batch_size", "device_train_microbatch_size",
-                                      "precision", "fsdp_config"};
   for (const auto& kv : root) {
     const std::string key = yaml::key(kv.first, origin);
     const YAML::Node& v = kv.second;
@@ -209,10 +286,19 @@ void read_run_keys(const YAML::Node& root, const std::string& origin, TrainYaml&
       t.precision = *parsed;
     } else if (key == "fsdp_config") {
       read_fsdp_config(v, origin, t);
-    } else if (!used.count(key)) {
+    } else if (one_of(key, kTrainIrrelevant)) {
       t.ignored.push_back(key);
     }
   }
+}
+
+// model.activation_checkpointing_target beside fsdp_config.activation_checkpointing: whole blocks are
+// full checkpointing; another target is an error unless the run does not checkpoint at all
+// (activation_checkpointing: false), where llm-foundry never reads it.
+void check_checkpointing_target(const std::optional<std::string>& refusal, TrainYaml& t) {
+  if (!refusal) return;
+  if (t.checkpointing != Checkpointing::kNone) throw Error(*refusal);
+  t.ignored.push_back("model.activation_checkpointing_target");
 }
 
 TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string& origin) {
@@ -223,8 +309,10 @@ TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string&
   t.origin = origin;
   const YAML::Node model = root["model"];
   if (!model) throw Error(origin + ": missing the model: block");
-  read_model(model, origin, t);
+  const std::optional<std::string> target_refusal = read_model(model, origin, t);
   read_run_keys(root, origin, t);
+  check_top_level_keys(root, origin);
+  check_checkpointing_target(target_refusal, t);
   for (auto& k : t.ignored) k = one_line(k);
   return t;
 }

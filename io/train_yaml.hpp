@@ -25,7 +25,7 @@ struct TrainYaml {
   std::optional<Precision> precision;
   std::optional<MpMode> mp_mode;
   std::optional<Sharding> sharding;
-  std::optional<Checkpointing> checkpointing;
+  std::optional<Checkpointing> checkpointing;  // fsdp_config.activation_checkpointing: true is kFull
   std::vector<std::string> ignored;        // keys the simulator does not model ("optimizer", "model.attn_config.alibi", ...)
   std::vector<std::string> notes;          // modelled differently than written (e.g. attn_impl)
 };

@@ -887,3 +887,40 @@ BOOST_AUTO_TEST_CASE(same_inputs_give_byte_identical_tables_and_plots) {
   check_no_nan_text(slurp(scratch() / "nothing-fits.svg"));
 }
 
+
+// Issue 14: the architectures of llm-foundry's MPTConfig are read or refused, through the binary as
+// users run it: what tpsim cannot model, what llm-foundry itself refuses, a top-level key outside
+// llm-foundry's TrainConfig and a checkpointing target other than whole blocks are one-line errors
+// naming file:line and the key, exit status 2.
+BOOST_AUTO_TEST_CASE(architectures_tpsim_cannot_model_are_one_line_errors) {
+  const std::string m1 = "m1: {d_model: 1024, n_heads: 8, n_layers: 4, ";
+  const std::vector<std::pair<std::string, std::string>> models = {
+      {m1 + "attn_config: {prefix_lm: true}}\n", ":1: model 'm1' attn_config.prefix_lm: true -- prefix-LM"},
+      {m1 + "attn_config: {alibi: true, rope: true}}\n", ":1: model 'm1' attn_config.rope: true -- ALiBi and RoPE together"},
+      {m1 + "attn_config: {attn_type: grouped_query_attention, kv_n_heads: 3}}\n", ":1: model 'm1': the key/value heads (3) must divide"},
+      {m1 + "ffn_config: {ffn_type: mb_dmoe, moe_world_size: 8}}\n", ":1: model 'm1' ffn_config.moe_world_size: 8 -- tpsim cannot model expert parallelism yet"},
+      {m1 + "ffn_config: {ffn_type: mb_moe, moe_num_experts: 8, moe_top_k: 9}}\n", ":1: model 'm1': top_k (9)"},
+      {m1 + "ffn_config: {ffn_act_fn: {name: mish}}}\n", ":1: model 'm1' ffn_config.ffn_act_fn.name: mish"},
+      {m1 + "norm_type: groupnorm}\n", ":1: model 'm1' norm_type: groupnorm"},
+      {m1 + "activation_checkpointing_target: mptmlp}\n", ":1: model 'm1' activation_checkpointing_target: mptmlp"},
+  };
+  int i = 0;
+  for (const auto& [text, named] : models) {
+    const fs::path p = write("arch-" + std::to_string(i++) + ".yaml", text);
+    expect_error("predict --models " + p.string() + " --model m1 --seq 2048 --gpus 8 --micro-batch 1", p.string() + named);
+  }
+  const std::string source = slurp(kData + "/examples/mpt-1b-long-context.yaml");
+  const std::vector<std::pair<std::string, std::string>> configs = {
+      {replace_once(source, "precision:", "optimiser: {}\nprecision:"), ":22: unknown top-level key 'optimiser'"},
+      {replace_once(source, "precision:", "compile_config: {mode: default}\nprecision:"), ":22: compile_config -- torch.compile"},
+      {replace_once(replace_once(source, "activation_checkpointing: false", "activation_checkpointing: true"), "  n_layers: 24\n",
+                    "  n_layers: 24\n  activation_checkpointing_target: {MPTBlock: first-4}\n"),
+       ":11: model.activation_checkpointing_target: {MPTBlock: first-4} -- tpsim models checkpointing of whole blocks"},
+      {replace_once(source, "    expansion_ratio: 4\n", "    ffn_type: mptgeglu\n"),
+       ":16: model.ffn_config.ffn_type: mptgeglu -- llm-foundry renamed it mptglu"},
+  };
+  for (const auto& [text, named] : configs) {
+    const fs::path p = write("arch-config-" + std::to_string(i++) + ".yaml", text);
+    expect_error("predict --config " + p.string() + " --gpus 8", p.string() + named);
+  }
+}

@@ -160,23 +160,22 @@ BOOST_AUTO_TEST_CASE(models_files_accept_keys_at_their_modelled_defaults_and_irr
 
 BOOST_AUTO_TEST_CASE(models_files_refuse_what_tpsim_cannot_model_yet_naming_key_and_value) {
   std::vector<std::string> warnings;
+  // Issue 14 models grouped-query and multi-query attention, sliding windows, GLU feed-forwards and
+  // their activations and widths, mixtures of experts, untied embeddings, RMSNorm, head_dim and
+  // attention_bias (models_files_model_llama_mistral_qwen_and_mixtral_exactly); what remains:
   for (const auto& [extra, named] : std::vector<std::pair<std::string, std::string>>{
-           {"  attn_config: {attn_type: grouped_query_attention, kv_n_heads: 2}\n", "attn_config.attn_type: grouped_query_attention"},
-           {"  attn_config: {attn_type: multiquery_attention}\n", "attn_config.attn_type: multiquery_attention"},
-           {"  attn_config:\n    kv_n_heads: 2\n", "m.yaml:6: model 'm1' attn_config.kv_n_heads: 2"},
-           {"  attn_config: {sliding_window_size: 4096}\n", "attn_config.sliding_window_size: 4096"},
            {"  attn_config: {prefix_lm: true}\n", "attn_config.prefix_lm: true"},
            {"  attn_config: {qk_ln: true}\n", "attn_config.qk_ln: true"},
            {"  attn_config: {attn_uses_sequence_id: true}\n", "attn_config.attn_uses_sequence_id: true"},
-           {"  ffn_config: {ffn_type: mptglu, ffn_act_fn: {name: silu}}\n", "ffn_config.ffn_type: mptglu"},
-           {"  ffn_config: {ffn_act_fn: {name: silu}}\n", "ffn_config.ffn_act_fn"},
-           {"  ffn_config: {ffn_hidden_size: 14336}\n", "ffn_config.ffn_hidden_size: 14336"},
-           {"  ffn_config: {ffn_type: mb_dmoe, moe_num_experts: 8, moe_top_k: 2}\n", "ffn_config.ffn_type: mb_dmoe"},
-           {"  ffn_config: {moe_num_experts: 8}\n", "ffn_config.moe_num_experts: 8"},
-           {"  tie_word_embeddings: false\n", "m.yaml:5: model 'm1' tie_word_embeddings: false"},
-           {"  norm_type: rmsnorm\n", "norm_type: rmsnorm"},
-           {"  head_dim: 64\n", "head_dim: 64"},
-           {"  no_bias: true\n  attention_bias: true\n", "m.yaml:6: model 'm1' attention_bias: true"},
+           {"  attn_config: {seq_parallel_world_size: 2}\n", "attn_config.seq_parallel_world_size: 2"},
+           {"  attn_config: {attn_type: flex_attention}\n", "attn_config.attn_type: flex_attention -- an attention llm-foundry does not register"},
+           {"  ffn_config: {ffn_type: moe_mlp}\n", "ffn_config.ffn_type: moe_mlp -- a feed-forward llm-foundry does not register"},
+           {"  ffn_config: {ffn_act_fn: {name: mish}}\n", "m.yaml:5: model 'm1' ffn_config.ffn_act_fn.name: mish -- an activation other than GELU, SiLU and ReLU"},
+           {"  ffn_config: {ffn_type: mb_moe, shared_expert: true}\n", "ffn_config.shared_expert: true -- MegaBlocks' shared expert"},
+           {"  ffn_config: {ffn_type: mb_moe, moe_weight_parallelism: true}\n", "ffn_config.moe_weight_parallelism: true"},
+           {"  ffn_config: {ffn_type: te_ln_mlp}\n  no_bias: true\n", "ffn_config.ffn_type: te_ln_mlp -- TransformerEngine's LayerNormMLP"},
+           {"  ffn_config: {bias: false}\n", "ffn_config.bias: false -- a feed-forward without biases"},
+           {"  norm_type: low_precision_groupnorm\n", "norm_type: low_precision_groupnorm -- a norm llm-foundry does not register"},
            {"  name: hf_causal_lm\n", "name: hf_causal_lm"},
            {"  block_overrides: {order: []}\n", "block_overrides: a map"}}) {
     const std::string e = add_m1(extra, warnings);
@@ -187,6 +186,96 @@ BOOST_AUTO_TEST_CASE(models_files_refuse_what_tpsim_cannot_model_yet_naming_key_
     }
   }
   BOOST_TEST(warnings.empty());
+}
+
+// What llm-foundry itself refuses (MPTConfig, its attention classes and FFN builders), or tpsim
+// refuses in words of its own (expert parallelism): one line naming the key and value.
+BOOST_AUTO_TEST_CASE(models_files_refuse_what_llm_foundry_refuses) {
+  std::vector<std::string> warnings;
+  for (const auto& [extra, named] : std::vector<std::pair<std::string, std::string>>{
+           {"  attn_config:\n    kv_n_heads: 2\n", "m.yaml:6: model 'm1' attn_config.kv_n_heads: 2 -- multihead_attention has as many K and V heads"},
+           {"  attn_config: {attn_type: grouped_query_attention}\n", "grouped_query_attention needs kv_n_heads"},
+           {"  attn_config: {attn_type: multiquery_attention, kv_n_heads: 2}\n", "multiquery_attention has one K and V head"},
+           {"  attn_config: {alibi: true, rope: true}\n", "attn_config.rope: true -- ALiBi and RoPE together"},
+           {"  attn_config: {nope: true}\n", "attn_config.nope: true -- llm-foundry refuses nope as the default position encoding"},
+           {"  attn_config: {sliding_window_size: 0}\n", "attn_config.sliding_window_size must be -1 (no window) or positive"},
+           {"  ffn_config: {ffn_type: mptgeglu}\n", "ffn_config.ffn_type: mptgeglu -- llm-foundry renamed it mptglu"},
+           {"  ffn_config: {ffn_type: te_ln_mlp, ffn_act_fn: {name: gelu}}\n", "llm-foundry refuses custom activations for te_ln_mlp"},
+           {"  ffn_config: {moe_num_experts: 8}\n", "ffn_config.moe_num_experts: 8 -- a mixture-of-experts setting beside ffn_type mptmlp"},
+           {"  ffn_config: {ffn_type: mb_dmoe, moe_world_size: 8}\n", "ffn_config.moe_world_size: 8 -- tpsim cannot model expert parallelism yet"},
+           {"  ffn_config: {ffn_type: torch_dmoe, moe_num_experts: 8, moe_top_k: 2}\n", "torch_dmoe needs mlp_type"},
+           {"  ffn_config: {ffn_type: mb_moe, moe_num_experts: 4, moe_top_k: 8}\n", "top_k (8) must be between 1 and the number of experts (4)"},
+           {"  ffn_config: {ffn_act_fn: {name: relu, approximate: tanh}}\n", "an argument torch.nn.functional.relu does not take"}}) {
+    const std::string e = add_m1(extra, warnings);
+    BOOST_TEST_CONTEXT(extra) {
+      BOOST_TEST(contains(e, "m.yaml:"));
+      BOOST_TEST(contains(e, named), e);
+    }
+  }
+  ModelCatalog c;
+  BOOST_TEST(contains(error_of([&] { c.add_yaml("m: {d_model: 1024, n_heads: 7, n_layers: 2, head_dim: 96}\n", "m.yaml", warnings); }),
+                      "n_heads (7) does not divide d_model (1024), which llm-foundry requires also with head_dim"));
+}
+
+// Issue 14: published models written as llm-foundry MPT blocks count exactly as llm-foundry's
+// mpt_get_total_params (RMSNorm: a weight; no_bias: no bias anywhere, the LayerNorms' included).
+BOOST_AUTO_TEST_CASE(models_files_model_llama_mistral_qwen_and_mixtral_exactly) {
+  std::vector<std::string> warnings;
+  ModelCatalog c;
+  c.add_yaml(
+      "llama3:\n  d_model: 4096\n  n_heads: 32\n  n_layers: 32\n  vocab_size: 128256\n  norm_type: rmsnorm\n"
+      "  no_bias: true\n  tie_word_embeddings: false\n"
+      "  attn_config: {attn_type: grouped_query_attention, kv_n_heads: 8, rope: true, rope_theta: 500000}\n"
+      "  ffn_config: {ffn_type: mptglu, ffn_act_fn: {name: silu}, ffn_hidden_size: 14336}\n"
+      "mistral:\n  d_model: 4096\n  n_heads: 32\n  n_layers: 32\n  vocab_size: 32000\n  norm_type: low_precision_rmsnorm\n"
+      "  no_bias: true\n  tie_word_embeddings: false\n"
+      "  attn_config: {attn_type: grouped_query_attention, kv_n_heads: 8, rope: true, sliding_window_size: 4096}\n"
+      "  ffn_config: {ffn_type: mptglu, ffn_act_fn: {name: silu}, ffn_hidden_size: 14336}\n"
+      "qwen25:\n  d_model: 3584\n  n_heads: 28\n  n_layers: 28\n  vocab_size: 152064\n  norm_type: rmsnorm\n"
+      "  no_bias: true\n  attention_bias: true\n  tie_word_embeddings: false\n"
+      "  attn_config: {attn_type: grouped_query_attention, kv_n_heads: 4, rope: true}\n"
+      "  ffn_config: {ffn_type: mptglu, ffn_act_fn: {name: silu}, ffn_hidden_size: 18944}\n"
+      "mixtral:\n  d_model: 4096\n  n_heads: 32\n  n_layers: 32\n  vocab_size: 32000\n  norm_type: rmsnorm\n"
+      "  no_bias: true\n  tie_word_embeddings: false\n"
+      "  attn_config: {attn_type: grouped_query_attention, kv_n_heads: 8, rope: true}\n"
+      "  ffn_config: {ffn_type: mb_dmoe, mlp_type: glu, ffn_act_fn: {name: silu}, ffn_hidden_size: 14336,\n"
+      "               moe_num_experts: 8, moe_top_k: 2, moe_world_size: 1, moe_loss_weight: 0.02}\n"
+      "mpt7b:\n  d_model: 4096\n  n_heads: 32\n  n_layers: 32\n  vocab_size: 50432\n  no_bias: true\n"
+      "  attn_config: {alibi: true}\n"
+      "mqa:\n  d_model: 1024\n  n_heads: 8\n  n_layers: 4\n  head_dim: 64\n  attn_config: {attn_type: multiquery_attention}\n",
+      "m.yaml", warnings);
+  BOOST_TEST(warnings.empty());
+  // Llama-3-8B: per block Q and out 2 * 4096^2, K and V 2 * 4096 * 1024 (8 heads of 128): 41,943,040;
+  // SwiGLU 3 * 4096 * 14336 = 176,160,768; two RMSNorms 8,192: 218,112,000. 32 blocks 6,979,584,000;
+  // untied wte and lm_head 2 * 128256 * 4096 = 1,050,673,152; norm_f 4,096. Published: 8,030,261,248.
+  const ModelConfig& llama = c.get("llama3");
+  BOOST_TEST((llama.positions == PositionKind::kRope));
+  BOOST_TEST((llama.norm == NormKind::kRmsNorm && llama.ffn == FfnKind::kGlu && llama.activation == Activation::kSilu));
+  BOOST_TEST(parameter_count(llama, 8192) == 8030261248);
+  // Mistral-7B-v0.1: Llama-3-8B's blocks, vocabulary 32000: 6,979,584,000 + 2 * 32000 * 4096 + 4096.
+  BOOST_TEST(c.get("mistral").sliding_window == 4096);
+  BOOST_TEST(parameter_count(c.get("mistral"), 4096) == 7241732096);
+  // Qwen2.5-7B: per block Q and out 2 * 3584^2 = 25,690,112, K and V 2 * 3584 * 512 = 3,670,016, QKV
+  // biases (attention_bias over no_bias) 3584 + 2 * 512 = 4,608, SwiGLU 3 * 3584 * 18944 = 203,685,888,
+  // norms 7,168: 233,057,792; 28 blocks 6,525,618,176; 2 * 152064 * 3584 = 1,089,994,752; 3,584.
+  const ModelConfig& qwen = c.get("qwen25");
+  BOOST_TEST((qwen.qkv_bias && !qwen.linear_bias && !qwen.norm_bias));
+  BOOST_TEST(parameter_count(qwen, 4096) == 7615616512);
+  // Mixtral-8x7B: attention 41,943,040, norms 8,192, router 4096 * 8 = 32,768, experts
+  // 8 * 3 * 4096 * 14336 = 1,409,286,144 (no output bias under no_bias): 1,451,270,144 per block;
+  // 32 blocks 46,440,644,608; 2 * 32000 * 4096 = 262,144,000; 4,096. Published: 46,702,792,704.
+  const ModelConfig& mixtral = c.get("mixtral");
+  BOOST_TEST((mixtral.moe.experts == 8 && mixtral.moe.top_k == 2 && mixtral.moe.d_expert == 14336));
+  BOOST_TEST((mixtral.moe.capacity_factor == 0.0 && !mixtral.moe.output_bias && mixtral.ffn == FfnKind::kGlu));
+  BOOST_TEST(parameter_count(mixtral, 4096) == 46702792704);
+  // mosaicml/mpt-7b: ALiBi, no_bias (LayerNorms without bias), vocabulary 50432:
+  // 32 * (12 * 4096^2 + 2 * 4096) + 50432 * 4096 + 4096 = 6,649,286,656.
+  const ModelConfig& mpt = c.get("mpt7b");
+  BOOST_TEST((mpt.positions == PositionKind::kAlibi));
+  BOOST_TEST(parameter_count(mpt, 2048) == 6649286656);
+  // Multi-query attention with head_dim 64 of 8 heads: Q and out 1024 x 512, K and V 1024 x 64 each.
+  const ModelConfig& mqa = c.get("mqa");
+  BOOST_TEST((mqa.kv_heads() == 1 && mqa.q_dim() == 512 && mqa.kv_dim() == 64));
 }
 
 BOOST_AUTO_TEST_CASE(models_files_refuse_unknown_keys_naming_the_nearest_known_one) {

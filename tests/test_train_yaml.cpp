@@ -37,11 +37,10 @@ BOOST_AUTO_TEST_CASE(the_shipped_examples_read) {
 BOOST_AUTO_TEST_CASE(references_resolve_with_their_types) {
   ::setenv("TPSIM_TEST_SEQ", "4096", 1);
   const TrainYaml t = parse_train_yaml(
-      "a: {b: 1024}\n"
-      "seq: ${oc.env:TPSIM_TEST_SEQ}\n"
-      "max_seq_len: ${seq}\n"
-      "run_name: run-${a.b}-${seq}\n"
-      "model:\n  d_model: ${a.b}\n  n_heads: 8\n  n_layers: 2\n  max_seq_len: ${max_seq_len}\n"
+      "variables: {a: {b: 1024}, seq: '${oc.env:TPSIM_TEST_SEQ}'}\n"  // issue 14: own values under variables
+      "max_seq_len: ${variables.seq}\n"
+      "run_name: run-${variables.a.b}-${variables.seq}\n"
+      "model:\n  d_model: ${variables.a.b}\n  n_heads: 8\n  n_layers: 2\n  max_seq_len: ${max_seq_len}\n"
       "device_train_microbatch_size: ${oc.env:TPSIM_TEST_UNSET,3}\n",
       "t.yaml");
   BOOST_TEST(t.model.d_model == 1024);
@@ -80,14 +79,14 @@ BOOST_AUTO_TEST_CASE(model_blocks_read_strictly_as_models_files_do) {
                                                 "  init_config: {name: kaiming_normal_}\n", "t.yaml");
   BOOST_TEST(!t.model.learned_positions());
   BOOST_TEST(t.ignored == (std::vector<std::string>{"model.loss_fn", "model.attn_config.attn_pdrop", "model.init_config.name"}));
+  // Grouped-query attention, mixtures of experts and untied embeddings are modelled (issue 14).
+  const TrainYaml g = parse_train_yaml(kModel + "  attn_config:\n    attn_type: grouped_query_attention\n    kv_n_heads: 2\n", "t.yaml");
+  BOOST_TEST(g.model.kv_heads() == 2);
+  BOOST_TEST(parse_train_yaml(kModel + "  ffn_config: {ffn_type: mb_dmoe, moe_num_experts: 4}\n", "t.yaml").model.moe.experts == 4);
+  BOOST_TEST(!parse_train_yaml(kModel + "  tie_word_embeddings: false\n", "t.yaml").model.tie_embeddings);
   // Known, matters, not modelled yet: an error naming file:line, key and value.
-  BOOST_TEST(error_of([] { parse_train_yaml(kModel + "  attn_config:\n    attn_type: grouped_query_attention\n    kv_n_heads: 2\n", "t.yaml"); }) ==
-             "t.yaml:7: model.attn_config.attn_type: grouped_query_attention -- grouped-query and multi-query attention "
-             "(fewer K and V heads than query heads): tpsim cannot model it yet");
-  BOOST_TEST(contains(error_of([] { parse_train_yaml(kModel + "  ffn_config: {ffn_type: mb_dmoe, moe_num_experts: 4}\n", "t.yaml"); }),
-                      "t.yaml:6: model.ffn_config.ffn_type: mb_dmoe -- a mixture-of-experts feed-forward"));
-  BOOST_TEST(contains(error_of([] { parse_train_yaml(kModel + "  tie_word_embeddings: false\n", "t.yaml"); }),
-                      "t.yaml:6: model.tie_word_embeddings: false -- untied"));
+  BOOST_TEST(error_of([] { parse_train_yaml(kModel + "  attn_config:\n    prefix_lm: true\n", "t.yaml"); }) ==
+             "t.yaml:7: model.attn_config.prefix_lm: true -- prefix-LM (partly bidirectional) attention: tpsim cannot model it yet");
   BOOST_TEST(contains(error_of([] { parse_train_yaml("model: {name: hf_causal_lm, pretrained_model_name_or_path: x}\n", "t.yaml"); }),
                       "t.yaml:1: model.name: hf_causal_lm"));
   // Unknown: the nearest known key.
@@ -133,6 +132,65 @@ BOOST_AUTO_TEST_CASE(llm_foundrys_own_mpt_yamls_read) {
     }
   }
   BOOST_TEST(read == 11);
-  BOOST_TEST(contains(error_of([&] { read_train_yaml(dir / "testing-moe.yaml"); }), "ffn_config.ffn_type: mb_dmoe"));
+  BOOST_TEST(read_train_yaml(dir / "testing-moe.yaml").model.moe.experts == 4);  // issue 14: modelled
   BOOST_TEST(contains(error_of([&] { read_train_yaml(dir / "hf-llama-3.1-8B.yaml"); }), "model.name: hf_causal_lm"));
+}
+
+// Issue 14: llm-foundry's activation_checkpointing_target (act_ckpt.py) beside
+// fsdp_config.activation_checkpointing. Whole blocks (null, [], MPTBlock) are full checkpointing;
+// anything else is an error naming the value when the run checkpoints, and ignored when it does not.
+BOOST_AUTO_TEST_CASE(checkpointing_targets_map_onto_full_or_are_errors) {
+  const std::string ckpt = "fsdp_config: {activation_checkpointing: true}\n";
+  for (const char* target : {"null", "MPTBlock", "mptblock", "[]", "[MPTBlock]"}) {
+    const TrainYaml t = parse_train_yaml(kModel + "  activation_checkpointing_target: " + target + "\n" + ckpt, "t.yaml");
+    BOOST_TEST((*t.checkpointing == Checkpointing::kFull), target);
+  }
+  BOOST_TEST(error_of([&] { parse_train_yaml(kModel + "  activation_checkpointing_target: grouped_query_attention\n" + ckpt, "t.yaml"); }) ==
+             "t.yaml:6: model.activation_checkpointing_target: grouped_query_attention -- tpsim models checkpointing of whole "
+             "blocks (full) or of the attention core (selective); checkpointing grouped_query_attention is neither "
+             "(grouped_query_attention checkpoints the whole attention module, its Q, K, V and out projections with the "
+             "core; selective recomputes only the core)");
+  for (const auto& [target, named] : std::vector<std::pair<std::string, std::string>>{
+           {"mptmlp", "checkpointing mptmlp is neither (mptmlp checkpoints the feed-forward alone)"},
+           {"norm_attn_norm", "checkpointing norm_attn_norm is neither"},
+           {"[MPTBlock, mptglu]", "checkpointing [MPTBlock, mptglu] is neither (mptglu checkpoints the feed-forward alone)"},
+           {"{MPTBlock: first-4}", "checkpointing {MPTBlock: first-4} is neither (llm-foundry checkpoints the modules it names in the chosen blocks only"},
+           {"blocks", "blocks is not a module llm-foundry checkpoints"}}) {
+    const std::string e = error_of([&] { parse_train_yaml(kModel + "  activation_checkpointing_target: " + target + "\n" + ckpt, "t.yaml"); });
+    BOOST_TEST(contains(e, "t.yaml:6: model.activation_checkpointing_target: "), target);
+    BOOST_TEST(contains(e, named), e);
+  }
+  // A run that does not checkpoint never reads the target: listed as ignored.
+  const TrainYaml off = parse_train_yaml(kModel + "  activation_checkpointing_target: mptmlp\nfsdp_config: {activation_checkpointing: false}\n", "t.yaml");
+  BOOST_TEST((*off.checkpointing == Checkpointing::kNone));
+  BOOST_TEST(off.ignored.back() == "model.activation_checkpointing_target");
+  // Without fsdp_config the run may checkpoint (--ckpt, a sweep): the target is an error.
+  BOOST_TEST(contains(error_of([&] { parse_train_yaml(kModel + "  activation_checkpointing_target: mptmlp\n", "t.yaml"); }), "is neither"));
+  // A --models entry serves runs that may checkpoint: the same error.
+  std::vector<std::string> warnings;
+  ModelCatalog c;
+  BOOST_TEST(contains(error_of([&] { c.add_yaml("m: {d_model: 512, n_heads: 8, n_layers: 2, activation_checkpointing_target: mptmlp}\n", "m.yaml", warnings); }),
+                      "m.yaml:1: model 'm' activation_checkpointing_target: mptmlp -- tpsim models checkpointing"));
+}
+
+// Issue 14: the top-level keys are llm-foundry's TrainConfig fields (config_utils.py); train.py
+// refuses any other. Those that change the speed and are not modelled are refused by name.
+BOOST_AUTO_TEST_CASE(top_level_keys_are_llm_foundrys_train_config) {
+  const TrainYaml t = parse_train_yaml(kModel + "variables: {x: 1}\ntokenizer: {name: gpt2}\noptimizer: {name: adamw}\n"
+                                                "eval_first: false\ncompile_config: null\nseed: 17\n", "t.yaml");
+  BOOST_TEST(t.ignored == (std::vector<std::string>{"variables", "tokenizer", "optimizer", "eval_first", "seed"}));
+  BOOST_TEST(error_of([] { parse_train_yaml(kModel + "optimiser: {name: adamw}\n", "t.yaml"); }) ==
+             "t.yaml:6: unknown top-level key 'optimiser' (did you mean optimizer?): llm-foundry's train.py refuses keys "
+             "outside its TrainConfig (values of your own go under variables)");
+  BOOST_TEST(error_of([] { parse_train_yaml(kModel + "compile_config: {mode: max-autotune}\n", "t.yaml"); }) ==
+             "t.yaml:6: compile_config -- torch.compile of the model: tpsim cannot model it yet");
+  BOOST_TEST(contains(error_of([] { parse_train_yaml(kModel + "tp_config: {tensor_parallel_degree: 2}\n", "t.yaml"); }),
+                      "t.yaml:6: tp_config -- tensor parallelism: tpsim cannot model it yet"));
+  BOOST_TEST(contains(error_of([] { parse_train_yaml(kModel + "parallelism_config: {tp: {tensor_parallel_degree: 2}}\n", "t.yaml"); }),
+                      "t.yaml:6: parallelism_config -- parallelism settings beyond fsdp_config"));
+  // Model kinds: hf_t5 is an encoder-decoder; an unregistered name is refused.
+  BOOST_TEST(contains(error_of([] { parse_train_yaml("model: {name: hf_t5, pretrained_model_name_or_path: t5-small}\n", "t.yaml"); }),
+                      "t.yaml:1: model.name: hf_t5 -- an encoder-decoder model (T5)"));
+  BOOST_TEST(contains(error_of([] { parse_train_yaml("model: {name: bert, d_model: 8, n_heads: 1, n_layers: 1}\n", "t.yaml"); }),
+                      "model.name: bert -- a model other than llm-foundry's mpt_causal_lm"));
 }
