@@ -130,14 +130,14 @@ Rate predict_rate(const ModelCatalog& catalog, const DeviceSpec& device, const C
   for (const ModelConfig& m : catalog.models())
     for (int64_t seq = 512; seq <= 65536; seq *= 2)
       for (int64_t mb : {1, 2, 4, 8})
-        for (bool ckpt : {false, true})
+        for (Checkpointing ckpt : {Checkpointing::kNone, Checkpointing::kFull})  // the mix as before selective
           for (Sharding sh : {Sharding::kFullShard, Sharding::kShardGradOp}) {
             TrainConfig c;
             c.seq_len = seq;
             c.n_gpus = 8;
             c.micro_batch = mb;
             c.global_batch = mb * 4 * 8;
-            c.checkpointing = ckpt ? Checkpointing::kFull : Checkpointing::kNone;
+            c.checkpointing = ckpt;
             c.sharding = sh;
             if (check_config(m, device, params, c).empty()) configs.emplace_back(&m, c);
           }

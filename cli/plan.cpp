@@ -15,6 +15,7 @@
 #include "cli/run_settings.hpp"
 #include "io/error.hpp"
 #include "io/files.hpp"
+#include "io/measured_table.hpp"
 #include "io/plots.hpp"
 #include "io/progress.hpp"
 #include "io/text_format.hpp"
@@ -70,11 +71,12 @@ void set_asked_batch(const PlanOptions& o, const RunSettings& run, PlanRequest& 
   }
 }
 
-// What the flags restrict: --sharding, --ckpt/--no-ckpt, --micro-batch N (auto, or none, scans them all).
+// What the flags restrict: --sharding, --ckpt KIND/--no-ckpt (--ckpt any widens the space to
+// selective too), --micro-batch N (auto, or none, scans them all).
 SearchSpace plan_space(const PlanOptions& o, const RunSettings& run) {
   SearchSpace space;
   if (run.sharding && !o.run.sharding.empty()) space.shardings = {*run.sharding};
-  if (o.run.ckpt) space.checkpointing = {*o.run.ckpt ? Checkpointing::kFull : Checkpointing::kNone};
+  if (!run.ckpt_asked.empty()) space.checkpointing = run.ckpt_asked;
   if (!o.run.micro_batch.empty() && !run.micro_batch_auto) space.micro_batches = {*run.micro_batch};
   return space;
 }
@@ -110,7 +112,7 @@ std::string batch_note(const PlanRequest& r, const TrainConfig& cfg) {
 }
 
 std::string choice_name(const Layout& l) {
-  return std::string(to_string(l.sharding)) + (l.checkpointing != Checkpointing::kNone ? ", checkpointing" : ", no checkpointing");
+  return std::string(to_string(l.sharding)) + ", " + checkpointing_phrase(l.checkpointing);
 }
 
 std::string rejection_reason(const PlanRequest& r, const PlanRejection& p) {
@@ -187,7 +189,7 @@ std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c, const
   std::vector<Cell> row = {Cell::integer_value(rank), Cell::str(c.device->id), Cell::integer_value(c.cfg.n_gpus),
                            Cell::integer_value(c.cfg.micro_batch), Cell::integer_value(c.cfg.grad_accum()),
                            Cell::integer_value(c.cfg.global_batch), Cell::integer_value(c.cfg.global_batch * c.cfg.seq_len),
-                           Cell::flag(c.cfg.checkpointing != Checkpointing::kNone), Cell::str(std::string(to_string(c.cfg.sharding))),
+                           checkpointing_cell(c.cfg.checkpointing), Cell::str(std::string(to_string(c.cfg.sharding))),
                            Cell::integer_value(static_cast<int64_t>(t)),
                            interval ? Cell::integer_value(static_cast<int64_t>(lo)) : Cell::empty(),
                            interval ? Cell::integer_value(static_cast<int64_t>(hi)) : Cell::empty(),
@@ -200,10 +202,11 @@ std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c, const
 
 void add_bar(StackedBars& bars, const PlannedConfig& c, int rank) {
   static const char* kShort[] = {"full", "grad-op", "no-shard", "hybrid"};
+  static const char* kCkpt[] = {"", " selective ckpt", " ckpt"};  // none, selective, full
   const StepBreakdown& t = c.prediction.time;
   bars.bars.push_back("#" + std::to_string(rank) + " " + c.device->id + " x" + std::to_string(c.cfg.n_gpus) + " mb" +
                       std::to_string(c.cfg.micro_batch) + " " + kShort[static_cast<int>(c.cfg.sharding)] +
-                      (c.cfg.checkpointing != Checkpointing::kNone ? " ckpt" : ""));
+                      kCkpt[static_cast<int>(c.cfg.checkpointing)]);
   bars.values.push_back({t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s});
 }
 
@@ -225,7 +228,7 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
     }
     const Prediction& p = it->prediction;
     std::vector<Cell> row = {Cell::str(d), Cell::integer_value(it->cfg.n_gpus), Cell::integer_value(it->cfg.micro_batch),
-                             Cell::flag(it->cfg.checkpointing != Checkpointing::kNone), Cell::str(std::string(to_string(it->cfg.sharding))),
+                             checkpointing_cell(it->cfg.checkpointing), Cell::str(std::string(to_string(it->cfg.sharding))),
                              Cell::integer_value(static_cast<int64_t>(p.tokens_per_s)), Cell::num(100 * p.mfu, 2)};
     const double days = r.train_tokens / p.tokens_per_s / 86400.0;
     if (r.train_tokens > 0) row.push_back(Cell::num(days, 2));
@@ -271,7 +274,7 @@ void run_plan(const PlanOptions& o) {
 void register_plan(CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand("plan", "rank the configurations that fit by time to train or cost");
-  add_run_flags(cmd, o->run, /*with_sharding_and_ckpt=*/true);
+  add_run_flags(cmd, o->run, /*with_sharding_and_ckpt=*/true, /*ckpt_any=*/true);
   cmd->add_option("--device", o->devices, "device id(s), comma-separated, compared side by side")->default_val("h100_80gb");
   cmd->add_option("--gpus", o->gpus, "GPU counts to consider: list (32,64,128) or range by powers of two (8..512)");
   cmd->add_option("--tokens", o->tokens, "tokens to train (1T = 1e12): adds time to train, GPU-hours and cost");

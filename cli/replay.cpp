@@ -16,6 +16,7 @@
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
+#include "cli/run_settings.hpp"
 
 namespace tpsim {
 namespace {
@@ -28,7 +29,7 @@ struct ReplayFlags {
   std::string seq;
   std::string micro_batch;
   std::string layers;  // empty: all of the model's
-  bool ckpt = false;
+  std::optional<std::string> ckpt;  // unset: none
   std::string precision;  // empty: fp32 on the CPU, amp_bf16 on a GPU
 };
 
@@ -62,7 +63,7 @@ void run_replay(const ReplayFlags& f) {
   o.step.seq_len = parse_count("--seq", f.seq, kMaxSeqLen);
   o.step.micro_batch = parse_count("--micro-batch", f.micro_batch, 1 << 20);
   o.step.layers = f.layers.empty() ? o.model.n_layers : parse_count("--layers", f.layers, 1 << 16);
-  o.step.checkpointing = f.ckpt ? Checkpointing::kFull : Checkpointing::kNone;
+  o.step.checkpointing = f.ckpt ? parse_ckpt_flag(*f.ckpt, /*any_allowed=*/false).front() : Checkpointing::kNone;
   const std::string precision_text = !f.precision.empty() ? f.precision : (o.gpu ? "amp_bf16" : "fp32");
   o.step.precision = parse_precision_flag("--precision", precision_text);
   const std::vector<StepOp> ops = replay_ops(o);
@@ -78,7 +79,7 @@ void run_replay(const ReplayFlags& f) {
       throw Error("--precision " + precision_text + ": the " + info.backend + " backend cannot run " + s.op.name +
                   " (" + why + ")" + (o.gpu ? "" : "; the CPU backend runs fp32 only: --precision fp32"));
   std::cerr << "tpsim replay: " << o.model.name << ", seq " << o.step.seq_len << ", micro-batch " << o.step.micro_batch
-            << ", " << o.step.layers << " of " << o.model.n_layers << " blocks" << (f.ckpt ? ", checkpointing" : "")
+            << ", " << o.step.layers << " of " << o.model.n_layers << " blocks" << (o.step.checkpointing != Checkpointing::kNone ? ", " + checkpointing_phrase(o.step.checkpointing) : "")
             << ", " << precision_text << ", " << ops.size() << " ops on " << info.device_name << "\n";
   const Replay r = replay_step(o, ops, *backend, device, profile.params);
   emit(render_replay(r, o, precision_text, info.backend, device_id, ctx.format()), ctx.output());
@@ -95,7 +96,7 @@ void register_replay(CLI::App& app) {
   cmd->add_option("--seq", o->seq, "sequence length")->required();
   cmd->add_option("--micro-batch", o->micro_batch, "sequences per step")->required();
   cmd->add_option("--layers", o->layers, "blocks to run (1..n_layers; the block part is scaled by n_layers / K)");
-  cmd->add_flag("--ckpt", o->ckpt, "activation checkpointing: each block's forward runs again before its backward");
+  add_ckpt_flags(cmd, o->ckpt, /*any=*/false);
   cmd->add_option("--precision", o->precision, "amp_bf16, amp_fp16, amp_fp8, bf16 or fp32 (default: fp32 on the CPU, amp_bf16 on a GPU)");
   add_common_options(cmd, o->common);
   cmd->callback([o] { run_replay(*o); });

@@ -1,4 +1,5 @@
 #include "cli/report.hpp"
+#include "io/measured_table.hpp"
 #include "model/units.hpp"
 
 namespace tpsim {
@@ -51,7 +52,7 @@ std::vector<Cell> prediction_row(const std::string& model, const std::string& de
       Cell::str(std::string(to_string(cfg.precision))),
       Cell::str(std::string(to_string(cfg.mp_mode))),
       Cell::str(std::string(to_string(cfg.sharding))),
-      Cell::flag(cfg.checkpointing != Checkpointing::kNone),
+      checkpointing_cell(cfg.checkpointing),  // True / False as llm-foundry writes them; selective
       Cell::flag(false),
       Cell::integer_value(p.n_params),
       // tpsim's columns

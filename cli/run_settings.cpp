@@ -7,7 +7,38 @@
 
 namespace tpsim {
 
-void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt) {
+void add_ckpt_flags(CLI::App* cmd, std::optional<std::string>& value, bool any) {
+  // An option with an optional value: CLI11 hands a bare --ckpt over as "". The last one given wins
+  // (TakeLast), and --no-ckpt, declared after, wins over any --ckpt as it did between the switches.
+  cmd->add_option_function<std::string>(
+         "--ckpt", [&value](const std::string& v) { value = v.empty() ? "full" : v; },
+         any ? "activation checkpointing: none, selective (the attention core is recomputed), full (each block's "
+               "forward is; a bare --ckpt), or any (search all three)"
+             : "activation checkpointing: none, selective (the attention core is recomputed) or full (each block's "
+               "forward is; a bare --ckpt)")
+      ->expected(0, 1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->type_name(any ? "[none|selective|full|any]" : "[none|selective|full]");
+  cmd->add_flag_function(
+      "--no-ckpt", [&value](int64_t) { value = "none"; }, "activation checkpointing off (--ckpt none)");
+}
+
+std::vector<Checkpointing> parse_ckpt_flag(const std::string& text, bool any_allowed) {
+  if (const auto c = parse_checkpointing(text)) return {*c};
+  if (any_allowed && text == "any") return {kAllCheckpointings.begin(), kAllCheckpointings.end()};
+  throw Error("--ckpt '" + text + "': expected none, selective or full" + (any_allowed ? " (or any)" : ""));
+}
+
+std::string checkpointing_phrase(Checkpointing c) {
+  switch (c) {
+    case Checkpointing::kNone: return "no checkpointing";
+    case Checkpointing::kSelective: return "selective checkpointing";
+    case Checkpointing::kFull: return "checkpointing";
+  }
+  return {};
+}
+
+void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt, bool ckpt_any) {
   cmd->add_option("--config", f.config, "llm-foundry training YAML (flags override it)");
   cmd->add_option("--model", f.model, "model name (catalogue or --models file); default: the --config's model");
   cmd->add_option("--seq", f.seq, "sequence length; default: the --config's max_seq_len");
@@ -16,10 +47,8 @@ void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt) {
   if (with_sharding_and_ckpt) {
     cmd->add_option("--micro-batch", f.micro_batch, "sequences per micro-batch per GPU, or auto (the largest that fits)");
     cmd->add_option("--sharding", f.sharding, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD (default FULL_SHARD)");
-    cmd->add_flag_function(
-        "--ckpt", [&f](int64_t) { f.ckpt = true; }, "activation checkpointing on");
-    cmd->add_flag_function(
-        "--no-ckpt", [&f](int64_t) { f.ckpt = false; }, "activation checkpointing off (the default)");
+    f.ckpt_any = ckpt_any;
+    add_ckpt_flags(cmd, f.ckpt, ckpt_any);
   }
 }
 
@@ -58,7 +87,10 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
   if (!f.precision.empty()) s.precision = parse_precision_flag("--precision", f.precision);
   if (!f.mp_mode.empty()) s.mp_mode = parse_mp_mode_flag("--mp-mode", f.mp_mode);
   if (!f.sharding.empty()) s.sharding = parse_sharding_flag("--sharding", f.sharding);
-  if (f.ckpt) s.checkpointing = *f.ckpt ? Checkpointing::kFull : Checkpointing::kNone;
+  if (f.ckpt) {
+    s.ckpt_asked = parse_ckpt_flag(*f.ckpt, f.ckpt_any);
+    if (s.ckpt_asked.size() == 1) s.checkpointing = s.ckpt_asked.front();
+  }
   if (!s.model) throw Error("--model: no model given (name one, or give --config with a model: block)");
   if (!s.seq_len) throw Error("--seq: no sequence length given (or max_seq_len in --config)");
   return s;

@@ -16,12 +16,27 @@ namespace tpsim {
 struct RunFlags {
   std::string config;  // llm-foundry training YAML
   std::string model, seq, micro_batch, global_batch, grad_accum, precision, mp_mode, sharding;
-  std::optional<bool> ckpt;
+  std::optional<std::string> ckpt;  // --ckpt's value ("full" when bare, "none" from --no-ckpt); unset: not given
+  bool ckpt_any = false;            // the command searches: --ckpt also takes any
 };
 
 // --config, --model, --seq, --micro-batch (a number or auto), --precision, --mp-mode, --sharding,
-// --ckpt/--no-ckpt. Commands add their own batch flags.
-void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt);
+// --ckpt[=KIND]/--no-ckpt (with `ckpt_any`, also --ckpt any). Commands add their own batch flags.
+void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt, bool ckpt_any = false);
+
+// --ckpt [none|selective|full] (a bare --ckpt is full, as it was when it was a switch) and --no-ckpt
+// (none), into `value`, the last given winning; with `any`, --ckpt any too (every kind, for the
+// commands that search). The value is checked by parse_ckpt_flag.
+void add_ckpt_flags(CLI::App* cmd, std::optional<std::string>& value, bool any);
+
+// The kinds --ckpt's value names: one, or with `any_allowed` every kind for any (none, selective,
+// full: the order the search breaks ties in). Else an error naming the flag and its values.
+std::vector<Checkpointing> parse_ckpt_flag(const std::string& text, bool any_allowed);
+
+// How text (plan's choices, sweep's heat-map notes, replay's banner) names a kind: "no
+// checkpointing", "selective checkpointing", "checkpointing" (full: what llm-foundry's
+// activation_checkpointing does, and what these texts said before selective existed).
+std::string checkpointing_phrase(Checkpointing c);
 
 struct RunSettings {
   std::optional<ModelConfig> model;
@@ -33,7 +48,8 @@ struct RunSettings {
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
   std::optional<Sharding> sharding;
-  std::optional<Checkpointing> checkpointing;
+  std::optional<Checkpointing> checkpointing;  // the YAML's, or the one kind --ckpt names
+  std::vector<Checkpointing> ckpt_asked;       // what --ckpt names (every kind for any); empty: not given
   std::string config_origin;  // the YAML, if any
   // What the YAML has that the simulator ignores or models differently: printed by print_notes once
   // the command's input is known to be good, so that bad input stays one line on stderr.

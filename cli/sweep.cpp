@@ -1,5 +1,6 @@
 // tpsim sweep: for every (device, model, sequence length, GPU count), the fastest configuration
-// that fits in memory, searched over micro-batch, activation checkpointing and sharding strategy.
+// that fits in memory, searched over micro-batch, activation checkpointing (none and full, as
+// llm-foundry runs them; --ckpt KIND one kind, --ckpt any selective too) and sharding strategy.
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
 #include "cli/report.hpp"
+#include "cli/run_settings.hpp"
 
 namespace tpsim {
 namespace {
@@ -24,6 +26,7 @@ struct SweepOptions {
   std::string seq = "512..65536", gpus = "8", devices = "h100_80gb";
   std::string precision = "amp_bf16", mp_mode = "DEFAULT", tokens = "1Mi";
   std::string shardings = "FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD";
+  std::optional<std::string> ckpt;  // unset: none and full, as llm-foundry can run them
   std::string plot;  // SVG: MFU over model size and sequence length
 };
 
@@ -57,6 +60,7 @@ SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<
   r.space.shardings.clear();
   for (const auto& s : parse_name_list("--shardings", o.shardings))
     r.space.shardings.push_back(parse_sharding_flag("--shardings", s));
+  if (o.ckpt) r.space.checkpointing = parse_ckpt_flag(*o.ckpt, /*any_allowed=*/true);
   return r;
 }
 
@@ -152,7 +156,9 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
   table_.add_row(prediction_row(name, device_id, r.best, r.best_prediction, interval));
   heat_.values[heat_row][column] = 100.0 * r.best_prediction.mfu;
   heat_.notes[heat_row][column] = "micro-batch " + std::to_string(r.best.micro_batch) +
-                                  (r.best.checkpointing != Checkpointing::kNone ? ", checkpointing, " : ", ") +
+                                  (r.best.checkpointing != Checkpointing::kNone
+                                       ? ", " + checkpointing_phrase(r.best.checkpointing) + ", "
+                                       : std::string(", ")) +
                                   std::string(to_string(r.best.sharding));
 }
 
@@ -191,6 +197,7 @@ void register_sweep(CLI::App& app) {
       ->default_val("1Mi");
   cmd->add_option("--shardings", o->shardings, "sharding strategies to search")
       ->default_val("FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD");
+  add_ckpt_flags(cmd, o->ckpt, /*any=*/true);  // not given: none and full
   cmd->add_option("--profile", o->common.profile_files, "device profile JSON (repeatable)");
   cmd->add_option("--plot", o->plot, "also write an SVG heat map of MFU over model size and sequence length");
   cmd->add_option("--format", o->common.format, "output format: md, csv or json")->default_val("md");

@@ -10,6 +10,7 @@
 #include "calibrate/crossval.hpp"
 #include "io/error.hpp"
 #include "io/files.hpp"
+#include "io/measured_table.hpp"
 #include "io/plots.hpp"
 #include "io/progress.hpp"
 #include "cli/args.hpp"
@@ -180,7 +181,7 @@ OutputTable rows_table(const std::vector<RowResult>& results, const Intervals& i
                Cell::str(m.gpu), Cell::integer_value(m.micro_batch), Cell::integer_value(r.row->cfg.grad_accum()),
                Cell::integer_value(m.global_batch), Cell::str(std::string(to_string(m.precision))),
                Cell::str(std::string(to_string(m.mp_mode))), Cell::str(std::string(to_string(m.sharding))),
-               Cell::flag(m.checkpointing != Checkpointing::kNone), Cell::num(m.tokens_per_s, 0), Cell::num(p.tokens_per_s, 0),
+               checkpointing_cell(m.checkpointing), Cell::num(m.tokens_per_s, 0), Cell::num(p.tokens_per_s, 0),
                Cell::num(100 * r.error, 2), low, high, measured(m.mfu_percent), Cell::num(100 * p.mfu, 2),
                measured(m.hfu_percent), Cell::num(100 * p.hfu, 2), Cell::num(p.memory.peak_bytes / kGiB, 1),
                Cell::str(p.fits() ? "yes" : "no"), r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out)});

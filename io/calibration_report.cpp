@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "io/measured_table.hpp"
 #include "io/text_format.hpp"
 
 namespace tpsim {
@@ -379,7 +380,7 @@ std::string render_replay(const Replay& r, const ReplayOptions& o, const std::st
                    "Device", "Threads", "Clock", "Blocks Run", "Blocks", "Block Scale", "Ops",
                    "Measured Step Time (s)", "Predicted Step Time (s)", "Error (%)"};
   total.add_row({Cell::str(model.name), Cell::integer_value(o.step.seq_len), Cell::integer_value(o.step.micro_batch),
-                 Cell::flag(o.step.checkpointing == Checkpointing::kFull), Cell::str(precision), Cell::str(backend), Cell::str(device_id),
+                 checkpointing_cell(o.step.checkpointing), Cell::str(precision), Cell::str(backend), Cell::str(device_id),
                  o.gpu ? Cell::empty() : Cell::integer_value(o.threads),
                  Cell::str(o.gpu ? "device events" : (o.thread_clock ? "thread CPU time" : "wall")),
                  Cell::integer_value(layers), Cell::integer_value(model.n_layers), Cell::num(r.block_scale, 3),

@@ -138,7 +138,7 @@ class RowParser {
     const auto s = parse_sharding(sh);
     if (!s) throw Error(at + ": unknown Sharding Strategy '" + sh + "' (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)");
     r.sharding = *s;
-    r.checkpointing = boolean(cells, "Activation Checkpointing", at) ? Checkpointing::kFull : Checkpointing::kNone;
+    r.checkpointing = checkpointing(cells, "Activation Checkpointing", at);
     if (has("Activation CPUOffload")) r.activation_cpu_offload = boolean(cells, "Activation CPUOffload", at);
     if (has("MFU")) r.mfu_percent = number(cells, "MFU", at);
     if (has("HFU")) r.hfu_percent = number(cells, "HFU", at);
@@ -185,6 +185,18 @@ class RowParser {
     if (s == "true" || s == "1" || s == "yes") return true;
     if (s == "false" || s == "0" || s == "no") return false;
     throw Error(at + ": column '" + col + "' must be True or False, got '" + cell(cells, col, at) + "'");
+  }
+
+  // llm-foundry writes a boolean (True: each block checkpointed whole); tpsim's own rows may say
+  // which kind.
+  Checkpointing checkpointing(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
+    std::string s = text(cells, col, at);
+    std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+    if (s == "true" || s == "1" || s == "yes") return Checkpointing::kFull;
+    if (s == "false" || s == "0" || s == "no") return Checkpointing::kNone;
+    if (const auto c = parse_checkpointing(s)) return *c;
+    throw Error(at + ": column '" + col + "' must be True or False (or none, selective or full), got '" +
+                cell(cells, col, at) + "'");
   }
 
   std::string origin_;
@@ -287,6 +299,11 @@ MeasuredTable parse_measured_table(const std::string& text, const std::string& o
 
 MeasuredTable read_measured_table(const std::filesystem::path& path) {
   return parse_measured_table(read_text_file(path, "table"), path.string());
+}
+
+Cell checkpointing_cell(Checkpointing c) {
+  if (c == Checkpointing::kSelective) return Cell::str(std::string(to_string(c)));
+  return Cell::flag(c == Checkpointing::kFull);
 }
 
 }  // namespace tpsim

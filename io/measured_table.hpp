@@ -5,7 +5,8 @@
 // echoing) but ignored. Throughput comes from `Throughput (T/s)`: `Throughput (S/s)` is rounded
 // down to an integer by llm-foundry and can be 0. A row with one cell more than its header is
 // repaired when the header lacks `Model TFLOP` (seed 001's A100 40GB table), with a warning; any
-// other mismatch is an error naming the line.
+// other mismatch is an error naming the line. `Activation Checkpointing` is llm-foundry's boolean
+// (True, False; also 1/0, yes/no) or tpsim's kind (none, selective, full), in any case.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/output.hpp"
 #include "model/training.hpp"
 
 namespace tpsim {
@@ -59,5 +61,10 @@ struct MeasuredTable {
 
 MeasuredTable parse_measured_table(const std::string& text, const std::string& origin);
 MeasuredTable read_measured_table(const std::filesystem::path& path);
+
+// The `Activation Checkpointing` cell of a row tpsim prints, and reads back: llm-foundry's boolean
+// (True / False) for full and none, as its collect_results.py writes them, and `selective`, which
+// llm-foundry cannot run and has no spelling for.
+Cell checkpointing_cell(Checkpointing c);
 
 }  // namespace tpsim

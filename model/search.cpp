@@ -163,14 +163,30 @@ void Searcher::search_listed(TrainConfig cfg, size_t index) {
   }
 }
 
-// Rule 2: with checkpointing, the micro-batches that fit without it (an earlier layout with the
-// same sharding) are slower or equal, and equal goes to the earlier layout.
+// What a kind of checkpointing runs again in the backward, in order: each recomputes a superset of
+// the one before (none; selective: the attention core; full: the whole block's forward).
+int recompute_order(Checkpointing c) {
+  switch (c) {
+    case Checkpointing::kNone: return 0;
+    case Checkpointing::kSelective: return 1;
+    case Checkpointing::kFull: return 2;
+  }
+  return 0;
+}
+
+// Rule 2: with checkpointing, the micro-batches that fit under an earlier layout of the same sharding
+// that recomputes less (none before selective, none or selective before full) are slower or equal
+// there, and equal goes to the earlier layout. Such an earlier layout's own dominated micro-batches
+// were skipped for the same reason, so the chain ends at one that was timed.
 int64_t Searcher::undominated_from(size_t index) const {
   const Layout& layout = layouts_[index];
   if (goal_ != SearchGoal::kFastest || layout.checkpointing == Checkpointing::kNone) return 1;
+  int64_t from = 1;
   for (size_t j = 0; j < index; ++j)
-    if (layouts_[j] == Layout{layout.sharding, Checkpointing::kNone}) return fit_upto_[j] + 1;
-  return 1;
+    if (layouts_[j].sharding == layout.sharding &&
+        recompute_order(layouts_[j].checkpointing) < recompute_order(layout.checkpointing))
+      from = std::max(from, fit_upto_[j] + 1);
+  return from;
 }
 
 bool Searcher::fits(const TrainConfig& cfg, int order, int64_t position, double* peak) {

@@ -4,18 +4,20 @@
 // auto` asks for the largest micro-batch that fits.
 //
 // The space is data: the axes of a configuration and their values. Every axis but the micro-batch
-// makes a *layout* (today the FSDP sharding strategy and activation checkpointing; tensor, pipeline,
-// virtual, context and expert parallel degrees, recompute granularity and the framework are added
-// as fields of Layout and axes of SearchSpace). The micro-batch axis is searched inside each layout,
+// makes a *layout* (today the FSDP sharding strategy and activation checkpointing: none, selective
+// or full; tensor, pipeline, virtual, context and expert parallel degrees and the framework are
+// added as fields of Layout and axes of SearchSpace). The micro-batch axis is searched inside each layout,
 // with two rules that prune instead of visiting every point:
 //   1. Memory grows with the micro-batch: the first micro-batch whose predicted peak exceeds the
 //      device's memory rules out every larger one. The bound is found from memory alone (no
 //      schedule), by an exponential then binary search, before any configuration is timed.
 //   2. Dominated and equivalent choices (goal kFastest only): a layout whose predictions equal an
 //      earlier one's (HYBRID_SHARD within one node is FULL_SHARD) is not searched; with
-//      checkpointing, micro-batches that fit without it are not timed, because recomputing the
-//      forward only adds compute to the same schedule (the step time cannot fall) and equal times
-//      go to the earlier layout.
+//      checkpointing, micro-batches that fit under an earlier layout of the same sharding that
+//      recomputes less are not timed: selective's where they fit without checkpointing, full's
+//      where they fit without it or under selective (full recomputes a superset of what selective
+//      does). Recomputing more only adds compute to the same schedule (the step time cannot fall),
+//      and equal times go to the earlier layout.
 // kAllThatFit applies only rule 1: a plan lists configurations that rule 2 would skip.
 #pragma once
 
@@ -41,6 +43,8 @@ TrainConfig with_layout(TrainConfig base, const Layout& layout);
 
 struct SearchSpace {
   std::vector<Sharding> shardings = {kAllShardings.begin(), kAllShardings.end()};
+  // Without selective by default: llm-foundry and Composer checkpoint whole blocks
+  // (activation_checkpointing), so a sweep or plan searches what they can run.
   std::vector<Checkpointing> checkpointing = {Checkpointing::kNone, Checkpointing::kFull};
   std::vector<int64_t> micro_batches;  // empty: every micro-batch from 1 up to the per-device batch
 

@@ -1,6 +1,7 @@
 // The tpsim command line, run as a user runs it: outputs, and one-line errors with non-zero exits.
 #define BOOST_TEST_MODULE cli
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -115,4 +116,78 @@ BOOST_AUTO_TEST_CASE(the_binary_does_not_load_cublaslt_at_start) {
   fs::remove(dump);
   BOOST_TEST(needed.find("(NEEDED)") != std::string::npos);
   BOOST_TEST(needed.find("cublasLt") == std::string::npos, needed);
+}
+
+namespace {
+// The cells of one CSV column, below its header (cells here hold no commas).
+std::vector<std::string> csv_column(const std::string& csv, const std::string& column) {
+  std::istringstream lines(csv);
+  std::string line;
+  std::getline(lines, line);
+  std::vector<std::string> header, out;
+  for (std::istringstream h(line); std::getline(h, line, ',');) header.push_back(line);
+  const auto at = std::find(header.begin(), header.end(), column) - header.begin();
+  while (std::getline(lines, line)) {
+    if (line.empty()) break;
+    std::vector<std::string> cells;
+    for (std::istringstream c(line); std::getline(c, line, ',');) cells.push_back(line);
+    out.push_back(at < static_cast<long>(cells.size()) ? cells[static_cast<size_t>(at)] : "");
+  }
+  return out;
+}
+}  // namespace
+
+// --ckpt none|selective|full, a bare --ckpt (full) and --no-ckpt (none); the column prints what
+// llm-foundry would (True / False) and selective where it has no spelling.
+BOOST_AUTO_TEST_CASE(ckpt_takes_a_kind_and_the_column_names_it) {
+  const std::string predict = "predict --model 1b --seq 2048 --gpus 8 --micro-batch 4 --format csv ";
+  for (const auto& [flags, cell] : std::vector<std::pair<std::string, std::string>>{
+           {"", "False"},
+           {"--ckpt", "True"},
+           {"--no-ckpt", "False"},
+           {"--ckpt none", "False"},
+           {"--ckpt selective", "selective"},
+           {"--ckpt=selective", "selective"},
+           {"--ckpt full", "True"},
+           {"--ckpt --sharding SHARD_GRAD_OP", "True"},
+           {"--ckpt selective --no-ckpt", "False"},
+           {"--ckpt selective --ckpt full", "True"}}) {
+    BOOST_TEST_CONTEXT(flags) {
+      const Run r = run(predict + flags);
+      BOOST_TEST_REQUIRE(r.status == 0, r.err);
+      BOOST_TEST(csv_column(r.out, "Activation Checkpointing") == std::vector<std::string>{cell});
+    }
+  }
+  // A bare --ckpt is --ckpt full, byte for byte.
+  BOOST_TEST(run(predict + "--ckpt").out == run(predict + "--ckpt full").out);
+  // sweep: selective alone when asked; any searches the three, none and full by default.
+  const Run s = run("sweep --models 125m,1b --seq 1024,2048 --ckpt selective --format csv");
+  BOOST_TEST_REQUIRE(s.status == 0, s.err);
+  BOOST_TEST(csv_column(s.out, "Activation Checkpointing") == std::vector<std::string>(4, "selective"));
+  const Run any = run("sweep --models 125m,1b --seq 1024,2048 --ckpt any --format csv");
+  BOOST_TEST_REQUIRE(any.status == 0, any.err);
+  BOOST_TEST(count_lines(any.out) == 5);
+  const Run none = run("sweep --models 125m,1b --seq 1024,2048 --no-ckpt --format csv");
+  BOOST_TEST_REQUIRE(none.status == 0, none.err);
+  BOOST_TEST(csv_column(none.out, "Activation Checkpointing") == std::vector<std::string>(4, "False"));
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_ckpt_is_one_line_naming_the_flag_and_its_values) {
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"predict --model 1b --seq 2048 --gpus 8 --micro-batch 4 --ckpt partial",
+            "--ckpt 'partial': expected none, selective or full"},
+           {"predict --model 1b --seq 2048 --gpus 8 --micro-batch 4 --ckpt any", "--ckpt 'any': expected none, selective or full"},
+           {"predict --model 1b --seq 2048 --gpus 8 --micro-batch 4 --ckpt true", "--ckpt 'true'"},
+           {"sweep --models 1b --seq 2048 --ckpt Full", "--ckpt 'Full': expected none, selective or full (or any)"},
+           {"plan --model 1b --seq 2048 --gpus 8 --ckpt some", "--ckpt 'some': expected none, selective or full (or any)"},
+           {"replay --backend cpu --model tiny --seq 64 --micro-batch 1 --ckpt any", "--ckpt 'any': expected none, selective or full"},
+       }) {
+    BOOST_TEST_CONTEXT(args) {
+      const Run r = run(args);
+      BOOST_TEST(r.status == 2);
+      BOOST_TEST(count_lines(r.err) == 1);
+      BOOST_TEST(r.err.rfind("tpsim: error: ", 0) == 0u);
+      BOOST_TEST(r.err.find(message) != std::string::npos, "stderr: " << r.err);
+    }
+  }
 }

@@ -418,3 +418,31 @@ BOOST_AUTO_TEST_CASE(tables_render_as_md_csv_and_json) {
   BOOST_TEST(contains(render({t}, Format::kJson), "\"MFU\": 46.44"));
   BOOST_TEST(contains(error_of([] { Cell::num(std::nan(""), 2); }), "non-finite"));
 }
+
+// Activation Checkpointing: llm-foundry's booleans as today, tpsim's three kinds, and what tpsim
+// prints reads back as the kind it printed.
+BOOST_AUTO_TEST_CASE(measured_tables_read_every_kind_of_checkpointing) {
+  const auto kind_of = [](const std::string& cell) {
+    std::string row = kRow;
+    row.replace(row.find("| False |"), 9, "| " + cell + " |");
+    return parse_measured_table(kHeader + row, "t.md").rows.at(0).checkpointing;
+  };
+  for (const auto& [cell, kind] : std::vector<std::pair<std::string, Checkpointing>>{
+           {"True", Checkpointing::kFull},      {"False", Checkpointing::kNone},     {"true", Checkpointing::kFull},
+           {"0", Checkpointing::kNone},         {"none", Checkpointing::kNone},      {"selective", Checkpointing::kSelective},
+           {"Selective", Checkpointing::kSelective}, {"full", Checkpointing::kFull}}) {
+    BOOST_TEST_CONTEXT(cell) { BOOST_TEST((kind_of(cell) == kind)); }
+  }
+  for (Checkpointing c : kAllCheckpointings) {
+    BOOST_TEST_CONTEXT(to_string(c)) { BOOST_TEST((kind_of(checkpointing_cell(c).plain()) == c)); }
+  }
+  BOOST_TEST(checkpointing_cell(Checkpointing::kFull).plain() == "True");
+  BOOST_TEST(checkpointing_cell(Checkpointing::kNone).plain() == "False");
+  BOOST_TEST(checkpointing_cell(Checkpointing::kSelective).plain() == "selective");
+  std::string row = kRow;
+  row.replace(row.find("| False |"), 9, "| partial |");
+  const std::string e = error_of([&] { parse_measured_table(kHeader + row, "t.md"); });
+  BOOST_TEST(contains(e, "t.md:3: column 'Activation Checkpointing'"), e);
+  BOOST_TEST(contains(e, "none, selective or full), got 'partial'"), e);
+  BOOST_TEST(e.find('\n') == std::string::npos);
+}

@@ -97,6 +97,45 @@ BOOST_AUTO_TEST_CASE(predict_and_plan_read_llm_foundry_yamls_and_flags_win) {
   BOOST_TEST(p.status == 0, p.err);
 }
 
+// --ckpt restricts the plan to one kind; --ckpt any adds selective to none and full (the default,
+// what llm-foundry runs); --explain names each kind.
+BOOST_AUTO_TEST_CASE(plan_searches_the_kinds_of_checkpointing_asked) {
+  const std::string plan = "plan --model 7b --seq 2048 --device h100_80gb --gpus 8 --top 1000 --explain --format json ";
+  const auto kinds = [](const nlohmann::json& j) {
+    std::vector<std::string> out;
+    for (const auto& row : j["plan"]) {
+      const auto& c = row["Activation Checkpointing"];
+      const std::string kind = c.is_boolean() ? (c.get<bool>() ? "full" : "none") : c.get<std::string>();
+      if (std::find(out.begin(), out.end(), kind) == out.end()) out.push_back(kind);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  const auto choices = [](const nlohmann::json& j) {
+    std::string all;
+    for (const auto& row : j["rejected"]) all += row["Choice"].get<std::string>() + "; ";
+    return all;
+  };
+  const Run d = run(plan);
+  BOOST_TEST_REQUIRE(d.status == 0, d.err);
+  const auto dj = nlohmann::json::parse(d.out);
+  BOOST_TEST(kinds(dj) == (std::vector<std::string>{"full", "none"}));
+  BOOST_TEST(choices(dj).find("selective") == std::string::npos);
+  const Run a = run(plan + "--ckpt any");
+  BOOST_TEST_REQUIRE(a.status == 0, a.err);
+  const auto aj = nlohmann::json::parse(a.out);
+  BOOST_TEST(kinds(aj) == (std::vector<std::string>{"full", "none", "selective"}));
+  BOOST_TEST(choices(aj).find("FULL_SHARD, selective checkpointing; ") != std::string::npos, choices(aj));
+  BOOST_TEST(choices(aj).find("FULL_SHARD, checkpointing; ") != std::string::npos);
+  BOOST_TEST(choices(aj).find("FULL_SHARD, no checkpointing; ") != std::string::npos);
+  const Run s = run(plan + "--ckpt selective");
+  BOOST_TEST_REQUIRE(s.status == 0, s.err);
+  BOOST_TEST(kinds(nlohmann::json::parse(s.out)) == std::vector<std::string>{"selective"});
+  const Run n = run(plan + "--no-ckpt");
+  BOOST_TEST_REQUIRE(n.status == 0, n.err);
+  BOOST_TEST(kinds(nlohmann::json::parse(n.out)) == std::vector<std::string>{"none"});
+}
+
 BOOST_AUTO_TEST_CASE(bad_plan_input_is_one_line) {
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {"plan --model 7b --seq 2048 --gpus 8 --objective speed", "--objective 'speed'"},

@@ -40,10 +40,11 @@ struct Brute {
   int64_t largest_no_ckpt_full_shard = 0;
 };
 
-Brute brute_force(const ModelConfig& model, const DeviceSpec& d, const CostParams& params, const TrainConfig& base) {
+Brute brute_force(const ModelConfig& model, const DeviceSpec& d, const CostParams& params, const TrainConfig& base,
+                  const SearchSpace& space) {
   Brute b;
   std::tuple<double, int, int64_t> best_rank{};
-  const std::vector<Layout> layouts = SearchSpace{}.layouts();
+  const std::vector<Layout> layouts = space.layouts();
   for (size_t i = 0; i < layouts.size(); ++i)
     for (int64_t mb = 1; mb <= base.per_device_batch(); ++mb) {
       TrainConfig cfg = with_layout(base, layouts[i]);
@@ -79,16 +80,16 @@ bool same(const TrainConfig& a, const TrainConfig& b) {
          a.checkpointing == b.checkpointing && a.global_batch == b.global_batch;
 }
 
-// Runs check(model, d, params, base, brute) for every case, under the case's name.
+// Runs check(model, d, params, base, brute) for every case, under the case's name, brute-forcing `space`.
 template <class Check>
-void for_each_case(Check check) {
+void for_each_case(Check check, const SearchSpace& space = SearchSpace{}) {
   const ModelCatalog catalog = ModelCatalog::load_default();
   for (const Case& c : cases()) {
     BOOST_TEST_CONTEXT(c.device << " " << c.model << " seq " << c.seq << " gpus " << c.gpus) {
       const DeviceSpec d = load_device(c.device);
       const CostParams params = load_shipped_profile(c.device).params;
       const ModelConfig& model = catalog.get(c.model);
-      check(model, d, params, base_of(c), brute_force(model, d, params, base_of(c)));
+      check(model, d, params, base_of(c), brute_force(model, d, params, base_of(c), space));
     }
   }
 }
@@ -125,6 +126,37 @@ BOOST_AUTO_TEST_CASE(all_that_fit_lists_every_configuration_that_fits_in_the_ord
     // largest_fitting_micro_batch (predict --micro-batch auto) is the same bound.
     BOOST_TEST(largest_fitting_micro_batch(model, d, params, base) == b.largest_no_ckpt_full_shard);
   });
+}
+
+// The three kinds of checkpointing, in the order `--ckpt any` searches them and reversed (rule 2
+// may only skip a micro-batch for a layout met earlier that recomputes less), and selective alone.
+BOOST_AUTO_TEST_CASE(every_kind_of_checkpointing_searches_as_the_brute_force_does) {
+  const std::vector<std::vector<Checkpointing>> kinds = {
+      {Checkpointing::kNone, Checkpointing::kSelective, Checkpointing::kFull},
+      {Checkpointing::kFull, Checkpointing::kSelective, Checkpointing::kNone},
+      {Checkpointing::kSelective},
+  };
+  for (const auto& k : kinds) {
+    SearchSpace space;
+    space.checkpointing = k;
+    BOOST_TEST_CONTEXT("checkpointing " << to_string(k.front()) << " first, " << k.size() << " kinds") {
+      for_each_case(
+          [&](const ModelConfig& model, const DeviceSpec& d, const CostParams& params, const TrainConfig& base,
+              const Brute& b) {
+            const SearchResult r = search(model, d, params, base, space, SearchGoal::kFastest);
+            BOOST_TEST_REQUIRE(r.found == b.found);
+            if (b.found) {
+              BOOST_TEST(same(r.best, b.best));
+              BOOST_TEST(r.best_prediction.step_s == b.best_prediction.step_s);  // bit for bit
+            }
+            BOOST_TEST(r.evaluated <= static_cast<int64_t>(b.fitting.size()));
+            const SearchResult all = search(model, d, params, base, space, SearchGoal::kAllThatFit);
+            BOOST_TEST_REQUIRE(all.fitting.size() == b.fitting.size());
+            for (size_t i = 0; i < b.fitting.size(); ++i) BOOST_TEST(same(all.fitting[i].cfg, b.fitting[i].cfg));
+          },
+          space);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(rejections_say_why) {
