@@ -5,11 +5,12 @@
 
 #include "io/devices.hpp"
 #include "io/error.hpp"
+#include "io/hf_config.hpp"
 
 namespace tpsim {
 
 void add_common_options(CLI::App* cmd, CommonOptions& o) {
-  cmd->add_option("--models", o.models_file, "YAML file of more models (name -> llm-foundry model keys)");
+  cmd->add_option("--models", o.models_file, "more models: a YAML file (name -> llm-foundry model keys) or a Hugging Face config.json (or its folder)");
   cmd->add_option("--profile", o.profile_files, "device profile JSON (repeatable); applies to its own device");
   cmd->add_option("--format", o.format, "output format: md, csv or json")->default_val("md");
   cmd->add_option("-o,--output", o.output, "write the output to FILE (atomically) instead of stdout");
@@ -21,7 +22,7 @@ std::vector<std::string> take_models_file(const std::vector<std::string>& values
   };
   std::vector<std::string> specs;
   for (const auto& v : values) {
-    if (ends(v, ".yaml") || ends(v, ".yml")) {
+    if (ends(v, ".yaml") || ends(v, ".yml") || is_hf_config_path(v)) {
       if (!common.models_file.empty()) throw Error("--models " + v + ": one models file per run");
       common.models_file = v;
     } else {

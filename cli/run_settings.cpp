@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "io/error.hpp"
+#include "io/hf_config.hpp"
 #include "cli/args.hpp"
 
 namespace tpsim {
@@ -40,7 +41,7 @@ std::string checkpointing_phrase(Checkpointing c) {
 
 void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt, bool ckpt_any) {
   cmd->add_option("--config", f.config, "llm-foundry training YAML (flags override it)");
-  cmd->add_option("--model", f.model, "model name (catalogue or --models file); default: the --config's model");
+  cmd->add_option("--model", f.model, "model: a catalogue or --models name, or a Hugging Face config.json (or its folder); default: the --config's model");
   cmd->add_option("--seq", f.seq, "sequence length; default: the --config's max_seq_len");
   cmd->add_option("--precision", f.precision, "amp_bf16, amp_fp16, amp_fp8, bf16 or fp32 (default amp_bf16)");
   cmd->add_option("--mp-mode", f.mp_mode, "FSDP mixed precision: DEFAULT, PURE or FULL (default DEFAULT)");
@@ -51,6 +52,28 @@ void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt, bool
     add_ckpt_flags(cmd, f.ckpt, ckpt_any);
   }
 }
+
+namespace {
+
+// --model: a catalogue name (shipped or from --models), else a Hugging Face config.json or the
+// folder holding one, named after it; its ignored keys and notes join the run's notes.
+ModelConfig resolve_model(const Context& ctx, const std::string& spec, std::vector<std::string>& notes) {
+  if (const ModelConfig* m = ctx.catalog().find(spec)) return *m;
+  if (!is_hf_config_path(spec)) return ctx.catalog().get(spec);  // an Error naming the known models
+  const HfConfig h = read_hf_config_file(spec);
+  const std::string file = hf_config_file(spec).string();
+  if (!h.ignored.empty()) {
+    std::string list;
+    for (const auto& k : h.ignored) list += (list.empty() ? "" : ", ") + k;
+    notes.push_back(file + ": not modelled, ignored: " + list);
+  }
+  for (const auto& n : h.notes) notes.push_back(file + ": " + n);
+  ModelConfig m = h.model;
+  m.name = hf_model_name(spec);
+  return m;
+}
+
+}  // namespace
 
 RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
   RunSettings s;
@@ -73,7 +96,7 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
     }
     for (const auto& n : y.notes) s.notes.push_back(y.origin + ": " + n);
   }
-  if (!f.model.empty()) s.model = ctx.catalog().get(f.model);
+  if (!f.model.empty()) s.model = resolve_model(ctx, f.model, s.notes);
   if (!f.seq.empty()) s.seq_len = parse_count("--seq", f.seq, kMaxSeqLen);
   if (!f.micro_batch.empty()) {
     if (f.micro_batch == "auto") {

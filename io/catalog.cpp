@@ -9,6 +9,7 @@
 
 #include "io/error.hpp"
 #include "io/files.hpp"
+#include "io/hf_config.hpp"
 #include "io/yaml_util.hpp"
 #include "model/training.hpp"
 
@@ -462,11 +463,39 @@ ModelCatalog ModelCatalog::load_default() {
   ModelCatalog c;
   std::vector<std::string> warnings;
   c.add_file(data_dir() / "models" / "mpt.yaml", warnings);
+  std::vector<std::filesystem::path> hf;
+  for (const auto& entry : std::filesystem::directory_iterator(data_dir() / "models" / "hf"))
+    if (entry.path().extension() == ".json") hf.push_back(entry.path());
+  std::sort(hf.begin(), hf.end());
+  for (const auto& path : hf) c.add_hf_config(path, warnings);
   return c;
 }
 
 void ModelCatalog::add_file(const std::filesystem::path& path, std::vector<std::string>& warnings) {
+  if (is_hf_config_path(path.string())) return add_hf_config(path, warnings);
   add_yaml(read_text_file(path, "models file"), path.string(), warnings);
+}
+
+void ModelCatalog::add_hf_config(const std::filesystem::path& path, std::vector<std::string>& warnings) {
+  const HfConfig h = read_hf_config_file(path);
+  const std::string file = hf_config_file(path).string();
+  if (!h.ignored.empty()) {
+    std::string list;
+    for (const auto& k : h.ignored) list += (list.empty() ? "" : ", ") + k;
+    warnings.push_back(one_line(file + ": not modelled, ignored: " + list));
+  }
+  for (const auto& n : h.notes) warnings.push_back(one_line(file + ": " + n));
+  ModelConfig m = h.model;
+  m.name = hf_model_name(path);
+  if (m.name.empty() || m.name.find_first_of(" ,\t") != std::string::npos || m.name.find("..") != std::string::npos)
+    throw Error(file + ": model name '" + m.name + "' (from the file or folder name) may not be empty or contain spaces, commas or '..'");
+  add_model(m);
+}
+
+void ModelCatalog::add_model(const ModelConfig& m) {
+  auto it = std::find_if(models_.begin(), models_.end(), [&](const ModelConfig& x) { return x.name == m.name; });
+  if (it != models_.end()) *it = m;
+  else models_.push_back(m);
 }
 
 void ModelCatalog::add_yaml(const std::string& text, const std::string& origin, std::vector<std::string>& warnings) {
@@ -487,9 +516,7 @@ void ModelCatalog::add_yaml_unguarded(const std::string& text, const std::string
     for (const auto& n : b.notes) warnings.push_back(one_line(n.where + ": model '" + name + "': " + n.text));
     ModelConfig m = b.model;
     m.name = name;
-    auto it = std::find_if(models_.begin(), models_.end(), [&](const ModelConfig& x) { return x.name == name; });
-    if (it != models_.end()) *it = m;
-    else models_.push_back(m);
+    add_model(m);
   }
 }
 

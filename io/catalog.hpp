@@ -1,5 +1,6 @@
-// Model architectures by name: the shipped catalogue (data/models/mpt.yaml) plus any --models
-// files, each a YAML map from a model name to a block of llm-foundry `model:` keys.
+// Model architectures by name: the shipped catalogue (data/models/mpt.yaml, then the Hugging Face
+// configs of data/models/hf/*.json under their file names) plus any --models files, each a YAML
+// map from a model name to a block of llm-foundry `model:` keys, or a Hugging Face config.json.
 #pragma once
 
 #include <cstdint>
@@ -51,11 +52,14 @@ ModelBlock read_model_block(const YAML::Node& block, const std::string& origin, 
 
 class ModelCatalog {
  public:
-  // The shipped catalogue.
+  // The shipped catalogue: the MPT models first (so that 125m..70b is the range it always was),
+  // then data/models/hf/*.json in name order.
   static ModelCatalog load_default();
 
-  // Adds the models of a YAML file; a name already present is replaced. Keys the simulator does
-  // not know are reported through `warnings`; missing required keys and bad values are an Error.
+  // Adds the models of a YAML file, or the one model of a Hugging Face config.json (a path ending
+  // in .json, or a folder holding config.json; named by hf_model_name); a name already present is
+  // replaced. Keys the simulator ignores are reported through `warnings`; missing required keys,
+  // unknown keys and bad values are an Error.
   void add_file(const std::filesystem::path& path, std::vector<std::string>& warnings);
   void add_yaml(const std::string& text, const std::string& origin, std::vector<std::string>& warnings);
 
@@ -67,6 +71,8 @@ class ModelCatalog {
   std::vector<std::string> expand(std::string_view spec, const std::string& flag) const;
 
  private:
+  void add_hf_config(const std::filesystem::path& path, std::vector<std::string>& warnings);
+  void add_model(const ModelConfig& m);
   void add_yaml_unguarded(const std::string& text, const std::string& origin, std::vector<std::string>& warnings);
   std::vector<ModelConfig> models_;
 };

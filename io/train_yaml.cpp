@@ -1,5 +1,7 @@
 #include "io/train_yaml.hpp"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
@@ -8,6 +10,7 @@
 #include "io/catalog.hpp"
 #include "io/error.hpp"
 #include "io/files.hpp"
+#include "io/hf_config.hpp"
 #include "io/yaml_util.hpp"
 
 namespace tpsim {
@@ -174,6 +177,94 @@ void need_map(const YAML::Node& n, const std::string& origin, const std::string&
   if (!n.IsMap()) throw Error(yaml::where(origin, n) + ": " + key + " must be a map");
 }
 
+// llm-foundry's hf_causal_lm keys (llmfoundry/models/hf/hf_base.py, BaseHuggingFaceModel.__init__,
+// and hf_causal_lm.py: z_loss, attention_patch_type), and those that do not change a step's cost.
+const auto kHfKeys = {"name", "pretrained_model_name_or_path", "config_overrides", "pretrained",
+                      "pretrained_lora_id_or_path", "trust_remote_code", "use_auth_token", "use_flash_attention_2",
+                      "load_in_8bit", "init_device", "use_logits", "shift_labels", "peft_config",
+                      "allow_embedding_resizing", "use_train_metrics", "additional_train_metrics",
+                      "additional_eval_metrics", "should_save_peft_only", "z_loss", "attention_patch_type"};
+const auto kHfIrrelevant = {"pretrained", "trust_remote_code", "use_auth_token", "init_device", "use_logits",
+                            "shift_labels", "allow_embedding_resizing", "use_train_metrics", "additional_train_metrics",
+                            "additional_eval_metrics", "should_save_peft_only", "z_loss"};
+
+// A YAML value as the JSON value OmegaConf would hand to the config: plain scalars typed (bool,
+// null, whole number, number), quoted ones strings.
+nlohmann::json to_json(const YAML::Node& n, const std::string& origin) {
+  if (n.IsMap()) {
+    nlohmann::json o = nlohmann::json::object();
+    for (const auto& kv : n) o[yaml::key(kv.first, origin)] = to_json(kv.second, origin);
+    return o;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& x : n) a.push_back(to_json(x, origin));
+    return a;
+  }
+  if (!n.IsScalar()) return nullptr;
+  const std::string v = n.Scalar();
+  if (n.Tag() == "!") return v;
+  if (v == "true" || v == "True") return true;
+  if (v == "false" || v == "False") return false;
+  if (v == "null" || v == "~" || v == "None") return nullptr;
+  const char* end = v.c_str() + v.size();
+  char* stop = nullptr;
+  errno = 0;
+  const long long i = std::strtoll(v.c_str(), &stop, 10);
+  if (!v.empty() && stop == end && errno == 0) return static_cast<int64_t>(i);
+  const double d = std::strtod(v.c_str(), &stop);
+  if (!v.empty() && stop == end && std::isfinite(d)) return d;
+  return v;
+}
+
+// model: {name: hf_causal_lm, pretrained_model_name_or_path: X, config_overrides: {...}, ...}: the
+// model is X's config.json (resolve_pretrained_config: a local folder, the Hugging Face cache, the
+// shipped configs; never the network) with the overrides applied as llm-foundry applies them.
+void read_hf_causal_lm(const YAML::Node& model, const std::string& origin, TrainYaml& t) {
+  std::optional<std::string> name;
+  std::vector<HfOverride> overrides;
+  std::set<std::string> seen;
+  for (const auto& kv : model) {
+    const std::string key = yaml::key(kv.first, origin);
+    const YAML::Node& v = kv.second;
+    const std::string label = "model." + key;
+    if (!seen.insert(key).second) throw Error(yaml::where(origin, v) + ": model: duplicate key " + key);
+    if (key == "name") continue;
+    if (key == "pretrained_model_name_or_path") name = yaml::as_string(v, origin, label);
+    else if (key == "config_overrides") {
+      if (v.IsNull()) continue;
+      need_map(v, origin, label);
+      for (const auto& o : v) overrides.push_back({yaml::key(o.first, origin), to_json(o.second, origin), yaml::where(origin, o.first)});
+    } else if (key == "use_flash_attention_2") {
+      t.notes.push_back(label + ": " + (yaml::as_bool(v, origin, label) ? "true" : "false") +
+                        " -- tpsim costs attention as the profile's causal flash attention either way");
+    } else if (key == "attention_patch_type") {
+      if (!v.IsNull()) t.notes.push_back(label + ": " + yaml::as_string(v, origin, label) + " -- attention is costed as the profile's causal flash attention");
+    } else if (key == "load_in_8bit") {
+      if (yaml::as_bool(v, origin, label)) throw Error(yaml::where(origin, v) + ": " + label + ": true -- 8-bit weights: tpsim cannot model them yet");
+    } else if (key == "peft_config" || key == "pretrained_lora_id_or_path") {
+      if (!v.IsNull())
+        throw Error(yaml::where(origin, v) + ": " + label + " -- LoRA (PEFT) changes which parameters have gradients and " +
+                    "optimizer state: tpsim cannot model it yet");
+    } else if (one_of(key, kHfIrrelevant)) t.ignored.push_back(label);
+    else throw Error(yaml::where(origin, kv.first) + ": model: unknown key '" + key + "'" + yaml::did_you_mean(key, kHfKeys) + " (llm-foundry's hf_causal_lm)");
+  }
+  if (!name) throw Error(yaml::where(origin, model) + ": model: hf_causal_lm is missing the required key pretrained_model_name_or_path");
+  std::filesystem::path config;
+  try {
+    config = resolve_pretrained_config(*name);
+  } catch (const Error& e) {
+    throw Error(yaml::where(origin, model["pretrained_model_name_or_path"]) + ": model." + e.what());
+  }
+  const HfConfig h = read_hf_config_file(config, overrides);
+  t.model = h.model;
+  t.model.name = std::filesystem::path(origin).stem().string();
+  if (h.max_seq_len) t.seq_len = h.max_seq_len;
+  t.notes.push_back("model.pretrained_model_name_or_path: " + *name + " -- the config.json read is " + config.string());
+  for (const auto& k : h.ignored) t.ignored.push_back("config." + k);
+  for (const auto& n : h.notes) t.notes.push_back("model: " + n);
+}
+
 // The model block, read strictly as a --models entry is (read_model_block); the model is named
 // after the file, and any attn_impl is costed as causal flash attention, which a note says. Returns
 // the refusal of an activation_checkpointing_target other than whole blocks, for the run to raise
@@ -189,12 +280,6 @@ std::optional<std::string> read_mpt_causal_lm(const YAML::Node& model, const std
                       " -- attention is costed as the profile's causal flash attention");
   for (const auto& n : b.notes) t.notes.push_back("model: " + n.text);
   return b.checkpointing_target_refusal;
-}
-
-// name: hf_causal_lm, a Hugging Face model named by pretrained_model_name_or_path.
-void read_hf_causal_lm(const YAML::Node& model, const std::string& origin, TrainYaml&) {
-  const YAML::Node name = model["name"];
-  throw Error(yaml::where(origin, name) + ": model.name: hf_causal_lm -- a Hugging Face model: tpsim cannot model it yet");
 }
 
 // The model block by its name, as llm-foundry's models registry builds it: mpt_causal_lm (also when

@@ -33,7 +33,8 @@ int64_t ModelConfig::d_ffn() const {
 bool ModelConfig::is_mpt_default() const {
   return kv_heads() == n_heads && d_head() * n_heads == d_model && norm == NormKind::kLayerNorm && norm_bias &&
          qkv_bias && linear_bias && ffn == FfnKind::kMlp && activation == Activation::kGelu && tie_embeddings &&
-         positions == PositionKind::kLearned && max_positions == 0 && sliding_window == 0 && !moe.active();
+         positions == PositionKind::kLearned && max_positions == 0 && sliding_window == 0 && qk_norm == QkNorm::kNone &&
+         !moe.active();
 }
 
 namespace {
@@ -101,7 +102,8 @@ int64_t attention_params(const ModelConfig& m) {
   const int64_t d = m.d_model, q = m.q_dim(), kv = m.kv_dim();
   const int64_t weights = d * q + 2 * d * kv + q * d;
   const int64_t biases = (m.qkv_bias ? q + 2 * kv : 0) + (m.linear_bias ? d : 0);
-  return weights + biases;
+  const int64_t qk_norm = m.qk_norm == QkNorm::kPerHead ? 2 * m.d_head() : m.qk_norm == QkNorm::kWhole ? q + kv : 0;
+  return weights + biases + qk_norm;
 }
 
 // The feed-forward with `routed_experts` of the routed experts' weights counted.

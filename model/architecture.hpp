@@ -23,6 +23,10 @@ enum class Activation : uint8_t { kGelu, kSilu, kRelu };
 // Learned: a table of positions added to the token embedding. ALiBi and RoPE act inside the
 // attention and have no parameters; kNone: no positional encoding at all.
 enum class PositionKind : uint8_t { kLearned, kAlibi, kRope, kNone };
+// RMSNorm on the queries and keys before the attention: kPerHead, one weight of head_dim shared by
+// every head (Qwen3, Qwen3-MoE); kWhole, one weight over all of Q (q_dim) and one over all of K
+// (kv_dim) (OLMo 2). Elementwise; its parameters count.
+enum class QkNorm : uint8_t { kNone, kPerHead, kWhole };
 
 std::string_view to_string(NormKind n);
 std::string_view to_string(FfnKind f);
@@ -68,6 +72,7 @@ struct ModelConfig {
   Activation activation = Activation::kGelu;
   bool tie_embeddings = true;   // output projection shares the token embedding's weight
   int64_t sliding_window = 0;   // keys each query attends to at most (Mistral); 0: the whole causal prefix
+  QkNorm qk_norm = QkNorm::kNone;
   MoeConfig moe;
 
   int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }

@@ -11,7 +11,7 @@ seconds=${1:-30}
 build=${FUZZ_BUILD_DIR:-build-asan}
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTPSIM_SANITIZE=ON -DTPSIM_FUZZ=ON \
   -DTPSIM_CUDA=OFF -DTPSIM_HIP=OFF >/dev/null
-cmake --build "$build" -j "$(nproc)" --target fuzz_measured_table fuzz_models_yaml fuzz_train_yaml fuzz_device_yaml fuzz_profile_json >/dev/null
+cmake --build "$build" -j "$(nproc)" --target fuzz_measured_table fuzz_models_yaml fuzz_train_yaml fuzz_device_yaml fuzz_profile_json fuzz_hf_config >/dev/null
 
 declare -A seeds=(
   [fuzz_measured_table]="data/measured"
@@ -19,6 +19,7 @@ declare -A seeds=(
   [fuzz_train_yaml]="data/examples"
   [fuzz_device_yaml]="data/devices"
   [fuzz_profile_json]="data/profiles"
+  [fuzz_hf_config]="data/models/hf"
 )
 # Runs one target; its report goes to stderr only on failure.
 run_target() {

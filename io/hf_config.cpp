@@ -1,0 +1,709 @@
+#include "io/hf_config.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "io/catalog.hpp"
+#include "io/error.hpp"
+#include "io/files.hpp"
+#include "io/yaml_util.hpp"
+
+namespace tpsim {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// PretrainedConfig's own attributes (transformers/configuration_utils.py) and the generation
+// settings older configs carry: known to every model_type and irrelevant to a training step.
+// The first four are bookkeeping and not even listed as ignored.
+const std::set<std::string> kSilent = {"architectures", "model_type", "transformers_version", "_name_or_path"};
+const std::set<std::string> kGeneric = {
+    "architectures", "model_type", "transformers_version", "_name_or_path", "torch_dtype", "dtype", "use_cache",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "tokenizer_class",
+    "auto_map", "return_dict", "output_hidden_states", "output_attentions", "torchscript", "use_bfloat16",
+    "tf_legacy_loss", "pruned_heads", "chunk_size_feed_forward", "id2label", "label2id", "problem_type", "prefix",
+    "task_specific_params", "finetuning_task", "max_length", "min_length", "do_sample", "early_stopping", "num_beams",
+    "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+    "_attn_implementation", "attn_implementation", "initializer_range", "tie_encoder_decoder", "is_decoder",
+    "cross_attention_hidden_size", "is_encoder_decoder", "add_cross_attention", "quantization_config"};
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string nearest(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_distance = std::string::npos;
+  for (const auto& k : known)
+    if (const size_t d = edit_distance(key, k); d < best_distance) best = k, best_distance = d;
+  return best.empty() ? "" : " (did you mean " + best + "?)";
+}
+
+// Strict JSON: a duplicate key (which nlohmann would keep silently, the last one winning) is an error.
+json parse_json(const std::string& text, const std::string& origin) {
+  std::vector<std::set<std::string>> open;
+  std::string duplicate;
+  const json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open.emplace_back();
+    else if (event == json::parse_event_t::object_end && !open.empty()) open.pop_back();
+    else if (event == json::parse_event_t::key && !open.empty() && !open.back().insert(parsed.get<std::string>()).second &&
+             duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  json j;
+  try {
+    j = json::parse(text, check);
+  } catch (const json::exception& e) {
+    throw Error(origin + ": not valid JSON: " + e.what());
+  }
+  if (!duplicate.empty()) throw Error(origin + ": duplicate key '" + duplicate + "'");
+  if (!j.is_object()) throw Error(origin + ": a config.json must be a JSON object");
+  return j;
+}
+
+// What a reader needs to name a key: the text (nlohmann keeps no line numbers: the key's line is
+// found in the text) and where each config_overrides entry was written.
+struct Source {
+  const std::string& text;
+  const std::string& origin;
+  std::map<std::string, std::string> override_where;  // top-level key -> "train.yaml:12"
+  HfConfig& out;
+
+  // "origin:LINE" of "a.b" (the first `"a"` key, then the first `"b"` key after it), or an override's place.
+  std::string where(const std::string& path) const {
+    const std::string top = path.substr(0, path.find('.'));
+    if (auto it = override_where.find(top); it != override_where.end()) return it->second;
+    size_t pos = 0, start = 0;
+    while (start <= path.size()) {
+      const size_t dot = path.find('.', start);
+      const std::string key = "\"" + path.substr(start, dot == std::string::npos ? std::string::npos : dot - start) + "\"";
+      size_t at = text.find(key, pos);
+      while (at != std::string::npos) {
+        size_t after = at + key.size();
+        while (after < text.size() && (text[after] == ' ' || text[after] == '\t' || text[after] == '\n' || text[after] == '\r'))
+          ++after;
+        if (after < text.size() && text[after] == ':') break;
+        at = text.find(key, at + 1);
+      }
+      if (at == std::string::npos) return origin;
+      pos = at + key.size();
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    return origin + ":" + std::to_string(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(pos), '\n') + 1);
+  }
+};
+
+// One JSON object of a config (the top level, or DBRX's attn_config and ffn_config): each key read
+// is registered as known, and finish() refuses the keys nobody read.
+class Section {
+ public:
+  Section(const json& obj, std::string prefix, const Source& src) : obj_(obj), prefix_(std::move(prefix)), src_(src) {}
+
+  std::string path(const std::string& key) const { return prefix_ + key; }
+
+  // The value of a key, or nullptr when absent; a JSON null is returned (some keys mean "off" by null).
+  const json* raw(const char* key) {
+    known_.emplace_back(key);
+    const auto it = obj_.find(key);
+    return it == obj_.end() ? nullptr : &*it;
+  }
+  // Absent or null: transformers' default.
+  const json* value(const char* key) {
+    const json* v = raw(key);
+    return v && !v->is_null() ? v : nullptr;
+  }
+
+  // A whole number from `min` to 2^40 (check_architecture bounds the fields more tightly).
+  int64_t count(const char* key, int64_t if_absent, int64_t min = 1) {
+    const json* v = value(key);
+    return v ? as_count(*v, key, min) : if_absent;
+  }
+  int64_t as_count(const json& v, const std::string& key, int64_t min = 1) const {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t{1} << 40)) ||
+        v.get<int64_t>() < min || v.get<int64_t>() > (int64_t{1} << 40))
+      bad(key, "must be a whole number from " + std::to_string(min) + " to 2^40");
+    return v.get<int64_t>();
+  }
+  double fraction(const char* key, double if_absent) {
+    const json* v = value(key);
+    if (v && (!v->is_number() || !(v->get<double>() >= 0 && v->get<double>() <= 1))) bad(key, "must be a number from 0 to 1");
+    return v ? v->get<double>() : if_absent;
+  }
+  bool flag(const char* key, bool if_absent) {
+    const json* v = value(key);
+    if (v && !v->is_boolean()) bad(key, "must be true or false");
+    return v ? v->get<bool>() : if_absent;
+  }
+  std::string text(const char* key, const char* if_absent) {
+    const json* v = value(key);
+    if (v && !v->is_string()) bad(key, "must be a string");
+    return v ? v->get<std::string>() : if_absent;
+  }
+  // Known keys that do not change a step's cost or memory.
+  void irrelevant(std::initializer_list<const char*> keys) {
+    for (const char* k : keys) irrelevant_.insert(k), known_.emplace_back(k);
+  }
+
+  [[noreturn]] void bad(const std::string& key, const std::string& what) const {
+    const auto it = obj_.find(key);
+    throw Error(src_.where(path(key)) + ": " + path(key) + ": " + (it != obj_.end() ? it->dump() : "") + " " + what);
+  }
+  [[noreturn]] void refuse(const std::string& key, const std::string& what) const {
+    const auto it = obj_.find(key);
+    throw Error(src_.where(path(key)) + ": " + path(key) + ": " + (it != obj_.end() ? it->dump() : "(default)") + " -- " +
+                what + ": tpsim cannot model it yet");
+  }
+
+  // Every key is known (read, or irrelevant, or PretrainedConfig's at the top level); the
+  // irrelevant ones present are listed in `out.ignored`.
+  void finish(HfConfig& out, bool top_level) const {
+    std::vector<std::string> known = known_;
+    if (top_level) known.insert(known.end(), kGeneric.begin(), kGeneric.end());
+    for (const auto& [key, v] : obj_.items()) {
+      if (std::find(known.begin(), known.end(), key) == known.end())
+        throw Error(src_.where(path(key)) + ": unknown key '" + path(key) + "' for model_type " + out.model_type +
+                    nearest(key, known_));  // the hint among the model's own keys, not the generation settings
+      if (irrelevant_.count(key) || (top_level && kGeneric.count(key) && !kSilent.count(key)))
+        out.ignored.push_back(path(key));
+    }
+  }
+
+  const json& obj() const { return obj_; }
+  const Source& src() const { return src_; }
+
+ private:
+  const json& obj_;
+  std::string prefix_;
+  const Source& src_;
+  std::vector<std::string> known_;
+  std::set<std::string> irrelevant_;
+};
+
+// PretrainedConfig flags that would make the model something else than a decoder-only LM.
+void refuse_generic(Section& s) {
+  if (s.flag("is_encoder_decoder", false)) s.refuse("is_encoder_decoder", "an encoder-decoder model");
+  if (s.flag("add_cross_attention", false)) s.refuse("add_cross_attention", "cross-attention");
+  if (s.value("quantization_config")) s.refuse("quantization_config", "quantized weights");
+}
+
+Activation activation(Section& s, const char* key, const char* if_absent) {
+  const std::string a = s.text(key, if_absent);
+  if (a == "silu" || a == "swish") return Activation::kSilu;
+  if (a == "relu") return Activation::kRelu;
+  // transformers' ACT2FN: the exact and tanh-approximated GELUs cost alike (elementwise).
+  if (a == "gelu" || a == "gelu_new" || a == "gelu_pytorch_tanh" || a == "gelu_fast" || a == "gelu_python" ||
+      a == "gelu_accurate")
+    return Activation::kGelu;
+  s.refuse(key, "an activation other than SiLU, GELU and ReLU");
+}
+
+// transformers' defaults for one model_type of the Llama family (configuration_<type>.py).
+struct Defaults {
+  int64_t vocab, hidden, intermediate, layers, heads;
+  int64_t kv_heads;  // 0: num_attention_heads
+  int64_t head_dim;  // 0: hidden_size / num_attention_heads
+};
+
+// Llama and its descendants: RMSNorm (a weight, no bias), RoPE, a gated feed-forward (SwiGLU with
+// hidden_act silu), untied embeddings unless said, no biases unless said.
+ModelConfig llama_family(Section& s, const Defaults& d) {
+  ModelConfig m;
+  m.vocab_size = s.count("vocab_size", d.vocab);
+  m.d_model = s.count("hidden_size", d.hidden);
+  m.ffn_hidden = s.count("intermediate_size", d.intermediate);
+  m.n_layers = s.count("num_hidden_layers", d.layers);
+  m.n_heads = s.count("num_attention_heads", d.heads);
+  m.n_kv_heads = s.count("num_key_value_heads", d.kv_heads);
+  m.head_dim = s.count("head_dim", d.head_dim);
+  m.tie_embeddings = s.flag("tie_word_embeddings", false);
+  m.activation = activation(s, "hidden_act", "silu");
+  m.positions = PositionKind::kRope;
+  m.norm = NormKind::kRmsNorm;
+  m.norm_bias = m.qkv_bias = m.linear_bias = false;
+  m.ffn = FfnKind::kGlu;
+  // The learned table's size does not exist here (RoPE); epsilons, RoPE's base and scaling and
+  // dropout do not change a step's cost.
+  s.irrelevant({"max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters",
+                "attention_dropout", "pretraining_tp"});
+  return m;
+}
+
+// transformers' layer_types (newer configs): every layer "full_attention", or every layer
+// "sliding_attention" (the window applies everywhere); a mix has no field.
+void layer_types(Section& s, ModelConfig& m, int64_t window) {
+  const json* v = s.value("layer_types");
+  if (!v) return;
+  if (!v->is_array() || static_cast<int64_t>(v->size()) != m.n_layers) s.bad("layer_types", "must list one type per layer");
+  const auto all = [&](const char* t) { return std::all_of(v->begin(), v->end(), [&](const json& x) { return x == t; }); };
+  if (all("full_attention")) m.sliding_window = 0;
+  else if (all("sliding_attention")) m.sliding_window = window;
+  else s.refuse("layer_types", "sliding-window attention in some layers and full attention in others");
+}
+
+// Mistral and Mixtral: sliding_window applies to every layer; null turns it off.
+void mistral_window(Section& s, ModelConfig& m, int64_t if_absent) {
+  const json* w = s.raw("sliding_window");
+  m.sliding_window = !w ? if_absent : w->is_null() ? 0 : s.as_count(*w, "sliding_window");
+  layer_types(s, m, m.sliding_window);
+}
+
+// Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE: with use_sliding_window, the layers from max_window_layers on
+// slide (modeling_qwen2.py); all or none can be modelled, some cannot.
+void qwen_window(Section& s, ModelConfig& m, int64_t max_window_layers) {
+  const bool use = s.flag("use_sliding_window", false);
+  const int64_t window = s.count("sliding_window", 4096);
+  const int64_t first = s.count("max_window_layers", max_window_layers, 0);
+  if (use && first == 0) m.sliding_window = window;
+  else if (use && first < m.n_layers)
+    s.refuse("max_window_layers", "sliding-window attention in only the layers from max_window_layers on");
+  layer_types(s, m, window);
+}
+
+// Qwen-MoE: a layer is sparse unless listed in mlp_only_layers or off the decoder_sparse_step
+// (modeling_qwen2_moe.py); tpsim models every layer alike.
+void qwen_sparse_layers(Section& s, const ModelConfig& m) {
+  if (const int64_t step = s.count("decoder_sparse_step", 1); step != 1 && m.n_layers > 1)
+    s.refuse("decoder_sparse_step", "dense feed-forward layers between the expert layers");
+  if (const json* only = s.value("mlp_only_layers"); only && (!only->is_array() || !only->empty()))
+    s.refuse("mlp_only_layers", "dense feed-forward layers among the expert layers");
+  s.irrelevant({"norm_topk_prob", "output_router_logits", "router_aux_loss_coef"});
+}
+
+ModelConfig read_llama(Section& s) {
+  ModelConfig m = llama_family(s, {32000, 4096, 11008, 32, 32, 0, 0});
+  // LlamaAttention: q, k, v and o_proj biases follow attention_bias; LlamaMLP's follow mlp_bias.
+  // The out projection's bias shares linear_bias with the feed-forward's.
+  const bool attention_bias = s.flag("attention_bias", false), mlp_bias = s.flag("mlp_bias", false);
+  if (attention_bias != mlp_bias)
+    s.refuse(attention_bias ? "attention_bias" : "mlp_bias", "a bias on the attention's out projection apart from the feed-forward's");
+  m.qkv_bias = m.linear_bias = attention_bias;
+  return m;
+}
+
+ModelConfig read_mistral(Section& s) {
+  ModelConfig m = llama_family(s, {32000, 4096, 14336, 32, 32, 8, 0});
+  mistral_window(s, m, 4096);
+  return m;
+}
+
+ModelConfig read_mixtral(Section& s) {
+  ModelConfig m = llama_family(s, {32000, 4096, 14336, 32, 32, 8, 0});
+  mistral_window(s, m, 0);
+  // MixtralSparseMoeBlock: a router (hidden x experts, no bias), experts of intermediate_size, top-k, dropless.
+  m.moe.experts = s.count("num_local_experts", 8);
+  m.moe.top_k = s.count("num_experts_per_tok", 2);
+  m.moe.d_expert = m.ffn_hidden;
+  s.irrelevant({"router_aux_loss_coef", "output_router_logits", "router_jitter_noise"});
+  return m;
+}
+
+ModelConfig read_qwen2(Section& s) {
+  ModelConfig m = llama_family(s, {151936, 4096, 22016, 32, 32, 32, 0});
+  m.qkv_bias = true;  // Qwen2Attention: biases on q, k and v, none on o_proj or the MLP
+  qwen_window(s, m, 28);
+  return m;
+}
+
+ModelConfig read_qwen2_moe(Section& s) {
+  ModelConfig m = llama_family(s, {151936, 2048, 5632, 24, 16, 16, 0});
+  m.qkv_bias = true;
+  qwen_window(s, m, 28);
+  qwen_sparse_layers(s, m);
+  // Qwen2MoeSparseMoeBlock: router, experts of moe_intermediate_size, one shared expert of
+  // shared_expert_intermediate_size behind a sigmoid gate (a hidden x 1 weight).
+  m.moe.experts = s.count("num_experts", 60);
+  m.moe.top_k = s.count("num_experts_per_tok", 4);
+  m.moe.d_expert = s.count("moe_intermediate_size", 1408);
+  m.moe.shared_experts = 1;
+  m.moe.d_shared = s.count("shared_expert_intermediate_size", 5632);
+  m.moe.shared_gate = true;
+  return m;
+}
+
+// Qwen3 and OLMo 2: attention_bias puts biases on q, k, v and o_proj; the MLP has none.
+void attention_bias_unmodelled(Section& s) {
+  if (s.flag("attention_bias", false))
+    s.refuse("attention_bias", "a bias on the attention's out projection without the feed-forward's");
+}
+
+ModelConfig read_qwen3(Section& s) {
+  ModelConfig m = llama_family(s, {151936, 4096, 22016, 32, 32, 32, 128});
+  attention_bias_unmodelled(s);
+  m.qk_norm = QkNorm::kPerHead;  // Qwen3Attention: q_norm and k_norm, RMSNorm(head_dim)
+  qwen_window(s, m, 28);
+  return m;
+}
+
+ModelConfig read_qwen3_moe(Section& s) {
+  ModelConfig m = llama_family(s, {151936, 2048, 6144, 24, 32, 4, 0});
+  attention_bias_unmodelled(s);
+  m.qk_norm = QkNorm::kPerHead;
+  qwen_window(s, m, 28);
+  qwen_sparse_layers(s, m);
+  m.moe.experts = s.count("num_experts", 128);
+  m.moe.top_k = s.count("num_experts_per_tok", 8);
+  m.moe.d_expert = s.count("moe_intermediate_size", 768);
+  return m;
+}
+
+ModelConfig read_olmo(Section& s) {
+  ModelConfig m = llama_family(s, {50304, 4096, 11008, 32, 32, 0, 0});
+  attention_bias_unmodelled(s);
+  s.irrelevant({"clip_qkv"});
+  // OlmoLayerNorm has neither weight nor bias; ModelConfig's norms have at least a weight.
+  s.refuse("model_type", "OLMo's non-parametric LayerNorm (no weight, no bias)");
+  return m;
+}
+
+ModelConfig read_olmo2(Section& s) {
+  ModelConfig m = llama_family(s, {50304, 4096, 11008, 32, 32, 0, 0});
+  attention_bias_unmodelled(s);
+  // Olmo2Attention: q_norm = RMSNorm(heads * head_dim), k_norm = RMSNorm(kv_heads * head_dim). Its
+  // norms follow the attention and the MLP (post-norm): the same parameters and elementwise work.
+  m.qk_norm = QkNorm::kWhole;
+  return m;
+}
+
+const json kEmptyObject = json::object();
+
+// A nested object of the config (DBRX's attn_config and ffn_config), absent or null: its defaults.
+const json& nested(Section& s, const char* key) {
+  const json* v = s.value(key);
+  if (v && !v->is_object()) s.bad(key, "must be an object");
+  return v ? *v : kEmptyObject;
+}
+
+ModelConfig read_dbrx(Section& s, const Source& src) {
+  ModelConfig m;
+  m.d_model = s.count("d_model", 2048);
+  m.n_heads = s.count("n_heads", 16);
+  m.n_layers = s.count("n_layers", 24);
+  m.vocab_size = s.count("vocab_size", 32000);
+  m.tie_embeddings = s.flag("tie_word_embeddings", false);
+  s.irrelevant({"max_seq_len", "resid_pdrop", "emb_pdrop", "output_router_logits", "router_aux_loss_coef"});
+  // modeling_dbrx.py: LayerNorm without bias, no biases in Wqkv, out_proj or the experts, RoPE,
+  // GLU experts (w1, v1, w2) of ffn_hidden_size, a router without bias, dropless top-k.
+  m.positions = PositionKind::kRope;
+  m.norm_bias = m.qkv_bias = m.linear_bias = false;
+  m.ffn = FfnKind::kGlu;
+  Section attn(nested(s, "attn_config"), "attn_config.", src);
+  m.n_kv_heads = attn.count("kv_n_heads", 1);
+  attn.irrelevant({"attn_pdrop", "clip_qkv", "rope_theta", "model_type"});
+  attn.finish(src.out, false);
+  Section ffn(nested(s, "ffn_config"), "ffn_config.", src);
+  Section act(nested(ffn, "ffn_act_fn"), "ffn_config.ffn_act_fn.", src);
+  m.activation = activation(act, "name", "silu");
+  act.finish(src.out, false);
+  m.ffn_hidden = ffn.count("ffn_hidden_size", 3584);
+  m.moe.experts = ffn.count("moe_num_experts", 4);
+  m.moe.top_k = ffn.count("moe_top_k", 1);
+  m.moe.d_expert = m.ffn_hidden;
+  ffn.irrelevant({"moe_jitter_eps", "moe_loss_weight", "moe_normalize_expert_weights", "uniform_expert_assignment",
+                  "model_type"});
+  ffn.finish(src.out, false);
+  return m;
+}
+
+ModelConfig read_gpt2(Section& s) {
+  ModelConfig m;  // LayerNorm and linears with biases, a GELU MLP, tied embeddings: MPT's defaults
+  m.d_model = s.count("n_embd", 768);
+  m.n_layers = s.count("n_layer", 12);
+  m.n_heads = s.count("n_head", 12);
+  m.max_positions = s.count("n_positions", 1024);  // wpe: a learned table of n_positions rows
+  m.ffn_hidden = s.count("n_inner", 4 * m.d_model);
+  m.vocab_size = s.count("vocab_size", 50257);
+  m.activation = activation(s, "activation_function", "gelu_new");
+  m.tie_embeddings = s.flag("tie_word_embeddings", true);
+  s.irrelevant({"n_ctx", "resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon", "summary_type",
+                "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
+                "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+                "gradient_checkpointing"});
+  return m;
+}
+
+ModelConfig read_opt(Section& s) {
+  ModelConfig m;
+  m.vocab_size = s.count("vocab_size", 50272);
+  m.d_model = s.count("hidden_size", 768);
+  m.n_layers = s.count("num_hidden_layers", 12);
+  m.n_heads = s.count("num_attention_heads", 12);
+  m.ffn_hidden = s.count("ffn_dim", 3072);
+  // OPTLearnedPositionalEmbedding keeps 2 rows more than max_position_embeddings (its offset).
+  m.max_positions = s.count("max_position_embeddings", 2048) + 2;
+  m.activation = activation(s, "activation_function", "relu");
+  m.tie_embeddings = s.flag("tie_word_embeddings", true);
+  m.qkv_bias = m.linear_bias = s.flag("enable_bias", true);
+  if (!s.flag("do_layer_norm_before", true))
+    s.refuse("do_layer_norm_before", "OPT's post-norm blocks without a final norm (OPT-350m)");
+  if (s.flag("_remove_final_layer_norm", false)) s.refuse("_remove_final_layer_norm", "a model without its final norm");
+  if (!s.flag("layer_norm_elementwise_affine", true))
+    s.refuse("layer_norm_elementwise_affine", "LayerNorm without weight or bias");
+  if (s.count("word_embed_proj_dim", m.d_model) != m.d_model)
+    s.refuse("word_embed_proj_dim", "embeddings narrower than hidden_size, projected in and out");
+  s.irrelevant({"dropout", "attention_dropout", "activation_dropout", "layerdrop", "init_std"});
+  return m;
+}
+
+ModelConfig read_gpt_neox(Section& s) {
+  ModelConfig m;
+  m.vocab_size = s.count("vocab_size", 50432);
+  m.d_model = s.count("hidden_size", 6144);
+  m.n_layers = s.count("num_hidden_layers", 44);
+  m.n_heads = s.count("num_attention_heads", 64);
+  m.ffn_hidden = s.count("intermediate_size", 24576);
+  m.activation = activation(s, "hidden_act", "gelu");
+  m.tie_embeddings = s.flag("tie_word_embeddings", false);
+  // GPTNeoXAttention: query_key_value and dense biases follow attention_bias; the MLP always has them.
+  if (!s.flag("attention_bias", true))
+    s.refuse("attention_bias", "an attention without biases beside a feed-forward with them");
+  const double rotary = s.raw("partial_rotary_factor") ? s.fraction("partial_rotary_factor", 0.25) : s.fraction("rotary_pct", 0.25);
+  m.positions = rotary > 0 ? PositionKind::kRope : PositionKind::kNone;
+  if (rotary > 0 && rotary < 1)
+    s.src().out.notes.push_back("rotary_pct " + json(rotary).dump() +
+                                ": RoPE on that share of each head, costed on the whole head (an elementwise op)");
+  // use_parallel_residual: x + attn(ln1(x)) + mlp(ln2(x)): the same parameters, ops and saved
+  // activations as the sequential block; only their order differs.
+  if (s.flag("use_parallel_residual", true))
+    s.src().out.notes.push_back("use_parallel_residual: costed as the sequential block (the same parameters and ops)");
+  s.irrelevant({"rotary_emb_base", "attention_dropout", "hidden_dropout", "classifier_dropout", "max_position_embeddings",
+                "layer_norm_eps", "rope_scaling", "rope_theta", "rope_parameters"});
+  return m;
+}
+
+ModelConfig read_gpt_neo(Section& s) {
+  ModelConfig m;
+  m.vocab_size = s.count("vocab_size", 50257);
+  m.max_positions = s.count("max_position_embeddings", 2048);
+  m.d_model = s.count("hidden_size", 2048);
+  m.n_layers = s.count("num_layers", 24);
+  m.n_heads = s.count("num_heads", 16);
+  m.ffn_hidden = s.count("intermediate_size", 4 * m.d_model);
+  m.activation = activation(s, "activation_function", "gelu_new");
+  m.tie_embeddings = s.flag("tie_word_embeddings", true);
+  m.qkv_bias = false;  // GPTNeoSelfAttention: q, k, v without bias; out_proj with one
+  const int64_t window = s.count("window_size", 256);
+  // attention_types: [[["global", "local"], 12]] -> 24 layers alternating global and local.
+  std::set<std::string> kinds;
+  int64_t layers = 0;
+  const json* types = s.value("attention_types");
+  const json spec = types ? *types : json::parse(R"([[["global", "local"], 12]])");
+  for (const json& group : spec) {
+    if (!group.is_array() || group.size() != 2 || !group[0].is_array() || !group[1].is_number_integer() ||
+        group[1].get<int64_t>() < 0 || group[1].get<int64_t>() > (1 << 16))
+      s.bad("attention_types", "must be a list of [[types...], repeats]");
+    for (const json& t : group[0]) {
+      if (t != "global" && t != "local") s.bad("attention_types", "names types other than global and local");
+      kinds.insert(t.get<std::string>());
+      layers += group[1].get<int64_t>();
+    }
+  }
+  if (layers != m.n_layers) s.bad("attention_types", "does not describe num_layers (" + std::to_string(m.n_layers) + ") layers");
+  if (kinds.size() > 1) s.refuse("attention_types", "local attention (a window of " + std::to_string(window) + ") in some layers and global in others");
+  if (kinds.count("local")) m.sliding_window = window;
+  s.irrelevant({"attention_layers", "resid_dropout", "embed_dropout", "attention_dropout", "classifier_dropout",
+                "layer_norm_epsilon", "gradient_checkpointing", "summary_type", "summary_use_proj",
+                "summary_activation", "summary_proj_to_labels", "summary_first_dropout"});
+  return m;
+}
+
+using Reader = ModelConfig (*)(Section&);
+const std::map<std::string, Reader> kReaders = {
+    {"llama", read_llama},       {"mistral", read_mistral}, {"mixtral", read_mixtral},     {"qwen2", read_qwen2},
+    {"qwen2_moe", read_qwen2_moe}, {"qwen3", read_qwen3},   {"qwen3_moe", read_qwen3_moe}, {"olmo", read_olmo},
+    {"olmo2", read_olmo2},       {"gpt2", read_gpt2},       {"opt", read_opt},             {"gpt_neox", read_gpt_neox},
+    {"gpt_neo", read_gpt_neo}};
+
+std::string supported_types() {
+  std::string all;
+  for (const auto& [type, reader] : kReaders) all += type + ", ";
+  return all + "dbrx, mpt";
+}
+
+// config_overrides as llm-foundry applies them: a nested map updates only keys the config has
+// (its "attempt to disallow typos in nested configs"); anything else replaces the value. Whether a
+// top-level key exists for the model_type is checked with the config's own keys, after the merge.
+json apply_overrides(json j, const std::vector<HfOverride>& overrides) {
+  for (const auto& o : overrides) {
+    json& target = j[o.key];
+    if (target.is_object() && o.value.is_object()) {
+      for (const auto& [k, v] : o.value.items()) {
+        if (!target.contains(k)) {
+          std::string expected;
+          for (const auto& [have, unused] : target.items()) expected += (expected.empty() ? "" : ", ") + have;
+          throw Error(o.where + ": config_overrides." + o.key + ": unknown key '" + k + "' (the config's " + o.key +
+                      " has " + expected + ")");
+        }
+        target[k] = v;
+      }
+    } else {
+      target = o.value;
+    }
+  }
+  return j;
+}
+
+// model_type mpt: mosaicml's config.json holds MPTConfig's keys, read as an llm-foundry model block
+// (read_model_block) once PretrainedConfig's own keys are set aside. Parsed again as YAML (JSON is
+// YAML) so that messages keep their lines.
+void read_mpt(const std::string& text, const std::string& origin, const std::vector<HfOverride>& overrides, HfConfig& out) {
+  yaml::guard(origin, [&] {
+    YAML::Node root = yaml::parse(text, origin);
+    std::vector<std::string> generic;
+    for (const auto& kv : root) {
+      const std::string key = yaml::key(kv.first, origin);
+      if (kGeneric.count(key) || key == "tokenizer_name" || key == "verbose") generic.push_back(key);
+    }
+    for (const auto& key : generic) {
+      root.remove(key);
+      if (!kSilent.count(key)) out.ignored.push_back(key);
+    }
+    for (const auto& o : overrides) {
+      const YAML::Node value = YAML::Load(o.value.dump());
+      if (root[o.key] && root[o.key].IsMap() && value.IsMap()) {
+        for (const auto& kv : value) root[o.key][kv.first.Scalar()] = kv.second;
+      } else {
+        root[o.key] = value;
+      }
+    }
+    ModelBlock b = read_model_block(root, origin, "config", '.');
+    out.model = b.model;
+    out.max_seq_len = b.max_seq_len;
+    out.ignored.insert(out.ignored.end(), b.ignored.begin(), b.ignored.end());
+    if (b.attn_impl) out.notes.push_back("attn_config.attn_impl: " + *b.attn_impl + " -- attention is costed as the profile's causal flash attention");
+    for (const auto& n : b.notes) out.notes.push_back(n.where + ": " + n.text);
+  });
+}
+
+}  // namespace
+
+HfConfig read_hf_config(const std::string& text, const std::string& origin, const std::vector<HfOverride>& overrides) {
+  const json file = parse_json(text, origin);
+  HfConfig out;
+  const auto type = file.find("model_type");
+  if (type == file.end() || !type->is_string())
+    throw Error(origin + ": no model_type (a Hugging Face config.json names its model_type: " + supported_types() + ")");
+  out.model_type = type->get<std::string>();
+  for (const auto& o : overrides)
+    if (o.key == "model_type") throw Error(o.where + ": config_overrides.model_type: the model_type cannot be overridden");
+  if (out.model_type == "mpt") {
+    read_mpt(text, origin, overrides, out);
+    return out;
+  }
+  const json j = apply_overrides(file, overrides);
+  Source src{text, origin, {}, out};
+  for (const auto& o : overrides) src.override_where[o.key] = o.where;
+  Section s(j, "", src);
+  const auto reader = kReaders.find(out.model_type);
+  if (out.model_type == "dbrx") out.model = read_dbrx(s, src);
+  else if (reader != kReaders.end()) out.model = reader->second(s);
+  else
+    throw Error(src.where("model_type") + ": model_type '" + out.model_type + "' is not one tpsim models (supported: " +
+                supported_types() + ")");
+  refuse_generic(s);
+  s.finish(out, true);
+  if (std::string why = check_architecture(out.model); !why.empty())
+    throw Error(origin + ": model_type " + out.model_type + ": " + why);
+  return out;
+}
+
+std::filesystem::path hf_config_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) ? path / "config.json" : path;
+}
+
+HfConfig read_hf_config_file(const std::filesystem::path& path, const std::vector<HfOverride>& overrides) {
+  const fs::path file = hf_config_file(path);
+  return read_hf_config(read_text_file(file, "Hugging Face config.json"), file.string(), overrides);
+}
+
+bool is_hf_config_path(const std::string& spec) {
+  std::error_code ec;
+  const fs::path p(spec);
+  if (p.extension() == ".json") return true;
+  return fs::is_directory(p, ec) && fs::is_regular_file(p / "config.json", ec);
+}
+
+std::string hf_model_name(const std::filesystem::path& path) {
+  const fs::path file = hf_config_file(path);
+  if (file.filename() != "config.json") return file.stem().string();
+  const fs::path folder = fs::absolute(file).parent_path();
+  return folder.filename().string();
+}
+
+namespace {
+
+// The user's Hugging Face hub cache, as huggingface_hub resolves it (constants.py).
+fs::path hub_cache() {
+  if (const char* v = std::getenv("HF_HUB_CACHE"); v && *v) return v;
+  if (const char* v = std::getenv("HF_HOME"); v && *v) return fs::path(v) / "hub";
+  if (const char* v = std::getenv("HOME"); v && *v) return fs::path(v) / ".cache" / "huggingface" / "hub";
+  return {};
+}
+
+// models--ORG--NAME/snapshots/<revision>/config.json: the newest snapshot that has one.
+std::optional<fs::path> from_cache(const std::string& repo, const fs::path& cache) {
+  std::error_code ec;
+  std::string folder = "models--" + repo;
+  for (size_t at = folder.find('/'); at != std::string::npos; at = folder.find('/', at + 2)) folder.replace(at, 1, "--");
+  const fs::path snapshots = cache / folder / "snapshots";
+  if (cache.empty() || !fs::is_directory(snapshots, ec)) return std::nullopt;
+  std::optional<fs::path> newest;
+  fs::file_time_type newest_time{};
+  for (const auto& entry : fs::directory_iterator(snapshots, ec)) {
+    const fs::path config = entry.path() / "config.json";
+    if (!fs::is_regular_file(config, ec)) continue;
+    const auto t = fs::last_write_time(entry.path(), ec);
+    if (!ec && (!newest || t > newest_time)) newest = config, newest_time = t;
+  }
+  return newest;
+}
+
+// data/models/hf/index.yaml: repo id -> shipped file (Hub repo ids match without regard to case).
+std::optional<fs::path> shipped(const std::string& repo) {
+  const fs::path dir = data_dir() / "models" / "hf";
+  const std::string origin = (dir / "index.yaml").string();
+  const YAML::Node index = yaml::guard(origin, [&] { return yaml::parse(read_text_file(dir / "index.yaml", "index"), origin); });
+  const auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+  };
+  for (const auto& kv : index)
+    if (lower(kv.first.Scalar()) == lower(repo)) return dir / kv.second.Scalar();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::filesystem::path resolve_pretrained_config(const std::string& name_or_path) {
+  std::error_code ec;
+  if (fs::is_regular_file(name_or_path, ec)) return name_or_path;
+  if (fs::is_regular_file(fs::path(name_or_path) / "config.json", ec)) return fs::path(name_or_path) / "config.json";
+  const fs::path cache = hub_cache();
+  if (auto p = from_cache(name_or_path, cache)) return *p;
+  if (auto p = shipped(name_or_path)) return *p;
+  throw Error("pretrained_model_name_or_path '" + name_or_path + "': no config.json in a local folder of that name, in the " +
+              "Hugging Face cache (" + (cache.empty() ? std::string("no HF_HUB_CACHE, HF_HOME or HOME") : cache.string()) +
+              ") or among the configs shipped in " + (data_dir() / "models" / "hf").string() +
+              " (index.yaml); tpsim never downloads");
+}
+
+}  // namespace tpsim

@@ -1,0 +1,227 @@
+#define BOOST_TEST_MODULE hf_config
+#include <boost/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "common.hpp"
+#include "io/hf_config.hpp"
+#include "io/train_yaml.hpp"
+#include "model/architecture.hpp"
+
+using namespace tpsim;
+using test::contains;
+using test::error_of;
+namespace fs = std::filesystem;
+
+namespace {
+
+// ../shared beside the repository, where the workplace keeps the public configs and llm-foundry.
+fs::path shared_dir() { return fs::path(TPSIM_DATA).parent_path().parent_path() / "shared"; }
+fs::path shipped(const std::string& name) { return fs::path(TPSIM_DATA) / "models" / "hf" / (name + ".json"); }
+
+int64_t count_of(const fs::path& p, int64_t seq = 2048) { return parameter_count(read_hf_config_file(p).model, seq); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_seven_shared_configs_count_exactly) {
+  // ../shared/hf-configs/published_parameter_counts.json, each held exactly; skipped, visibly, without it.
+  const fs::path dir = shared_dir() / "hf-configs";
+  if (!fs::is_directory(dir)) {
+    BOOST_TEST_MESSAGE("skipped: no " << dir.string());
+    return;
+  }
+  const std::vector<std::pair<std::string, int64_t>> published = {
+      {"llama-3-8b", 8030261248LL},    {"llama-3.1-70b", 70553706496LL}, {"mistral-7b", 7241732096LL},
+      {"mixtral-8x7b", 46702792704LL}, {"qwen2.5-7b", 7615616512LL},     {"gpt2", 124439808LL},
+      {"mpt-7b", 6649286656LL}};
+  for (const auto& [name, count] : published) {
+    BOOST_TEST_CONTEXT(name) {
+      BOOST_TEST(count_of(dir / name) == count);           // the folder
+      BOOST_TEST(count_of(dir / name / "config.json", 8192) == count);  // the file; no learned table grows with S
+      BOOST_TEST(count_of(shipped(name)) == count);        // the shipped copy
+    }
+  }
+  const HfConfig mistral = read_hf_config_file(dir / "mistral-7b");
+  BOOST_TEST(mistral.model.sliding_window == 4096);
+  BOOST_TEST(mistral.model.kv_heads() == 8);
+  const HfConfig mixtral = read_hf_config_file(dir / "mixtral-8x7b");
+  BOOST_TEST(mixtral.model.moe.experts == 8);
+  BOOST_TEST(mixtral.model.moe.top_k == 2);
+  const HfConfig mpt = read_hf_config_file(dir / "mpt-7b");
+  BOOST_TEST(!mpt.model.learned_positions());
+  BOOST_TEST(mpt.max_seq_len.value_or(0) == 2048);
+}
+
+BOOST_AUTO_TEST_CASE(shipped_configs_match_their_published_counts) {
+  // data/models/hf/README.md: `exact` where the publisher states the exact count, else the figure
+  // as published and the half-unit of its last digit (or the share stated there) as the tolerance.
+  struct Row {
+    const char* name;
+    double published;
+    double tolerance;  // absolute, in parameters
+  };
+  const Row rows[] = {
+      {"llama-2-7b", 7e9, 0.5e9},          {"llama-2-13b", 13e9, 0.5e9},     {"llama-2-70b", 70e9, 0.015 * 70e9},
+      {"llama-3-70b", 70e9, 1e9},          {"llama-3.1-8b", 8e9, 0.5e9},     {"llama-3.1-405b", 405e9, 1e9},
+      {"llama-3.2-1b", 1.23e9, 0.01e9},   {"llama-3.2-3b", 3.21e9, 0.005e9}, {"llama-3.3-70b", 70e9, 1e9},
+      {"mixtral-8x22b", 141e9, 0.5e9},     {"qwen2.5-14b", 14.7e9, 0.1e9},  {"qwen2.5-32b", 32.5e9, 0.01 * 32.5e9},
+      {"qwen2.5-72b", 72.7e9, 0.05e9},     {"qwen3-8b", 8.2e9, 0.05e9},      {"qwen3-32b", 32.8e9, 0.05e9},
+      {"qwen3-30b-a3b", 30.5e9, 0.05e9},   {"qwen3-235b-a22b", 235e9, 0.5e9}, {"qwen1.5-moe-a2.7b", 14.3e9, 0.05e9},
+      {"dbrx", 132e9, 0.5e9},              {"olmo-2-7b", 7.3e9, 0.05e9},     {"gpt2-medium", 355e6, 0.5e6},
+      {"gpt2-large", 774e6, 0.5e6},        {"gpt2-xl", 1.5e9, 0.06e9},       {"opt-1.3b", 1.3e9, 0.05e9},
+      {"opt-2.7b", 2.7e9, 0.05e9},         {"opt-6.7b", 6.7e9, 0.05e9},      {"opt-13b", 13e9, 0.5e9},
+      {"opt-30b", 30e9, 0.5e9},            {"pythia-1.4b", 1414647808, 0},   {"pythia-6.9b", 6857302016, 0},
+      {"pythia-12b", 11846072320, 0}};
+  for (const Row& r : rows) {
+    BOOST_TEST_CONTEXT(r.name) {
+      const double count = static_cast<double>(count_of(shipped(r.name)));
+      BOOST_TEST(std::abs(count - r.published) <= r.tolerance);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(every_shipped_config_reads_and_the_catalogue_keeps_mpt_first) {
+  const ModelCatalog c = ModelCatalog::load_default();
+  BOOST_TEST(c.expand("125m..70b", "--models").size() == 9u);  // the MPT range as before
+  BOOST_TEST(c.get("llama-3.1-8b").n_kv_heads == 8);
+  BOOST_TEST(c.get("mixtral-8x7b").moe.experts == 8);
+  BOOST_TEST((c.get("qwen3-8b").qk_norm == QkNorm::kPerHead));
+  BOOST_TEST((c.get("olmo-2-7b").qk_norm == QkNorm::kWhole));
+  BOOST_TEST(!c.find("gpt-neo-125m"));  // refused, not shipped in the catalogue
+}
+
+BOOST_AUTO_TEST_CASE(qk_norm_parameters_count) {
+  // Qwen3-8B: per layer q_norm and k_norm of head_dim (2 x 128); OLMo 2: q_dim + kv_dim.
+  ModelConfig m = read_hf_config_file(shipped("qwen3-8b")).model;
+  const int64_t with = parameter_count(m, 2048);
+  m.qk_norm = QkNorm::kNone;
+  BOOST_TEST(with - parameter_count(m, 2048) == 36 * 2 * 128);
+  ModelConfig o = read_hf_config_file(shipped("olmo-2-7b")).model;
+  const int64_t olmo = parameter_count(o, 2048);
+  o.qk_norm = QkNorm::kNone;
+  BOOST_TEST(olmo - parameter_count(o, 2048) == 32 * (4096 + 4096));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_keys_and_types_are_errors_with_file_line_and_hint) {
+  const std::string llama = "{\n  \"model_type\": \"llama\",\n  \"hidden_size\": 64,\n  \"num_attention_heads\": 4,\n";
+  BOOST_TEST(error_of([&] { read_hf_config(llama + "  \"num_kv_heads\": 2\n}", "c.json"); }) ==
+             "c.json:5: unknown key 'num_kv_heads' for model_type llama (did you mean num_key_value_heads?)");
+  BOOST_TEST(contains(error_of([&] { read_hf_config("{\"model_type\": \"t5\"}", "c.json"); }),
+                      "c.json:1: model_type 't5' is not one tpsim models (supported: "));
+  BOOST_TEST(contains(error_of([&] { read_hf_config("{\"model_type\": \"llama\", \"a\": 1, \"a\": 2}", "c.json"); }),
+                      "c.json: duplicate key 'a'"));
+  BOOST_TEST(contains(error_of([&] { read_hf_config("{\"model_type\": \"llama\",", "c.json"); }), "c.json: not valid JSON"));
+  BOOST_TEST(contains(error_of([&] { read_hf_config(llama + "  \"hidden_act\": \"tanh\"\n}", "c.json"); }),
+                      "c.json:5: hidden_act: \"tanh\" -- an activation other than SiLU, GELU and ReLU"));
+  BOOST_TEST(contains(error_of([&] { read_hf_config(llama + "  \"num_hidden_layers\": 1.5\n}", "c.json"); }),
+                      "c.json:5: num_hidden_layers: 1.5 must be a whole number"));
+  const HfConfig ok = read_hf_config(llama + "  \"rope_theta\": 10000.0, \"bos_token_id\": 1\n}", "c.json");
+  BOOST_TEST(ok.ignored == (std::vector<std::string>{"bos_token_id", "rope_theta"}));
+}
+
+BOOST_AUTO_TEST_CASE(architectures_without_a_field_are_refused_naming_the_key) {
+  BOOST_TEST(contains(error_of([] { read_hf_config_file(fs::path(TPSIM_DATA) / "models" / "hf" / "refused" / "gpt-neo-125m.json"); }),
+                      "attention_types: [[[\"global\",\"local\"],6]] -- local attention (a window of 256) in some layers"));
+  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"olmo\"}", "c.json"); }),
+                      "OLMo's non-parametric LayerNorm"));
+  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"opt\", \"do_layer_norm_before\": false}", "c.json"); }),
+                      "c.json:1: do_layer_norm_before: false -- OPT's post-norm"));
+  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"opt\", \"word_embed_proj_dim\": 512}", "c.json"); }),
+                      "word_embed_proj_dim"));
+  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"qwen2_moe\", \"mlp_only_layers\": [3]}", "c.json"); }),
+                      "mlp_only_layers: [3] -- dense feed-forward layers among the expert layers"));
+  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"qwen2_moe\", \"decoder_sparse_step\": 2}", "c.json"); }),
+                      "decoder_sparse_step: 2"));
+  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"llama\", \"attention_bias\": true}", "c.json"); }),
+                      "attention_bias: true"));
+  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"qwen2\", \"use_sliding_window\": true}", "c.json"); }),
+                      "max_window_layers"));
+  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"gpt2\", \"add_cross_attention\": true}", "c.json"); }),
+                      "cross-attention"));
+  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"dbrx\", \"ffn_config\": {\"moe_top_kk\": 2}}", "c.json"); }),
+                      "c.json:1: unknown key 'ffn_config.moe_top_kk' for model_type dbrx (did you mean moe_top_k?)"));
+}
+
+BOOST_AUTO_TEST_CASE(transformers_defaults_fill_absent_keys) {
+  // configuration_mistral.py: sliding_window 4096 unless null; configuration_mixtral.py: 8 experts, top 2.
+  BOOST_TEST(read_hf_config("{\"model_type\": \"mistral\"}", "c").model.sliding_window == 4096);
+  BOOST_TEST(read_hf_config("{\"model_type\": \"mistral\", \"sliding_window\": null}", "c").model.sliding_window == 0);
+  const ModelConfig mixtral = read_hf_config("{\"model_type\": \"mixtral\"}", "c").model;
+  BOOST_TEST(mixtral.moe.experts == 8);
+  BOOST_TEST(mixtral.moe.top_k == 2);
+  const ModelConfig opt = read_hf_config("{\"model_type\": \"opt\"}", "c").model;
+  BOOST_TEST(opt.max_positions == 2050);  // OPT's learned table: max_position_embeddings + 2
+  BOOST_TEST((opt.activation == Activation::kRelu));
+  const ModelConfig qwen2 = read_hf_config("{\"model_type\": \"qwen2\"}", "c").model;
+  BOOST_TEST(qwen2.qkv_bias);
+  BOOST_TEST(!qwen2.linear_bias);
+}
+
+namespace {
+
+// A training YAML with an hf_causal_lm block, written to a temporary folder.
+std::string hf_yaml(const std::string& model_keys) {
+  return "max_seq_len: 4096\nmodel:\n  name: hf_causal_lm\n" + model_keys + "global_train_batch_size: 8\n";
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(hf_causal_lm_resolves_shipped_configs_and_applies_overrides) {
+  const TrainYaml t = parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: meta-llama/Llama-3.1-8B\n"
+                                               "  pretrained: false\n  use_flash_attention_2: true\n"), "run.yaml");
+  BOOST_TEST(parameter_count(t.model, 4096) == 8030261248LL);
+  BOOST_TEST(t.model.name == "run");
+  BOOST_TEST(contains(t.notes.at(0), "use_flash_attention_2: true -- tpsim costs attention as the profile's causal flash attention"));
+  const TrainYaml gpt2 = parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  config_overrides:\n    n_positions: 2048\n"), "g.yaml");
+  BOOST_TEST(gpt2.model.max_positions == 2048);
+  BOOST_TEST(error_of([] { parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  config_overrides:\n    n_positons: 2048\n"), "g.yaml"); }) ==
+             "g.yaml:6: unknown key 'n_positons' for model_type gpt2 (did you mean n_positions?)");
+  BOOST_TEST(contains(error_of([] { parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  peft_config: {r: 8}\n"), "g.yaml"); }),
+                      "g.yaml:5: model.peft_config -- LoRA (PEFT) changes which parameters have gradients"));
+  BOOST_TEST(contains(error_of([] { parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  load_in_8bit: true\n"), "g.yaml"); }),
+                      "g.yaml:5: model.load_in_8bit: true"));
+  BOOST_TEST(error_of([] { parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  use_flash_attention: true\n"), "g.yaml"); }) ==
+             "g.yaml:5: model: unknown key 'use_flash_attention' (did you mean use_flash_attention_2?) (llm-foundry's hf_causal_lm)");
+  const std::string missing = error_of([] { parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: nobody/none\n"), "g.yaml"); });
+  BOOST_TEST(contains(missing, "g.yaml:4: model.pretrained_model_name_or_path 'nobody/none': no config.json in a local folder"));
+  BOOST_TEST(contains(missing, "Hugging Face cache"));
+  BOOST_TEST(contains(missing, "tpsim never downloads"));
+}
+
+BOOST_AUTO_TEST_CASE(hf_causal_lm_prefers_a_local_folder_then_the_cache) {
+  const fs::path tmp = fs::temp_directory_path() / ("tpsim_hf_" + std::to_string(::getpid()));
+  fs::create_directories(tmp / "local");
+  std::ofstream(tmp / "local" / "config.json") << R"({"model_type": "gpt2", "n_layer": 2})";
+  const fs::path snap = tmp / "hub" / "models--acme--tiny" / "snapshots" / "abc";
+  fs::create_directories(snap);
+  std::ofstream(snap / "config.json") << R"({"model_type": "gpt2", "n_layer": 3})";
+  ::setenv("HF_HUB_CACHE", (tmp / "hub").c_str(), 1);
+  BOOST_TEST(resolve_pretrained_config((tmp / "local").string()) == tmp / "local" / "config.json");
+  BOOST_TEST(read_hf_config_file(resolve_pretrained_config("acme/tiny")).model.n_layers == 3);
+  BOOST_TEST(resolve_pretrained_config("gpt2").filename() == "gpt2.json");  // not cached: the shipped copy
+  ::unsetenv("HF_HUB_CACHE");
+  BOOST_TEST(hf_model_name(tmp / "local") == "local");
+  BOOST_TEST(hf_model_name(shipped("gpt2")) == "gpt2");
+  fs::remove_all(tmp);
+}
+
+BOOST_AUTO_TEST_CASE(llm_foundrys_own_hf_causal_lm_yamls_predict_or_name_what_they_cannot) {
+  const fs::path dir = shared_dir() / "llm-foundry" / "yamls";
+  if (!fs::is_directory(dir)) {
+    BOOST_TEST_MESSAGE("skipped: no " << dir.string());
+    return;
+  }
+  BOOST_TEST(parameter_count(read_train_yaml(dir / "pretrain" / "hf-llama-3.1-8B.yaml").model, 8192) == 8030261248LL);
+  // config_overrides: n_positions: ${variables.max_seq_len} (2048): GPT-2 with a learned table of 2048 rows.
+  BOOST_TEST(parameter_count(read_train_yaml(dir / "pretrain" / "gpt2-small.yaml").model, 2048) == 124439808LL + 1024 * 768);
+  BOOST_TEST(read_train_yaml(dir / "finetune" / "dbrx-full-ft.yaml").model.moe.experts == 16);
+  BOOST_TEST((read_train_yaml(dir / "pretrain" / "opt-3b.yaml").model.activation == Activation::kRelu));
+  BOOST_TEST(parameter_count(read_train_yaml(dir / "finetune" / "mpt-7b_dolly_sft.yaml").model, 2048) == 6649286656LL);
+  BOOST_TEST(contains(error_of([&] { read_train_yaml(dir / "finetune" / "dbrx-lora-ft.yaml"); }), "model.peft_config -- LoRA"));
+  BOOST_TEST(contains(error_of([&] { read_train_yaml(dir / "pretrain" / "gpt-neo-125m.yaml"); }), "attention_types"));
+  // llm-foundry itself refuses this one: LlamaConfig has neither max_seq_len nor attn_config to override.
+  const std::string adapt = error_of([&] { read_train_yaml(dir / "finetune" / "llama-3-8b_domain_adapt.yaml"); });
+  BOOST_TEST(contains(adapt, "llama-3-8b_domain_adapt.yaml:21: unknown key 'attn_config' for model_type llama"));
+}
