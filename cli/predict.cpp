@@ -91,7 +91,8 @@ void run_predict(const PredictOptions& o) {
   OutputTable t;
   t.title = "prediction";
   t.columns = prediction_columns();
-  t.add_row(prediction_row(model.name, device.id, cfg, p, prediction_interval(profile)));
+  t.add_row(prediction_row(model.name, device.id, cfg, p, interval_for(model, profile)));
+  std::cerr << no_interval_note(model);
   emit(render({t}, ctx.format()), ctx.output());
   if (!p.fits())
     std::cerr << "tpsim: does not fit: predicted peak " << p.memory.peak_bytes / kGiB << " GiB of "

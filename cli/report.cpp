@@ -27,6 +27,17 @@ std::vector<std::string> prediction_columns() {
   return c;
 }
 
+std::optional<PredictionInterval> interval_for(const ModelConfig& model, const DeviceProfile& profile) {
+  if (!model.is_mpt_default()) return std::nullopt;
+  return prediction_interval(profile);
+}
+
+std::string no_interval_note(const ModelConfig& model) {
+  if (model.is_mpt_default()) return "";
+  return "tpsim: note: " + model.name + ": no Throughput Low/High: the profiles' held-out errors are of MPT models; " +
+         "README \"Accuracy\" says how far published runs of other architectures are from tpsim\n";
+}
+
 double interval_low(double predicted, const PredictionInterval& i) { return predicted / (1.0 + i.p90); }
 double interval_high(double predicted, const PredictionInterval& i) { return predicted / (1.0 + i.p10); }
 
