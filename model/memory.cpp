@@ -17,13 +17,29 @@ struct MemoryInputs {
   double embed_saved_bytes = 0;
   double head_saved_bytes = 0;
   double backward_buffer_bytes = 0;  // gradient buffers of one block's backward
+  double block_attention_only_bytes = 0;  // what selective checkpointing stops keeping per block
 };
+
+// Elements of the gradient buffers of one block's feed-forward backward over `tokens` tokens: the
+// dense FFN's t x d_ffn gradients (MLP: of the up output and of the activation's; GLU: of the
+// gate, up and product), or the experts' over their routed rows and the permuted x and outputs'
+// gradients (rows x d), the router's logits gradient and the shared experts' like a dense FFN.
+double ffn_backward_elements(const ModelConfig& model, double tokens) {
+  const double per_width = model.ffn == FfnKind::kGlu ? 3.0 : 2.0;
+  if (!model.moe.active()) return per_width * tokens * static_cast<double>(model.d_ffn());
+  const MoeConfig& e = model.moe;
+  const double rows = static_cast<double>(moe_routed_rows(e, static_cast<int64_t>(tokens)));
+  const double d = static_cast<double>(model.d_model);
+  return per_width * rows * static_cast<double>(e.d_expert) + 2.0 * rows * d + tokens * static_cast<double>(e.experts) +
+         per_width * tokens * static_cast<double>(e.shared_experts * e.d_shared);
+}
 
 MemoryInputs memory_inputs(const ModelConfig& model, const TrainConfig& cfg, const SavedActivations& saved) {
   const double a = activation_bytes(cfg.precision);
   const double tokens = static_cast<double>(cfg.micro_batch) * static_cast<double>(cfg.seq_len);
   const double td = tokens * static_cast<double>(model.d_model);
-  const double tf = tokens * static_cast<double>(model.d_ffn());
+  const double tq = tokens * static_cast<double>(model.q_dim());
+  const double tkv = tokens * static_cast<double>(model.kv_dim());
   MemoryInputs in;
   in.block_params = static_cast<double>(layer_parameter_count(model));
   in.root_params = static_cast<double>(embedding_parameter_count(model, cfg.seq_len));
@@ -32,8 +48,10 @@ MemoryInputs memory_inputs(const ModelConfig& model, const TrainConfig& cfg, con
   in.block_input_bytes = td * a;
   in.embed_saved_bytes = saved.embed;
   in.head_saved_bytes = saved.head;
-  // Backward of a block: the incoming gradient, the MLP's two t x d_ffn gradients, and dQ, dK, dV.
-  in.backward_buffer_bytes = (4.0 * td + 2.0 * tf) * a;
+  in.block_attention_only_bytes = saved.block_attention_only;
+  // Backward of a block: the incoming gradient, dQ, dK and dV, and the feed-forward's gradients
+  // (MPT: 4*t*d + 2*t*d_ffn).
+  in.backward_buffer_bytes = (td + tq + 2.0 * tkv + ffn_backward_elements(model, tokens)) * a;
   return in;
 }
 
@@ -58,7 +76,16 @@ MemoryBreakdown estimate_memory(const ModelConfig& model, const TrainConfig& cfg
   const double blocks_gathered = all_blocks ? L : std::min(2.0, L);
   const double gathered = (in.root_params + blocks_gathered * in.block_params) * gb;
 
-  const double per_block = cfg.checkpointing == Checkpointing::kFull ? in.block_input_bytes : in.block_saved_bytes;
+  // Under selective checkpointing each block drops what only the attention kernel keeps, and the
+  // block in backward rebuilds it.
+  double per_block = in.block_saved_bytes, rebuilt = 0.0;
+  if (cfg.checkpointing == Checkpointing::kFull) {
+    per_block = in.block_input_bytes;
+    rebuilt = in.block_saved_bytes;
+  } else if (cfg.checkpointing == Checkpointing::kSelective) {
+    per_block = in.block_saved_bytes - in.block_attention_only_bytes;
+    rebuilt = in.block_attention_only_bytes;
+  }
   const double kept = L * per_block + in.embed_saved_bytes;
 
   // Peak A: the loss, with every block's activations and the logits alive.
@@ -66,7 +93,6 @@ MemoryBreakdown estimate_memory(const ModelConfig& model, const TrainConfig& cfg
   // Peak B: the first block backward; the logits are gone, one block's activations are rebuilt
   // under checkpointing, and unsharded gradients sit beside the gradient buffers: the block being
   // computed (compute dtype) and the one waiting for its reduce-scatter (reduce dtype).
-  const double rebuilt = cfg.checkpointing == Checkpointing::kFull ? in.block_saved_bytes : 0.0;
   const double grads = in.block_params * (gb + rb);
   const double at_backward = kept + rebuilt + in.backward_buffer_bytes + grads;
 

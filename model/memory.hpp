@@ -6,6 +6,15 @@
 // Eq. 2, give s*b*h*(34 + 5*a*s/h); FlashAttention removes the 5*a*s/h score term and MPT's zero
 // dropout removes the two dropout masks (1 byte per element each). With activation checkpointing
 // only each block's input (2*t*d bytes) is kept, and one block's activations are rebuilt at a time.
+// Selective checkpointing (Megatron-LM's recompute of core attention) stops keeping what only the
+// attention kernel needs: with flash attention only its log-sum-exp, since q, k and v are the
+// recomputed region's inputs and o the out projection's input (Korthikanti et al.'s saving is the
+// 5*a*s/h score term, which flash attention never stores).
+// Other architectures: the same sums of saved_bytes over their ops (grouped-query attention's
+// narrower K and V, GLU's gate, activation, up and product, RMSNorm's one statistic, the experts'
+// permuted inputs, intermediates and outputs); the parameters, gradients and optimizer state are
+// those of every block with all its experts (layer_parameter_count), and FSDP gathers a block with
+// its experts.
 #pragma once
 
 #include "model/architecture.hpp"
@@ -31,6 +40,7 @@ struct SavedActivations {
   double block = 0;  // one block's forward
   double embed = 0;  // the embeddings
   double head = 0;   // final norm, logits input, logits/gradient buffer
+  double block_attention_only = 0;  // of `block`, what only the attention kernel keeps (selective drops it)
 };
 
 // Peak memory of one GPU for `cfg`: the parameters, gradients and optimizer state of `model` under

@@ -261,19 +261,8 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
   }
 }
 
-// Rows the routed experts' GEMMs run: dropless, every token's top_k choices (t * top_k; the mean
-// expert takes t * top_k / experts); with a capacity factor c, every expert's ceil(c * t * top_k /
-// experts) slots, padded (Switch Transformer, GShard).
-int64_t routed_rows(const BlockShape& s) {
-  const MoeConfig& e = s.moe;
-  const int64_t choices = s.tokens() * e.top_k;
-  if (e.capacity_factor <= 0) return choices;
-  const double per_expert = std::ceil(e.capacity_factor * d(choices) / d(e.experts));
-  return static_cast<int64_t>(per_expert) * e.experts;
-}
-
 Ffn expert_ffn(const BlockShape& s) {
-  return {&kExpertFfn, routed_rows(s), s.moe.d_expert, s.moe.experts, false, false, s.d_model};
+  return {&kExpertFfn, moe_routed_rows(s.moe, s.tokens()), s.moe.d_expert, s.moe.experts, false, false, s.d_model};
 }
 Ffn shared_ffn(const BlockShape& s) {
   // The shared experts see every token: one dense FFN of their widths together (DeepSeek fuses
@@ -287,7 +276,7 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   const DType act = activation_dtype(s.precision);
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens()), td = t * d(s.d_model), te = t * d(e.experts), tk = t * d(e.top_k);
-  const double rd = d(routed_rows(s)) * d(s.d_model);
+  const double rd = d(moe_routed_rows(s.moe, s.tokens())) * d(s.d_model);
   // The router: logits t x experts (kept in bf16 under fp8, as TransformerEngine recipes leave it),
   // keeping its input x for its weight gradient (and for the shared experts).
   Op router = gemm_op("moe.router.fwd", s.tokens(), e.experts, s.d_model, other_gemm_dtype(s.precision), a, a,
@@ -325,7 +314,7 @@ void moe_backward(const BlockShape& s, OpSink& out) {
   const DType dt = other_gemm_dtype(s.precision);
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens()), td = t * d(s.d_model), te = t * d(e.experts), tk = t * d(e.top_k);
-  const double rd = d(routed_rows(s)) * d(s.d_model);
+  const double rd = d(moe_routed_rows(s.moe, s.tokens())) * d(s.d_model);
   int64_t sums = 1;  // input gradients summed into dx: the router's and the experts'
   if (e.shared_experts > 0) {
     if (e.shared_gate) {
@@ -398,6 +387,13 @@ void attention_recompute_ops(const BlockShape& s, OpSink& out) {
   Op op = attention_op("attn.flash.recompute", OpKind::kAttentionFwd, s);
   op.saved_bytes = 0;
   out.push(op);
+}
+
+int64_t moe_routed_rows(const MoeConfig& e, int64_t tokens) {
+  const int64_t choices = tokens * e.top_k;
+  if (e.capacity_factor <= 0) return choices;
+  const double per_expert = std::ceil(e.capacity_factor * d(choices) / d(e.experts));
+  return static_cast<int64_t>(per_expert) * e.experts;
 }
 
 double attention_only_saved_bytes(const BlockShape& s) {

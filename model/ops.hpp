@@ -296,6 +296,11 @@ inline Op attention_op(const char* name, OpKind kind, const BlockShape& s) {
 void block_forward_ops(const BlockShape& s, OpSink& out);
 void block_backward_ops(const BlockShape& s, OpSink& out);
 
+// Rows the routed experts' GEMMs run over `tokens` tokens: dropless (capacity_factor 0), every
+// token's top_k choices, t * top_k (the mean expert takes t * top_k / experts); with a capacity
+// factor c, every expert's ceil(c * t * top_k / experts) slots, padded (Switch Transformer, GShard).
+int64_t moe_routed_rows(const MoeConfig& e, int64_t tokens);
+
 // Selective activation checkpointing (Checkpointing::kSelective): the attention core's forward run
 // again before the block's backward (Korthikanti et al. 2022, Megatron-LM's recompute of core
 // attention, torchtitan's `selective` AC). Keeps nothing: its outputs are consumed by the backward.
