@@ -20,44 +20,47 @@ struct MemoryInputs {
   double block_attention_only_bytes = 0;  // what selective checkpointing stops keeping per block
 };
 
-// Elements of the gradient buffers of one block's feed-forward backward over `tokens` tokens: the
-// dense FFN's t x d_ffn gradients (MLP: of the up output and of the activation's; GLU: of the
-// gate, up and product), or the experts' over their routed rows and the permuted x and outputs'
-// gradients (rows x d), the router's logits gradient and the shared experts' like a dense FFN.
-double ffn_backward_elements(const ModelConfig& model, double tokens) {
-  const double per_width = model.ffn == FfnKind::kGlu ? 3.0 : 2.0;
-  if (!model.moe.active()) return per_width * tokens * static_cast<double>(model.d_ffn());
-  const MoeConfig& e = model.moe;
-  const double rows = static_cast<double>(moe_routed_rows(e, static_cast<int64_t>(tokens)));
-  const double d = static_cast<double>(model.d_model);
-  return per_width * rows * static_cast<double>(e.d_expert) + 2.0 * rows * d + tokens * static_cast<double>(e.experts) +
-         per_width * tokens * static_cast<double>(e.shared_experts * e.d_shared);
-}
-
-MemoryInputs memory_inputs(const ModelConfig& model, const TrainConfig& cfg, const SavedActivations& saved) {
+MemoryInputs memory_inputs(const ModelMemoryCounts& model, const TrainConfig& cfg, const SavedActivations& saved) {
   const double a = activation_bytes(cfg.precision);
   const double tokens = static_cast<double>(cfg.micro_batch) * static_cast<double>(cfg.seq_len);
   const double td = tokens * static_cast<double>(model.d_model);
-  const double tq = tokens * static_cast<double>(model.q_dim());
-  const double tkv = tokens * static_cast<double>(model.kv_dim());
   MemoryInputs in;
-  in.block_params = static_cast<double>(layer_parameter_count(model));
-  in.root_params = static_cast<double>(embedding_parameter_count(model, cfg.seq_len));
+  in.block_params = model.block_params;
+  in.root_params = model.root_params;
   in.n_layers = model.n_layers;
   in.block_saved_bytes = saved.block;
   in.block_input_bytes = td * a;
   in.embed_saved_bytes = saved.embed;
   in.head_saved_bytes = saved.head;
   in.block_attention_only_bytes = saved.block_attention_only;
-  // Backward of a block: the incoming gradient, dQ, dK and dV, and the feed-forward's gradients
-  // (MPT: 4*t*d + 2*t*d_ffn).
-  in.backward_buffer_bytes = (td + tq + 2.0 * tkv + ffn_backward_elements(model, tokens)) * a;
+  in.backward_buffer_bytes = saved.block_backward_buffers;
   return in;
 }
 
 }  // namespace
 
-MemoryBreakdown estimate_memory(const ModelConfig& model, const TrainConfig& cfg, const SavedActivations& saved,
+double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Precision p) {
+  const double t = static_cast<double>(tokens);
+  const double td = t * static_cast<double>(model.d_model);
+  const double tq = t * static_cast<double>(model.q_dim());
+  const double tkv = t * static_cast<double>(model.kv_dim());
+  const double per_width = model.ffn == FfnKind::kGlu ? 3.0 : 2.0;
+  double ffn = per_width * t * static_cast<double>(model.d_ffn());
+  if (model.moe.active()) {
+    const MoeConfig& e = model.moe;
+    const double rows = static_cast<double>(moe_routed_rows(e, tokens));
+    ffn = per_width * rows * static_cast<double>(e.d_expert) + 2.0 * rows * static_cast<double>(model.d_model) +
+          t * static_cast<double>(e.experts) + per_width * t * static_cast<double>(e.shared_experts * e.d_shared);
+  }
+  return (td + tq + 2.0 * tkv + ffn) * activation_bytes(p);
+}
+
+ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len) {
+  return {static_cast<double>(layer_parameter_count(model)), static_cast<double>(embedding_parameter_count(model, seq_len)),
+          model.n_layers, model.d_model};
+}
+
+MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfig& cfg, const SavedActivations& saved,
                                 const FsdpLayout& layout, const CostParams& params) {
   const MemoryInputs in = memory_inputs(model, cfg, saved);
   const double total_params = in.block_params * static_cast<double>(in.n_layers) + in.root_params;

@@ -129,11 +129,11 @@ MemKind activation_backward_kind(Activation act) {
   return MemKind::kGeluBackward;
 }
 
-// The linear's GEMM: one GEMM, or grouped GEMMs split along the rows.
-Op linear_gemm(const char* name, const Linear& l, int64_t m, int64_t n, int64_t k, bool split_k, DType dt, double in,
-               double out, bool trans_a, bool trans_b) {
-  if (l.groups == 1) return gemm_op(name, m, n, k, dt, in, out, trans_a, trans_b);
-  return grouped_gemm_op(name, l.groups, m, n, k, split_k, dt, in, out, trans_a, trans_b);
+// The routed experts' linear layers run their GEMMs grouped, one group per expert: the GEMM `g`
+// (built as one dense GEMM over all rows, which keeps the dense path a plain gemm_op) made grouped
+// along m (forward, data gradient) or k (weight gradient).
+Op grouped(const Op& g, const Linear& l, bool split_k, double in, double out) {
+  return grouped_gemm_op(g.name, l.groups, g.m, g.n, g.k, split_k, g.dtype, in, out, g.trans_a, g.trans_b);
 }
 
 // Forward of a linear layer. `input_saved_elsewhere`: another op already keeps the input alive.
@@ -150,12 +150,14 @@ void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsew
     out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
                          2.0 * t * d(l.k) + 2.0 * w, 2));
     saved = t * d(l.k);
-    Op g = linear_gemm(l.names.fwd, l, l.rows, l.n, l.k, false, dt, 1.0, a, false, true);
+    Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, 1.0, a, false, true);
+    if (l.groups != 1) g = grouped(g, l, false, 1.0, a);
     g.saved_bytes = saved;
     out.push(g);
     return;
   }
-  Op g = linear_gemm(l.names.fwd, l, l.rows, l.n, l.k, false, dt, a, a, false, true);  // y = x W^T
+  Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, a, a, false, true);  // y = x W^T
+  if (l.groups != 1) g = grouped(g, l, false, a, a);
   g.saved_bytes = saved;
   out.push(g);
 }
@@ -170,8 +172,14 @@ void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
     out.push(membound_op(l.names.cast_grad, MemKind::kCast, l.rows, l.n, act, t * d(l.n) * a, 2.0 * t * d(l.n)));
   // dX[t,K] = dY[t,N] W[N,K];  dW[N,K] = dY^T[N,t] X[t,K]; the parameter gradient is written in
   // the parameter dtype (bf16 under FSDP mixed precision). Grouped: each expert's rows.
-  out.push(linear_gemm(l.names.dgrad, l, l.rows, l.k, l.n, false, dt, in_bytes, a, false, false));  // dX = dY W
-  out.push(linear_gemm(l.names.wgrad, l, l.n, l.k, l.rows, true, dt, in_bytes, a, true, false));    // dW = dY^T X
+  Op dgrad = gemm_op(l.names.dgrad, l.rows, l.k, l.n, dt, in_bytes, a);              // dX = dY W
+  Op wgrad = gemm_op(l.names.wgrad, l.n, l.k, l.rows, dt, in_bytes, a, true, false);  // dW = dY^T X
+  if (l.groups != 1) {
+    dgrad = grouped(dgrad, l, false, in_bytes, a);
+    wgrad = grouped(wgrad, l, true, in_bytes, a);
+  }
+  out.push(dgrad);
+  out.push(wgrad);
   if (l.bias) out.push(membound_op(l.names.bgrad, MemKind::kBiasGrad, l.rows, l.n, act, t * d(l.n) * a, d(l.n) * a));
 }
 

@@ -70,7 +70,7 @@ MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, co
 
   r.categories.add(f, L * (1.0 + recompute));
   r.categories.add(b, L);
-  if (attention_again > 0) r.categories.attention += L * attention_again;
+  r.categories.attention += L * attention_again;  // + 0 without selective checkpointing
   r.categories.add(cast, L * gathers_per_block);
   r.categories.add(red, L);
   r.categories.add(k.embed_fwd, 1);
@@ -89,7 +89,8 @@ MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, co
 }
 
 SavedActivations saved_activations(const ComputeCosts& k) {
-  return {k.block_fwd.saved_bytes, k.embed_fwd.saved_bytes, k.head_fwd.saved_bytes, k.block_attention_only_bytes};
+  return {k.block_fwd.saved_bytes, k.embed_fwd.saved_bytes, k.head_fwd.saved_bytes, k.block_attention_only_bytes,
+          k.block_backward_buffer_bytes};
 }
 
 }  // namespace
@@ -154,6 +155,7 @@ const ComputeCosts& Evaluator::compute_costs(int64_t micro_batch, int64_t seq_le
   k.head_fwd = costed(cost_, head_forward_ops, shape);
   k.head_bwd = costed(cost_, head_backward_ops, shape);
   k.block_attention_only_bytes = attention_only_saved_bytes(shape);
+  k.block_backward_buffer_bytes = block_backward_buffer_bytes(model_, shape.tokens(), precision);
   return k;
 }
 
@@ -226,11 +228,7 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
   Prediction p;
   p.timeline = simulate_step(step);
   p.step_s = p.timeline.step_s;
-  if (n_params_seq_ != cfg.seq_len) {  // the counts depend on the sequence only through learned positions
-    n_params_seq_ = cfg.seq_len;
-    n_params_ = parameter_count(model, cfg.seq_len);
-    active_params_ = active_parameter_count(model, cfg.seq_len);
-  }
+  update_counts(cfg.seq_len);
   p.n_params = n_params_;
   p.active_params = active_params_;
 
@@ -254,7 +252,7 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
   p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;
 
   // Memory, from the full micro-batch's saved activations.
-  p.memory = estimate_memory(model, cfg, saved_activations(full_compute), layout, params);
+  p.memory = estimate_memory(memory_counts_, cfg, saved_activations(full_compute), layout, params);
   p.capacity_bytes = device_.memory_bytes;
   p.feasibility = fits(p.memory) ? Feasibility::kFits : Feasibility::kOutOfMemory;
   return p;
@@ -262,7 +260,16 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
 
 MemoryBreakdown Evaluator::memory(const TrainConfig& cfg) {
   const ComputeCosts& k = compute_costs(cfg.micro_batch, cfg.seq_len, cfg.precision);
-  return estimate_memory(model_, cfg, saved_activations(k), fsdp_costs(cfg).layout, params_);
+  update_counts(cfg.seq_len);
+  return estimate_memory(memory_counts_, cfg, saved_activations(k), fsdp_costs(cfg).layout, params_);
+}
+
+void Evaluator::update_counts(int64_t seq_len) {
+  if (counts_seq_ == seq_len) return;
+  counts_seq_ = seq_len;
+  n_params_ = parameter_count(model_, seq_len);
+  active_params_ = active_parameter_count(model_, seq_len);
+  memory_counts_ = model_memory_counts(model_, seq_len);
 }
 
 bool Evaluator::fits(const MemoryBreakdown& m) const { return m.peak_bytes <= device_.memory_bytes; }

@@ -81,6 +81,7 @@ struct ComputeCosts {
   // it). block_fwd.attention is the attention forward's seconds, which selective checkpointing runs
   // again before each block's backward.
   double block_attention_only_bytes = 0;
+  double block_backward_buffer_bytes = 0;  // memory.hpp block_backward_buffer_bytes
 };
 
 // The costs of one configuration that depend only on its FSDP layout: the casts around a block's
@@ -120,7 +121,10 @@ class Evaluator {
   const CostParams& params_;
   CostModel cost_;
   double block_params_;
-  int64_t n_params_seq_ = -1, n_params_ = 0, active_params_ = 0;  // the counts at sequence length n_params_seq_
+  // The parameter counts at sequence length counts_seq_ (learned positions make them depend on it).
+  void update_counts(int64_t seq_len);
+  int64_t counts_seq_ = -1, n_params_ = 0, active_params_ = 0;
+  ModelMemoryCounts memory_counts_;
   std::vector<ComputeCosts> memo_;  // slot: micro-batch size modulo 1024, grown as used
   std::array<FsdpCosts, 4> fsdp_memo_{};
   size_t fsdp_next_ = 0;
