@@ -44,6 +44,7 @@ std::vector<StepOp> training_step_ops(const ModelConfig& model, const StepOption
   add(head_backward_ops, StepPart::kHead, -1);
   for (int64_t i = layers - 1; i >= 0; --i) {
     if (o.checkpointing == Checkpointing::kFull) add(block_forward_ops, StepPart::kBlockRecompute, i);
+    if (o.checkpointing == Checkpointing::kSelective) add(attention_recompute_ops, StepPart::kBlockRecompute, i);
     add(block_backward_ops, StepPart::kBlockBackward, i);
   }
   add(embedding_backward_ops, StepPart::kEmbeddingBackward, -1);

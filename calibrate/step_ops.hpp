@@ -6,7 +6,8 @@
 //   embedding forward
 //   blocks 0..K-1 forward
 //   head forward (final norm, tied logits GEMM, fused cross-entropy) and head backward
-//   blocks K-1..0 backward, each preceded by its forward again under activation checkpointing
+//   blocks K-1..0 backward, each preceded by its forward again under full activation checkpointing,
+//     or by its attention forward again under selective checkpointing
 //   embedding backward
 //   optimizer (gradient norm, clipping, AdamW) over every parameter of the model
 #pragma once
@@ -32,7 +33,7 @@ enum class StepPart : uint8_t {
   kEmbeddingForward,
   kBlockForward,
   kHead,          // head forward, loss, head backward
-  kBlockRecompute,  // a block's forward run again before its backward (activation checkpointing)
+  kBlockRecompute,  // a block's forward (full checkpointing) or attention forward (selective) run again before its backward
   kBlockBackward,
   kEmbeddingBackward,
   kOptimizer,

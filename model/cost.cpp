@@ -88,6 +88,24 @@ CostModel::TileFit CostModel::search_tiles(int64_t m, int64_t n) const {
   return best;
 }
 
+double CostModel::grouped_gemm_efficiency(int64_t groups, int64_t m, int64_t n, int64_t k) const {
+  const double md = static_cast<double>(m), nd = static_cast<double>(n), g = static_cast<double>(groups);
+  double tm[3], tn[3];
+  for (int s = 0; s < 3; ++s) {
+    tm[s] = ceil_ratio(md, tile_inv_[s]);
+    tn[s] = ceil_ratio(nd, tile_inv_[s]);
+  }
+  double best = 0;
+  for (const TileChoice& t : tile_choices_) {
+    const double tiles = g * tm[t.side_m] * tn[t.side_n];
+    const double fill = g * md * nd / (tiles * t.area);
+    const double waves = ceil_div(tiles, units_);
+    best = std::max(best, fill * t.efficiency * tiles / (waves * units_));
+  }
+  const double kd = static_cast<double>(k);
+  return best * kd / (kd + params_.gemm_k_half);
+}
+
 namespace {
 // The tile search depends only on the output shape and the tiling parameters, and a sweep meets
 // the same shapes again and again (weight-gradient GEMMs do not depend on the micro-batch at all).
@@ -119,7 +137,16 @@ double CostModel::attention_efficiency(const Op& op) const {
   // Query (forward) or key (backward) blocks per (sequence, head); the causal kernel runs the
   // diagonal blocks in full, so it executes nb(nb+1)/2 blocks for nb^2/2 useful ones.
   const double nb = ceil_div(static_cast<double>(op.seq), params_.attn_block);
-  const double causal = nb / (nb + 1.0);
+  double causal = nb / (nb + 1.0);
+  if (op.k > 0) {
+    // Sliding window of op.k keys: query block i runs min(i + 1, wb + 1) key blocks (wb = the
+    // window's blocks, plus the partial block at its far edge), for a useful share the op's FLOPs
+    // state relative to the causal nb^2/2 blocks.
+    const double wb = ceil_div(static_cast<double>(op.k), params_.attn_block);
+    const double full = std::min(nb, wb + 1.0);  // query blocks before the window is full: 1..full
+    const double executed = full * (full + 1.0) / 2.0 + (nb - full) * (wb + 1.0);
+    causal = nb * nb / 2.0 * sliding_window_fraction(op.seq, op.k) / executed;
+  }
   const double blocks = nb * static_cast<double>(op.batch) * static_cast<double>(op.heads);
   const double waves = wave_efficiency(blocks, units_);
   const double base = op.kind == OpKind::kAttentionFwd ? params_.attn_fwd_efficiency : params_.attn_bwd_efficiency;
@@ -131,7 +158,8 @@ double CostModel::op_seconds(const Op& op) const {
   const double memory_s = bytes * seconds_per_byte_;
   switch (op.kind) {
     case OpKind::kGemm: {
-      const double rate = rate_[static_cast<int>(op.dtype)] * gemm_efficiency(op.m, op.n, op.k);
+      const double e = op.batch > 1 ? grouped_gemm_efficiency(op.batch, op.m, op.n, op.k) : gemm_efficiency(op.m, op.n, op.k);
+      const double rate = rate_[static_cast<int>(op.dtype)] * e;
       return params_.gemm_overhead_s + std::max(op.flops / rate, memory_s);
     }
     case OpKind::kAttentionFwd:

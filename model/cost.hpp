@@ -39,7 +39,15 @@ class CostModel {
   // both orientations, the square of its short side and half of that, a smaller tile running at
   // I/(I + gemm_tile_intensity_half) relative to the largest (I = tm*tn/(tm+tn), its reuse).
   double gemm_efficiency(int64_t m, int64_t n, int64_t k) const;
-  // Fraction of the bf16 GEMM rate a causal flash-attention pass reaches.
+  // The same for `groups` GEMMs of m x n x k each run as one grouped GEMM (the routed experts of a
+  // mixture of experts; CUTLASS's grouped GEMM, MegaBlocks' grouped kernels): the tiles of every
+  // group spread over the compute units together, so a group's ragged last tile row is its own
+  // padding and the waves are counted over all groups; no split-K. Each group is taken at the
+  // mean group's size (ops.hpp grouped_gemm_op): on one device a grouped GEMM runs the sum of the
+  // groups' work, and load imbalance between experts changes only the per-group tile padding.
+  double grouped_gemm_efficiency(int64_t groups, int64_t m, int64_t n, int64_t k) const;
+  // Fraction of the bf16 GEMM rate a causal flash-attention pass reaches. A sliding window (the
+  // op's k, ops.hpp attention_op) runs, per query block, only the key blocks the window reaches.
   double attention_efficiency(const Op& op) const;
 
   // Ring collective over `bytes` (the size of the full, unsharded buffer). All-gather and

@@ -17,29 +17,50 @@ struct MemoryInputs {
   double embed_saved_bytes = 0;
   double head_saved_bytes = 0;
   double backward_buffer_bytes = 0;  // gradient buffers of one block's backward
+  double block_attention_only_bytes = 0;  // what selective checkpointing stops keeping per block
 };
 
-MemoryInputs memory_inputs(const ModelConfig& model, const TrainConfig& cfg, const SavedActivations& saved) {
+MemoryInputs memory_inputs(const ModelMemoryCounts& model, const TrainConfig& cfg, const SavedActivations& saved) {
   const double a = activation_bytes(cfg.precision);
   const double tokens = static_cast<double>(cfg.micro_batch) * static_cast<double>(cfg.seq_len);
   const double td = tokens * static_cast<double>(model.d_model);
-  const double tf = tokens * static_cast<double>(model.d_ffn());
   MemoryInputs in;
-  in.block_params = static_cast<double>(layer_parameter_count(model));
-  in.root_params = static_cast<double>(embedding_parameter_count(model, cfg.seq_len));
+  in.block_params = model.block_params;
+  in.root_params = model.root_params;
   in.n_layers = model.n_layers;
   in.block_saved_bytes = saved.block;
   in.block_input_bytes = td * a;
   in.embed_saved_bytes = saved.embed;
   in.head_saved_bytes = saved.head;
-  // Backward of a block: the incoming gradient, the MLP's two t x d_ffn gradients, and dQ, dK, dV.
-  in.backward_buffer_bytes = (4.0 * td + 2.0 * tf) * a;
+  in.block_attention_only_bytes = saved.block_attention_only;
+  in.backward_buffer_bytes = saved.block_backward_buffers;
   return in;
 }
 
 }  // namespace
 
-MemoryBreakdown estimate_memory(const ModelConfig& model, const TrainConfig& cfg, const SavedActivations& saved,
+double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Precision p) {
+  const double t = static_cast<double>(tokens);
+  const double td = t * static_cast<double>(model.d_model);
+  const double tq = t * static_cast<double>(model.q_dim());
+  const double tkv = t * static_cast<double>(model.kv_dim());
+  const double per_width = model.ffn == FfnKind::kGlu ? 3.0 : 2.0;
+  double ffn = per_width * t * static_cast<double>(model.d_ffn());
+  if (model.moe.active()) {
+    const MoeConfig& e = model.moe;
+    const double rows = static_cast<double>(moe_routed_rows(e, tokens));
+    ffn = per_width * rows * static_cast<double>(e.d_expert) + 2.0 * rows * static_cast<double>(model.d_model) +
+          t * static_cast<double>(e.experts) + per_width * t * static_cast<double>(e.shared_experts * e.d_shared);
+  }
+  return (td + tq + 2.0 * tkv + ffn) * activation_bytes(p);
+}
+
+ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len) {
+  return {static_cast<double>(layer_parameter_count(model)), static_cast<double>(embedding_parameter_count(model, seq_len)),
+          model.n_layers, model.d_model};
+}
+
+MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfig& cfg, const SavedActivations& saved,
                                 const FsdpLayout& layout, const CostParams& params) {
   const MemoryInputs in = memory_inputs(model, cfg, saved);
   const double total_params = in.block_params * static_cast<double>(in.n_layers) + in.root_params;
@@ -58,7 +79,16 @@ MemoryBreakdown estimate_memory(const ModelConfig& model, const TrainConfig& cfg
   const double blocks_gathered = all_blocks ? L : std::min(2.0, L);
   const double gathered = (in.root_params + blocks_gathered * in.block_params) * gb;
 
-  const double per_block = cfg.checkpointing == Checkpointing::kFull ? in.block_input_bytes : in.block_saved_bytes;
+  // Under selective checkpointing each block drops what only the attention kernel keeps, and the
+  // block in backward rebuilds it.
+  double per_block = in.block_saved_bytes, rebuilt = 0.0;
+  if (cfg.checkpointing == Checkpointing::kFull) {
+    per_block = in.block_input_bytes;
+    rebuilt = in.block_saved_bytes;
+  } else if (cfg.checkpointing == Checkpointing::kSelective) {
+    per_block = in.block_saved_bytes - in.block_attention_only_bytes;
+    rebuilt = in.block_attention_only_bytes;
+  }
   const double kept = L * per_block + in.embed_saved_bytes;
 
   // Peak A: the loss, with every block's activations and the logits alive.
@@ -66,7 +96,6 @@ MemoryBreakdown estimate_memory(const ModelConfig& model, const TrainConfig& cfg
   // Peak B: the first block backward; the logits are gone, one block's activations are rebuilt
   // under checkpointing, and unsharded gradients sit beside the gradient buffers: the block being
   // computed (compute dtype) and the one waiting for its reduce-scatter (reduce dtype).
-  const double rebuilt = cfg.checkpointing == Checkpointing::kFull ? in.block_saved_bytes : 0.0;
   const double grads = in.block_params * (gb + rb);
   const double at_backward = kept + rebuilt + in.backward_buffer_bytes + grads;
 

@@ -6,6 +6,15 @@
 // Eq. 2, give s*b*h*(34 + 5*a*s/h); FlashAttention removes the 5*a*s/h score term and MPT's zero
 // dropout removes the two dropout masks (1 byte per element each). With activation checkpointing
 // only each block's input (2*t*d bytes) is kept, and one block's activations are rebuilt at a time.
+// Selective checkpointing (Megatron-LM's recompute of core attention) stops keeping what only the
+// attention kernel needs: with flash attention only its log-sum-exp, since q, k and v are the
+// recomputed region's inputs and o the out projection's input (Korthikanti et al.'s saving is the
+// 5*a*s/h score term, which flash attention never stores).
+// Other architectures: the same sums of saved_bytes over their ops (grouped-query attention's
+// narrower K and V, GLU's gate, activation, up and product, RMSNorm's one statistic, the experts'
+// permuted inputs, intermediates and outputs); the parameters, gradients and optimizer state are
+// those of every block with all its experts (layer_parameter_count), and FSDP gathers a block with
+// its experts.
 #pragma once
 
 #include "model/architecture.hpp"
@@ -26,16 +35,34 @@ struct MemoryBreakdown {
   double peak_bytes = 0;             // live * fragmentation + reserve
 };
 
-// What one micro-batch's forward keeps for the backward: the sums of its ops' saved_bytes.
+// What one micro-batch's forward keeps for the backward (the sums of its ops' saved_bytes), and
+// the gradient buffers of one block's backward: what depends on the micro-batch, not the layout.
 struct SavedActivations {
   double block = 0;  // one block's forward
   double embed = 0;  // the embeddings
   double head = 0;   // final norm, logits input, logits/gradient buffer
+  double block_attention_only = 0;    // of `block`, what only the attention kernel keeps (selective drops it)
+  double block_backward_buffers = 0;  // block_backward_buffer_bytes
 };
+
+// Bytes of the gradient buffers of one block's backward over `tokens` tokens: the incoming
+// gradient, dQ, dK and dV, and the feed-forward's (MLP: 2 t x d_ffn; GLU: 3; mixture of experts:
+// the experts' over their routed rows, the permuted input's and outputs' gradients, the router's
+// logits gradient and the shared experts'). MPT: (4*t*d + 2*t*d_ffn) * activation bytes.
+double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Precision p);
+
+// The parameter counts memory needs, computed once per model and sequence length.
+struct ModelMemoryCounts {
+  double block_params = 0;  // layer_parameter_count: one block with all its experts
+  double root_params = 0;   // embedding_parameter_count: outside the blocks
+  int64_t n_layers = 0;
+  int64_t d_model = 0;
+};
+ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len);
 
 // Peak memory of one GPU for `cfg`: the parameters, gradients and optimizer state of `model` under
 // `layout`, the activations `saved` per micro-batch, and the buffers of a block's backward.
-MemoryBreakdown estimate_memory(const ModelConfig& model, const TrainConfig& cfg, const SavedActivations& saved,
+MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfig& cfg, const SavedActivations& saved,
                                 const FsdpLayout& layout, const CostParams& params);
 
 }  // namespace tpsim

@@ -11,9 +11,30 @@
 // The peak is Composer's GPU_AVAILABLE_FLOPS for the run's precision: the dense datasheet peak
 // (312e12 A100 bf16, 989.5e12 H100 bf16, 1979e12 H100 fp8).
 // Norms, activations and residuals are not counted.
+//
+// Every architecture: llm-foundry's ComposerMPTCausalLM.flops_per_batch
+// (llmfoundry/models/mpt/modeling_mpt.py) is the same formula with n_params = n_active_params,
+// mpt_get_active_params (../shared/llm-foundry/llmfoundry/models/utils/mpt_param_count.py): the
+// routed experts' weights counted top_k / experts, and the token embedding left out when untied (a
+// lookup table, not a matmul). tpsim passes active_parameter_count() (model/architecture.hpp),
+// which equals parameter_count() for a dense model with tied embeddings, so MPT rows do not move.
+// Where this convention differs from the FLOPs the ops execute (model/ops.hpp):
+//   grouped-query attention: the same (K and V projections are in the parameters; the attention
+//     products are per query head either way);
+//   causal attention: counted as if not causal (2x what the causal kernel executes), with d_model
+//     even where n_heads * head_dim differs from it;
+//   sliding window: counted as full attention, whatever the window;
+//   mixture of experts: top_k experts per token, without the capacity factor's padding, the
+//     router's softmax and top-k, or the permutations;
+//   untied embeddings: the lookup is not counted, the output projection is.
+// HFU with selective checkpointing (Korthikanti et al. 2022, Sec. 5): the attention term is run
+// 4 times (its forward again in the backward) and the parameter term 3 times:
+//   HFU = (3 * flops_per_seq + 4 * attn_flops_per_seq) * seq_per_s / (gpus * peak).
 #pragma once
 
 #include <cstdint>
+
+#include "model/training.hpp"
 
 namespace tpsim {
 
@@ -26,6 +47,10 @@ struct FoundryMetrics {
 double foundry_flops_per_seq(int64_t n_params, int64_t seq_len);
 double foundry_attn_flops_per_seq(int64_t n_layers, int64_t d_model, int64_t seq_len);
 
+// `n_params`: the parameters flops_per_batch multiplies (active_parameter_count()).
+FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len,
+                               double seq_per_s, int64_t n_gpus, double peak_flops_per_s, Checkpointing checkpointing);
+// The same with full checkpointing when `activation_checkpointing`, else none (the seed tables').
 FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len,
                                double seq_per_s, int64_t n_gpus, double peak_flops_per_s,
                                bool activation_checkpointing);

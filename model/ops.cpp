@@ -1,6 +1,7 @@
 #include "model/ops.hpp"
 
 #include <cassert>
+#include <cmath>
 
 namespace tpsim {
 namespace {
@@ -25,58 +26,138 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
   s.vocab = m.vocab_size;
   s.bias = m.linear_bias;
   s.precision = p;
+  s.kv_heads = m.kv_heads();
+  s.head_dim = m.d_head();
+  s.qkv_bias = m.qkv_bias;
+  s.norm = m.norm;
+  s.norm_bias = m.norm_bias;
+  s.ffn = m.ffn;
+  s.activation = m.activation;
+  s.positions = m.positions;
+  s.tie_embeddings = m.tie_embeddings;
+  s.window = m.sliding_window > 0 && m.sliding_window < seq_len ? m.sliding_window : 0;
+  s.moe = m.moe;
   return s;
 }
 
 namespace {
 
-// The four linear layers of a block: name stems and (N, K) of y[t,N] = x[t,K] W^T.
-struct Linear {
+// The ops' names of one linear layer (static storage).
+struct LinearNames {
   const char* fwd;
   const char* dgrad;
   const char* wgrad;
   const char* bgrad;
   const char* cast_in;
   const char* cast_grad;
-  int64_t n, k;
+};
+#define TPSIM_LINEAR(stem) \
+  { stem ".fwd", stem ".dgrad", stem ".wgrad", stem ".bgrad", stem ".fp8_cast", stem ".fp8_cast_grad" }
+
+// A linear layer y[rows, n] = x[rows, k] W^T over `rows` tokens; `groups` > 1: one weight per group
+// (the routed experts), run as grouped GEMMs.
+struct Linear {
+  LinearNames names;
+  int64_t rows, n, k;
+  int64_t groups;
+  bool bias;
 };
 
 Linear qkv(const BlockShape& s) {
-  return {"attn.Wqkv.fwd", "attn.Wqkv.dgrad", "attn.Wqkv.wgrad", "attn.Wqkv.bgrad",
-          "attn.Wqkv.fp8_cast", "attn.Wqkv.fp8_cast_grad", 3 * s.d_model, s.d_model};
+  return {TPSIM_LINEAR("attn.Wqkv"), s.tokens(), s.q_dim() + 2 * s.kv_dim(), s.d_model, 1, s.qkv_bias};
 }
 Linear out_proj(const BlockShape& s) {
-  return {"attn.out_proj.fwd", "attn.out_proj.dgrad", "attn.out_proj.wgrad", "attn.out_proj.bgrad",
-          "attn.out_proj.fp8_cast", "attn.out_proj.fp8_cast_grad", s.d_model, s.d_model};
+  return {TPSIM_LINEAR("attn.out_proj"), s.tokens(), s.d_model, s.q_dim(), 1, s.bias};
 }
-Linear up(const BlockShape& s) {
-  return {"ffn.up_proj.fwd", "ffn.up_proj.dgrad", "ffn.up_proj.wgrad", "ffn.up_proj.bgrad",
-          "ffn.up_proj.fp8_cast", "ffn.up_proj.fp8_cast_grad", s.d_ffn, s.d_model};
+
+// One feed-forward network (dense, the routed experts, or the shared experts): its ops' names
+// (the activation's indexed by Activation) and sizes.
+struct FfnNames {
+  LinearNames gate, up, down;
+  const char* act_fwd[3];
+  const char* act_bwd[3];
+  const char* mul_fwd;
+  const char* mul_bwd;
+  const char* dx_sum;  // GLU backward: the gate's and up's input gradients summed
+};
+#define TPSIM_FFN(stem)                                                                                 \
+  {TPSIM_LINEAR(stem ".gate_proj"),                                                                     \
+   TPSIM_LINEAR(stem ".up_proj"),                                                                       \
+   TPSIM_LINEAR(stem ".down_proj"),                                                                     \
+   {stem ".gelu.fwd", stem ".silu.fwd", stem ".relu.fwd"},                                              \
+   {stem ".gelu.bwd", stem ".silu.bwd", stem ".relu.bwd"},                                              \
+   stem ".mul.fwd",                                                                                     \
+   stem ".mul.bwd",                                                                                     \
+   stem ".dx_sum.bwd"}
+constexpr FfnNames kDenseFfn = TPSIM_FFN("ffn");
+constexpr FfnNames kExpertFfn = TPSIM_FFN("moe.experts");
+constexpr FfnNames kSharedFfn = TPSIM_FFN("moe.shared");
+#undef TPSIM_FFN
+#undef TPSIM_LINEAR
+
+struct Ffn {
+  const FfnNames* names;
+  int64_t rows;    // tokens through it
+  int64_t width;   // hidden width
+  int64_t groups;  // experts (grouped GEMMs), or 1
+  bool bias;
+  bool input_saved_elsewhere;  // another op keeps its input for backward
+  int64_t d_model;
+  Linear gate() const { return {names->gate, rows, width, d_model, groups, bias}; }
+  Linear up() const { return {names->up, rows, width, d_model, groups, bias}; }
+  Linear down() const { return {names->down, rows, d_model, width, groups, bias}; }
+};
+
+Ffn dense_ffn(const BlockShape& s) {
+  return {&kDenseFfn, s.tokens(), s.d_ffn, 1, s.bias, false, s.d_model};
 }
-Linear down(const BlockShape& s) {
-  return {"ffn.down_proj.fwd", "ffn.down_proj.dgrad", "ffn.down_proj.wgrad", "ffn.down_proj.bgrad",
-          "ffn.down_proj.fp8_cast", "ffn.down_proj.fp8_cast_grad", s.d_model, s.d_ffn};
+
+MemKind activation_kind(Activation act) {
+  switch (act) {
+    case Activation::kGelu: return MemKind::kGelu;
+    case Activation::kSilu: return MemKind::kSilu;
+    case Activation::kRelu: return MemKind::kRelu;
+  }
+  return MemKind::kGelu;
+}
+MemKind activation_backward_kind(Activation act) {
+  switch (act) {
+    case Activation::kGelu: return MemKind::kGeluBackward;
+    case Activation::kSilu: return MemKind::kSiluBackward;
+    case Activation::kRelu: return MemKind::kReluBackward;
+  }
+  return MemKind::kGeluBackward;
+}
+
+// The routed experts' linear layers run their GEMMs grouped, one group per expert: the GEMM `g`
+// (built as one dense GEMM over all rows, which keeps the dense path a plain gemm_op) made grouped
+// along m (forward, data gradient) or k (weight gradient).
+Op grouped(const Op& g, const Linear& l, bool split_k, double in, double out) {
+  return grouped_gemm_op(g.name, l.groups, g.m, g.n, g.k, split_k, g.dtype, in, out, g.trans_a, g.trans_b);
 }
 
 // Forward of a linear layer. `input_saved_elsewhere`: another op already keeps the input alive.
 void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const DType act = activation_dtype(s.precision);
-  const double t = d(s.tokens());
+  const double t = d(l.rows);
+  const double w = d(l.groups) * d(l.n) * d(l.k);  // weight elements
   const DType dt = block_gemm_dtype(s.precision);
   double saved = input_saved_elsewhere ? 0.0 : t * d(l.k) * a;
   if (dt == DType::kFp8) {
     // TransformerEngine: cast (and transpose, for the weight gradient) the input and the weight to
     // fp8, computing amax on the way; the fp8 copy of the input is what it keeps for backward.
-    out.push(membound_op(l.cast_in, MemKind::kCast, s.tokens(), l.k, act, t * d(l.k) * a + d(l.n) * d(l.k) * a,
-                         2.0 * t * d(l.k) + 2.0 * d(l.n) * d(l.k), 2));
+    out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
+                         2.0 * t * d(l.k) + 2.0 * w, 2));
     saved = t * d(l.k);
-    Op g = gemm_op(l.fwd, s.tokens(), l.n, l.k, dt, 1.0, a, false, true);
+    Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, 1.0, a, false, true);
+    if (l.groups != 1) g = grouped(g, l, false, 1.0, a);
     g.saved_bytes = saved;
     out.push(g);
     return;
   }
-  Op g = gemm_op(l.fwd, s.tokens(), l.n, l.k, dt, a, a, false, true);  // y = x W^T
+  Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, a, a, false, true);  // y = x W^T
+  if (l.groups != 1) g = grouped(g, l, false, a, a);
   g.saved_bytes = saved;
   out.push(g);
 }
@@ -84,34 +165,51 @@ void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsew
 void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const DType act = activation_dtype(s.precision);
-  const double t = d(s.tokens());
+  const double t = d(l.rows);
   const DType dt = block_gemm_dtype(s.precision);
   const double in_bytes = dt == DType::kFp8 ? 1.0 : a;
   if (dt == DType::kFp8)  // cast-transpose of the output gradient
-    out.push(membound_op(l.cast_grad, MemKind::kCast, s.tokens(), l.n, act, t * d(l.n) * a, 2.0 * t * d(l.n)));
+    out.push(membound_op(l.names.cast_grad, MemKind::kCast, l.rows, l.n, act, t * d(l.n) * a, 2.0 * t * d(l.n)));
   // dX[t,K] = dY[t,N] W[N,K];  dW[N,K] = dY^T[N,t] X[t,K]; the parameter gradient is written in
-  // the parameter dtype (bf16 under FSDP mixed precision).
-  out.push(gemm_op(l.dgrad, s.tokens(), l.k, l.n, dt, in_bytes, a));                // dX = dY W
-  out.push(gemm_op(l.wgrad, l.n, l.k, s.tokens(), dt, in_bytes, a, true, false));    // dW = dY^T X
-  if (s.bias) out.push(membound_op(l.bgrad, MemKind::kBiasGrad, s.tokens(), l.n, act, t * d(l.n) * a, d(l.n) * a));
+  // the parameter dtype (bf16 under FSDP mixed precision). Grouped: each expert's rows.
+  Op dgrad = gemm_op(l.names.dgrad, l.rows, l.k, l.n, dt, in_bytes, a);              // dX = dY W
+  Op wgrad = gemm_op(l.names.wgrad, l.n, l.k, l.rows, dt, in_bytes, a, true, false);  // dW = dY^T X
+  if (l.groups != 1) {
+    dgrad = grouped(dgrad, l, false, in_bytes, a);
+    wgrad = grouped(wgrad, l, true, in_bytes, a);
+  }
+  out.push(dgrad);
+  out.push(wgrad);
+  if (l.bias) out.push(membound_op(l.names.bgrad, MemKind::kBiasGrad, l.rows, l.n, act, t * d(l.n) * a, d(l.n) * a));
 }
 
-Op layer_norm_forward(const char* name, const BlockShape& s) {
+Op norm_forward(const char* name, const BlockShape& s) {
   const double a = activation_bytes(s.precision);
   const double td = d(s.tokens()) * d(s.d_model);
+  const DType act = activation_dtype(s.precision);
+  if (s.norm == NormKind::kRmsNorm) {
+    // RMSNorm: reads x and w, writes y and an fp32 rstd per row; keeps x and the rstd.
+    const double rstd = d(s.tokens()) * 4.0;
+    return membound_op(name, MemKind::kRmsNorm, s.tokens(), s.d_model, act, td * a + d(s.d_model) * a,
+                       td * a + rstd, 1, td * a + rstd);
+  }
   const double stats = d(s.tokens()) * 8.0;  // fp32 mean and rstd per token
+  const double params = s.norm_bias ? 2.0 : 1.0;  // weight, and bias
   // Keeps its input and statistics for backward.
-  return membound_op(name, MemKind::kLayerNorm, s.tokens(), s.d_model, activation_dtype(s.precision),
-                     td * a + 2.0 * d(s.d_model) * a, td * a + stats, 1, td * a + stats);
+  return membound_op(name, MemKind::kLayerNorm, s.tokens(), s.d_model, act, td * a + params * d(s.d_model) * a,
+                     td * a + stats, 1, td * a + stats);
 }
 
-Op layer_norm_backward(const char* name, const BlockShape& s) {
+Op norm_backward(const char* name, const BlockShape& s) {
   const double a = activation_bytes(s.precision);
   const double td = d(s.tokens()) * d(s.d_model);
-  const double stats = d(s.tokens()) * 8.0;
+  const bool rms = s.norm == NormKind::kRmsNorm;
+  const double stats = d(s.tokens()) * (rms ? 4.0 : 8.0);
+  const double params = rms || !s.norm_bias ? 1.0 : 2.0;
   // Input gradient (reads dY, x, stats) and weight/bias gradients (reads dY, x again): two kernels.
-  return membound_op(name, MemKind::kLayerNormBackward, s.tokens(), s.d_model, activation_dtype(s.precision),
-                     4.0 * td * a + 2.0 * stats, td * a + 2.0 * d(s.d_model) * 4.0, 2);
+  return membound_op(name, rms ? MemKind::kRmsNormBackward : MemKind::kLayerNormBackward, s.tokens(), s.d_model,
+                     activation_dtype(s.precision), 4.0 * td * a + 2.0 * stats,
+                     td * a + params * d(s.d_model) * 4.0, 2);
 }
 
 Op residual_add(const char* name, const BlockShape& s) {
@@ -120,40 +218,194 @@ Op residual_add(const char* name, const BlockShape& s) {
   return membound_op(name, MemKind::kAdd, s.tokens(), s.d_model, activation_dtype(s.precision), 2.0 * td * a, td * a);
 }
 
+// RoPE on q and k (in place) after the QKV GEMM, and on dq and dk in the backward: reads and
+// writes t * (q_dim + kv_dim), plus the fp32 cos and sin tables (seq x head_dim/2 each).
+Op rope(const char* name, const BlockShape& s) {
+  const double a = activation_bytes(s.precision);
+  const double tqk = d(s.tokens()) * d(s.q_dim() + s.kv_dim());
+  Op op = membound_op(name, MemKind::kRope, s.tokens(), s.q_dim() + s.kv_dim(), activation_dtype(s.precision),
+                      tqk * a + d(s.seq) * d(s.d_head()) * 4.0, tqk * a);
+  op.k = s.d_head();
+  return op;
+}
+
+void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
+  const DType act = activation_dtype(s.precision);
+  const double a = activation_bytes(s.precision);
+  const double rf = d(f.rows) * d(f.width);
+  const MemKind kind = activation_kind(s.activation);
+  const char* act_name = f.names->act_fwd[static_cast<int>(s.activation)];
+  if (s.ffn == FfnKind::kGlu) {
+    linear_forward(s, f.gate(), f.input_saved_elsewhere, out);
+    linear_forward(s, f.up(), /*input_saved_elsewhere=*/true, out);  // the gate keeps x
+    // The activation keeps its input (the gate's output); the product keeps both its factors.
+    out.push(membound_op(act_name, kind, f.rows, f.width, act, rf * a, rf * a, 1, rf * a));
+    out.push(membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1, 2.0 * rf * a));
+  } else {
+    linear_forward(s, f.up(), f.input_saved_elsewhere, out);
+    // The activation keeps its input for backward.
+    out.push(membound_op(act_name, kind, f.rows, f.width, act, rf * a, rf * a, 1, rf * a));
+  }
+  linear_forward(s, f.down(), /*input_saved_elsewhere=*/false, out);
+}
+
+void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
+  const DType act = activation_dtype(s.precision);
+  const double a = activation_bytes(s.precision);
+  const double rf = d(f.rows) * d(f.width);
+  const MemKind kind = activation_backward_kind(s.activation);
+  const char* act_name = f.names->act_bwd[static_cast<int>(s.activation)];
+  linear_backward(s, f.down(), out);
+  if (s.ffn == FfnKind::kGlu) {
+    out.push(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a, 2.0 * rf * a));
+    out.push(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a));
+    linear_backward(s, f.up(), out);
+    linear_backward(s, f.gate(), out);
+    const double rd = d(f.rows) * d(f.d_model);
+    out.push(membound_op(f.names->dx_sum, MemKind::kAdd, f.rows, f.d_model, act, 2.0 * rd * a, rd * a));
+  } else {
+    out.push(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a));
+    linear_backward(s, f.up(), out);
+  }
+}
+
+Ffn expert_ffn(const BlockShape& s) {
+  return {&kExpertFfn, moe_routed_rows(s.moe, s.tokens()), s.moe.d_expert, s.moe.experts, false, false, s.d_model};
+}
+Ffn shared_ffn(const BlockShape& s) {
+  // The shared experts see every token: one dense FFN of their widths together (DeepSeek fuses
+  // them so; Qwen2-MoE has one), with x kept by the router.
+  return {&kSharedFfn, s.tokens(), s.moe.shared_experts * s.moe.d_shared, 1, false, true, s.d_model};
+}
+
+// The mixture-of-experts feed-forward of one block, forward. Index tensors are int64 (torch.topk).
+void moe_forward(const BlockShape& s, OpSink& out) {
+  const MoeConfig& e = s.moe;
+  const DType act = activation_dtype(s.precision);
+  const double a = activation_bytes(s.precision);
+  const double t = d(s.tokens()), td = t * d(s.d_model), te = t * d(e.experts), tk = t * d(e.top_k);
+  const double rd = d(moe_routed_rows(s.moe, s.tokens())) * d(s.d_model);
+  // The router: logits t x experts (kept in bf16 under fp8, as TransformerEngine recipes leave it),
+  // keeping its input x for its weight gradient (and for the shared experts).
+  Op router = gemm_op("moe.router.fwd", s.tokens(), e.experts, s.d_model, other_gemm_dtype(s.precision), a, a,
+                      false, true);
+  router.saved_bytes = td * a;
+  out.push(router);
+  // Softmax in fp32 and top-k: keeps the probabilities and the chosen indices.
+  Op topk = membound_op("moe.router.topk.fwd", MemKind::kRouter, s.tokens(), e.experts, act, te * a,
+                        te * 4.0 + tk * (4.0 + 8.0), 1, te * 4.0 + tk * 8.0);
+  topk.k = e.top_k;
+  out.push(topk);
+  Op permute = membound_op("moe.permute.fwd", MemKind::kPermute, s.tokens(), s.d_model, act, td * a + tk * 8.0, rd * a);
+  permute.k = e.top_k;
+  out.push(permute);
+  ffn_forward(s, expert_ffn(s), out);  // its first GEMM keeps the permuted x
+  // The weighted sum back to t rows keeps the experts' outputs and weights for its weight gradient.
+  Op unpermute = membound_op("moe.unpermute.fwd", MemKind::kUnpermute, s.tokens(), s.d_model, act,
+                             tk * d(s.d_model) * a + tk * (4.0 + 8.0), td * a, 1, rd * a + tk * 4.0);
+  unpermute.k = e.top_k;
+  out.push(unpermute);
+  if (e.shared_experts == 0) return;
+  ffn_forward(s, shared_ffn(s), out);
+  if (e.shared_gate) {
+    // Qwen2-MoE: sigmoid(x w) scales the shared experts' output; keeps that output and the gate.
+    out.push(gemm_op("moe.shared_gate.fwd", s.tokens(), 1, s.d_model, other_gemm_dtype(s.precision), a, a, false, true));
+    out.push(membound_op("moe.shared_gate.mul.fwd", MemKind::kMul, s.tokens(), s.d_model, act, td * a + t * a, td * a,
+                         1, td * a + t * a));
+  }
+  out.push(residual_add("moe.shared_add.fwd", s));
+}
+
+void moe_backward(const BlockShape& s, OpSink& out) {
+  const MoeConfig& e = s.moe;
+  const DType act = activation_dtype(s.precision);
+  const DType dt = other_gemm_dtype(s.precision);
+  const double a = activation_bytes(s.precision);
+  const double t = d(s.tokens()), td = t * d(s.d_model), te = t * d(e.experts), tk = t * d(e.top_k);
+  const double rd = d(moe_routed_rows(s.moe, s.tokens())) * d(s.d_model);
+  int64_t sums = 1;  // input gradients summed into dx: the router's and the experts'
+  if (e.shared_experts > 0) {
+    if (e.shared_gate) {
+      out.push(membound_op("moe.shared_gate.mul.bwd", MemKind::kMulBackward, s.tokens(), s.d_model, act,
+                           (2.0 * td + t) * a, td * a + t * a));
+      out.push(gemm_op("moe.shared_gate.dgrad", s.tokens(), s.d_model, 1, dt, a, a));
+      out.push(gemm_op("moe.shared_gate.wgrad", 1, s.d_model, s.tokens(), dt, a, a, true, false));
+      ++sums;
+    }
+    ffn_backward(s, shared_ffn(s), out);
+    ++sums;
+  }
+  if (e.output_bias)
+    out.push(membound_op("moe.output_bias.bgrad", MemKind::kBiasGrad, s.tokens(), s.d_model, act, td * a, d(s.d_model) * a));
+  // Un-permutation's backward is a permutation: each choice's row of dy times its weight, and the
+  // weights' gradients (dot products with the kept expert outputs).
+  Op unpermute = membound_op("moe.unpermute.bwd", MemKind::kPermute, s.tokens(), s.d_model, act,
+                             td * a + tk * (4.0 + 8.0) + rd * a, rd * a + tk * 4.0, 2);
+  unpermute.k = e.top_k;
+  out.push(unpermute);
+  ffn_backward(s, expert_ffn(s), out);
+  // Permutation's backward is an un-permutation: the top_k rows of each token summed.
+  Op permute = membound_op("moe.permute.bwd", MemKind::kUnpermute, s.tokens(), s.d_model, act, rd * a + tk * 8.0, td * a);
+  permute.k = e.top_k;
+  out.push(permute);
+  Op topk = membound_op("moe.router.topk.bwd", MemKind::kRouterBackward, s.tokens(), e.experts, act,
+                        tk * (4.0 + 8.0) + te * 4.0, te * a);
+  topk.k = e.top_k;
+  out.push(topk);
+  out.push(gemm_op("moe.router.dgrad", s.tokens(), s.d_model, e.experts, dt, a, a));
+  out.push(gemm_op("moe.router.wgrad", e.experts, s.d_model, s.tokens(), dt, a, a, true, false));
+  out.push(membound_op("moe.dx_sum.bwd", MemKind::kAdd, s.tokens(), s.d_model, act, 2.0 * d(sums) * td * a,
+                       d(sums) * td * a, sums));
+}
+
 }  // namespace
 
 void block_forward_ops(const BlockShape& s, OpSink& out) {
-  const DType act = activation_dtype(s.precision);
-  const double a = activation_bytes(s.precision);
-  const double tf = d(s.tokens()) * d(s.d_ffn);
   const bool fp8 = block_gemm_dtype(s.precision) == DType::kFp8;
-  out.push(layer_norm_forward("norm_1.fwd", s));
+  out.push(norm_forward("norm_1.fwd", s));
   linear_forward(s, qkv(s), false, out);
+  if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.fwd", s));
   out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
   linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8, out);  // attention keeps its output
   out.push(residual_add("resid_attn.fwd", s));
-  out.push(layer_norm_forward("norm_2.fwd", s));
-  linear_forward(s, up(s), false, out);
-  // GELU keeps its input for backward.
-  out.push(membound_op("ffn.gelu.fwd", MemKind::kGelu, s.tokens(), s.d_ffn, act, tf * a, tf * a, 1, tf * a));
-  linear_forward(s, down(s), /*input_saved_elsewhere=*/false, out);
+  out.push(norm_forward("norm_2.fwd", s));
+  if (s.moe.active())
+    moe_forward(s, out);
+  else
+    ffn_forward(s, dense_ffn(s), out);
   out.push(residual_add("resid_ffn.fwd", s));
 }
 
 void block_backward_ops(const BlockShape& s, OpSink& out) {
-  const DType act = activation_dtype(s.precision);
-  const double a = activation_bytes(s.precision);
-  const double tf = d(s.tokens()) * d(s.d_ffn);
   out.push(residual_add("resid_ffn.bwd", s));  // the skip and branch gradients summed
-  linear_backward(s, down(s), out);
-  out.push(membound_op("ffn.gelu.bwd", MemKind::kGeluBackward, s.tokens(), s.d_ffn, act, 2.0 * tf * a, tf * a));
-  linear_backward(s, up(s), out);
-  out.push(layer_norm_backward("norm_2.bwd", s));
+  if (s.moe.active())
+    moe_backward(s, out);
+  else
+    ffn_backward(s, dense_ffn(s), out);
+  out.push(norm_backward("norm_2.bwd", s));
   out.push(residual_add("resid_attn.bwd", s));
   linear_backward(s, out_proj(s), out);
   out.push(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, s));
+  if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.bwd", s));
   linear_backward(s, qkv(s), out);
-  out.push(layer_norm_backward("norm_1.bwd", s));
+  out.push(norm_backward("norm_1.bwd", s));
+}
+
+void attention_recompute_ops(const BlockShape& s, OpSink& out) {
+  Op op = attention_op("attn.flash.recompute", OpKind::kAttentionFwd, s);
+  op.saved_bytes = 0;
+  out.push(op);
+}
+
+int64_t moe_routed_rows(const MoeConfig& e, int64_t tokens) {
+  const int64_t choices = tokens * e.top_k;
+  if (e.capacity_factor <= 0) return choices;
+  const double per_expert = std::ceil(e.capacity_factor * d(choices) / d(e.experts));
+  return static_cast<int64_t>(per_expert) * e.experts;
+}
+
+double attention_only_saved_bytes(const BlockShape& s) {
+  return d(s.batch) * d(s.n_heads) * d(s.seq) * 4.0;  // the fp32 log-sum-exp per row (attention_op)
 }
 
 void embedding_forward_ops(const BlockShape& s, OpSink& out) {
@@ -165,6 +417,7 @@ void embedding_forward_ops(const BlockShape& s, OpSink& out) {
                        t * 8.0);  // keeps the token ids
   wte.k = s.vocab;            // table rows
   out.push(wte);
+  if (s.positions != PositionKind::kLearned) return;  // ALiBi and RoPE act in the attention
   out.push(membound_op("wpe.fwd", MemKind::kAdd, s.tokens(), s.d_model, act, td * a + d(s.seq) * d(s.d_model) * a,
                        td * a));
 }
@@ -174,10 +427,12 @@ void embedding_backward_ops(const BlockShape& s, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens());
   const double td = t * d(s.d_model);
-  Op wpe = membound_op("wpe.bwd", MemKind::kEmbeddingBackward, s.tokens(), s.d_model, act, td * a,
-                       d(s.seq) * d(s.d_model) * a);
-  wpe.k = s.seq;  // table rows: one per position
-  out.push(wpe);
+  if (s.positions == PositionKind::kLearned) {
+    Op wpe = membound_op("wpe.bwd", MemKind::kEmbeddingBackward, s.tokens(), s.d_model, act, td * a,
+                         d(s.seq) * d(s.d_model) * a);
+    wpe.k = s.seq;  // table rows: one per position
+    out.push(wpe);
+  }
   // Dense embedding backward: sort the ids, zero the V x d gradient, accumulate the rows.
   Op wte = membound_op("wte.bwd", MemKind::kEmbeddingBackward, s.tokens(), s.d_model, act, td * a + 2.0 * t * 8.0,
                        d(s.vocab) * d(s.d_model) * a + t * 8.0, 4);
@@ -190,7 +445,7 @@ void head_forward_ops(const BlockShape& s, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens());
   const double tv = t * d(s.vocab);
-  out.push(layer_norm_forward("norm_f.fwd", s));
+  out.push(norm_forward("norm_f.fwd", s));
   Op logits = gemm_op("logits.fwd", s.tokens(), s.vocab, s.d_model, other_gemm_dtype(s.precision), a, a, false, true);
   logits.saved_bytes = t * d(s.d_model) * a;  // its input, for the weight gradient
   out.push(logits);
@@ -208,9 +463,10 @@ void head_backward_ops(const BlockShape& s, OpSink& out) {
   out.push(membound_op("loss.xent.bwd", MemKind::kCrossEntropyBackward, s.tokens(), s.vocab, act, tv * a,
                        tv * a));  // scale the stored gradient by dL
   out.push(gemm_op("logits.dgrad", s.tokens(), s.d_model, s.vocab, dt, a, a));
-  // Into the tied wte gradient.
-  out.push(gemm_op("logits.wgrad", s.vocab, s.d_model, s.tokens(), dt, a, a, true, false));
-  out.push(layer_norm_backward("norm_f.bwd", s));
+  // Into the tied wte gradient, or the untied lm_head's: the same GEMM.
+  out.push(gemm_op(s.tie_embeddings ? "logits.wgrad" : "lm_head.wgrad", s.vocab, s.d_model, s.tokens(), dt, a, a,
+                   true, false));
+  out.push(norm_backward("norm_f.bwd", s));
 }
 
 void optimizer_ops(double p, OpSink& out) {

@@ -118,6 +118,29 @@ inline Op gemm_op(const char* name, int64_t m, int64_t n, int64_t k, DType dtype
   return op;
 }
 
+// `groups` GEMMs in one launch (a grouped GEMM: the routed experts of a mixture of experts), one
+// per group, together C[m,n] = op(A)[m,k] * op(B)[k,n] split along m (each group's rows: the
+// forward and the data gradient, `split_k` false) or along k (each group's reduction over its own
+// rows: the weight gradient, `split_k` true); every group has its own B (forward, data gradient)
+// or its own C (weight gradient). The op's m (or k) is the mean group's, rounded up, and `batch`
+// the group count: the cost model spreads the tiles of all groups over the device in waves. FLOPs
+// 2mnk over the totals; bytes as gemm_op's, with `groups` weight matrices.
+inline Op grouped_gemm_op(const char* name, int64_t groups, int64_t m, int64_t n, int64_t k, bool split_k,
+                          DType dtype, double in_bytes, double out_bytes, bool trans_a = false, bool trans_b = false) {
+  Op op = gemm_op(name, m, n, k, dtype, in_bytes, out_bytes, trans_a, trans_b);
+  const double g = static_cast<double>(groups), md = static_cast<double>(m), nd = static_cast<double>(n),
+               kd = static_cast<double>(k);
+  op.batch = groups;
+  if (split_k) {
+    op.k = (k + groups - 1) / groups;
+    op.bytes_written = g * md * nd * out_bytes;
+  } else {
+    op.m = (m + groups - 1) / groups;
+    op.bytes_read = (md * kd + g * kd * nd) * in_bytes;
+  }
+  return op;
+}
+
 // Bytes per element a GEMM computing in `dtype` reads its operands in and writes its output in,
 // when its operands are stored in that format: fp8 reads e4m3 and writes bf16
 // (TransformerEngine's output format), tf32 reads and writes fp32. The model's own GEMMs state
@@ -159,7 +182,9 @@ class OpSink {
 // A small fixed-capacity list: building the ops of a layer allocates nothing.
 class OpList final : public OpSink {
  public:
-  static constexpr int kCapacity = 48;
+  // The largest block: a mixture-of-experts backward with shared experts, a shared gate and fp8
+  // casts is about 60 ops.
+  static constexpr int kCapacity = 96;
   void push(const Op& op) override;
   const Op* begin() const { return ops_.data(); }
   const Op* end() const { return ops_.data() + size_; }
@@ -170,35 +195,67 @@ class OpList final : public OpSink {
   int size_ = 0;
 };
 
-// The tokens a device processes at once and the model dimensions they meet.
+// The tokens a device processes at once and the model dimensions they meet. The fields after
+// `precision` default to MPT's architecture, so that a shape set field by field (the kernel plans
+// and tests) is an MPT block; block_shape() sets all of them from the model.
 struct BlockShape {
   int64_t batch = 0;  // sequences in the micro-batch
   int64_t seq = 0;
   int64_t d_model = 0;
-  int64_t n_heads = 0;
-  int64_t d_ffn = 0;
+  int64_t n_heads = 0;  // query heads
+  int64_t d_ffn = 0;    // dense feed-forward width
   int64_t vocab = 0;
-  bool bias = true;
+  bool bias = true;     // biases of the out projection and the dense feed-forward (linear_bias)
   Precision precision = Precision::kAmpBf16;
+  int64_t kv_heads = 0;  // key/value heads; 0: n_heads
+  int64_t head_dim = 0;  // 0: d_model / n_heads
+  bool qkv_bias = true;
+  NormKind norm = NormKind::kLayerNorm;
+  bool norm_bias = true;  // LayerNorm's bias
+  FfnKind ffn = FfnKind::kMlp;  // of the dense feed-forward and of every expert
+  Activation activation = Activation::kGelu;
+  PositionKind positions = PositionKind::kLearned;
+  bool tie_embeddings = true;
+  int64_t window = 0;  // sliding window, set only when shorter than seq; 0: the whole causal prefix
+  MoeConfig moe;       // experts: 0 for a dense feed-forward
+
   int64_t tokens() const { return batch * seq; }
+  int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
+  int64_t n_kv_heads() const { return kv_heads > 0 ? kv_heads : n_heads; }
+  int64_t q_dim() const { return n_heads * d_head(); }      // width of Q and of the attention output
+  int64_t kv_dim() const { return n_kv_heads() * d_head(); }  // width of K and of V
 };
 
 BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_len, Precision p);
 
-// Causal flash attention (kind kAttentionFwd or kAttentionBwd) over (batch, n_heads, seq, head_dim
-// = d_model / n_heads) of `s`, in the precision's non-block GEMM dtype, activations in its
-// activation bytes `a` and an fp32 log-sum-exp per row.
-// The score and value products each take 2*seq^2*head_dim FLOPs per head without the mask; the
-// causal kernel skips the blocks above the diagonal, about half. Forward: 2 products -> 2*b*h*s^2*dh
-// executed FLOPs, reads q, k, v, writes o and the log-sum-exp, and keeps all five for backward.
+// The share of causal attention's (query, key) pairs a sliding window of w keys keeps at sequence
+// length s: sum_i min(i+1, w) = w(w+1)/2 + (s-w)w of the s(s+1)/2 causal pairs (Mistral; w < s).
+inline double sliding_window_fraction(int64_t seq, int64_t window) {
+  const double s = static_cast<double>(seq), w = static_cast<double>(window);
+  return (w * (w + 1.0) / 2.0 + (s - w) * w) / (s * (s + 1.0) / 2.0);
+}
+
+// Causal flash attention (kind kAttentionFwd or kAttentionBwd) over (batch, n_heads query heads,
+// seq, head_dim) of `s`, with K and V of n_kv_heads heads (grouped-query: each K/V head serves
+// n_heads / n_kv_heads query heads), in the precision's non-block GEMM dtype, activations in its
+// activation bytes `a` and an fp32 log-sum-exp per row. ALiBi's bias is computed inside the kernel
+// (no op, no bytes).
+// The score and value products each take 2*seq^2*head_dim FLOPs per query head without the mask;
+// the causal kernel skips the blocks above the diagonal, about half. Grouped-query attention does
+// the same FLOPs per query head and changes only the bytes of K and V. A sliding window shorter than
+// the sequence scales the FLOPs by sliding_window_fraction and is carried in the op's `k` (unused
+// by attention otherwise; 0: no window) for CostModel::attention_efficiency.
+// Forward: 2 products -> 2*b*h*s^2*dh executed FLOPs, reads q, k, v, writes o and the log-sum-exp,
+// and keeps all five for backward.
 // Backward: 5 products (scores recomputed, dV, dP, dQ, dK) -> 2.5x the forward; reads q, k, v, o,
 // dO and the log-sum-exp, writes dQ, dK, dV.
 inline Op attention_op(const char* name, OpKind kind, const BlockShape& s) {
   const double a = activation_bytes(s.precision);
-  const int64_t dh = s.d_model / s.n_heads;
+  const int64_t dh = s.d_head();
   const double b = static_cast<double>(s.batch), h = static_cast<double>(s.n_heads);
   const double seq = static_cast<double>(s.seq);
-  const double td = static_cast<double>(s.tokens()) * static_cast<double>(s.d_model);
+  const double t = static_cast<double>(s.tokens());
+  const double tq = t * static_cast<double>(s.q_dim()), tkv = t * static_cast<double>(s.kv_dim());
   const double lse = b * h * seq * 4.0;  // fp32 log-sum-exp per row
   Op op = blank_op(name, kind, OpCategory::kAttention);
   op.dtype = other_gemm_dtype(s.precision);
@@ -206,34 +263,62 @@ inline Op attention_op(const char* name, OpKind kind, const BlockShape& s) {
   op.heads = s.n_heads;
   op.seq = s.seq;
   op.head_dim = dh;
-  const double forward_flops = 2.0 * b * h * seq * seq * static_cast<double>(dh);
+  double forward_flops = 2.0 * b * h * seq * seq * static_cast<double>(dh);
+  if (s.window > 0) {
+    forward_flops *= sliding_window_fraction(s.seq, s.window);
+    op.k = s.window;
+  }
   if (kind == OpKind::kAttentionFwd) {
     op.flops = forward_flops;
-    op.bytes_read = 3.0 * td * a;
-    op.bytes_written = td * a + lse;
-    op.saved_bytes = 3.0 * td * a + td * a + lse;  // q, k, v, output, log-sum-exp
+    op.bytes_read = (tq + 2.0 * tkv) * a;
+    op.bytes_written = tq * a + lse;
+    op.saved_bytes = (tq + 2.0 * tkv) * a + tq * a + lse;  // q, k, v, output, log-sum-exp
   } else {
     op.flops = 2.5 * forward_flops;
-    op.bytes_read = 5.0 * td * a + lse;  // q, k, v, o, dO
-    op.bytes_written = 3.0 * td * a;     // dQ, dK, dV
+    op.bytes_read = (tq + 2.0 * tkv + 2.0 * tq) * a + lse;  // q, k, v, o, dO
+    op.bytes_written = (tq + 2.0 * tkv) * a;                // dQ, dK, dV
   }
   return op;
 }
 
-// One transformer block (MPT: pre-LN attention and MLP with residuals).
-// Forward: ln_1, Wqkv, causal flash attention, out_proj, residual, ln_2, up, GELU, down, residual.
-// Backward: for every linear a data-gradient and a weight-gradient GEMM (and a bias reduction),
-// attention backward, the elementwise backwards, and the residual-gradient sums.
+// One transformer block: pre-norm attention and feed-forward with residuals.
+// Forward: norm_1 (LayerNorm or RMSNorm), Wqkv (n = q_dim + 2*kv_dim), RoPE on q and k (RoPE
+// models), causal flash attention, out_proj (k = q_dim), residual, norm_2, the feed-forward,
+// residual. Feed-forward: MLP up, activation (GELU, SiLU or ReLU), down; GLU gate and up (two
+// GEMMs, as Hugging Face's Llama, llm-foundry's MPTGLU and torchtitan run them), activation of the
+// gate, their product, down; mixture of experts: router GEMM, softmax and top-k, permutation of the
+// tokens into expert order, the routed experts' FFNs as grouped GEMMs, the weighted un-permutation,
+// and the shared experts as a dense FFN beside them (Qwen2-MoE: times a sigmoid gate).
+// Backward: for every linear a data-gradient and a weight-gradient GEMM (and a bias reduction where
+// the model has biases), attention backward, RoPE backward on dq and dk, the elementwise backwards,
+// and the gradient sums (residuals, GLU's two branches, the router's and experts' inputs).
 // amp_fp8 adds TransformerEngine's cast-transposes of inputs, weights and output gradients.
 void block_forward_ops(const BlockShape& s, OpSink& out);
 void block_backward_ops(const BlockShape& s, OpSink& out);
 
-// Token and position embedding lookup, and its gradient scatter into the embedding tables.
+// Rows the routed experts' GEMMs run over `tokens` tokens: dropless (capacity_factor 0), every
+// token's top_k choices, t * top_k (the mean expert takes t * top_k / experts); with a capacity
+// factor c, every expert's ceil(c * t * top_k / experts) slots, padded (Switch Transformer, GShard).
+int64_t moe_routed_rows(const MoeConfig& e, int64_t tokens);
+
+// Selective activation checkpointing (Checkpointing::kSelective): the attention core's forward run
+// again before the block's backward (Korthikanti et al. 2022, Megatron-LM's recompute of core
+// attention, torchtitan's `selective` AC). Keeps nothing: its outputs are consumed by the backward.
+void attention_recompute_ops(const BlockShape& s, OpSink& out);
+
+// What a block's forward keeps for backward only because the attention kernel alone needs it,
+// i.e. what selective checkpointing stops keeping: with flash attention, the fp32 log-sum-exp (q,
+// k and v are the recomputed region's inputs and o the out projection's input, so they stay).
+double attention_only_saved_bytes(const BlockShape& s);
+
+// Token embedding lookup (and learned positions, when the model has them), and its gradient
+// scatter into the embedding tables.
 void embedding_forward_ops(const BlockShape& s, OpSink& out);
 void embedding_backward_ops(const BlockShape& s, OpSink& out);
 
-// Final layer norm, tied logits GEMM (t x V) and fused cross-entropy (loss and gradient computed
-// in place in the bf16 logits buffer, as the flash-attn cross-entropy llm-foundry's MPT uses).
+// Final norm, logits GEMM (t x V) and fused cross-entropy (loss and gradient computed in place in
+// the bf16 logits buffer, as the flash-attn cross-entropy llm-foundry's MPT uses). The logits'
+// weight gradient goes to the tied token embedding, or to the untied lm_head (same FLOPs).
 void head_forward_ops(const BlockShape& s, OpSink& out);
 void head_backward_ops(const BlockShape& s, OpSink& out);
 

@@ -55,10 +55,13 @@ MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, co
   const CategoryTotals &f = k.block_fwd, &b = k.block_bwd, &cast = q.cast, &red = q.reduce_casts;
 
   const double recompute = cfg.checkpointing == Checkpointing::kFull ? params.recompute_fraction : 0.0;
+  // Selective checkpointing runs each block's attention forward (block_fwd's only attention op)
+  // again before its backward.
+  const double attention_again = cfg.checkpointing == Checkpointing::kSelective ? f.attention : 0.0;
   const double gathers_per_block = (layout.gather_in_forward ? 1.0 : 0.0) + (layout.gather_in_backward ? 1.0 : 0.0);
   MicroBatchCosts& c = r.costs;
   c.block_fwd_s = f.total() + (layout.gather_in_forward ? cast.total() : 0.0);
-  c.block_bwd_s = b.total() + recompute * f.total() + red.total() + (layout.gather_in_backward ? cast.total() : 0.0);
+  c.block_bwd_s = b.total() + recompute * f.total() + attention_again + red.total() + (layout.gather_in_backward ? cast.total() : 0.0);
   c.embed_fwd_s = k.embed_fwd.total();
   c.embed_bwd_s = k.embed_bwd.total();
   c.head_s = k.head_fwd.total() + k.head_bwd.total();
@@ -67,6 +70,7 @@ MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, co
 
   r.categories.add(f, L * (1.0 + recompute));
   r.categories.add(b, L);
+  r.categories.attention += L * attention_again;  // + 0 without selective checkpointing
   r.categories.add(cast, L * gathers_per_block);
   r.categories.add(red, L);
   r.categories.add(k.embed_fwd, 1);
@@ -85,7 +89,8 @@ MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, co
 }
 
 SavedActivations saved_activations(const ComputeCosts& k) {
-  return {k.block_fwd.saved_bytes, k.embed_fwd.saved_bytes, k.head_fwd.saved_bytes};
+  return {k.block_fwd.saved_bytes, k.embed_fwd.saved_bytes, k.head_fwd.saved_bytes, k.block_attention_only_bytes,
+          k.block_backward_buffer_bytes};
 }
 
 }  // namespace
@@ -95,6 +100,9 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
   if (std::string arch = check_architecture(model); !arch.empty()) return "model " + model.name + ": " + arch;
   if (cfg.seq_len <= 0 || cfg.seq_len > kMaxSeqLen)
     return "sequence length " + std::to_string(cfg.seq_len) + " is outside 1.." + std::to_string(kMaxSeqLen);
+  if (model.learned_positions() && model.max_positions > 0 && cfg.seq_len > model.max_positions)
+    return "sequence length " + std::to_string(cfg.seq_len) + " exceeds the model's " +
+           std::to_string(model.max_positions) + " learned positions";
   if (cfg.n_gpus <= 0 || cfg.n_gpus > kMaxGpus)
     return "GPU count " + std::to_string(cfg.n_gpus) + " is outside 1.." + std::to_string(kMaxGpus);
   if (cfg.global_batch <= 0 || cfg.global_batch > kMaxBatch)
@@ -146,6 +154,8 @@ const ComputeCosts& Evaluator::compute_costs(int64_t micro_batch, int64_t seq_le
   k.embed_bwd = costed(cost_, embedding_backward_ops, shape);
   k.head_fwd = costed(cost_, head_forward_ops, shape);
   k.head_bwd = costed(cost_, head_backward_ops, shape);
+  k.block_attention_only_bytes = attention_only_saved_bytes(shape);
+  k.block_backward_buffer_bytes = block_backward_buffer_bytes(model_, shape.tokens(), precision);
   return k;
 }
 
@@ -218,7 +228,9 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
   Prediction p;
   p.timeline = simulate_step(step);
   p.step_s = p.timeline.step_s;
-  p.n_params = parameter_count(model, cfg.seq_len);
+  update_counts(cfg.seq_len);
+  p.n_params = n_params_;
+  p.active_params = active_params_;
 
   // Breakdown: compute by category over all micro-batches; the rest from the timeline.
   const double n_full = static_cast<double>(n_micro - 1);
@@ -232,15 +244,15 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
   p.seq_per_s = static_cast<double>(cfg.global_batch) / p.step_s;
   p.tokens_per_s = p.seq_per_s * static_cast<double>(cfg.seq_len);
   p.tokens_per_s_per_gpu = p.tokens_per_s / static_cast<double>(cfg.n_gpus);
-  const FoundryMetrics fm = foundry_metrics(p.n_params, model.n_layers, model.d_model, cfg.seq_len, p.seq_per_s,
-                                            cfg.n_gpus, device_.peak(mfu_dtype(cfg.precision)),
-                                            cfg.checkpointing == Checkpointing::kFull);
+  // llm-foundry's flops_per_batch counts the active parameters (metrics.hpp).
+  const FoundryMetrics fm = foundry_metrics(p.active_params, model.n_layers, model.d_model, cfg.seq_len, p.seq_per_s,
+                                            cfg.n_gpus, device_.peak(mfu_dtype(cfg.precision)), cfg.checkpointing);
   p.mfu = fm.mfu;
   p.hfu = fm.hfu;
   p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;
 
   // Memory, from the full micro-batch's saved activations.
-  p.memory = estimate_memory(model, cfg, saved_activations(full_compute), layout, params);
+  p.memory = estimate_memory(memory_counts_, cfg, saved_activations(full_compute), layout, params);
   p.capacity_bytes = device_.memory_bytes;
   p.feasibility = fits(p.memory) ? Feasibility::kFits : Feasibility::kOutOfMemory;
   return p;
@@ -248,7 +260,16 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
 
 MemoryBreakdown Evaluator::memory(const TrainConfig& cfg) {
   const ComputeCosts& k = compute_costs(cfg.micro_batch, cfg.seq_len, cfg.precision);
-  return estimate_memory(model_, cfg, saved_activations(k), fsdp_costs(cfg).layout, params_);
+  update_counts(cfg.seq_len);
+  return estimate_memory(memory_counts_, cfg, saved_activations(k), fsdp_costs(cfg).layout, params_);
+}
+
+void Evaluator::update_counts(int64_t seq_len) {
+  if (counts_seq_ == seq_len) return;
+  counts_seq_ = seq_len;
+  n_params_ = parameter_count(model_, seq_len);
+  active_params_ = active_parameter_count(model_, seq_len);
+  memory_counts_ = model_memory_counts(model_, seq_len);
 }
 
 bool Evaluator::fits(const MemoryBreakdown& m) const { return m.peak_bytes <= device_.memory_bytes; }

@@ -39,7 +39,8 @@ struct Prediction {
   double mfu = 0;  // fractions
   double hfu = 0;
   double model_flops_per_s_per_gpu = 0;
-  int64_t n_params = 0;
+  int64_t n_params = 0;       // parameter_count(): the NumParams column
+  int64_t active_params = 0;  // active_parameter_count(): what MFU and HFU multiply (llm-foundry's flops_per_batch)
   StepBreakdown time;
   Timeline timeline;
   MemoryBreakdown memory;
@@ -76,6 +77,11 @@ struct ComputeCosts {
   int64_t micro_batch = -1, seq_len = -1;
   Precision precision = Precision::kAmpBf16;
   CategoryTotals block_fwd, block_bwd, embed_fwd, embed_bwd, head_fwd, head_bwd;
+  // Of block_fwd's saved bytes, what only the attention kernel keeps (selective checkpointing drops
+  // it). block_fwd.attention is the attention forward's seconds, which selective checkpointing runs
+  // again before each block's backward.
+  double block_attention_only_bytes = 0;
+  double block_backward_buffer_bytes = 0;  // memory.hpp block_backward_buffer_bytes
 };
 
 // The costs of one configuration that depend only on its FSDP layout: the casts around a block's
@@ -115,6 +121,10 @@ class Evaluator {
   const CostParams& params_;
   CostModel cost_;
   double block_params_;
+  // The parameter counts at sequence length counts_seq_ (learned positions make them depend on it).
+  void update_counts(int64_t seq_len);
+  int64_t counts_seq_ = -1, n_params_ = 0, active_params_ = 0;
+  ModelMemoryCounts memory_counts_;
   std::vector<ComputeCosts> memo_;  // slot: micro-batch size modulo 1024, grown as used
   std::array<FsdpCosts, 4> fsdp_memo_{};
   size_t fsdp_next_ = 0;

@@ -104,3 +104,20 @@ BOOST_AUTO_TEST_CASE(memory_bound_ops_are_bytes_over_bandwidth_plus_launches) {
   optimizer_ops(1e9, ops);  // three kernels, 40 bytes per parameter
   BOOST_TEST(c.ops_seconds(ops) == 3 * 3e-6 + 40e9 / 1.6e12, tt::tolerance(kExact));
 }
+
+BOOST_AUTO_TEST_CASE(a_grouped_gemm_of_one_group_is_a_gemm_without_split_k) {
+  const DeviceSpec d = device();
+  const CostParams p = params();
+  const CostModel cost(d, p);
+  // Large enough that split-K never applies: the same tiles, waves and K ramp.
+  BOOST_TEST(cost.grouped_gemm_efficiency(1, 8192, 8192, 4096) == cost.gemm_efficiency(8192, 8192, 4096),
+             tt::tolerance(1e-12));
+  // Grouped ops are costed by their groups: 8 experts of 512 rows take longer than one GEMM of
+  // 4096 rows only through tile padding, here none (512 is a multiple of every tile side).
+  const Op dense = gemm_op("g", 4096, 14336, 4096, DType::kBf16, 2.0, 2.0);
+  const Op grouped = grouped_gemm_op("g", 8, 4096, 14336, 4096, false, DType::kBf16, 2.0, 2.0);
+  BOOST_TEST(grouped.flops == dense.flops);
+  BOOST_TEST(grouped.m == 512);
+  BOOST_TEST(grouped.batch == 8);
+  BOOST_TEST(cost.op_seconds(grouped) >= cost.op_seconds(dense) * (1.0 - 1e-12));
+}

@@ -46,3 +46,14 @@ BOOST_AUTO_TEST_CASE(hfu_counts_the_recompute_only_with_checkpointing) {
   BOOST_TEST(off.hfu == off.mfu);
   BOOST_TEST(on.hfu == on.mfu * 4.0 / 3.0, tt::tolerance(1e-12));
 }
+
+BOOST_AUTO_TEST_CASE(selective_checkpointing_counts_the_attention_term_four_times) {
+  // Korthikanti et al. 2022: selective recompute reruns the attention core only.
+  const FoundryMetrics none = foundry_metrics(1000000000, 24, 2048, 2048, 10.0, 8, 312e12, Checkpointing::kNone);
+  const FoundryMetrics sel = foundry_metrics(1000000000, 24, 2048, 2048, 10.0, 8, 312e12, Checkpointing::kSelective);
+  const double flops = foundry_flops_per_seq(1000000000, 2048), attn = foundry_attn_flops_per_seq(24, 2048, 2048);
+  BOOST_TEST(sel.mfu == none.mfu);
+  BOOST_TEST(sel.hfu == sel.mfu * (3.0 * flops + 4.0 * attn) / (3.0 * flops + 3.0 * attn), tt::tolerance(1e-12));
+  const FoundryMetrics full = foundry_metrics(1000000000, 24, 2048, 2048, 10.0, 8, 312e12, Checkpointing::kFull);
+  BOOST_TEST(full.hfu == foundry_metrics(1000000000, 24, 2048, 2048, 10.0, 8, 312e12, true).hfu);
+}
