@@ -93,6 +93,10 @@ void run_predict(const PredictOptions& o) {
   t.columns = prediction_columns();
   t.add_row(prediction_row(model.name, device.id, cfg, p, interval_for(model, profile)));
   std::cerr << no_interval_note(model);
+  if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
+    std::cerr << "tpsim: note: MFU and HFU count attention over all " << cfg.seq_len << " tokens, as llm-foundry's "
+              << "flops_per_batch does; " << model.name << " attends within " << model.sliding_window
+              << " (the step time is costed with the window)\n";
   emit(render({t}, ctx.format()), ctx.output());
   if (!p.fits())
     std::cerr << "tpsim: does not fit: predicted peak " << p.memory.peak_bytes / kGiB << " GiB of "

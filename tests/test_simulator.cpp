@@ -8,6 +8,7 @@
 #include "model/simulator.hpp"
 
 using namespace tpsim;
+using tpsim::test::contains;
 namespace tt = boost::test_tools;
 
 namespace {
@@ -47,6 +48,11 @@ BOOST_FIXTURE_TEST_CASE(predictions_are_finite_and_positive_over_the_sweep_range
               for (bool ckpt : {false, true}) {
                 const TrainConfig c{.seq_len = seq, .global_batch = gpus * 16, .micro_batch = mb, .n_gpus = gpus,
                                     .precision = prec, .sharding = sh, .checkpointing = ckpt ? Checkpointing::kFull : Checkpointing::kNone};
+                if (m.max_positions > 0 && seq > m.max_positions) {  // GPT-2, OPT: a learned table of positions
+                  BOOST_TEST(contains(check_config(m, d, prof.params, c), "learned positions"));
+                  ++checked;
+                  continue;
+                }
                 BOOST_TEST_REQUIRE(check_config(m, d, prof.params, c).empty());
                 const Prediction p = predict(m, d, prof.params, c);
                 const StepBreakdown& b = p.time;
@@ -55,7 +61,10 @@ BOOST_FIXTURE_TEST_CASE(predictions_are_finite_and_positive_over_the_sweep_range
                 const bool ok = finite_positive(p.step_s) && finite_positive(p.tokens_per_s) &&
                                 finite_positive(p.mfu) && finite_positive(p.hfu) &&
                                 finite_positive(p.memory.peak_bytes) && std::isfinite(parts) &&
-                                std::abs(parts - p.step_s) <= 1e-9 * p.step_s + 1e-12 && p.mfu < 1.0;
+                                std::abs(parts - p.step_s) <= 1e-9 * p.step_s + 1e-12 &&
+                                // llm-foundry's MFU counts attention over the whole sequence; a model
+                                // attending within a shorter window can pass 100% (docs/models.md).
+                                (p.mfu < 1.0 || (m.sliding_window > 0 && m.sliding_window < seq));
                 if (!ok) BOOST_ERROR(dev << " " << m.name << " seq " << seq << " gpus " << gpus << " mb " << mb);
                 ++checked;
               }
