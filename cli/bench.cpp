@@ -4,6 +4,7 @@
 //      125m..70b x 512..65536 x 8 and 64 GPUs, where the ops of a micro-batch are costed once and
 //      shared by the configurations that differ only in sharding or checkpointing; and the searches
 //      per second, which also count what the search's pruning saves (configurations it never times);
+//      and the evaluations per second of the same search for Llama 3.1 8B and 70B and Mixtral 8x7B;
 //   2. the same, one predict() per configuration from scratch (nothing shared), over a mix of
 //      models, sequence lengths, micro-batches, checkpointing and sharding;
 //   3. wall time of the headline sweep, process start-up included (the median of 5 runs of
@@ -89,14 +90,14 @@ double run_headline_sweep() {
 
 // 1. The sweep's search over the headline grid, at 8 and 64 GPUs and 1M tokens per step: the
 // evaluations it makes per second, and the searches.
-std::pair<Rate, Rate> search_rates(const ModelCatalog& catalog, const DeviceSpec& device, const CostParams& params,
-                                   double seconds, double& sink) {
+std::pair<Rate, Rate> search_rates(const std::vector<const ModelConfig*>& models, const DeviceSpec& device,
+                                   const CostParams& params, double seconds, double& sink) {
   struct SearchCase {
     const ModelConfig* model;
     TrainConfig base;
   };
   std::vector<SearchCase> searches;
-  for (const ModelConfig& m : catalog.models())
+  for (const ModelConfig* mp : models)
     for (int64_t seq = 512; seq <= 65536; seq *= 2)
       for (int64_t gpus : {8, 64}) {
         TrainConfig c;
@@ -104,7 +105,7 @@ std::pair<Rate, Rate> search_rates(const ModelCatalog& catalog, const DeviceSpec
         c.n_gpus = gpus;
         c.global_batch = std::max<int64_t>(1, (1 << 20) / seq / gpus) * gpus;
         c.micro_batch = 1;
-        if (check_config(m, device, params, c).empty()) searches.push_back({&m, c});
+        if (check_config(*mp, device, params, c).empty()) searches.push_back({mp, c});
       }
   const SearchSpace space;
   int64_t evaluations = 0;
@@ -124,10 +125,10 @@ std::pair<Rate, Rate> search_rates(const ModelCatalog& catalog, const DeviceSpec
 }
 
 // 2. predict() from scratch over a mix of configurations like those a sweep evaluates.
-Rate predict_rate(const ModelCatalog& catalog, const DeviceSpec& device, const CostParams& params, double seconds,
-                  double& sink) {
+Rate predict_rate(const std::vector<const ModelConfig*>& models, const DeviceSpec& device, const CostParams& params,
+                  double seconds, double& sink) {
   std::vector<std::pair<const ModelConfig*, TrainConfig>> configs;
-  for (const ModelConfig& m : catalog.models())
+  for (const ModelConfig* mp : models)
     for (int64_t seq = 512; seq <= 65536; seq *= 2)
       for (int64_t mb : {1, 2, 4, 8})
         for (Checkpointing ckpt : {Checkpointing::kNone, Checkpointing::kFull})  // the mix as before selective
@@ -139,7 +140,7 @@ Rate predict_rate(const ModelCatalog& catalog, const DeviceSpec& device, const C
             c.global_batch = mb * 4 * 8;
             c.checkpointing = ckpt;
             c.sharding = sh;
-            if (check_config(m, device, params, c).empty()) configs.emplace_back(&m, c);
+            if (check_config(*mp, device, params, c).empty()) configs.emplace_back(mp, c);
           }
   return timed_rate(seconds, [&] {
     for (const auto& [m, c] : configs) sink += predict(*m, device, params, c).step_s;
@@ -152,8 +153,17 @@ void run_bench(const BenchOptions& o) {
   const DeviceSpec& device = ctx.device("h100_80gb");
   const CostParams& params = ctx.profile("h100_80gb").params;
   double sink = 0;
-  const auto [search_rate, searches_rate] = search_rates(ctx.catalog(), device, params, o.seconds, sink);
-  const Rate predict_rate_ = predict_rate(ctx.catalog(), device, params, o.seconds, sink);
+  const auto models = [&](const char* spec) {
+    std::vector<const ModelConfig*> out;
+    for (const std::string& name : ctx.catalog().expand(spec, "bench")) out.push_back(&ctx.catalog().get(name));
+    return out;
+  };
+  // The MPT models of the headline sweep, as before issue 14; then two dense GQA/SwiGLU models and a
+  // mixture of experts, whose blocks have more ops (RoPE, GLU, router, permutation, grouped GEMMs).
+  const auto [search_rate, searches_rate] = search_rates(models("125m..70b"), device, params, o.seconds, sink);
+  const Rate predict_rate_ = predict_rate(models("125m..70b"), device, params, o.seconds, sink);
+  const Rate llama_rate = search_rates(models("llama-3.1-8b,llama-3.1-70b"), device, params, o.seconds, sink).first;
+  const Rate mixtral_rate = search_rates(models("mixtral-8x7b"), device, params, o.seconds, sink).first;
 
   std::vector<double> sweeps;
   for (int i = 0; i < o.sweep_runs; ++i) sweeps.push_back(run_headline_sweep());
@@ -166,6 +176,11 @@ void run_bench(const BenchOptions& o) {
   t.add_row({Cell::str("configuration evaluations as a sweep searches them, one core (" + search_rate.describe() + ")"),
              Cell::num(search_rate.per_second, 0), Cell::str("per second"), Cell::str(">= 1000000"),
              Cell::str(search_rate.per_second >= 1e6 ? "yes" : "no")});
+  t.add_row({Cell::str("the same for Llama 3.1 8B and 70B (GQA, SwiGLU, RoPE, RMSNorm), one core (" +
+                       llama_rate.describe() + ")"),
+             Cell::num(llama_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
+  t.add_row({Cell::str("the same for Mixtral 8x7B (8 experts, top 2), one core (" + mixtral_rate.describe() + ")"),
+             Cell::num(mixtral_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
   t.add_row({Cell::str("searches of the fastest configuration (one model, sequence length, GPU count), one core (" +
                        searches_rate.describe() + ")"),
              Cell::num(searches_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
