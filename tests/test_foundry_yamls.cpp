@@ -101,22 +101,44 @@ BOOST_AUTO_TEST_CASE(the_others_are_errors_naming_what_is_not_modelled) {
   // Top-level keys outside llm-foundry's TrainConfig: train.py raises "Unused parameter ... found in cfg".
   const std::string sft = error_of([] { read("finetune/1b_local_data_sft.yaml"); });
   BOOST_TEST(contains(sft, "1b_local_data_sft.yaml:39: unknown top-level key 'dataset'"));
-  // finetune/mpt-30b-instruct.yaml's icl_max_seq_len (line 130) is refused the same way once its
-  // hf_causal_lm model block reads (hf_causal_lm_yamls_are_not_read_as_mpt_blocks).
   // T5 is an encoder-decoder.
   const std::string t5 = error_of([] { read("finetune/t5-small_dolly_sft.yaml"); });
   BOOST_TEST(contains(t5, "t5-small_dolly_sft.yaml:15: model.name: hf_t5 -- an encoder-decoder model (T5)"));
 }
 
-// The hf_causal_lm files are read by the Hugging Face reader; whatever it makes of them, the model
-// block is never read as an MPT block missing its d_model.
-BOOST_AUTO_TEST_CASE(hf_causal_lm_yamls_are_not_read_as_mpt_blocks) {
-  for (const char* file : {"pretrain/gpt-neo-125m.yaml", "pretrain/gpt-neo-125m_eval.yaml", "pretrain/gpt2-small.yaml",
-                           "pretrain/hf-llama-3.1-8B.yaml", "pretrain/opt-3b.yaml", "finetune/dbrx-full-ft.yaml",
-                           "finetune/dbrx-lora-ft.yaml", "finetune/gpt2-arc-easy-cpu-streaming-dataset.yaml",
-                           "finetune/llama-3-8b_domain_adapt.yaml", "finetune/mpt-7b_dolly_sft.yaml",
-                           "finetune/mpt-30b-instruct.yaml"})
-    BOOST_TEST(!contains(error_of([&] { read(file); }), "missing the required key d_model"), file);
+// The hf_causal_lm files: the model is pretrained_model_name_or_path's config.json (here the copies
+// shipped in data/models/hf, since the test machine has no Hugging Face cache), with the YAML's
+// config_overrides; its count is the sum of parameter sizes (data/models/hf/README.md), or the file
+// is an error naming what is not modelled or what llm-foundry itself refuses.
+BOOST_AUTO_TEST_CASE(hf_causal_lm_yamls_read_their_config_json_or_name_what_is_refused) {
+  const std::map<std::string, int64_t> counts = {
+      {"pretrain/hf-llama-3.1-8B.yaml", 8030261248},  // meta-llama/Meta-Llama-3.1-8B (exact, as Llama-3-8B)
+      // openai-community/gpt2 is 124,439,808 with its 1024 learned positions; the YAML's
+      // config_overrides set n_positions to 2048: 1024 more rows of 768.
+      {"pretrain/gpt2-small.yaml", 124439808 + 1024 * 768},
+      {"pretrain/opt-3b.yaml", 2651596800},                          // facebook/opt-2.7b
+      {"finetune/dbrx-full-ft.yaml", 131596523520},                   // databricks/dbrx-instruct
+      {"finetune/gpt2-arc-easy-cpu-streaming-dataset.yaml", 124439808},  // gpt2, no overrides
+      {"finetune/mpt-7b_dolly_sft.yaml", 6649286656},                 // mosaicml/mpt-7b (exact)
+  };
+  for (const auto& [file, count] : counts) {
+    BOOST_TEST_CONTEXT(file) {
+      const TrainYaml t = read(file);
+      BOOST_TEST_REQUIRE(t.seq_len.has_value());
+      BOOST_TEST(parameter_count(t.model, *t.seq_len) == count);
+    }
+  }
+  const std::map<std::string, std::string> refused = {
+      // GPT-Neo alternates global and local (windowed) attention layers; a ModelConfig has one attention.
+      {"pretrain/gpt-neo-125m.yaml", "attention_types"},
+      {"pretrain/gpt-neo-125m_eval.yaml", "attention_types"},
+      {"finetune/dbrx-lora-ft.yaml", "dbrx-lora-ft.yaml:20: model.peft_config -- LoRA"},
+      // Its config_overrides name MPT keys LlamaConfig lacks; llm-foundry raises on them too.
+      {"finetune/llama-3-8b_domain_adapt.yaml", "unknown key 'attn_config' for model_type llama"},
+      // A top-level key outside llm-foundry's TrainConfig (its train.py uses icl_seq_len).
+      {"finetune/mpt-30b-instruct.yaml", "mpt-30b-instruct.yaml:130: unknown top-level key 'icl_max_seq_len'"},
+  };
+  for (const auto& [file, what] : refused) BOOST_TEST(contains(error_of([&] { read(file); }), what), file);
 }
 
 // Every file of the copy is one of the cases above: a new file must be given its expectation.
