@@ -33,29 +33,6 @@ const std::set<std::string> kGeneric = {
     "_attn_implementation", "attn_implementation", "initializer_range", "tie_encoder_decoder", "is_decoder",
     "cross_attention_hidden_size", "is_encoder_decoder", "add_cross_attention", "quantization_config"};
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
-
-std::string nearest(const std::string& key, const std::vector<std::string>& known) {
-  std::string best;
-  size_t best_distance = std::string::npos;
-  for (const auto& k : known)
-    if (const size_t d = edit_distance(key, k); d < best_distance) best = k, best_distance = d;
-  return best.empty() ? "" : " (did you mean " + best + "?)";
-}
-
 // Strict JSON: a duplicate key (which nlohmann would keep silently, the last one winning) is an error.
 json parse_json(const std::string& text, const std::string& origin) {
   std::vector<std::set<std::string>> open;
@@ -181,7 +158,7 @@ class Section {
     for (const auto& [key, v] : obj_.items()) {
       if (std::find(known.begin(), known.end(), key) == known.end())
         throw Error(src_.where(path(key)) + ": unknown key '" + path(key) + "' for model_type " + out.model_type +
-                    nearest(key, known_));  // the hint among the model's own keys, not the generation settings
+                    yaml::did_you_mean(key, known_));  // the hint among the model's own keys, not the generation settings
       if (irrelevant_.count(key) || (top_level && kGeneric.count(key) && !kSilent.count(key)))
         out.ignored.push_back(path(key));
     }

@@ -147,19 +147,20 @@ const auto kTrainIrrelevant = {
     "accumulate_train_batch_on_tokens", "spin_dataloaders"};
 // Known and changing the speed of a step, not modelled: refused unless null or empty.
 const auto kTrainRefused = {"compile_config", "tp_config", "parallelism_config"};
-// Every known key, for the "did you mean" hint.
-const auto kTrainKeys = {
-    "model", "max_seq_len", "global_train_batch_size", "device_train_microbatch_size", "precision", "fsdp_config",
-    "variables", "tokenizer", "optimizer", "scheduler", "train_loader", "eval_loader", "eval_loaders",
-    "device_train_batch_size", "device_eval_batch_size", "max_duration", "eval_interval", "seed", "code_paths",
-    "max_split_size_mb", "expandable_segments", "cuda_load_lazy", "dist_timeout", "icl_tasks", "icl_tasks_str",
-    "eval_gauntlet", "eval_gauntlet_str", "icl_subset_num_batches", "icl_seq_len", "loggers", "progress_bar",
-    "log_to_console", "python_log_level", "console_log_interval", "log_config", "callbacks", "algorithms",
-    "save_folder", "save_latest_filename", "save_overwrite", "save_weights_only", "save_filename", "save_interval",
-    "save_num_checkpoints_to_keep", "load_path", "load_weights_only", "load_strict_model_weights", "load_ignore_keys",
-    "save_ignore_keys", "only_hf_checkpoint", "only_composer_checkpoint", "eval_subset_num_batches", "eval_first",
-    "metadata", "run_name", "autoresume", "profiler", "n_gpus", "device_train_grad_accum",
-    "accumulate_train_batch_on_tokens", "spin_dataloaders", "compile_config", "tp_config", "parallelism_config"};
+// The keys modelled where the run is resolved (parse_train_yaml).
+const auto kTrainModelled = {"model", "max_seq_len", "global_train_batch_size", "device_train_microbatch_size",
+                             "precision", "fsdp_config"};
+
+// Every key llm-foundry's TrainConfig knows: modelled, irrelevant or refused.
+bool known_train_key(const std::string& key) {
+  return one_of(key, kTrainModelled) || one_of(key, kTrainIrrelevant) || one_of(key, kTrainRefused);
+}
+
+std::string nearest_train_key(const std::string& key) {
+  std::vector<std::string> known;
+  for (auto keys : {kTrainModelled, kTrainIrrelevant, kTrainRefused}) known.insert(known.end(), keys.begin(), keys.end());
+  return yaml::did_you_mean(key, known);
+}
 
 }  // namespace
 
@@ -342,8 +343,8 @@ void read_fsdp_config(const YAML::Node& v, const std::string& origin, TrainYaml&
 void check_top_level_keys(const YAML::Node& root, const std::string& origin) {
   for (const auto& kv : root) {
     const std::string key = yaml::key(kv.first, origin);
-    if (!one_of(key, kTrainKeys))
-      throw Error(yaml::where(origin, kv.first) + ": unknown top-level key '" + key + "'" + yaml::did_you_mean(key, kTrainKeys) +
+    if (!known_train_key(key))
+      throw Error(yaml::where(origin, kv.first) + ": unknown top-level key '" + key + "'" + nearest_train_key(key) +
                   ": llm-foundry's train.py refuses keys outside its TrainConfig (values of your own go under variables)");
     const YAML::Node& v = kv.second;
     if (!one_of(key, kTrainRefused) || v.IsNull() || ((v.IsMap() || v.IsSequence()) && v.size() == 0)) continue;

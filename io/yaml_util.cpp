@@ -94,14 +94,22 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
-std::string did_you_mean(const std::string& key, std::initializer_list<const char*> known) {
+template <typename Keys>
+std::string nearest_of(const std::string& key, const Keys& known) {
   std::string best;
   size_t best_distance = std::numeric_limits<size_t>::max();
-  for (const char* k : known) {
+  for (const auto& k : known) {
     const size_t d = edit_distance(key, k);
     if (d < best_distance) best = k, best_distance = d;
   }
   return best.empty() ? "" : " (did you mean " + best + "?)";
+}
+
+std::string did_you_mean(const std::string& key, std::initializer_list<const char*> known) {
+  return nearest_of(key, known);
+}
+std::string did_you_mean(const std::string& key, const std::vector<std::string>& known) {
+  return nearest_of(key, known);
 }
 
 }  // namespace tpsim::yaml

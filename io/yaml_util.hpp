@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "io/error.hpp"
 
@@ -41,5 +42,6 @@ int64_t as_count(const YAML::Node& node, const std::string& origin, const std::s
 // " (did you mean NAME?)" for the known key nearest to `key` by edit distance (Levenshtein; the
 // first of equals): the hint of an unknown-key error.
 std::string did_you_mean(const std::string& key, std::initializer_list<const char*> known);
+std::string did_you_mean(const std::string& key, const std::vector<std::string>& known);
 
 }  // namespace tpsim::yaml
