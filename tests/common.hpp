@@ -9,6 +9,7 @@
 #include "io/error.hpp"
 #include "io/measured_table.hpp"
 #include "io/profile_io.hpp"
+#include "model/architecture.hpp"
 
 namespace tpsim::test {
 
@@ -39,6 +40,26 @@ inline std::vector<MeasuredRow> all_seed_rows() {
     rows.insert(rows.end(), t.rows.begin(), t.rows.end());
   }
   return rows;
+}
+
+// A Llama-family model (../shared/hf-configs: Llama 3, Mistral, Qwen2, Mixtral), field by field as
+// its config.json gives it: GQA, RoPE, RMSNorm, no biases, SwiGLU of width ffn, untied embeddings.
+inline ModelConfig llama(int64_t d, int64_t heads, int64_t kv, int64_t layers, int64_t ffn, int64_t vocab) {
+  ModelConfig m;
+  m.name = "llama";
+  m.d_model = d;
+  m.n_heads = heads;
+  m.n_kv_heads = kv;
+  m.n_layers = layers;
+  m.ffn_hidden = ffn;
+  m.vocab_size = vocab;
+  m.positions = PositionKind::kRope;
+  m.norm = NormKind::kRmsNorm;
+  m.norm_bias = m.qkv_bias = m.linear_bias = false;
+  m.ffn = FfnKind::kGlu;
+  m.activation = Activation::kSilu;
+  m.tie_embeddings = false;
+  return m;
 }
 
 }  // namespace tpsim::test

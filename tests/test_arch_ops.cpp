@@ -21,24 +21,7 @@ constexpr double kExact = 1e-12;
 // A capacity factor's slots are rounded up to whole tokens per expert.
 constexpr double kCeilTol = 1e-3;
 
-// ../shared/hf-configs' Llama family, field by field (as tests/test_architecture.cpp).
-ModelConfig llama(int64_t d, int64_t heads, int64_t kv, int64_t layers, int64_t ffn, int64_t vocab) {
-  ModelConfig m;
-  m.name = "llama";
-  m.d_model = d;
-  m.n_heads = heads;
-  m.n_kv_heads = kv;
-  m.n_layers = layers;
-  m.ffn_hidden = ffn;
-  m.vocab_size = vocab;
-  m.positions = PositionKind::kRope;
-  m.norm = NormKind::kRmsNorm;
-  m.norm_bias = m.qkv_bias = m.linear_bias = false;
-  m.ffn = FfnKind::kGlu;
-  m.activation = Activation::kSilu;
-  m.tie_embeddings = false;
-  return m;
-}
+using tpsim::test::llama;
 ModelConfig llama3_8b() { return llama(4096, 32, 8, 32, 14336, 128256); }
 ModelConfig mixtral_8x7b() {
   ModelConfig m = llama(4096, 32, 8, 32, 14336, 32000);

@@ -59,28 +59,7 @@ BOOST_AUTO_TEST_CASE(alibi_and_rope_drop_the_learned_positions_as_llm_foundry_co
   BOOST_TEST(parameter_count(m, 65536) == 6649286656LL);  // no row per position: the count does not grow with S
 }
 
-namespace {
-
-// The Hugging Face models of ../shared/hf-configs, written out field by field from their config.json.
-ModelConfig llama(int64_t d, int64_t heads, int64_t kv, int64_t layers, int64_t ffn, int64_t vocab) {
-  ModelConfig m;
-  m.name = "llama";
-  m.d_model = d;
-  m.n_heads = heads;
-  m.n_kv_heads = kv;
-  m.n_layers = layers;
-  m.ffn_hidden = ffn;
-  m.vocab_size = vocab;
-  m.positions = PositionKind::kRope;
-  m.norm = NormKind::kRmsNorm;
-  m.norm_bias = m.qkv_bias = m.linear_bias = false;
-  m.ffn = FfnKind::kGlu;
-  m.activation = Activation::kSilu;
-  m.tie_embeddings = false;
-  return m;
-}
-
-}  // namespace
+using tpsim::test::llama;
 
 BOOST_AUTO_TEST_CASE(parameter_counts_match_the_published_hugging_face_counts) {
   // ../shared/hf-configs/published_parameter_counts.json; the counts do not depend on the run's
