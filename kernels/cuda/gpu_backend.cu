@@ -305,7 +305,7 @@ void plan_membound_tensors(const Op& op, TensorPlan& t) {
   const int64_t mn = op.m * op.n;
   const Elem e = storage_of(op.dtype).value_or(Elem::kF32);
   switch (op.mem) {
-    case MemKind::kNone: break;
+    default: break;  // kNone and the kinds membound_unsupported() refuses
     case MemKind::kLayerNorm:
       t.in("x", e, mn, -2.0f, 2.0f);
       t.in("w", e, op.n, 0.5f, 1.5f);
@@ -685,7 +685,7 @@ void GpuBackend::build_membound_launch(const Op& op, Prepared& p) {
   const int64_t m = op.m, n = op.n, mn = op.m * op.n;
   const Elem e = storage_of(op.dtype).value_or(Elem::kF32);
   switch (op.mem) {
-    case MemKind::kNone: throw Error("GPU backend: memory-bound op without a kind");
+    default: throw Error("GPU backend: no kernel for memory-bound op " + std::string(op.name));
     case MemKind::kLayerNorm: {
       void *x = p.p("x"), *w = p.p("w"), *b = p.p("b"), *y = p.p("y");
       auto *mean = static_cast<float*>(p.p("mean")), *rstd = static_cast<float*>(p.p("rstd"));
@@ -992,7 +992,7 @@ double compare_cast(const Op& op, Comparison& c) {
 double compare_membound(const Op& op, Comparison& c) {
   const int64_t m = op.m, n = op.n, mn = op.m * op.n;
   switch (op.mem) {
-    case MemKind::kNone: break;
+    default: break;  // kNone and the kinds membound_unsupported() refuses
     case MemKind::kLayerNorm: {
       auto y = zeros(mn), mean = zeros(m), rstd = zeros(m);
       layer_norm_reference(m, n, c.in("x"), c.in("w"), c.in("b"), y, mean, rstd);
