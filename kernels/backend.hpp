@@ -94,4 +94,9 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, int index = 0);
 // Which backends this build has.
 bool backend_built(BackendKind kind);
 
+// Why no backend runs `op` as the simulator costs it yet, or "": a grouped GEMM (the experts of a
+// mixture of experts: `batch` groups) and sliding-window attention (a window `k` shorter than the
+// sequence) would otherwise run as one plain GEMM and as full causal attention, timing other work.
+std::string unsupported_by_every_backend(const Op& op);
+
 }  // namespace tpsim

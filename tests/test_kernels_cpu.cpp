@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "common.hpp"
 #include "io/error.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
@@ -320,4 +321,31 @@ BOOST_AUTO_TEST_CASE(the_repetition_loop_follows_its_options) {
   s = repeat_timed(TimingOptions{0, 1, 4, 100.0, 100.0, false}, runs_of(1.0));
   BOOST_TEST(s.size() == 4u);
   BOOST_TEST(calls == 4);
+}
+
+BOOST_AUTO_TEST_CASE(ops_no_backend_runs_yet_are_refused_by_name_not_run_as_something_else) {
+  auto backend = cpu_backend();
+  // A Mixtral-style block: grouped expert GEMMs, RMSNorm, SwiGLU's product, the router.
+  ModelConfig m = test::llama(256, 4, 2, 1, 512, 4096);
+  m.moe = {.experts = 4, .top_k = 2, .d_expert = 256};
+  m.sliding_window = 64;
+  OpList ops;
+  block_forward_ops(block_shape(m, 1, 128, Precision::kFp32), ops);
+  int grouped = 0, windowed = 0, new_kinds = 0;
+  for (const Op& op : ops) {
+    const std::string why = backend->unsupported(op);
+    if (op.kind == OpKind::kGemm && op.batch > 1) {
+      BOOST_TEST(test::contains(why, "grouped GEMM"), op.name);
+      ++grouped;
+    } else if (op.kind == OpKind::kAttentionFwd) {
+      BOOST_TEST(test::contains(why, "sliding-window attention"), op.name);
+      ++windowed;
+    } else if (op.kind == OpKind::kMemoryBound && op.mem > MemKind::kAdamW) {
+      BOOST_TEST(test::contains(why, "does not have yet"), op.name);
+      ++new_kinds;
+    }
+  }
+  BOOST_TEST(grouped >= 2);  // the experts' up (and gate) and down projections
+  BOOST_TEST(windowed == 1);
+  BOOST_TEST(new_kinds >= 4);  // RMSNorm, RoPE, router, permutation, SiLU, product, un-permutation
 }

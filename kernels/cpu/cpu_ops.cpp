@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "io/error.hpp"
+#include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/reference.hpp"
 
@@ -502,6 +503,7 @@ std::unique_ptr<CpuOp> make_memory_bound(const Op& op, uint64_t seed) {
 }  // namespace
 
 std::string unsupported_reason(const Op& op) {
+  if (std::string why = unsupported_by_every_backend(op); !why.empty()) return why;
   if (op.dtype != DType::kFp32)
     return "the CPU backend computes in fp32 only (Eigen and vectorised fp32 loops); " +
            std::string(to_string(op.dtype)) + " needs a GPU backend";

@@ -564,6 +564,7 @@ BackendInfo GpuBackend::info() const {
 }
 
 std::string GpuBackend::unsupported(const Op& op) const {
+  if (std::string why = unsupported_by_every_backend(op); !why.empty()) return why;
   switch (op.kind) {
     case OpKind::kGemm:
       if (op.m < 1 || op.n < 1 || op.k < 1) return std::string(op.name) + ": empty GEMM " + dims(op);
