@@ -5,15 +5,6 @@
 
 namespace tpsim {
 
-std::string unsupported_by_every_backend(const Op& op) {
-  if (op.kind == OpKind::kGemm && op.batch > 1)
-    return "a grouped GEMM of " + std::to_string(op.batch) + " groups (mixture-of-experts experts): no backend runs it yet";
-  if ((op.kind == OpKind::kAttentionFwd || op.kind == OpKind::kAttentionBwd) && op.k > 0 && op.k < op.seq)
-    return "sliding-window attention (window " + std::to_string(op.k) + " of " + std::to_string(op.seq) +
-           " positions): no backend runs it yet";
-  return "";
-}
-
 std::optional<BackendKind> parse_backend(std::string_view s) {
   if (s == "cpu") return BackendKind::kCpu;
   if (s == "cuda") return BackendKind::kCuda;

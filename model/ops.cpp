@@ -2,6 +2,7 @@
 
 #include <cassert>
 #include <cmath>
+#include <tuple>
 
 namespace tpsim {
 namespace {
@@ -37,6 +38,7 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
   s.tie_embeddings = m.tie_embeddings;
   s.window = m.sliding_window > 0 && m.sliding_window < seq_len ? m.sliding_window : 0;
   s.moe = m.moe;
+  s.qk_norm = m.qk_norm;
   return s;
 }
 
@@ -229,6 +231,30 @@ Op rope(const char* name, const BlockShape& s) {
   return op;
 }
 
+// QK-norm: RMSNorm of q and of k after the QKV GEMM, before RoPE, over each head's head_dim
+// elements (Qwen3's q_norm and k_norm) or over the whole q and k widths (OLMo 2). Forward: reads
+// q, k and the weights, writes them normalised and an fp32 rstd per row; keeps its inputs and the
+// rstd (the attention keeps the normalised q and k). Backward: the input and weight gradients.
+void qk_norm_ops(const BlockShape& s, bool forward, OpSink& out) {
+  const double a = activation_bytes(s.precision);
+  const DType act = activation_dtype(s.precision);
+  const bool per_head = s.qk_norm == QkNorm::kPerHead;
+  const int64_t q_rows = per_head ? s.tokens() * s.n_heads : s.tokens();
+  const int64_t k_rows = per_head ? s.tokens() * s.n_kv_heads() : s.tokens();
+  const int64_t q_cols = per_head ? s.d_head() : s.q_dim(), k_cols = per_head ? s.d_head() : s.kv_dim();
+  for (const auto& [name_fwd, name_bwd, rows, cols] :
+       {std::tuple{"attn.q_norm.fwd", "attn.q_norm.bwd", q_rows, q_cols},
+        std::tuple{"attn.k_norm.fwd", "attn.k_norm.bwd", k_rows, k_cols}}) {
+    const double e = d(rows) * d(cols), rstd = d(rows) * 4.0;
+    if (forward)
+      out.push(membound_op(name_fwd, MemKind::kRmsNorm, rows, cols, act, e * a + d(cols) * a, e * a + rstd, 1,
+                           e * a + rstd));
+    else
+      out.push(membound_op(name_bwd, MemKind::kRmsNormBackward, rows, cols, act, 4.0 * e * a + 2.0 * rstd,
+                           e * a + d(cols) * 4.0, 2));
+  }
+}
+
 void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
   const DType act = activation_dtype(s.precision);
   const double a = activation_bytes(s.precision);
@@ -364,6 +390,7 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
   const bool fp8 = block_gemm_dtype(s.precision) == DType::kFp8;
   out.push(norm_forward("norm_1.fwd", s));
   linear_forward(s, qkv(s), false, out);
+  if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/true, out);
   if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.fwd", s));
   out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
   linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8, out);  // attention keeps its output
@@ -387,6 +414,7 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
   linear_backward(s, out_proj(s), out);
   out.push(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, s));
   if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.bwd", s));
+  if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/false, out);
   linear_backward(s, qkv(s), out);
   out.push(norm_backward("norm_1.bwd", s));
 }

@@ -218,6 +218,7 @@ struct BlockShape {
   bool tie_embeddings = true;
   int64_t window = 0;  // sliding window, set only when shorter than seq; 0: the whole causal prefix
   MoeConfig moe;       // experts: 0 for a dense feed-forward
+  QkNorm qk_norm = QkNorm::kNone;  // RMSNorm of q and k before RoPE (Qwen3 per head, OLMo 2 whole)
 
   int64_t tokens() const { return batch * seq; }
   int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }

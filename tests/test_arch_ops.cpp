@@ -316,3 +316,23 @@ BOOST_AUTO_TEST_CASE(grouped_gemms_run_at_the_rate_of_their_tiles) {
   // Ragged groups pay their own tile padding: 8 groups of 100 rows waste more than one of 800.
   BOOST_TEST(cost.grouped_gemm_efficiency(8, 100, 14336, 4096) < cost.gemm_efficiency(800, 14336, 4096));
 }
+
+BOOST_AUTO_TEST_CASE(qk_norm_adds_an_rms_norm_of_q_and_k_and_keeps_their_inputs) {
+  // Qwen3-8B's attention: 32 query heads, 8 K/V heads of 128; q_norm and k_norm per head.
+  ModelConfig m = llama(4096, 32, 8, 36, 12288, 151936);
+  m.head_dim = 128;
+  const BlockShape plain = block_shape(m, 1, 4096, Precision::kAmpBf16);
+  m.qk_norm = QkNorm::kPerHead;
+  const BlockShape normed = block_shape(m, 1, 4096, Precision::kAmpBf16);
+  OpList a, b, ab, bb;
+  block_forward_ops(plain, a);
+  block_forward_ops(normed, b);
+  block_backward_ops(plain, ab);
+  block_backward_ops(normed, bb);
+  BOOST_TEST(b.size() == a.size() + 2);
+  BOOST_TEST(bb.size() == ab.size() + 2);
+  // Kept: the pre-norm q and k (4096 tokens x (4096 + 1024) bf16) and an fp32 rstd per head row.
+  const double t = 4096, extra = t * (4096 + 1024) * 2.0 + t * (32 + 8) * 4.0;
+  BOOST_TEST(total_saved_bytes(b) - total_saved_bytes(a) == extra, boost::test_tools::tolerance(kExact));
+  BOOST_TEST(total_flops(b) == total_flops(a));  // memory-bound: no FLOPs counted
+}
