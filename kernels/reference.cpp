@@ -30,6 +30,8 @@ double gelu_tanh_derivative(double x) {
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
 }  // namespace
 
 void gemm_reference(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, std::span<const float> a,
@@ -245,6 +247,167 @@ void embedding_backward_reference(int64_t m, int64_t n, int64_t rows, std::span<
     for (int64_t j = 0; j < n; ++j) acc[z(ids[z(i)] * n + j)] += dy[z(i * n + j)];
   }
   for (size_t e = 0; e < acc.size(); ++e) dtable[e] = static_cast<float>(acc[e]);
+}
+
+void rms_norm_reference(int64_t m, int64_t n, std::span<const float> x, std::span<const float> w, std::span<float> y,
+                        std::span<float> rstd) {
+  require(x.size() == z(m * n) && y.size() == z(m * n) && w.size() == z(n) && rstd.size() == z(m),
+          "RMSNorm buffer sizes");
+  for (int64_t i = 0; i < m; ++i) {
+    double sq = 0;
+    for (int64_t j = 0; j < n; ++j) sq += static_cast<double>(x[z(i * n + j)]) * x[z(i * n + j)];
+    const double r = 1.0 / std::sqrt(sq / static_cast<double>(n) + kRmsNormEps);
+    for (int64_t j = 0; j < n; ++j) y[z(i * n + j)] = static_cast<float>(x[z(i * n + j)] * r * w[z(j)]);
+    rstd[z(i)] = static_cast<float>(r);
+  }
+}
+
+void rms_norm_backward_reference(int64_t m, int64_t n, std::span<const float> dy, std::span<const float> x,
+                                 std::span<const float> w, std::span<const float> rstd, std::span<float> dx,
+                                 std::span<float> dw) {
+  require(dy.size() == z(m * n) && x.size() == z(m * n) && dx.size() == z(m * n) && w.size() == z(n) &&
+              dw.size() == z(n) && rstd.size() == z(m),
+          "RMSNorm backward buffer sizes");
+  std::vector<double> dw_acc(z(n), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    const double r = rstd[z(i)];
+    double gx_mean = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double xhat = x[z(i * n + j)] * r;
+      gx_mean += static_cast<double>(dy[z(i * n + j)]) * w[z(j)] * xhat;
+      dw_acc[z(j)] += static_cast<double>(dy[z(i * n + j)]) * xhat;
+    }
+    gx_mean /= static_cast<double>(n);
+    for (int64_t j = 0; j < n; ++j) {
+      const double xhat = x[z(i * n + j)] * r;
+      dx[z(i * n + j)] = static_cast<float>(r * (static_cast<double>(dy[z(i * n + j)]) * w[z(j)] - xhat * gx_mean));
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) dw[z(j)] = static_cast<float>(dw_acc[z(j)]);
+}
+
+void silu_reference(std::span<const float> x, std::span<float> y) {
+  require(x.size() == y.size(), "SiLU buffer sizes");
+  for (size_t i = 0; i < x.size(); ++i) y[i] = static_cast<float>(x[i] * sigmoid(x[i]));
+}
+
+void silu_backward_reference(std::span<const float> dy, std::span<const float> x, std::span<float> dx) {
+  require(dy.size() == x.size() && dx.size() == x.size(), "SiLU backward buffer sizes");
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double s = sigmoid(x[i]);
+    dx[i] = static_cast<float>(dy[i] * s * (1.0 + x[i] * (1.0 - s)));
+  }
+}
+
+void relu_reference(std::span<const float> x, std::span<float> y) {
+  require(x.size() == y.size(), "ReLU buffer sizes");
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] > 0 ? x[i] : 0.0f;
+}
+
+void relu_backward_reference(std::span<const float> dy, std::span<const float> x, std::span<float> dx) {
+  require(dy.size() == x.size() && dx.size() == x.size(), "ReLU backward buffer sizes");
+  for (size_t i = 0; i < x.size(); ++i) dx[i] = x[i] > 0 ? dy[i] : 0.0f;
+}
+
+void mul_reference(std::span<const float> a, std::span<const float> b, std::span<float> y) {
+  require(a.size() == b.size() && y.size() == a.size(), "product buffer sizes");
+  for (size_t i = 0; i < a.size(); ++i) y[i] = static_cast<float>(static_cast<double>(a[i]) * b[i]);
+}
+
+void mul_backward_reference(std::span<const float> dy, std::span<const float> a, std::span<const float> b,
+                            std::span<float> da, std::span<float> db) {
+  require(a.size() == dy.size() && b.size() == dy.size() && da.size() == dy.size() && db.size() == dy.size(),
+          "product backward buffer sizes");
+  for (size_t i = 0; i < dy.size(); ++i) {
+    da[i] = static_cast<float>(static_cast<double>(dy[i]) * b[i]);
+    db[i] = static_cast<float>(static_cast<double>(dy[i]) * a[i]);
+  }
+}
+
+void rope_reference(int64_t m, int64_t n, int64_t head_dim, std::span<const float> cos, std::span<const float> sin,
+                    std::span<float> x, bool inverse) {
+  require(head_dim >= 2 && head_dim % 2 == 0 && n % head_dim == 0, "RoPE head_dim must be even and divide n");
+  const int64_t half = head_dim / 2;
+  require(x.size() == z(m * n) && cos.size() == z(m * half) && sin.size() == z(m * half), "RoPE buffer sizes");
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t h = 0; h < n / head_dim; ++h)
+      for (int64_t j = 0; j < half; ++j) {
+        const double c = cos[z(i * half + j)], s = inverse ? -sin[z(i * half + j)] : sin[z(i * half + j)];
+        float& x1 = x[z(i * n + h * head_dim + j)];
+        float& x2 = x[z(i * n + h * head_dim + j + half)];
+        const double a = x1, b = x2;
+        x1 = static_cast<float>(a * c - b * s);
+        x2 = static_cast<float>(b * c + a * s);
+      }
+}
+
+void router_reference(int64_t m, int64_t n, int64_t k, std::span<const float> logits, std::span<float> probs,
+                      std::span<int64_t> ids, std::span<float> weights) {
+  require(k >= 1 && k <= n, "router top k must be in [1, experts]");
+  require(logits.size() == z(m * n) && probs.size() == z(m * n) && ids.size() == z(m * k) && weights.size() == z(m * k),
+          "router buffer sizes");
+  std::vector<double> p(z(n));
+  std::vector<bool> taken(z(n));
+  for (int64_t i = 0; i < m; ++i) {
+    double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, static_cast<double>(logits[z(i * n + j)]));
+    for (int64_t j = 0; j < n; ++j) sum += p[z(j)] = std::exp(logits[z(i * n + j)] - mx);
+    for (int64_t j = 0; j < n; ++j) probs[z(i * n + j)] = static_cast<float>(p[z(j)] /= sum);
+    std::fill(taken.begin(), taken.end(), false);
+    for (int64_t c = 0; c < k; ++c) {  // selection by repeated maximum: obviously the top k
+      int64_t best = -1;
+      for (int64_t j = 0; j < n; ++j)
+        if (!taken[z(j)] && (best < 0 || p[z(j)] > p[z(best)])) best = j;
+      taken[z(best)] = true;
+      ids[z(i * k + c)] = best;
+      weights[z(i * k + c)] = static_cast<float>(p[z(best)]);
+    }
+  }
+}
+
+void router_backward_reference(int64_t m, int64_t n, int64_t k, std::span<const float> probs,
+                               std::span<const int64_t> ids, std::span<const float> dweights,
+                               std::span<float> dlogits) {
+  require(probs.size() == z(m * n) && dlogits.size() == z(m * n) && ids.size() == z(m * k) &&
+              dweights.size() == z(m * k),
+          "router backward buffer sizes");
+  std::vector<double> dp(z(n));
+  for (int64_t i = 0; i < m; ++i) {
+    std::fill(dp.begin(), dp.end(), 0.0);
+    for (int64_t c = 0; c < k; ++c) {
+      const int64_t e = ids[z(i * k + c)];
+      require(e >= 0 && e < n, "router expert id out of range");
+      dp[z(e)] += dweights[z(i * k + c)];
+    }
+    double dot = 0;
+    for (int64_t j = 0; j < n; ++j) dot += probs[z(i * n + j)] * dp[z(j)];
+    for (int64_t j = 0; j < n; ++j) dlogits[z(i * n + j)] = static_cast<float>(probs[z(i * n + j)] * (dp[z(j)] - dot));
+  }
+}
+
+void permute_reference(int64_t m, int64_t n, int64_t k, std::span<const float> x, std::span<const int64_t> src,
+                       std::span<float> out) {
+  require(x.size() == z(m * n) && src.size() == z(m * k) && out.size() == z(m * k * n), "permute buffer sizes");
+  for (int64_t r = 0; r < m * k; ++r) {
+    require(src[z(r)] >= 0 && src[z(r)] < m, "permute source row out of range");
+    for (int64_t j = 0; j < n; ++j) out[z(r * n + j)] = x[z(src[z(r)] * n + j)];
+  }
+}
+
+void unpermute_reference(int64_t m, int64_t n, int64_t k, int64_t rows, std::span<const float> y,
+                         std::span<const int64_t> ids, std::span<const float> weights, std::span<float> out) {
+  require(y.size() == z(rows * n) && ids.size() == z(m * k) && weights.size() == z(m * k) && out.size() == z(m * n),
+          "unpermute buffer sizes");
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t r = ids[z(i * k + c)];
+        require(r >= 0 && r < rows, "unpermute row out of range");
+        acc += static_cast<double>(weights[z(i * k + c)]) * y[z(r * n + j)];
+      }
+      out[z(i * n + j)] = static_cast<float>(acc);
+    }
 }
 
 void cast_fp32_to_bf16_reference(std::span<const float> x, std::span<uint16_t> y) {

@@ -12,6 +12,15 @@
 //   cross-entropy logits: [m,n], targets: [m] class ids, loss: [m]; the gradient of each row's
 //                loss (softmax - one_hot) replaces the logits.
 //   embedding    table, dtable: [rows, n]; ids: [m] in [0, rows); y, dy: [m, n].
+//   RMSNorm      x, y, dy, dx: [m,n]; w, dw: [n]; rstd: [m] (rstd = 1/sqrt(mean(x^2) + eps)).
+//   RoPE         x: [m, n], each row n / head_dim heads of head_dim elements, rotated in place;
+//                cos, sin: [m, head_dim / 2], the angles of each row's position. Pairs are
+//                (j, j + head_dim / 2), Hugging Face's rotate_half convention (Llama, Mistral, Qwen2).
+//   router       logits, probs, dlogits: [m, n experts]; ids, weights, dweights: [m, k], each row's
+//                k largest probabilities in descending order (ties: the lower expert first).
+//   permute      x: [m, n]; src: [m*k] rows of x in expert order; out: [m*k, n], out[r] = x[src[r]].
+//   unpermute    y: [rows, n]; ids, weights: [m, k], the row of y of each (token, choice) and its
+//                router weight; out: [m, n], out[i] = sum_c weights[i,c] * y[ids[i,c]].
 //   bf16         stored as uint16_t: the upper half of an IEEE fp32 bit pattern.
 #pragma once
 
@@ -21,6 +30,7 @@
 namespace tpsim {
 
 inline constexpr float kLayerNormEps = 1e-5f;  // PyTorch's LayerNorm default
+inline constexpr float kRmsNormEps = 1e-5f;    // rms_norm_eps of Llama 3's and Mistral's config.json
 
 // Decoupled AdamW as torch.optim.AdamW applies it: p -= lr * (wd * p + m_hat / (sqrt(v_hat) + eps)),
 // with bias corrections by `step` (1-based).
@@ -68,6 +78,43 @@ void embedding_reference(int64_t m, int64_t n, int64_t rows, std::span<const flo
 // Zeroes dtable, then adds each row of dy into the row its id names.
 void embedding_backward_reference(int64_t m, int64_t n, int64_t rows, std::span<const float> dy,
                                   std::span<const int64_t> ids, std::span<float> dtable);
+
+void rms_norm_reference(int64_t m, int64_t n, std::span<const float> x, std::span<const float> w, std::span<float> y,
+                        std::span<float> rstd);
+// With xhat = x * rstd and g = dy * w: dx = rstd * (g - xhat * mean(g * xhat)), dw = sum over rows of dy * xhat.
+void rms_norm_backward_reference(int64_t m, int64_t n, std::span<const float> dy, std::span<const float> x,
+                                 std::span<const float> w, std::span<const float> rstd, std::span<float> dx,
+                                 std::span<float> dw);
+
+// SiLU (swish): x * sigmoid(x); its derivative sigmoid(x) * (1 + x * (1 - sigmoid(x))).
+void silu_reference(std::span<const float> x, std::span<float> y);
+void silu_backward_reference(std::span<const float> dy, std::span<const float> x, std::span<float> dx);
+void relu_reference(std::span<const float> x, std::span<float> y);
+void relu_backward_reference(std::span<const float> dy, std::span<const float> x, std::span<float> dx);
+// The elementwise product (a GLU's gate times its up projection) and its two gradients.
+void mul_reference(std::span<const float> a, std::span<const float> b, std::span<float> y);
+void mul_backward_reference(std::span<const float> dy, std::span<const float> a, std::span<const float> b,
+                            std::span<float> da, std::span<float> db);
+
+// Rotates each pair (x1, x2) to (x1 cos - x2 sin, x2 cos + x1 sin); `inverse` rotates by the
+// negative angle (the backward: the transpose of a rotation is its inverse).
+void rope_reference(int64_t m, int64_t n, int64_t head_dim, std::span<const float> cos, std::span<const float> sin,
+                    std::span<float> x, bool inverse);
+
+// Softmax over each row of n expert logits, then the k largest probabilities (Mixtral, DBRX and
+// Qwen-MoE route so; the weights are the chosen probabilities, not renormalised).
+void router_reference(int64_t m, int64_t n, int64_t k, std::span<const float> logits, std::span<float> probs,
+                      std::span<int64_t> ids, std::span<float> weights);
+// dlogits = P * (dP - sum_j P_j dP_j), where dP is dweights scattered to the chosen experts and 0
+// elsewhere.
+void router_backward_reference(int64_t m, int64_t n, int64_t k, std::span<const float> probs,
+                               std::span<const int64_t> ids, std::span<const float> dweights,
+                               std::span<float> dlogits);
+
+void permute_reference(int64_t m, int64_t n, int64_t k, std::span<const float> x, std::span<const int64_t> src,
+                       std::span<float> out);
+void unpermute_reference(int64_t m, int64_t n, int64_t k, int64_t rows, std::span<const float> y,
+                         std::span<const int64_t> ids, std::span<const float> weights, std::span<float> out);
 
 // Round to nearest, ties to even (NaN stays NaN), and the exact widening back.
 void cast_fp32_to_bf16_reference(std::span<const float> x, std::span<uint16_t> y);

@@ -299,6 +299,149 @@ void embedding_backward_cpu(int64_t m, int64_t n, int64_t rows, const float* dy,
   }
 }
 
+void rms_norm_cpu(int64_t m, int64_t n, const float* x, const float* w, float* y, float* rstd) {
+  const ArrMapC W(w, n);
+  for_rows(m, n, [&](int64_t i) {
+    const ArrMapC xr(x + i * n, n);
+    const float r = 1.0f / std::sqrt(xr.square().mean() + kRmsNormEps);
+    ArrMap(y + i * n, n) = xr * r * W;
+    rstd[i] = r;
+  });
+}
+
+void rms_norm_backward_cpu(int64_t m, int64_t n, const float* dy, const float* x, const float* w, const float* rstd,
+                           float* dx, float* dw) {
+  // As layer_norm_backward_cpu: dx row by row, dw summed per thread and added at the end.
+  const int T = g_threads;
+  Eigen::VectorXf partial = Eigen::VectorXf::Zero(n * T);
+  const ArrMapC W(w, n);
+#pragma omp parallel num_threads(T) if (m * n > kChunk && m > 1)
+  {
+    ArrMap pdw(partial.data() + n * omp_get_thread_num(), n);
+    Eigen::ArrayXf xhat(n), g(n);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < m; ++i) {
+      const ArrMapC xr(x + i * n, n), dyr(dy + i * n, n);
+      xhat = xr * rstd[i];
+      g = dyr * W;
+      ArrMap(dx + i * n, n) = rstd[i] * (g - xhat * (g * xhat).mean());
+      pdw += dyr * xhat;
+    }
+  }
+  ArrMap DW(dw, n);
+  DW.setZero();
+  for (int t = 0; t < T; ++t) DW += ArrMap(partial.data() + n * t, n);
+}
+
+void silu_cpu(int64_t elements, const float* x, float* y) {
+  for_chunks(elements, [&](int64_t b, int64_t e) {
+    const ArrMapC xs(x + b, e - b);
+    ArrMap(y + b, e - b) = xs / (1.0f + (-xs).exp());
+  });
+}
+
+void silu_backward_cpu(int64_t elements, const float* dy, const float* x, float* dx) {
+  for_chunks(elements, [&](int64_t b, int64_t e) {
+    const ArrMapC xs(x + b, e - b), dys(dy + b, e - b);
+    const Eigen::ArrayXf s = 1.0f / (1.0f + (-xs).exp());
+    ArrMap(dx + b, e - b) = dys * s * (1.0f + xs * (1.0f - s));
+  });
+}
+
+void relu_cpu(int64_t elements, const float* x, float* y) {
+  for_chunks(elements, [&](int64_t b, int64_t e) { ArrMap(y + b, e - b) = ArrMapC(x + b, e - b).max(0.0f); });
+}
+
+void relu_backward_cpu(int64_t elements, const float* dy, const float* x, float* dx) {
+  for_chunks(elements, [&](int64_t b, int64_t e) {
+    ArrMap(dx + b, e - b) = (ArrMapC(x + b, e - b) > 0.0f).select(ArrMapC(dy + b, e - b), 0.0f);
+  });
+}
+
+void mul_cpu(int64_t elements, const float* a, const float* b, float* y) {
+  for_chunks(elements, [&](int64_t lo, int64_t hi) {
+    ArrMap(y + lo, hi - lo) = ArrMapC(a + lo, hi - lo) * ArrMapC(b + lo, hi - lo);
+  });
+}
+
+void mul_backward_cpu(int64_t elements, const float* dy, const float* a, const float* b, float* da, float* db) {
+  for_chunks(elements, [&](int64_t lo, int64_t hi) {
+    const ArrMapC dys(dy + lo, hi - lo);
+    ArrMap(da + lo, hi - lo) = dys * ArrMapC(b + lo, hi - lo);
+    ArrMap(db + lo, hi - lo) = dys * ArrMapC(a + lo, hi - lo);
+  });
+}
+
+void rope_cpu(int64_t m, int64_t n, int64_t head_dim, const float* cos, const float* sin, float* x, bool inverse) {
+  const int64_t half = head_dim / 2;
+  const float sign = inverse ? -1.0f : 1.0f;
+  for_rows(m, n, [&](int64_t i) {
+    const ArrMapC c(cos + i * half, half);
+    const Eigen::ArrayXf s = sign * ArrMapC(sin + i * half, half);
+    Eigen::ArrayXf a(half);
+    for (int64_t h = 0; h < n / head_dim; ++h) {
+      ArrMap x1(x + i * n + h * head_dim, half), x2(x + i * n + h * head_dim + half, half);
+      a = x1;
+      x1 = a * c - x2 * s;
+      x2 = x2 * c + a * s;
+    }
+  });
+}
+
+void router_cpu(int64_t m, int64_t n, int64_t k, const float* logits, float* probs, int64_t* ids, float* weights) {
+  for_rows(m, n, [&](int64_t i) {
+    ArrMap p(probs + i * n, n);
+    const ArrMapC l(logits + i * n, n);
+    p = (l - l.maxCoeff()).exp();
+    p *= 1.0f / p.sum();
+    // Top k by insertion into a sorted list of k (k is small: 1 to 8 in the models tpsim reads);
+    // strict > keeps the lower expert first on ties.
+    int64_t* id = ids + i * k;
+    float* wt = weights + i * k;
+    int64_t have = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t pos = have;
+      while (pos > 0 && p[j] > wt[pos - 1]) --pos;
+      if (pos >= k) continue;
+      for (int64_t q = std::min(have, k - 1); q > pos; --q) {
+        id[q] = id[q - 1];
+        wt[q] = wt[q - 1];
+      }
+      id[pos] = j;
+      wt[pos] = p[j];
+      have = std::min(have + 1, k);
+    }
+  });
+}
+
+void router_backward_cpu(int64_t m, int64_t n, int64_t k, const float* probs, const int64_t* ids,
+                         const float* dweights, float* dlogits) {
+  for_rows(m, n, [&](int64_t i) {
+    ArrMap d(dlogits + i * n, n);
+    const ArrMapC p(probs + i * n, n);
+    // dP in dlogits' row, then the softmax backward in place.
+    d.setZero();
+    for (int64_t c = 0; c < k; ++c) d[ids[i * k + c]] += dweights[i * k + c];
+    const float dot = (p * d).sum();
+    d = p * (d - dot);
+  });
+}
+
+void permute_cpu(int64_t m, int64_t n, int64_t k, const float* x, const int64_t* src, float* out) {
+  for_rows(m * k, n, [&](int64_t r) {
+    std::memcpy(out + r * n, x + src[r] * n, static_cast<size_t>(n) * sizeof(float));
+  });
+}
+
+void unpermute_cpu(int64_t m, int64_t n, int64_t k, const float* y, const int64_t* ids, const float* weights,
+                   float* out) {
+  for_rows(m, n, [&](int64_t i) {
+    ArrMap o(out + i * n, n);
+    o = weights[i * k] * ArrMapC(y + ids[i * k] * n, n);
+    for (int64_t c = 1; c < k; ++c) o += weights[i * k + c] * ArrMapC(y + ids[i * k + c] * n, n);
+  });
+}
+
 void cast_fp32_to_bf16_cpu(int64_t elements, const float* x, uint16_t* y) {
   for_chunks(elements, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {

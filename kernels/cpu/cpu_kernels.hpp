@@ -46,6 +46,26 @@ void scale_cpu(int64_t elements, float* x, float c);
 void embedding_cpu(int64_t m, int64_t n, const float* table, const int64_t* ids, float* y);
 void embedding_backward_cpu(int64_t m, int64_t n, int64_t rows, const float* dy, const int64_t* ids, float* dtable);
 
+void rms_norm_cpu(int64_t m, int64_t n, const float* x, const float* w, float* y, float* rstd);
+void rms_norm_backward_cpu(int64_t m, int64_t n, const float* dy, const float* x, const float* w, const float* rstd,
+                           float* dx, float* dw);
+
+void silu_cpu(int64_t elements, const float* x, float* y);
+void silu_backward_cpu(int64_t elements, const float* dy, const float* x, float* dx);
+void relu_cpu(int64_t elements, const float* x, float* y);
+void relu_backward_cpu(int64_t elements, const float* dy, const float* x, float* dx);
+void mul_cpu(int64_t elements, const float* a, const float* b, float* y);
+void mul_backward_cpu(int64_t elements, const float* dy, const float* a, const float* b, float* da, float* db);
+
+void rope_cpu(int64_t m, int64_t n, int64_t head_dim, const float* cos, const float* sin, float* x, bool inverse);
+
+void router_cpu(int64_t m, int64_t n, int64_t k, const float* logits, float* probs, int64_t* ids, float* weights);
+void router_backward_cpu(int64_t m, int64_t n, int64_t k, const float* probs, const int64_t* ids,
+                         const float* dweights, float* dlogits);
+void permute_cpu(int64_t m, int64_t n, int64_t k, const float* x, const int64_t* src, float* out);
+void unpermute_cpu(int64_t m, int64_t n, int64_t k, const float* y, const int64_t* ids, const float* weights,
+                   float* out);
+
 void cast_fp32_to_bf16_cpu(int64_t elements, const float* x, uint16_t* y);
 void cast_bf16_to_fp32_cpu(int64_t elements, const uint16_t* x, float* y);
 

@@ -87,6 +87,14 @@ void check_shape(const Op& op) {
                     " must be positive");
       if ((op.mem == MemKind::kEmbedding || op.mem == MemKind::kEmbeddingBackward) && op.k < 1)
         throw Error("op " + name + ": an embedding needs its table rows in k (got " + std::to_string(op.k) + ")");
+      if (op.mem == MemKind::kRope && (op.k < 2 || op.k % 2 != 0 || op.n % op.k != 0))
+        throw Error("op " + name + ": RoPE needs an even head_dim in k that divides n " + std::to_string(op.n) +
+                    " (got " + std::to_string(op.k) + ")");
+      if ((op.mem == MemKind::kRouter || op.mem == MemKind::kRouterBackward) && (op.k < 1 || op.k > op.n))
+        throw Error("op " + name + ": a router needs its top k in [1, n experts " + std::to_string(op.n) + "] (got " +
+                    std::to_string(op.k) + ")");
+      if ((op.mem == MemKind::kPermute || op.mem == MemKind::kUnpermute) && op.k < 1)
+        throw Error("op " + name + ": a permutation needs its choices per token in k (got " + std::to_string(op.k) + ")");
       return;
   }
 }
@@ -479,6 +487,270 @@ class AdamWOp final : public CpuOp {
   AdamWParams h_;
 };
 
+// ---- Llama-family and mixture-of-experts kernels ---------------------------------------------
+
+class RmsNormOp final : public CpuOp {
+ public:
+  RmsNormOp(const Op& op, uint64_t seed)
+      : m_(op.m), n_(op.n),
+        x_(uniform(m_ * n_, seed, -1, 3)),  // rows off zero mean, as residual streams are
+        w_(uniform(n_, seed + 1, 0.5f, 1.5f)),
+        y_(uniform(m_ * n_, seed + 2)),
+        rstd_(uniform(m_, seed + 3)) {}
+  void run() override { rms_norm_cpu(m_, n_, x_.data(), w_.data(), y_.data(), rstd_.data()); }
+  double check() override {
+    run();
+    Floats y(y_.size()), rstd(rstd_.size());
+    rms_norm_reference(m_, n_, in(x_), in(w_), out(y), out(rstd));
+    return std::max(max_relative_error(in(y_), in(y)), max_relative_error(in(rstd_), in(rstd)));
+  }
+
+ private:
+  int64_t m_, n_;
+  Floats x_, w_, y_, rstd_;
+};
+
+class RmsNormBackwardOp final : public CpuOp {
+ public:
+  RmsNormBackwardOp(const Op& op, uint64_t seed)
+      : m_(op.m), n_(op.n),
+        dy_(uniform(m_ * n_, seed)),
+        x_(uniform(m_ * n_, seed + 1, -1, 3)),
+        w_(uniform(n_, seed + 2, 0.5f, 1.5f)),
+        rstd_(z(m_)),
+        dx_(uniform(m_ * n_, seed + 3)),
+        dw_(uniform(n_, seed + 4)) {
+    // The rstd the forward saved, computed from x (the output lands in dx's buffer, refilled after).
+    rms_norm_cpu(m_, n_, x_.data(), w_.data(), dx_.data(), rstd_.data());
+    fill_uniform(dx_.data(), m_ * n_, -1, 1, seed + 3);
+  }
+  void run() override {
+    rms_norm_backward_cpu(m_, n_, dy_.data(), x_.data(), w_.data(), rstd_.data(), dx_.data(), dw_.data());
+  }
+  double check() override {
+    run();
+    Floats dx(dx_.size()), dw(dw_.size());
+    rms_norm_backward_reference(m_, n_, in(dy_), in(x_), in(w_), in(rstd_), out(dx), out(dw));
+    return std::max(max_relative_error(in(dx_), in(dx)), max_relative_error(in(dw_), in(dw)));
+  }
+
+ private:
+  int64_t m_, n_;
+  Floats dy_, x_, w_, rstd_, dx_, dw_;
+};
+
+// One input, one output, elementwise: SiLU and ReLU. x in [-6, 6): both tails of the sigmoid and
+// both sides of ReLU's kink (the grid never hits 0 exactly).
+class UnaryOp final : public CpuOp {
+ public:
+  using Kernel = void (*)(int64_t, const float*, float*);
+  using Reference = void (*)(std::span<const float>, std::span<float>);
+  UnaryOp(const Op& op, uint64_t seed, Kernel kernel, Reference reference)
+      : kernel_(kernel), reference_(reference), e_(op.m * op.n), x_(uniform(e_, seed, -6, 6)),
+        y_(uniform(e_, seed + 1)) {}
+  void run() override { kernel_(e_, x_.data(), y_.data()); }
+  double check() override {
+    run();
+    Floats y(y_.size());
+    reference_(in(x_), out(y));
+    return max_relative_error(in(y_), in(y));
+  }
+
+ private:
+  Kernel kernel_;
+  Reference reference_;
+  int64_t e_;
+  Floats x_, y_;
+};
+
+// dx = dy * f'(x): SiLU's and ReLU's backward.
+class UnaryBackwardOp final : public CpuOp {
+ public:
+  using Kernel = void (*)(int64_t, const float*, const float*, float*);
+  using Reference = void (*)(std::span<const float>, std::span<const float>, std::span<float>);
+  UnaryBackwardOp(const Op& op, uint64_t seed, Kernel kernel, Reference reference)
+      : kernel_(kernel), reference_(reference), e_(op.m * op.n), dy_(uniform(e_, seed)),
+        x_(uniform(e_, seed + 1, -6, 6)), dx_(uniform(e_, seed + 2)) {}
+  void run() override { kernel_(e_, dy_.data(), x_.data(), dx_.data()); }
+  double check() override {
+    run();
+    Floats dx(dx_.size());
+    reference_(in(dy_), in(x_), out(dx));
+    return max_relative_error(in(dx_), in(dx));
+  }
+
+ private:
+  Kernel kernel_;
+  Reference reference_;
+  int64_t e_;
+  Floats dy_, x_, dx_;
+};
+
+class MulOp final : public CpuOp {
+ public:
+  MulOp(const Op& op, uint64_t seed)
+      : e_(op.m * op.n), a_(uniform(e_, seed)), b_(uniform(e_, seed + 1)), y_(uniform(e_, seed + 2)) {}
+  void run() override { mul_cpu(e_, a_.data(), b_.data(), y_.data()); }
+  double check() override {
+    run();
+    Floats y(y_.size());
+    mul_reference(in(a_), in(b_), out(y));
+    return max_relative_error(in(y_), in(y));
+  }
+
+ private:
+  int64_t e_;
+  Floats a_, b_, y_;
+};
+
+class MulBackwardOp final : public CpuOp {
+ public:
+  MulBackwardOp(const Op& op, uint64_t seed)
+      : e_(op.m * op.n), dy_(uniform(e_, seed)), a_(uniform(e_, seed + 1)), b_(uniform(e_, seed + 2)),
+        da_(uniform(e_, seed + 3)), db_(uniform(e_, seed + 4)) {}
+  void run() override { mul_backward_cpu(e_, dy_.data(), a_.data(), b_.data(), da_.data(), db_.data()); }
+  double check() override {
+    run();
+    Floats da(da_.size()), db(db_.size());
+    mul_backward_reference(in(dy_), in(a_), in(b_), out(da), out(db));
+    return std::max(max_relative_error(in(da_), in(da)), max_relative_error(in(db_), in(db)));
+  }
+
+ private:
+  int64_t e_;
+  Floats dy_, a_, b_, da_, db_;
+};
+
+// In place on q and k together (n = q_dim + kv_dim, k = head_dim). Row i is at position i (one
+// sequence of m tokens) with Llama 3's rope_theta 500000: angle = i * theta^(-2j / head_dim).
+// Runs alternate between the forward rotation and the backward's inverse; rotations keep the
+// values' norms, so repeated runs neither grow nor decay.
+class RopeOp final : public CpuOp {
+ public:
+  RopeOp(const Op& op, uint64_t seed)
+      : m_(op.m), n_(op.n), head_dim_(op.k), x_(uniform(m_ * n_, seed)), cos_(z(m_ * head_dim_ / 2)),
+        sin_(cos_.size()) {
+    constexpr double kRopeTheta = 500000.0;  // Llama 3's config.json
+    const int64_t half = head_dim_ / 2;
+    for (int64_t i = 0; i < m_; ++i)
+      for (int64_t j = 0; j < half; ++j) {
+        const double angle = static_cast<double>(i) *
+                             std::pow(kRopeTheta, -2.0 * static_cast<double>(j) / static_cast<double>(head_dim_));
+        cos_[z(i * half + j)] = static_cast<float>(std::cos(angle));
+        sin_[z(i * half + j)] = static_cast<float>(std::sin(angle));
+      }
+  }
+  void run() override {
+    rope_cpu(m_, n_, head_dim_, cos_.data(), sin_.data(), x_.data(), inverse_);
+    inverse_ = !inverse_;
+  }
+  double check() override {
+    Floats x = x_;
+    const bool inverse = inverse_;
+    run();
+    rope_reference(m_, n_, head_dim_, in(cos_), in(sin_), out(x), inverse);
+    return max_relative_error(in(x_), in(x));
+  }
+
+ private:
+  int64_t m_, n_, head_dim_;
+  Floats x_, cos_, sin_;
+  bool inverse_ = false;
+};
+
+// Logits in [-4, 4): probabilities spread over the experts. The chosen experts must agree exactly;
+// a different choice counts as an error of 1 (the whole scale).
+class RouterOp final : public CpuOp {
+ public:
+  RouterOp(const Op& op, uint64_t seed)
+      : m_(op.m), n_(op.n), k_(op.k), logits_(uniform(m_ * n_, seed, -4, 4)), probs_(uniform(m_ * n_, seed + 1)),
+        ids_(z(m_ * k_)), weights_(uniform(m_ * k_, seed + 2)) {}
+  void run() override { router_cpu(m_, n_, k_, logits_.data(), probs_.data(), ids_.data(), weights_.data()); }
+  double check() override {
+    run();
+    Floats probs(probs_.size()), weights(weights_.size());
+    Ids ids(ids_.size());
+    router_reference(m_, n_, k_, in(logits_), out(probs), ids, out(weights));
+    if (ids != ids_) return 1.0;
+    return std::max(max_relative_error(in(probs_), in(probs)), max_relative_error(in(weights_), in(weights)));
+  }
+
+ private:
+  int64_t m_, n_, k_;
+  Floats logits_, probs_;
+  Ids ids_;
+  Floats weights_;
+};
+
+// The forward's probabilities and choices are inputs: computed once here, as training keeps them.
+class RouterBackwardOp final : public CpuOp {
+ public:
+  RouterBackwardOp(const Op& op, uint64_t seed)
+      : m_(op.m), n_(op.n), k_(op.k), probs_(z(m_ * n_)), ids_(z(m_ * k_)), dweights_(uniform(m_ * k_, seed)),
+        dlogits_(uniform(m_ * n_, seed + 1)) {
+    const Floats logits = uniform(m_ * n_, seed + 2, -4, 4);
+    Floats weights(z(m_ * k_));
+    router_cpu(m_, n_, k_, logits.data(), probs_.data(), ids_.data(), weights.data());
+  }
+  void run() override {
+    router_backward_cpu(m_, n_, k_, probs_.data(), ids_.data(), dweights_.data(), dlogits_.data());
+  }
+  double check() override {
+    run();
+    Floats dlogits(dlogits_.size());
+    router_backward_reference(m_, n_, k_, in(probs_), ids_, in(dweights_), out(dlogits));
+    return max_relative_error(in(dlogits_), in(dlogits));
+  }
+
+ private:
+  int64_t m_, n_, k_;
+  Floats probs_;
+  Ids ids_;
+  Floats dweights_, dlogits_;
+};
+
+// Gathers m * k rows (each token's k choices, in expert order) from m tokens.
+class PermuteOp final : public CpuOp {
+ public:
+  PermuteOp(const Op& op, uint64_t seed)
+      : m_(op.m), n_(op.n), k_(op.k), x_(uniform(m_ * n_, seed)), src_(indices(m_ * k_, m_, seed + 1)),
+        out_(uniform(m_ * k_ * n_, seed + 2)) {}
+  void run() override { permute_cpu(m_, n_, k_, x_.data(), src_.data(), out_.data()); }
+  double check() override {
+    run();
+    Floats want(out_.size());
+    permute_reference(m_, n_, k_, in(x_), src_, out(want));
+    return max_relative_error(in(out_), in(want));
+  }
+
+ private:
+  int64_t m_, n_, k_;
+  Floats x_;
+  Ids src_;
+  Floats out_;
+};
+
+// Sums each token's k expert outputs (rows of m * k) weighted by its router weights.
+class UnpermuteOp final : public CpuOp {
+ public:
+  UnpermuteOp(const Op& op, uint64_t seed)
+      : m_(op.m), n_(op.n), k_(op.k), y_(uniform(m_ * k_ * n_, seed)), ids_(indices(m_ * k_, m_ * k_, seed + 1)),
+        weights_(uniform(m_ * k_, seed + 2, 0, 1)), out_(uniform(m_ * n_, seed + 3)) {}
+  void run() override { unpermute_cpu(m_, n_, k_, y_.data(), ids_.data(), weights_.data(), out_.data()); }
+  double check() override {
+    run();
+    Floats want(out_.size());
+    unpermute_reference(m_, n_, k_, m_ * k_, in(y_), ids_, in(weights_), out(want));
+    return max_relative_error(in(out_), in(want));
+  }
+
+ private:
+  int64_t m_, n_, k_;
+  Floats y_;
+  Ids ids_;
+  Floats weights_, out_;
+};
+
 std::unique_ptr<CpuOp> make_memory_bound(const Op& op, uint64_t seed) {
   switch (op.mem) {
     case MemKind::kLayerNorm: return std::make_unique<LayerNormOp>(op, seed);
@@ -495,7 +767,20 @@ std::unique_ptr<CpuOp> make_memory_bound(const Op& op, uint64_t seed) {
     case MemKind::kCast: return std::make_unique<CastOp>(op, seed, *cast_direction(op));
     case MemKind::kGradNorm: return std::make_unique<GradNormOp>(op, seed);
     case MemKind::kAdamW: return std::make_unique<AdamWOp>(op, seed);
-    default: break;  // kNone, and the kinds unsupported_reason() names
+    case MemKind::kRmsNorm: return std::make_unique<RmsNormOp>(op, seed);
+    case MemKind::kRmsNormBackward: return std::make_unique<RmsNormBackwardOp>(op, seed);
+    case MemKind::kSilu: return std::make_unique<UnaryOp>(op, seed, silu_cpu, silu_reference);
+    case MemKind::kSiluBackward: return std::make_unique<UnaryBackwardOp>(op, seed, silu_backward_cpu, silu_backward_reference);
+    case MemKind::kRelu: return std::make_unique<UnaryOp>(op, seed, relu_cpu, relu_reference);
+    case MemKind::kReluBackward: return std::make_unique<UnaryBackwardOp>(op, seed, relu_backward_cpu, relu_backward_reference);
+    case MemKind::kMul: return std::make_unique<MulOp>(op, seed);
+    case MemKind::kMulBackward: return std::make_unique<MulBackwardOp>(op, seed);
+    case MemKind::kRope: return std::make_unique<RopeOp>(op, seed);
+    case MemKind::kRouter: return std::make_unique<RouterOp>(op, seed);
+    case MemKind::kRouterBackward: return std::make_unique<RouterBackwardOp>(op, seed);
+    case MemKind::kPermute: return std::make_unique<PermuteOp>(op, seed);
+    case MemKind::kUnpermute: return std::make_unique<UnpermuteOp>(op, seed);
+    case MemKind::kNone: break;
   }
   throw Error("op " + name_of(op) + ": memory-bound op without a CPU kernel");
 }
@@ -509,7 +794,6 @@ std::string unsupported_reason(const Op& op) {
            std::string(to_string(op.dtype)) + " needs a GPU backend";
   if (op.kind == OpKind::kMemoryBound) {
     if (op.mem == MemKind::kNone) return "a memory-bound op without a kernel kind (MemKind::kNone)";
-    if (op.mem > MemKind::kAdamW) return "a " + std::string(op.name) + " kernel, which the CPU backend does not have yet";
     if (op.mem == MemKind::kCast && op.m > 0 && op.n > 0 && !cast_direction(op)) {
       const double elements = static_cast<double>(op.m) * static_cast<double>(op.n);
       return "a cast of " + std::to_string(op.bytes_read / elements) + " to " +
@@ -549,7 +833,20 @@ double op_buffer_bytes(const Op& op) {
     case MemKind::kEmbeddingBackward: return f * (k * n + e) + id * m;
     case MemKind::kCast: return 6.0 * e;
     case MemKind::kAdamW: return f * 4 * e;
-    default: break;  // kNone and the kinds without a CPU kernel
+    case MemKind::kRmsNorm: return f * (2 * e + n + m);
+    case MemKind::kRmsNormBackward: return f * (3 * e + 2 * n + m);
+    case MemKind::kSilu:
+    case MemKind::kRelu: return f * 2 * e;
+    case MemKind::kSiluBackward:
+    case MemKind::kReluBackward:
+    case MemKind::kMul: return f * 3 * e;
+    case MemKind::kMulBackward: return f * 5 * e;
+    case MemKind::kRope: return f * (e + m * k);  // x and the cos and sin tables (m x k/2 each)
+    case MemKind::kRouter:
+    case MemKind::kRouterBackward: return f * (2 * e + m * k) + id * m * k;
+    case MemKind::kPermute: return f * (e + e * k) + id * m * k;
+    case MemKind::kUnpermute: return f * (e * k + e + m * k) + id * m * k;
+    case MemKind::kNone: break;
   }
   return 0;
 }
