@@ -156,7 +156,8 @@ BOOST_AUTO_TEST_CASE(checkpointing_targets_map_onto_full_or_are_errors) {
            {"[MPTBlock, mptglu]", "checkpointing [MPTBlock, mptglu] is neither (mptglu checkpoints the feed-forward alone)"},
            {"{MPTBlock: first-4}", "checkpointing {MPTBlock: first-4} is neither (llm-foundry checkpoints the modules it names in the chosen blocks only"},
            {"blocks", "blocks is not a module llm-foundry checkpoints"}}) {
-    const std::string e = error_of([&] { parse_train_yaml(kModel + "  activation_checkpointing_target: " + target + "\n" + ckpt, "t.yaml"); });
+    const std::string yaml = kModel + "  activation_checkpointing_target: " + target + "\n" + ckpt;
+    const std::string e = error_of([&] { parse_train_yaml(yaml, "t.yaml"); });
     BOOST_TEST(contains(e, "t.yaml:6: model.activation_checkpointing_target: "), target);
     BOOST_TEST(contains(e, named), e);
   }
