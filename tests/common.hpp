@@ -62,4 +62,17 @@ inline ModelConfig llama(int64_t d, int64_t heads, int64_t kv, int64_t layers, i
   return m;
 }
 
+// GPT-2 (openai-community/gpt2): MPT's block shape, biases and tied embeddings, with a learned
+// table of 1024 positions and the unpadded GPT-2 vocabulary.
+inline ModelConfig gpt2() {
+  ModelConfig m;
+  m.name = "gpt2";
+  m.d_model = 768;
+  m.n_heads = 12;
+  m.n_layers = 12;
+  m.vocab_size = 50257;
+  m.max_positions = 1024;
+  return m;
+}
+
 }  // namespace tpsim::test

@@ -293,13 +293,7 @@ BOOST_AUTO_TEST_CASE(untied_logits_gradient_goes_to_lm_head_at_the_same_flops) {
 
 BOOST_AUTO_TEST_CASE(a_learned_table_refuses_a_longer_sequence) {
   H100 h;
-  ModelConfig gpt2;
-  gpt2.name = "gpt2";
-  gpt2.d_model = 768;
-  gpt2.n_heads = 12;
-  gpt2.n_layers = 12;
-  gpt2.vocab_size = 50257;
-  gpt2.max_positions = 1024;
+  const ModelConfig gpt2 = test::gpt2();
   TrainConfig c{.seq_len = 2048, .global_batch = 8, .micro_batch = 1, .n_gpus = 8};
   BOOST_TEST(check_config(gpt2, h.device, h.profile.params, c) ==
              "sequence length 2048 exceeds the model's 1024 learned positions");

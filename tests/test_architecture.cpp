@@ -76,13 +76,7 @@ BOOST_AUTO_TEST_CASE(parameter_counts_match_the_published_hugging_face_counts) {
     ModelConfig mixtral = llama(4096, 32, 8, 32, 14336, 32000);
     mixtral.moe = {.experts = 8, .top_k = 2, .d_expert = 14336};
     BOOST_TEST(parameter_count(mixtral, seq) == 46702792704LL);  // Mixtral-8x7B
-    ModelConfig gpt2;
-    gpt2.name = "gpt2";
-    gpt2.d_model = 768;
-    gpt2.n_heads = 12;
-    gpt2.n_layers = 12;
-    gpt2.vocab_size = 50257;
-    gpt2.max_positions = 1024;
+    const ModelConfig gpt2 = test::gpt2();
     BOOST_TEST(parameter_count(gpt2, std::min<int64_t>(seq, 1024)) == 124439808LL);  // GPT-2
   }
 }
