@@ -41,8 +41,16 @@ constexpr std::array<std::pair<std::string_view, Checkpointing>, 3> kCheckpointi
     {"full", Checkpointing::kFull},
 }};
 
+constexpr std::array<std::pair<std::string_view, Framework>, 3> kFrameworks = {{
+    {"composer", Framework::kComposer},
+    {"megatron", Framework::kMegatron},
+    {"torchtitan", Framework::kTorchtitan},
+}};
+
 }  // namespace
 
+std::string_view to_string(Framework f) { return name_of(f, kFrameworks); }
+std::optional<Framework> parse_framework(std::string_view s) { return lookup(s, kFrameworks); }
 std::string_view to_string(Precision p) { return name_of(p, kPrecisions); }
 std::string_view to_string(MpMode m) { return name_of(m, kMpModes); }
 std::string_view to_string(Sharding s) { return name_of(s, kShardings); }

@@ -65,8 +65,41 @@ double reduced_grad_bytes(Precision p, MpMode m);
 // The dtype whose peak MFU and HFU divide by (Composer: amp_fp8 -> fp8 peak, bf16 and amp_bf16 -> bf16 ...).
 DType mfu_dtype(Precision p);
 
+// The training framework whose conventions a configuration follows (docs/frameworks.md):
+//   composer:   llm-foundry/Composer with PyTorch FSDP (the sharding strategies above), no model
+//               parallelism.
+//   megatron:   Megatron-LM / Megatron-DeepSpeed / Megatron-Core: tensor (with or without sequence)
+//               parallelism, 1F1B or interleaved 1F1B pipeline parallelism, data parallelism with
+//               DDP's gradient all-reduce or the distributed optimizer (ZeRO-1).
+//   torchtitan: FSDP2 with tensor and pipeline parallelism (not modelled yet: refused by check_config).
+enum class Framework : uint8_t { kComposer, kMegatron, kTorchtitan };
+std::string_view to_string(Framework f);                 // "composer", "megatron", "torchtitan"
+std::optional<Framework> parse_framework(std::string_view s);
+
+// How a run's GPUs divide the model beyond data parallelism. Ranks are laid out tensor-parallel
+// innermost (within a node), then context, then pipeline, then data parallel across what is left:
+// data_parallel = n_gpus / (tensor * context * pipeline). All 1 (composer's default) is plain data
+// parallelism under `sharding`, exactly as before these fields existed.
+struct Parallelism {
+  Framework framework = Framework::kComposer;
+  int64_t tensor = 1;    // TP: heads and FFN columns split across ranks (Megatron's column/row-parallel linears)
+  int64_t pipeline = 1;  // PP: layers split into stages
+  int64_t virtual_stages = 1;  // interleaved 1F1B: model chunks per pipeline rank (1: plain 1F1B)
+  int64_t context = 1;   // CP: the sequence split across ranks (ring attention)
+  int64_t expert = 1;    // EP: experts split across ranks (carved out of data x context parallelism)
+  bool sequence_parallel = false;      // TP's norms, dropout and residuals split along the sequence
+  bool distributed_optimizer = false;  // megatron: optimizer state and fp32 master weights sharded over DP (ZeRO-1)
+  bool overlap_grad_reduce = false;    // megatron: gradient buckets reduced during the backward
+
+  int64_t model_parallel() const { return tensor * context * pipeline; }
+  bool is_data_parallel_only() const {
+    return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && !sequence_parallel;
+  }
+  bool operator==(const Parallelism&) const = default;
+};
+
 // One configuration of a training run on n_gpus identical devices.
-// The per-device batch (global_batch / n_gpus) is processed in micro-batches of micro_batch
+// The per-replica batch (global_batch / data_parallel(); per device without model parallelism) is processed in micro-batches of micro_batch
 // sequences; when micro_batch does not divide it, the last micro-batch is smaller (llm-foundry
 // accumulates 11, 11, 11, 11, 4 for a per-device batch of 48 and micro-batches of 11).
 struct TrainConfig {
@@ -78,8 +111,12 @@ struct TrainConfig {
   MpMode mp_mode = MpMode::kDefault;
   Sharding sharding = Sharding::kFullShard;
   Checkpointing checkpointing = Checkpointing::kNone;
+  Parallelism parallel;  // all 1: data parallelism alone, as llm-foundry runs
 
-  int64_t per_device_batch() const { return global_batch / n_gpus; }
+  // Model replicas: the GPU count over the tensor, context and pipeline degrees.
+  int64_t data_parallel() const { return n_gpus / parallel.model_parallel(); }
+  // Sequences each model replica processes per step (the per-device batch of data parallelism alone).
+  int64_t per_device_batch() const { return global_batch / data_parallel(); }
   int64_t grad_accum() const { return (per_device_batch() + micro_batch - 1) / micro_batch; }
   int64_t last_micro_batch() const { return per_device_batch() - (grad_accum() - 1) * micro_batch; }
 };
