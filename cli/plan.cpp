@@ -28,6 +28,7 @@ namespace {
 struct PlanOptions {
   CommonOptions common;
   RunFlags run;
+  ParallelFlags parallel;  // megatron: the axes given are fixed, the others searched
   std::string devices = "h100_80gb", gpus, tokens, batch_tokens, price, objective = "time", plot;
   int top = 5;
   bool explain = false;
@@ -40,6 +41,7 @@ struct PlanRequest {
   double train_tokens = 0;  // 0: no time to train
   double price = 0;         // dollars per GPU-hour; 0: no cost
   std::string asked_from;   // where the global batch asked comes from
+  bool layout_columns = false;  // --framework given
 };
 
 double parse_price(const std::string& text) {
@@ -99,6 +101,11 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, const RunSettings& ru
   r.query.precision = run.precision;
   r.query.mp_mode = run.mp_mode;
   r.query.space = plan_space(o, run);
+  const ParallelSettings parallel = resolve_parallel(o.parallel);
+  check_no_sharding_flag(parallel, "--sharding", !o.run.sharding.empty());
+  r.query.space.framework = parallel.framework;
+  r.query.space.parallel = parallel.axes;
+  r.layout_columns = parallel.framework_given;
   for (const auto& d : r.device_ids) r.query.devices.push_back({&ctx.device(d), &ctx.profile(d).params});
   return r;
 }
@@ -111,8 +118,12 @@ std::string batch_note(const PlanRequest& r, const TrainConfig& cfg) {
          std::to_string(cfg.global_batch) + " is the nearest multiple of " + std::to_string(cfg.n_gpus) + " GPUs";
 }
 
+// A layout in words: FSDP's sharding strategy, or the model-parallel degrees; then checkpointing.
 std::string choice_name(const Layout& l) {
-  return std::string(to_string(l.sharding)) + ", " + checkpointing_phrase(l.checkpointing);
+  if (l.parallel.framework == Framework::kComposer)
+    return std::string(to_string(l.sharding)) + ", " + checkpointing_phrase(l.checkpointing);
+  const std::string layout = layout_phrase(l.parallel);
+  return (layout.empty() ? "data parallel" : layout) + ", " + checkpointing_phrase(l.checkpointing);
 }
 
 std::string rejection_reason(const PlanRequest& r, const PlanRejection& p) {
@@ -135,6 +146,7 @@ std::string rejection_reason(const PlanRequest& r, const PlanRejection& p) {
     case RejectionKind::kOutOfMemoryAbove:
       return "out of memory for micro-batches above " + std::to_string(why.micro_batch);
     case RejectionKind::kEquivalent: return "predicts as " + choice_name(why.same_as);
+    case RejectionKind::kNoLayout: return why.reason;
   }
   return {};
 }
@@ -161,6 +173,7 @@ std::vector<std::string> ranked_columns(const PlanRequest& r) {
       for (const char* name : {"Cost ($)", "Cost Low ($)", "Cost High ($)"}) c.emplace_back(name);
   }
   c.emplace_back("Global Batch");
+  if (r.layout_columns) c.insert(c.end(), layout_columns().begin(), layout_columns().end());
   return c;
 }
 
@@ -197,6 +210,7 @@ std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c, const
                            Cell::num((p.capacity_bytes - p.memory.peak_bytes) / kGiB, 1)};
   if (r.train_tokens > 0) add_time_and_cost(r, c, interval, row);
   row.push_back(Cell::str(batch_note(r, c.cfg)));
+  if (r.layout_columns) add_layout_cells(c.cfg, row);
   return row;
 }
 
@@ -204,9 +218,10 @@ void add_bar(StackedBars& bars, const PlannedConfig& c, int rank) {
   static const char* kShort[] = {"full", "grad-op", "no-shard", "hybrid"};
   static const char* kCkpt[] = {"", " selective ckpt", " ckpt"};  // none, selective, full
   const StepBreakdown& t = c.prediction.time;
+  const std::string layout = c.cfg.parallel.framework == Framework::kComposer ? kShort[static_cast<int>(c.cfg.sharding)]
+                                                                              : layout_phrase(c.cfg.parallel);
   bars.bars.push_back("#" + std::to_string(rank) + " " + c.device->id + " x" + std::to_string(c.cfg.n_gpus) + " mb" +
-                      std::to_string(c.cfg.micro_batch) + " " + kShort[static_cast<int>(c.cfg.sharding)] +
-                      kCkpt[static_cast<int>(c.cfg.checkpointing)]);
+                      std::to_string(c.cfg.micro_batch) + " " + layout + kCkpt[static_cast<int>(c.cfg.checkpointing)]);
   bars.values.push_back({t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s});
 }
 
@@ -217,6 +232,7 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
   best.columns = {"GPU", "# GPUs", "MicroBatchSize", "Activation Checkpointing", "Sharding Strategy", "Throughput (T/s)", "MFU"};
   if (r.train_tokens > 0) best.columns.emplace_back("Time to Train (days)");
   if (r.train_tokens > 0 && r.price > 0) best.columns.emplace_back("Cost ($)");
+  if (r.layout_columns) best.columns.insert(best.columns.end(), layout_columns().begin(), layout_columns().end());
   for (const auto& d : r.device_ids) {
     const auto it = std::find_if(plan.ranked.begin(), plan.ranked.end(), [&](const PlannedConfig& c) { return c.device->id == d; });
     if (it == plan.ranked.end()) {
@@ -233,6 +249,7 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
     const double days = r.train_tokens / p.tokens_per_s / 86400.0;
     if (r.train_tokens > 0) row.push_back(Cell::num(days, 2));
     if (r.train_tokens > 0 && r.price > 0) row.push_back(Cell::num(days * 24.0 * static_cast<double>(it->cfg.n_gpus) * r.price, 0));
+    if (r.layout_columns) add_layout_cells(it->cfg, row);
     best.add_row(std::move(row));
   }
   return best;
@@ -276,6 +293,7 @@ void register_plan(CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand("plan", "rank the configurations that fit by time to train or cost");
   add_run_flags(cmd, o->run, /*with_sharding_and_ckpt=*/true, /*ckpt_any=*/true);
+  add_parallel_flags(cmd, o->parallel);
   cmd->add_option("--device", o->devices, "device id(s), comma-separated, compared side by side")->default_val("h100_80gb");
   cmd->add_option("--gpus", o->gpus, "GPU counts to consider: list (32,64,128) or range by powers of two (8..512)");
   cmd->add_option("--tokens", o->tokens, "tokens to train (1T = 1e12): adds time to train, GPU-hours and cost");

@@ -17,8 +17,16 @@ namespace {
 struct PredictOptions {
   CommonOptions common;
   RunFlags run;
+  ParallelFlags parallel;
   std::string gpus, device = "h100_80gb";
 };
+
+// What divides the global batch: the GPU count, or under model parallelism the data-parallel
+// replicas (--gpus / (tp x pp x cp)).
+std::string replicas_phrase(const TrainConfig& cfg) {
+  if (cfg.parallel.model_parallel() == 1) return "--gpus " + std::to_string(cfg.n_gpus);
+  return "data parallel " + std::to_string(cfg.data_parallel()) + " (--gpus / (tp x pp x cp))";
+}
 
 // Where a batch setting came from, for the errors: the flag, or the key of the --config YAML.
 std::string origin_of(const RunSettings& run, bool flag_given, const std::string& flag, const char* key, int64_t value) {
@@ -36,9 +44,9 @@ void set_batch_from_global(const PredictOptions& o, RunSettings& run, const Mode
                            const DeviceSpec& device, const CostParams& params, TrainConfig& cfg) {
   const bool flag = !o.run.global_batch.empty();
   cfg.global_batch = flag ? parse_count("--global-batch", o.run.global_batch, kMaxBatch) : *run.global_batch;
-  if (cfg.global_batch % cfg.n_gpus != 0)
+  if (cfg.global_batch % cfg.data_parallel() != 0)
     throw Error(origin_of(run, flag, "--global-batch", "global_train_batch_size", cfg.global_batch) +
-                ": not a multiple of --gpus " + std::to_string(cfg.n_gpus));
+                ": not a multiple of " + replicas_phrase(cfg));
   if (run.micro_batch_auto) {
     cfg.micro_batch = largest_fitting_micro_batch(model, device, params, cfg);
     if (cfg.micro_batch == 0)
@@ -51,7 +59,8 @@ void set_batch_from_global(const PredictOptions& o, RunSettings& run, const Mode
   if (cfg.micro_batch > cfg.per_device_batch())
     throw Error(origin_of(run, !o.run.micro_batch.empty(), "--micro-batch", "device_train_microbatch_size",
                           cfg.micro_batch) +
-                ": larger than the per-device batch " + std::to_string(cfg.per_device_batch()) + " (global batch / --gpus)");
+                ": larger than the per-device batch " + std::to_string(cfg.per_device_batch()) + " (global batch / " +
+                (cfg.parallel.model_parallel() == 1 ? std::string("--gpus") : "data parallel") + ")");
 }
 
 // No global batch: micro-batch x gradient accumulation x GPUs.
@@ -61,37 +70,56 @@ void set_batch_from_accumulation(const PredictOptions& o, const RunSettings& run
   if (!run.micro_batch) throw Error(micro_batch_missing(run, "a number, or auto with a global batch"));
   cfg.micro_batch = *run.micro_batch;
   const int64_t accum = o.run.grad_accum.empty() ? 1 : parse_count("--grad-accum", o.run.grad_accum, kMaxBatch);
-  const double global = static_cast<double>(cfg.micro_batch) * static_cast<double>(accum) * static_cast<double>(cfg.n_gpus);
+  const int64_t replicas = cfg.data_parallel();  // --gpus without model parallelism
+  const double global = static_cast<double>(cfg.micro_batch) * static_cast<double>(accum) * static_cast<double>(replicas);
   if (global > static_cast<double>(kMaxBatch))
-    throw Error("--micro-batch x --grad-accum x --gpus = " + std::to_string(global) + " sequences is too large");
-  cfg.global_batch = cfg.micro_batch * accum * cfg.n_gpus;
+    throw Error("--micro-batch x --grad-accum x " + std::string(replicas == cfg.n_gpus ? "--gpus" : "data parallel") +
+                " = " + std::to_string(global) + " sequences is too large");
+  cfg.global_batch = cfg.micro_batch * accum * replicas;
 }
 
-void run_predict(const PredictOptions& o) {
-  Context ctx(o.common);
-  RunSettings run = resolve_run(ctx, o.run);
+// The configuration the flags and --config describe, checked: its layout (check_layout: the degrees
+// and GPU count before the batch, which divides by the replicas, then the batch) and check_config.
+TrainConfig predict_config(const PredictOptions& o, RunSettings& run, const ParallelSettings& parallel,
+                           const DeviceSpec& device, const CostParams& params) {
   const ModelConfig& model = *run.model;
-  const DeviceSpec& device = ctx.device(o.device);
-  ctx.check_profiles_used({o.device});
-  const DeviceProfile& profile = ctx.profile(o.device);
-
   TrainConfig cfg;
   cfg.seq_len = *run.seq_len;
   cfg.n_gpus = parse_count("--gpus", o.gpus, kMaxGpus);
   cfg.precision = run.precision;
   cfg.mp_mode = run.mp_mode;
-  cfg.sharding = run.sharding.value_or(Sharding::kFullShard);
+  cfg.parallel = fixed_parallelism(parallel);
+  // Megatron's data parallelism replicates parameters and gradients (model/search.cpp).
+  cfg.sharding = parallel.framework == Framework::kComposer ? run.sharding.value_or(Sharding::kFullShard)
+                                                            : Sharding::kNoShard;
   cfg.checkpointing = run.checkpointing.value_or(Checkpointing::kNone);
-  if (!o.run.global_batch.empty() || run.global_batch) set_batch_from_global(o, run, model, device, profile.params, cfg);
+  if (const std::string why = check_layout(model, cfg); !why.empty()) throw Error(why);  // batch 0: degrees only
+  if (!o.run.global_batch.empty() || run.global_batch) set_batch_from_global(o, run, model, device, params, cfg);
   else set_batch_from_accumulation(o, run, cfg);
-  if (const std::string why = check_config(model, device, profile.params, cfg); !why.empty()) throw Error(why);
+  if (const std::string why = check_layout(model, cfg); !why.empty()) throw Error(why);
+  if (const std::string why = check_config(model, device, params, cfg); !why.empty()) throw Error(why);
+  return cfg;
+}
+
+void run_predict(const PredictOptions& o) {
+  Context ctx(o.common);
+  RunSettings run = resolve_run(ctx, o.run);
+  const ParallelSettings parallel = resolve_parallel(o.parallel);
+  check_no_sharding_flag(parallel, "--sharding", !o.run.sharding.empty());
+  const ModelConfig& model = *run.model;
+  const DeviceSpec& device = ctx.device(o.device);
+  ctx.check_profiles_used({o.device});
+  const DeviceProfile& profile = ctx.profile(o.device);
+  const TrainConfig cfg = predict_config(o, run, parallel, device, profile.params);
 
   print_notes(run);
   const Prediction p = predict(model, device, profile.params, cfg);
   OutputTable t;
   t.title = "prediction";
-  t.columns = prediction_columns();
-  t.add_row(prediction_row(model.name, device.id, cfg, p, interval_for(model, profile)));
+  t.columns = prediction_columns(parallel.framework_given);
+  std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile));
+  if (parallel.framework_given) add_layout_cells(cfg, row);
+  t.add_row(std::move(row));
   std::cerr << no_interval_note(model);
   if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
     std::cerr << "tpsim: note: MFU and HFU count attention over all " << cfg.seq_len << " tokens, as llm-foundry's "
@@ -114,6 +142,7 @@ void register_predict(CLI::App& app) {
   auto* accum = cmd->add_option("--grad-accum", o->run.grad_accum, "micro-batches per step (default 1)");
   auto* global = cmd->add_option("--global-batch", o->run.global_batch, "sequences per step over all GPUs");
   accum->excludes(global);
+  add_parallel_flags(cmd, o->parallel);
   add_common_options(cmd, o->common);
   cmd->callback([o] { run_predict(*o); });
 }

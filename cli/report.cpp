@@ -27,6 +27,37 @@ std::vector<std::string> prediction_columns() {
   return c;
 }
 
+std::vector<std::string> prediction_columns(bool with_layout) {
+  std::vector<std::string> c = prediction_columns();
+  if (with_layout) c.insert(c.end(), layout_columns().begin(), layout_columns().end());
+  return c;
+}
+
+const std::vector<std::string>& layout_columns() {
+  static const std::vector<std::string> c = {"Tensor Parallel", "Pipeline Parallel", "Virtual Stages",
+                                             "Context Parallel", "Expert Parallel", "Data Parallel"};
+  return c;
+}
+
+void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row) {
+  const Parallelism& p = cfg.parallel;
+  for (int64_t degree : {p.tensor, p.pipeline, p.virtual_stages, p.context, p.expert, cfg.data_parallel()})
+    row.push_back(Cell::integer_value(degree));
+}
+
+std::string layout_phrase(const Parallelism& p) {
+  std::string out;
+  const auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  const std::pair<const char*, int64_t> degrees[] = {
+      {"tp", p.tensor}, {"pp", p.pipeline}, {"vp", p.virtual_stages}, {"cp", p.context}, {"ep", p.expert}};
+  for (const auto& [name, degree] : degrees)
+    if (degree > 1) add(std::string(name) + " " + std::to_string(degree));
+  if (p.sequence_parallel) add("sp");
+  if (p.distributed_optimizer) add("dist-opt");
+  if (p.overlap_grad_reduce) add("overlapped grad reduce");
+  return out;
+}
+
 std::optional<PredictionInterval> interval_for(const ModelConfig& model, const DeviceProfile& profile) {
   if (!model.is_mpt_default()) return std::nullopt;
   return prediction_interval(profile);

@@ -21,6 +21,18 @@ const std::vector<std::string>& foundry_columns();
 // errors (10th to 90th percentile).
 const std::vector<std::string>& extra_columns();
 std::vector<std::string> prediction_columns();  // both
+// With `with_layout`, the layout columns after them all.
+std::vector<std::string> prediction_columns(bool with_layout);
+
+// Tensor Parallel, Pipeline Parallel, Virtual Stages, Context Parallel, Expert Parallel, Data
+// Parallel: the layout of a configuration. Shown when --framework is given (a composer run without
+// it prints as before issue 15: its degrees are all 1), after every other column, so that the
+// columns of llm-foundry and tpsim keep their places.
+const std::vector<std::string>& layout_columns();
+void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row);
+// The layout in a few words, for notes and labels: "tp 2, pp 4, vp 2, sp, dist-opt" (the degrees
+// above 1 and the switches on); "" for data parallelism alone.
+std::string layout_phrase(const Parallelism& p);
 
 // A configuration that does not fit gets its memory columns and empty throughput columns.
 std::vector<Cell> prediction_row(const std::string& model, const std::string& device, const TrainConfig& cfg,

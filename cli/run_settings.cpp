@@ -53,6 +53,88 @@ void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt, bool
   }
 }
 
+void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
+  cmd->add_option("--framework", f.framework,
+                  "composer (llm-foundry FSDP, the default), megatron (tensor, pipeline and data parallel) or "
+                  "torchtitan");
+  cmd->add_option("--tp", f.tp, "tensor parallel degree (megatron; sweep and plan search it when not given)");
+  cmd->add_option("--pp", f.pp, "pipeline parallel degree: stages of equal layers (megatron)");
+  cmd->add_option("--vp", f.vp, "virtual stages per pipeline rank: interleaved 1F1B (megatron)");
+  cmd->add_option("--cp", f.cp, "context parallel degree (megatron)");
+  cmd->add_option("--ep", f.ep, "expert parallel degree (megatron, mixture-of-experts models)");
+  auto* sp = cmd->add_flag_function("--sp", [&f](int64_t) { f.sp = true; },
+                                    "sequence parallelism on (megatron; default: on wherever --tp > 1)");
+  auto* no_sp = cmd->add_flag_function("--no-sp", [&f](int64_t) { f.sp = false; }, "sequence parallelism off");
+  sp->excludes(no_sp);
+  auto* dist = cmd->add_flag_function("--dist-opt", [&f](int64_t) { f.dist_opt = true; },
+                                      "distributed optimizer: ZeRO-1 over data parallel (megatron; the default)");
+  auto* no_dist = cmd->add_flag_function("--no-dist-opt", [&f](int64_t) { f.dist_opt = false; },
+                                         "optimizer state replicated on every data-parallel rank");
+  dist->excludes(no_dist);
+  cmd->add_flag("--overlap-grad-reduce", f.overlap_grad_reduce,
+                "gradient buckets reduced during the backward (megatron's --overlap-grad-reduce)");
+}
+
+namespace {
+
+std::optional<int64_t> degree_flag(const std::string& flag, const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  return parse_count(flag, text, kMaxGpus);
+}
+
+}  // namespace
+
+ParallelSettings resolve_parallel(const ParallelFlags& f) {
+  ParallelSettings s;
+  s.framework_given = !f.framework.empty();
+  if (s.framework_given) {
+    const auto fw = parse_framework(f.framework);
+    if (!fw) throw Error("--framework '" + f.framework + "': expected composer, megatron or torchtitan");
+    s.framework = *fw;
+  }
+  ParallelAxes& a = s.axes;
+  a.tensor = degree_flag("--tp", f.tp);
+  a.pipeline = degree_flag("--pp", f.pp);
+  a.virtual_stages = degree_flag("--vp", f.vp);
+  a.context = degree_flag("--cp", f.cp);
+  a.expert = degree_flag("--ep", f.ep);
+  a.sequence_parallel = f.sp;
+  a.distributed_optimizer = f.dist_opt;
+  a.overlap_grad_reduce = f.overlap_grad_reduce;
+  if (s.framework != Framework::kComposer) return s;
+  const std::pair<const char*, std::optional<int64_t>> degrees[] = {
+      {"--tp", a.tensor}, {"--pp", a.pipeline}, {"--vp", a.virtual_stages}, {"--cp", a.context}, {"--ep", a.expert}};
+  for (const auto& [flag, value] : degrees)
+    if (value.value_or(1) > 1)
+      throw Error(std::string(flag) + " " + std::to_string(*value) +
+                  ": composer runs FSDP without model parallelism; use --framework megatron");
+  for (const auto& [flag, on] : {std::pair{"--sp", f.sp.value_or(false)}, std::pair{"--dist-opt", f.dist_opt.value_or(false)},
+                                 std::pair{"--overlap-grad-reduce", f.overlap_grad_reduce}})
+    if (on) throw Error(std::string(flag) + ": composer runs FSDP without model parallelism; use --framework megatron");
+  return s;
+}
+
+Parallelism fixed_parallelism(const ParallelSettings& s) {
+  const ParallelAxes& a = s.axes;
+  Parallelism p;
+  p.framework = s.framework;
+  p.tensor = a.tensor.value_or(1);
+  p.pipeline = a.pipeline.value_or(1);
+  p.virtual_stages = a.virtual_stages.value_or(1);
+  p.context = a.context.value_or(1);
+  p.expert = a.expert.value_or(1);
+  p.sequence_parallel = a.sequence_parallel.value_or(p.tensor > 1);
+  p.distributed_optimizer = a.distributed_optimizer.value_or(s.framework != Framework::kComposer);
+  p.overlap_grad_reduce = a.overlap_grad_reduce;
+  return p;
+}
+
+void check_no_sharding_flag(const ParallelSettings& s, const std::string& flag, bool given) {
+  if (given && s.framework != Framework::kComposer)
+    throw Error(flag + ": --framework " + std::string(to_string(s.framework)) +
+                " has no FSDP sharding strategies (its data parallelism is DDP; --dist-opt shards the optimizer)");
+}
+
 namespace {
 
 // --model: a catalogue name (shipped or from --models), else a Hugging Face config.json or the

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "io/train_yaml.hpp"
+#include "model/search.hpp"
 #include "model/training.hpp"
 #include "cli/context.hpp"
 
@@ -37,6 +38,34 @@ std::vector<Checkpointing> parse_ckpt_flag(const std::string& text, bool any_all
 // checkpointing", "selective checkpointing", "checkpointing" (full: what llm-foundry's
 // activation_checkpointing does, and what these texts said before selective existed).
 std::string checkpointing_phrase(Checkpointing c);
+
+// --framework, --tp, --pp, --vp, --cp, --ep, --sp/--no-sp, --dist-opt/--no-dist-opt,
+// --overlap-grad-reduce: the text as given (empty / unset: not given).
+struct ParallelFlags {
+  std::string framework, tp, pp, vp, cp, ep;
+  std::optional<bool> sp, dist_opt;
+  bool overlap_grad_reduce = false;
+};
+void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);
+
+// The flags checked, each error one line naming the flag: the framework (composer when not given)
+// and the axes the flags fix (the others unset: searched by sweep and plan, their defaults for
+// predict). Under composer any model parallelism, --sp, --dist-opt or --overlap-grad-reduce is an
+// error ("composer runs FSDP without model parallelism; use --framework megatron").
+struct ParallelSettings {
+  Framework framework = Framework::kComposer;
+  bool framework_given = false;  // --framework given: the output shows the layout columns
+  ParallelAxes axes;
+};
+ParallelSettings resolve_parallel(const ParallelFlags& f);
+
+// predict's layout: the fixed axes, the others at the search's defaults (degrees 1; sequence
+// parallel wherever tensor parallel > 1; the distributed optimizer on under megatron).
+Parallelism fixed_parallelism(const ParallelSettings& s);
+
+// A sharding flag (`flag` given) under a framework other than composer: an error, since their data
+// parallelism is not FSDP's (megatron: DDP, and --dist-opt shards the optimizer state).
+void check_no_sharding_flag(const ParallelSettings& s, const std::string& flag, bool given);
 
 struct RunSettings {
   std::optional<ModelConfig> model;

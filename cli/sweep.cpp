@@ -28,7 +28,10 @@ struct SweepOptions {
   std::string shardings = "FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD";
   std::optional<std::string> ckpt;  // unset: none and full, as llm-foundry can run them
   std::string plot;  // SVG: MFU over model size and sequence length
+  ParallelFlags parallel;  // megatron: the axes given are fixed, the others searched
 };
+
+constexpr const char* kDefaultShardings = "FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD";
 
 // Sequences per step for a token budget: the nearest multiple of the GPU count, at least one
 // sequence per GPU.
@@ -44,6 +47,7 @@ struct SweepRequest {
   double tokens = 0;  // per optimizer step
   TrainConfig base;   // precision and mp_mode
   SearchSpace space;
+  bool layout_columns = false;  // --framework given
 };
 
 SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<std::string>& model_specs) {
@@ -61,6 +65,11 @@ SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<
   for (const auto& s : parse_name_list("--shardings", o.shardings))
     r.space.shardings.push_back(parse_sharding_flag("--shardings", s));
   if (o.ckpt) r.space.checkpointing = parse_ckpt_flag(*o.ckpt, /*any_allowed=*/true);
+  const ParallelSettings parallel = resolve_parallel(o.parallel);
+  check_no_sharding_flag(parallel, "--shardings", o.shardings != kDefaultShardings);
+  r.space.framework = parallel.framework;
+  r.space.parallel = parallel.axes;
+  r.layout_columns = parallel.framework_given;
   return r;
 }
 
@@ -81,7 +90,7 @@ class Sweep {
       : o_(o), r_(r), ctx_(ctx), heat_(heat_map_frame(r)),
         progress_("sweep", static_cast<int64_t>(r.devices.size() * r.models.size() * r.seqs.size() * r.gpus.size())) {
     table_.title = "sweep";
-    table_.columns = prediction_columns();
+    table_.columns = prediction_columns(r.layout_columns);
   }
   void run();
   const OutputTable& table() const { return table_; }
@@ -91,6 +100,8 @@ class Sweep {
  private:
   void device(const std::string& device_id);
   void point(const std::string& device_id, const std::string& name, int64_t seq, int64_t n, size_t heat_row, size_t column);
+  void add_row(const std::string& name, const std::string& device_id, const TrainConfig& cfg, const Prediction& p,
+               const std::optional<PredictionInterval>& interval);
 
   const SweepOptions& o_;
   const SweepRequest& r_;
@@ -150,17 +161,27 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
   if (!r.found && !r.has_leanest) return;  // every layout invalid
   const auto interval = interval_for(model, profile);
   if (!r.found) {
-    table_.add_row(prediction_row(name, device_id, r.leanest, r.leanest_prediction, interval));
+    add_row(name, device_id, r.leanest, r.leanest_prediction, interval);
     heat_.notes[heat_row][column] = "does not fit";
     return;
   }
-  table_.add_row(prediction_row(name, device_id, r.best, r.best_prediction, interval));
+  add_row(name, device_id, r.best, r.best_prediction, interval);
   heat_.values[heat_row][column] = 100.0 * r.best_prediction.mfu;
+  // The layout: FSDP's sharding strategy, or the model-parallel degrees.
+  const std::string layout = r.best.parallel.framework == Framework::kComposer ? std::string(to_string(r.best.sharding))
+                                                                               : layout_phrase(r.best.parallel);
   heat_.notes[heat_row][column] = "micro-batch " + std::to_string(r.best.micro_batch) +
                                   (r.best.checkpointing != Checkpointing::kNone
                                        ? ", " + checkpointing_phrase(r.best.checkpointing) + ", "
                                        : std::string(", ")) +
-                                  std::string(to_string(r.best.sharding));
+                                  (layout.empty() ? "data parallel" : layout);
+}
+
+void Sweep::add_row(const std::string& name, const std::string& device_id, const TrainConfig& cfg,
+                    const Prediction& p, const std::optional<PredictionInterval>& interval) {
+  std::vector<Cell> row = prediction_row(name, device_id, cfg, p, interval);
+  if (r_.layout_columns) add_layout_cells(cfg, row);
+  table_.add_row(std::move(row));
 }
 
 void run_sweep(const SweepOptions& o) {
@@ -199,6 +220,7 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--shardings", o->shardings, "sharding strategies to search")
       ->default_val("FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD");
   add_ckpt_flags(cmd, o->ckpt, /*any=*/true);  // not given: none and full
+  add_parallel_flags(cmd, o->parallel);
   cmd->add_option("--profile", o->common.profile_files, "device profile JSON (repeatable)");
   cmd->add_option("--plot", o->plot, "also write an SVG heat map of MFU over model size and sequence length");
   cmd->add_option("--format", o->common.format, "output format: md, csv or json")->default_val("md");

@@ -57,6 +57,11 @@ struct PlanResult {
 PlanResult plan_runs(const PlanQuery& query, const std::function<void(int64_t)>& progress = {});
 
 // Whole sequences per GPU, as close to `asked_sequences` as that allows; 0 when fewer than one.
+// One global batch per GPU count, for every layout: a multiple of the GPU count is a multiple of
+// every layout's data-parallel degree (which divides the GPU count), so each megatron layout meets
+// Megatron-LM's global batch = micro-batch x data parallel x accumulation with some micro-batch,
+// and the layouts of a GPU count are ranked on the same batch. (The price: a batch of fewer
+// sequences than GPUs, which a layout with fewer replicas could run, is not planned.)
 int64_t planned_global_batch(double asked_sequences, int64_t n_gpus);
 
 }  // namespace tpsim

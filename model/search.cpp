@@ -8,14 +8,151 @@ namespace tpsim {
 TrainConfig with_layout(TrainConfig base, const Layout& layout) {
   base.sharding = layout.sharding;
   base.checkpointing = layout.checkpointing;
+  base.parallel = layout.parallel;
   return base;
 }
 
 std::vector<Layout> SearchSpace::layouts() const {
   std::vector<Layout> out;
   for (Sharding sharding : shardings)
-    for (Checkpointing ckpt : checkpointing) out.push_back({sharding, ckpt});
+    for (Checkpointing ckpt : checkpointing) out.push_back({sharding, ckpt, {}});
   return out;
+}
+
+namespace {
+
+std::string degree_text(const char* name, int64_t v) { return name + std::string(" ") + std::to_string(v); }
+
+// The FFN widths tensor parallelism splits by columns: the dense FFN's, or each routed and shared
+// expert's.
+std::vector<int64_t> ffn_widths(const ModelConfig& m) {
+  if (!m.moe.active()) return {m.d_ffn()};
+  std::vector<int64_t> w = {m.moe.d_expert};
+  if (m.moe.shared_experts > 0) w.push_back(m.moe.d_shared);
+  return w;
+}
+
+// The rules on the degrees alone (the model's shape), before the GPU count and batch.
+std::string check_degrees(const ModelConfig& model, const TrainConfig& cfg) {
+  const Parallelism& p = cfg.parallel;
+  const std::string tp = degree_text("tensor parallel", p.tensor);
+  if (p.tensor < 1 || p.pipeline < 1 || p.virtual_stages < 1 || p.context < 1 || p.expert < 1)
+    return "parallel degrees must be at least 1";
+  if (model.n_heads % p.tensor != 0 || model.kv_heads() % p.tensor != 0)
+    return tp + " does not divide the " + std::to_string(model.n_heads) + " query heads and " +
+           std::to_string(model.kv_heads()) + " key/value heads of " + model.name;
+  for (int64_t w : ffn_widths(model))
+    if (w % p.tensor != 0) return tp + " does not divide the FFN width " + std::to_string(w) + " of " + model.name;
+  if (p.pipeline > model.n_layers || model.n_layers % p.pipeline != 0)
+    return degree_text("pipeline parallel", p.pipeline) + " does not divide the " + std::to_string(model.n_layers) +
+           " layers of " + model.name + " into equal stages";
+  if (p.virtual_stages > 1 && p.pipeline == 1) return "virtual stages need pipeline parallelism (pipeline parallel > 1)";
+  if (model.n_layers % (p.pipeline * p.virtual_stages) != 0)
+    return degree_text("virtual stages", p.virtual_stages) + " x " + degree_text("pipeline parallel", p.pipeline) +
+           " does not divide the " + std::to_string(model.n_layers) + " layers of " + model.name;
+  if (cfg.seq_len % p.context != 0)
+    return degree_text("context parallel", p.context) + " does not divide the sequence length " +
+           std::to_string(cfg.seq_len);
+  if (p.expert > 1 && (!model.moe.active() || model.moe.experts % p.expert != 0))
+    return degree_text("expert parallel", p.expert) + " does not divide the " + std::to_string(model.moe.experts) +
+           " experts of " + model.name;
+  if (p.sequence_parallel && p.tensor == 1) return "sequence parallelism needs tensor parallelism (tensor parallel > 1)";
+  return {};
+}
+
+}  // namespace
+
+std::string check_layout(const ModelConfig& model, const TrainConfig& cfg) {
+  const Parallelism& p = cfg.parallel;
+  if (p.framework == Framework::kComposer) {
+    if (!p.is_data_parallel_only() || p.distributed_optimizer || p.overlap_grad_reduce)
+      return "composer runs FSDP without model parallelism; use --framework megatron";
+    return {};
+  }
+  if (std::string why = check_degrees(model, cfg); !why.empty()) return why;
+  const int64_t model_parallel = p.model_parallel();
+  if (cfg.n_gpus % model_parallel != 0)
+    return "tensor x pipeline x context parallel = " + std::to_string(model_parallel) +
+           " does not divide the GPU count " + std::to_string(cfg.n_gpus);
+  const int64_t dp = cfg.data_parallel();
+  if ((dp * p.context) % p.expert != 0)
+    return degree_text("expert parallel", p.expert) + " does not divide data x context parallel " +
+           std::to_string(dp * p.context);
+  if (cfg.global_batch % dp != 0)
+    return "global batch " + std::to_string(cfg.global_batch) + " is not a multiple of data parallel " +
+           std::to_string(dp);
+  if (cfg.micro_batch > 0 && cfg.per_device_batch() % cfg.micro_batch != 0)
+    return "micro-batch " + std::to_string(cfg.micro_batch) + " does not divide the " +
+           std::to_string(cfg.per_device_batch()) + " sequences per data-parallel replica (Megatron-LM takes no "
+           "ragged last micro-batch)";
+  return {};
+}
+
+namespace {
+
+// One axis's values: the fixed one, or the searched ones.
+template <typename T>
+std::vector<T> axis(const std::optional<T>& fixed, std::vector<T> searched) {
+  return fixed ? std::vector<T>{*fixed} : searched;
+}
+
+std::vector<int64_t> searched_tensor(const ModelConfig& model, const DeviceSpec& device) {
+  std::vector<int64_t> out;
+  for (int64_t tp = 1; tp <= std::max<int64_t>(1, device.gpus_per_node); tp *= 2) {
+    if (model.n_heads % tp == 0 && model.kv_heads() % tp == 0 &&
+        std::all_of(ffn_widths(model).begin(), ffn_widths(model).end(), [&](int64_t w) { return w % tp == 0; }))
+      out.push_back(tp);
+  }
+  return out;
+}
+
+// The divisors of n, ascending (pairs d, n / d up to the square root).
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> low, high;
+  for (int64_t d = 1; d * d <= n; ++d)
+    if (n % d == 0) {
+      low.push_back(d);
+      if (d != n / d) high.push_back(n / d);
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
+
+// Megatron's layouts: every product of the axes' values that check_layout accepts.
+std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& model, const DeviceSpec& device,
+                                     const TrainConfig& base) {
+  const ParallelAxes& a = s.parallel;
+  std::vector<Layout> out;
+  TrainConfig cfg = base;
+  cfg.micro_batch = 0;  // the micro-batch is searched inside each layout
+  Parallelism& p = cfg.parallel;
+  p = {};
+  p.framework = s.framework;
+  p.overlap_grad_reduce = a.overlap_grad_reduce;
+  for (int64_t tp : axis(a.tensor, searched_tensor(model, device)))
+    for (int64_t pp : axis(a.pipeline, divisors(model.n_layers)))
+      for (int64_t vp : axis(a.virtual_stages, pp > 1 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1}))
+        for (int64_t cp : axis(a.context, {1}))
+          for (int64_t ep : axis(a.expert, {1}))
+            for (bool sp : axis(a.sequence_parallel, {tp > 1}))
+              for (bool dist_opt : axis(a.distributed_optimizer, {true})) {
+                p.tensor = tp, p.pipeline = pp, p.virtual_stages = vp, p.context = cp, p.expert = ep;
+                p.sequence_parallel = sp;
+                p.distributed_optimizer = dist_opt;
+                if (!check_layout(model, cfg).empty()) continue;
+                // Megatron's data parallelism replicates parameters and gradients (DDP, FSDP's
+                // NO_SHARD); the distributed optimizer shards the optimizer state (ZeRO-1).
+                for (Checkpointing ckpt : s.checkpointing) out.push_back({Sharding::kNoShard, ckpt, p});
+              }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Layout> SearchSpace::layouts(const ModelConfig& model, const DeviceSpec& device,
+                                         const TrainConfig& base) const {
+  if (framework == Framework::kComposer) return layouts();
+  return parallel_layouts(*this, model, device, base);
 }
 
 namespace {
@@ -24,7 +161,7 @@ namespace {
 // predicts exactly as FULL_SHARD (model/parallelism.cpp).
 bool equivalent(const Layout& a, const Layout& b, const TrainConfig& base, const DeviceSpec& device) {
   const auto full_like = [](Sharding s) { return s == Sharding::kFullShard || s == Sharding::kHybridShard; };
-  return a.checkpointing == b.checkpointing && full_like(a.sharding) &&
+  return a.checkpointing == b.checkpointing && a.parallel == b.parallel && full_like(a.sharding) &&
          full_like(b.sharding) && base.n_gpus <= device.gpus_per_node;
 }
 
@@ -70,9 +207,12 @@ class Searcher {
 
  private:
   void search_layout(const TrainConfig& cfg, size_t index);
+  Rejection no_layout(const TrainConfig& base) const;
   void search_listed(TrainConfig cfg, size_t index);
   int64_t undominated_from(size_t index) const;
-  bool valid(const TrainConfig& cfg) const { return check_config(model_, device_, params_, cfg).empty(); }
+  bool valid(const TrainConfig& cfg) const {
+    return check_layout(model_, cfg).empty() && check_config(model_, device_, params_, cfg).empty();
+  }
   // Memory of cfg; records it as the leanest when it is. True when it fits.
   bool fits(const TrainConfig& cfg, int order, int64_t position, double* peak = nullptr);
   void time(const TrainConfig& cfg, int order, int64_t position);
@@ -93,8 +233,9 @@ class Searcher {
 };
 
 SearchResult Searcher::run(const TrainConfig& base) {
-  layouts_ = space_.layouts();
+  layouts_ = space_.layouts(model_, device_, base);
   fit_upto_.assign(layouts_.size(), 0);
+  if (layouts_.empty() && space_.framework != Framework::kComposer) reject(no_layout(base));
   for (size_t i = 0; i < layouts_.size(); ++i) {
     const Layout& layout = layouts_[i];
     bool skipped = false;
@@ -125,22 +266,52 @@ SearchResult Searcher::run(const TrainConfig& base) {
 void Searcher::search_layout(const TrainConfig& layout_cfg, size_t index) {
   const int order = static_cast<int>(index);
   const int64_t per_device = layout_cfg.per_device_batch();
+  // The micro-batches, ascending: every one from 1 (composer, whose last micro-batch may be
+  // smaller), or the divisors of the per-replica batch (megatron: check_layout).
+  const bool every = layout_cfg.parallel.framework == Framework::kComposer;
+  const std::vector<int64_t> listed = every ? std::vector<int64_t>{} : divisors(per_device);
+  const auto micro_batch_at = [&](int64_t k) { return every ? k : listed[static_cast<size_t>(k - 1)]; };
+  const int64_t count = every ? per_device : static_cast<int64_t>(listed.size());
   TrainConfig cfg = layout_cfg;
   double first_peak = 0;
-  const int64_t largest = last_ok(1, per_device, [&](int64_t mb) {
-    cfg.micro_batch = mb;
-    return valid(cfg) && fits(cfg, order, mb - 1, mb == 1 ? &first_peak : nullptr);
+  const int64_t last = last_ok(1, count, [&](int64_t k) {
+    cfg.micro_batch = micro_batch_at(k);
+    return valid(cfg) && fits(cfg, order, k - 1, k == 1 ? &first_peak : nullptr);
   });
+  const int64_t largest = last == 0 ? 0 : micro_batch_at(last);
   fit_upto_[index] = largest;
   if (largest == 0) {
     reject(rejection(layouts_[index], RejectionKind::kOutOfMemory, 1, per_device, first_peak));
     return;
   }
   if (largest < per_device) reject(rejection(layouts_[index], RejectionKind::kOutOfMemoryAbove, largest, per_device));
-  for (int64_t mb = undominated_from(index); mb <= largest; ++mb) {
-    cfg.micro_batch = mb;
-    time(cfg, order, mb - 1);
+  const int64_t from = undominated_from(index);
+  for (int64_t k = 1; k <= last; ++k) {
+    cfg.micro_batch = micro_batch_at(k);
+    if (cfg.micro_batch >= from) time(cfg, order, k - 1);
   }
+}
+
+// When the fixed axes leave no valid layout: why, from the layout of the fixed axes with the
+// searched ones at 1.
+Rejection Searcher::no_layout(const TrainConfig& base) const {
+  const ParallelAxes& a = space_.parallel;
+  Rejection r = rejection(Layout{}, RejectionKind::kNoLayout);
+  Parallelism& p = r.layout.parallel;
+  p.framework = space_.framework;
+  p.tensor = a.tensor.value_or(1), p.pipeline = a.pipeline.value_or(1), p.virtual_stages = a.virtual_stages.value_or(1);
+  p.context = a.context.value_or(1), p.expert = a.expert.value_or(1);
+  p.sequence_parallel = a.sequence_parallel.value_or(false);
+  p.distributed_optimizer = a.distributed_optimizer.value_or(true);
+  p.overlap_grad_reduce = a.overlap_grad_reduce;
+  r.layout.sharding = Sharding::kNoShard;
+  TrainConfig cfg = with_layout(base, r.layout);
+  cfg.micro_batch = 0;
+  r.reason = check_layout(model_, cfg);
+  if (r.reason.empty())
+    r.reason = "no layout of the searched degrees divides " + std::to_string(base.n_gpus) + " GPUs and the global batch " +
+               std::to_string(base.global_batch);
+  return r;
 }
 
 // The micro-batches the space lists, each on its own.
@@ -175,7 +346,7 @@ int recompute_order(Checkpointing c) {
 }
 
 // Rule 2: with checkpointing, the micro-batches that fit under an earlier layout of the same sharding
-// that recomputes less (none before selective, none or selective before full) are slower or equal
+// and parallel degrees that recomputes less (none before selective, none or selective before full) are slower or equal
 // there, and equal goes to the earlier layout. Such an earlier layout's own dominated micro-batches
 // were skipped for the same reason, so the chain ends at one that was timed.
 int64_t Searcher::undominated_from(size_t index) const {
@@ -183,7 +354,7 @@ int64_t Searcher::undominated_from(size_t index) const {
   if (goal_ != SearchGoal::kFastest || layout.checkpointing == Checkpointing::kNone) return 1;
   int64_t from = 1;
   for (size_t j = 0; j < index; ++j)
-    if (layouts_[j].sharding == layout.sharding &&
+    if (layouts_[j].sharding == layout.sharding && layouts_[j].parallel == layout.parallel &&
         recompute_order(layouts_[j].checkpointing) < recompute_order(layout.checkpointing))
       from = std::max(from, fit_upto_[j] + 1);
   return from;
@@ -225,10 +396,17 @@ int64_t largest_fitting_micro_batch(const ModelConfig& model, const DeviceSpec& 
                                     const TrainConfig& cfg) {
   Evaluator evaluator(model, device, params);
   TrainConfig c = cfg;
-  return std::max<int64_t>(0, last_ok(1, cfg.per_device_batch(), [&](int64_t mb) {
-    c.micro_batch = mb;
-    return check_config(model, device, params, c).empty() && evaluator.fits(evaluator.memory(c));
-  }));
+  // Composer: every micro-batch up to the per-device batch; megatron: its divisors (check_layout).
+  const bool every = cfg.parallel.framework == Framework::kComposer;
+  const std::vector<int64_t> listed = every ? std::vector<int64_t>{} : divisors(cfg.per_device_batch());
+  const auto micro_batch_at = [&](int64_t k) { return every ? k : listed[static_cast<size_t>(k - 1)]; };
+  const int64_t count = every ? cfg.per_device_batch() : static_cast<int64_t>(listed.size());
+  const int64_t last = last_ok(1, count, [&](int64_t k) {
+    c.micro_batch = micro_batch_at(k);
+    return check_layout(model, c).empty() && check_config(model, device, params, c).empty() &&
+           evaluator.fits(evaluator.memory(c));
+  });
+  return last <= 0 ? 0 : micro_batch_at(last);
 }
 
 }  // namespace tpsim

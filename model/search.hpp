@@ -4,16 +4,22 @@
 // auto` asks for the largest micro-batch that fits.
 //
 // The space is data: the axes of a configuration and their values. Every axis but the micro-batch
-// makes a *layout* (today the FSDP sharding strategy and activation checkpointing: none, selective
-// or full; tensor, pipeline, virtual, context and expert parallel degrees and the framework are
-// added as fields of Layout and axes of SearchSpace). The micro-batch axis is searched inside each layout,
+// makes a *layout*: under composer the FSDP sharding strategy and activation checkpointing (none,
+// selective or full); under megatron (and torchtitan) the model-parallel degrees (tensor, pipeline,
+// virtual stages, context, expert; data parallel is what is left), sequence parallelism, the
+// distributed optimizer and checkpointing. The micro-batch axis is searched inside each layout,
 // with two rules that prune instead of visiting every point:
 //   1. Memory grows with the micro-batch: the first micro-batch whose predicted peak exceeds the
 //      device's memory rules out every larger one. The bound is found from memory alone (no
-//      schedule), by an exponential then binary search, before any configuration is timed.
+//      schedule), by an exponential then binary search, before any configuration is timed. Under
+//      megatron the micro-batches are the divisors of the per-replica batch (Megatron-LM asserts
+//      global batch = micro-batch x data parallel x accumulation: no ragged last micro-batch), and
+//      the bound is searched over them in ascending order: memory still grows with the micro-batch
+//      within a layout, whose degrees fix what each rank holds.
 //   2. Dominated and equivalent choices (goal kFastest only): a layout whose predictions equal an
 //      earlier one's (HYBRID_SHARD within one node is FULL_SHARD) is not searched; with
-//      checkpointing, micro-batches that fit under an earlier layout of the same sharding that
+//      checkpointing, micro-batches that fit under an earlier layout of the same sharding and
+//      parallel degrees that
 //      recomputes less are not timed: selective's where they fit without checkpointing, full's
 //      where they fit without it or under selective (full recomputes a superset of what selective
 //      does). Recomputing more only adds compute to the same schedule (the step time cannot fall),
@@ -34,6 +40,7 @@ namespace tpsim {
 struct Layout {
   Sharding sharding = Sharding::kFullShard;
   Checkpointing checkpointing = Checkpointing::kNone;
+  Parallelism parallel;  // composer: all 1 (FSDP alone)
 
   bool operator==(const Layout&) const = default;
 };
@@ -41,16 +48,52 @@ struct Layout {
 // The configuration `base` runs with `layout`.
 TrainConfig with_layout(TrainConfig base, const Layout& layout);
 
+// The model-parallel axes of a megatron (or torchtitan) search. Each is searched when unset and
+// fixed to its value when set (the flags --tp, --pp, --vp, --cp, --ep, --sp, --dist-opt).
+//   tensor: powers of two up to the GPUs of a node dividing the query and K/V heads and the FFN
+//     width (Megatron-LM's column/row-parallel split; TP beyond a node crosses the slow network);
+//   pipeline: the divisors of the layer count (Megatron-LM's even split of layers over stages);
+//   virtual_stages: 1, and 2 and 4 where pipeline > 1 and each model chunk gets whole layers;
+//   context, expert: 1 (their costs come later; the axes are kept);
+//   sequence_parallel: on wherever tensor > 1 (Megatron-LM's recommended setting);
+//   distributed_optimizer: on (ZeRO-1, Megatron-LM's --use-distributed-optimizer).
+// A layout keeps tensor x pipeline x context dividing the GPU count and data parallel (the rest)
+// dividing the global batch; check_layout says what else it must satisfy.
+struct ParallelAxes {
+  std::optional<int64_t> tensor, pipeline, virtual_stages, context, expert;
+  std::optional<bool> sequence_parallel, distributed_optimizer;
+  bool overlap_grad_reduce = false;  // Megatron-LM's --overlap-grad-reduce: not searched, as given
+};
+
 struct SearchSpace {
-  std::vector<Sharding> shardings = {kAllShardings.begin(), kAllShardings.end()};
+  Framework framework = Framework::kComposer;
+  ParallelAxes parallel;  // megatron, torchtitan
+  std::vector<Sharding> shardings = {kAllShardings.begin(), kAllShardings.end()};  // composer
   // Without selective by default: llm-foundry and Composer checkpoint whole blocks
   // (activation_checkpointing), so a sweep or plan searches what they can run.
   std::vector<Checkpointing> checkpointing = {Checkpointing::kNone, Checkpointing::kFull};
   std::vector<int64_t> micro_batches;  // empty: every micro-batch from 1 up to the per-device batch
 
-  // The product of the layout axes, in the order ties are broken: shardings, then checkpointing.
+  // Composer's layouts: the product of the axes, in the order ties are broken: shardings, then
+  // checkpointing.
   std::vector<Layout> layouts() const;
+  // The layouts of `base` (its GPU count, global batch and sequence length) for `model` on
+  // `device`: composer's as above; megatron's the valid products of the parallel axes (those
+  // check_layout accepts), tensor outermost, then pipeline, virtual stages, context, expert,
+  // sequence parallel, distributed optimizer and checkpointing innermost, each ascending.
+  std::vector<Layout> layouts(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& base) const;
 };
+
+// What a configuration's parallel layout must satisfy for the search to consider it ("" when it
+// does): composer runs no model parallelism; tensor parallel divides the query heads, K/V heads and
+// FFN width; pipeline parallel divides the layers (at most one stage per layer); virtual stages
+// need a pipeline and whole layers per chunk; context parallel divides the sequence; expert
+// parallel divides the experts and the data x context ranks; sequence parallelism needs tensor
+// parallelism; tensor x pipeline x context divides the GPU count; data parallel divides the global
+// batch; under megatron the micro-batch (when set) divides the per-replica batch. A global batch
+// and micro-batch of 0 check the degrees and the GPU count alone. check_config (model/simulator)
+// holds the simulator's own rules; predict checks both.
+std::string check_layout(const ModelConfig& model, const TrainConfig& cfg);
 
 enum class SearchGoal : uint8_t {
   kFastest,     // the fastest configuration that fits (and, when none fits, the leanest)
@@ -64,6 +107,7 @@ enum class RejectionKind : uint8_t {
   kOutOfMemory,         // not even the smallest micro-batch fits: it needs `peak_bytes`
   kOutOfMemoryAbove,    // micro-batches above `micro_batch` do not fit
   kEquivalent,          // predicts exactly as an earlier layout (`same_as`)
+  kNoLayout,            // megatron: no layout of the fixed axes is valid (`reason`: check_layout's, with the axes fixed)
 };
 
 struct Rejection {
@@ -73,7 +117,7 @@ struct Rejection {
   int64_t per_device_batch = 0;
   double peak_bytes = 0;    // kOutOfMemory: the peak of `micro_batch`
   Layout same_as;           // kEquivalent
-  std::string reason;       // kInvalid: check_config's reason
+  std::string reason;       // kInvalid: check_config's reason; kNoLayout: check_layout's
 };
 
 struct Candidate {
