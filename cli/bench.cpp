@@ -8,7 +8,9 @@
 //   2. the same, one predict() per configuration from scratch (nothing shared), over a mix of
 //      models, sequence lengths, micro-batches, checkpointing and sharding;
 //   3. wall time of the headline sweep, process start-up included (the median of 5 runs of
-//      `tpsim sweep --models 125m..70b --seq 512..65536`).
+//      `tpsim sweep --models 125m..70b --seq 512..65536`), and of issue 15's megatron searches:
+//      `sweep --models 125m..70b --seq 512..65536 --gpus 8..1024 --framework megatron` (target 5 s)
+//      and `plan --model 70b --seq 4096 --gpus 64..1024 --framework megatron` (target 1 s).
 // Rates are the median of five timing windows (a shared machine's hiccups land in one).
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,22 +72,39 @@ struct BenchOptions {
   int sweep_runs = 5;
 };
 
-double run_headline_sweep() {
+// Wall seconds of this binary run with `args` (start-up included, output discarded).
+double run_command(const std::vector<std::string>& args) {
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  std::vector<char*> argv = {const_cast<char*>(self.c_str())};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
   const auto t0 = std::chrono::steady_clock::now();
   const pid_t pid = fork();
   if (pid < 0) throw Error("bench: fork failed");
   if (pid == 0) {
-    // Child: the sweep, output discarded.
     if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr)) _exit(127);
-    execl(self.c_str(), self.c_str(), "sweep", "--models", "125m..70b", "--seq", "512..65536",
-          static_cast<char*>(nullptr));
+    execv(self.c_str(), argv.data());
     _exit(127);
   }
   int status = 0;
   waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw Error("bench: the headline sweep failed");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw Error("bench: tpsim " + args.front() + " failed");
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The median wall time of `runs` runs of a command.
+double median_wall(const std::vector<std::string>& args, int runs) {
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) times.push_back(run_command(args));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// A wall-time row: the command, its median, and its target.
+std::vector<Cell> wall_row(const std::string& what, double seconds, double target_s, int runs) {
+  const std::string target = target_s < 1.5 ? "< 1" : "< " + std::to_string(static_cast<int>(target_s));
+  return {Cell::str(what + ", wall time incl. start-up (median of " + std::to_string(runs) + ")"), Cell::num(seconds, 3),
+          Cell::str("s"), Cell::str(target), Cell::str(seconds < target_s ? "yes" : "no")};
 }
 
 // 1. The sweep's search over the headline grid, at 8 and 64 GPUs and 1M tokens per step: the
@@ -165,10 +184,11 @@ void run_bench(const BenchOptions& o) {
   const Rate llama_rate = search_rates(models("llama-3.1-8b,llama-3.1-70b"), device, params, o.seconds, sink).first;
   const Rate mixtral_rate = search_rates(models("mixtral-8x7b"), device, params, o.seconds, sink).first;
 
-  std::vector<double> sweeps;
-  for (int i = 0; i < o.sweep_runs; ++i) sweeps.push_back(run_headline_sweep());
-  std::sort(sweeps.begin(), sweeps.end());
-  const double median = sweeps[sweeps.size() / 2];
+  const double median = median_wall({"sweep", "--models", "125m..70b", "--seq", "512..65536"}, o.sweep_runs);
+  const double megatron_sweep = median_wall({"sweep", "--models", "125m..70b", "--seq", "512..65536", "--gpus",
+                                             "8..1024", "--framework", "megatron"}, o.sweep_runs);
+  const double megatron_plan = median_wall({"plan", "--model", "70b", "--seq", "4096", "--gpus", "64..1024",
+                                            "--framework", "megatron"}, o.sweep_runs);
 
   OutputTable t;
   t.title = "bench";
@@ -187,9 +207,10 @@ void run_bench(const BenchOptions& o) {
   t.add_row({Cell::str("predict() of one configuration from scratch, nothing shared, one core (" +
                        predict_rate_.describe() + ")"),
              Cell::num(predict_rate_.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
-  t.add_row({Cell::str("headline sweep 125m..70b x 512..65536, wall time incl. start-up (median of " +
-                       std::to_string(sweeps.size()) + ")"),
-             Cell::num(median, 3), Cell::str("s"), Cell::str("< 1"), Cell::str(median < 1.0 ? "yes" : "no")});
+  t.add_row(wall_row("headline sweep 125m..70b x 512..65536", median, 1.0, o.sweep_runs));
+  t.add_row(wall_row("megatron sweep 125m..70b x 512..65536 x 8..1024 GPUs (tp, pp, vp, dp)", megatron_sweep, 5.0,
+                     o.sweep_runs));
+  t.add_row(wall_row("megatron plan 70b at 4096 on 64..1024 GPUs", megatron_plan, 1.0, o.sweep_runs));
   emit(render({t}, ctx.format()), ctx.output());
   if (sink < 0) std::cerr << sink;  // keeps the loop from being optimised away
 }

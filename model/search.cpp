@@ -98,9 +98,10 @@ std::vector<T> axis(const std::optional<T>& fixed, std::vector<T> searched) {
 
 std::vector<int64_t> searched_tensor(const ModelConfig& model, const DeviceSpec& device) {
   std::vector<int64_t> out;
+  const std::vector<int64_t> widths = ffn_widths(model);
   for (int64_t tp = 1; tp <= std::max<int64_t>(1, device.gpus_per_node); tp *= 2) {
     if (model.n_heads % tp == 0 && model.kv_heads() % tp == 0 &&
-        std::all_of(ffn_widths(model).begin(), ffn_widths(model).end(), [&](int64_t w) { return w % tp == 0; }))
+        std::all_of(widths.begin(), widths.end(), [&](int64_t w) { return w % tp == 0; }))
       out.push_back(tp);
   }
   return out;
@@ -301,7 +302,7 @@ Rejection Searcher::no_layout(const TrainConfig& base) const {
   p.framework = space_.framework;
   p.tensor = a.tensor.value_or(1), p.pipeline = a.pipeline.value_or(1), p.virtual_stages = a.virtual_stages.value_or(1);
   p.context = a.context.value_or(1), p.expert = a.expert.value_or(1);
-  p.sequence_parallel = a.sequence_parallel.value_or(false);
+  p.sequence_parallel = a.sequence_parallel.value_or(p.tensor > 1);
   p.distributed_optimizer = a.distributed_optimizer.value_or(true);
   p.overlap_grad_reduce = a.overlap_grad_reduce;
   r.layout.sharding = Sharding::kNoShard;

@@ -10,6 +10,7 @@
 #include "model/search.hpp"
 
 using namespace tpsim;
+using tpsim::test::contains;
 
 namespace {
 
@@ -220,4 +221,136 @@ BOOST_AUTO_TEST_CASE(a_plan_ranks_every_fitting_configuration_by_score) {
   for (size_t i = 1; i < plan.ranked.size(); ++i) BOOST_TEST(plan.ranked[i - 1].score <= plan.ranked[i].score);
   const PlannedConfig& top = plan.ranked.front();
   BOOST_TEST(top.score == static_cast<double>(top.cfg.n_gpus) / top.prediction.tokens_per_s);
+}
+
+// Megatron's space for MPT 125m (12 heads, 12 layers, FFN 3072) on 8 H100s (8 per node), counted
+// by hand: tensor 1, 2, 4 (8 does not divide 12 heads); pipeline from the divisors of 12 with
+// tensor x pipeline dividing 8: tp 1 and 2 with pp 1, 2, 4; tp 4 with pp 1, 2; virtual stages 1,
+// and 2 at pp 2 (12 / (2 x 2) is whole; 2 x 4 and 4 x 2 are not): 4 + 4 + 3 = 11 layouts, each
+// without and with checkpointing. A global batch of 4 rules out data parallel 8 (tp 1, pp 1): 10.
+BOOST_AUTO_TEST_CASE(megatron_enumerates_exactly_the_valid_layouts) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  const ModelConfig& model = catalog.get("125m");
+  const DeviceSpec d = load_device("h100_80gb");
+  SearchSpace space;
+  space.framework = Framework::kMegatron;
+  TrainConfig base;
+  base.seq_len = 2048;
+  base.n_gpus = 8;
+  base.global_batch = 16;
+  const std::vector<Layout> layouts = space.layouts(model, d, base);
+  BOOST_TEST(layouts.size() == 22u);
+  for (const Layout& l : layouts) {
+    const Parallelism& p = l.parallel;
+    BOOST_TEST((p.framework == Framework::kMegatron));
+    BOOST_TEST(p.sequence_parallel == (p.tensor > 1));
+    BOOST_TEST(p.distributed_optimizer);
+    BOOST_TEST((p.context == 1 && p.expert == 1));
+    BOOST_TEST((l.sharding == Sharding::kNoShard));
+    BOOST_TEST(base.n_gpus % p.model_parallel() == 0);
+  }
+  BOOST_TEST((layouts[0].parallel.tensor == 1 && layouts[0].parallel.pipeline == 1));  // tensor outermost
+  BOOST_TEST((layouts.back().parallel.tensor == 4 && layouts.back().parallel.pipeline == 2));
+  base.global_batch = 4;
+  BOOST_TEST(space.layouts(model, d, base).size() == 20u);
+  // A fixed axis fixes it: tensor 2 leaves pipeline 1, 2 (vp 1, 2), 4.
+  base.global_batch = 16;
+  space.parallel.tensor = 2;
+  BOOST_TEST(space.layouts(model, d, base).size() == 8u);
+  space.parallel.sequence_parallel = false;
+  for (const Layout& l : space.layouts(model, d, base)) BOOST_TEST(!l.parallel.sequence_parallel);
+  // Composer's space does not depend on the model.
+  BOOST_TEST((SearchSpace{}.layouts(model, d, base) == SearchSpace{}.layouts()));
+}
+
+BOOST_AUTO_TEST_CASE(megatron_fixed_axes_that_leave_no_layout_say_why) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  const ModelConfig& model = catalog.get("125m");
+  const DeviceSpec d = load_device("h100_80gb");
+  const CostParams params = load_shipped_profile("h100_80gb").params;
+  SearchSpace space;
+  space.framework = Framework::kMegatron;
+  space.parallel.tensor = 8;  // 12 heads
+  TrainConfig base;
+  base.seq_len = 2048;
+  base.n_gpus = 8;
+  base.global_batch = 16;
+  base.micro_batch = 1;
+  const SearchResult r = search(model, d, params, base, space, SearchGoal::kAllThatFit);
+  BOOST_TEST(!r.found);
+  BOOST_TEST_REQUIRE(r.rejections.size() == 1u);
+  BOOST_TEST((r.rejections[0].kind == RejectionKind::kNoLayout));
+  BOOST_TEST(contains(r.rejections[0].reason, "tensor parallel 8 does not divide the 12 query heads"));
+}
+
+// The search's constraints, one by one (check_layout).
+BOOST_AUTO_TEST_CASE(check_layout_names_the_broken_constraint) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  const ModelConfig& model = catalog.get("7b");  // 32 heads, 32 layers
+  TrainConfig cfg;
+  cfg.seq_len = 2048;
+  cfg.n_gpus = 16;
+  cfg.global_batch = 32;
+  cfg.parallel.tensor = 2;
+  BOOST_TEST(contains(check_layout(model, cfg), "composer runs FSDP without model parallelism"));
+  cfg.parallel.framework = Framework::kMegatron;
+  BOOST_TEST(check_layout(model, cfg).empty());
+  const auto why = [&](auto change) {
+    TrainConfig c = cfg;
+    change(c.parallel, c);
+    return check_layout(model, c);
+  };
+  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.tensor = 3; }), "tensor parallel 3 does not divide"));
+  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.pipeline = 64; }), "pipeline parallel 64 does not divide the 32 layers"));
+  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.virtual_stages = 2; }), "virtual stages need pipeline"));
+  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.context = 3; }), "context parallel 3 does not divide the sequence"));
+  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.expert = 2; }), "expert parallel 2 does not divide the 0 experts"));
+  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.tensor = 1, p.sequence_parallel = true; }), "sequence parallelism needs"));
+  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.pipeline = 16; }), "= 32 does not divide the GPU count 16"));
+  BOOST_TEST(contains(why([](Parallelism&, TrainConfig& c) { c.global_batch = 12; }), "not a multiple of data parallel 8"));
+  BOOST_TEST(contains(why([](Parallelism&, TrainConfig& c) { c.micro_batch = 3; }), "micro-batch 3 does not divide the 4"));
+}
+
+// Megatron's search against the brute force over its layouts and the micro-batches dividing the
+// per-replica batch: the same configurations fit, in the same order, and the fastest is the same.
+BOOST_AUTO_TEST_CASE(megatron_searches_as_the_brute_force_does) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  const DeviceSpec d = load_device("h100_80gb");
+  const CostParams params = load_shipped_profile("h100_80gb").params;
+  SearchSpace space;
+  space.framework = Framework::kMegatron;
+  for (const char* name : {"125m", "1b", "7b"}) {
+    BOOST_TEST_CONTEXT(name) {
+      const ModelConfig& model = catalog.get(name);
+      TrainConfig base;
+      base.seq_len = 2048;
+      base.n_gpus = 16;
+      base.global_batch = 96;
+      base.micro_batch = 1;
+      std::vector<Candidate> fitting;
+      for (const Layout& l : space.layouts(model, d, base))
+        for (int64_t mb = 1; mb <= with_layout(base, l).per_device_batch(); ++mb) {
+          TrainConfig cfg = with_layout(base, l);
+          cfg.micro_batch = mb;
+          if (!check_layout(model, cfg).empty() || !check_config(model, d, params, cfg).empty()) continue;
+          const Prediction p = predict(model, d, params, cfg);
+          if (p.fits()) fitting.push_back({cfg, p});
+        }
+      const SearchResult all = search(model, d, params, base, space, SearchGoal::kAllThatFit);
+      BOOST_TEST_REQUIRE(all.fitting.size() == fitting.size());
+      for (size_t i = 0; i < fitting.size(); ++i) {
+        BOOST_TEST((all.fitting[i].cfg.parallel == fitting[i].cfg.parallel));
+        BOOST_TEST(all.fitting[i].cfg.micro_batch == fitting[i].cfg.micro_batch);
+        BOOST_TEST(all.fitting[i].cfg.per_device_batch() % all.fitting[i].cfg.micro_batch == 0);
+      }
+      const SearchResult fast = search(model, d, params, base, space, SearchGoal::kFastest);
+      BOOST_TEST(fast.found == !fitting.empty());
+      if (fast.found) {
+        const auto best = std::min_element(fitting.begin(), fitting.end(), [](const Candidate& a, const Candidate& b) {
+          return a.prediction.step_s < b.prediction.step_s;
+        });
+        BOOST_TEST(fast.best_prediction.step_s == best->prediction.step_s);
+      }
+    }
+  }
 }
