@@ -191,3 +191,69 @@ BOOST_AUTO_TEST_CASE(a_bad_ckpt_is_one_line_naming_the_flag_and_its_values) {
     }
   }
 }
+
+// Issue 15: --framework and the parallel degrees. Layouts that cannot run are one line naming what
+// breaks; composer refuses model parallelism.
+BOOST_AUTO_TEST_CASE(parallel_layouts_that_cannot_run_are_one_line) {
+  const std::string p = "predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --global-batch 16 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {p + "--tp 2", "--tp 2: composer runs FSDP without model parallelism; use --framework megatron"},
+      {p + "--framework composer --pp 2", "--pp 2: composer runs FSDP"},
+      {p + "--sp", "--sp: composer runs FSDP"},
+      {p + "--dist-opt", "--dist-opt: composer runs FSDP"},
+      {p + "--framework megatron --tp 3", "tensor parallel 3 does not divide the 32 query heads"},
+      {p + "--framework megatron --pp 64", "pipeline parallel 64 does not divide the 32 layers"},
+      {p + "--framework megatron --cp 3", "context parallel 3 does not divide the sequence length 2048"},
+      {p + "--framework megatron --tp 4 --pp 4", "tensor x pipeline x context parallel = 16 does not divide the GPU count 8"},
+      {p + "--framework megatron --vp 2", "virtual stages need pipeline parallelism"},
+      {p + "--framework megatron --ep 2", "expert parallel 2 does not divide the 0 experts"},
+      {p + "--framework megatron --tp 1 --sp", "sequence parallelism needs tensor parallelism"},
+      {p + "--framework megatron --sp --no-sp", "--sp"},
+      {p + "--framework megatron --sharding NO_SHARD", "--sharding: --framework megatron has no FSDP sharding"},
+      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 3 --global-batch 32 --framework megatron --tp 2",
+       "micro-batch 3 does not divide the 8 sequences per data-parallel replica"},
+      {p + "--framework megatron --tp two", "--tp 'two'"},
+      {p + "--framework megatron --pp 0", "--pp '0'"},
+      {p + "--framework deepspeed", "--framework 'deepspeed': expected composer, megatron or torchtitan"},
+      {"sweep --models 125m --seq 2048 --tp 2", "--tp 2: composer runs FSDP"},
+      {"sweep --models 125m --seq 2048 --framework megatron --shardings NO_SHARD", "--shardings: --framework megatron"},
+      {"plan --model 7b --seq 2048 --gpus 8 --pp 2", "--pp 2: composer runs FSDP"},
+  };
+  for (const auto& [args, message] : cases) {
+    BOOST_TEST_CONTEXT(args) {
+      const Run r = run(args);
+      BOOST_TEST(r.status != 0);
+      BOOST_TEST(count_lines(r.err) == 1);
+      BOOST_TEST(r.err.rfind("tpsim: error: ", 0) == 0u);
+      BOOST_TEST(r.err.find(message) != std::string::npos, "stderr: " << r.err);
+    }
+  }
+}
+
+// The layout columns follow every other column when --framework is given, and only then.
+BOOST_AUTO_TEST_CASE(framework_adds_the_layout_columns) {
+  std::string layout;
+  for (const auto& c : tpsim::layout_columns()) layout += "," + c;
+  const std::string p = "predict --model 7b --seq 2048 --gpus 8 --micro-batch 2 --global-batch 16 --format csv";
+  const Run plain = run(p);
+  BOOST_TEST_REQUIRE(plain.status == 0);
+  BOOST_TEST(first_line(plain.out).find("Tensor Parallel") == std::string::npos);
+  const Run composer = run(p + " --framework composer");
+  BOOST_TEST_REQUIRE(composer.status == 0);
+  BOOST_TEST(first_line(composer.out) == first_line(plain.out) + layout);
+  const std::string row = composer.out.substr(composer.out.find('\n') + 1);
+  BOOST_TEST(row.substr(0, row.size() - 13) == plain.out.substr(plain.out.find('\n') + 1, row.size() - 13));
+  BOOST_TEST(row.substr(row.size() - 13) == ",1,1,1,1,1,8\n");
+  const Run megatron = run(p + " --framework megatron --tp 2 --pp 2");
+  BOOST_TEST_REQUIRE(megatron.status == 0, megatron.err);
+  BOOST_TEST(megatron.out.substr(megatron.out.size() - 13) == ",2,2,1,1,1,2\n");
+  const Run sweep = run("sweep --models 125m --seq 2048 --gpus 8 --framework megatron --format csv");
+  BOOST_TEST_REQUIRE(sweep.status == 0, sweep.err);
+  BOOST_TEST(first_line(sweep.out).size() > layout.size());
+  BOOST_TEST(first_line(sweep.out).substr(first_line(sweep.out).size() - layout.size()) == layout);
+  const Run plan = run("plan --model 125m --seq 2048 --gpus 8 --framework megatron --tp 2 --format csv");
+  BOOST_TEST_REQUIRE(plan.status == 0, plan.err);
+  BOOST_TEST(first_line(plan.out).substr(first_line(plan.out).size() - layout.size()) == layout);
+  std::istringstream rows(plan.out.substr(plan.out.find('\n') + 1));
+  for (std::string line; std::getline(rows, line) && !line.empty();) BOOST_TEST(line.find(",2,") != std::string::npos);
+}
