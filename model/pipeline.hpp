@@ -1,0 +1,124 @@
+// The timeline of one pipeline-parallel training step: every micro-batch's forward and backward
+// through every pipeline stage, then the flush, in the order Megatron-LM runs them
+// (megatron/core/pipeline_parallel/schedules.py: forward_backward_pipelining_without_interleaving
+// and forward_backward_pipelining_with_interleaving, with get_pp_rank_microbatches' warm-up counts
+// and get_schedule_table's order of chunks and micro-batches).
+//
+// Each stage runs its ops strictly in the schedule's order; an op starts when its stage is free and
+// its input has arrived. The forward of model chunk c on micro-batch i needs chunk c-1's forward of
+// i plus one p2p send; the backward of chunk c needs chunk c+1's backward of i plus one send; the
+// last chunk's backward needs only its own forward. Sends overlap compute (Megatron posts them
+// asynchronously) and only delay their receiver; a send between chunks on the same stage (p = 1)
+// costs nothing. Left out: the blocking of paired send/receive calls, the first stage's data loading
+// and the gradient reduction and optimizer after the flush (each stage's flush time is returned so
+// that a caller can lay them after it).
+//
+// Closed forms the tests check, for equal stages of forward f and backward b per micro-batch and a
+// send of d seconds (derived by the max-plus critical cycle, and confirmed numerically):
+//   1F1B:        (m + p - 1)(f + b) + 2 (p - 1 + floor((p - 1)(m - 1) / p)) d.
+//                The d term beyond the fill and drain's 2 (p - 1) d comes from the steady state: a
+//                stage's next backward waits for the gradient of a micro-batch whose forward it sent
+//                only one op earlier, so the cycle through all p stages exposes 2 (p - 1) sends per p
+//                micro-batches. With d = 0 (or m <= 2) this is the textbook (m + p - 1)(f + b).
+//   interleaved: (m + (p - 1) / v)(f + b) + 2 (p v - 1) d, with chunks of f / v and b / v, for
+//                d <= min(f, b) / v: the warm-up's 2 (p - s - 1) extra forwards leave one op of
+//                slack between dependent ops, which hides each send in the steady state, so only the
+//                fill and drain's p v - 1 chunk boundaries, crossed twice, show.
+//   p = 1:       m (f + b).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tpsim {
+
+enum class PipelineSchedule : uint8_t { k1F1B, kInterleaved1F1B };
+
+struct PipelineCosts {
+  int64_t stages = 1;          // p
+  int64_t virtual_stages = 1;  // v, model chunks per stage; v > 1 is interleaved 1F1B
+  // m. Interleaved requires m % p == 0: Megatron's default microbatch_group_size_per_vp_stage is p,
+  // and it refuses a last group of fewer than p micro-batches (a dependency bubble).
+  int64_t micro_batches = 1;
+  // Seconds of one micro-batch's forward and backward of model chunk c, c = 0..p*v-1 in model order;
+  // chunk c runs on stage c % p (with v = 1, chunk c is stage c). Backward includes any recompute.
+  std::span<const double> fwd_s, bwd_s;
+  double p2p_s = 0;  // one activation (forward) or gradient (backward) send between adjacent stages
+  // Identical micro-batches reach a periodic steady state; skip it exactly instead of running every
+  // op. false: run every op (the slow reference the tests use).
+  bool skip_steady_state = true;
+
+  PipelineSchedule schedule() const {
+    return virtual_stages > 1 ? PipelineSchedule::kInterleaved1F1B : PipelineSchedule::k1F1B;
+  }
+};
+
+struct PipelineTimeline {
+  double step_s = 0;  // first forward's start (time 0) to the last backward's end on any stage
+  // Per stage: when its last backward ends (the flush; its data-parallel gradient reduction and
+  // optimizer start then).
+  std::vector<double> stage_end_s;
+  std::vector<double> stage_busy_s;  // per stage: compute seconds
+  double bubble_s = 0;               // step_s minus the busiest stage's compute
+  // Per stage: the most chunk-micro-batches whose forward is done and whose backward is not (what
+  // its activation memory holds at its peak). 1F1B: min(p - s, m); interleaved: Megatron's warm-up
+  // plus one, at most m v.
+  std::vector<int64_t> peak_in_flight;
+  int64_t ops_simulated = 0;  // ops timed one by one; the rest were skipped as repeats of a period
+};
+
+// Empty when simulate() can run `c`, else the reason, naming the value at fault.
+std::string check_pipeline(const PipelineCosts& c);
+
+// Forwards stage `stage` runs before its first backward (Megatron's get_pp_rank_microbatches):
+// 1F1B: p - s - 1; interleaved: 2 (p - s - 1) + (v - 1) p; at most the stage's m v ops of each kind.
+int64_t pipeline_warmup(int64_t stages, int64_t virtual_stages, int64_t micro_batches, int64_t stage);
+
+// Reusable buffers: a simulator called again with no larger a pipeline allocates nothing.
+// Not thread-safe; use one per thread.
+class PipelineSimulator {
+ public:
+  // Requires check_pipeline(c) to be empty (throws std::invalid_argument with its reason otherwise).
+  // The reference stays valid until the next call.
+  const PipelineTimeline& simulate(const PipelineCosts& c);
+
+ private:
+  struct Op {
+    bool forward;
+    int64_t chunk, micro;
+  };
+  struct Dep {
+    bool exists;
+    int64_t stage, pos;
+    double hop_s;
+  };
+  Op op_at(int64_t s, int64_t pos) const;
+  int64_t position_of(bool forward, int64_t chunk, int64_t micro) const;
+  Dep dependency(const Op& op) const;
+  void run_until(int64_t limit);
+  bool shifted_by(int64_t until, int64_t lag, double* shift) const;
+  void jump(int64_t until, int64_t positions, double shift);
+  void summarize();
+
+  int64_t slot(int64_t s, int64_t pos) const { return s * ring_ + (pos & (ring_ - 1)); }
+
+  const PipelineCosts* c_ = nullptr;
+  int64_t p_ = 1, v_ = 1, m_ = 1;
+  int64_t total_ = 1;   // m v: forwards (and backwards) per stage
+  int64_t len_ = 2;     // ops per stage
+  int64_t period_ = 2;  // positions per stage after which the steady state's ops repeat
+  int64_t lags_ = 1;   // periods apart that two states are compared, at most
+  int64_t ring_ = 1;    // positions kept per stage, a power of 2 covering every look back
+  std::vector<int64_t> warmup_, next_;
+  std::vector<double> free_s_;
+  std::vector<double> end_s_;   // op ends, stage s's position pos at slot(s, pos)
+  std::vector<double> block_;   // one period of every stage, while it is moved
+  PipelineTimeline t_;
+};
+
+// One-off convenience: a fresh PipelineSimulator's result.
+PipelineTimeline simulate_pipeline(const PipelineCosts& c);
+
+}  // namespace tpsim
