@@ -52,53 +52,22 @@ int64_t pipeline_warmup(int64_t stages, int64_t virtual_stages, int64_t micro_ba
 // Stage s's ops in order, by position: `w` warm-up forwards (virtual micro-batches 0..w-1), then
 // forward k + w and backward k alternately for k = 0..m v - w - 1, then the remaining backwards.
 // A virtual micro-batch k is get_schedule_table's entry k: groups of p micro-batches, each group run
-// through chunk 0, then chunk 1, ...; backwards take the chunks in reverse.
-PipelineSimulator::Op PipelineSimulator::op_at(int64_t s, int64_t pos) const {
-  const int64_t w = warmup_[s], steady = total_ - w;
-  bool forward = true;
-  int64_t k = pos;
-  if (pos >= w + 2 * steady) {
-    forward = false;
-    k = pos - total_;  // the cool-down: w + steady = m v
-  } else if (pos >= w) {
-    const int64_t t = pos - w;
-    forward = t % 2 == 0;
-    k = forward ? w + t / 2 : t / 2;
-  }
-  const int64_t group = p_ * v_;
-  int64_t local = (k % group) / p_;
-  if (!forward) local = v_ - 1 - local;
-  return {forward, local * p_ + s, (k / group) * p_ + k % p_};
-}
-
-// The inverse of op_at: where an op sits in its stage's order.
-int64_t PipelineSimulator::position_of(bool forward, int64_t chunk, int64_t micro) const {
-  const int64_t s = chunk % p_;
-  int64_t local = chunk / p_;
-  if (!forward) local = v_ - 1 - local;
-  const int64_t k = (micro / p_) * p_ * v_ + local * p_ + micro % p_;
-  const int64_t w = warmup_[s];
-  if (forward) return k < w ? k : 2 * k - w;
-  return k < total_ - w ? w + 2 * k + 1 : total_ + k;
-}
-
-PipelineSimulator::Dep PipelineSimulator::dependency(const Op& op) const {
-  const double hop = p_ > 1 ? c_->p2p_s : 0;  // chunk c and c +- 1 share a stage only when p = 1
-  if (op.forward) {
-    if (op.chunk == 0) return {false, 0, 0, 0};
-    return {true, (op.chunk - 1) % p_, position_of(true, op.chunk - 1, op.micro), hop};
-  }
-  if (op.chunk == p_ * v_ - 1) return {true, op.chunk % p_, position_of(true, op.chunk, op.micro), 0};
-  return {true, (op.chunk + 1) % p_, position_of(false, op.chunk + 1, op.micro), hop};
-}
-
+// through chunk 0, then chunk 1, ...: micro-batch (k / (p v)) p + k % p, local chunk (k / p) % v.
+// Backwards take the local chunks in reverse (v - 1 - that).
+//
+// An op's input is the same micro-batch on the neighbouring chunk, so its virtual micro-batch
+// differs only by whole rows of the table: forward of chunk l p + s needs, on stage s - 1, the same
+// k; on stage 0, stage p - 1's k - p (the previous local chunk). Backward of l p + s needs stage
+// s + 1's same k, or on stage p - 1, stage 0's k - p; the last chunk's backward needs its own forward,
+// v - 1 rows further on: k + (v - 1) p.
+//
 // List scheduling: sweeps over the stages, alternately up (forwards flow that way) and down
 // (backwards), each stage running its ops in order until one's input is not ready, until every
 // stage has run every op below position `limit`. Every op's input sits at the same or an earlier
 // position, so no round can deadlock.
 void PipelineSimulator::run_until(int64_t limit) {
   const int64_t lim = std::min(limit, len_);
-  const std::span<const double> fwd = c_->fwd_s, bwd = c_->bwd_s;
+  const double hop = p_ > 1 ? c_->p2p_s : 0;  // chunks c and c +- 1 share a stage only when p = 1
   for (bool up = true;; up = !up) {
     bool progress = false, done = true;
     for (int64_t i = 0; i < p_; ++i) {
@@ -106,17 +75,30 @@ void PipelineSimulator::run_until(int64_t limit) {
       int64_t pos = next_[s];
       double free = free_s_[s];
       for (; pos < lim; ++pos) {
-        const Op op = op_at(s, pos);
-        const Dep dep = dependency(op);
-        double ready = 0;
-        if (dep.exists) {
-          if (dep.pos >= (dep.stage == s ? pos : next_[dep.stage])) break;
-          // A look further back than a period would read a slot the ring has reused.
-          if (pos - dep.pos > period_) throw std::logic_error("pipeline: an op's input lies more than a period back");
-          ready = end_s_[slot(dep.stage, dep.pos)] + dep.hop_s;
+        const bool forward = forward_at(s, pos);
+        Cursor& at = forward ? fwd_at_[s] : bwd_at_[s];
+        const int64_t local = forward ? at.local : v_ - 1 - at.local;
+        int64_t dep_stage = s, dep_pos = -1;
+        double ready = 0, sent = hop;
+        if (forward && (s > 0 || local > 0)) {
+          dep_stage = s > 0 ? s - 1 : p_ - 1;
+          dep_pos = forward_position(dep_stage, s > 0 ? at.k : at.k - p_);
+        } else if (!forward && s == p_ - 1 && local == v_ - 1) {
+          dep_pos = forward_position(s, at.k + (v_ - 1) * p_), sent = 0;
+        } else if (!forward) {
+          dep_stage = s < p_ - 1 ? s + 1 : 0;
+          dep_pos = backward_position(dep_stage, s < p_ - 1 ? at.k : at.k - p_);
         }
-        free = std::max(free, ready) + (op.forward ? fwd[op.chunk] : bwd[op.chunk]);
+        if (dep_pos >= 0) {
+          if (dep_pos >= (dep_stage == s ? pos : next_[dep_stage])) break;
+          // A look further back than a period would read a slot the ring has reused.
+          if (pos - dep_pos > period_) throw std::logic_error("pipeline: an op's input lies more than a period back");
+          ready = end_s_[slot(dep_stage, dep_pos)] + sent;
+        }
+        const int64_t chunk = local * p_ + s;
+        free = std::max(free, ready) + (forward ? c_->fwd_s[chunk] : c_->bwd_s[chunk]);
         end_s_[slot(s, pos)] = free;
+        at.advance(p_, v_);
       }
       progress = progress || pos > next_[s];
       t_.ops_simulated += pos - next_[s];
@@ -151,6 +133,9 @@ void PipelineSimulator::jump(int64_t until, int64_t positions, double shift) {
       end_s_[slot(s, pos + positions)] = block_[s * period_ + pos - until + period_] + shift;
     next_[s] = until + positions;
     free_s_[s] = end_s_[slot(s, until + positions - 1)];
+    // A steady period runs as many forwards as backwards.
+    fwd_at_[s].set(fwd_at_[s].k + positions / 2, p_, v_);
+    bwd_at_[s].set(bwd_at_[s].k + positions / 2, p_, v_);
   }
 }
 
@@ -182,6 +167,8 @@ const PipelineTimeline& PipelineSimulator::simulate(const PipelineCosts& c) {
   ring_ = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>((lags_ + 3) * period_)));
   warmup_.resize(p_);
   next_.assign(p_, 0);
+  fwd_at_.assign(p_, Cursor{});
+  bwd_at_.assign(p_, Cursor{});
   free_s_.assign(p_, 0.0);
   end_s_.resize(p_ * ring_);
   block_.resize(p_ * period_);

@@ -85,18 +85,26 @@ class PipelineSimulator {
   const PipelineTimeline& simulate(const PipelineCosts& c);
 
  private:
-  struct Op {
-    bool forward;
-    int64_t chunk, micro;
+  // Where a stage is in one of its two streams (forwards, backwards): the next virtual micro-batch
+  // k of get_schedule_table, k % p, and the chunk of the table's entry, (k / p) % v, kept
+  // incrementally (no division per op).
+  struct Cursor {
+    int64_t k = 0, in_group = 0, local = 0;
+    void set(int64_t k_, int64_t p, int64_t v) { k = k_, in_group = k_ % p, local = (k_ / p) % v; }
+    void advance(int64_t p, int64_t v) {
+      ++k;
+      if (++in_group == p) in_group = 0, local = local + 1 == v ? 0 : local + 1;
+    }
   };
-  struct Dep {
-    bool exists;
-    int64_t stage, pos;
-    double hop_s;
-  };
-  Op op_at(int64_t s, int64_t pos) const;
-  int64_t position_of(bool forward, int64_t chunk, int64_t micro) const;
-  Dep dependency(const Op& op) const;
+  // Stage s's position of its forward (backward) of virtual micro-batch k.
+  int64_t forward_position(int64_t s, int64_t k) const { return k < warmup_[s] ? k : 2 * k - warmup_[s]; }
+  int64_t backward_position(int64_t s, int64_t k) const {
+    return k < total_ - warmup_[s] ? warmup_[s] + 2 * k + 1 : total_ + k;
+  }
+  bool forward_at(int64_t s, int64_t pos) const {
+    const int64_t w = warmup_[s];
+    return pos < w || (pos < 2 * total_ - w && (pos - w) % 2 == 0);
+  }
   void run_until(int64_t limit);
   bool shifted_by(int64_t until, int64_t lag, double* shift) const;
   void jump(int64_t until, int64_t positions, double shift);
@@ -112,6 +120,7 @@ class PipelineSimulator {
   int64_t lags_ = 1;   // periods apart that two states are compared, at most
   int64_t ring_ = 1;    // positions kept per stage, a power of 2 covering every look back
   std::vector<int64_t> warmup_, next_;
+  std::vector<Cursor> fwd_at_, bwd_at_;
   std::vector<double> free_s_;
   std::vector<double> end_s_;   // op ends, stage s's position pos at slot(s, pos)
   std::vector<double> block_;   // one period of every stage, while it is moved
