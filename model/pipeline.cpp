@@ -66,42 +66,55 @@ int64_t pipeline_warmup(int64_t stages, int64_t virtual_stages, int64_t micro_ba
 // stage has run every op below position `limit`. Every op's input sits at the same or an earlier
 // position, so no round can deadlock.
 void PipelineSimulator::run_until(int64_t limit) {
-  const int64_t lim = std::min(limit, len_);
+  const int64_t lim = std::min(limit, len_), mask = ring_ - 1, last = p_ - 1;
   const double hop = p_ > 1 ? c_->p2p_s : 0;  // chunks c and c +- 1 share a stage only when p = 1
+  const double* const fwd_s = c_->fwd_s.data();
+  const double* const bwd_s = c_->bwd_s.data();
   for (bool up = true;; up = !up) {
     bool progress = false, done = true;
     for (int64_t i = 0; i < p_; ++i) {
-      const int64_t s = up ? i : p_ - 1 - i;
-      int64_t pos = next_[s];
+      const int64_t s = up ? i : last - i;
+      const int64_t w = warmup_[s], steady_to = 2 * total_ - w, start = next_[s];
+      double* const mine = &end_s_[s * ring_];
+      Cursor& f = fwd_at_[s];
+      Cursor& b = bwd_at_[s];
       double free = free_s_[s];
+      int64_t pos = start;
       for (; pos < lim; ++pos) {
-        const bool forward = forward_at(s, pos);
-        Cursor& at = forward ? fwd_at_[s] : bwd_at_[s];
-        const int64_t local = forward ? at.local : v_ - 1 - at.local;
+        const bool forward = pos < w || (pos < steady_to && ((pos - w) & 1) == 0);
         int64_t dep_stage = s, dep_pos = -1;
-        double ready = 0, sent = hop;
-        if (forward && (s > 0 || local > 0)) {
-          dep_stage = s > 0 ? s - 1 : p_ - 1;
-          dep_pos = forward_position(dep_stage, s > 0 ? at.k : at.k - p_);
-        } else if (!forward && s == p_ - 1 && local == v_ - 1) {
-          dep_pos = forward_position(s, at.k + (v_ - 1) * p_), sent = 0;
-        } else if (!forward) {
-          dep_stage = s < p_ - 1 ? s + 1 : 0;
-          dep_pos = backward_position(dep_stage, s < p_ - 1 ? at.k : at.k - p_);
+        double sent = hop;
+        if (forward) {
+          if (s > 0) {
+            dep_stage = s - 1, dep_pos = forward_position(s - 1, f.k);
+          } else if (f.local > 0) {
+            dep_stage = last, dep_pos = forward_position(last, f.k - p_);
+          }
+        } else if (s < last) {
+          dep_stage = s + 1, dep_pos = backward_position(s + 1, b.k);
+        } else if (b.local == 0) {  // the last chunk: its own forward
+          dep_pos = forward_position(s, b.k + (v_ - 1) * p_), sent = 0;
+        } else {
+          dep_stage = 0, dep_pos = backward_position(0, b.k - p_);
         }
+        double ready = 0;
         if (dep_pos >= 0) {
           if (dep_pos >= (dep_stage == s ? pos : next_[dep_stage])) break;
           // A look further back than a period would read a slot the ring has reused.
           if (pos - dep_pos > period_) throw std::logic_error("pipeline: an op's input lies more than a period back");
-          ready = end_s_[slot(dep_stage, dep_pos)] + sent;
+          ready = end_s_[dep_stage * ring_ + (dep_pos & mask)] + sent;
         }
-        const int64_t chunk = local * p_ + s;
-        free = std::max(free, ready) + (forward ? c_->fwd_s[chunk] : c_->bwd_s[chunk]);
-        end_s_[slot(s, pos)] = free;
-        at.advance(p_, v_);
+        if (forward) {
+          free = std::max(free, ready) + fwd_s[f.local * p_ + s];
+          f.advance(p_, v_);
+        } else {
+          free = std::max(free, ready) + bwd_s[(v_ - 1 - b.local) * p_ + s];
+          b.advance(p_, v_);
+        }
+        mine[pos & mask] = free;
       }
-      progress = progress || pos > next_[s];
-      t_.ops_simulated += pos - next_[s];
+      progress = progress || pos > start;
+      t_.ops_simulated += pos - start;
       next_[s] = pos;
       free_s_[s] = free;
       done = done && pos >= lim;

@@ -233,9 +233,10 @@ BOOST_AUTO_TEST_CASE(one_stage_is_the_sum_of_compute) {
 BOOST_AUTO_TEST_CASE(matches_the_reference_on_random_stages) {
   std::mt19937_64 rng(20261201);
   std::uniform_real_distribution<double> u(0.0, 1.0);
+  constexpr int kTrials = 1500;
   int skipped = 0;
   PipelineSimulator sim;  // reused: the buffers of one call serve the next
-  for (int trial = 0; trial < 400; ++trial) {
+  for (int trial = 0; trial < kTrials; ++trial) {
     const auto p = static_cast<int64_t>(1 + rng() % 8), v = static_cast<int64_t>(1 + rng() % 4);
     int64_t m = static_cast<int64_t>(1 + rng() % 64);
     if (v > 1) m = p * std::max<int64_t>(1, m / p);
@@ -262,7 +263,7 @@ BOOST_AUTO_TEST_CASE(matches_the_reference_on_random_stages) {
       skipped += fast.ops_simulated < full.ops_simulated ? 1 : 0;
     }
   }
-  BOOST_TEST(skipped > 400 / 3);  // the skip was exercised (short pipelines have no steady state to skip)
+  BOOST_TEST(skipped > kTrials / 3);  // the skip was exercised (short pipelines have no steady state to skip)
 }
 
 BOOST_AUTO_TEST_CASE(long_pipelines_skip_the_steady_state_exactly) {
