@@ -13,6 +13,8 @@ namespace {
 // timing may repeat only every few structural periods (the max-plus cyclicity). Under 1F1B with
 // sends, the critical cycle runs through all p stages and repeats every p micro-batches.
 constexpr int64_t kMinLags = 4;
+// Positions per stage of one round of the full simulation (skip_steady_state false).
+constexpr int64_t kSlowRound = 256;
 // Rounding per op when comparing two states a period apart: each op's end is one addition, so two
 // chains of n ops that are equal in exact arithmetic differ by up to about n ulps of the clock.
 constexpr double kRoundingPerOp = 4 * DBL_EPSILON;
@@ -177,7 +179,11 @@ const PipelineTimeline& PipelineSimulator::simulate(const PipelineCosts& c) {
   // v chunks under interleaving: that many forwards and as many backwards per stage.
   period_ = v_ == 1 ? 2 : 2 * p_ * v_;
   lags_ = v_ == 1 ? std::max(p_, kMinLags) : kMinLags;
-  ring_ = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>((lags_ + 3) * period_)));
+  // Rounds of one period, after each of which the state is compared with earlier ones; without the
+  // skip, longer rounds (fewer sweeps over the stages). The ring holds the compared periods, a
+  // round, and a period of inputs before it.
+  const int64_t round = c.skip_steady_state ? period_ : period_ * ((kSlowRound + period_ - 1) / period_);
+  ring_ = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>((lags_ + 2) * period_ + round)));
   warmup_.resize(p_);
   next_.assign(p_, 0);
   fwd_at_.assign(p_, Cursor{});
@@ -196,7 +202,7 @@ const PipelineTimeline& PipelineSimulator::simulate(const PipelineCosts& c) {
   const int64_t steady_from = warmup_[0], steady_to = len_ - warmup_[0];
   bool skipped = !c.skip_steady_state;
   for (int64_t until = 0; until < len_;) {
-    until = std::min(until + period_, len_);
+    until = std::min(until + round, len_);
     run_until(until);
     for (int64_t lag = 1; !skipped && lag <= lags_; ++lag) {
       // The compared periods, and the inputs of the round that made the older one, are steady.
