@@ -13,7 +13,9 @@ namespace {
 // timing may repeat only every few structural periods (the max-plus cyclicity). Under 1F1B with
 // sends, the critical cycle runs through all p stages and repeats every p micro-batches.
 constexpr int64_t kMinLags = 4;
-// Positions per stage of one round of the full simulation (skip_steady_state false).
+// Positions per stage between two comparisons of the state with earlier ones, at most: often enough
+// to skip soon after the warm-up, seldom enough to cost little. Without the skip, one round.
+constexpr int64_t kCheckEvery = 16;
 constexpr int64_t kSlowRound = 256;
 // Rounding per op when comparing two states a period apart: each op's end is one addition, so two
 // chains of n ops that are equal in exact arithmetic differ by up to about n ulps of the clock.
@@ -63,76 +65,68 @@ int64_t pipeline_warmup(int64_t stages, int64_t virtual_stages, int64_t micro_ba
 // s + 1's same k, or on stage p - 1, stage 0's k - p; the last chunk's backward needs its own forward,
 // v - 1 rows further on: k + (v - 1) p.
 //
-// List scheduling: sweeps over the stages, alternately up (forwards flow that way) and down
-// (backwards), each stage running its ops in order until one's input is not ready, until every
-// stage has run every op below position `limit`. Every op's input sits at the same or an earlier
-// position, so no round can deadlock.
-void PipelineSimulator::run_until(int64_t limit) {
-  const int64_t lim = std::min(limit, len_), mask = ring_ - 1, last = p_ - 1;
+// List scheduling in one fixed topological order: position by position, the forwards up the stages,
+// then the backwards down them. Every input sits at an earlier position, or at the same position
+// only on the stage before (a forward's) or after (a backward's): a forward's position max(k, 2k - w)
+// and a backward's min(w + 2k + 1, m v + k) move monotonically with the warm-up w, which shrinks
+// from stage to stage (by 2 across the wrap from stage p - 1 to stage 0, which puts that input
+// strictly earlier). So each op runs once, when its input is known, and no stage ever waits in a
+// queue.
+void PipelineSimulator::run_positions(int64_t from, int64_t to) {
+  const int64_t mask = ring_ - 1, last = p_ - 1;
   const double hop = p_ > 1 ? c_->p2p_s : 0;  // chunks c and c +- 1 share a stage only when p = 1
   const double* const fwd_s = c_->fwd_s.data();
   const double* const bwd_s = c_->bwd_s.data();
-  for (bool up = true;; up = !up) {
-    bool progress = false, done = true;
-    for (int64_t i = 0; i < p_; ++i) {
-      const int64_t s = up ? i : last - i;
-      const int64_t w = warmup_[s], steady_to = 2 * total_ - w, start = next_[s];
-      double* const mine = &end_s_[s * ring_];
+  int64_t reach = reach_;
+  const auto end_at = [&](int64_t s, int64_t pos, int64_t dep_pos) {
+    reach = std::max(reach, pos - dep_pos);
+    return end_s_[s * ring_ + (dep_pos & mask)];
+  };
+  for (int64_t pos = from; pos < to; ++pos) {
+    for (int64_t s = 0; s < p_; ++s) {
+      if (!forward_at(s, pos)) continue;
       Cursor& f = fwd_at_[s];
-      Cursor& b = bwd_at_[s];
-      double free = free_s_[s];
-      int64_t pos = start;
-      for (; pos < lim; ++pos) {
-        const bool forward = pos < w || (pos < steady_to && ((pos - w) & 1) == 0);
-        int64_t dep_stage = s, dep_pos = -1;
-        double sent = hop;
-        if (forward) {
-          if (s > 0) {
-            dep_stage = s - 1, dep_pos = forward_position(s - 1, f.k);
-          } else if (f.local > 0) {
-            dep_stage = last, dep_pos = forward_position(last, f.k - p_);
-          }
-        } else if (s < last) {
-          dep_stage = s + 1, dep_pos = backward_position(s + 1, b.k);
-        } else if (b.local == 0) {  // the last chunk: its own forward
-          dep_pos = forward_position(s, b.k + (v_ - 1) * p_), sent = 0;
-        } else {
-          dep_stage = 0, dep_pos = backward_position(0, b.k - p_);
-        }
-        double ready = 0;
-        if (dep_pos >= 0) {
-          if (dep_pos >= (dep_stage == s ? pos : next_[dep_stage])) break;
-          // A look further back than a period would read a slot the ring has reused.
-          if (pos - dep_pos > period_) throw std::logic_error("pipeline: an op's input lies more than a period back");
-          ready = end_s_[dep_stage * ring_ + (dep_pos & mask)] + sent;
-        }
-        if (forward) {
-          free = std::max(free, ready) + fwd_s[f.local * p_ + s];
-          f.advance(p_, v_);
-        } else {
-          free = std::max(free, ready) + bwd_s[(v_ - 1 - b.local) * p_ + s];
-          b.advance(p_, v_);
-        }
-        mine[pos & mask] = free;
+      double ready = 0;
+      if (s > 0) {
+        ready = end_at(s - 1, pos, forward_position(s - 1, f.k)) + hop;
+      } else if (f.local > 0) {
+        ready = end_at(last, pos, forward_position(last, f.k - p_)) + hop;
       }
-      progress = progress || pos > start;
-      t_.ops_simulated += pos - start;
-      next_[s] = pos;
-      free_s_[s] = free;
-      done = done && pos >= lim;
+      free_s_[s] = std::max(free_s_[s], ready) + fwd_s[f.local * p_ + s];
+      end_s_[s * ring_ + (pos & mask)] = free_s_[s];
+      f.advance(p_, v_);
     }
-    if (done) return;
-    if (!progress) throw std::logic_error("pipeline: the schedule deadlocked");
+    for (int64_t s = last; s >= 0; --s) {
+      if (forward_at(s, pos)) continue;
+      Cursor& b = bwd_at_[s];
+      double ready = 0;
+      if (s < last) {
+        ready = end_at(s + 1, pos, backward_position(s + 1, b.k)) + hop;
+      } else if (b.local == 0) {  // the last chunk: its own forward
+        ready = end_at(s, pos, forward_position(s, b.k + (v_ - 1) * p_));
+      } else {
+        ready = end_at(0, pos, backward_position(0, b.k - p_)) + hop;
+      }
+      free_s_[s] = std::max(free_s_[s], ready) + bwd_s[(v_ - 1 - b.local) * p_ + s];
+      end_s_[s * ring_ + (pos & mask)] = free_s_[s];
+      b.advance(p_, v_);
+    }
   }
+  t_.ops_simulated += p_ * (to - from);
+  reach_ = reach;
+  // Past window_, an input would have been read from a slot the ring had reused, or not rewritten by
+  // a jump: a bug in window_'s bound, which this makes loud.
+  if (reach_ > window_) throw std::logic_error("pipeline: an op's input lies further back than max(2, p) positions");
 }
 
-// Whether the last period of every stage, [until - period, until), is the period `lag` positions
-// earlier moved by one time `shift`: then, being max-plus linear, everything after repeats it.
+// Whether the ends of the last window_ positions of every stage (everything a later op can read)
+// are those `lag` positions earlier moved by one time `shift`: then, the schedule being max-plus
+// linear and periodic there, everything after repeats them too.
 bool PipelineSimulator::shifted_by(int64_t until, int64_t lag, double* shift) const {
   *shift = end_s_[slot(0, until - 1)] - end_s_[slot(0, until - 1 - lag)];
   const double tol = kRoundingPerOp * static_cast<double>(lag + period_);
   for (int64_t s = 0; s < p_; ++s) {
-    for (int64_t pos = until - period_; pos < until; ++pos) {
+    for (int64_t pos = until - window_; pos < until; ++pos) {
       const double now = end_s_[slot(s, pos)];
       if (std::abs(now - end_s_[slot(s, pos - lag)] - *shift) > tol * std::abs(now)) return false;
     }
@@ -140,13 +134,12 @@ bool PipelineSimulator::shifted_by(int64_t until, int64_t lag, double* shift) co
   return true;
 }
 
-// Moves every stage `positions` ahead: the last period's ends, each plus `shift`.
+// Moves every stage `positions` ahead: the last window_ positions' ends, each plus `shift`.
 void PipelineSimulator::jump(int64_t until, int64_t positions, double shift) {
   for (int64_t s = 0; s < p_; ++s) {
-    for (int64_t pos = until - period_; pos < until; ++pos) block_[s * period_ + pos - until + period_] = end_s_[slot(s, pos)];
-    for (int64_t pos = until - period_; pos < until; ++pos)
-      end_s_[slot(s, pos + positions)] = block_[s * period_ + pos - until + period_] + shift;
-    next_[s] = until + positions;
+    double* const held = &block_[s * window_];
+    for (int64_t i = 0; i < window_; ++i) held[i] = end_s_[slot(s, until - window_ + i)];
+    for (int64_t i = 0; i < window_; ++i) end_s_[slot(s, until + positions - window_ + i)] = held[i] + shift;
     free_s_[s] = end_s_[slot(s, until + positions - 1)];
     // A steady period runs as many forwards as backwards.
     fwd_at_[s].set(fwd_at_[s].k + positions / 2, p_, v_);
@@ -179,18 +172,22 @@ const PipelineTimeline& PipelineSimulator::simulate(const PipelineCosts& c) {
   // v chunks under interleaving: that many forwards and as many backwards per stage.
   period_ = v_ == 1 ? 2 : 2 * p_ * v_;
   lags_ = v_ == 1 ? std::max(p_, kMinLags) : kMinLags;
-  // Rounds of one period, after each of which the state is compared with earlier ones; without the
-  // skip, longer rounds (fewer sweeps over the stages). The ring holds the compared periods, a
-  // round, and a period of inputs before it.
-  const int64_t round = c.skip_steady_state ? period_ : period_ * ((kSlowRound + period_ - 1) / period_);
+  // Rounds after each of which the state is compared with earlier ones (without the skip, longer
+  // ones). The ring holds the compared states, a round, and a period of inputs before it.
+  const int64_t round = c.skip_steady_state ? std::min(period_, kCheckEvery) : kSlowRound;
   ring_ = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>((lags_ + 2) * period_ + round)));
   warmup_.resize(p_);
-  next_.assign(p_, 0);
   fwd_at_.assign(p_, Cursor{});
   bwd_at_.assign(p_, Cursor{});
   free_s_.assign(p_, 0.0);
   end_s_.resize(p_ * ring_);
-  block_.resize(p_ * period_);
+  // How far back an op reads its input, at most: 1F1B's inputs lie at most one position back (the
+  // neighbour's warm-up is one longer); interleaving's two, except across the wrap from stage p - 1
+  // to stage 0 in the warm-up and cool-down, p back (stage 0's forward k reads stage p - 1's k - p;
+  // stage p - 1's cool-down backward at m v + k reads stage 0's at m v + k - p).
+  window_ = v_ == 1 ? 2 : std::max<int64_t>(2, p_);
+  reach_ = 0;
+  block_.resize(p_ * window_);
   t_.stage_end_s.resize(p_);
   t_.stage_busy_s.resize(p_);
   t_.peak_in_flight.resize(p_);
@@ -202,11 +199,13 @@ const PipelineTimeline& PipelineSimulator::simulate(const PipelineCosts& c) {
   const int64_t steady_from = warmup_[0], steady_to = len_ - warmup_[0];
   bool skipped = !c.skip_steady_state;
   for (int64_t until = 0; until < len_;) {
+    const int64_t from = until;
     until = std::min(until + round, len_);
-    run_until(until);
+    run_positions(from, until);
     for (int64_t lag = 1; !skipped && lag <= lags_; ++lag) {
-      // The compared periods, and the inputs of the round that made the older one, are steady.
-      if (until - (lag + 1) * period_ < steady_from || until > steady_to) break;
+      // The older state and the inputs of every op after it are steady: from there on, every op is
+      // the one `lag` periods before it, with its inputs as far back, and a cost alike.
+      if (until - lag * period_ - window_ < steady_from || until > steady_to) break;
       double shift = 0;
       if (!shifted_by(until, lag * period_, &shift)) continue;
       const int64_t repeats = (steady_to - until) / (lag * period_);

@@ -105,7 +105,7 @@ class PipelineSimulator {
     const int64_t w = warmup_[s];
     return pos < w || (pos < 2 * total_ - w && (pos - w) % 2 == 0);
   }
-  void run_until(int64_t limit);
+  void run_positions(int64_t from, int64_t to);
   bool shifted_by(int64_t until, int64_t lag, double* shift) const;
   void jump(int64_t until, int64_t positions, double shift);
   void summarize();
@@ -119,11 +119,13 @@ class PipelineSimulator {
   int64_t period_ = 2;  // positions per stage after which the steady state's ops repeat
   int64_t lags_ = 1;   // periods apart that two states are compared, at most
   int64_t ring_ = 1;    // positions kept per stage, a power of 2 covering every look back
-  std::vector<int64_t> warmup_, next_;
+  int64_t window_ = 2;  // positions back an op may read its input, at most (max(2, p), at most a period)
+  int64_t reach_ = 0;   // the farthest back an op has read its input, so far
+  std::vector<int64_t> warmup_;
   std::vector<Cursor> fwd_at_, bwd_at_;
   std::vector<double> free_s_;
   std::vector<double> end_s_;   // op ends, stage s's position pos at slot(s, pos)
-  std::vector<double> block_;   // one period of every stage, while it is moved
+  std::vector<double> block_;   // the last window_ positions of every stage, while they are moved
   PipelineTimeline t_;
 };
 

@@ -270,7 +270,7 @@ BOOST_AUTO_TEST_CASE(long_pipelines_skip_the_steady_state_exactly) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(0.5, 1.5);
   PipelineSimulator fast, slow;
-  for (auto [p, v, m] : {std::tuple<int64_t, int64_t, int64_t>{8, 1, 512}, {8, 4, 512}, {16, 2, 1024}, {4, 8, 1024}}) {
+  for (auto [p, v, m] : {std::tuple<int64_t, int64_t, int64_t>{8, 1, 512}, {8, 4, 512}, {16, 2, 1024}, {4, 8, 1024}, {64, 1, 1000}, {32, 3, 256}}) {
     std::vector<double> fwd(p * v), bwd(p * v);
     for (auto& x : fwd) x = u(rng) / static_cast<double>(v);
     for (auto& x : bwd) x = 2 * u(rng) / static_cast<double>(v);
@@ -286,7 +286,7 @@ BOOST_AUTO_TEST_CASE(long_pipelines_skip_the_steady_state_exactly) {
     const PipelineTimeline& full = slow.simulate(c);
     BOOST_TEST_CONTEXT("p=" << p << " v=" << v << " m=" << m) {
       check_same(skipped, full);
-      BOOST_TEST(skipped.ops_simulated * 4 < full.ops_simulated);
+      BOOST_TEST(skipped.ops_simulated * 3 < full.ops_simulated * 2);  // (p = 32, v = 3: 8 groups of p, half skipped)
     }
   }
 }
