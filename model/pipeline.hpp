@@ -7,11 +7,19 @@
 // Each stage runs its ops strictly in the schedule's order; an op starts when its stage is free and
 // its input has arrived. The forward of model chunk c on micro-batch i needs chunk c-1's forward of
 // i plus one p2p send; the backward of chunk c needs chunk c+1's backward of i plus one send; the
-// last chunk's backward needs only its own forward. Sends overlap compute (Megatron posts them
-// asynchronously) and only delay their receiver; a send between chunks on the same stage (p = 1)
-// costs nothing. Left out: the blocking of paired send/receive calls, the first stage's data loading
-// and the gradient reduction and optimizer after the flush (each stage's flush time is returned so
-// that a caller can lay them after it).
+// last chunk's backward needs only its own forward. A send delays only its receiver; a send between
+// chunks on the same stage (p = 1) costs nothing. Left out: a sender held until its receiver posts
+// the matching receive (Megatron batches each send with the next receive), data loading, and the
+// gradient reduction and optimizer after the flush (each stage's flush time is returned so that a
+// caller can lay them after it).
+//
+// The steady-state skip: with identical micro-batches, every stage repeats its ops every micro-batch
+// (1F1B) or every group of p micro-batches (interleaved) once past stage 0's warm-up. Every 16
+// positions the last max(2, p) op ends of every stage (all that later ops read) are compared with
+// those 1, 2, ... periods earlier (up to 4, or p under 1F1B, whose critical cycle can span p
+// micro-batches); once they differ by one time, the schedule being max-plus linear, the simulator
+// moves every stage as many whole periods ahead as stay in the steady state, then runs the cool-down.
+// Exact up to rounding (a few ulps of the clock per op); a state that never repeats is run op by op.
 //
 // Closed forms the tests check, for equal stages of forward f and backward b per micro-batch and a
 // send of d seconds (derived by the max-plus critical cycle, and confirmed numerically):

@@ -270,7 +270,7 @@ BOOST_AUTO_TEST_CASE(long_pipelines_skip_the_steady_state_exactly) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(0.5, 1.5);
   PipelineSimulator fast, slow;
-  for (auto [p, v, m] : {std::tuple<int64_t, int64_t, int64_t>{8, 1, 512}, {8, 4, 512}, {16, 2, 1024}, {4, 8, 1024}, {64, 1, 1000}, {32, 3, 256}}) {
+  for (auto [p, v, m] : {std::tuple<int64_t, int64_t, int64_t>{8, 1, 512}, {8, 4, 512}, {16, 2, 1024}, {4, 8, 1024}, {64, 1, 1000}, {32, 3, 256}, {64, 8, 1024}}) {
     std::vector<double> fwd(p * v), bwd(p * v);
     for (auto& x : fwd) x = u(rng) / static_cast<double>(v);
     for (auto& x : bwd) x = 2 * u(rng) / static_cast<double>(v);
