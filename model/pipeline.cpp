@@ -20,17 +20,19 @@ constexpr int64_t kSlowRound = 256;
 // Rounding per op when comparing two states a period apart: each op's end is one addition, so two
 // chains of n ops that are equal in exact arithmetic differ by up to about n ulps of the clock.
 constexpr double kRoundingPerOp = 4 * DBL_EPSILON;
-// Bounds that keep every index an int64_t far from overflow and the buffers within memory.
-constexpr int64_t kMaxStages = 1 << 12;
-constexpr int64_t kMaxVirtualStages = 1 << 8;
+// Bounds that keep every index far from overflow and the buffers (about 16 p^2 v op ends) within
+// 64 MiB. A chunk holds at least one layer, and the largest models have about 130.
+constexpr int64_t kMaxStages = 256;
+constexpr int64_t kMaxChunks = 2048;
 constexpr int64_t kMaxMicroBatches = int64_t{1} << 32;
 
 }  // namespace
 
 std::string check_pipeline(const PipelineCosts& c) {
   if (c.stages < 1 || c.stages > kMaxStages) return "pipeline stages must be in 1.." + std::to_string(kMaxStages);
-  if (c.virtual_stages < 1 || c.virtual_stages > kMaxVirtualStages)
-    return "virtual stages must be in 1.." + std::to_string(kMaxVirtualStages);
+  if (c.virtual_stages < 1 || c.virtual_stages > kMaxChunks / c.stages)
+    return "virtual stages must be in 1.." + std::to_string(kMaxChunks / c.stages) + " (at most " +
+           std::to_string(kMaxChunks) + " model chunks)";
   if (c.micro_batches < 1 || c.micro_batches > kMaxMicroBatches) return "micro-batches must be in 1..2^32";
   if (c.virtual_stages > 1 && c.micro_batches % c.stages != 0)
     return "interleaved 1F1B needs the micro-batches (" + std::to_string(c.micro_batches) +

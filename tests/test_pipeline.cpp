@@ -312,4 +312,8 @@ BOOST_AUTO_TEST_CASE(what_cannot_run_is_named) {
   Equal zero(2, 1, 3, 1, 2, 0);
   zero.costs.micro_batches = 0;
   BOOST_TEST(check_pipeline(zero.costs).find("micro-batches") != std::string::npos);
+  Equal wide(64, 32, 64, 1, 2, 0);  // 2048 chunks: the most a pipeline may have
+  BOOST_TEST(check_pipeline(wide.costs).empty());
+  wide.costs.virtual_stages = 33;
+  BOOST_TEST(check_pipeline(wide.costs) == "virtual stages must be in 1..32 (at most 2048 model chunks)");
 }
