@@ -24,10 +24,11 @@
 // Closed forms the tests check, for equal stages of forward f and backward b per micro-batch and a
 // send of d seconds (derived by the max-plus critical cycle, and confirmed numerically):
 //   1F1B:        (m + p - 1)(f + b) + 2 (p - 1 + floor((p - 1)(m - 1) / p)) d.
-//                The d term beyond the fill and drain's 2 (p - 1) d comes from the steady state: a
-//                stage's next backward waits for the gradient of a micro-batch whose forward it sent
-//                only one op earlier, so the cycle through all p stages exposes 2 (p - 1) sends per p
-//                micro-batches. With d = 0 (or m <= 2) this is the textbook (m + p - 1)(f + b).
+//                The d term beyond the fill and drain's 2 (p - 1) d comes from the steady state:
+//                stage s's backward of micro-batch i waits for stage s + 1's, which runs right after
+//                s + 1's forward of the micro-batch that s sent only two ops earlier; the cycle that
+//                goes up through all p stages and back exposes 2 (p - 1) sends per p micro-batches.
+//                With d = 0 (or m <= 2) this is the textbook (m + p - 1)(f + b).
 //   interleaved: (m + (p - 1) / v)(f + b) + 2 (p v - 1) d, with chunks of f / v and b / v, for
 //                d <= min(f, b) / v: the warm-up's 2 (p - s - 1) extra forwards leave one op of
 //                slack between dependent ops, which hides each send in the steady state, so only the

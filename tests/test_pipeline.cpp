@@ -207,6 +207,7 @@ BOOST_AUTO_TEST_CASE(interleaved_closed_form) {
         const double f = 1.0, b = 2.1;
         for (double d : {0.0, 0.3 * f / static_cast<double>(v), f / static_cast<double>(v)}) {
           Equal e(p, v, m, f, b, d);
+          BOOST_TEST((e.costs.schedule() == PipelineSchedule::kInterleaved1F1B));
           const double want = (static_cast<double>(m) + static_cast<double>(p - 1) / static_cast<double>(v)) * (f + b) +
                               static_cast<double>(2 * (p * v - 1)) * d;
           const PipelineTimeline t = simulate_pipeline(e.costs);
