@@ -63,7 +63,9 @@ std::vector<RefOp> stage_order(int64_t p, int64_t v, int64_t m, int64_t s) {
 // iterated from zero until nothing moves.
 PipelineTimeline reference(const PipelineCosts& c) {
   const int64_t p = c.stages, v = c.virtual_stages, m = c.micro_batches, chunks = p * v;
-  const auto id = [&](bool forward, int64_t chunk, int64_t micro) { return ((forward ? 0 : chunks) + chunk) * m + micro; };
+  const auto id = [&](bool forward, int64_t chunk, int64_t micro) {
+    return ((forward ? 0 : chunks) + chunk) * m + micro;
+  };
   std::vector<std::vector<RefOp>> orders;
   for (int64_t s = 0; s < p; ++s) orders.push_back(stage_order(p, v, m, s));
   std::vector<double> end(2 * chunks * m, 0.0);
@@ -271,7 +273,8 @@ BOOST_AUTO_TEST_CASE(long_pipelines_skip_the_steady_state_exactly) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(0.5, 1.5);
   PipelineSimulator fast, slow;
-  for (auto [p, v, m] : {std::tuple<int64_t, int64_t, int64_t>{8, 1, 512}, {8, 4, 512}, {16, 2, 1024}, {4, 8, 1024}, {64, 1, 1000}, {32, 3, 256}, {64, 8, 1024}}) {
+  using Shape = std::tuple<int64_t, int64_t, int64_t>;  // p, v, m
+  for (auto [p, v, m] : {Shape{8, 1, 512}, {8, 4, 512}, {16, 2, 1024}, {4, 8, 1024}, {64, 1, 1000}, {32, 3, 256}, {64, 8, 1024}}) {
     std::vector<double> fwd(p * v), bwd(p * v);
     for (auto& x : fwd) x = u(rng) / static_cast<double>(v);
     for (auto& x : bwd) x = 2 * u(rng) / static_cast<double>(v);
