@@ -83,6 +83,12 @@ DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::s
     if (!find_param(key)) throw Error(origin + ": unknown parameter \"" + key + "\"");
   for (const ParamInfo& info : cost_param_registry()) {
     const std::string name(info.name);
+    if (!params.contains(name) && info.member == &CostParams::host_kernel_issue_s) {
+      // Added with the Megatron path: a profile written before it existed keeps its default (0,
+      // which leaves every Composer prediction as it was) and says so.
+      p.sources[name] = {SourceKind::kAssumed, "not in this profile (written before the parameter existed)", -1};
+      continue;
+    }
     if (!params.contains(name)) throw Error(origin + ": missing parameter \"" + name + "\"");
     const json& e = params[name];
     if (!e.is_object() || !e.contains("value") || !e["value"].is_number())

@@ -42,6 +42,22 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
   return s;
 }
 
+BlockShape tensor_parallel_shape(BlockShape s, int64_t tp, bool sequence_parallel, int64_t padded_vocab) {
+  if (tp <= 1) return s;
+  s.kv_heads = s.n_kv_heads() / tp;
+  s.n_heads /= tp;
+  s.d_ffn /= tp;
+  s.vocab = (padded_vocab + tp - 1) / tp;
+  s.tp = tp;
+  s.sequence_parallel = sequence_parallel;
+  return s;
+}
+
+int64_t megatron_padded_vocab(int64_t vocab, int64_t tp) {
+  const int64_t multiple = 128 * tp;
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
 namespace {
 
 // The ops' names of one linear layer (static storage).
@@ -63,13 +79,15 @@ struct Linear {
   int64_t rows, n, k;
   int64_t groups;
   bool bias;
+  int64_t saved_rows;  // rows of the input it keeps for backward (row_tokens() for a column-parallel
+                       // linear under sequence parallelism; else rows)
 };
 
 Linear qkv(const BlockShape& s) {
-  return {TPSIM_LINEAR("attn.Wqkv"), s.tokens(), s.q_dim() + 2 * s.kv_dim(), s.d_model, 1, s.qkv_bias};
+  return {TPSIM_LINEAR("attn.Wqkv"), s.tokens(), s.q_dim() + 2 * s.kv_dim(), s.d_model, 1, s.qkv_bias, s.row_tokens()};
 }
 Linear out_proj(const BlockShape& s) {
-  return {TPSIM_LINEAR("attn.out_proj"), s.tokens(), s.d_model, s.q_dim(), 1, s.bias};
+  return {TPSIM_LINEAR("attn.out_proj"), s.tokens(), s.d_model, s.q_dim(), 1, s.bias, s.tokens()};
 }
 
 // One feed-forward network (dense, the routed experts, or the shared experts): its ops' names
@@ -105,13 +123,14 @@ struct Ffn {
   bool bias;
   bool input_saved_elsewhere;  // another op keeps its input for backward
   int64_t d_model;
-  Linear gate() const { return {names->gate, rows, width, d_model, groups, bias}; }
-  Linear up() const { return {names->up, rows, width, d_model, groups, bias}; }
-  Linear down() const { return {names->down, rows, d_model, width, groups, bias}; }
+  int64_t input_rows;  // rows of its input kept for backward (row_tokens() for the dense FFN)
+  Linear gate() const { return {names->gate, rows, width, d_model, groups, bias, input_rows}; }
+  Linear up() const { return {names->up, rows, width, d_model, groups, bias, input_rows}; }
+  Linear down() const { return {names->down, rows, d_model, width, groups, bias, rows}; }
 };
 
 Ffn dense_ffn(const BlockShape& s) {
-  return {&kDenseFfn, s.tokens(), s.d_ffn, 1, s.bias, false, s.d_model};
+  return {&kDenseFfn, s.tokens(), s.d_ffn, 1, s.bias, false, s.d_model, s.row_tokens()};
 }
 
 MemKind activation_kind(Activation act) {
@@ -145,13 +164,13 @@ void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsew
   const double t = d(l.rows);
   const double w = d(l.groups) * d(l.n) * d(l.k);  // weight elements
   const DType dt = block_gemm_dtype(s.precision);
-  double saved = input_saved_elsewhere ? 0.0 : t * d(l.k) * a;
+  double saved = input_saved_elsewhere ? 0.0 : d(l.saved_rows) * d(l.k) * a;
   if (dt == DType::kFp8) {
     // TransformerEngine: cast (and transpose, for the weight gradient) the input and the weight to
     // fp8, computing amax on the way; the fp8 copy of the input is what it keeps for backward.
     out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
                          2.0 * t * d(l.k) + 2.0 * w, 2));
-    saved = t * d(l.k);
+    saved = d(l.saved_rows) * d(l.k);
     Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, 1.0, a, false, true);
     if (l.groups != 1) g = grouped(g, l, false, 1.0, a);
     g.saved_bytes = saved;
@@ -187,37 +206,37 @@ void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
 
 Op norm_forward(const char* name, const BlockShape& s) {
   const double a = activation_bytes(s.precision);
-  const double td = d(s.tokens()) * d(s.d_model);
+  const double td = d(s.row_tokens()) * d(s.d_model);
   const DType act = activation_dtype(s.precision);
   if (s.norm == NormKind::kRmsNorm) {
     // RMSNorm: reads x and w, writes y and an fp32 rstd per row; keeps x and the rstd.
-    const double rstd = d(s.tokens()) * 4.0;
-    return membound_op(name, MemKind::kRmsNorm, s.tokens(), s.d_model, act, td * a + d(s.d_model) * a,
+    const double rstd = d(s.row_tokens()) * 4.0;
+    return membound_op(name, MemKind::kRmsNorm, s.row_tokens(), s.d_model, act, td * a + d(s.d_model) * a,
                        td * a + rstd, 1, td * a + rstd);
   }
-  const double stats = d(s.tokens()) * 8.0;  // fp32 mean and rstd per token
+  const double stats = d(s.row_tokens()) * 8.0;  // fp32 mean and rstd per token
   const double params = s.norm_bias ? 2.0 : 1.0;  // weight, and bias
   // Keeps its input and statistics for backward.
-  return membound_op(name, MemKind::kLayerNorm, s.tokens(), s.d_model, act, td * a + params * d(s.d_model) * a,
+  return membound_op(name, MemKind::kLayerNorm, s.row_tokens(), s.d_model, act, td * a + params * d(s.d_model) * a,
                      td * a + stats, 1, td * a + stats);
 }
 
 Op norm_backward(const char* name, const BlockShape& s) {
   const double a = activation_bytes(s.precision);
-  const double td = d(s.tokens()) * d(s.d_model);
+  const double td = d(s.row_tokens()) * d(s.d_model);
   const bool rms = s.norm == NormKind::kRmsNorm;
-  const double stats = d(s.tokens()) * (rms ? 4.0 : 8.0);
+  const double stats = d(s.row_tokens()) * (rms ? 4.0 : 8.0);
   const double params = rms || !s.norm_bias ? 1.0 : 2.0;
   // Input gradient (reads dY, x, stats) and weight/bias gradients (reads dY, x again): two kernels.
-  return membound_op(name, rms ? MemKind::kRmsNormBackward : MemKind::kLayerNormBackward, s.tokens(), s.d_model,
+  return membound_op(name, rms ? MemKind::kRmsNormBackward : MemKind::kLayerNormBackward, s.row_tokens(), s.d_model,
                      activation_dtype(s.precision), 4.0 * td * a + 2.0 * stats,
                      td * a + params * d(s.d_model) * 4.0, 2);
 }
 
 Op residual_add(const char* name, const BlockShape& s) {
   const double a = activation_bytes(s.precision);
-  const double td = d(s.tokens()) * d(s.d_model);
-  return membound_op(name, MemKind::kAdd, s.tokens(), s.d_model, activation_dtype(s.precision), 2.0 * td * a, td * a);
+  const double td = d(s.row_tokens()) * d(s.d_model);
+  return membound_op(name, MemKind::kAdd, s.row_tokens(), s.d_model, activation_dtype(s.precision), 2.0 * td * a, td * a);
 }
 
 // RoPE on q and k (in place) after the QKV GEMM, and on dq and dk in the backward: reads and
@@ -296,12 +315,13 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
 }
 
 Ffn expert_ffn(const BlockShape& s) {
-  return {&kExpertFfn, moe_routed_rows(s.moe, s.tokens()), s.moe.d_expert, s.moe.experts, false, false, s.d_model};
+  const int64_t rows = moe_routed_rows(s.moe, s.tokens());
+  return {&kExpertFfn, rows, s.moe.d_expert, s.moe.experts, false, false, s.d_model, rows};
 }
 Ffn shared_ffn(const BlockShape& s) {
   // The shared experts see every token: one dense FFN of their widths together (DeepSeek fuses
   // them so; Qwen2-MoE has one), with x kept by the router.
-  return {&kSharedFfn, s.tokens(), s.moe.shared_experts * s.moe.d_shared, 1, false, true, s.d_model};
+  return {&kSharedFfn, s.tokens(), s.moe.shared_experts * s.moe.d_shared, 1, false, true, s.d_model, s.tokens()};
 }
 
 // The mixture-of-experts feed-forward of one block, forward. Index tensors are int64 (torch.topk).
@@ -475,7 +495,7 @@ void head_forward_ops(const BlockShape& s, OpSink& out) {
   const double tv = t * d(s.vocab);
   out.push(norm_forward("norm_f.fwd", s));
   Op logits = gemm_op("logits.fwd", s.tokens(), s.vocab, s.d_model, other_gemm_dtype(s.precision), a, a, false, true);
-  logits.saved_bytes = t * d(s.d_model) * a;  // its input, for the weight gradient
+  logits.saved_bytes = d(s.row_tokens()) * d(s.d_model) * a;  // its input, for the weight gradient
   out.push(logits);
   // Fused cross-entropy: reads the logits, writes the loss and, in place, the logits gradient;
   // the t x V buffer stays alive until the head's backward.

@@ -1,8 +1,11 @@
 // The ops of one training step, each with its shape, FLOPs and bytes. The cost model (cost.hpp)
 // only turns these into seconds.
 //
-// Shapes are per device (no tensor parallelism yet: a later split of heads and d_ffn across
-// tensor-parallel ranks divides the n of column-parallel GEMMs and the k of row-parallel ones).
+// Shapes are per device. Under tensor parallelism (tensor_parallel_shape) a device holds n_heads/tp
+// query heads, kv_heads/tp key/value heads and d_ffn/tp feed-forward columns: the n of the
+// column-parallel GEMMs (QKV, MLP up and gate) and the k of the row-parallel ones (out projection,
+// MLP down) are divided, and with sequence parallelism the token-wise ops (norms, residuals) run on
+// tokens/tp rows.
 #pragma once
 
 #include <array>
@@ -219,8 +222,14 @@ struct BlockShape {
   int64_t window = 0;  // sliding window, set only when shorter than seq; 0: the whole causal prefix
   MoeConfig moe;       // experts: 0 for a dense feed-forward
   QkNorm qk_norm = QkNorm::kNone;  // RMSNorm of q and k before RoPE (Qwen3 per head, OLMo 2 whole)
+  int64_t tp = 1;                  // tensor-parallel ranks the heads and FFN columns are split over
+  bool sequence_parallel = false;  // the token-wise ops' rows split over the tp ranks too
 
   int64_t tokens() const { return batch * seq; }
+  // Rows of the token-wise ops (norms, residual adds) and of what the column-parallel linears keep of
+  // their input: every token, or with sequence parallelism this rank's tokens/tp (Megatron gathers
+  // the input before each column-parallel GEMM and keeps only its own part for the backward).
+  int64_t row_tokens() const { return sequence_parallel && tp > 1 ? (tokens() + tp - 1) / tp : tokens(); }
   int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
   int64_t n_kv_heads() const { return kv_heads > 0 ? kv_heads : n_heads; }
   int64_t q_dim() const { return n_heads * d_head(); }      // width of Q and of the attention output
@@ -228,6 +237,17 @@ struct BlockShape {
 };
 
 BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_len, Precision p);
+
+// The shape one of `tp` tensor-parallel ranks computes (Megatron-LM's ColumnParallelLinear and
+// RowParallelLinear, Shoeybi et al. 2019): query and key/value heads and the dense feed-forward
+// width divided by tp (each must divide: check_config), the logits over `padded_vocab / tp`
+// vocabulary rows (VocabParallelEmbedding), and with `sequence_parallel` the token-wise ops over
+// tokens/tp rows (Korthikanti et al. 2022). tp = 1 returns `s` unchanged.
+BlockShape tensor_parallel_shape(BlockShape s, int64_t tp, bool sequence_parallel, int64_t padded_vocab);
+
+// The vocabulary Megatron-LM pads to: a multiple of 128 * tp (--make-vocab-size-divisible-by 128,
+// megatron/training/tokenizer: _vocab_size_with_padding), so that every rank's slice is whole.
+int64_t megatron_padded_vocab(int64_t vocab, int64_t tp);
 
 // The share of causal attention's (query, key) pairs a sliding window of w keys keeps at sequence
 // length s: sum_i min(i+1, w) = w(w+1)/2 + (s-w)w of the s(s+1)/2 causal pairs (Mistral; w < s).

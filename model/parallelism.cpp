@@ -47,4 +47,38 @@ FsdpLayout fsdp_layout(Sharding sharding, int64_t n_gpus, int64_t gpus_per_node)
   return l;
 }
 
+CommGroup strided_group(int64_t ranks, int64_t stride, int64_t gpus_per_node) {
+  CommGroup g;
+  g.ranks = ranks;
+  if (ranks <= 1 || ranks * stride <= gpus_per_node) return g;  // one node
+  if (stride >= gpus_per_node) {
+    g.nodes = ranks;                 // every member on its own node
+    g.groups_per_node = gpus_per_node;
+  } else {
+    const int64_t per_node = gpus_per_node / stride;  // members sharing a node
+    g.nodes = (ranks + per_node - 1) / per_node;
+    g.groups_per_node = stride;
+  }
+  return g;
+}
+
+MegatronLayout megatron_layout(const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node) {
+  MegatronLayout l;
+  l.tp = par.tensor;
+  l.cp = par.context;
+  l.pp = par.pipeline;
+  l.vp = par.virtual_stages;
+  l.dp = n_gpus / par.model_parallel();
+  l.tp_group = strided_group(l.tp, 1, gpus_per_node);
+  l.dp_group = strided_group(l.dp, l.tp * l.cp, gpus_per_node);
+  const int64_t stage_stride = l.tp * l.cp * l.dp;
+  // Some stage boundary falls between nodes once the stages span more than one node; the schedule
+  // then waits on the slowest link every micro-batch.
+  l.stage_link_crosses_nodes = l.pp > 1 && stage_stride * l.pp > gpus_per_node;
+  l.stage_link_sharers = std::min(stage_stride, gpus_per_node);
+  // The first and last stage's ranks holding the same embedding slice: two ranks, (pp-1) strides apart.
+  l.embedding_group = l.pp > 1 ? strided_group(2, stage_stride * (l.pp - 1), gpus_per_node) : CommGroup{};
+  return l;
+}
+
 }  // namespace tpsim

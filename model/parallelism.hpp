@@ -1,6 +1,5 @@
-// How a run's GPUs are grouped: today data parallelism under PyTorch FSDP. Tensor and pipeline
-// parallelism would add their own groups here (a tensor-parallel group inside a node, pipeline
-// stages across), shrinking the FSDP groups to the data-parallel ranks of one model replica.
+// How a run's GPUs are grouped: data parallelism under PyTorch FSDP (Composer), and Megatron-LM's
+// tensor, pipeline and data-parallel groups.
 #pragma once
 
 #include <cstdint>
@@ -26,5 +25,23 @@ struct FsdpLayout {
 // Every strategy issues its collectives per micro-batch (Composer does not skip the reduction of
 // intermediate micro-batches).
 FsdpLayout fsdp_layout(Sharding sharding, int64_t n_gpus, int64_t gpus_per_node);
+
+// The group of `ranks` GPUs whose rank numbers are `stride` apart, on nodes of `gpus_per_node`
+// consecutive ranks: within one node when the group's span fits, else over as many nodes as it
+// reaches, with as many such groups crossing each node's NICs as share it.
+CommGroup strided_group(int64_t ranks, int64_t stride, int64_t gpus_per_node);
+
+// Megatron-LM's process groups (megatron/core/parallel_state.py, its default order "tp-cp-ep-dp-pp"):
+// tensor-parallel ranks consecutive (inside a node), then context, then data-parallel replicas,
+// with pipeline stages outermost (some stage boundary crosses nodes once the stages span several).
+struct MegatronLayout {
+  int64_t tp = 1, cp = 1, pp = 1, vp = 1, dp = 1;
+  CommGroup tp_group;        // the activations' all-reduces (or all-gathers and reduce-scatters)
+  CommGroup dp_group;        // the gradients' all-reduce (or the distributed optimizer's reduce-scatter)
+  CommGroup embedding_group; // first and last stage: the tied word embedding's gradient all-reduce
+  bool stage_link_crosses_nodes = false;  // pipeline sends between stages go over the network
+  int64_t stage_link_sharers = 1;         // GPUs of a node sending over its NICs at once
+};
+MegatronLayout megatron_layout(const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node);
 
 }  // namespace tpsim

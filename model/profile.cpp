@@ -81,6 +81,8 @@ const std::array kRegistry = {
            "GPU idle time per micro-batch (data loading, hooks, synchronisation)"),
     scalar("step_overhead_s", &CostParams::step_overhead_s, Unit::kSeconds, 0, 10.0, S,
            "GPU idle time per optimizer step"),
+    scalar("host_kernel_issue_s", &CostParams::host_kernel_issue_s, Unit::kSeconds, 0, 1e-3, S,
+           "host time to issue one kernel from eager PyTorch (a floor under each block pass)"),
     scalar("memory_fragmentation", &CostParams::memory_fragmentation, Unit::kFactor, 1.0, 2.0, S,
            "allocator footprint / live bytes"),
     scalar("memory_reserve_bytes", &CostParams::memory_reserve_bytes, Unit::kBytes, 0, 64.0 * kGiB, S,

@@ -63,6 +63,11 @@ struct CostParams {
   double block_overhead_s = 0;          // per block and pass: FSDP hooks, limit_all_gathers waits
   double microbatch_overhead_s = 2e-3;  // per micro-batch: data loading, hooks, synchronisation
   double step_overhead_s = 20e-3;       // per optimizer step: logging, scheduler, clipping sync
+  // The host's time to issue one kernel from eager PyTorch (Python, the dispatcher, the launch): a
+  // pass over a block takes at least its kernels times this, whatever the GPU's share. Used by the
+  // Megatron path (megatron.hpp); Composer's path keeps its fitted per-block and per-micro-batch
+  // overheads (profiles written before this parameter existed read it as 0).
+  double host_kernel_issue_s = 0;
 
   // Memory: peak = live bytes * fragmentation + reserve.
   double memory_fragmentation = 1.05;        // caching-allocator overhead over live tensors

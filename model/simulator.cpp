@@ -4,41 +4,13 @@
 #include <cmath>
 
 #include "model/cost.hpp"
+#include "model/megatron.hpp"
 #include "model/metrics.hpp"
 #include "model/ops.hpp"
 #include "model/parallelism.hpp"
 
 namespace tpsim {
 namespace {
-
-// Costs each op as the builders produce it, into seconds by breakdown category.
-class CategorySeconds final : public OpSink {
- public:
-  CategorySeconds(const CostModel& cost, CategoryTotals& out) : cost_(cost), out_(out) {}
-
-  void push(const Op& op) override {
-    const double s = cost_.op_seconds(op);
-    out_.saved_bytes += op.saved_bytes;
-    switch (op.category) {
-      case OpCategory::kGemm: out_.gemm += s; break;
-      case OpCategory::kAttention: out_.attention += s; break;
-      case OpCategory::kOther:
-      case OpCategory::kOptimizer: out_.other += s; break;
-    }
-  }
-
- private:
-  const CostModel& cost_;
-  CategoryTotals& out_;
-};
-
-template <typename Build, typename... Args>
-CategoryTotals costed(const CostModel& cost, Build build, const Args&... args) {
-  CategoryTotals t;
-  CategorySeconds sink(cost, t);
-  build(args..., sink);
-  return t;
-}
 
 struct MicroBatchResult {
   MicroBatchCosts costs;
@@ -107,9 +79,20 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
     return "GPU count " + std::to_string(cfg.n_gpus) + " is outside 1.." + std::to_string(kMaxGpus);
   if (cfg.global_batch <= 0 || cfg.global_batch > kMaxBatch)
     return "global batch " + std::to_string(cfg.global_batch) + " is outside 1.." + std::to_string(kMaxBatch);
-  if (cfg.global_batch % cfg.n_gpus != 0)
+  if (cfg.parallel.framework == Framework::kComposer && cfg.global_batch % cfg.n_gpus != 0)
     return "global batch " + std::to_string(cfg.global_batch) + " is not a multiple of the GPU count " +
            std::to_string(cfg.n_gpus);
+  const Parallelism& par = cfg.parallel;
+  for (int64_t degree : {par.tensor, par.pipeline, par.virtual_stages, par.context, par.expert})
+    if (degree < 1 || degree > kMaxGpus)
+      return "parallel degree " + std::to_string(degree) + " is outside 1.." + std::to_string(kMaxGpus);
+  if (par.tensor * par.context > kMaxGpus || par.model_parallel() > kMaxGpus ||
+      cfg.n_gpus % par.model_parallel() != 0)
+    return "tensor x context x pipeline parallel = " + std::to_string(par.tensor) + " x " + std::to_string(par.context) +
+           " x " + std::to_string(par.pipeline) + " does not divide the " + std::to_string(cfg.n_gpus) + " GPUs";
+  if (cfg.global_batch % cfg.data_parallel() != 0)
+    return "global batch " + std::to_string(cfg.global_batch) + " is not a multiple of the data-parallel degree " +
+           std::to_string(cfg.data_parallel());
   if (cfg.micro_batch <= 0 || cfg.micro_batch > cfg.per_device_batch())
     return "micro-batch " + std::to_string(cfg.micro_batch) + " is outside 1..per-device batch " +
            std::to_string(cfg.per_device_batch());
@@ -124,6 +107,13 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
       return "the " + device.id + " profile has no achieved " + std::string(to_string(t)) + " GEMM rate";
   }
   if (device.gpus_per_node <= 0) return "device " + device.id + " has no gpus_per_node";
+  switch (cfg.parallel.framework) {
+    case Framework::kMegatron: return check_megatron_config(model, device, cfg);
+    case Framework::kTorchtitan: return "framework torchtitan is not modelled yet (composer and megatron are)";
+    case Framework::kComposer: break;
+  }
+  if (!cfg.parallel.is_data_parallel_only() || cfg.parallel.distributed_optimizer || cfg.parallel.overlap_grad_reduce)
+    return "composer runs FSDP without tensor, pipeline, context or expert parallelism (framework megatron runs them)";
   if (cfg.sharding == Sharding::kHybridShard && cfg.n_gpus > device.gpus_per_node &&
       cfg.n_gpus % device.gpus_per_node != 0)
     return "HYBRID_SHARD needs whole nodes: " + std::to_string(cfg.n_gpus) + " GPUs is not a multiple of " +
@@ -137,6 +127,14 @@ Evaluator::Evaluator(const ModelConfig& model, const DeviceSpec& device, const C
       params_(params),
       cost_(device, params),
       block_params_(static_cast<double>(layer_parameter_count(model))) {}
+
+Evaluator::~Evaluator() = default;
+Evaluator::Evaluator(Evaluator&&) noexcept = default;
+
+MegatronEvaluator& Evaluator::megatron() {
+  if (!megatron_) megatron_ = std::make_unique<MegatronEvaluator>(model_, device_, params_);
+  return *megatron_;
+}
 
 const ComputeCosts& Evaluator::compute_costs(int64_t micro_batch, int64_t seq_len, Precision precision) {
   constexpr size_t kComputeMemoSlots = 1024;
@@ -201,6 +199,7 @@ const FsdpCosts& Evaluator::fsdp_costs(const TrainConfig& cfg) {
 }
 
 Prediction Evaluator::predict(const TrainConfig& cfg) {
+  if (cfg.parallel.framework == Framework::kMegatron) return megatron().predict(cfg);
   const ModelConfig& model = model_;
   const CostParams& params = params_;
   const FsdpCosts& fsdp = fsdp_costs(cfg);
@@ -259,6 +258,7 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
 }
 
 MemoryBreakdown Evaluator::memory(const TrainConfig& cfg) {
+  if (cfg.parallel.framework == Framework::kMegatron) return megatron().memory(cfg);
   const ComputeCosts& k = compute_costs(cfg.micro_batch, cfg.seq_len, cfg.precision);
   update_counts(cfg.seq_len);
   return estimate_memory(memory_counts_, cfg, saved_activations(k), fsdp_costs(cfg).layout, params_);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@
 
 namespace tpsim {
 
+class MegatronEvaluator;
+
 // Where the step's time goes; the parts sum to the step time.
 struct StepBreakdown {
   double gemm_s = 0;
@@ -26,6 +29,7 @@ struct StepBreakdown {
   double exposed_comm_s = 0;   // collectives compute does not hide, and compute slowed by them
   double optimizer_s = 0;
   double overhead_s = 0;       // fixed per-micro-batch and per-step idle time
+  double pipeline_bubble_s = 0;  // pipeline parallelism: the stage's idle time waiting for other stages
 };
 
 enum class Feasibility : uint8_t { kFits, kOutOfMemory };
@@ -63,6 +67,7 @@ Prediction predict(const ModelConfig& model, const DeviceSpec& device, const Cos
 struct CategoryTotals {
   double gemm = 0, attention = 0, other = 0;
   double saved_bytes = 0;
+  double kernels = 0;  // kernel launches
   double total() const { return gemm + attention + other; }
   void add(const CategoryTotals& o, double times) {
     gemm += o.gemm * times;
@@ -70,6 +75,37 @@ struct CategoryTotals {
     other += o.other * times;
   }
 };
+
+// Costs each op as the builders produce it, into seconds by breakdown category.
+class CategorySeconds final : public OpSink {
+ public:
+  CategorySeconds(const CostModel& cost, CategoryTotals& out) : cost_(cost), out_(out) {}
+
+  void push(const Op& op) override {
+    const double s = cost_.op_seconds(op);
+    out_.saved_bytes += op.saved_bytes;
+    out_.kernels += static_cast<double>(op.kernels);
+    switch (op.category) {
+      case OpCategory::kGemm: out_.gemm += s; break;
+      case OpCategory::kAttention: out_.attention += s; break;
+      case OpCategory::kOther:
+      case OpCategory::kOptimizer: out_.other += s; break;
+    }
+  }
+
+ private:
+  const CostModel& cost_;
+  CategoryTotals& out_;
+};
+
+// The seconds by category of the ops build(args..., sink) produces.
+template <typename Build, typename... Args>
+CategoryTotals costed(const CostModel& cost, Build build, const Args&... args) {
+  CategoryTotals t;
+  CategorySeconds sink(cost, t);
+  build(args..., sink);
+  return t;
+}
 
 // The costed ops of one micro-batch that depend only on its size, the sequence length and the
 // precision: not on the sharding strategy, checkpointing or the GPU count.
@@ -107,6 +143,8 @@ struct FsdpCosts {
 class Evaluator {
  public:
   Evaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params);
+  ~Evaluator();
+  Evaluator(Evaluator&&) noexcept;
   Prediction predict(const TrainConfig& cfg);  // requires check_config(...) to be empty
   // The peak memory predict(cfg) would report, without laying out the schedule (a search's bound).
   MemoryBreakdown memory(const TrainConfig& cfg);
@@ -128,6 +166,8 @@ class Evaluator {
   std::vector<ComputeCosts> memo_;  // slot: micro-batch size modulo 1024, grown as used
   std::array<FsdpCosts, 4> fsdp_memo_{};
   size_t fsdp_next_ = 0;
+  std::unique_ptr<MegatronEvaluator> megatron_;  // made on the first megatron configuration
+  MegatronEvaluator& megatron();
 };
 
 }  // namespace tpsim

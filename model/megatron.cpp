@@ -1,0 +1,326 @@
+#include "model/megatron.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/metrics.hpp"
+#include "model/ops.hpp"
+#include "model/parallelism.hpp"
+#include "model/pipeline.hpp"
+
+namespace tpsim {
+namespace {
+
+double d(int64_t x) { return static_cast<double>(x); }
+
+// Bytes per element of the gradients Megatron-LM reduces: fp32 main gradients under bf16
+// (accumulate_allreduce_grads_in_fp32, which --bf16 turns on) and fp32, the parameters' fp16
+// otherwise (megatron/training/arguments.py).
+double megatron_grad_bytes(Precision p) { return p == Precision::kAmpFp16 ? 2.0 : 4.0; }
+
+}  // namespace
+
+std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg) {
+  const Parallelism& par = cfg.parallel;
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  if (par.context > 1) return "context parallelism (" + n(par.context) + ") is not modelled yet";
+  if (par.expert > 1) return "expert parallelism (" + n(par.expert) + ") is not modelled yet";
+  if (model.moe.active()) return "mixture-of-experts models under megatron are not modelled yet";
+  if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
+    return "sliding-window attention under megatron is not modelled yet";
+  if (model.n_heads % par.tensor != 0)
+    return "tensor parallel " + n(par.tensor) + " does not divide the " + n(model.n_heads) + " attention heads";
+  if (model.kv_heads() % par.tensor != 0)
+    return "tensor parallel " + n(par.tensor) + " does not divide the " + n(model.kv_heads()) + " key/value heads";
+  if (model.d_ffn() % par.tensor != 0)
+    return "tensor parallel " + n(par.tensor) + " does not divide the feed-forward width " + n(model.d_ffn());
+  if (par.pipeline > model.n_layers)
+    return "pipeline parallel " + n(par.pipeline) + " is more stages than the " + n(model.n_layers) + " layers";
+  if (model.n_layers % (par.pipeline * par.virtual_stages) != 0)
+    return "pipeline parallel " + n(par.pipeline) + " x virtual stages " + n(par.virtual_stages) +
+           " does not divide the " + n(model.n_layers) + " layers evenly";
+  if (par.virtual_stages > 1 && par.pipeline < 2)
+    return "virtual stages (" + n(par.virtual_stages) + ") need pipeline parallelism of at least 2";
+  if (cfg.per_device_batch() % cfg.micro_batch != 0)
+    return "micro-batch " + n(cfg.micro_batch) + " does not divide the " + n(cfg.per_device_batch()) +
+           " sequences per data-parallel rank (Megatron-LM needs whole micro-batches)";
+  const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
+  if (par.virtual_stages > 1 && m % par.pipeline != 0)
+    return "interleaved 1F1B needs the " + n(m) + " micro-batches to be a multiple of pipeline parallel " +
+           n(par.pipeline);
+  (void)device;
+  return {};
+}
+
+// Everything of a configuration but its global batch, costed once.
+struct MegatronEvaluator::Costs {
+  TrainConfig key;  // global_batch unused
+  MegatronLayout layout;
+  CategoryTotals block_fwd, block_bwd, embed_fwd, embed_bwd, head_fwd, head_bwd;
+  double attention_again = 0;  // selective: the attention forward run again before each backward
+  double tp_block_fwd_s = 0, tp_block_bwd_s = 0;  // one block's tensor-parallel collectives
+  double tp_embed_s = 0, tp_head_fwd_s = 0, tp_head_bwd_s = 0;
+  double p2p_s = 0;
+  std::vector<double> stage_params;   // local parameters per stage
+  std::vector<double> reduce_s;       // per stage: data-parallel gradient reduction
+  std::vector<double> gather_s;       // per stage: distributed optimizer's parameter all-gather
+  std::vector<double> optimizer_s;    // per stage
+  double embedding_sync_s = 0;        // first and last stage
+  SavedActivations saved;
+};
+
+MegatronEvaluator::MegatronEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
+    : model_(model), device_(device), params_(params), cost_(device, params) {}
+
+MegatronEvaluator::~MegatronEvaluator() = default;
+
+const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg) {
+  TrainConfig key = cfg;
+  key.global_batch = 0;
+  for (const auto& c : memo_)
+    if (c && c->key.seq_len == key.seq_len && c->key.micro_batch == key.micro_batch && c->key.n_gpus == key.n_gpus &&
+        c->key.precision == key.precision && c->key.checkpointing == key.checkpointing && c->key.parallel == key.parallel)
+      return *c;
+  std::unique_ptr<Costs>& slot = memo_[next_];
+  next_ = (next_ + 1) % std::size(memo_);
+  if (!slot) slot = std::make_unique<Costs>();
+  Costs& c = *slot;
+  c.key = key;
+  const Parallelism& par = cfg.parallel;
+  c.layout = megatron_layout(par, cfg.n_gpus, device_.gpus_per_node);
+  const MegatronLayout& l = c.layout;
+  const int64_t vocab = megatron_padded_vocab(model_.vocab_size, l.tp);
+  const BlockShape shape = tensor_parallel_shape(block_shape(model_, cfg.micro_batch, cfg.seq_len, cfg.precision),
+                                                 l.tp, par.sequence_parallel, vocab);
+  c.block_fwd = costed(cost_, block_forward_ops, shape);
+  c.block_bwd = costed(cost_, block_backward_ops, shape);
+  c.embed_fwd = costed(cost_, embedding_forward_ops, shape);
+  c.embed_bwd = costed(cost_, embedding_backward_ops, shape);
+  c.head_fwd = costed(cost_, head_forward_ops, shape);
+  c.head_bwd = costed(cost_, head_backward_ops, shape);
+  c.attention_again = cfg.checkpointing == Checkpointing::kSelective ? c.block_fwd.attention : 0.0;
+
+  // The tensor-parallel collectives: an all-reduce, or an all-gather plus a reduce-scatter (the same
+  // time in the ring model), of one micro-batch's t x d activations.
+  const double a = activation_bytes(cfg.precision);
+  const double td_bytes = d(shape.tokens()) * d(model_.d_model) * a;
+  const double sync = cost_.collective_seconds(CollectiveKind::kAllReduce, td_bytes, l.tp_group);
+  const double per_token = cost_.collective_seconds(CollectiveKind::kAllReduce, d(shape.tokens()) * 4.0, l.tp_group);
+  c.tp_block_fwd_s = 2.0 * sync;
+  c.tp_block_bwd_s = 2.0 * sync;
+  c.tp_embed_s = sync;
+  c.tp_head_fwd_s = (par.sequence_parallel ? sync / 2.0 : 0.0) + 3.0 * per_token;
+  c.tp_head_bwd_s = sync;
+
+  // Point-to-point: one micro-batch's activations (its tp-th part under sequence parallelism).
+  const double p2p_bytes = td_bytes / (par.sequence_parallel ? d(l.tp) : 1.0);
+  if (l.stage_link_crosses_nodes) {
+    const double nic = device_.inter_node_bytes_per_s * params_.inter_node_link_efficiency / d(l.stage_link_sharers);
+    c.p2p_s = p2p_bytes / nic + params_.inter_node_latency_s;
+  } else if (l.pp > 1) {
+    c.p2p_s = p2p_bytes / (device_.intra_node_bytes_per_s * params_.intra_node_link_efficiency) +
+              params_.intra_node_latency_s;
+  } else {
+    c.p2p_s = 0;
+  }
+
+  // Each stage's parameters (the rank's tensor-parallel slice), their gradient reduction and optimizer.
+  const double block = d(layer_parameter_count(model_)) / d(l.tp);
+  const double table = d(vocab) * d(model_.d_model) / d(l.tp);
+  const double positions = model_.learned_positions()
+                               ? d(model_.max_positions > 0 ? model_.max_positions : cfg.seq_len) * d(model_.d_model)
+                               : 0.0;
+  const double final_norm = d(model_.d_model) * (model_.norm == NormKind::kLayerNorm && model_.norm_bias ? 2.0 : 1.0);
+  const double layers_per_stage = d(model_.n_layers) / d(l.pp);
+  const double gb = megatron_grad_bytes(cfg.precision);
+  c.stage_params.assign(static_cast<size_t>(l.pp), 0.0);
+  c.reduce_s.assign(c.stage_params.size(), 0.0);
+  c.gather_s.assign(c.stage_params.size(), 0.0);
+  c.optimizer_s.assign(c.stage_params.size(), 0.0);
+  for (int64_t s = 0; s < l.pp; ++s) {
+    double p = layers_per_stage * block;
+    if (s == 0) p += table + positions;
+    if (s == l.pp - 1) p += final_norm + (!model_.tie_embeddings || l.pp > 1 ? table : 0.0);
+    const size_t i = static_cast<size_t>(s);
+    c.stage_params[i] = p;
+    const double shard = par.distributed_optimizer ? d(l.dp) : 1.0;
+    if (par.distributed_optimizer) {
+      c.reduce_s[i] = cost_.collective_seconds(CollectiveKind::kReduceScatter, p * gb, l.dp_group);
+      c.gather_s[i] = cost_.collective_seconds(CollectiveKind::kAllGather, p * 2.0, l.dp_group);
+    } else {
+      c.reduce_s[i] = cost_.collective_seconds(CollectiveKind::kAllReduce, p * gb, l.dp_group);
+    }
+    // Adam over the rank's fp32 master parameters (or its shard), then the copy into the bf16 weights.
+    CategoryTotals opt = costed(cost_, optimizer_ops, p / shard);
+    c.optimizer_s[i] = opt.total() + cost_.op_seconds(membound_op("optim.copy_to_model", MemKind::kCast,
+                                                                   static_cast<int64_t>(p / shard), 1, DType::kFp32,
+                                                                   4.0 * p / shard, 2.0 * p / shard));
+  }
+  c.embedding_sync_s = l.pp > 1 && model_.tie_embeddings
+                           ? cost_.collective_seconds(CollectiveKind::kAllReduce, table * gb, l.embedding_group)
+                           : 0.0;
+  // One rank's backward buffers: the model's with its tensor-parallel widths.
+  ModelConfig slice = model_;
+  slice.head_dim = model_.d_head();
+  slice.n_kv_heads = model_.kv_heads() / l.tp;
+  slice.n_heads = model_.n_heads / l.tp;
+  slice.ffn_hidden = model_.d_ffn() / l.tp;
+  c.saved = {c.block_fwd.saved_bytes, c.embed_fwd.saved_bytes, c.head_fwd.saved_bytes, attention_only_saved_bytes(shape),
+             block_backward_buffer_bytes(slice, shape.tokens(), cfg.precision)};
+  return c;
+}
+
+Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
+  const Costs& c = costs(cfg);
+  const MegatronLayout& l = c.layout;
+  const int64_t chunks = l.pp * l.vp;
+  const double layers_per_chunk = d(model_.n_layers) / d(chunks);
+  // Megatron-LM's full recompute runs the whole forward of each layer again (recompute_fraction
+  // describes Composer's checkpointing).
+  const double recompute = cfg.checkpointing == Checkpointing::kFull ? 1.0 : 0.0;
+  // A pass takes its kernels' GPU time, or the host's time to issue them when that is longer (eager
+  // PyTorch at small sizes: the GPU waits for the next launch). A collective is one more launch.
+  const double issue = params_.host_kernel_issue_s;
+  const double tp_launches = l.tp > 1 ? 2.0 : 0.0;
+  const auto pass = [issue](const CategoryTotals& t, double comm_s, double launches) {
+    return std::max(t.total() + comm_s, (t.kernels + launches) * issue);
+  };
+  const double f_pass = pass(c.block_fwd, c.tp_block_fwd_s, tp_launches);
+  const double block_f = f_pass + params_.block_overhead_s;
+  const double block_b = pass(c.block_bwd, c.tp_block_bwd_s, tp_launches) + recompute * f_pass + c.attention_again +
+                         params_.block_overhead_s;
+  fwd_s_.assign(static_cast<size_t>(chunks), layers_per_chunk * block_f);
+  bwd_s_.assign(static_cast<size_t>(chunks), layers_per_chunk * block_b);
+  fwd_s_.front() += pass(c.embed_fwd, c.tp_embed_s, l.tp > 1 ? 1.0 : 0.0);
+  bwd_s_.front() += pass(c.embed_bwd, 0.0, 0.0);
+  fwd_s_.back() += pass(c.head_fwd, c.tp_head_fwd_s, l.tp > 1 ? 3.0 : 0.0);
+  bwd_s_.back() += pass(c.head_bwd, c.tp_head_bwd_s, l.tp > 1 ? 1.0 : 0.0);
+  for (int64_t s = 0; s < l.pp; ++s) fwd_s_[static_cast<size_t>(s)] += params_.microbatch_overhead_s;
+
+  const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
+  PipelineCosts pc;
+  pc.stages = l.pp;
+  pc.virtual_stages = l.vp;
+  pc.micro_batches = m;
+  pc.fwd_s = fwd_s_;
+  pc.bwd_s = bwd_s_;
+  pc.p2p_s = c.p2p_s;
+  const PipelineTimeline pipe = simulate_pipeline(pc);
+
+  // After its flush each stage reduces its gradients (overlapped with the last micro-batch's
+  // backward when asked: only what that backward does not cover is exposed); the tied embedding's
+  // gradient is summed between the first and last stage; then the optimizer, which waits for every
+  // stage (the gradient norm is all-reduced over all ranks).
+  double flushed = 0;
+  size_t critical = 0;
+  for (int64_t s = 0; s < l.pp; ++s) {
+    const size_t i = static_cast<size_t>(s);
+    double stage_backward = 0;
+    for (int64_t k = 0; k < l.vp; ++k) stage_backward += bwd_s_[static_cast<size_t>(k * l.pp + s)];
+    double reduce = c.reduce_s[i];
+    if (cfg.parallel.overlap_grad_reduce) reduce = std::max(reduce - stage_backward, 0.0);
+    if (s == 0 || s == l.pp - 1) reduce += c.embedding_sync_s;
+    const double end = pipe.stage_end_s[i] + reduce;
+    if (end > flushed) {
+      flushed = end;
+      critical = i;
+    }
+  }
+  double optimizer = 0;
+  for (int64_t s = 0; s < l.pp; ++s)
+    optimizer = std::max(optimizer, c.optimizer_s[static_cast<size_t>(s)] + c.gather_s[static_cast<size_t>(s)]);
+
+  Prediction p;
+  p.step_s = flushed + optimizer + params_.step_overhead_s;
+  p.timeline.step_s = p.step_s;
+  p.timeline.optimizer_s = optimizer;
+  p.n_params = parameter_count(model_, cfg.seq_len);
+  p.active_params = active_parameter_count(model_, cfg.seq_len);
+
+  // Breakdown of the stage that finishes last: its compute by category over m micro-batches, the
+  // collectives it waits for, the overheads, and the pipeline's idle time (the bubble) as the rest.
+  const double md = d(m);
+  const double per_layer_m = layers_per_chunk * d(l.vp) * md;
+  const bool first = critical == 0, last = critical + 1 == static_cast<size_t>(l.pp);
+  p.time.gemm_s = per_layer_m * (c.block_fwd.gemm * (1.0 + recompute) + c.block_bwd.gemm);
+  p.time.attention_s = per_layer_m * (c.block_fwd.attention * (1.0 + recompute) + c.block_bwd.attention + c.attention_again);
+  p.time.other_compute_s = per_layer_m * (c.block_fwd.other * (1.0 + recompute) + c.block_bwd.other);
+  double comm = per_layer_m * (c.tp_block_fwd_s * (1.0 + recompute) + c.tp_block_bwd_s);
+  if (first) {
+    p.time.gemm_s += md * (c.embed_fwd.gemm + c.embed_bwd.gemm);
+    p.time.other_compute_s += md * (c.embed_fwd.other + c.embed_bwd.other + c.embed_fwd.attention);
+    comm += md * c.tp_embed_s;
+  }
+  if (last) {
+    p.time.gemm_s += md * (c.head_fwd.gemm + c.head_bwd.gemm);
+    p.time.other_compute_s += md * (c.head_fwd.other + c.head_bwd.other);
+    comm += md * (c.tp_head_fwd_s + c.tp_head_bwd_s);
+  }
+  p.time.exposed_comm_s = comm + (flushed - pipe.stage_end_s[critical]);
+  p.time.optimizer_s = optimizer;
+  p.time.overhead_s = md * params_.microbatch_overhead_s + 2.0 * per_layer_m * params_.block_overhead_s +
+                      params_.step_overhead_s;
+  const double accounted = p.time.gemm_s + p.time.attention_s + p.time.other_compute_s + p.time.exposed_comm_s +
+                           p.time.optimizer_s + p.time.overhead_s;
+  p.time.pipeline_bubble_s = std::max(p.step_s - accounted, 0.0);
+
+  p.seq_per_s = d(cfg.global_batch) / p.step_s;
+  p.tokens_per_s = p.seq_per_s * d(cfg.seq_len);
+  p.tokens_per_s_per_gpu = p.tokens_per_s / d(cfg.n_gpus);
+  const FoundryMetrics fm = foundry_metrics(p.active_params, model_.n_layers, model_.d_model, cfg.seq_len, p.seq_per_s,
+                                            cfg.n_gpus, device_.peak(mfu_dtype(cfg.precision)), cfg.checkpointing);
+  p.mfu = fm.mfu;
+  p.hfu = fm.hfu;
+  p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;
+  p.memory = memory(cfg);
+  p.capacity_bytes = device_.memory_bytes;
+  p.feasibility = p.memory.peak_bytes <= device_.memory_bytes ? Feasibility::kFits : Feasibility::kOutOfMemory;
+  return p;
+}
+
+// Peak memory of the most loaded rank. Per stage: the weights (bf16 or fp16, 2 bytes), the main
+// gradients (megatron_grad_bytes) and the fp32 master weights and Adam moments (12 bytes, divided by
+// dp under the distributed optimizer: Megatron-LM's docs give 18 and 6 + 12/dp bytes per parameter
+// for bf16); the activations of the chunk-micro-batches in flight (1F1B: the first stage holds p of
+// them, stage s p - s; interleaved: Megatron's warm-up count plus one), each the saved bytes of its
+// layers (full recompute: only each layer's input; selective: without the attention-only bytes); the
+// embedding's saved bytes on the first stage and one micro-batch's logits on the last; and the
+// transient buffers of one block's backward (with full recompute, the rebuilt block beside them).
+MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
+  const Costs& c = costs(cfg);
+  const MegatronLayout& l = c.layout;
+  const Parallelism& par = cfg.parallel;
+  const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
+  const double layers_per_chunk = d(model_.n_layers) / d(l.pp * l.vp);
+  const double a = activation_bytes(cfg.precision);
+  const double tokens = d(cfg.micro_batch) * d(cfg.seq_len);
+  const double input = tokens * d(model_.d_model) * a / (par.sequence_parallel ? d(l.tp) : 1.0);
+  double per_layer = c.saved.block, rebuilt = 0;
+  if (cfg.checkpointing == Checkpointing::kFull) {
+    per_layer = input;
+    rebuilt = c.saved.block;
+  } else if (cfg.checkpointing == Checkpointing::kSelective) {
+    per_layer = c.saved.block - c.saved.block_attention_only;
+    rebuilt = c.saved.block_attention_only;
+  }
+  const double state_per_param = 2.0 + megatron_grad_bytes(cfg.precision) +
+                                 12.0 / (par.distributed_optimizer ? d(l.dp) : 1.0);
+  MemoryBreakdown worst;
+  for (int64_t s = 0; s < l.pp; ++s) {
+    const int64_t warmup = l.vp > 1 ? (l.pp - s - 1) * 2 + (l.vp - 1) * l.pp + 1 : l.pp - s;
+    const double in_flight = d(std::min(warmup, m * l.vp));
+    MemoryBreakdown mb;
+    mb.sharded_state_bytes = c.stage_params[static_cast<size_t>(s)] * state_per_param;
+    mb.activation_bytes = in_flight * layers_per_chunk * per_layer + rebuilt;
+    if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.saved.embed;
+    if (s == l.pp - 1) mb.activation_bytes += c.saved.head;
+    mb.transient_bytes = c.saved.block_backward_buffers;
+    mb.live_bytes = mb.sharded_state_bytes + mb.activation_bytes + mb.transient_bytes;
+    mb.reserve_bytes = params_.memory_reserve_bytes;
+    mb.peak_bytes = mb.live_bytes * params_.memory_fragmentation + mb.reserve_bytes;
+    if (mb.peak_bytes > worst.peak_bytes) worst = mb;
+  }
+  return worst;
+}
+
+}  // namespace tpsim
