@@ -48,6 +48,13 @@ std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& de
   if (par.virtual_stages > 1 && m % par.pipeline != 0)
     return "interleaved 1F1B needs the " + n(m) + " micro-batches to be a multiple of pipeline parallel " +
            n(par.pipeline);
+  PipelineCosts pipeline;  // the schedule's own limits (stages, chunks, micro-batches)
+  pipeline.stages = par.pipeline;
+  pipeline.virtual_stages = par.virtual_stages;
+  pipeline.micro_batches = m;
+  const std::vector<double> zero(static_cast<size_t>(std::min<int64_t>(par.pipeline * par.virtual_stages, 1 << 12)), 0.0);
+  pipeline.fwd_s = pipeline.bwd_s = zero;
+  if (std::string why = check_pipeline(pipeline); !why.empty()) return why;
   (void)device;
   return {};
 }
@@ -205,7 +212,7 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
   pc.fwd_s = fwd_s_;
   pc.bwd_s = bwd_s_;
   pc.p2p_s = c.p2p_s;
-  const PipelineTimeline pipe = simulate_pipeline(pc);
+  const PipelineTimeline& pipe = pipeline_.simulate(pc);
 
   // After its flush each stage reduces its gradients (overlapped with the last micro-batch's
   // backward when asked: only what that backward does not cover is exposed); the tied embedding's

@@ -22,6 +22,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/pipeline.hpp"
 #include "model/simulator.hpp"
 
 namespace tpsim {
@@ -56,6 +57,7 @@ class MegatronEvaluator {
   std::unique_ptr<Costs> memo_[4];
   size_t next_ = 0;
   std::vector<double> fwd_s_, bwd_s_;  // per model chunk, reused
+  PipelineSimulator pipeline_;         // its buffers reused
 };
 
 }  // namespace tpsim

@@ -119,6 +119,16 @@ std::vector<int64_t> divisors(int64_t n) {
   return low;
 }
 
+// The micro-batches a megatron layout can run, ascending: the divisors of the per-replica batch,
+// and under interleaved 1F1B only those leaving a multiple of the pipeline stages of micro-batches.
+std::vector<int64_t> megatron_micro_batches(const TrainConfig& cfg) {
+  const int64_t per_replica = cfg.per_device_batch();
+  std::vector<int64_t> out = divisors(per_replica);
+  if (cfg.parallel.virtual_stages > 1)
+    std::erase_if(out, [&](int64_t mb) { return (per_replica / mb) % cfg.parallel.pipeline != 0; });
+  return out;
+}
+
 // Megatron's layouts: every product of the axes' values that check_layout accepts.
 std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& model, const DeviceSpec& device,
                                      const TrainConfig& base) {
@@ -270,7 +280,7 @@ void Searcher::search_layout(const TrainConfig& layout_cfg, size_t index) {
   // The micro-batches, ascending: every one from 1 (composer, whose last micro-batch may be
   // smaller), or the divisors of the per-replica batch (megatron: check_layout).
   const bool every = layout_cfg.parallel.framework == Framework::kComposer;
-  const std::vector<int64_t> listed = every ? std::vector<int64_t>{} : divisors(per_device);
+  const std::vector<int64_t> listed = every ? std::vector<int64_t>{} : megatron_micro_batches(layout_cfg);
   const auto micro_batch_at = [&](int64_t k) { return every ? k : listed[static_cast<size_t>(k - 1)]; };
   const int64_t count = every ? per_device : static_cast<int64_t>(listed.size());
   TrainConfig cfg = layout_cfg;
@@ -399,7 +409,7 @@ int64_t largest_fitting_micro_batch(const ModelConfig& model, const DeviceSpec& 
   TrainConfig c = cfg;
   // Composer: every micro-batch up to the per-device batch; megatron: its divisors (check_layout).
   const bool every = cfg.parallel.framework == Framework::kComposer;
-  const std::vector<int64_t> listed = every ? std::vector<int64_t>{} : divisors(cfg.per_device_batch());
+  const std::vector<int64_t> listed = every ? std::vector<int64_t>{} : megatron_micro_batches(cfg);
   const auto micro_batch_at = [&](int64_t k) { return every ? k : listed[static_cast<size_t>(k - 1)]; };
   const int64_t count = every ? cfg.per_device_batch() : static_cast<int64_t>(listed.size());
   const int64_t last = last_ok(1, count, [&](int64_t k) {
