@@ -208,7 +208,11 @@ OutputTable rows_table(const std::vector<RowResult>& results, const Intervals& i
 void run_validate(const ValidateOptions& o) {
   Context ctx(o.common);
   const MeasuredTableOptions read{.framework = framework_flag(o.framework), .device = o.device};
-  if (!o.device.empty()) ctx.device(o.device);  // unknown device: Error
+  try {
+    if (!o.device.empty()) ctx.device(o.device);
+  } catch (const Error& e) {
+    throw Error("--device: " + std::string(e.what()));
+  }
   std::vector<std::string> warnings;
   const std::vector<ResolvedRow> rows = load_rows(ctx, o.tables, warnings, read);
   std::vector<std::string> devices;

@@ -157,9 +157,15 @@ class Columns {
     return *v;
   }
 
-  // An optional degree: 1 when the column is absent.
+  // A parallel degree, at most the largest GPU count (so that products of degrees stay exact).
   int64_t degree(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
-    return has(col) ? positive_int(cells, col, at) : 1;
+    const int64_t d = positive_int(cells, col, at);
+    if (d > kMaxGpus) throw Error(at + ": column '" + col + "' must be at most " + std::to_string(kMaxGpus));
+    return d;
+  }
+  // An optional degree: 1 when the column is absent.
+  int64_t optional_degree(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
+    return has(col) ? degree(cells, col, at) : 1;
   }
 
   bool boolean(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
@@ -193,23 +199,32 @@ const char* const kRequired[] = {"Model", "SeqLen (T)", "# GPUs", "GPU", "MicroB
                                  "Throughput (T/s)", "Precision", "MP Mode", "Sharding Strategy",
                                  "Activation Checkpointing"};
 
+// The general form's own columns: llm-foundry's tables have none of them.
+const char* const kGeneralColumns[] = {"Framework",        "Tensor Parallel",   "Pipeline Parallel",     "Virtual Stages",
+                                       "Context Parallel", "Expert Parallel",   "Data Parallel",         "Sequence Parallel",
+                                       "Recompute",        "Step Time (s)",     "Distributed Optimizer", "Overlap Grad Reduce"};
+
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
  public:
   RowParser(const std::vector<std::string>& header, const std::string& origin, int header_line,
             const MeasuredTableOptions& options)
       : cols_(header, origin, header_line), options_(options) {
+    // llm-foundry's collect_results.py always writes GPU: only a table in the general form (with
+    // one of its own columns) may leave it to --device.
+    const bool general = std::any_of(std::begin(kGeneralColumns), std::end(kGeneralColumns),
+                                     [&](const char* c) { return cols_.has(c); });
     // In llm-foundry's order, so that a table that is not one names its first column missing.
     for (const char* r : kRequired) {
       const std::string col = r;
-      if (col == "GPU" && !options.device.empty()) continue;
+      if (col == "GPU" && general && !options.device.empty()) continue;
       if (col == "Throughput (T/s)" && cols_.has("Step Time (s)")) continue;
       if (col == "Activation Checkpointing" && cols_.has("Recompute")) continue;
       // Of composer rows only, which a table without a Framework column has under --framework composer.
       if ((col == "MP Mode" || col == "Sharding Strategy") &&
           (cols_.has("Framework") || options.framework != Framework::kComposer))
         continue;
-      cols_.require(col, col == "GPU"                ? " (pass --device to name the GPU of a table without one)"
+      cols_.require(col, col == "GPU"                ? " (a table in the general form may leave it to --device)"
                          : col == "Throughput (T/s)" ? " (or give 'Step Time (s)')"
                          : col == "Activation Checkpointing" ? " (or give 'Recompute')"
                                                              : "");
@@ -266,11 +281,11 @@ class RowParser {
       if (!fw) throw Error(at + ": unknown Framework '" + cols_.cell(cells, "Framework", at) + "' (composer, megatron, torchtitan)");
       par.framework = *fw;
     }
-    par.tensor = cols_.degree(cells, "Tensor Parallel", at);
-    par.pipeline = cols_.degree(cells, "Pipeline Parallel", at);
-    par.virtual_stages = cols_.degree(cells, "Virtual Stages", at);
-    par.context = cols_.degree(cells, "Context Parallel", at);
-    par.expert = cols_.degree(cells, "Expert Parallel", at);
+    par.tensor = cols_.optional_degree(cells, "Tensor Parallel", at);
+    par.pipeline = cols_.optional_degree(cells, "Pipeline Parallel", at);
+    par.virtual_stages = cols_.optional_degree(cells, "Virtual Stages", at);
+    par.context = cols_.optional_degree(cells, "Context Parallel", at);
+    par.expert = cols_.optional_degree(cells, "Expert Parallel", at);
     if (cols_.has("Sequence Parallel")) par.sequence_parallel = cols_.boolean(cells, "Sequence Parallel", at);
     if (cols_.has("Distributed Optimizer")) par.distributed_optimizer = cols_.boolean(cells, "Distributed Optimizer", at);
     if (cols_.has("Overlap Grad Reduce")) par.overlap_grad_reduce = cols_.boolean(cells, "Overlap Grad Reduce", at);
@@ -365,9 +380,9 @@ class VtrainParser {
     r.gpu = device_;
     Parallelism& par = r.parallel;
     par.framework = Framework::kMegatron;
-    par.tensor = get("tensor parallelism");
-    par.pipeline = get("pipeline parallelism");
-    const int64_t dp = get("data parallelism");
+    par.tensor = cols_.degree(cells, "tensor parallelism", at);
+    par.pipeline = cols_.degree(cells, "pipeline parallelism", at);
+    const int64_t dp = cols_.degree(cells, "data parallelism", at);
     if (r.n_gpus != par.tensor * par.pipeline * dp)
       throw Error(at + ": '# GPUs' " + std::to_string(r.n_gpus) + " is not tensor x pipeline x data parallelism " +
                   std::to_string(par.tensor) + " x " + std::to_string(par.pipeline) + " x " + std::to_string(dp));

@@ -15,8 +15,8 @@
 // `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce` (True/False), `Recompute`
 // (none/selective/full: the same as `Activation Checkpointing`, one of which is required; both
 // present and disagreeing is an error) and `Step Time (s)`, the measured quantity of a row whose
-// `Throughput (T/s)` is absent or empty. `GPU` may be absent when the command names the device
-// (--device). `MP Mode` and `Sharding Strategy` are required of composer rows only: megatron rows
+// `Throughput (T/s)` is absent or empty. A table with one of these columns may leave out `GPU`
+// when the command names the device (--device); llm-foundry's tables always have it. `MP Mode` and `Sharding Strategy` are required of composer rows only: megatron rows
 // are DDP (NO_SHARD, with or without the distributed optimizer), torchtitan rows FSDP2 (FULL_SHARD).
 //
 // vTrain's CSV (VIA-Research/vTrain, data/ground_truth_single.csv) is recognised by its column

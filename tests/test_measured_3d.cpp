@@ -98,6 +98,7 @@ BOOST_AUTO_TEST_CASE(bad_cells_name_the_file_line_and_column) {
            {"| 4 | 2 | 3 |", "| four | 2 | 3 |", "column 'Tensor Parallel' must be a whole number"},
            {"| 4 | 2 | 3 |", "| 4 | 0 | 3 |", "column 'Pipeline Parallel' must be positive"},
            {"| 4 | 2 | 3 |", "| 4 | 2 | 1.5 |", "column 'Virtual Stages'"},
+           {"| 4 | 2 | 3 |", "| 4398046511104 | 2 | 3 |", "column 'Tensor Parallel' must be at most 1048576"},
            {"| 2 | 1 | 4 |", "| -2 | 1 | 4 |", "column 'Context Parallel'"},
            {"| 2 | 1 | 4 |", "| 2 | x | 4 |", "column 'Expert Parallel'"},
            {"| 2 | 1 | 4 |", "| 2 | 1 | 8 |", "column 'Data Parallel' is 8 but # GPUs 64"},
@@ -156,7 +157,14 @@ BOOST_AUTO_TEST_CASE(a_row_needs_throughput_or_step_time) {
 
 BOOST_AUTO_TEST_CASE(a_table_without_a_gpu_column_needs_device_and_composer_rows_need_fsdps_columns) {
   BOOST_TEST(contains(error_of([&] { parse_measured_table(kHeader + kRow, "g.md"); }),
-                      "g.md:1: required column 'GPU' is missing (pass --device"));
+                      "g.md:1: required column 'GPU' is missing (a table in the general form may leave it to --device)"));
+  // llm-foundry's tables always name the GPU: one without it is broken, --device or not.
+  const std::string foundry =
+      "| Model | SeqLen (T) | # GPUs | MicroBatchSize | GlobalBatchSize | Throughput (T/s) | Precision | MP Mode | "
+      "Sharding Strategy | Activation Checkpointing |\n| - | - | - | - | - | - | - | - | - | - |\n"
+      "| 1b | 2048 | 8 | 4 | 64 | 100000 | amp_bf16 | DEFAULT | FULL_SHARD | True |\n";
+  BOOST_TEST(contains(error_of([&] { parse_measured_table(foundry, "f.md", on_device("a100_80gb")); }),
+                      "f.md:1: required column 'GPU' is missing"));
   // A composer row of a table with a Framework column but no Sharding Strategy.
   const std::string e = error_of([&] {
     parse_measured_table(kHeader + replaced(kRow, "| megatron |", "| composer |"), "g.md", on_device("h100_80gb"));
