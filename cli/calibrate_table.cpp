@@ -30,6 +30,7 @@ struct CalibrateTableFlags {
   std::string out;
   std::string parameters;  // comma-separated; empty: the default set
   std::string interval_cv = "model";
+  std::string framework = "composer";  // of rows whose table has no Framework column
   bool transfer = false;  // fit the other devices' rows; carry the system-level parameters to --device
 };
 
@@ -42,7 +43,9 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
 // The rows fitted: the device's own, or under --transfer every other device's.
 std::vector<ResolvedRow> fitted_rows(Context& ctx, const CalibrateTableFlags& f) {
   std::vector<std::string> warnings;
-  const std::vector<ResolvedRow> all = load_rows(ctx, f.tables, warnings);
+  // --device is also the GPU of tables without a GPU column (vTrain's).
+  const MeasuredTableOptions read{.framework = framework_flag(f.framework), .device = f.device};
+  const std::vector<ResolvedRow> all = load_rows(ctx, f.tables, warnings, read);
   for (const auto& w : warnings) std::cerr << "tpsim: warning: " << w << "\n";
   std::vector<ResolvedRow> rows;
   for (const auto& r : all)
@@ -72,7 +75,10 @@ void print_report(const TableCalibration& c, const CalibrateTableFlags& f, const
   std::vector<double> errs;
   int outliers = 0;
   for (size_t i = 0; i < fit.residuals.size(); ++i) {
-    errs.push_back(std::exp(fit.residuals[i]) - 1.0);
+    // Of what the row measured: the residual is log(predicted / measured) of throughput, the
+    // negative of that of step time.
+    const double r = rows[i].row.step_time_measured() ? -fit.residuals[i] : fit.residuals[i];
+    errs.push_back(std::exp(r) - 1.0);
     if (fit.outliers[i]) {
       ++outliers;
       std::cerr << "  outlier: " << rows[i].row.where() << " (" << rows[i].row.model << ", seq " << rows[i].row.seq_len
@@ -125,8 +131,14 @@ void run_calibrate_table(const CalibrateTableFlags& f, const std::string& comman
 void register_calibrate_table(CLI::App& calibrate) {
   auto o = std::make_shared<CalibrateTableFlags>();
   auto* table = calibrate.add_subcommand("table", "fit the parameters kernel runs cannot measure to measured tables");
-  table->add_option("--table", o->tables, "llm-foundry results table, markdown or CSV (repeatable)")->required();
-  table->add_option("--device", o->device, "the device whose rows are fitted")->required();
+  table->add_option("--table", o->tables,
+                    "measured table (repeatable): llm-foundry's results, tpsim's general form or vTrain's CSV")
+      ->required();
+  table->add_option("--device", o->device, "the device whose rows are fitted (and the GPU of tables without a GPU column)")
+      ->required();
+  table->add_option("--framework", o->framework,
+                    "framework of rows whose table has no Framework column: composer, megatron or torchtitan")
+      ->default_val("composer");
   table->add_option("--base", o->base, "profile to start from (default: the device's reasoned default)");
   table->add_option("--out", o->out, "profile to write (atomically)")->required();
   table->add_option("--parameters", o->parameters, "comma-separated parameters to fit (default: the table-level set)");
@@ -139,6 +151,7 @@ void register_calibrate_table(CLI::App& calibrate) {
     std::string cmdline = "tpsim calibrate table";
     for (const auto& t : o->tables) cmdline += " --table " + t;
     cmdline += " --device " + o->device + (o->transfer ? " --transfer" : "");
+    if (o->framework != "composer") cmdline += " --framework " + o->framework;
     if (!o->base.empty()) cmdline += " --base " + o->base;
     cmdline += " --out " + o->out;
     run_calibrate_table(*o, cmdline);

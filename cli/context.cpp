@@ -52,6 +52,8 @@ Context::Context(const CommonOptions& o) : catalog_(ModelCatalog::load_default()
   print_warnings();
 }
 
+const ModelConfig& Context::row_model(const ModelConfig& m) { return row_models_.try_emplace(m.name, m).first->second; }
+
 const DeviceSpec& Context::device(const std::string& id) {
   auto it = devices_.find(id);
   if (it == devices_.end()) it = devices_.emplace(id, load_device(id)).first;

@@ -35,6 +35,9 @@ class Context {
   explicit Context(const CommonOptions& o);
 
   const ModelCatalog& catalog() const { return catalog_; }
+  // A model that a table's row defines (vTrain's rows): kept for the run, one per name (the name
+  // says every field such rows vary), at an address that stays valid.
+  const ModelConfig& row_model(const ModelConfig& m);
   // The models `specs` name (take_models_file's names, lists, ranges), in order; with no specs and
   // a --models file, every model of that file; with neither, `fallback` (a name, list or range).
   std::vector<std::string> select_models(const std::vector<std::string>& specs, const std::string& fallback) const;
@@ -54,6 +57,7 @@ class Context {
 
  private:
   ModelCatalog catalog_;
+  std::map<std::string, ModelConfig> row_models_;
   std::string models_file_;
   std::vector<std::string> warnings_;
   std::map<std::string, DeviceSpec> devices_;

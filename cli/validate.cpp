@@ -26,6 +26,8 @@ namespace {
 struct ValidateOptions {
   CommonOptions common;
   std::vector<std::string> tables;
+  std::string framework = "composer";  // of rows whose table has no Framework column
+  std::string device;                   // the GPU of tables without a GPU column
   std::string cv;
   std::string fit_parameters;  // comma-separated; empty: the table-level default set
   double robust_scale = 0.05;
@@ -135,20 +137,33 @@ std::pair<Cell, Cell> low_high(const Intervals& intervals, const RowResult& r) {
   return {Cell::num(interval_low(p, it->second), 0), Cell::num(interval_high(p, it->second), 0)};
 }
 
-// CSV: the input's columns (of the first table), then the predictions.
-OutputTable csv_table(const std::vector<ResolvedRow>& rows, const std::vector<RowResult>& results, const Intervals& intervals) {
+// llm-foundry's form: every row composer on data parallelism alone, with throughput measured and a
+// model of the catalogue. Its outputs keep the columns they had before the general form.
+bool foundry_form(const std::vector<ResolvedRow>& rows) {
+  return std::all_of(rows.begin(), rows.end(), [](const ResolvedRow& r) {
+    return r.row.parallel == Parallelism{} && !r.row.step_time_measured() && !r.row.architecture;
+  });
+}
+
+// The input's columns (every table's, in the order first seen), then the predictions; other forms
+// than llm-foundry's add the predicted step time after every column llm-foundry's have.
+OutputTable input_columns_table(const std::vector<ResolvedRow>& rows, const std::vector<RowResult>& results,
+                                const Intervals& intervals, const std::string& title) {
   OutputTable t;
-  t.title = "validate";
-  for (const auto& [col, _] : rows.front().row.cells) t.columns.push_back(col);
+  t.title = title;
+  std::map<std::string, size_t> index;
+  for (const auto& r : rows)
+    for (const auto& [col, _] : r.row.cells)
+      if (index.emplace(col, t.columns.size()).second) t.columns.push_back(col);
   const size_t n_in = t.columns.size();
+  const bool step_time = !foundry_form(rows);
   for (const char* c : {"Predicted Throughput (T/s)", "Predicted MFU", "Predicted HFU", "Predicted Memory (GiB)",
                         "Error (%)", "Predicted Throughput Low (T/s)", "Predicted Throughput High (T/s)", "Held Out"})
     t.columns.emplace_back(c);
+  if (step_time) t.columns.emplace_back("Predicted Step Time (s)");
   for (const auto& r : results) {
     std::vector<Cell> row(n_in);
-    for (const auto& [col, cell] : r.row->row.cells)
-      for (size_t i = 0; i < n_in; ++i)
-        if (t.columns[i] == col) row[i] = Cell::str(cell);
+    for (const auto& [col, cell] : r.row->row.cells) row[index.at(col)] = Cell::str(cell);
     const Prediction& p = r.prediction;
     const auto [low, high] = low_high(intervals, r);
     row.push_back(Cell::num(p.tokens_per_s, 0));
@@ -159,6 +174,7 @@ OutputTable csv_table(const std::vector<ResolvedRow>& rows, const std::vector<Ro
     row.push_back(low);
     row.push_back(high);
     row.push_back(r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out));
+    if (step_time) row.push_back(Cell::num(p.step_s, 4));
     t.add_row(std::move(row));
   }
   return t;
@@ -191,8 +207,14 @@ OutputTable rows_table(const std::vector<RowResult>& results, const Intervals& i
 
 void run_validate(const ValidateOptions& o) {
   Context ctx(o.common);
+  const MeasuredTableOptions read{.framework = framework_flag(o.framework), .device = o.device};
+  try {
+    if (!o.device.empty()) ctx.device(o.device);
+  } catch (const Error& e) {
+    throw Error("--device: " + std::string(e.what()));
+  }
   std::vector<std::string> warnings;
-  const std::vector<ResolvedRow> rows = load_rows(ctx, o.tables, warnings);
+  const std::vector<ResolvedRow> rows = load_rows(ctx, o.tables, warnings, read);
   std::vector<std::string> devices;
   for (const auto& r : rows)
     if (std::find(devices.begin(), devices.end(), r.row.gpu) == devices.end()) devices.push_back(r.row.gpu);
@@ -209,19 +231,29 @@ void run_validate(const ValidateOptions& o) {
   if (!o.plot.empty()) write_file_atomic(o.plot, validation_plot(results, intervals, !o.cv.empty()));
   const OutputTable summary = summary_table(results);
   if (ctx.format() == Format::kCsv) {
-    emit(render({csv_table(rows, results, intervals)}, Format::kCsv), ctx.output());
+    emit(render({input_columns_table(rows, results, intervals, "validate")}, Format::kCsv), ctx.output());
     std::cerr << render({summary}, Format::kMarkdown);
     return;
   }
-  emit(render({rows_table(results, intervals), summary}, ctx.format()), ctx.output());
+  // llm-foundry's tables in tpsim's columns, as always; the other forms in their own columns.
+  const OutputTable per_row =
+      foundry_form(rows) ? rows_table(results, intervals) : input_columns_table(rows, results, intervals, "rows");
+  emit(render({per_row, summary}, ctx.format()), ctx.output());
 }
 
 }  // namespace
 
 void register_validate(CLI::App& app) {
   auto o = std::make_shared<ValidateOptions>();
-  CLI::App* cmd = app.add_subcommand("validate", "predict measured llm-foundry tables row by row and report the errors");
-  cmd->add_option("--table", o->tables, "llm-foundry results table, markdown or CSV (repeatable)")->required();
+  CLI::App* cmd = app.add_subcommand("validate", "predict measured tables row by row and report the errors");
+  cmd->add_option("--table,tables", o->tables,
+                  "measured table (repeatable; also positional): llm-foundry's results, tpsim's general form "
+                  "(markdown or CSV) or vTrain's CSV")
+      ->required();
+  cmd->add_option("--framework", o->framework,
+                  "framework of rows whose table has no Framework column: composer, megatron or torchtitan")
+      ->default_val("composer");
+  cmd->add_option("--device", o->device, "the GPU of tables without a GPU column (vTrain's)");
   cmd->add_option("--cv", o->cv,
                   "held-out errors only: model (leave one model size out), kfold:K, or device (fit on the other "
                   "devices' rows)");

@@ -7,16 +7,22 @@
 
 namespace tpsim {
 
+Framework framework_flag(const std::string& value) {
+  const auto f = parse_framework(value);
+  if (!f) throw Error("--framework '" + value + "': expected composer, megatron or torchtitan");
+  return *f;
+}
+
 std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>& tables,
-                                   std::vector<std::string>& warnings) {
+                                   std::vector<std::string>& warnings, const MeasuredTableOptions& options) {
   if (tables.empty()) throw Error("--table: give at least one measured table");
   std::vector<ResolvedRow> rows;
   for (const auto& path : tables) {
-    MeasuredTable t = read_measured_table(path);
+    MeasuredTable t = read_measured_table(path, options);
     warnings.insert(warnings.end(), t.warnings.begin(), t.warnings.end());
     for (auto& m : t.rows) {
       ResolvedRow r;
-      r.model = ctx.catalog().find(m.model);
+      r.model = m.architecture ? &ctx.row_model(*m.architecture) : ctx.catalog().find(m.model);
       if (!r.model) throw Error(m.where() + ": unknown model '" + m.model + "' (not in the catalogue or --models)");
       try {
         r.device = &ctx.device(m.gpu);
@@ -30,7 +36,7 @@ std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>&
         throw Error(m.where() + ": " + why);
       if (m.grad_accum > 0 && m.grad_accum != r.cfg.grad_accum())
         warnings.push_back(m.where() + ": GradAccum " + std::to_string(m.grad_accum) + " disagrees with ceil(" +
-                           std::to_string(m.global_batch) + " / " + std::to_string(m.n_gpus) + " / " +
+                           std::to_string(m.global_batch) + " / " + std::to_string(r.cfg.data_parallel()) + " / " +
                            std::to_string(m.micro_batch) + ") = " + std::to_string(r.cfg.grad_accum()));
       r.row = std::move(m);
       rows.push_back(std::move(r));
@@ -86,7 +92,8 @@ RowResult predict_row(const ResolvedRow& r, const CostParams& params) {
   RowResult out;
   out.row = &r;
   out.prediction = predict(*r.model, *r.device, params, r.cfg);
-  out.error = (out.prediction.tokens_per_s - r.row.tokens_per_s) / r.row.tokens_per_s;
+  out.error = r.row.step_time_measured() ? out.prediction.step_s / r.row.measured_step_s - 1.0
+                                         : (out.prediction.tokens_per_s - r.row.tokens_per_s) / r.row.tokens_per_s;
   return out;
 }
 

@@ -21,14 +21,22 @@ struct ResolvedRow {
 };
 
 // Reads tables and resolves every row; an unknown model or GPU, or a configuration the simulator
-// cannot model, is an Error naming the row's file and line. Reader warnings go to `warnings`.
+// cannot model, is an Error naming the row's file and line. A row that defines its own model
+// (vTrain's) resolves to it, kept by `ctx`. `options`: the framework of rows whose table has no
+// Framework column (--framework) and the GPU of tables without a GPU column (--device). Reader
+// warnings go to `warnings`.
 std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>& tables,
-                                   std::vector<std::string>& warnings);
+                                   std::vector<std::string>& warnings, const MeasuredTableOptions& options = {});
+
+// --framework's value (composer, megatron, torchtitan); Error naming the flag otherwise.
+Framework framework_flag(const std::string& value);
 
 struct RowResult {
   const ResolvedRow* row = nullptr;
   Prediction prediction;
-  double error = 0;    // (predicted - measured) / measured, relative
+  // Relative, of what the row measured: predicted / measured - 1 of step time when it measured step
+  // time, else (predicted - measured) / measured of throughput.
+  double error = 0;
   std::string held_out;  // cross-validation: the fold that held this row out
 };
 

@@ -93,67 +93,45 @@ std::vector<std::string> csv_cells(const std::string& line, const std::string& w
   return cells;
 }
 
-const char* const kRequired[] = {"Model", "SeqLen (T)", "# GPUs", "GPU", "MicroBatchSize", "GlobalBatchSize",
-                                 "Throughput (T/s)", "Precision", "MP Mode", "Sharding Strategy",
-                                 "Activation Checkpointing"};
-
-class RowParser {
+// A header's columns by name, and the cells of a row read as values, each error naming the row's
+// file:line and the column.
+class Columns {
  public:
-  RowParser(const std::vector<std::string>& header, const std::string& origin, int header_line)
-      : origin_(origin), header_(header) {
-    const std::string at = origin + ":" + std::to_string(header_line);
+  Columns(const std::vector<std::string>& header, const std::string& origin, int header_line)
+      : origin_(origin), header_(header), header_at_(origin + ":" + std::to_string(header_line)) {
     for (size_t i = 0; i < header.size(); ++i) {
       if (header[i].empty()) continue;
       if (!index_.emplace(header[i], i).second)
-        throw Error(at + ": column '" + header[i] + "' appears twice in the header");
+        throw Error(header_at_ + ": column '" + header[i] + "' appears twice in the header");
     }
-    for (const char* r : kRequired)
-      if (!index_.count(r)) throw Error(at + ": required column '" + std::string(r) + "' is missing");
   }
 
-  MeasuredRow parse(const std::vector<std::string>& cells, int line) const {
+  bool has(const std::string& col) const { return index_.count(col) > 0; }
+  const std::string& origin() const { return origin_; }
+  const std::string& header_at() const { return header_at_; }
+  void require(const std::string& col, const std::string& or_else = "") const {
+    if (!has(col)) throw Error(header_at_ + ": required column '" + col + "' is missing" + or_else);
+  }
+
+  // The row's (column, cell) pairs as written, and where it is.
+  MeasuredRow start_row(const std::vector<std::string>& cells, int line) const {
     MeasuredRow r;
     r.origin = origin_;
     r.line = line;
     for (size_t i = 0; i < header_.size() && i < cells.size(); ++i) r.cells.emplace_back(header_[i], cells[i]);
-    const std::string at = origin_ + ":" + std::to_string(line);
-    r.model = text(cells, "Model", at);
-    r.seq_len = positive_int(cells, "SeqLen (T)", at);
-    r.n_gpus = positive_int(cells, "# GPUs", at);
-    r.gpu = text(cells, "GPU", at);
-    r.micro_batch = positive_int(cells, "MicroBatchSize", at);
-    r.global_batch = positive_int(cells, "GlobalBatchSize", at);
-    if (has("GradAccum")) r.grad_accum = positive_int(cells, "GradAccum", at);
-    r.tokens_per_s = number(cells, "Throughput (T/s)", at);
-    if (!(r.tokens_per_s > 0)) throw Error(at + ": 'Throughput (T/s)' must be positive");
-    const std::string prec = text(cells, "Precision", at);
-    const auto p = parse_precision(prec);
-    if (!p) throw Error(at + ": unknown Precision '" + prec + "' (amp_bf16, amp_fp16, amp_fp8, bf16, fp32)");
-    r.precision = *p;
-    const std::string mp = text(cells, "MP Mode", at);
-    const auto m = parse_mp_mode(mp);
-    if (!m) throw Error(at + ": unknown MP Mode '" + mp + "' (DEFAULT, PURE, FULL)");
-    r.mp_mode = *m;
-    const std::string sh = text(cells, "Sharding Strategy", at);
-    const auto s = parse_sharding(sh);
-    if (!s) throw Error(at + ": unknown Sharding Strategy '" + sh + "' (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)");
-    r.sharding = *s;
-    r.checkpointing = checkpointing(cells, "Activation Checkpointing", at);
-    if (has("Activation CPUOffload")) r.activation_cpu_offload = boolean(cells, "Activation CPUOffload", at);
-    if (has("MFU")) r.mfu_percent = number(cells, "MFU", at);
-    if (has("HFU")) r.hfu_percent = number(cells, "HFU", at);
-    if (has("Model TFLOP")) r.model_tflop = number(cells, "Model TFLOP", at);
-    if (has("NumParams")) r.num_params = positive_int(cells, "NumParams", at);
     return r;
   }
-
- private:
-  bool has(const std::string& col) const { return index_.count(col) > 0; }
 
   const std::string& cell(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
     const size_t i = index_.at(col);
     if (i >= cells.size()) throw Error(at + ": no cell for column '" + col + "'");
     return cells[i];
+  }
+
+  // A cell given (the column present and the cell not empty).
+  bool given(const std::vector<std::string>& cells, const std::string& col) const {
+    const auto it = index_.find(col);
+    return it != index_.end() && it->second < cells.size() && !cells[it->second].empty();
   }
 
   std::string text(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
@@ -179,6 +157,17 @@ class RowParser {
     return *v;
   }
 
+  // A parallel degree, at most the largest GPU count (so that products of degrees stay exact).
+  int64_t degree(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
+    const int64_t d = positive_int(cells, col, at);
+    if (d > kMaxGpus) throw Error(at + ": column '" + col + "' must be at most " + std::to_string(kMaxGpus));
+    return d;
+  }
+  // An optional degree: 1 when the column is absent.
+  int64_t optional_degree(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
+    return has(col) ? degree(cells, col, at) : 1;
+  }
+
   bool boolean(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
     std::string s = text(cells, col, at);
     std::transform(s.begin(), s.end(), s.begin(), ::tolower);
@@ -187,8 +176,8 @@ class RowParser {
     throw Error(at + ": column '" + col + "' must be True or False, got '" + cell(cells, col, at) + "'");
   }
 
-  // llm-foundry writes a boolean (True: each block checkpointed whole); tpsim's own rows may say
-  // which kind.
+  // llm-foundry writes a boolean (True: each block checkpointed whole); tpsim's own rows and the
+  // Recompute column may say which kind.
   Checkpointing checkpointing(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
     std::string s = text(cells, col, at);
     std::transform(s.begin(), s.end(), s.begin(), ::tolower);
@@ -199,9 +188,216 @@ class RowParser {
                 cell(cells, col, at) + "'");
   }
 
+ private:
   std::string origin_;
   std::vector<std::string> header_;
+  std::string header_at_;
   std::map<std::string, size_t> index_;
+};
+
+const char* const kRequired[] = {"Model", "SeqLen (T)", "# GPUs", "GPU", "MicroBatchSize", "GlobalBatchSize",
+                                 "Throughput (T/s)", "Precision", "MP Mode", "Sharding Strategy",
+                                 "Activation Checkpointing"};
+
+// The general form's own columns: llm-foundry's tables have none of them.
+const char* const kGeneralColumns[] = {"Framework",        "Tensor Parallel",   "Pipeline Parallel",     "Virtual Stages",
+                                       "Context Parallel", "Expert Parallel",   "Data Parallel",         "Sequence Parallel",
+                                       "Recompute",        "Step Time (s)",     "Distributed Optimizer", "Overlap Grad Reduce"};
+
+// llm-foundry's columns and the general form's (see the header).
+class RowParser {
+ public:
+  RowParser(const std::vector<std::string>& header, const std::string& origin, int header_line,
+            const MeasuredTableOptions& options)
+      : cols_(header, origin, header_line), options_(options) {
+    // llm-foundry's collect_results.py always writes GPU: only a table in the general form (with
+    // one of its own columns) may leave it to --device.
+    const bool general = std::any_of(std::begin(kGeneralColumns), std::end(kGeneralColumns),
+                                     [&](const char* c) { return cols_.has(c); });
+    // In llm-foundry's order, so that a table that is not one names its first column missing.
+    for (const char* r : kRequired) {
+      const std::string col = r;
+      if (col == "GPU" && general && !options.device.empty()) continue;
+      if (col == "Throughput (T/s)" && cols_.has("Step Time (s)")) continue;
+      if (col == "Activation Checkpointing" && cols_.has("Recompute")) continue;
+      // Of composer rows only, which a table without a Framework column has under --framework composer.
+      if ((col == "MP Mode" || col == "Sharding Strategy") &&
+          (cols_.has("Framework") || options.framework != Framework::kComposer))
+        continue;
+      cols_.require(col, col == "GPU"                ? " (a table in the general form may leave it to --device)"
+                         : col == "Throughput (T/s)" ? " (or give 'Step Time (s)')"
+                         : col == "Activation Checkpointing" ? " (or give 'Recompute')"
+                                                             : "");
+    }
+  }
+
+  MeasuredRow parse(const std::vector<std::string>& cells, int line) const {
+    MeasuredRow r = cols_.start_row(cells, line);
+    const std::string at = r.where();
+    r.model = cols_.text(cells, "Model", at);
+    r.seq_len = cols_.positive_int(cells, "SeqLen (T)", at);
+    r.n_gpus = cols_.positive_int(cells, "# GPUs", at);
+    r.gpu = cols_.has("GPU") ? cols_.text(cells, "GPU", at) : options_.device;
+    r.micro_batch = cols_.positive_int(cells, "MicroBatchSize", at);
+    r.global_batch = cols_.positive_int(cells, "GlobalBatchSize", at);
+    if (cols_.has("GradAccum")) r.grad_accum = cols_.positive_int(cells, "GradAccum", at);
+    read_measured(cells, at, r);
+    const std::string prec = cols_.text(cells, "Precision", at);
+    const auto p = parse_precision(prec);
+    if (!p) throw Error(at + ": unknown Precision '" + prec + "' (amp_bf16, amp_fp16, amp_fp8, bf16, fp32)");
+    r.precision = *p;
+    read_parallel(cells, at, r);
+    read_sharding(cells, at, r);
+    r.checkpointing = read_checkpointing(cells, at);
+    if (cols_.has("Activation CPUOffload")) r.activation_cpu_offload = cols_.boolean(cells, "Activation CPUOffload", at);
+    if (cols_.has("MFU")) r.mfu_percent = cols_.number(cells, "MFU", at);
+    if (cols_.has("HFU")) r.hfu_percent = cols_.number(cells, "HFU", at);
+    if (cols_.has("Model TFLOP")) r.model_tflop = cols_.number(cells, "Model TFLOP", at);
+    if (cols_.has("NumParams")) r.num_params = cols_.positive_int(cells, "NumParams", at);
+    return r;
+  }
+
+ private:
+  // Throughput when given, else step time (tokens/s derived from it).
+  void read_measured(const std::vector<std::string>& cells, const std::string& at, MeasuredRow& r) const {
+    if (!cols_.has("Step Time (s)") || cols_.given(cells, "Throughput (T/s)")) {
+      r.tokens_per_s = cols_.number(cells, "Throughput (T/s)", at);
+      if (!(r.tokens_per_s > 0)) throw Error(at + ": 'Throughput (T/s)' must be positive");
+      return;
+    }
+    if (!cols_.given(cells, "Step Time (s)")) throw Error(at + ": neither 'Throughput (T/s)' nor 'Step Time (s)' is given");
+    r.measured_step_s = cols_.number(cells, "Step Time (s)", at);
+    if (!(r.measured_step_s > 0)) throw Error(at + ": 'Step Time (s)' must be positive");
+    r.tokens_per_s = static_cast<double>(r.global_batch) * static_cast<double>(r.seq_len) / r.measured_step_s;
+  }
+
+  void read_parallel(const std::vector<std::string>& cells, const std::string& at, MeasuredRow& r) const {
+    Parallelism& par = r.parallel;
+    par.framework = options_.framework;
+    if (cols_.has("Framework")) {
+      std::string f = cols_.text(cells, "Framework", at);
+      std::transform(f.begin(), f.end(), f.begin(), ::tolower);
+      const auto fw = parse_framework(f);
+      if (!fw) throw Error(at + ": unknown Framework '" + cols_.cell(cells, "Framework", at) + "' (composer, megatron, torchtitan)");
+      par.framework = *fw;
+    }
+    par.tensor = cols_.optional_degree(cells, "Tensor Parallel", at);
+    par.pipeline = cols_.optional_degree(cells, "Pipeline Parallel", at);
+    par.virtual_stages = cols_.optional_degree(cells, "Virtual Stages", at);
+    par.context = cols_.optional_degree(cells, "Context Parallel", at);
+    par.expert = cols_.optional_degree(cells, "Expert Parallel", at);
+    if (cols_.has("Sequence Parallel")) par.sequence_parallel = cols_.boolean(cells, "Sequence Parallel", at);
+    if (cols_.has("Distributed Optimizer")) par.distributed_optimizer = cols_.boolean(cells, "Distributed Optimizer", at);
+    if (cols_.has("Overlap Grad Reduce")) par.overlap_grad_reduce = cols_.boolean(cells, "Overlap Grad Reduce", at);
+    const int64_t model_parallel = par.model_parallel();
+    if (r.n_gpus % model_parallel != 0)
+      throw Error(at + ": # GPUs " + std::to_string(r.n_gpus) + " is not a multiple of tensor x context x pipeline parallel " +
+                  std::to_string(par.tensor) + " x " + std::to_string(par.context) + " x " + std::to_string(par.pipeline));
+    if (cols_.has("Data Parallel")) {
+      const int64_t dp = cols_.positive_int(cells, "Data Parallel", at);
+      if (dp != r.n_gpus / model_parallel)
+        throw Error(at + ": column 'Data Parallel' is " + std::to_string(dp) + " but # GPUs " + std::to_string(r.n_gpus) +
+                    " over tensor x context x pipeline parallel " + std::to_string(model_parallel) + " is " +
+                    std::to_string(r.n_gpus / model_parallel));
+    }
+  }
+
+  // composer rows: FSDP's strategy and mixed precision as written (required). Megatron's data
+  // parallelism is DDP: every replica holds its whole shard (NO_SHARD), the distributed optimizer
+  // aside; torchtitan's is FSDP2 (FULL_SHARD).
+  void read_sharding(const std::vector<std::string>& cells, const std::string& at, MeasuredRow& r) const {
+    const bool composer = r.parallel.framework == Framework::kComposer;
+    if (!composer) r.sharding = r.parallel.framework == Framework::kMegatron ? Sharding::kNoShard : Sharding::kFullShard;
+    for (const char* col : {"MP Mode", "Sharding Strategy"})
+      if (composer && !cols_.has(col)) throw Error(at + ": a composer row needs the column '" + std::string(col) + "'");
+    if (cols_.has("MP Mode")) {
+      const std::string mp = cols_.text(cells, "MP Mode", at);
+      const auto m = parse_mp_mode(mp);
+      if (!m) throw Error(at + ": unknown MP Mode '" + mp + "' (DEFAULT, PURE, FULL)");
+      r.mp_mode = *m;
+    }
+    if (cols_.has("Sharding Strategy")) {
+      const std::string sh = cols_.text(cells, "Sharding Strategy", at);
+      const auto s = parse_sharding(sh);
+      if (!s)
+        throw Error(at + ": unknown Sharding Strategy '" + sh + "' (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)");
+      r.sharding = *s;
+    }
+  }
+
+  Checkpointing read_checkpointing(const std::vector<std::string>& cells, const std::string& at) const {
+    const bool ac = cols_.has("Activation Checkpointing"), rc = cols_.has("Recompute");
+    const Checkpointing c = cols_.checkpointing(cells, ac ? "Activation Checkpointing" : "Recompute", at);
+    if (ac && rc) {
+      const Checkpointing other = cols_.checkpointing(cells, "Recompute", at);
+      if (other != c)
+        throw Error(at + ": 'Recompute' " + std::string(to_string(other)) + " disagrees with 'Activation Checkpointing' " +
+                    std::string(to_string(c)));
+    }
+    return c;
+  }
+
+  Columns cols_;
+  MeasuredTableOptions options_;
+};
+
+// vTrain's single-node table, as VIA-Research/vTrain's data/ground_truth_single.csv has it.
+const char* const kVtrainColumns[] = {"# GPUs", "global batch", "micro batch", "hidden size", "attention heads",
+                                      "# layers", "sequence length", "tensor parallelism", "data parallelism",
+                                      "pipeline parallelism", "iteration time (ms)"};
+
+bool is_vtrain_header(const std::vector<std::string>& header) {
+  return std::find(header.begin(), header.end(), "iteration time (ms)") != header.end();
+}
+
+// What vTrain's repository states of its runs (config/validation/single/*.json and src/ at
+// f8dda84): Megatron-DeepSpeed's GPT with "use_checkpoint": true (full recompute of each block),
+// "pipeline_scheduling": "1f1b", "use_gradient_bucket": false (no DDP bucketing: the gradient
+// all-reduce waits for the backward), no sequence parallelism and no distributed optimizer (neither
+// is an option of vTrain's config). Precision: fp16 with fp32 master weights (amp_fp16): vTrain
+// profiles its layers in fp16 (src/predictor.py: torch.set_default_dtype(torch.float16), 2-byte
+// parameters and activations), as Megatron-DeepSpeed's --fp16 runs them.
+class VtrainParser {
+ public:
+  VtrainParser(const std::vector<std::string>& header, const std::string& origin, int header_line,
+               const MeasuredTableOptions& options)
+      : cols_(header, origin, header_line), device_(options.device) {
+    for (const char* c : kVtrainColumns) cols_.require(c, " (of vTrain's table)");
+    if (device_.empty())
+      throw Error(cols_.header_at() + ": vTrain's table has no GPU column: pass --device to name the GPU (its runs were on A100s)");
+  }
+
+  MeasuredRow parse(const std::vector<std::string>& cells, int line) const {
+    MeasuredRow r = cols_.start_row(cells, line);
+    const std::string at = r.where();
+    const auto get = [&](const char* col) { return cols_.positive_int(cells, col, at); };
+    r.n_gpus = get("# GPUs");
+    r.global_batch = get("global batch");
+    r.micro_batch = get("micro batch");
+    r.seq_len = get("sequence length");
+    r.architecture = vtrain_gpt_model(get("hidden size"), get("attention heads"), get("# layers"));
+    r.model = r.architecture->name;
+    r.gpu = device_;
+    Parallelism& par = r.parallel;
+    par.framework = Framework::kMegatron;
+    par.tensor = cols_.degree(cells, "tensor parallelism", at);
+    par.pipeline = cols_.degree(cells, "pipeline parallelism", at);
+    const int64_t dp = cols_.degree(cells, "data parallelism", at);
+    if (r.n_gpus != par.tensor * par.pipeline * dp)
+      throw Error(at + ": '# GPUs' " + std::to_string(r.n_gpus) + " is not tensor x pipeline x data parallelism " +
+                  std::to_string(par.tensor) + " x " + std::to_string(par.pipeline) + " x " + std::to_string(dp));
+    r.measured_step_s = cols_.number(cells, "iteration time (ms)", at) * 1e-3;
+    if (!(r.measured_step_s > 0)) throw Error(at + ": 'iteration time (ms)' must be positive");
+    r.tokens_per_s = static_cast<double>(r.global_batch) * static_cast<double>(r.seq_len) / r.measured_step_s;
+    r.precision = Precision::kAmpFp16;
+    r.sharding = Sharding::kNoShard;  // DDP without the distributed optimizer
+    r.checkpointing = Checkpointing::kFull;
+    return r;
+  }
+
+ private:
+  Columns cols_;
+  std::string device_;
 };
 
 // One header and the rows under it.
@@ -242,7 +438,8 @@ void align(Section& sec, const std::string& origin, std::vector<std::string>& wa
 
 }  // namespace
 
-MeasuredTable parse_measured_table(const std::string& text, const std::string& origin) {
+MeasuredTable parse_measured_table(const std::string& text, const std::string& origin,
+                                   const MeasuredTableOptions& options) {
   if (text.find('\0') != std::string::npos) throw Error(origin + ": binary content, expected a table");
   const std::vector<std::string> lines = split_lines(text);
   std::vector<Section> sections;
@@ -289,16 +486,39 @@ MeasuredTable parse_measured_table(const std::string& text, const std::string& o
   table.origin = origin;
   for (auto& sec : sections) {
     align(sec, origin, table.warnings);
-    const RowParser parser(sec.header, origin, sec.header_line);
-    for (const auto& [line, cells] : sec.rows) table.rows.push_back(parser.parse(cells, line));
+    if (is_vtrain_header(sec.header)) {
+      const VtrainParser parser(sec.header, origin, sec.header_line, options);
+      for (const auto& [line, cells] : sec.rows) table.rows.push_back(parser.parse(cells, line));
+    } else {
+      const RowParser parser(sec.header, origin, sec.header_line, options);
+      for (const auto& [line, cells] : sec.rows) table.rows.push_back(parser.parse(cells, line));
+    }
     if (table.header.empty()) table.header = sec.header;
   }
   if (table.rows.empty()) throw Error(origin + ": the table has a header but no rows");
   return table;
 }
 
-MeasuredTable read_measured_table(const std::filesystem::path& path) {
-  return parse_measured_table(read_text_file(path, "table"), path.string());
+MeasuredTable read_measured_table(const std::filesystem::path& path, const MeasuredTableOptions& options) {
+  return parse_measured_table(read_text_file(path, "table"), path.string(), options);
+}
+
+ModelConfig vtrain_gpt_model(int64_t hidden, int64_t heads, int64_t layers) {
+  ModelConfig m;
+  m.name = "gpt-h" + std::to_string(hidden) + "-a" + std::to_string(heads) + "-l" + std::to_string(layers);
+  m.d_model = hidden;
+  m.n_heads = heads;
+  m.n_layers = layers;
+  m.vocab_size = 50257;
+  m.expansion_ratio = 4.0;
+  m.positions = PositionKind::kLearned;
+  m.max_positions = 0;  // the run's sequence length
+  m.norm = NormKind::kLayerNorm;
+  m.norm_bias = m.qkv_bias = m.linear_bias = true;
+  m.ffn = FfnKind::kMlp;
+  m.activation = Activation::kGelu;
+  m.tie_embeddings = true;
+  return m;
 }
 
 Cell checkpointing_cell(Checkpointing c) {

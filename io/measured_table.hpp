@@ -7,15 +7,31 @@
 // repaired when the header lacks `Model TFLOP` (seed 001's A100 40GB table), with a warning; any
 // other mismatch is an error naming the line. `Activation Checkpointing` is llm-foundry's boolean
 // (True, False; also 1/0, yes/no) or tpsim's kind (none, selective, full), in any case.
+//
+// The general form adds the columns of runs beyond data parallelism (each optional; absent: 1,
+// False or the default): `Framework` (composer, megatron, torchtitan; absent: the command's
+// --framework), `Tensor Parallel`, `Pipeline Parallel`, `Virtual Stages`, `Context Parallel`,
+// `Expert Parallel`, `Data Parallel` (checked against # GPUs over the model-parallel degrees),
+// `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce` (True/False), `Recompute`
+// (none/selective/full: the same as `Activation Checkpointing`, one of which is required; both
+// present and disagreeing is an error) and `Step Time (s)`, the measured quantity of a row whose
+// `Throughput (T/s)` is absent or empty. A table with one of these columns may leave out `GPU`
+// when the command names the device (--device); llm-foundry's tables always have it. `MP Mode` and `Sharding Strategy` are required of composer rows only: megatron rows
+// are DDP (NO_SHARD, with or without the distributed optimizer), torchtitan rows FSDP2 (FULL_SHARD).
+//
+// vTrain's CSV (VIA-Research/vTrain, data/ground_truth_single.csv) is recognised by its column
+// `iteration time (ms)` and read as it is: each row defines its own GPT model (vtrain_gpt_model).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "io/output.hpp"
+#include "model/architecture.hpp"
 #include "model/training.hpp"
 
 namespace tpsim {
@@ -30,12 +46,17 @@ struct MeasuredRow {
   int64_t micro_batch = 0;
   int64_t grad_accum = 0;  // 0 when the table has no GradAccum column
   int64_t global_batch = 0;
-  double tokens_per_s = 0;
+  double tokens_per_s = 0;  // measured; or global batch x sequence / measured_step_s when step time was measured
+  double measured_step_s = 0;  // > 0: the row measured step time (Step Time (s), vTrain's iteration time)
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
   Sharding sharding = Sharding::kFullShard;
   Checkpointing checkpointing = Checkpointing::kNone;
   bool activation_cpu_offload = false;
+  Parallelism parallel;  // framework and degrees; all 1 under composer for llm-foundry's tables
+  // The row's own architecture (vTrain's rows), named `model`; empty: `model` names a model of the
+  // catalogue or --models.
+  std::optional<ModelConfig> architecture;
   double mfu_percent = -1;    // < 0 when absent
   double hfu_percent = -1;
   double model_tflop = -1;    // the table's Model TFLOP cell as written
@@ -43,12 +64,13 @@ struct MeasuredRow {
   std::vector<std::pair<std::string, std::string>> cells;  // (column, cell) as written, in table order
 
   std::string where() const { return origin + ":" + std::to_string(line); }
+  bool step_time_measured() const { return measured_step_s > 0; }
 
   // The configuration the row measured.
   TrainConfig config() const {
     return {.seq_len = seq_len, .global_batch = global_batch, .micro_batch = micro_batch, .n_gpus = n_gpus,
             .precision = precision, .mp_mode = mp_mode, .sharding = sharding,
-            .checkpointing = checkpointing};
+            .checkpointing = checkpointing, .parallel = parallel};
   }
 };
 
@@ -59,8 +81,24 @@ struct MeasuredTable {
   std::vector<std::string> warnings;
 };
 
-MeasuredTable parse_measured_table(const std::string& text, const std::string& origin);
-MeasuredTable read_measured_table(const std::filesystem::path& path);
+// What the command says of rows whose table leaves it out.
+struct MeasuredTableOptions {
+  Framework framework = Framework::kComposer;  // rows of a table without a Framework column (--framework)
+  std::string device;  // the GPU of rows of a table without a GPU column (--device); empty: such a table is an Error
+};
+
+MeasuredTable parse_measured_table(const std::string& text, const std::string& origin,
+                                   const MeasuredTableOptions& options = {});
+MeasuredTable read_measured_table(const std::filesystem::path& path, const MeasuredTableOptions& options = {});
+
+// The model of a vTrain row: Megatron's GPT as vTrain's runs built it (VIA-Research/vTrain at
+// f8dda84, src/predictor.py's parameter list and src/model/gpt_model.py): learned positions, as
+// many as the sequence length (vTrain's `max_length`; Megatron-LM's examples/pretrain_gpt.sh sets
+// --max-position-embeddings to --seq-length, 1024), LayerNorm with biases, a GELU MLP of 4h with
+// biases, embeddings tied to the output layer, GPT-2's vocabulary of 50257 (Megatron pads it to a
+// multiple of 128 x TP, 50304 at TP 1: 0.1% more logit work, not modelled here). Named
+// gpt-h<hidden>-a<heads>-l<layers>.
+ModelConfig vtrain_gpt_model(int64_t hidden, int64_t heads, int64_t layers);
 
 // The `Activation Checkpointing` cell of a row tpsim prints, and reads back: llm-foundry's boolean
 // (True / False) for full and none, as its collect_results.py writes them, and `selective`, which

@@ -1,0 +1,274 @@
+// Measured tables of runs beyond data parallelism: the general form's columns (framework, tensor,
+// pipeline, virtual, context, expert and data parallel degrees, sequence parallelism, recompute,
+// step time), vTrain's CSV read as it is, and `tpsim validate` on them.
+#define BOOST_TEST_MODULE measured_3d
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <sstream>
+
+#include "common.hpp"
+#include "tests/run_tpsim.hpp"
+
+using namespace tpsim;
+
+namespace {
+using tpsim::test::contains;
+using tpsim::test::error_of;
+using tpsim::testing::count_lines;
+using tpsim::testing::Run;
+
+// A Megatron run in the general form: no GPU column (--device names it), no MP Mode or Sharding
+// Strategy (not composer's), step time measured instead of throughput.
+const std::string kHeader =
+    "| Model | SeqLen (T) | # GPUs | MicroBatchSize | GlobalBatchSize | Precision | Framework | Tensor Parallel | "
+    "Pipeline Parallel | Virtual Stages | Context Parallel | Expert Parallel | Data Parallel | Sequence Parallel | "
+    "Distributed Optimizer | Overlap Grad Reduce | Recompute | Step Time (s) | Notes |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+const std::string kRow =
+    "| 7b | 4096 | 64 | 1 | 512 | amp_bf16 | megatron | 4 | 2 | 3 | 2 | 1 | 4 | True | True | False | selective | 5.5 | "
+    "run 12 |\n";
+
+MeasuredTableOptions on_device(const std::string& device, Framework f = Framework::kComposer) {
+  return {.framework = f, .device = device};
+}
+
+std::string replaced(std::string s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  BOOST_TEST_REQUIRE(at != std::string::npos, from);
+  return s.replace(at, from.size(), to);
+}
+
+const std::string kVtrain = std::string(TPSIM_TEST_DATA) + "/vtrain/four-rows.csv";
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_general_form_reads_every_new_column) {
+  const MeasuredTable t = parse_measured_table(kHeader + kRow, "g.md", on_device("h100_80gb"));
+  BOOST_TEST_REQUIRE(t.rows.size() == 1u);
+  const MeasuredRow& r = t.rows[0];
+  BOOST_TEST(r.gpu == "h100_80gb");
+  BOOST_TEST((r.parallel.framework == Framework::kMegatron));
+  BOOST_TEST(r.parallel.tensor == 4);
+  BOOST_TEST(r.parallel.pipeline == 2);
+  BOOST_TEST(r.parallel.virtual_stages == 3);
+  BOOST_TEST(r.parallel.context == 2);
+  BOOST_TEST(r.parallel.expert == 1);
+  BOOST_TEST(r.parallel.sequence_parallel);
+  BOOST_TEST(r.parallel.distributed_optimizer);
+  BOOST_TEST(!r.parallel.overlap_grad_reduce);
+  BOOST_TEST((r.checkpointing == Checkpointing::kSelective));
+  BOOST_TEST((r.sharding == Sharding::kNoShard));  // Megatron's DDP
+  BOOST_TEST(r.step_time_measured());
+  BOOST_TEST(r.measured_step_s == 5.5);
+  BOOST_TEST(r.tokens_per_s == 512.0 * 4096 / 5.5, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(!r.architecture);  // `7b` names a catalogue model
+  BOOST_TEST(r.cells.back().first == "Notes");  // an unknown column is kept, for echoing
+  BOOST_TEST(r.cells.back().second == "run 12");
+  const TrainConfig cfg = r.config();
+  BOOST_TEST((cfg.parallel == r.parallel));
+  BOOST_TEST(cfg.data_parallel() == 4);
+  BOOST_TEST(cfg.per_device_batch() == 128);
+}
+
+BOOST_AUTO_TEST_CASE(absent_columns_take_the_defaults_and_the_commands_framework) {
+  // Only llm-foundry's columns: data parallelism alone under the command's framework.
+  const std::string header =
+      "| Model | SeqLen (T) | # GPUs | GPU | MicroBatchSize | GlobalBatchSize | Throughput (T/s) | Precision | MP Mode | "
+      "Sharding Strategy | Activation Checkpointing |\n| - | - | - | - | - | - | - | - | - | - | - |\n";
+  const std::string row = "| 1b | 2048 | 8 | a100_80gb | 4 | 64 | 100000 | amp_bf16 | DEFAULT | FULL_SHARD | True |\n";
+  const MeasuredRow composer = parse_measured_table(header + row, "f.md").rows.at(0);
+  BOOST_TEST((composer.parallel == Parallelism{}));
+  BOOST_TEST(!composer.step_time_measured());
+  BOOST_TEST((composer.config().parallel == Parallelism{}));
+  const MeasuredRow megatron = parse_measured_table(header + row, "f.md", on_device("", Framework::kMegatron)).rows.at(0);
+  BOOST_TEST((megatron.parallel.framework == Framework::kMegatron));
+  BOOST_TEST((megatron.sharding == Sharding::kFullShard));  // as the table says
+  // A Framework column overrides the command's.
+  const std::string with_fw = replaced(replaced(header, "| Activation Checkpointing |", "| Activation Checkpointing | Framework |"),
+                                       "| - |\n", "| - | - |\n");
+  const MeasuredRow titan = parse_measured_table(with_fw + replaced(row, "True |", "True | torchtitan |"), "f.md",
+                                                 on_device("", Framework::kMegatron)).rows.at(0);
+  BOOST_TEST((titan.parallel.framework == Framework::kTorchtitan));
+}
+
+BOOST_AUTO_TEST_CASE(bad_cells_name_the_file_line_and_column) {
+  for (const auto& [from, to, column] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"| megatron |", "| deepspeed |", "unknown Framework 'deepspeed'"},
+           {"| 4 | 2 | 3 |", "| four | 2 | 3 |", "column 'Tensor Parallel' must be a whole number"},
+           {"| 4 | 2 | 3 |", "| 4 | 0 | 3 |", "column 'Pipeline Parallel' must be positive"},
+           {"| 4 | 2 | 3 |", "| 4 | 2 | 1.5 |", "column 'Virtual Stages'"},
+           {"| 4 | 2 | 3 |", "| 4398046511104 | 2 | 3 |", "column 'Tensor Parallel' must be at most 1048576"},
+           {"| 2 | 1 | 4 |", "| -2 | 1 | 4 |", "column 'Context Parallel'"},
+           {"| 2 | 1 | 4 |", "| 2 | x | 4 |", "column 'Expert Parallel'"},
+           {"| 2 | 1 | 4 |", "| 2 | 1 | 8 |", "column 'Data Parallel' is 8 but # GPUs 64"},
+           {"| True | True | False |", "| Maybe | True | False |", "column 'Sequence Parallel' must be True or False"},
+           {"| True | True | False |", "| True | sure | False |", "column 'Distributed Optimizer'"},
+           {"| True | True | False |", "| True | True | 2 |", "column 'Overlap Grad Reduce'"},
+           {"| selective |", "| partial |", "column 'Recompute' must be True or False (or none, selective or full)"},
+           {"| 5.5 |", "| slow |", "column 'Step Time (s)' must be a number"},
+           {"| 5.5 |", "| 0 |", "'Step Time (s)' must be positive"},
+           {"| 5.5 |", "| nan |", "column 'Step Time (s)' must be finite"},
+           {"| 64 | 1 |", "| 40 | 1 |", "# GPUs 40 is not a multiple of tensor x context x pipeline parallel 4 x 2 x 2"}}) {
+    BOOST_TEST_CONTEXT(to) {
+      const std::string e = error_of([&] { parse_measured_table(kHeader + replaced(kRow, from, to), "g.md", on_device("h100_80gb")); });
+      BOOST_TEST(contains(e, "g.md:3: "), e);
+      BOOST_TEST(contains(e, column), e);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(recompute_and_activation_checkpointing_must_agree) {
+  const std::string header = replaced(kHeader, "| Recompute |", "| Recompute | Activation Checkpointing |");
+  const std::string sep = replaced(header, "| --- |\n", "| --- | --- |\n");
+  const auto read = [&](const std::string& recompute, const std::string& ac) {
+    return parse_measured_table(sep + replaced(kRow, "| selective |", "| " + recompute + " | " + ac + " |"), "g.md",
+                                on_device("h100_80gb"));
+  };
+  BOOST_TEST((read("full", "True").rows.at(0).checkpointing == Checkpointing::kFull));
+  BOOST_TEST((read("none", "False").rows.at(0).checkpointing == Checkpointing::kNone));
+  BOOST_TEST((read("selective", "selective").rows.at(0).checkpointing == Checkpointing::kSelective));
+  const std::string e = error_of([&] { read("full", "False"); });
+  BOOST_TEST(contains(e, "g.md:3: 'Recompute' full disagrees with 'Activation Checkpointing' none"), e);
+  // Neither: the header names what is missing.
+  const std::string neither = replaced(kHeader, "| Recompute |", "| Remat |");
+  BOOST_TEST(contains(error_of([&] { parse_measured_table(neither + kRow, "g.md", on_device("h100_80gb")); }),
+                      "g.md:1: required column 'Activation Checkpointing' is missing (or give 'Recompute')"));
+}
+
+BOOST_AUTO_TEST_CASE(a_row_needs_throughput_or_step_time) {
+  // Neither column.
+  const std::string no_step = replaced(kHeader, "| Step Time (s) |", "| Step (s) |");
+  BOOST_TEST(contains(error_of([&] { parse_measured_table(no_step + kRow, "g.md", on_device("h100_80gb")); }),
+                      "g.md:1: required column 'Throughput (T/s)' is missing (or give 'Step Time (s)')"));
+  // Both columns, both cells empty on the row.
+  const std::string both = replaced(kHeader, "| Step Time (s) |", "| Step Time (s) | Throughput (T/s) |");
+  const std::string sep = replaced(both, "| --- |\n", "| --- | --- |\n");
+  const std::string e = error_of([&] {
+    parse_measured_table(sep + replaced(kRow, "| 5.5 |", "|  |  |"), "g.md", on_device("h100_80gb"));
+  });
+  BOOST_TEST(contains(e, "g.md:3: neither 'Throughput (T/s)' nor 'Step Time (s)' is given"), e);
+  // Throughput, when given, is what the row measured.
+  const MeasuredRow r = parse_measured_table(sep + replaced(kRow, "| 5.5 |", "| 5.5 | 381300 |"), "g.md",
+                                             on_device("h100_80gb")).rows.at(0);
+  BOOST_TEST(!r.step_time_measured());
+  BOOST_TEST(r.tokens_per_s == 381300.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_table_without_a_gpu_column_needs_device_and_composer_rows_need_fsdps_columns) {
+  BOOST_TEST(contains(error_of([&] { parse_measured_table(kHeader + kRow, "g.md"); }),
+                      "g.md:1: required column 'GPU' is missing (a table in the general form may leave it to --device)"));
+  // llm-foundry's tables always name the GPU: one without it is broken, --device or not.
+  const std::string foundry =
+      "| Model | SeqLen (T) | # GPUs | MicroBatchSize | GlobalBatchSize | Throughput (T/s) | Precision | MP Mode | "
+      "Sharding Strategy | Activation Checkpointing |\n| - | - | - | - | - | - | - | - | - | - |\n"
+      "| 1b | 2048 | 8 | 4 | 64 | 100000 | amp_bf16 | DEFAULT | FULL_SHARD | True |\n";
+  BOOST_TEST(contains(error_of([&] { parse_measured_table(foundry, "f.md", on_device("a100_80gb")); }),
+                      "f.md:1: required column 'GPU' is missing"));
+  // A composer row of a table with a Framework column but no Sharding Strategy.
+  const std::string e = error_of([&] {
+    parse_measured_table(kHeader + replaced(kRow, "| megatron |", "| composer |"), "g.md", on_device("h100_80gb"));
+  });
+  BOOST_TEST(contains(e, "g.md:3: a composer row needs the column 'MP Mode'"), e);
+}
+
+BOOST_AUTO_TEST_CASE(vtrains_table_is_read_as_it_is) {
+  const MeasuredTable t = read_measured_table(kVtrain, on_device("a100_80gb"));
+  BOOST_TEST_REQUIRE(t.rows.size() == 4u);
+  const MeasuredRow& r = t.rows[1];  // 8,32,4,1024,16,24,1024,2,2,2,219.732754
+  BOOST_TEST(r.line == 3);
+  BOOST_TEST(r.gpu == "a100_80gb");
+  BOOST_TEST(r.n_gpus == 8);
+  BOOST_TEST(r.global_batch == 32);
+  BOOST_TEST(r.micro_batch == 4);
+  BOOST_TEST(r.seq_len == 1024);
+  BOOST_TEST((r.parallel.framework == Framework::kMegatron));
+  BOOST_TEST(r.parallel.tensor == 2);
+  BOOST_TEST(r.parallel.pipeline == 2);
+  BOOST_TEST(r.config().data_parallel() == 2);
+  BOOST_TEST(!r.parallel.sequence_parallel);
+  BOOST_TEST(!r.parallel.distributed_optimizer);
+  BOOST_TEST(!r.parallel.overlap_grad_reduce);  // no DDP gradient bucketing
+  BOOST_TEST((r.checkpointing == Checkpointing::kFull));
+  BOOST_TEST((r.precision == Precision::kAmpFp16));
+  BOOST_TEST((r.sharding == Sharding::kNoShard));
+  BOOST_TEST(r.measured_step_s == 0.219732754, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(r.tokens_per_s == 32.0 * 1024 / 0.219732754, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(r.cells.size() == 11u);
+  BOOST_TEST(r.cells.back().first == "iteration time (ms)");
+
+  // Each row's own model: GPT with h = 1024, 16 heads, 24 layers, vocabulary 50257, learned
+  // positions of the sequence length (1024), tied embeddings. By hand:
+  //   a block: 12 h^2 + 13 h = 12 * 1,048,576 + 13 * 1,024 = 12,596,224; 24 blocks: 302,309,376
+  //   token embedding 50,257 * 1,024 = 51,463,168; positions 1,024 * 1,024 = 1,048,576; final norm 2,048
+  //   total 354,823,168
+  BOOST_TEST_REQUIRE(r.architecture.has_value());
+  const ModelConfig& m = *r.architecture;
+  BOOST_TEST(r.model == "gpt-h1024-a16-l24");
+  BOOST_TEST(m.name == r.model);
+  BOOST_TEST(check_architecture(m).empty());
+  BOOST_TEST(parameter_count(m, r.seq_len) == 354823168);
+  BOOST_TEST(t.rows[3].model == "gpt-h2048-a16-l20");
+  BOOST_TEST(t.rows[3].architecture->n_layers == 20);
+}
+
+BOOST_AUTO_TEST_CASE(vtrains_gpu_count_must_be_the_product_of_its_degrees) {
+  const std::string header = first_line(tpsim::testing::slurp(kVtrain)) + "\n";
+  const std::string e = error_of([&] {
+    parse_measured_table(header + "2,16,8,1024,16,24,1024,1,1,2,372.1\n8,32,4,1024,16,24,1024,2,1,2,219.7\n", "v.csv",
+                         on_device("a100_80gb"));
+  });
+  BOOST_TEST(contains(e, "v.csv:3: '# GPUs' 8 is not tensor x pipeline x data parallelism 2 x 2 x 1"), e);
+  BOOST_TEST(contains(error_of([&] { parse_measured_table(header + "2,16,8,1024,16,24,1024,1,1,2,x\n", "v.csv",
+                                                          on_device("a100_80gb")); }),
+                      "v.csv:2: column 'iteration time (ms)' must be a number"));
+  // A header with vTrain's measured column but not all of its others.
+  const std::string partial = replaced(header, "hidden size", "hidden");
+  BOOST_TEST(contains(error_of([&] { parse_measured_table(partial + "2,16,8,1024,16,24,1024,1,1,2,1\n", "v.csv",
+                                                          on_device("a100_80gb")); }),
+                      "v.csv:1: required column 'hidden size' is missing (of vTrain's table)"));
+}
+
+BOOST_AUTO_TEST_CASE(vtrains_table_needs_device) {
+  const std::string e = error_of([&] { read_measured_table(kVtrain); });
+  BOOST_TEST(contains(e, kVtrain + ":1: vTrain's table has no GPU column: pass --device"), e);
+  const Run r = tpsim::testing::run_tpsim("validate " + kVtrain);
+  BOOST_TEST(r.status == 2);
+  BOOST_TEST(count_lines(r.err) == 1);
+  BOOST_TEST(contains(r.err, "pass --device"), r.err);
+  const Run f = tpsim::testing::run_tpsim("validate " + kVtrain + " --device a100_80gb --framework deepspeed");
+  BOOST_TEST(f.status == 2);
+  BOOST_TEST(count_lines(f.err) == 1);
+  BOOST_TEST(contains(f.err, "--framework 'deepspeed': expected composer, megatron or torchtitan"), f.err);
+}
+
+BOOST_AUTO_TEST_CASE(validate_prints_vtrains_columns_then_the_predictions) {
+  const std::string vtrain_columns =
+      "# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,tensor parallelism,"
+      "data parallelism,pipeline parallelism,iteration time (ms)";
+  const std::string predictions =
+      "Predicted Throughput (T/s),Predicted MFU,Predicted HFU,Predicted Memory (GiB),Error (%),"
+      "Predicted Throughput Low (T/s),Predicted Throughput High (T/s),Held Out,Predicted Step Time (s)";
+  const Run r = tpsim::testing::run_tpsim("validate " + kVtrain + " --device a100_80gb --framework megatron --format csv");
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  BOOST_TEST(first_line(r.out) == vtrain_columns + "," + predictions);
+  BOOST_TEST(count_lines(r.out) == 5);
+  // Each row: its 11 cells as written, then the predictions; the error is of step time.
+  std::istringstream lines(r.out);
+  std::string line;
+  std::getline(lines, line);
+  std::getline(lines, line);
+  BOOST_TEST(line.rfind("2,16,8,1024,16,24,1024,1,1,2,372.160408,", 0) == 0u, line);
+  std::vector<std::string> cells;
+  for (std::istringstream c(line); std::getline(c, line, ',');) cells.push_back(line);
+  BOOST_TEST_REQUIRE(cells.size() == 20u);
+  const double step_s = std::stod(cells[19]), error_percent = std::stod(cells[15]);
+  // Within the rounding of the printed step time (4 decimals of 0.37 s: 0.014 points).
+  BOOST_TEST(std::abs(error_percent - 100 * (step_s / 0.372160408 - 1)) < 0.05);
+  // Markdown: the same columns, and the summary names each row's model.
+  const Run md = tpsim::testing::run_tpsim("validate --table " + kVtrain + " --device a100_80gb");
+  BOOST_TEST_REQUIRE(md.status == 0, md.err);
+  BOOST_TEST(contains(md.out, "| # GPUs | global batch |"));
+  BOOST_TEST(contains(md.out, "| Held Out | Predicted Step Time (s) |"));
+  BOOST_TEST(contains(md.out, "| model gpt-h2048-a16-l20 | 1 |"));
+}
