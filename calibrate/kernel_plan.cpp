@@ -56,6 +56,10 @@ std::string mem_name(MemKind k) {
     case MemKind::kRouterBackward: return "router_bwd";
     case MemKind::kPermute: return "permute";
     case MemKind::kUnpermute: return "unpermute";
+    case MemKind::kSoftmax: return "softmax";
+    case MemKind::kSoftmaxBackward: return "softmax_bwd";
+    case MemKind::kDropout: return "dropout";
+    case MemKind::kDropoutBackward: return "dropout_bwd";
   }
   return "?";
 }

@@ -210,7 +210,7 @@ std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c, const
                            Cell::num((p.capacity_bytes - p.memory.peak_bytes) / kGiB, 1)};
   if (r.train_tokens > 0) add_time_and_cost(r, c, interval, row);
   row.push_back(Cell::str(batch_note(r, c.cfg)));
-  if (r.layout_columns) add_layout_cells(c.cfg, row);
+  if (r.layout_columns) add_layout_cells(c.cfg, c.prediction, row);
   return row;
 }
 
@@ -249,7 +249,7 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
     const double days = r.train_tokens / p.tokens_per_s / 86400.0;
     if (r.train_tokens > 0) row.push_back(Cell::num(days, 2));
     if (r.train_tokens > 0 && r.price > 0) row.push_back(Cell::num(days * 24.0 * static_cast<double>(it->cfg.n_gpus) * r.price, 0));
-    if (r.layout_columns) add_layout_cells(it->cfg, row);
+    if (r.layout_columns) add_layout_cells(it->cfg, it->prediction, row);
     best.add_row(std::move(row));
   }
   return best;

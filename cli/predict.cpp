@@ -118,7 +118,7 @@ void run_predict(const PredictOptions& o) {
   t.title = "prediction";
   t.columns = prediction_columns(parallel.framework_given);
   std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile));
-  if (parallel.framework_given) add_layout_cells(cfg, row);
+  if (parallel.framework_given) add_layout_cells(cfg, p, row);
   t.add_row(std::move(row));
   std::cerr << no_interval_note(model);
   if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)

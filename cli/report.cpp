@@ -35,14 +35,16 @@ std::vector<std::string> prediction_columns(bool with_layout) {
 
 const std::vector<std::string>& layout_columns() {
   static const std::vector<std::string> c = {"Tensor Parallel", "Pipeline Parallel", "Virtual Stages",
-                                             "Context Parallel", "Expert Parallel", "Data Parallel"};
+                                             "Context Parallel", "Expert Parallel", "Data Parallel",
+                                             "Pipeline Bubble (s)"};
   return c;
 }
 
-void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row) {
+void add_layout_cells(const TrainConfig& cfg, const Prediction& prediction, std::vector<Cell>& row) {
   const Parallelism& p = cfg.parallel;
   for (int64_t degree : {p.tensor, p.pipeline, p.virtual_stages, p.context, p.expert, cfg.data_parallel()})
     row.push_back(Cell::integer_value(degree));
+  row.push_back(prediction.fits() ? Cell::num(prediction.time.pipeline_bubble_s, 4) : Cell::empty());
 }
 
 std::string layout_phrase(const Parallelism& p) {

@@ -180,7 +180,7 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
 void Sweep::add_row(const std::string& name, const std::string& device_id, const TrainConfig& cfg,
                     const Prediction& p, const std::optional<PredictionInterval>& interval) {
   std::vector<Cell> row = prediction_row(name, device_id, cfg, p, interval);
-  if (r_.layout_columns) add_layout_cells(cfg, row);
+  if (r_.layout_columns) add_layout_cells(cfg, p, row);
   table_.add_row(std::move(row));
 }
 

@@ -60,6 +60,12 @@ enum class MemKind : uint8_t {
   kRouterBackward,    // the softmax's gradient over m x n from the k chosen weights' gradients
   kPermute,           // gather: out[m*k rows, n] = x[token of each (token, choice) in expert order]
   kUnpermute,         // weighted sum: out[m, n] = sum over the k choices of weight * y[its row]
+  // Unfused attention (the scores materialised: Megatron-LM's core attention without flash
+  // attention, llm-foundry's attn_impl torch, Hugging Face's eager), over m rows of n = seq scores:
+  kSoftmax,           // causal scaled masked softmax of each row (row i keeps its first i % n + 1 entries)
+  kSoftmaxBackward,   // dx = y * (dy - sum(dy * y)) per row, from the saved y and dy
+  kDropout,           // y = x * mask / (1 - p), writing a one-byte mask (p in the op's k, per mille)
+  kDropoutBackward,   // dx = dy * mask / (1 - p)
 };
 
 // Plain data; every field is set by the builders below (blank_op and those built on it). No

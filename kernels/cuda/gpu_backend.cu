@@ -156,7 +156,11 @@ std::string membound_unsupported(const Op& op) {
     case MemKind::kRouter:
     case MemKind::kRouterBackward:
     case MemKind::kPermute:
-    case MemKind::kUnpermute: return std::string(op.name) + ": the GPU backend has no kernel for it yet";
+    case MemKind::kUnpermute:
+    case MemKind::kSoftmax:
+    case MemKind::kSoftmaxBackward:
+    case MemKind::kDropout:
+    case MemKind::kDropoutBackward: return std::string(op.name) + ": the GPU backend has no kernel for it yet";
     case MemKind::kLayerNorm:
     case MemKind::kLayerNormBackward:
     case MemKind::kGelu:
