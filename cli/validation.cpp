@@ -62,14 +62,16 @@ std::vector<FitRow> fit_rows(Context& ctx, const std::vector<ResolvedRow>& rows)
 
 std::vector<const ParamInfo*> table_fit_parameters(Context& ctx, const std::vector<ResolvedRow>& rows) {
   std::vector<const ParamInfo*> params = default_table_fit_parameters();
-  // Megatron rows: the host's kernel-issue time bounds their small passes (megatron.hpp); Composer's
-  // recompute share and overlap slowdown do not enter them, so a table of Megatron rows alone does
-  // not fit those (the rows cannot tell them).
+  // Megatron rows: the host's kernel-issue time bounds their small passes (megatron.hpp), and each
+  // tensor-parallel collective waits for every rank of its group (the per-step latency of a ring
+  // inside a node); Composer's recompute share and overlap slowdown do not enter them, so a table of
+  // Megatron rows alone does not fit those (the rows cannot tell them).
   const auto is = [&](Framework f) {
     return std::any_of(rows.begin(), rows.end(), [f](const ResolvedRow& r) { return r.cfg.parallel.framework == f; });
   };
   if (is(Framework::kMegatron)) {
     params.push_back(&param_of(&CostParams::host_kernel_issue_s));
+    params.push_back(&param_of(&CostParams::intra_node_latency_s));
     if (!is(Framework::kComposer))
       std::erase_if(params, [](const ParamInfo* p) {
         return p->member == &CostParams::recompute_fraction || p->member == &CostParams::overlap_slowdown;

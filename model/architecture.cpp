@@ -34,7 +34,7 @@ bool ModelConfig::is_mpt_default() const {
   return kv_heads() == n_heads && d_head() * n_heads == d_model && norm == NormKind::kLayerNorm && norm_bias &&
          qkv_bias && linear_bias && ffn == FfnKind::kMlp && activation == Activation::kGelu && tie_embeddings &&
          positions == PositionKind::kLearned && max_positions == 0 && sliding_window == 0 && qk_norm == QkNorm::kNone &&
-         !moe.active();
+         !moe.active() && !unfused_attention;
 }
 
 namespace {

@@ -74,6 +74,12 @@ struct ModelConfig {
   int64_t sliding_window = 0;   // keys each query attends to at most (Mistral); 0: the whole causal prefix
   QkNorm qk_norm = QkNorm::kNone;
   MoeConfig moe;
+  // How the attention core is computed: fused flash attention (causal blocks skipped, nothing of
+  // seq^2 kept), or unfused with the scores materialised (Megatron-LM's core attention without
+  // --use-flash-attn: batched GEMM, fused causal softmax, dropout, batched GEMM), which attention
+  // dropout then applies to. Used by the megatron path (ops.hpp unfused attention).
+  bool unfused_attention = false;
+  double attention_dropout = 0;  // probability, unfused attention only
 
   int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }

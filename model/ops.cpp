@@ -39,6 +39,8 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
   s.window = m.sliding_window > 0 && m.sliding_window < seq_len ? m.sliding_window : 0;
   s.moe = m.moe;
   s.qk_norm = m.qk_norm;
+  s.unfused_attention = m.unfused_attention;
+  s.attention_dropout_per_mille = static_cast<int64_t>(std::lround(m.attention_dropout * 1000.0));
   return s;
 }
 
@@ -274,6 +276,72 @@ void qk_norm_ops(const BlockShape& s, bool forward, OpSink& out) {
   }
 }
 
+// Unfused causal attention over r = batch x heads x seq query rows of seq keys (Megatron-LM's
+// CoreAttention: baddbmm of Q and K^T, the fused upper-triangular scaled masked softmax, dropout,
+// bmm with V). Every product runs over the whole seq x seq square (the mask is applied after the
+// scores are computed): 2*r*seq*head_dim FLOPs each, twice the causal flash kernel's executed work.
+// The GEMMs are reported as attention. Keeps q, k, the softmax output, the dropout mask and the
+// dropped probabilities, and v: the 5as/h term of Korthikanti et al.'s activations.
+struct UnfusedSizes {
+  int64_t rows, seq, dh;
+  double a, scores, q, kv;  // bytes per element, elements of the scores, of q, of k (and of v)
+};
+UnfusedSizes unfused_sizes(const BlockShape& s) {
+  const int64_t rows = s.batch * s.n_heads * s.seq;
+  return {rows, s.seq, s.d_head(), activation_bytes(s.precision), d(rows) * d(s.seq), d(rows) * d(s.d_head()),
+          d(s.batch) * d(s.n_kv_heads()) * d(s.seq) * d(s.d_head())};
+}
+
+Op attention_gemm(const char* name, const UnfusedSizes& u, int64_t m, int64_t n, int64_t k, DType dt, double read,
+                  double written, double saved, bool trans_a = false, bool trans_b = false) {
+  Op g = gemm_op(name, m, n, k, dt, u.a, u.a, trans_a, trans_b);
+  g.category = OpCategory::kAttention;
+  g.bytes_read = read;  // every head's own operands (gemm_op counts one B for all rows)
+  g.bytes_written = written;
+  g.saved_bytes = saved;
+  return g;
+}
+
+void unfused_attention_forward(const BlockShape& s, bool keep, OpSink& out) {
+  const UnfusedSizes u = unfused_sizes(s);
+  const DType dt = other_gemm_dtype(s.precision), act = activation_dtype(s.precision);
+  const bool dropout = s.attention_dropout_per_mille > 0;
+  const double k = keep ? 1.0 : 0.0;
+  out.push(attention_gemm("attn.scores.fwd", u, u.rows, u.seq, u.dh, dt, (u.q + u.kv) * u.a, u.scores * u.a,
+                          k * (u.q + u.kv) * u.a, false, true));
+  out.push(membound_op("attn.softmax.fwd", MemKind::kSoftmax, u.rows, u.seq, act, u.scores * u.a, u.scores * u.a, 1,
+                       k * u.scores * u.a));
+  if (dropout) {
+    Op drop = membound_op("attn.dropout.fwd", MemKind::kDropout, u.rows, u.seq, act, u.scores * u.a,
+                          u.scores * u.a + u.scores, 1, k * u.scores * (1.0 + u.a));  // the mask and its output
+    drop.k = s.attention_dropout_per_mille;
+    out.push(drop);
+  }
+  out.push(attention_gemm("attn.context.fwd", u, u.rows, u.dh, u.seq, dt, (u.scores + u.kv) * u.a, u.q * u.a,
+                          k * u.kv * u.a));
+}
+
+void unfused_attention_backward(const BlockShape& s, OpSink& out) {
+  const UnfusedSizes u = unfused_sizes(s);
+  const DType dt = other_gemm_dtype(s.precision), act = activation_dtype(s.precision);
+  // dP = dO V^T and dV = P^T dO; then dropout's and the softmax's backward; dQ = dS K and dK = dS^T Q.
+  out.push(attention_gemm("attn.context.dgrad", u, u.rows, u.seq, u.dh, dt, (u.q + u.kv) * u.a, u.scores * u.a, 0,
+                          false, true));
+  out.push(attention_gemm("attn.context.wgrad", u, u.rows, u.dh, u.seq, dt, (u.scores + u.q) * u.a, u.kv * u.a, 0,
+                          true, false));
+  if (s.attention_dropout_per_mille > 0) {
+    Op drop = membound_op("attn.dropout.bwd", MemKind::kDropoutBackward, u.rows, u.seq, act,
+                          u.scores * (u.a + 1.0), u.scores * u.a);
+    drop.k = s.attention_dropout_per_mille;
+    out.push(drop);
+  }
+  out.push(membound_op("attn.softmax.bwd", MemKind::kSoftmaxBackward, u.rows, u.seq, act, 2.0 * u.scores * u.a,
+                       u.scores * u.a));
+  out.push(attention_gemm("attn.scores.dgrad", u, u.rows, u.dh, u.seq, dt, (u.scores + u.kv) * u.a, u.q * u.a, 0));
+  out.push(attention_gemm("attn.scores.wgrad", u, u.rows, u.dh, u.seq, dt, (u.scores + u.q) * u.a, u.kv * u.a, 0,
+                          true, false));
+}
+
 void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
   const DType act = activation_dtype(s.precision);
   const double a = activation_bytes(s.precision);
@@ -412,8 +480,12 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
   linear_forward(s, qkv(s), false, out);
   if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/true, out);
   if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.fwd", s));
-  out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
-  linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8, out);  // attention keeps its output
+  if (s.unfused_attention)
+    unfused_attention_forward(s, /*keep=*/true, out);
+  else
+    out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
+  // Flash attention keeps its output, which is the out projection's input.
+  linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8 && !s.unfused_attention, out);
   out.push(residual_add("resid_attn.fwd", s));
   out.push(norm_forward("norm_2.fwd", s));
   if (s.moe.active())
@@ -432,7 +504,10 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
   out.push(norm_backward("norm_2.bwd", s));
   out.push(residual_add("resid_attn.bwd", s));
   linear_backward(s, out_proj(s), out);
-  out.push(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, s));
+  if (s.unfused_attention)
+    unfused_attention_backward(s, out);
+  else
+    out.push(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, s));
   if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.bwd", s));
   if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/false, out);
   linear_backward(s, qkv(s), out);
@@ -440,6 +515,10 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
 }
 
 void attention_recompute_ops(const BlockShape& s, OpSink& out) {
+  if (s.unfused_attention) {
+    unfused_attention_forward(s, /*keep=*/false, out);
+    return;
+  }
   Op op = attention_op("attn.flash.recompute", OpKind::kAttentionFwd, s);
   op.saved_bytes = 0;
   out.push(op);
@@ -453,6 +532,10 @@ int64_t moe_routed_rows(const MoeConfig& e, int64_t tokens) {
 }
 
 double attention_only_saved_bytes(const BlockShape& s) {
+  if (s.unfused_attention) {  // the softmax output, and the dropout's mask and output
+    const UnfusedSizes u = unfused_sizes(s);
+    return u.scores * u.a + (s.attention_dropout_per_mille > 0 ? u.scores * (1.0 + u.a) : 0.0);
+  }
   return d(s.batch) * d(s.n_heads) * d(s.seq) * 4.0;  // the fp32 log-sum-exp per row (attention_op)
 }
 

@@ -204,3 +204,26 @@ BOOST_FIXTURE_TEST_CASE(composer_is_unchanged_by_the_new_fields, Fixture) {
   BOOST_TEST(a.step_s == b.step_s);
   BOOST_TEST(a.time.pipeline_bubble_s == 0.0);
 }
+
+BOOST_AUTO_TEST_CASE(unfused_attention_keeps_korthikantis_score_terms) {
+  // Megatron's core attention without flash attention: the two batched products run over the whole
+  // s x s square (4*b*h*s^2*dh FLOPs against flash's causal 2*b*h*s^2*dh), and a block keeps
+  // 32*sbh + 5*a*s^2*b bytes: Korthikanti et al.'s 34*sbh + 5*a*s^2*b less the two hidden-dropout
+  // masks, plus the norms' statistics (no log-sum-exp).
+  ModelConfig m = gpt_1024();
+  m.unfused_attention = true;
+  m.attention_dropout = 0.1;
+  const BlockShape s = block_shape(m, 2, 1024, Precision::kAmpFp16);
+  const BlockShape flash = block_shape(gpt_1024(), 2, 1024, Precision::kAmpFp16);
+  const double b = 2, seq = 1024, h = 1024, heads = 16, dh = 64;
+  const double sbh = seq * b * h, stats = 2.0 * b * seq * 8.0;
+  BOOST_TEST(saved_of(s) == 32.0 * sbh + 5.0 * heads * seq * seq * b + stats, tt::tolerance(1e-12));
+  BOOST_TEST(flops_of(block_forward_ops, s) - flops_of(block_forward_ops, flash) ==
+             2.0 * b * heads * seq * seq * dh, tt::tolerance(1e-12));
+  // Selective checkpointing stops keeping exactly the score terms.
+  BOOST_TEST(attention_only_saved_bytes(s) == 5.0 * heads * seq * seq * b, tt::tolerance(1e-12));
+  // Without dropout only the softmax output is kept of them.
+  m.attention_dropout = 0;
+  BOOST_TEST(saved_of(block_shape(m, 2, 1024, Precision::kAmpFp16)) == 32.0 * sbh + 2.0 * heads * seq * seq * b + stats,
+             tt::tolerance(1e-12));
+}
