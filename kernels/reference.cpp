@@ -410,6 +410,49 @@ void unpermute_reference(int64_t m, int64_t n, int64_t k, int64_t rows, std::spa
     }
 }
 
+void causal_softmax_reference(int64_t m, int64_t n, std::span<const float> x, std::span<float> y) {
+  require(x.size() == z(m * n) && y.size() == z(m * n), "causal softmax buffer sizes");
+  for (int64_t r = 0; r < m; ++r) {
+    const int64_t i = r % n;
+    double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, static_cast<double>(x[z(r * n + j)]));
+    for (int64_t j = 0; j <= i; ++j) sum += std::exp(x[z(r * n + j)] - mx);
+    for (int64_t j = 0; j < n; ++j)
+      y[z(r * n + j)] = j <= i ? static_cast<float>(std::exp(x[z(r * n + j)] - mx) / sum) : 0.0f;
+  }
+}
+
+void causal_softmax_backward_reference(int64_t m, int64_t n, std::span<const float> y, std::span<const float> dy,
+                                       std::span<float> dx) {
+  require(y.size() == z(m * n) && dy.size() == z(m * n) && dx.size() == z(m * n),
+          "causal softmax backward buffer sizes");
+  for (int64_t r = 0; r < m; ++r) {
+    double dot = 0;
+    for (int64_t j = 0; j < n; ++j) dot += static_cast<double>(dy[z(r * n + j)]) * y[z(r * n + j)];
+    for (int64_t j = 0; j < n; ++j) dx[z(r * n + j)] = static_cast<float>(y[z(r * n + j)] * (dy[z(r * n + j)] - dot));
+  }
+}
+
+void dropout_mask_reference(int64_t permille, uint64_t seed, std::span<uint8_t> mask) {
+  require(permille >= 0 && permille <= kDropoutPermilleMax, "dropout probability must be in [0, 999] per mille");
+  const uint64_t key = splitmix64(seed);
+  for (size_t i = 0; i < mask.size(); ++i) {
+    const uint64_t bits = splitmix64(key ^ static_cast<uint64_t>(i / 4));
+    const uint32_t draw = static_cast<uint32_t>((bits >> (16 * (i % 4))) & 0xFFFFu);
+    mask[i] = draw >= dropout_threshold(permille) ? 1 : 0;
+  }
+}
+
+void dropout_reference(int64_t permille, std::span<const float> x, std::span<const uint8_t> mask, std::span<float> y) {
+  require(permille >= 0 && permille <= kDropoutPermilleMax, "dropout probability must be in [0, 999] per mille");
+  require(mask.size() == x.size() && y.size() == x.size(), "dropout buffer sizes");
+  const double scale = dropout_scale(permille);
+  for (size_t i = 0; i < x.size(); ++i) {
+    require(mask[i] <= 1, "dropout mask byte other than 0 or 1");
+    y[i] = static_cast<float>(static_cast<double>(x[i]) * mask[i] * scale);
+  }
+}
+
 void cast_fp32_to_bf16_reference(std::span<const float> x, std::span<uint16_t> y) {
   require(x.size() == y.size(), "cast buffer sizes");
   for (size_t i = 0; i < x.size(); ++i) {

@@ -21,6 +21,11 @@
 //   permute      x: [m, n]; src: [m*k] rows of x in expert order; out: [m*k, n], out[r] = x[src[r]].
 //   unpermute    y: [rows, n]; ids, weights: [m, k], the row of y of each (token, choice) and its
 //                router weight; out: [m, n], out[i] = sum_c weights[i,c] * y[ids[i,c]].
+//   causal softmax x, y, dy, dx: [m, n], m query rows of n keys; row r is query position r % n of its
+//                sequence (rows run over batch * heads * seq, n = seq) and keeps its first r % n + 1
+//                entries. Megatron-LM's scaled_upper_triang_masked_softmax, with the scale folded
+//                into the scores' GEMM (scale 1 here).
+//   dropout      x, y, dy, dx: [m, n] flattened; mask: one byte per element, 1 kept, 0 dropped.
 //   bf16         stored as uint16_t: the upper half of an IEEE fp32 bit pattern.
 #pragma once
 
@@ -115,6 +120,36 @@ void permute_reference(int64_t m, int64_t n, int64_t k, std::span<const float> x
                        std::span<float> out);
 void unpermute_reference(int64_t m, int64_t n, int64_t k, int64_t rows, std::span<const float> y,
                          std::span<const int64_t> ids, std::span<const float> weights, std::span<float> out);
+
+// y[r, j] = exp(x[r, j]) / sum over j' <= i of exp(x[r, j']) for j <= i = r % n, 0 beyond; the
+// entries beyond i are never read (they may hold anything, the mask's -inf included).
+void causal_softmax_reference(int64_t m, int64_t n, std::span<const float> x, std::span<float> y);
+// dx = y * (dy - sum_j dy[r, j] * y[r, j]) over the whole row (y, the forward's output, is 0
+// beyond position i, so dx is too).
+void causal_softmax_backward_reference(int64_t m, int64_t n, std::span<const float> y, std::span<const float> dy,
+                                       std::span<float> dx);
+
+// SplitMix64 (Steele, Lea and Flood 2014, "Fast splittable pseudorandom number generators"; Java's
+// SplittableRandom): a hash of a 64-bit counter, so any thread draws any element's number and a
+// buffer's contents do not depend on the thread count.
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+// Dropout's random stream, which every backend draws the same way so that a seed names one mask:
+// element i's draw is the 16 bits [16 (i % 4), 16 (i % 4) + 16) of splitmix64(splitmix64(seed) ^
+// (i / 4)), and the element is kept when its draw is at least dropout_threshold(permille): the
+// drop probability is p = permille / 1000 rounded to a multiple of 2^-16 (within 7.7e-6 of p).
+// The kept values are scaled by 1 / (1 - p) with p unrounded, as torch.nn.functional.dropout does.
+inline constexpr int64_t kDropoutPermilleMax = 999;  // p = 1 would divide by zero
+inline uint32_t dropout_threshold(int64_t permille) { return static_cast<uint32_t>((permille * 65536 + 500) / 1000); }
+inline double dropout_scale(int64_t permille) { return 1000.0 / static_cast<double>(1000 - permille); }
+void dropout_mask_reference(int64_t permille, uint64_t seed, std::span<uint8_t> mask);
+// y = x * mask / (1 - p), p = permille / 1000: dropout's forward on a drawn mask, and its backward
+// (dx = dy * mask / (1 - p)) on the forward's mask.
+void dropout_reference(int64_t permille, std::span<const float> x, std::span<const uint8_t> mask, std::span<float> y);
 
 // Round to nearest, ties to even (NaN stays NaN), and the exact widening back.
 void cast_fp32_to_bf16_reference(std::span<const float> x, std::span<uint16_t> y);

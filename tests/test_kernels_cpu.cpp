@@ -57,7 +57,11 @@ double tolerance(const Op& op) {
     case MemKind::kRope:
     case MemKind::kRouter:
     case MemKind::kRouterBackward:
-    case MemKind::kUnpermute: return kElementwiseRelTol;
+    case MemKind::kUnpermute:
+    case MemKind::kSoftmax:
+    case MemKind::kDropout:  // x times 1 / (1 - p) rounded to fp32
+    case MemKind::kDropoutBackward: return kElementwiseRelTol;
+    case MemKind::kSoftmaxBackward:  // each row's sum of dy * y
     case MemKind::kBiasGrad:
     case MemKind::kGradNorm:
     case MemKind::kEmbeddingBackward: return kReductionRelTol;
@@ -104,6 +108,20 @@ constexpr int kStepParts = 4;
 std::unique_ptr<Backend> cpu_backend() { return make_backend(BackendKind::kCpu); }
 
 float from_bits(uint32_t u) { return std::bit_cast<float>(u); }
+
+// An op of unfused attention (m rows of n scores) as model/ops.cpp states it: a = the activation
+// format's bytes; dropout's p, per mille, in k.
+Op unfused_op(MemKind kind, int64_t m, int64_t n, int64_t permille = 0, DType dtype = DType::kFp32) {
+  const double e = static_cast<double>(m) * static_cast<double>(n), a = gemm_operand_bytes(dtype);
+  Op op = membound_op("attn.core.unfused", kind, m, n, dtype, e * a, e * a);
+  if (kind == MemKind::kSoftmaxBackward) op.bytes_read = 2 * e * a;
+  if (kind == MemKind::kDropout) op.bytes_written = e * a + e;
+  if (kind == MemKind::kDropoutBackward) op.bytes_read = e * a + e;
+  op.k = permille;
+  return op;
+}
+constexpr MemKind kUnfusedKinds[] = {MemKind::kSoftmax, MemKind::kSoftmaxBackward, MemKind::kDropout,
+                                     MemKind::kDropoutBackward};
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(every_op_of_a_tiny_fp32_step_matches_the_reference) {
@@ -429,4 +447,130 @@ BOOST_AUTO_TEST_CASE(ops_no_backend_runs_yet_are_refused_by_name_not_run_as_some
   BOOST_TEST(grouped >= 2);  // the experts' up (and gate) and down projections
   BOOST_TEST(windowed == 1);
   BOOST_TEST(new_kinds >= 4);  // RMSNorm, RoPE, router, permutation, SiLU, product, un-permutation
+}
+
+BOOST_AUTO_TEST_CASE(unfused_attention_softmax_and_dropout_match_the_reference_on_odd_shapes) {
+  auto backend = cpu_backend();
+  // m not a multiple of n (a sequence cut short), one key per row, seq 100 over 3 rows of heads,
+  // and rows longer than an elementwise chunk (16Ki) so that threads split the dropout.
+  const std::pair<int64_t, int64_t> shapes[] = {{250, 100}, {7, 1}, {300, 100}, {37, 13}, {3, 20000}};
+  const TimingOptions quick{0, 2, 2, 0.0, 1.0, false};
+  for (const auto& [m, n] : shapes)
+    for (MemKind kind : kUnfusedKinds)
+      for (int64_t permille : {0, 100, 999}) {
+        const bool dropout = kind == MemKind::kDropout || kind == MemKind::kDropoutBackward;
+        if (!dropout && permille != 0) continue;
+        const Op op = unfused_op(kind, m, n, permille);
+        BOOST_TEST_CONTEXT("kind " << static_cast<int>(kind) << " m " << m << " n " << n << " p " << permille) {
+          BOOST_TEST(backend->unsupported(op) == "");
+          const CheckResult r = backend->check_op(op);
+          BOOST_TEST_REQUIRE(r.supported);
+          BOOST_TEST(r.max_rel_error <= tolerance(op));
+          const Timing t = backend->time_op(op, quick);
+          BOOST_TEST(t.supported);
+          BOOST_TEST(t.median_s > 0);
+        }
+      }
+}
+
+BOOST_AUTO_TEST_CASE(causal_softmax_rows_sum_to_one_over_their_first_i_plus_1_entries) {
+  constexpr double kRowSumTol = 1e-5;  // n fp32 probabilities summed
+  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{250, 100}, {5, 1}, {130, 64}}) {
+    std::vector<float> x(static_cast<size_t>(m * n)), y(x.size()), want(x.size());
+    cpu::fill_uniform(x.data(), m * n, -4, 4, 7);
+    // The masked entries (j > i) are never read: NaN and infinities there change nothing.
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = r % n + 1; j < n; ++j)
+        x[static_cast<size_t>(r * n + j)] = j % 2 ? std::numeric_limits<float>::quiet_NaN()
+                                                  : std::numeric_limits<float>::infinity();
+    cpu::causal_softmax_cpu(m, n, x.data(), y.data());
+    causal_softmax_reference(m, n, x, want);
+    BOOST_TEST_CONTEXT("m " << m << " n " << n) {
+      BOOST_TEST(max_relative_error(y, want) <= kElementwiseRelTol);
+      for (int64_t r = 0; r < m; ++r) {
+        const int64_t i = r % n;
+        double sum = 0;
+        bool zero_beyond = true;
+        for (int64_t j = 0; j < n; ++j) {
+          const float v = y[static_cast<size_t>(r * n + j)];
+          if (j <= i) sum += v;
+          else zero_beyond = zero_beyond && v == 0.0f;
+        }
+        BOOST_TEST(sum == 1.0, tt::tolerance(kRowSumTol));
+        BOOST_TEST(zero_beyond, "row " << r);
+      }
+    }
+  }
+  // By hand: row 1 of n = 3 keeps x0 and x1 = x0 + ln 3, so y = (1/4, 3/4, 0).
+  const std::vector<float> x = {5, -1, 2, 0, std::log(3.0f), 9};
+  std::vector<float> y(6);
+  cpu::causal_softmax_cpu(2, 3, x.data(), y.data());
+  BOOST_TEST(y[0] == 1.0f);
+  BOOST_TEST(y[1] == 0.0f);
+  BOOST_TEST(y[3] == 0.25f, tt::tolerance(1e-6f));
+  BOOST_TEST(y[4] == 0.75f, tt::tolerance(1e-6f));
+  BOOST_TEST(y[5] == 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(dropout_keeps_about_1_minus_p_and_its_mask_follows_the_seed_alone) {
+  // 2^20 + 3 elements: the kept fraction is binomial, standard deviation sqrt(p (1 - p) / N) (3e-4
+  // at p = 0.1); allowed 6 of them plus the threshold's rounding to 2^-16.
+  const int64_t e = (int64_t{1} << 20) + 3;
+  std::vector<float> x(static_cast<size_t>(e)), y(x.size()), dx(x.size());
+  std::vector<uint8_t> mask(x.size()), again(x.size());
+  cpu::fill_uniform(x.data(), e, -1, 1, 3);
+  for (int64_t permille : {0, 100, 500, 999}) {
+    BOOST_TEST_CONTEXT("p " << permille << " per mille") {
+      const double p = static_cast<double>(permille) / 1000.0;
+      cpu::dropout_cpu(e, permille, 42, x.data(), mask.data(), y.data());
+      int64_t kept = 0;
+      bool exact = true;
+      const auto scale = static_cast<float>(dropout_scale(permille));
+      BOOST_TEST(dropout_scale(permille) == 1.0 / (1.0 - p), tt::tolerance(1e-15));
+      for (size_t i = 0; i < x.size(); ++i) {
+        kept += mask[i];
+        exact = exact && y[i] == (mask[i] ? x[i] * scale : 0.0f);
+      }
+      const double kept_tol = 6.0 * std::sqrt(p * (1.0 - p) / static_cast<double>(e)) + 0x1p-16;
+      BOOST_TEST(static_cast<double>(kept) / static_cast<double>(e) == 1.0 - p, tt::tolerance(kept_tol / (1.0 - p)));
+      BOOST_TEST(exact);
+      if (permille == 0) BOOST_TEST(kept == e);
+      // The reference draws the same mask; the backward scales by the same mask.
+      dropout_mask_reference(permille, 42, again);
+      BOOST_TEST((again == mask));
+      cpu::dropout_backward_cpu(e, permille, x.data(), mask.data(), dx.data());
+      BOOST_TEST((dx == y));
+    }
+  }
+  // One thread draws what many do; another seed draws another mask.
+  cpu::dropout_cpu(e, 100, 42, x.data(), mask.data(), y.data());
+  const int threads = cpu::threads();
+  cpu::set_threads(1);
+  cpu::dropout_cpu(e, 100, 42, x.data(), again.data(), y.data());
+  cpu::set_threads(threads);
+  BOOST_TEST((again == mask));
+  cpu::dropout_cpu(e, 100, 43, x.data(), again.data(), y.data());
+  BOOST_TEST(!(again == mask));
+}
+
+BOOST_AUTO_TEST_CASE(unfused_attention_ops_in_other_formats_or_with_p_out_of_range_are_refused) {
+  auto backend = cpu_backend();
+  for (MemKind kind : kUnfusedKinds)
+    for (DType dtype : {DType::kBf16, DType::kFp16}) {
+      const Op op = unfused_op(kind, 64, 32, 100, dtype);
+      BOOST_TEST_CONTEXT("kind " << static_cast<int>(kind) << " " << to_string(dtype)) {
+        BOOST_TEST(test::contains(backend->unsupported(op), std::string(to_string(dtype))));
+        BOOST_TEST(!backend->check_op(op).supported);
+      }
+    }
+  for (MemKind kind : {MemKind::kDropout, MemKind::kDropoutBackward})
+    for (int64_t permille : {-1, 1000, 5000}) {
+      const Op op = unfused_op(kind, 64, 32, permille);
+      const auto names_the_op = [&](const Error& e) {
+        return test::contains(e.what(), op.name) && test::contains(e.what(), std::to_string(permille));
+      };
+      BOOST_CHECK_EXCEPTION(backend->check_op(op), Error, names_the_op);
+      BOOST_CHECK_EXCEPTION(backend->time_op(op, TimingOptions{}), Error, names_the_op);
+    }
+  BOOST_TEST(backend->check_op(unfused_op(MemKind::kSoftmax, 64, 32, 5000)).supported);  // k is dropout's alone
 }

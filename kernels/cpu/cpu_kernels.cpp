@@ -54,11 +54,19 @@ void for_rows(int64_t m, int64_t n, F&& f) {
 // Columns [begin, end) of n that thread t of T owns.
 std::pair<int64_t, int64_t> column_range(int64_t n, int t, int T) { return {n * t / T, n * (t + 1) / T}; }
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
+// Elements [b, e) of dropout_cpu. Each element hashes its own draw of 4 (four times the hashing
+// of one hash per draw, but no loop-carried state), branch-free on local values and restrict
+// pointers, so that the loop vectorises: AVX-512 has the 64-bit multiplies SplitMix64 needs, and
+// without `restrict` the byte stores, which may alias anything, would reload every input each
+// element. x * 0 keeps NaN and infinity NaN, as the reference does.
+void dropout_chunk(int64_t b, int64_t e, uint64_t key, uint32_t threshold, float scale, const float* __restrict x,
+                   uint8_t* __restrict mask, float* __restrict y) {
+  for (int64_t i = b; i < e; ++i) {
+    const uint64_t bits = splitmix64(key ^ static_cast<uint64_t>(i / 4));
+    const bool keep = ((bits >> (16 * (i % 4))) & 0xFFFFu) >= threshold;
+    mask[i] = static_cast<uint8_t>(keep);
+    y[i] = x[i] * (keep ? scale : 0.0f);
+  }
 }
 
 }  // namespace
@@ -439,6 +447,39 @@ void unpermute_cpu(int64_t m, int64_t n, int64_t k, const float* y, const int64_
     ArrMap o(out + i * n, n);
     o = weights[i * k] * ArrMapC(y + ids[i * k] * n, n);
     for (int64_t c = 1; c < k; ++c) o += weights[i * k + c] * ArrMapC(y + ids[i * k + c] * n, n);
+  });
+}
+
+void causal_softmax_cpu(int64_t m, int64_t n, const float* x, float* y) {
+  for_rows(m, n, [&](int64_t r) {
+    const int64_t kept = r % n + 1;  // the masked entries are not read
+    const ArrMapC xr(x + r * n, kept);
+    ArrMap yr(y + r * n, kept);
+    yr = (xr - xr.maxCoeff()).exp();
+    yr *= 1.0f / yr.sum();
+    std::fill(y + r * n + kept, y + (r + 1) * n, 0.0f);
+  });
+}
+
+void causal_softmax_backward_cpu(int64_t m, int64_t n, const float* y, const float* dy, float* dx) {
+  for_rows(m, n, [&](int64_t r) {
+    const ArrMapC yr(y + r * n, n), dyr(dy + r * n, n);
+    ArrMap(dx + r * n, n) = yr * (dyr - (yr * dyr).sum());
+  });
+}
+
+void dropout_cpu(int64_t elements, int64_t permille, uint64_t seed, const float* x, uint8_t* mask, float* y) {
+  const uint64_t key = splitmix64(seed);
+  const uint32_t threshold = dropout_threshold(permille);
+  const float scale = static_cast<float>(dropout_scale(permille));
+  for_chunks(elements, [&](int64_t b, int64_t e) { dropout_chunk(b, e, key, threshold, scale, x, mask, y); });
+}
+
+void dropout_backward_cpu(int64_t elements, int64_t permille, const float* dy, const uint8_t* mask, float* dx) {
+  using MaskMapC = Eigen::Map<const Eigen::Array<uint8_t, Eigen::Dynamic, 1>>;
+  const float scale = static_cast<float>(dropout_scale(permille));
+  for_chunks(elements, [&](int64_t b, int64_t e) {
+    ArrMap(dx + b, e - b) = ArrMapC(dy + b, e - b) * (MaskMapC(mask + b, e - b).cast<float>() * scale);
   });
 }
 

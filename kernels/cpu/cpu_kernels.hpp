@@ -66,6 +66,13 @@ void permute_cpu(int64_t m, int64_t n, int64_t k, const float* x, const int64_t*
 void unpermute_cpu(int64_t m, int64_t n, int64_t k, const float* y, const int64_t* ids, const float* weights,
                    float* out);
 
+// Unfused attention's softmax and dropout (reference.hpp: the causal softmax's rows, dropout's
+// random stream, which dropout_cpu draws from `seed` as dropout_mask_reference does).
+void causal_softmax_cpu(int64_t m, int64_t n, const float* x, float* y);
+void causal_softmax_backward_cpu(int64_t m, int64_t n, const float* y, const float* dy, float* dx);
+void dropout_cpu(int64_t elements, int64_t permille, uint64_t seed, const float* x, uint8_t* mask, float* y);
+void dropout_backward_cpu(int64_t elements, int64_t permille, const float* dy, const uint8_t* mask, float* dx);
+
 void cast_fp32_to_bf16_cpu(int64_t elements, const float* x, uint16_t* y);
 void cast_bf16_to_fp32_cpu(int64_t elements, const uint16_t* x, float* y);
 

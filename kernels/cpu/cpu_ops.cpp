@@ -30,6 +30,7 @@ struct CacheLineAllocator {
 using Floats = std::vector<float, CacheLineAllocator<float>>;
 using Ids = std::vector<int64_t>;
 using Bf16s = std::vector<uint16_t>;
+using Bytes = std::vector<uint8_t, CacheLineAllocator<uint8_t>>;
 
 size_t z(int64_t x) { return static_cast<size_t>(x); }
 
@@ -95,6 +96,10 @@ void check_shape(const Op& op) {
                     std::to_string(op.k) + ")");
       if ((op.mem == MemKind::kPermute || op.mem == MemKind::kUnpermute) && op.k < 1)
         throw Error("op " + name + ": a permutation needs its choices per token in k (got " + std::to_string(op.k) + ")");
+      if ((op.mem == MemKind::kDropout || op.mem == MemKind::kDropoutBackward) &&
+          (op.k < 0 || op.k > kDropoutPermilleMax))
+        throw Error("op " + name + ": dropout needs its probability in k, per mille in [0, " +
+                    std::to_string(kDropoutPermilleMax) + "] (got " + std::to_string(op.k) + ")");
       return;
   }
 }
@@ -751,6 +756,97 @@ class UnpermuteOp final : public CpuOp {
   Floats weights_, out_;
 };
 
+// Scores in [-4, 4): rows neither flat nor one-hot. The entries past each row's diagonal hold
+// values too, which the kernel must not read into its sums.
+class CausalSoftmaxOp final : public CpuOp {
+ public:
+  CausalSoftmaxOp(const Op& op, uint64_t seed)
+      : m_(op.m), n_(op.n), x_(uniform(m_ * n_, seed, -4, 4)), y_(uniform(m_ * n_, seed + 1)) {}
+  void run() override { causal_softmax_cpu(m_, n_, x_.data(), y_.data()); }
+  double check() override {
+    run();
+    Floats y(y_.size());
+    causal_softmax_reference(m_, n_, in(x_), out(y));
+    return max_relative_error(in(y_), in(y));
+  }
+
+ private:
+  int64_t m_, n_;
+  Floats x_, y_;
+};
+
+// The forward's probabilities are an input: computed once here, as training keeps them.
+class CausalSoftmaxBackwardOp final : public CpuOp {
+ public:
+  CausalSoftmaxBackwardOp(const Op& op, uint64_t seed)
+      : m_(op.m), n_(op.n), y_(z(m_ * n_)), dy_(uniform(m_ * n_, seed)), dx_(uniform(m_ * n_, seed + 1)) {
+    const Floats x = uniform(m_ * n_, seed + 2, -4, 4);
+    causal_softmax_cpu(m_, n_, x.data(), y_.data());
+  }
+  void run() override { causal_softmax_backward_cpu(m_, n_, y_.data(), dy_.data(), dx_.data()); }
+  double check() override {
+    run();
+    Floats dx(dx_.size());
+    causal_softmax_backward_reference(m_, n_, in(y_), in(dy_), out(dx));
+    return max_relative_error(in(dx_), in(dx));
+  }
+
+ private:
+  int64_t m_, n_;
+  Floats y_, dy_, dx_;
+};
+
+// Each run draws a new mask, as each training step does (PyTorch advances its Philox offset per
+// call): run r uses seed + r. The mask must match the reference's draw exactly; a different mask
+// counts as an error of 1 (the whole scale).
+class DropoutOp final : public CpuOp {
+ public:
+  DropoutOp(const Op& op, uint64_t seed)
+      : e_(op.m * op.n), permille_(op.k), seed_(seed), x_(uniform(e_, seed)), mask_(z(e_)), y_(uniform(e_, seed + 1)) {}
+  void run() override { dropout_cpu(e_, permille_, seed_ + runs_++, x_.data(), mask_.data(), y_.data()); }
+  double check() override {
+    const uint64_t seed = seed_ + runs_;
+    run();
+    Bytes mask(mask_.size());
+    Floats y(y_.size());
+    dropout_mask_reference(permille_, seed, {mask.data(), mask.size()});
+    if (mask != mask_) return 1.0;
+    dropout_reference(permille_, in(x_), {mask.data(), mask.size()}, out(y));
+    return max_relative_error(in(y_), in(y));
+  }
+
+ private:
+  int64_t e_, permille_;
+  uint64_t seed_, runs_ = 0;
+  Floats x_;
+  Bytes mask_;
+  Floats y_;
+};
+
+// The forward's mask is an input: drawn once here, as training keeps it (the forward's output
+// lands in dx's buffer, refilled after).
+class DropoutBackwardOp final : public CpuOp {
+ public:
+  DropoutBackwardOp(const Op& op, uint64_t seed)
+      : e_(op.m * op.n), permille_(op.k), dy_(uniform(e_, seed)), mask_(z(e_)), dx_(z(e_)) {
+    dropout_cpu(e_, permille_, seed + 1, dy_.data(), mask_.data(), dx_.data());
+    fill_uniform(dx_.data(), e_, -1, 1, seed + 2);
+  }
+  void run() override { dropout_backward_cpu(e_, permille_, dy_.data(), mask_.data(), dx_.data()); }
+  double check() override {
+    run();
+    Floats dx(dx_.size());
+    dropout_reference(permille_, in(dy_), {mask_.data(), mask_.size()}, out(dx));
+    return max_relative_error(in(dx_), in(dx));
+  }
+
+ private:
+  int64_t e_, permille_;
+  Floats dy_;
+  Bytes mask_;
+  Floats dx_;
+};
+
 std::unique_ptr<CpuOp> make_memory_bound(const Op& op, uint64_t seed) {
   switch (op.mem) {
     case MemKind::kLayerNorm: return std::make_unique<LayerNormOp>(op, seed);
@@ -780,6 +876,10 @@ std::unique_ptr<CpuOp> make_memory_bound(const Op& op, uint64_t seed) {
     case MemKind::kRouterBackward: return std::make_unique<RouterBackwardOp>(op, seed);
     case MemKind::kPermute: return std::make_unique<PermuteOp>(op, seed);
     case MemKind::kUnpermute: return std::make_unique<UnpermuteOp>(op, seed);
+    case MemKind::kSoftmax: return std::make_unique<CausalSoftmaxOp>(op, seed);
+    case MemKind::kSoftmaxBackward: return std::make_unique<CausalSoftmaxBackwardOp>(op, seed);
+    case MemKind::kDropout: return std::make_unique<DropoutOp>(op, seed);
+    case MemKind::kDropoutBackward: return std::make_unique<DropoutBackwardOp>(op, seed);
     case MemKind::kNone: break;
   }
   throw Error("op " + name_of(op) + ": memory-bound op without a CPU kernel");
@@ -846,6 +946,10 @@ double op_buffer_bytes(const Op& op) {
     case MemKind::kRouterBackward: return f * (2 * e + m * k) + id * m * k;
     case MemKind::kPermute: return f * (e + e * k) + id * m * k;
     case MemKind::kUnpermute: return f * (e * k + e + m * k) + id * m * k;
+    case MemKind::kSoftmax: return f * 2 * e;
+    case MemKind::kSoftmaxBackward: return f * 3 * e;
+    case MemKind::kDropout:
+    case MemKind::kDropoutBackward: return f * 2 * e + e;  // and the one-byte mask
     case MemKind::kNone: break;
   }
   return 0;
