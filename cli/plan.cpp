@@ -272,14 +272,15 @@ void run_plan(const PlanOptions& o) {
   bars.series = {"GEMM", "attention", "other compute", "exposed communication", "optimizer", "overhead"};
   for (size_t i = 0; i < plan.ranked.size() && static_cast<int>(i) < o.top; ++i) {
     const PlannedConfig& c = plan.ranked[i];
-    ranked.add_row(ranked_row(r, c, interval_for(*run.model, ctx.profile(c.device->id)), static_cast<int>(i) + 1));
+    ranked.add_row(ranked_row(r, c, interval_for(*run.model, ctx.profile(c.device->id), c.cfg.parallel.framework),
+                               static_cast<int>(i) + 1));
     add_bar(bars, c, static_cast<int>(i) + 1);
   }
   std::vector<OutputTable> out = {ranked};
   if (r.device_ids.size() > 1) out.push_back(best_per_device(r, plan));
   if (o.explain) out.push_back(rejected_table(r, plan));
   print_notes(run);
-  std::cerr << no_interval_note(*run.model);
+  std::cerr << no_interval_note(*run.model, r.query.space.framework);
   if (!o.plot.empty()) write_file_atomic(o.plot, stacked_bars_svg(bars));
   emit(render(out, ctx.format()), ctx.output());
   if (plan.ranked.empty())

@@ -60,12 +60,17 @@ std::string layout_phrase(const Parallelism& p) {
   return out;
 }
 
-std::optional<PredictionInterval> interval_for(const ModelConfig& model, const DeviceProfile& profile) {
-  if (!model.is_mpt_default()) return std::nullopt;
+std::optional<PredictionInterval> interval_for(const ModelConfig& model, const DeviceProfile& profile,
+                                               Framework framework) {
+  if (!model.is_mpt_default() || framework != Framework::kComposer) return std::nullopt;
   return prediction_interval(profile);
 }
 
-std::string no_interval_note(const ModelConfig& model) {
+std::string no_interval_note(const ModelConfig& model, Framework framework) {
+  if (framework != Framework::kComposer)
+    return "tpsim: note: no Throughput Low/High under " + std::string(to_string(framework)) +
+           ": the profiles' held-out errors are of Composer FSDP runs; README \"Megatron runs\" gives the held-out " +
+           "error on measured Megatron runs\n";
   if (model.is_mpt_default()) return "";
   return "tpsim: note: " + model.name + ": no Throughput Low/High: the profiles' held-out errors are of MPT models; " +
          "README \"Accuracy\" says how far published runs of other architectures are from tpsim\n";

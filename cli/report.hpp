@@ -41,9 +41,11 @@ std::vector<Cell> prediction_row(const std::string& model, const std::string& de
 // The profile's interval for `model`: its held-out errors were measured on MPT models (the measured
 // tables), so a model of another architecture gets none (empty Low and High) rather than a borrowed
 // one; README "Accuracy" quotes how far published runs of those architectures are from tpsim.
-std::optional<PredictionInterval> interval_for(const ModelConfig& model, const DeviceProfile& profile);
-// The one-line note saying so, printed once per such model ("" for an MPT model).
-std::string no_interval_note(const ModelConfig& model);
+// Nor does a run of another framework than Composer's, whose errors the profiles have not measured.
+std::optional<PredictionInterval> interval_for(const ModelConfig& model, const DeviceProfile& profile,
+                                               Framework framework);
+// The one-line note saying so, printed once per such model ("" for an MPT model under Composer).
+std::string no_interval_note(const ModelConfig& model, Framework framework);
 
 // The measured value expected for a prediction: [predicted / (1 + p90), predicted / (1 + p10)].
 double interval_low(double predicted, const PredictionInterval& i);

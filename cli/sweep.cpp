@@ -126,7 +126,7 @@ void Sweep::device(const std::string& device_id) {
                   " matmuls");
   const bool several = r_.gpus.size() * r_.devices.size() > 1;
   for (const auto& name : r_.models) {
-    if (device_id == r_.devices.front()) std::cerr << no_interval_note(ctx_.catalog().get(name));
+    if (device_id == r_.devices.front()) std::cerr << no_interval_note(ctx_.catalog().get(name), r_.space.framework);
     const size_t first_row = heat_.values.size();
     for (int64_t n : r_.gpus) {
       heat_.y_ticks.push_back(several ? name + ", " + std::to_string(n) + ", " + device_id : name);
@@ -159,7 +159,7 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
   const SearchResult r = search(model, device, profile.params, cfg, r_.space, SearchGoal::kFastest);
   evaluated_ += r.evaluated;
   if (!r.found && !r.has_leanest) return;  // every layout invalid
-  const auto interval = interval_for(model, profile);
+  const auto interval = interval_for(model, profile, r_.space.framework);
   if (!r.found) {
     add_row(name, device_id, r.leanest, r.leanest_prediction, interval);
     heat_.notes[heat_row][column] = "does not fit";

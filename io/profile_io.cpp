@@ -84,9 +84,11 @@ DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::s
   for (const ParamInfo& info : cost_param_registry()) {
     const std::string name(info.name);
     if (!params.contains(name) && info.member == &CostParams::host_kernel_issue_s) {
-      // Added with the Megatron path: a profile written before it existed keeps its default (0,
-      // which leaves every Composer prediction as it was) and says so.
-      p.sources[name] = {SourceKind::kAssumed, "not in this profile (written before the parameter existed)", -1};
+      // Added with the Megatron path (Composer's predictions do not use it): a profile written before
+      // it existed keeps its reasoned default and says so.
+      p.sources[name] = {SourceKind::kAssumed,
+                         "eager PyTorch's host time per op, ~10-30 us (not in this profile: written before the parameter existed)",
+                         -1};
       continue;
     }
     if (!params.contains(name)) throw Error(origin + ": missing parameter \"" + name + "\"");

@@ -66,8 +66,9 @@ struct CostParams {
   // The host's time to issue one kernel from eager PyTorch (Python, the dispatcher, the launch): a
   // pass over a block takes at least its kernels times this, whatever the GPU's share. Used by the
   // Megatron path (megatron.hpp); Composer's path keeps its fitted per-block and per-micro-batch
-  // overheads (profiles written before this parameter existed read it as 0).
-  double host_kernel_issue_s = 0;
+  // overheads. Profiles written before this parameter existed read this reasoned value: eager
+  // PyTorch spends some 10-30 us of host time per op (Python, dispatcher, launch).
+  double host_kernel_issue_s = 20e-6;
 
   // Memory: peak = live bytes * fragmentation + reserve.
   double memory_fragmentation = 1.05;        // caching-allocator overhead over live tensors
