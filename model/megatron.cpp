@@ -177,14 +177,12 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   return c;
 }
 
-Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
-  const Costs& c = costs(cfg);
+// The seconds of one micro-batch's forward and backward of every model chunk (fwd_s_, bwd_s_), and
+// the host's time beyond the GPU's in them (reported as overhead).
+MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, double recompute) {
   const MegatronLayout& l = c.layout;
   const int64_t chunks = l.pp * l.vp;
   const double layers_per_chunk = d(model_.n_layers) / d(chunks);
-  // Megatron-LM's full recompute runs the whole forward of each layer again (recompute_fraction
-  // describes Composer's checkpointing).
-  const double recompute = cfg.checkpointing == Checkpointing::kFull ? 1.0 : 0.0;
   // A pass takes its kernels' GPU time, or the host's time to issue them when that is longer (eager
   // PyTorch at small sizes: the GPU waits for the next launch); a collective is one more launch. Near
   // the crossing the two only partly hide each other (the launch queue drains and refills), so they
@@ -192,27 +190,69 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
   // (6.5% in-sample) and 2 worse (8.0%); 4 keeps the fit's derivatives smooth.
   const double issue = params_.host_kernel_issue_s;
   const double tp_launches = l.tp > 1 ? 2.0 : 0.0;
-  // The host's time beyond the GPU's goes to the breakdown's overhead: per block forward and backward,
-  // and per micro-batch on the first and last chunks.
-  double host_block_f = 0, host_block_b = 0, host_first = 0, host_last = 0;
+  HostTime host;
   const auto pass = [issue](const CategoryTotals& t, double comm_s, double launches, double& host_extra) {
-    const double gpu = t.total() + comm_s, host = (t.kernels + launches) * issue;
-    const double g2 = gpu * gpu, h2 = host * host;
+    const double gpu = t.total() + comm_s, host_s = (t.kernels + launches) * issue;
+    const double g2 = gpu * gpu, h2 = host_s * host_s;
     const double s = std::sqrt(std::sqrt(g2 * g2 + h2 * h2));
     host_extra += s - gpu;
     return s;
   };
-  const double f_pass = pass(c.block_fwd, c.tp_block_fwd_s, tp_launches, host_block_f);
+  const double f_pass = pass(c.block_fwd, c.tp_block_fwd_s, tp_launches, host.block_fwd);
   const double block_f = f_pass + params_.block_overhead_s;
-  const double block_b = pass(c.block_bwd, c.tp_block_bwd_s, tp_launches, host_block_b) + recompute * f_pass +
+  const double block_b = pass(c.block_bwd, c.tp_block_bwd_s, tp_launches, host.block_bwd) + recompute * f_pass +
                          c.attention_again + params_.block_overhead_s;
+  host.block_bwd += recompute * host.block_fwd;
   fwd_s_.assign(static_cast<size_t>(chunks), layers_per_chunk * block_f);
   bwd_s_.assign(static_cast<size_t>(chunks), layers_per_chunk * block_b);
-  fwd_s_.front() += pass(c.embed_fwd, c.tp_embed_s, l.tp > 1 ? 1.0 : 0.0, host_first);
-  bwd_s_.front() += pass(c.embed_bwd, 0.0, 0.0, host_first);
-  fwd_s_.back() += pass(c.head_fwd, c.tp_head_fwd_s, l.tp > 1 ? 3.0 : 0.0, host_last);
-  bwd_s_.back() += pass(c.head_bwd, c.tp_head_bwd_s, l.tp > 1 ? 1.0 : 0.0, host_last);
+  fwd_s_.front() += pass(c.embed_fwd, c.tp_embed_s, l.tp > 1 ? 1.0 : 0.0, host.first);
+  bwd_s_.front() += pass(c.embed_bwd, 0.0, 0.0, host.first);
+  fwd_s_.back() += pass(c.head_fwd, c.tp_head_fwd_s, l.tp > 1 ? 3.0 : 0.0, host.last);
+  bwd_s_.back() += pass(c.head_bwd, c.tp_head_bwd_s, l.tp > 1 ? 1.0 : 0.0, host.last);
   for (int64_t s = 0; s < l.pp; ++s) fwd_s_[static_cast<size_t>(s)] += params_.microbatch_overhead_s;
+  return host;
+}
+
+// Breakdown of the stage that finishes last (`critical`): its compute by category over m
+// micro-batches, the collectives it waits for (`tail_s` of them after its flush), the overheads, and
+// the pipeline's idle time (the bubble) as the rest of the step.
+void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, const HostTime& host, size_t critical,
+                                  double tail_s, Prediction& p) const {
+  const MegatronLayout& l = c.layout;
+  const double md = d(m);
+  const double per_layer_m = d(model_.n_layers) / d(l.pp) * md;
+  const bool first = critical == 0, last = critical + 1 == static_cast<size_t>(l.pp);
+  StepBreakdown& t = p.time;
+  t.gemm_s = per_layer_m * (c.block_fwd.gemm * (1.0 + recompute) + c.block_bwd.gemm);
+  t.attention_s = per_layer_m * (c.block_fwd.attention * (1.0 + recompute) + c.block_bwd.attention + c.attention_again);
+  t.other_compute_s = per_layer_m * (c.block_fwd.other * (1.0 + recompute) + c.block_bwd.other);
+  double comm = per_layer_m * (c.tp_block_fwd_s * (1.0 + recompute) + c.tp_block_bwd_s);
+  if (first) {
+    t.gemm_s += md * (c.embed_fwd.gemm + c.embed_bwd.gemm);
+    t.other_compute_s += md * (c.embed_fwd.other + c.embed_bwd.other + c.embed_fwd.attention);
+    comm += md * c.tp_embed_s;
+  }
+  if (last) {
+    t.gemm_s += md * (c.head_fwd.gemm + c.head_bwd.gemm);
+    t.other_compute_s += md * (c.head_fwd.other + c.head_bwd.other);
+    comm += md * (c.tp_head_fwd_s + c.tp_head_bwd_s);
+  }
+  t.exposed_comm_s = comm + tail_s;
+  t.optimizer_s = p.timeline.optimizer_s;
+  t.overhead_s = md * params_.microbatch_overhead_s + 2.0 * per_layer_m * params_.block_overhead_s +
+                 per_layer_m * (host.block_fwd + host.block_bwd) + md * ((first ? host.first : 0.0) + (last ? host.last : 0.0)) +
+                 params_.step_overhead_s;
+  const double accounted = t.gemm_s + t.attention_s + t.other_compute_s + t.exposed_comm_s + t.optimizer_s + t.overhead_s;
+  t.pipeline_bubble_s = std::max(p.step_s - accounted, 0.0);
+}
+
+Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
+  const Costs& c = costs(cfg);
+  const MegatronLayout& l = c.layout;
+  // Megatron-LM's full recompute runs the whole forward of each layer again (recompute_fraction
+  // describes Composer's checkpointing).
+  const double recompute = cfg.checkpointing == Checkpointing::kFull ? 1.0 : 0.0;
+  const HostTime host = chunk_seconds(c, recompute);
 
   const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
   PipelineCosts pc;
@@ -253,35 +293,7 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
   p.timeline.optimizer_s = optimizer;
   p.n_params = parameter_count(model_, cfg.seq_len);
   p.active_params = active_parameter_count(model_, cfg.seq_len);
-
-  // Breakdown of the stage that finishes last: its compute by category over m micro-batches, the
-  // collectives it waits for, the overheads, and the pipeline's idle time (the bubble) as the rest.
-  const double md = d(m);
-  const double per_layer_m = layers_per_chunk * d(l.vp) * md;
-  const bool first = critical == 0, last = critical + 1 == static_cast<size_t>(l.pp);
-  p.time.gemm_s = per_layer_m * (c.block_fwd.gemm * (1.0 + recompute) + c.block_bwd.gemm);
-  p.time.attention_s = per_layer_m * (c.block_fwd.attention * (1.0 + recompute) + c.block_bwd.attention + c.attention_again);
-  p.time.other_compute_s = per_layer_m * (c.block_fwd.other * (1.0 + recompute) + c.block_bwd.other);
-  double comm = per_layer_m * (c.tp_block_fwd_s * (1.0 + recompute) + c.tp_block_bwd_s);
-  if (first) {
-    p.time.gemm_s += md * (c.embed_fwd.gemm + c.embed_bwd.gemm);
-    p.time.other_compute_s += md * (c.embed_fwd.other + c.embed_bwd.other + c.embed_fwd.attention);
-    comm += md * c.tp_embed_s;
-  }
-  if (last) {
-    p.time.gemm_s += md * (c.head_fwd.gemm + c.head_bwd.gemm);
-    p.time.other_compute_s += md * (c.head_fwd.other + c.head_bwd.other);
-    comm += md * (c.tp_head_fwd_s + c.tp_head_bwd_s);
-  }
-  p.time.exposed_comm_s = comm + (flushed - pipe.stage_end_s[critical]);
-  p.time.optimizer_s = optimizer;
-  p.time.overhead_s = md * params_.microbatch_overhead_s + 2.0 * per_layer_m * params_.block_overhead_s +
-                      per_layer_m * (host_block_f * (1.0 + recompute) + host_block_b) +
-                      md * ((first ? host_first : 0.0) + (last ? host_last : 0.0)) +
-                      params_.step_overhead_s;
-  const double accounted = p.time.gemm_s + p.time.attention_s + p.time.other_compute_s + p.time.exposed_comm_s +
-                           p.time.optimizer_s + p.time.overhead_s;
-  p.time.pipeline_bubble_s = std::max(p.step_s - accounted, 0.0);
+  breakdown(c, m, recompute, host, critical, flushed - pipe.stage_end_s[critical], p);
 
   p.seq_per_s = d(cfg.global_batch) / p.step_s;
   p.tokens_per_s = p.seq_per_s * d(cfg.seq_len);

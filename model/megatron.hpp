@@ -49,6 +49,14 @@ class MegatronEvaluator {
  private:
   struct Costs;
   const Costs& costs(const TrainConfig& cfg);
+  // The host's time beyond the GPU's per block forward and backward (with its recompute) and per
+  // micro-batch on the first and last chunk.
+  struct HostTime {
+    double block_fwd = 0, block_bwd = 0, first = 0, last = 0;
+  };
+  HostTime chunk_seconds(const Costs& c, double recompute);
+  void breakdown(const Costs& c, int64_t m, double recompute, const HostTime& host, size_t critical, double tail_s,
+                 Prediction& p) const;
 
   const ModelConfig& model_;
   const DeviceSpec& device_;
