@@ -99,8 +99,10 @@ std::map<std::string, PredictionInterval> intervals_by_device(Context& ctx, cons
       out[gpu] = {s.p10, s.p90, s.rows, "held-out errors of this run"};
     }
   } else {
+    // The profile's interval is of Composer runs: a table of other frameworks' rows gets none.
     for (const auto& r : results)
-      if (auto i = prediction_interval(ctx.profile(r.row->row.gpu))) out[r.row->row.gpu] = *i;
+      if (r.row->cfg.parallel.framework == Framework::kComposer)
+        if (auto i = prediction_interval(ctx.profile(r.row->row.gpu))) out[r.row->row.gpu] = *i;
   }
   return out;
 }

@@ -60,10 +60,9 @@ std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& de
 }
 
 // Everything of a configuration but its global batch, costed once.
-struct MegatronEvaluator::Costs {
+struct MegatronEvaluator::Costs : MicroBatchOpCosts {
   TrainConfig key;  // global_batch unused
   MegatronLayout layout;
-  CategoryTotals block_fwd, block_bwd, embed_fwd, embed_bwd, head_fwd, head_bwd;
   double attention_again = 0;  // selective: the attention forward run again before each backward
   double tp_block_fwd_s = 0, tp_block_bwd_s = 0;  // one block's tensor-parallel collectives
   double tp_embed_s = 0, tp_head_fwd_s = 0, tp_head_bwd_s = 0;
@@ -99,12 +98,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   const int64_t vocab = megatron_padded_vocab(model_.vocab_size, l.tp);
   const BlockShape shape = tensor_parallel_shape(block_shape(model_, cfg.micro_batch, cfg.seq_len, cfg.precision),
                                                  l.tp, par.sequence_parallel, vocab);
-  c.block_fwd = costed(cost_, block_forward_ops, shape);
-  c.block_bwd = costed(cost_, block_backward_ops, shape);
-  c.embed_fwd = costed(cost_, embedding_forward_ops, shape);
-  c.embed_bwd = costed(cost_, embedding_backward_ops, shape);
-  c.head_fwd = costed(cost_, head_forward_ops, shape);
-  c.head_bwd = costed(cost_, head_backward_ops, shape);
+  static_cast<MicroBatchOpCosts&>(c) = cost_micro_batch_ops(cost_, shape);
   c.attention_again = cfg.checkpointing == Checkpointing::kSelective ? c.block_fwd.attention : 0.0;
 
   // The tensor-parallel collectives: an all-reduce, or an all-gather plus a reduce-scatter (the same

@@ -67,6 +67,17 @@ SavedActivations saved_activations(const ComputeCosts& k) {
 
 }  // namespace
 
+MicroBatchOpCosts cost_micro_batch_ops(const CostModel& cost, const BlockShape& shape) {
+  MicroBatchOpCosts o;
+  o.block_fwd = costed(cost, block_forward_ops, shape);
+  o.block_bwd = costed(cost, block_backward_ops, shape);
+  o.embed_fwd = costed(cost, embedding_forward_ops, shape);
+  o.embed_bwd = costed(cost, embedding_backward_ops, shape);
+  o.head_fwd = costed(cost, head_forward_ops, shape);
+  o.head_bwd = costed(cost, head_backward_ops, shape);
+  return o;
+}
+
 std::string check_config(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
                          const TrainConfig& cfg) {
   if (std::string arch = check_architecture(model); !arch.empty()) return "model " + model.name + ": " + arch;
@@ -146,12 +157,7 @@ const ComputeCosts& Evaluator::compute_costs(int64_t micro_batch, int64_t seq_le
   k.micro_batch = micro_batch;
   k.seq_len = seq_len;
   k.precision = precision;
-  k.block_fwd = costed(cost_, block_forward_ops, shape);
-  k.block_bwd = costed(cost_, block_backward_ops, shape);
-  k.embed_fwd = costed(cost_, embedding_forward_ops, shape);
-  k.embed_bwd = costed(cost_, embedding_backward_ops, shape);
-  k.head_fwd = costed(cost_, head_forward_ops, shape);
-  k.head_bwd = costed(cost_, head_backward_ops, shape);
+  static_cast<MicroBatchOpCosts&>(k) = cost_micro_batch_ops(cost_, shape);
   k.block_attention_only_bytes = attention_only_saved_bytes(shape);
   k.block_backward_buffer_bytes = block_backward_buffer_bytes(model_, shape.tokens(), precision);
   return k;

@@ -109,10 +109,16 @@ CategoryTotals costed(const CostModel& cost, Build build, const Args&... args) {
 
 // The costed ops of one micro-batch that depend only on its size, the sequence length and the
 // precision: not on the sharding strategy, checkpointing or the GPU count.
-struct ComputeCosts {
+// The costed ops of one micro-batch of a shape: a block's, the embeddings' and the head's forward
+// and backward (shared by the FSDP and Megatron evaluators).
+struct MicroBatchOpCosts {
+  CategoryTotals block_fwd, block_bwd, embed_fwd, embed_bwd, head_fwd, head_bwd;
+};
+MicroBatchOpCosts cost_micro_batch_ops(const CostModel& cost, const BlockShape& shape);
+
+struct ComputeCosts : MicroBatchOpCosts {
   int64_t micro_batch = -1, seq_len = -1;
   Precision precision = Precision::kAmpBf16;
-  CategoryTotals block_fwd, block_bwd, embed_fwd, embed_bwd, head_fwd, head_bwd;
   // Of block_fwd's saved bytes, what only the attention kernel keeps (selective checkpointing drops
   // it). block_fwd.attention is the attention forward's seconds, which selective checkpointing runs
   // again before each block's backward.
