@@ -22,6 +22,18 @@ Run run(const std::string& args) { return tpsim::testing::run_tpsim(args); }
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 }  // namespace
 
+namespace {
+// A failed run's stderr: one line, tpsim's error prefix, naming `message`. Returns the run.
+Run expect_one_line_error(const std::string& args, const std::string& message) {
+  const Run r = run(args);
+  BOOST_TEST(r.status != 0);
+  BOOST_TEST(count_lines(r.err) == 1);
+  BOOST_TEST(r.err.rfind("tpsim: error: ", 0) == 0u);
+  BOOST_TEST(r.err.find(message) != std::string::npos, "stderr: " << r.err);
+  return r;
+}
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(predict_prints_one_row_with_the_sweep_columns) {
   const Run r = run("predict --model 7b --seq 2048 --gpus 8 --device h100_80gb --micro-batch 6 --format csv");
   BOOST_TEST_REQUIRE(r.status == 0);
@@ -86,11 +98,7 @@ BOOST_AUTO_TEST_CASE(bad_input_is_one_line_and_a_non_zero_exit) {
   };
   for (const auto& [args, message] : cases) {
     BOOST_TEST_CONTEXT(args) {
-      const Run r = run(args);
-      BOOST_TEST(r.status != 0);
-      BOOST_TEST(count_lines(r.err) == 1);
-      BOOST_TEST(r.err.rfind("tpsim: error: ", 0) == 0u);
-      BOOST_TEST(r.err.find(message) != std::string::npos, "stderr: " << r.err);
+      const Run r = expect_one_line_error(args, message);
       BOOST_TEST(r.err.find("nan") == std::string::npos);
     }
   }
@@ -183,11 +191,8 @@ BOOST_AUTO_TEST_CASE(a_bad_ckpt_is_one_line_naming_the_flag_and_its_values) {
            {"replay --backend cpu --model tiny --seq 64 --micro-batch 1 --ckpt any", "--ckpt 'any': expected none, selective or full"},
        }) {
     BOOST_TEST_CONTEXT(args) {
-      const Run r = run(args);
+      const Run r = expect_one_line_error(args, message);
       BOOST_TEST(r.status == 2);
-      BOOST_TEST(count_lines(r.err) == 1);
-      BOOST_TEST(r.err.rfind("tpsim: error: ", 0) == 0u);
-      BOOST_TEST(r.err.find(message) != std::string::npos, "stderr: " << r.err);
     }
   }
 }
@@ -220,13 +225,7 @@ BOOST_AUTO_TEST_CASE(parallel_layouts_that_cannot_run_are_one_line) {
       {"plan --model 7b --seq 2048 --gpus 8 --pp 2", "--pp 2: composer runs FSDP"},
   };
   for (const auto& [args, message] : cases) {
-    BOOST_TEST_CONTEXT(args) {
-      const Run r = run(args);
-      BOOST_TEST(r.status != 0);
-      BOOST_TEST(count_lines(r.err) == 1);
-      BOOST_TEST(r.err.rfind("tpsim: error: ", 0) == 0u);
-      BOOST_TEST(r.err.find(message) != std::string::npos, "stderr: " << r.err);
-    }
+    BOOST_TEST_CONTEXT(args) { expect_one_line_error(args, message); }
   }
 }
 
