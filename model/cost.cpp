@@ -168,7 +168,9 @@ double CostModel::op_seconds(const Op& op) const {
       return params_.gemm_overhead_s + std::max(op.flops / rate, memory_s);
     }
     case OpKind::kMemoryBound: {
-      const bool xent = op.mem == MemKind::kCrossEntropy || op.mem == MemKind::kCrossEntropyBackward;
+      // The fused cross-entropy kernel runs at xent_efficiency; PyTorch's unfused one (kernels > 1)
+      // streams like any element-wise kernel.
+      const bool xent = (op.mem == MemKind::kCrossEntropy || op.mem == MemKind::kCrossEntropyBackward) && op.kernels == 1;
       return static_cast<double>(op.kernels) * params_.kernel_overhead_s +
              (xent ? memory_s / params_.xent_efficiency : memory_s);
     }

@@ -1,5 +1,7 @@
 #include "model/ops.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cmath>
 #include <tuple>
@@ -45,6 +47,8 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
 }
 
 BlockShape tensor_parallel_shape(BlockShape s, int64_t tp, bool sequence_parallel, int64_t padded_vocab) {
+  s.vocab = padded_vocab;  // Megatron pads the vocabulary at tp = 1 too (50257 to 50304)
+  s.fp32_vocab_parallel_xent = true;
   if (tp <= 1) return s;
   s.kv_heads = s.n_kv_heads() / tp;
   s.n_heads /= tp;
@@ -292,6 +296,36 @@ UnfusedSizes unfused_sizes(const BlockShape& s) {
           d(s.batch) * d(s.n_kv_heads()) * d(s.seq) * d(s.d_head())};
 }
 
+// Megatron's fused upper-triangular softmax kernel runs only where its launch shape allows
+// (megatron/model/fused_softmax.py, FusedScaleMaskSoftmax.is_kernel_available, in the
+// Megatron-DeepSpeed code vTrain's rows ran): half-precision input, 16 < keys <= 2048, queries a
+// multiple of 4, and batch x local heads a multiple of 4 and of the kernel's batches per block (four
+// warps per 128-thread block, two rows per warp at up to 128 keys). Otherwise it falls back to
+// PyTorch: in fp32 (query-key layer scaling, on by default, forces the softmax into fp32), a cast
+// up, the scale, the in-place mask, the softmax and a cast down, each its own kernel; the backward
+// runs their five gradients. The softmax keeps its fp32 output. (Tensor parallelism 8 over 16 heads
+// at micro-batch 1 leaves 2 local heads: vTrain's 32 such runs are this path.)
+bool fused_softmax_available(const BlockShape& s) {
+  if (s.precision == Precision::kFp32) return false;
+  const int64_t pow2 = std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(s.seq, 1)));
+  const int64_t warp = std::min<int64_t>(pow2, 32);
+  const int64_t per_block = (128 / warp) * (pow2 <= 128 ? 2 : 1);
+  const int64_t batches = s.batch * s.n_heads;
+  return s.seq > 16 && s.seq <= 2048 && s.seq % 4 == 0 && batches % 4 == 0 && batches % per_block == 0;
+}
+
+// Bytes read and written per score, kernels and bytes saved per score of the softmax as it runs.
+struct SoftmaxTraffic {
+  double fwd_read, fwd_written, bwd_read, bwd_written, saved;
+  int64_t kernels;
+};
+SoftmaxTraffic softmax_traffic(const BlockShape& s, double a) {
+  if (fused_softmax_available(s)) return {a, a, 2.0 * a, a, a, 1};
+  constexpr double f = 4.0;
+  if (a == f) return {3.0 * f, 3.0 * f, 4.0 * f, 3.0 * f, f, 3};  // fp32: no casts
+  return {a + 4.0 * f, 4.0 * f + a, a + 5.0 * f, 4.0 * f + a, f, 5};
+}
+
 Op attention_gemm(const char* name, const UnfusedSizes& u, int64_t m, int64_t n, int64_t k, DType dt, double read,
                   double written, double saved, bool trans_a = false, bool trans_b = false) {
   Op g = gemm_op(name, m, n, k, dt, u.a, u.a, trans_a, trans_b);
@@ -309,8 +343,9 @@ void unfused_attention_forward(const BlockShape& s, bool keep, OpSink& out) {
   const double k = keep ? 1.0 : 0.0;
   out.push(attention_gemm("attn.scores.fwd", u, u.rows, u.seq, u.dh, dt, (u.q + u.kv) * u.a, u.scores * u.a,
                           k * (u.q + u.kv) * u.a, false, true));
-  out.push(membound_op("attn.softmax.fwd", MemKind::kSoftmax, u.rows, u.seq, act, u.scores * u.a, u.scores * u.a, 1,
-                       k * u.scores * u.a));
+  const SoftmaxTraffic sm = softmax_traffic(s, u.a);
+  out.push(membound_op("attn.softmax.fwd", MemKind::kSoftmax, u.rows, u.seq, act, u.scores * sm.fwd_read,
+                       u.scores * sm.fwd_written, sm.kernels, k * u.scores * sm.saved));
   if (dropout) {
     Op drop = membound_op("attn.dropout.fwd", MemKind::kDropout, u.rows, u.seq, act, u.scores * u.a,
                           u.scores * u.a + u.scores, 1, k * u.scores * (1.0 + u.a));  // the mask and its output
@@ -335,8 +370,9 @@ void unfused_attention_backward(const BlockShape& s, OpSink& out) {
     drop.k = s.attention_dropout_per_mille;
     out.push(drop);
   }
-  out.push(membound_op("attn.softmax.bwd", MemKind::kSoftmaxBackward, u.rows, u.seq, act, 2.0 * u.scores * u.a,
-                       u.scores * u.a));
+  const SoftmaxTraffic sm = softmax_traffic(s, u.a);
+  out.push(membound_op("attn.softmax.bwd", MemKind::kSoftmaxBackward, u.rows, u.seq, act, u.scores * sm.bwd_read,
+                       u.scores * sm.bwd_written, sm.kernels));
   out.push(attention_gemm("attn.scores.dgrad", u, u.rows, u.dh, u.seq, dt, (u.scores + u.kv) * u.a, u.q * u.a, 0));
   out.push(attention_gemm("attn.scores.wgrad", u, u.rows, u.dh, u.seq, dt, (u.scores + u.q) * u.a, u.kv * u.a, 0,
                           true, false));
@@ -534,7 +570,8 @@ int64_t moe_routed_rows(const MoeConfig& e, int64_t tokens) {
 double attention_only_saved_bytes(const BlockShape& s) {
   if (s.unfused_attention) {  // the softmax output, and the dropout's mask and output
     const UnfusedSizes u = unfused_sizes(s);
-    return u.scores * u.a + (s.attention_dropout_per_mille > 0 ? u.scores * (1.0 + u.a) : 0.0);
+    return u.scores * softmax_traffic(s, u.a).saved +
+           (s.attention_dropout_per_mille > 0 ? u.scores * (1.0 + u.a) : 0.0);
   }
   return d(s.batch) * d(s.n_heads) * d(s.seq) * 4.0;  // the fp32 log-sum-exp per row (attention_op)
 }
@@ -580,6 +617,16 @@ void head_forward_ops(const BlockShape& s, OpSink& out) {
   Op logits = gemm_op("logits.fwd", s.tokens(), s.vocab, s.d_model, other_gemm_dtype(s.precision), a, a, false, true);
   logits.saved_bytes = d(s.row_tokens()) * d(s.d_model) * a;  // its input, for the weight gradient
   out.push(logits);
+  if (s.fp32_vocab_parallel_xent) {
+    // Megatron-LM's vocab_parallel_cross_entropy(logits.float()) (core/tensor_parallel/cross_entropy.py,
+    // fp16_lm_cross_entropy off by default): the cast to fp32, the row max, its subtraction, exp in
+    // place, the row sum and the division in place, six kernels streaming t x V/tp fp32 elements;
+    // the softmax stays alive, in fp32, until the backward. The max and the sum are all-reduced over
+    // the tensor-parallel group (costed with the head's collectives).
+    out.push(membound_op("loss.xent.fwd", MemKind::kCrossEntropy, s.tokens(), s.vocab, DType::kFp32,
+                         tv * (a + 5.0 * 4.0), tv * 4.0 * 4.0 + t * 4.0, 6, tv * 4.0));
+    return;
+  }
   // Fused cross-entropy: reads the logits, writes the loss and, in place, the logits gradient;
   // the t x V buffer stays alive until the head's backward.
   out.push(membound_op("loss.xent.fwd", MemKind::kCrossEntropy, s.tokens(), s.vocab, act, tv * a, tv * a + t * 4.0, 1,
@@ -591,8 +638,12 @@ void head_backward_ops(const BlockShape& s, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const double tv = d(s.tokens()) * d(s.vocab);
   const DType dt = other_gemm_dtype(s.precision);
-  out.push(membound_op("loss.xent.bwd", MemKind::kCrossEntropyBackward, s.tokens(), s.vocab, act, tv * a,
-                       tv * a));  // scale the stored gradient by dL
+  if (s.fp32_vocab_parallel_xent)  // the stored softmax times dL in place, then the cast back to fp16
+    out.push(membound_op("loss.xent.bwd", MemKind::kCrossEntropyBackward, s.tokens(), s.vocab, DType::kFp32,
+                         tv * 8.0, tv * (4.0 + a), 2));
+  else
+    out.push(membound_op("loss.xent.bwd", MemKind::kCrossEntropyBackward, s.tokens(), s.vocab, act, tv * a,
+                         tv * a));  // scale the stored gradient by dL
   out.push(gemm_op("logits.dgrad", s.tokens(), s.d_model, s.vocab, dt, a, a));
   // Into the tied wte gradient, or the untied lm_head's: the same GEMM.
   out.push(gemm_op(s.tie_embeddings ? "logits.wgrad" : "lm_head.wgrad", s.vocab, s.d_model, s.tokens(), dt, a, a,

@@ -36,7 +36,8 @@ enum class MemKind : uint8_t {
   kGeluBackward,      // dx = dy * gelu'(x)
   kAdd,               // y = a + b
   kBiasGrad,          // db[n] = sum over m rows of dy
-  kCrossEntropy,      // loss and, in place, the gradient of an m x n logits matrix
+  kCrossEntropy,      // loss and, in place, the gradient of an m x n logits matrix: one fused kernel,
+                      // or (kernels > 1) PyTorch's sequence of reductions and element-wise kernels
   kCrossEntropyBackward,  // scale the stored gradient
   kEmbedding,         // y[m, n] = table[ids[m]] (+ positions)
   kEmbeddingBackward, // accumulate rows of dy into the table gradient
@@ -232,6 +233,7 @@ struct BlockShape {
   int64_t attention_dropout_per_mille = 0;  // unfused attention's dropout probability x 1000
   int64_t tp = 1;                  // tensor-parallel ranks the heads and FFN columns are split over
   bool sequence_parallel = false;  // the token-wise ops' rows split over the tp ranks too
+  bool fp32_vocab_parallel_xent = false;  // Megatron's cross-entropy: PyTorch kernels over fp32 logits
 
   int64_t tokens() const { return batch * seq; }
   // Rows of the token-wise ops (norms, residual adds) and of what the column-parallel linears keep of

@@ -70,6 +70,10 @@ BOOST_AUTO_TEST_CASE(megatron_pads_the_vocabulary_to_whole_slices) {
   BOOST_TEST(megatron_padded_vocab(50257, 1) == 50304);
   BOOST_TEST(megatron_padded_vocab(50257, 2) == 50432);
   BOOST_TEST(megatron_padded_vocab(50257, 8) == 51200);
+  // Without tensor parallelism too: the logits run over 50304 columns.
+  const BlockShape one = tensor_parallel_shape(block_shape(gpt_1024(), 2, 1024, Precision::kAmpBf16), 1, false,
+                                               megatron_padded_vocab(50257, 1));
+  BOOST_TEST(one.vocab == 50304);
 }
 
 BOOST_AUTO_TEST_CASE(activations_follow_korthikanti_with_and_without_sequence_parallelism) {
@@ -138,10 +142,13 @@ BOOST_FIXTURE_TEST_CASE(memory_of_a_stage_is_its_parameters_and_in_flight_activa
   // The distributed optimizer shards the 12 bytes of master weights and moments over dp.
   c.parallel.distributed_optimizer = true;
   BOOST_TEST(e.memory(c).sharded_state_bytes == (4.0 + 12.0 / 2.0) * params, tt::tolerance(1e-9));
-  // Full recompute keeps only each layer's input.
+  // Full recompute keeps only each layer's input (and, on the last stage, the head's fp32 softmax
+  // of the cross-entropy for the micro-batch in flight).
   c.parallel.distributed_optimizer = false;
   c.checkpointing = Checkpointing::kFull;
-  BOOST_TEST(e.memory(c).activation_bytes < mem.activation_bytes / 4.0);
+  OpList head;
+  head_forward_ops(s, head);
+  BOOST_TEST(e.memory(c).activation_bytes < mem.activation_bytes / 4.0 + total_saved_bytes(head));
 }
 
 BOOST_FIXTURE_TEST_CASE(more_pipeline_stages_add_bubble_and_tensor_parallelism_adds_communication, Fixture) {
@@ -225,5 +232,66 @@ BOOST_AUTO_TEST_CASE(unfused_attention_keeps_korthikantis_score_terms) {
   // Without dropout only the softmax output is kept of them.
   m.attention_dropout = 0;
   BOOST_TEST(saved_of(block_shape(m, 2, 1024, Precision::kAmpFp16)) == 32.0 * sbh + 2.0 * heads * seq * seq * b + stats,
+             tt::tolerance(1e-12));
+}
+
+namespace {
+Op op_named(const OpList& ops, std::string_view name) {
+  for (const Op& op : ops)
+    if (name == op.name) return op;
+  BOOST_FAIL("no op " << name);
+  return Op{};
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(fused_softmax_falls_back_to_pytorch_in_fp32_where_its_kernel_cannot_run) {
+  // Megatron's fused causal softmax needs batch x local heads to be a multiple of 4: 16 heads over
+  // tp 8 at micro-batch 1 leave 2, and the softmax runs as five fp32 PyTorch kernels (cast, scale,
+  // mask, softmax, cast) reading 18 and writing 18 bytes per score, keeping its fp32 output.
+  ModelConfig m = gpt_1024();
+  m.unfused_attention = true;
+  m.attention_dropout = 0.1;
+  const auto softmax = [&](int64_t micro_batch, int64_t tp) {
+    OpList ops;
+    block_forward_ops(tensor_parallel_shape(block_shape(m, micro_batch, 1024, Precision::kAmpFp16), tp, false,
+                                            megatron_padded_vocab(50257, tp)),
+                      ops);
+    return op_named(ops, "attn.softmax.fwd");
+  };
+  const double scores_1x2 = 1.0 * 2 * 1024 * 1024;  // batch x local heads x s x s
+  const Op fallback = softmax(1, 8);
+  BOOST_TEST(fallback.kernels == 5);
+  BOOST_TEST(fallback.bytes_read == 18.0 * scores_1x2, tt::tolerance(1e-12));
+  BOOST_TEST(fallback.bytes_written == 18.0 * scores_1x2, tt::tolerance(1e-12));
+  BOOST_TEST(fallback.saved_bytes == 4.0 * scores_1x2, tt::tolerance(1e-12));
+  const Op fused = softmax(2, 8);  // 2 x 2 local heads: the fused kernel
+  BOOST_TEST(fused.kernels == 1);
+  BOOST_TEST(fused.bytes_read == 2.0 * 2.0 * scores_1x2, tt::tolerance(1e-12));
+  BOOST_TEST(softmax(1, 4).kernels == 1);  // 4 local heads
+  // Longer than the kernel's 2,048 keys: the fallback at any batch.
+  OpList long_ops;
+  block_forward_ops(block_shape(m, 4, 4096, Precision::kAmpFp16), long_ops);
+  BOOST_TEST(op_named(long_ops, "attn.softmax.fwd").kernels == 5);
+}
+
+BOOST_AUTO_TEST_CASE(megatron_cross_entropy_streams_fp32_logits) {
+  // vocab_parallel_cross_entropy(logits.float()): six kernels over t x V/tp fp32 elements in the
+  // forward (2 + 20 bytes read, 16 written per element), the fp32 softmax kept for the backward's
+  // two (8 read, 4 + 2 written); costed at the element-wise bandwidth, not the fused kernel's rate.
+  const BlockShape s = tensor_parallel_shape(block_shape(gpt_1024(), 2, 1024, Precision::kAmpFp16), 2, false,
+                                             megatron_padded_vocab(50257, 2));
+  OpList fwd, bwd;
+  head_forward_ops(s, fwd);
+  head_backward_ops(s, bwd);
+  const double tv = 2.0 * 1024 * (50432 / 2);
+  const Op xent = op_named(fwd, "loss.xent.fwd");
+  BOOST_TEST(xent.kernels == 6);
+  BOOST_TEST(xent.bytes_read == 22.0 * tv, tt::tolerance(1e-12));
+  BOOST_TEST(xent.saved_bytes == 4.0 * tv, tt::tolerance(1e-12));
+  BOOST_TEST(op_named(bwd, "loss.xent.bwd").bytes_written == 6.0 * tv, tt::tolerance(1e-12));
+  Fixture f;
+  CostParams slow = f.profile.params;
+  slow.xent_efficiency = 0.05;  // the fused kernel's rate does not apply
+  BOOST_TEST(CostModel(f.device, slow).op_seconds(xent) == CostModel(f.device, f.profile.params).op_seconds(xent),
              tt::tolerance(1e-12));
 }
