@@ -24,6 +24,12 @@ std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>&
       ResolvedRow r;
       r.model = m.architecture ? &ctx.row_model(*m.architecture) : ctx.catalog().find(m.model);
       if (!r.model) throw Error(m.where() + ": unknown model '" + m.model + "' (not in the catalogue or --models)");
+      if (m.unfused_attention && !r.model->unfused_attention) {  // the row's Attention column
+        ModelConfig unfused = *r.model;
+        unfused.name += " (unfused attention)";
+        use_megatron_core_attention(unfused);
+        r.model = &ctx.row_model(unfused);
+      }
       try {
         r.device = &ctx.device(m.gpu);
       } catch (const Error& e) {

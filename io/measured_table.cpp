@@ -202,7 +202,8 @@ const char* const kRequired[] = {"Model", "SeqLen (T)", "# GPUs", "GPU", "MicroB
 // The general form's own columns: llm-foundry's tables have none of them.
 const char* const kGeneralColumns[] = {"Framework",        "Tensor Parallel",   "Pipeline Parallel",     "Virtual Stages",
                                        "Context Parallel", "Expert Parallel",   "Data Parallel",         "Sequence Parallel",
-                                       "Recompute",        "Step Time (s)",     "Distributed Optimizer", "Overlap Grad Reduce"};
+                                       "Recompute",        "Step Time (s)",     "Distributed Optimizer", "Overlap Grad Reduce",
+                                       "Attention"};
 
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
@@ -250,6 +251,7 @@ class RowParser {
     read_sharding(cells, at, r);
     r.checkpointing = read_checkpointing(cells, at);
     if (cols_.has("Activation CPUOffload")) r.activation_cpu_offload = cols_.boolean(cells, "Activation CPUOffload", at);
+    if (cols_.has("Attention")) r.unfused_attention = read_attention(cells, at);
     if (cols_.has("MFU")) r.mfu_percent = cols_.number(cells, "MFU", at);
     if (cols_.has("HFU")) r.hfu_percent = cols_.number(cells, "HFU", at);
     if (cols_.has("Model TFLOP")) r.model_tflop = cols_.number(cells, "Model TFLOP", at);
@@ -323,6 +325,14 @@ class RowParser {
         throw Error(at + ": unknown Sharding Strategy '" + sh + "' (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)");
       r.sharding = *s;
     }
+  }
+
+  // flash (the default) or unfused (Megatron's core attention).
+  bool read_attention(const std::vector<std::string>& cells, const std::string& at) const {
+    std::string a = cols_.text(cells, "Attention", at);
+    std::transform(a.begin(), a.end(), a.begin(), ::tolower);
+    if (a == "flash" || a == "unfused") return a == "unfused";
+    throw Error(at + ": column 'Attention' must be flash or unfused, got '" + cols_.cell(cells, "Attention", at) + "'");
   }
 
   Checkpointing read_checkpointing(const std::vector<std::string>& cells, const std::string& at) const {
@@ -518,13 +528,16 @@ ModelConfig vtrain_gpt_model(int64_t hidden, int64_t heads, int64_t layers) {
   m.ffn = FfnKind::kMlp;
   m.activation = Activation::kGelu;
   m.tie_embeddings = true;
-  // Megatron-DeepSpeed's core attention unless --use-flash-attn is given (it is opt-in there): the
-  // scores materialised, with its default --attention-dropout 0.1. The residuals say so too: with
-  // flash attention costed, the 1,024-wide models (where attention is the larger share) come out
-  // 7% fast and the 2,048-wide 1% slow (README, "Megatron runs").
+  // Megatron-DeepSpeed's core attention unless --use-flash-attn is given (it is opt-in there). The
+  // residuals say so too: with flash attention costed, the 1,024-wide models (where attention is
+  // the larger share) come out 7% fast and the 2,048-wide 1% slow (README, "Megatron runs").
+  use_megatron_core_attention(m);
+  return m;
+}
+
+void use_megatron_core_attention(ModelConfig& m) {
   m.unfused_attention = true;
   m.attention_dropout = 0.1;
-  return m;
 }
 
 Cell checkpointing_cell(Checkpointing c) {

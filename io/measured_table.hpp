@@ -12,7 +12,9 @@
 // False or the default): `Framework` (composer, megatron, torchtitan; absent: the command's
 // --framework), `Tensor Parallel`, `Pipeline Parallel`, `Virtual Stages`, `Context Parallel`,
 // `Expert Parallel`, `Data Parallel` (checked against # GPUs over the model-parallel degrees),
-// `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce` (True/False), `Recompute`
+// `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce` (True/False), `Attention` (flash, or
+// unfused: Megatron-LM's core attention, run without --use-flash-attn as every Megatron run before
+// 2023 was; see use_megatron_core_attention), `Recompute`
 // (none/selective/full: the same as `Activation Checkpointing`, one of which is required; both
 // present and disagreeing is an error) and `Step Time (s)`, the measured quantity of a row whose
 // `Throughput (T/s)` is absent or empty. A table with one of these columns may leave out `GPU`
@@ -53,6 +55,7 @@ struct MeasuredRow {
   Sharding sharding = Sharding::kFullShard;
   Checkpointing checkpointing = Checkpointing::kNone;
   bool activation_cpu_offload = false;
+  bool unfused_attention = false;  // Attention 'unfused': the row's model costed with use_megatron_core_attention
   Parallelism parallel;  // framework and degrees; all 1 under composer for llm-foundry's tables
   // The row's own architecture (vTrain's rows), named `model`; empty: `model` names a model of the
   // catalogue or --models.
@@ -99,6 +102,11 @@ MeasuredTable read_measured_table(const std::filesystem::path& path, const Measu
 // multiple of 128 x TP, 50304 at TP 1: 0.1% more logit work, not modelled here). Named
 // gpt-h<hidden>-a<heads>-l<layers>.
 ModelConfig vtrain_gpt_model(int64_t hidden, int64_t heads, int64_t layers);
+
+// Megatron-LM's core attention, its attention before --use-flash-attn (Megatron-LM's
+// megatron/model/transformer.py CoreAttention; Megatron-DeepSpeed's default): the scores
+// materialised, its fused causal softmax, and the dropout of its default --attention-dropout 0.1.
+void use_megatron_core_attention(ModelConfig& m);
 
 // The `Activation Checkpointing` cell of a row tpsim prints, and reads back: llm-foundry's boolean
 // (True / False) for full and none, as its collect_results.py writes them, and `selective`, which

@@ -1,11 +1,15 @@
 // Measured tables of runs beyond data parallelism: the general form's columns (framework, tensor,
 // pipeline, virtual, context, expert and data parallel degrees, sequence parallelism, recompute,
-// step time), vTrain's CSV read as it is, and `tpsim validate` on them.
+// step time, attention), vTrain's CSV read as it is, `tpsim validate` on them, and the published
+// Megatron and torchtitan figures shipped in data/measured/literature_*.csv.
 #define BOOST_TEST_MODULE measured_3d
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <fstream>
+#include <map>
 #include <sstream>
 
+#include "cli/validation.hpp"
 #include "common.hpp"
 #include "tests/run_tpsim.hpp"
 
@@ -273,4 +277,91 @@ BOOST_AUTO_TEST_CASE(validate_prints_vtrains_columns_then_the_predictions) {
   BOOST_TEST(contains(md.out, "| # GPUs | global batch |"));
   BOOST_TEST(contains(md.out, "| Held Out | Predicted Step Time (s) |"));
   BOOST_TEST(contains(md.out, "| model gpt-h2048-a16-l20 | 1 |"));
+}
+
+BOOST_AUTO_TEST_CASE(the_attention_column_costs_megatrons_core_attention) {
+  const std::string header = replaced(replaced(kHeader, "| Recompute |", "| Recompute | Attention |"), "| --- |\n", "| --- | --- |\n");
+  const auto read = [&](const std::string& cell) {
+    return parse_measured_table(header + replaced(kRow, "| selective |", "| selective | " + cell + " |"), "g.md",
+                                on_device("h100_80gb"));
+  };
+  BOOST_TEST(read("unfused").rows.at(0).unfused_attention);
+  BOOST_TEST(!read("Flash").rows.at(0).unfused_attention);
+  BOOST_TEST(!parse_measured_table(kHeader + kRow, "g.md", on_device("h100_80gb")).rows.at(0).unfused_attention);
+  const std::string e = error_of([&] { read("fused"); });
+  BOOST_TEST(contains(e, "g.md:3: column 'Attention' must be flash or unfused, got 'fused'"), e);
+  ModelConfig m;
+  use_megatron_core_attention(m);
+  BOOST_TEST(m.unfused_attention);
+  BOOST_TEST(m.attention_dropout == 0.1);
+  BOOST_TEST(vtrain_gpt_model(1024, 16, 24).unfused_attention);  // vTrain's rows: the same attention
+}
+
+namespace {
+const std::string kLiterature = std::string(TPSIM_DATA) + "/measured/literature_";
+
+// Each row of a literature table on its own (its header and that line), resolved and predicted as
+// `validate` does: the prediction, or the one-line reason tpsim refuses it.
+struct LiteratureRow {
+  std::string where;
+  std::string refusal;  // empty: predicted
+  RowResult result;
+  bool costed_as_asked = false;  // the model's attention is the row's Attention column
+};
+
+std::vector<LiteratureRow> each_row_alone(const std::string& table) {
+  std::ifstream in(table);
+  std::string header, line;
+  std::getline(in, header);
+  CommonOptions o;
+  o.models_file = std::string(TPSIM_DATA) + "/models/literature_megatron.yaml";
+  Context ctx(o);
+  std::vector<LiteratureRow> out;
+  for (int n = 2; std::getline(in, line); ++n) {
+    const std::string one = (tpsim::testing::scratch_dir() / ("literature_row_" + std::to_string(n) + ".csv")).string();
+    std::ofstream(one) << header << "\n" << line << "\n";
+    LiteratureRow r{.where = table + ":" + std::to_string(n)};
+    std::vector<std::string> warnings;
+    std::vector<ResolvedRow> rows;
+    r.refusal = error_of([&] { rows = load_rows(ctx, {one}, warnings); });
+    if (!r.refusal.empty()) {
+      out.push_back(r);
+      continue;
+    }
+    const ResolvedRow& row = rows.at(0);
+    r.result = predict_row(row, ctx.profile(row.row.gpu).params);
+    r.costed_as_asked = row.model->unfused_attention == row.row.unfused_attention;
+    out.push_back(r);
+  }
+  return out;
+}
+}  // namespace
+
+// Not an accuracy check (README, "Published figures, held out", reports the errors): every shipped
+// row parses, and is either predicted or refused with one line naming what tpsim does not model.
+BOOST_AUTO_TEST_CASE(every_published_row_is_predicted_or_refused_in_one_line) {
+  std::map<std::string, size_t> predicted;
+  for (const std::string name : {"megatron", "megatron_cp_ep", "torchtitan"}) {
+    const std::string table = kLiterature + name + ".csv";
+    BOOST_TEST_CONTEXT(table) {
+      const MeasuredTable t = read_measured_table(table);
+      const std::vector<LiteratureRow> rows = each_row_alone(table);
+      BOOST_TEST_REQUIRE(rows.size() == t.rows.size());
+      for (const auto& r : rows) {
+        BOOST_TEST_CONTEXT(r.where) {
+          if (!r.refusal.empty()) {
+            BOOST_TEST(r.refusal.find('\n') == std::string::npos, r.refusal);
+            BOOST_TEST(contains(r.refusal, "not modelled yet"), r.refusal);
+            continue;
+          }
+          ++predicted[name];
+          BOOST_TEST(std::isfinite(r.result.error));
+          BOOST_TEST(r.result.prediction.step_s > 0);
+          BOOST_TEST(r.costed_as_asked);
+        }
+      }
+    }
+  }
+  // The Megatron table is the one the README's errors are of: every row of it is predicted.
+  BOOST_TEST(predicted["megatron"] == read_measured_table(kLiterature + "megatron.csv").rows.size());
 }
