@@ -17,6 +17,7 @@
 #include "io/progress.hpp"
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
+#include "cli/run_settings.hpp"
 #include "cli/validation.hpp"
 
 namespace tpsim {
@@ -32,6 +33,7 @@ struct CalibrateTableFlags {
   std::string interval_cv = "model";
   std::string framework = "composer";  // of rows whose table has no Framework column
   bool transfer = false;  // fit the other devices' rows; carry the system-level parameters to --device
+  NetworkFlags network;
 };
 
 std::string join(const std::vector<std::string>& v, const std::string& sep) {
@@ -95,6 +97,7 @@ void run_calibrate_table(const CalibrateTableFlags& f, const std::string& comman
   CommonOptions common = f.common;
   if (!f.base.empty()) common.profile_files.push_back(f.base);
   Context ctx(common);
+  apply_network_flags(ctx, f.network);
   ctx.device(f.device);  // unknown device: Error
   if (!f.base.empty() && !ctx.has_user_profile(f.device))
     throw Error("--base " + f.base + ": the profile is for another device than --device " + f.device);
@@ -122,6 +125,7 @@ void run_calibrate_table(const CalibrateTableFlags& f, const std::string& comman
                                       "held-out errors of tpsim validate --cv " + to_string(c.cv) + " on " +
                                           join(f.tables, ", ") +
                                           (f.transfer ? " (a device predicted from the others' fit)" : "")});
+  set_profile_network(c.profile, ctx.device(f.device));
   save_profile(f.out, c.profile);
   print_report(c, f, rows, s);
 }
@@ -147,6 +151,7 @@ void register_calibrate_table(CLI::App& calibrate) {
                   "--device has no rows: fit the other devices' rows and carry the system-level parameters over "
                   "(the interval then comes from predicting each measured device from the others)");
   table->add_option("--models", o->common.models_file, "YAML file of more models");
+  add_network_flags(table, o->network);
   table->callback([o] {
     std::string cmdline = "tpsim calibrate table";
     for (const auto& t : o->tables) cmdline += " --table " + t;

@@ -56,13 +56,25 @@ const ModelConfig& Context::row_model(const ModelConfig& m) { return row_models_
 
 const DeviceSpec& Context::device(const std::string& id) {
   auto it = devices_.find(id);
-  if (it == devices_.end()) it = devices_.emplace(id, load_device(id)).first;
+  if (it == devices_.end()) {
+    it = devices_.emplace(id, load_device(id)).first;
+    apply_network(it->second, network_);
+  }
   return it->second;
+}
+
+void Context::set_network(const ClusterNetwork& network) {
+  network_ = network;
+  for (auto& [id, d] : devices_) apply_network(d, network_);
 }
 
 const DeviceProfile& Context::profile(const std::string& device_id) {
   auto it = profiles_.find(device_id);
   if (it == profiles_.end()) it = profiles_.emplace(device_id, load_shipped_profile(device_id)).first;
+  if (profile_network(it->second) && network_noted_.insert(device_id).second) {
+    const std::string note = network_mismatch_note(it->second, device(device_id));
+    if (!note.empty()) std::cerr << "tpsim: note: " << note << "\n";
+  }
   return it->second;
 }
 

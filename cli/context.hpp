@@ -4,11 +4,13 @@
 
 #include <CLI/CLI.hpp>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "io/catalog.hpp"
+#include "io/devices.hpp"
 #include "io/output.hpp"
 #include "io/profile_io.hpp"
 #include "model/device.hpp"
@@ -54,6 +56,10 @@ class Context {
   Format format() const { return format_; }
   std::optional<std::string> output() const { return output_; }
   void print_warnings() const;  // to stderr, once
+  // The cluster network every device of the run is on (--gpus-per-node, --inter-node-gbps): applied
+  // to the devices loaded and to those loaded later. A profile fitted on another network is noted
+  // once, on stderr, when it is first used.
+  void set_network(const ClusterNetwork& network);
 
  private:
   ModelCatalog catalog_;
@@ -66,6 +72,8 @@ class Context {
   std::map<std::string, std::string> user_profiles_;  // device -> the --profile file
   Format format_;
   std::optional<std::string> output_;
+  ClusterNetwork network_;
+  std::set<std::string> network_noted_;
 };
 
 }  // namespace tpsim

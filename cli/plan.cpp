@@ -29,6 +29,7 @@ struct PlanOptions {
   CommonOptions common;
   RunFlags run;
   ParallelFlags parallel;  // megatron: the axes given are fixed, the others searched
+  NetworkFlags network;
   std::string devices = "h100_80gb", gpus, tokens, batch_tokens, price, objective = "time", plot;
   int top = 5;
   bool explain = false;
@@ -101,7 +102,7 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, const RunSettings& ru
   r.query.precision = run.precision;
   r.query.mp_mode = run.mp_mode;
   r.query.space = plan_space(o, run);
-  const ParallelSettings parallel = resolve_parallel(o.parallel);
+  const ParallelSettings parallel = resolve_parallel(o.parallel, run);
   check_no_sharding_flag(parallel, "--sharding", !o.run.sharding.empty());
   r.query.space.framework = parallel.framework;
   r.query.space.parallel = parallel.axes;
@@ -257,6 +258,7 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
 
 void run_plan(const PlanOptions& o) {
   Context ctx(o.common);
+  apply_network_flags(ctx, o.network);
   const RunSettings run = resolve_run(ctx, o.run);
   const PlanRequest r = check_plan(o, ctx, run);
   Progress progress("plan", static_cast<int64_t>(r.query.devices.size() * r.query.gpu_counts.size()));
@@ -295,6 +297,7 @@ void register_plan(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "rank the configurations that fit by time to train or cost");
   add_run_flags(cmd, o->run, /*with_sharding_and_ckpt=*/true, /*ckpt_any=*/true);
   add_parallel_flags(cmd, o->parallel);
+  add_network_flags(cmd, o->network);
   cmd->add_option("--device", o->devices, "device id(s), comma-separated, compared side by side")->default_val("h100_80gb");
   cmd->add_option("--gpus", o->gpus, "GPU counts to consider: list (32,64,128) or range by powers of two (8..512)");
   cmd->add_option("--tokens", o->tokens, "tokens to train (1T = 1e12): adds time to train, GPU-hours and cost");

@@ -19,6 +19,7 @@ struct PredictOptions {
   RunFlags run;
   ParallelFlags parallel;
   std::string gpus, device = "h100_80gb";
+  NetworkFlags network;
 };
 
 // What divides the global batch: the GPU count, or under model parallelism the data-parallel
@@ -103,8 +104,9 @@ TrainConfig predict_config(const PredictOptions& o, RunSettings& run, const Para
 
 void run_predict(const PredictOptions& o) {
   Context ctx(o.common);
+  apply_network_flags(ctx, o.network);
   RunSettings run = resolve_run(ctx, o.run);
-  const ParallelSettings parallel = resolve_parallel(o.parallel);
+  const ParallelSettings parallel = resolve_parallel(o.parallel, run);
   check_no_sharding_flag(parallel, "--sharding", !o.run.sharding.empty());
   const ModelConfig& model = *run.model;
   const DeviceSpec& device = ctx.device(o.device);
@@ -143,6 +145,7 @@ void register_predict(CLI::App& app) {
   auto* global = cmd->add_option("--global-batch", o->run.global_batch, "sequences per step over all GPUs");
   accum->excludes(global);
   add_parallel_flags(cmd, o->parallel);
+  add_network_flags(cmd, o->network);
   add_common_options(cmd, o->common);
   cmd->callback([o] { run_predict(*o); });
 }

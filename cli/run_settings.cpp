@@ -1,9 +1,11 @@
 #include "cli/run_settings.hpp"
 
+#include <cmath>
 #include <iostream>
 
 #include "io/error.hpp"
 #include "io/hf_config.hpp"
+#include "io/text_format.hpp"
 #include "cli/args.hpp"
 
 namespace tpsim {
@@ -73,6 +75,12 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
   dist->excludes(no_dist);
   cmd->add_flag("--overlap-grad-reduce", f.overlap_grad_reduce,
                 "gradient buckets reduced during the backward (megatron's --overlap-grad-reduce)");
+  cmd->add_option("--shard-degree", f.shard_degree,
+                  "composer HSDP: parameters sharded over N consecutive GPUs (fsdp_config's "
+                  "data_parallel_shard_degree; -1: the GPUs the replicate degree leaves)");
+  cmd->add_option("--replicate-degree", f.replicate_degree,
+                  "composer HSDP: gradients all-reduced over N replicas (fsdp_config's "
+                  "data_parallel_replicate_degree; -1: the GPUs the shard degree leaves)");
 }
 
 namespace {
@@ -80,6 +88,25 @@ namespace {
 std::optional<int64_t> degree_flag(const std::string& flag, const std::string& text) {
   if (text.empty()) return std::nullopt;
   return parse_count(flag, text, kMaxGpus);
+}
+
+// An HSDP mesh degree: -1 (the rest of the GPUs) or a GPU count.
+std::optional<int64_t> mesh_degree_flag(const std::string& flag, const std::string& text) {
+  if (text == "-1") return -1;
+  if (text.empty()) return std::nullopt;
+  try {
+    return parse_count(flag, text, kMaxGpus);
+  } catch (const Error&) {
+    throw Error(flag + " '" + text + "': expected -1 (the rest of the GPUs) or a whole number between 1 and " +
+                std::to_string(kMaxGpus));
+  }
+}
+
+// A positive, finite number (a network's bandwidth).
+double positive_number(const std::string& flag, const std::string& text) {
+  const std::optional<double> v = parse_number(text);
+  if (!v || !std::isfinite(*v) || !(*v > 0)) throw Error(flag + " '" + text + "': expected a positive number");
+  return *v;
 }
 
 }  // namespace
@@ -101,7 +128,16 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
   a.sequence_parallel = f.sp;
   a.distributed_optimizer = f.dist_opt;
   a.overlap_grad_reduce = f.overlap_grad_reduce;
-  if (s.framework != Framework::kComposer) return s;
+  a.shard_degree = mesh_degree_flag("--shard-degree", f.shard_degree);
+  a.replicate_degree = mesh_degree_flag("--replicate-degree", f.replicate_degree);
+  if (s.framework != Framework::kComposer) {
+    for (const auto& [flag, given] : {std::pair{"--shard-degree", a.shard_degree.has_value()},
+                                      std::pair{"--replicate-degree", a.replicate_degree.has_value()}})
+      if (given)
+        throw Error(std::string(flag) + ": HSDP's shard and replicate degrees are composer's (FSDP); --framework " +
+                    std::string(to_string(s.framework)) + " has its own data parallelism");
+    return s;
+  }
   const std::pair<const char*, std::optional<int64_t>> degrees[] = {
       {"--tp", a.tensor}, {"--pp", a.pipeline}, {"--vp", a.virtual_stages}, {"--cp", a.context}, {"--ep", a.expert}};
   for (const auto& [flag, value] : degrees)
@@ -111,6 +147,19 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
   for (const auto& [flag, on] : {std::pair{"--sp", f.sp.value_or(false)}, std::pair{"--dist-opt", f.dist_opt.value_or(false)},
                                  std::pair{"--overlap-grad-reduce", f.overlap_grad_reduce}})
     if (on) throw Error(std::string(flag) + ": composer runs FSDP without model parallelism; use --framework megatron");
+  return s;
+}
+
+ParallelSettings resolve_parallel(const ParallelFlags& f, const RunSettings& run) {
+  ParallelSettings s = resolve_parallel(f);
+  if (!run.shard_degree && !run.replicate_degree) return s;
+  if (s.framework != Framework::kComposer)
+    throw Error(run.config_origin + ": fsdp_config's data_parallel_shard_degree and data_parallel_replicate_degree " +
+                "are Composer's HSDP; --framework " + std::string(to_string(s.framework)) +
+                " has its own data parallelism");
+  // A degree given by flag wins over the YAML's, as every flag does.
+  if (!s.axes.shard_degree) s.axes.shard_degree = run.shard_degree;
+  if (!s.axes.replicate_degree) s.axes.replicate_degree = run.replicate_degree;
   return s;
 }
 
@@ -126,6 +175,8 @@ Parallelism fixed_parallelism(const ParallelSettings& s) {
   p.sequence_parallel = a.sequence_parallel.value_or(p.tensor > 1);
   p.distributed_optimizer = a.distributed_optimizer.value_or(s.framework != Framework::kComposer);
   p.overlap_grad_reduce = a.overlap_grad_reduce;
+  p.shard_degree = a.shard_degree.value_or(0);
+  p.replicate_degree = a.replicate_degree.value_or(0);
   return p;
 }
 
@@ -169,8 +220,14 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
     s.global_batch = y.global_batch;
     if (y.precision) s.precision = *y.precision;
     if (y.mp_mode) s.mp_mode = *y.mp_mode;
-    s.sharding = y.sharding;
+    s.sharding = y.has_fsdp_config ? y.sharding : Sharding::kDdp;
+    if (!y.has_fsdp_config)
+      s.notes.push_back(y.origin + ": no fsdp_config -- predicted as plain PyTorch DDP, as Composer runs it: every "
+                        "GPU holds all parameters, gradients and optimizer state; the gradients are all-reduced in 25 MiB "
+                        "buckets on the last micro-batch");
     s.checkpointing = y.checkpointing;
+    s.shard_degree = y.shard_degree;
+    s.replicate_degree = y.replicate_degree;
     if (!y.ignored.empty()) {
       std::string list;
       for (const auto& k : y.ignored) list += (list.empty() ? "" : ", ") + k;
@@ -203,6 +260,24 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
 
 void print_notes(const RunSettings& s) {
   for (const auto& n : s.notes) std::cerr << "tpsim: note: " << n << "\n";
+}
+
+void add_network_flags(CLI::App* cmd, NetworkFlags& f) {
+  cmd->add_option("--inter-node-gbps", f.inter_node_gbps,
+                  "the cluster's network: Gbit/s per node and direction, all NICs together (default: the device file's)");
+  cmd->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node of the cluster (default: the device file's)");
+}
+
+ClusterNetwork resolve_network(const NetworkFlags& f) {
+  ClusterNetwork n;
+  if (!f.gpus_per_node.empty()) n.gpus_per_node = parse_count("--gpus-per-node", f.gpus_per_node, 10000);
+  if (!f.inter_node_gbps.empty()) n.inter_node_gbps = positive_number("--inter-node-gbps", f.inter_node_gbps);
+  return n;
+}
+
+void apply_network_flags(Context& ctx, const NetworkFlags& f) {
+  const ClusterNetwork n = resolve_network(f);
+  if (!n.empty()) ctx.set_network(n);
 }
 
 }  // namespace tpsim

@@ -45,6 +45,7 @@ struct ParallelFlags {
   std::string framework, tp, pp, vp, cp, ep;
   std::optional<bool> sp, dist_opt;
   bool overlap_grad_reduce = false;
+  std::string shard_degree, replicate_degree;  // composer: HSDP's mesh (--shard-degree, --replicate-degree)
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);
 
@@ -59,8 +60,14 @@ struct ParallelSettings {
 };
 ParallelSettings resolve_parallel(const ParallelFlags& f);
 
+struct RunSettings;
+// The same, with the HSDP degrees of --config's fsdp_config (data_parallel_shard_degree,
+// data_parallel_replicate_degree) where --shard-degree and --replicate-degree are not given: each
+// is -1 (the rest of the GPUs) or a GPU count, and only composer has them (an error otherwise).
+ParallelSettings resolve_parallel(const ParallelFlags& f, const RunSettings& run);
+
 // predict's layout: the fixed axes, the others at the search's defaults (degrees 1; sequence
-// parallel wherever tensor parallel > 1; the distributed optimizer on under megatron).
+// parallel wherever tensor parallel > 1; the distributed optimizer on under megatron; no HSDP mesh).
 Parallelism fixed_parallelism(const ParallelSettings& s);
 
 // A sharding flag (`flag` given) under a framework other than composer: an error, since their data
@@ -78,6 +85,7 @@ struct RunSettings {
   MpMode mp_mode = MpMode::kDefault;
   std::optional<Sharding> sharding;
   std::optional<Checkpointing> checkpointing;  // the YAML's, or the one kind --ckpt names
+  std::optional<int64_t> shard_degree, replicate_degree;  // the YAML's fsdp_config HSDP degrees
   std::vector<Checkpointing> ckpt_asked;       // what --ckpt names (every kind for any); empty: not given
   std::string config_origin;  // the YAML, if any
   // What the YAML has that the simulator ignores or models differently: printed by print_notes once
@@ -90,5 +98,16 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f);
 
 // The notes, on stderr, each once.
 void print_notes(const RunSettings& s);
+
+// --inter-node-gbps N (per node, per direction) and --gpus-per-node N: the cluster's network, over
+// the device files' (every command that predicts: predict, sweep, plan, validate, calibrate table).
+struct NetworkFlags {
+  std::string inter_node_gbps, gpus_per_node;
+};
+void add_network_flags(CLI::App* cmd, NetworkFlags& f);
+// The flags checked (positive numbers; one-line errors naming the flag), then set on every device
+// the context loads.
+ClusterNetwork resolve_network(const NetworkFlags& f);
+void apply_network_flags(Context& ctx, const NetworkFlags& f);
 
 }  // namespace tpsim

@@ -29,6 +29,7 @@ struct SweepOptions {
   std::optional<std::string> ckpt;  // unset: none and full, as llm-foundry can run them
   std::string plot;  // SVG: MFU over model size and sequence length
   ParallelFlags parallel;  // megatron: the axes given are fixed, the others searched
+  NetworkFlags network;
 };
 
 constexpr const char* kDefaultShardings = "FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD";
@@ -193,6 +194,7 @@ void run_sweep(const SweepOptions& o) {
   CommonOptions common = o.common;
   const std::vector<std::string> specs = take_models_file(o.models, common);
   Context ctx(common);
+  apply_network_flags(ctx, o.network);
   const SweepRequest r = check_sweep(o, ctx, specs);
   Sweep sweep(o, r, ctx);
   sweep.run();
@@ -223,6 +225,7 @@ void register_sweep(CLI::App& app) {
       ->default_val("FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD");
   add_ckpt_flags(cmd, o->ckpt, /*any=*/true);  // not given: none and full
   add_parallel_flags(cmd, o->parallel);
+  add_network_flags(cmd, o->network);
   cmd->add_option("--profile", o->common.profile_files, "device profile JSON (repeatable)");
   cmd->add_option("--plot", o->plot, "also write an SVG heat map of MFU over model size and sequence length");
   cmd->add_option("--format", o->common.format, "output format: md, csv or json")->default_val("md");

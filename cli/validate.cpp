@@ -17,6 +17,7 @@
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
 #include "cli/report.hpp"
+#include "cli/run_settings.hpp"
 #include "cli/validation.hpp"
 #include "model/units.hpp"
 
@@ -33,6 +34,7 @@ struct ValidateOptions {
   double robust_scale = 0.05;
   double prior_width = 0;
   std::string plot;  // SVG: predicted against measured
+  NetworkFlags network;
 };
 
 
@@ -209,6 +211,7 @@ OutputTable rows_table(const std::vector<RowResult>& results, const Intervals& i
 
 void run_validate(const ValidateOptions& o) {
   Context ctx(o.common);
+  apply_network_flags(ctx, o.network);
   const MeasuredTableOptions read{.framework = framework_flag(o.framework), .device = o.device};
   try {
     if (!o.device.empty()) ctx.device(o.device);
@@ -266,6 +269,7 @@ void register_validate(CLI::App& app) {
   cmd->add_option("--plot", o->plot, "also write an SVG of predicted against measured throughput");
   cmd->add_option("--prior-width", o->prior_width, "with --cv: width of the prior on each fitted parameter's log (0: none)")
       ->default_val(0.0)->check(finite_range(0.0, 100.0));
+  add_network_flags(cmd, o->network);
   add_common_options(cmd, o->common);
   cmd->callback([o] { run_validate(*o); });
 }

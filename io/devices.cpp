@@ -137,4 +137,15 @@ DeviceSpec parse_device_json(const nlohmann::json& j, const std::string& origin)
   return parse_device_yaml(j.dump(), origin);
 }
 
+void apply_network(DeviceSpec& d, const ClusterNetwork& n) {
+  if (n.gpus_per_node) {
+    d.gpus_per_node = static_cast<int>(*n.gpus_per_node);
+    d.sources["gpus_per_node"] = "--gpus-per-node";
+  }
+  if (n.inter_node_gbps) {
+    d.inter_node_bytes_per_s = *n.inter_node_gbps * 1e9 / 8.0;
+    d.sources["inter_node_gbps_per_node"] = "--inter-node-gbps";
+  }
+}
+
 }  // namespace tpsim

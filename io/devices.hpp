@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,5 +19,15 @@ DeviceSpec parse_device_yaml(const std::string& text, const std::string& origin)
 nlohmann::json device_spec_to_json(const DeviceSpec& d);
 DeviceSpec parse_device_json(const nlohmann::json& j, const std::string& origin);
 std::vector<std::string> known_devices();
+
+// The cluster's network as a command sets it (--gpus-per-node, --inter-node-gbps): what a device
+// file says of a node is the usual build, and clusters differ. Each value given replaces the
+// device's, and its source says so; an unset one keeps the file's.
+struct ClusterNetwork {
+  std::optional<int64_t> gpus_per_node;
+  std::optional<double> inter_node_gbps;  // per node, per direction (all NICs of the node together)
+  bool empty() const { return !gpus_per_node && !inter_node_gbps; }
+};
+void apply_network(DeviceSpec& device, const ClusterNetwork& network);
 
 }  // namespace tpsim

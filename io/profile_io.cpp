@@ -7,6 +7,7 @@
 #include "io/error.hpp"
 #include "io/devices.hpp"
 #include "io/files.hpp"
+#include "io/text_format.hpp"
 
 namespace tpsim {
 namespace fs = std::filesystem;
@@ -120,6 +121,7 @@ DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::s
     if (key != "format" && key != "version" && key != "device" && key != "parameters" && key != "device_spec")
       p.extra[key] = value;
   prediction_interval(p);  // a malformed interval is an error here, not at first use
+  profile_network(p);      // and a malformed network
   return p;
 }
 }  // namespace
@@ -138,6 +140,39 @@ std::optional<PredictionInterval> prediction_interval(const DeviceProfile& profi
   i.rows = j.contains("rows") && j["rows"].is_number_integer() ? j["rows"].get<int64_t>() : 0;
   i.method = j.contains("method") && j["method"].is_string() ? j["method"].get<std::string>() : "";
   return i;
+}
+
+std::optional<ProfileNetwork> profile_network(const DeviceProfile& profile) {
+  if (!profile.extra.contains("network")) return std::nullopt;
+  const json& j = profile.extra["network"];
+  const std::string where = profile.origin.empty() ? "profile" : profile.origin;
+  if (!j.is_object() || !j.contains("inter_node_gbps") || !j.contains("gpus_per_node") ||
+      !j["inter_node_gbps"].is_number() || !j["gpus_per_node"].is_number_integer())
+    throw Error(where + ": \"network\" needs a numeric \"inter_node_gbps\" and a whole \"gpus_per_node\"");
+  ProfileNetwork n;
+  n.inter_node_gbps = j["inter_node_gbps"].get<double>();
+  n.gpus_per_node = j["gpus_per_node"].get<int64_t>();
+  if (!std::isfinite(n.inter_node_gbps) || !(n.inter_node_gbps > 0) || n.gpus_per_node < 1)
+    throw Error(where + ": \"network\" must have a positive inter_node_gbps and gpus_per_node");
+  return n;
+}
+
+void set_profile_network(DeviceProfile& profile, const DeviceSpec& d) {
+  profile.extra["network"] = {{"inter_node_gbps", d.inter_node_bytes_per_s * 8.0 / 1e9},
+                              {"gpus_per_node", d.gpus_per_node},
+                              {"meaning", "the cluster network the parameters were fitted on (per node, per direction)"}};
+}
+
+std::string network_mismatch_note(const DeviceProfile& profile, const DeviceSpec& d) {
+  const std::optional<ProfileNetwork> n = profile_network(profile);
+  if (!n) return "";
+  const double gbps = d.inter_node_bytes_per_s * 8.0 / 1e9;
+  if (std::fabs(gbps - n->inter_node_gbps) <= 1e-9 * n->inter_node_gbps && d.gpus_per_node == n->gpus_per_node) return "";
+  const auto text = [](double g, int64_t per_node) {
+    return general(g, 6) + " Gbit/s per node of " + std::to_string(per_node) + " GPUs";
+  };
+  return "the " + d.id + " profile " + (profile.origin.empty() ? "" : profile.origin + " ") + "was fitted on " +
+         text(n->inter_node_gbps, n->gpus_per_node) + "; this run's network is " + text(gbps, d.gpus_per_node);
 }
 
 void set_prediction_interval(DeviceProfile& profile, const PredictionInterval& interval) {
@@ -192,7 +227,7 @@ std::string profile_to_json(const DeviceProfile& p) {
     params[name] = e;
   }
   j["parameters"] = params;
-  for (const char* key : {"prediction_interval", "notes", "fit", "measurements"})
+  for (const char* key : {"network", "prediction_interval", "notes", "fit", "measurements"})
     if (p.extra.contains(key)) j[key] = p.extra[key];
   for (const auto& [key, value] : p.extra.items())
     if (!j.contains(key)) j[key] = value;

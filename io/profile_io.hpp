@@ -58,6 +58,19 @@ struct PredictionInterval {
 std::optional<PredictionInterval> prediction_interval(const DeviceProfile& profile);
 void set_prediction_interval(DeviceProfile& profile, const PredictionInterval& interval);
 
+// The cluster network a profile was fitted on, as `calibrate table` records it ("network":
+// {"inter_node_gbps": per node, "gpus_per_node": ...}): the fitted link efficiencies and latencies
+// are of that network. Profiles written before it, and kernel or comm calibrations, have none.
+struct ProfileNetwork {
+  double inter_node_gbps = 0;
+  int64_t gpus_per_node = 0;
+};
+std::optional<ProfileNetwork> profile_network(const DeviceProfile& profile);
+void set_profile_network(DeviceProfile& profile, const DeviceSpec& fitted_on);
+// One line saying that `device`'s network (as this run sets it) is not the one `profile` was fitted
+// on, or "" when it is (or the profile records none). Predicting so is allowed.
+std::string network_mismatch_note(const DeviceProfile& profile, const DeviceSpec& device);
+
 DeviceProfile parse_profile_json(const std::string& text, const std::string& origin);
 DeviceProfile load_profile(const std::filesystem::path& path);
 // data/profiles/<id>.json, the profile fitted to measured tables; for a device no table has

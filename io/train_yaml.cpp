@@ -298,9 +298,22 @@ std::optional<std::string> read_model(const YAML::Node& model, const std::string
   return read_mpt_causal_lm(model, origin, t);
 }
 
-// fsdp_config: sharding strategy, mixed precision and activation checkpointing; the settings the
-// costs assume (limit_all_gathers on, no offload, Composer's default shard groups) noted or refused
-// when written otherwise; the others listed as ignored, and a key Composer does not know an error.
+// A degree of Composer's HSDP device mesh (composer/core/state.py _create_device_mesh): -1 (the rest
+// of the GPUs) or a GPU count; null is Composer's default (shard -1, replicate None) and leaves it
+// unset. Whether the degrees multiply to the GPU count is checked once the GPU count is known.
+void read_mesh_degree(const YAML::Node& v, const std::string& origin, const std::string& label,
+                      std::optional<int64_t>& out) {
+  if (v.IsNull()) return;
+  const int64_t d = yaml::as_int(v, origin, label);
+  if (d != -1 && (d < 1 || d > kMaxGpus))
+    throw Error(yaml::where(origin, v) + ": " + label + ": " + v.Scalar() + " is not -1 (the rest of the GPUs) or 1.." +
+                std::to_string(kMaxGpus));
+  out = d;
+}
+
+// fsdp_config: sharding strategy, mixed precision, activation checkpointing and HSDP's mesh degrees;
+// the settings the costs assume (limit_all_gathers on, no offload) noted or refused when written
+// otherwise; the others listed as ignored, and a key Composer does not know an error.
 void read_fsdp_config(const YAML::Node& v, const std::string& origin, TrainYaml& t) {
   need_map(v, origin, "fsdp_config");
   for (const auto& f : v) {
@@ -325,10 +338,7 @@ void read_fsdp_config(const YAML::Node& v, const std::string& origin, TrainYaml&
                fk == "te_shard_fp8_weight") {
       if (yaml::as_bool(fv, origin, label)) throw Error(yaml::where(origin, fv) + ": " + label + ": true is not modelled");
     } else if (fk == "data_parallel_shard_degree" || fk == "data_parallel_replicate_degree") {
-      // Composer's defaults (-1, None) let the sharding strategy choose the groups, as tpsim does.
-      if (!fv.IsNull() && yaml::as_int(fv, origin, label) != -1)
-        throw Error(yaml::where(origin, fv) + ": " + label + ": " + fv.Scalar() +
-                    " is not modelled (tpsim shards as sharding_strategy does with Composer's default groups)");
+      read_mesh_degree(fv, origin, label, fk == "data_parallel_shard_degree" ? t.shard_degree : t.replicate_degree);
     } else if (one_of(fk, kFsdpIrrelevant)) {
       t.ignored.push_back(label);
     } else {
@@ -371,7 +381,7 @@ void read_run_keys(const YAML::Node& root, const std::string& origin, TrainYaml&
       if (!parsed) throw Error(yaml::where(origin, v) + ": precision '" + p + "' is not one of amp_bf16, amp_fp16, amp_fp8, bf16, fp32");
       t.precision = *parsed;
     } else if (key == "fsdp_config") {
-      read_fsdp_config(v, origin, t);
+      if (!v.IsNull()) read_fsdp_config(v, origin, t);
     } else if (one_of(key, kTrainIrrelevant)) {
       t.ignored.push_back(key);
     }
@@ -398,6 +408,10 @@ TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string&
   const std::optional<std::string> target_refusal = read_model(model, origin, t);
   read_run_keys(root, origin, t);
   check_top_level_keys(root, origin);
+  // Without one, llm-foundry's train.py hands the Trainer no FSDP config, and Composer's Trainer wraps
+  // the model in DistributedDataParallel ("if not self.state.fsdp_enabled and dist.get_world_size() > 1:
+  // ... prepare_ddp_module", composer/trainer/trainer.py).
+  t.has_fsdp_config = root["fsdp_config"] && !root["fsdp_config"].IsNull();
   check_checkpointing_target(target_refusal, t);
   for (auto& k : t.ignored) k = one_line(k);
   return t;

@@ -28,6 +28,13 @@ struct TrainYaml {
   std::optional<Checkpointing> checkpointing;  // fsdp_config.activation_checkpointing: true is kFull
   std::vector<std::string> ignored;        // keys the simulator does not model ("optimizer", "model.attn_config.alibi", ...)
   std::vector<std::string> notes;          // modelled differently than written (e.g. attn_impl)
+  // fsdp_config.data_parallel_shard_degree / data_parallel_replicate_degree (HSDP's device mesh): -1
+  // is the rest of the GPUs; unset when absent or null (Composer's defaults).
+  std::optional<int64_t> shard_degree;
+  std::optional<int64_t> replicate_degree;
+  // An fsdp_config (not null) is written. Without one llm-foundry runs plain PyTorch DDP
+  // (Sharding::kDdp), which the run resolves (cli/run_settings) and notes.
+  bool has_fsdp_config = false;
 };
 
 TrainYaml parse_train_yaml(const std::string& text, const std::string& origin);

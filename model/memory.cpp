@@ -37,6 +37,59 @@ MemoryInputs memory_inputs(const ModelMemoryCounts& model, const TrainConfig& cf
   return in;
 }
 
+// The activations kept through the forward under `cfg`'s checkpointing (every block's, or its input
+// only, and the embeddings'), and what the block in backward rebuilds.
+struct KeptActivations {
+  double kept = 0, rebuilt = 0;
+};
+KeptActivations kept_activations(const MemoryInputs& in, const TrainConfig& cfg) {
+  double per_block = in.block_saved_bytes, rebuilt = 0.0;
+  if (cfg.checkpointing == Checkpointing::kFull) {
+    per_block = in.block_input_bytes;
+    rebuilt = in.block_saved_bytes;
+  } else if (cfg.checkpointing == Checkpointing::kSelective) {
+    per_block = in.block_saved_bytes - in.block_attention_only_bytes;
+    rebuilt = in.block_attention_only_bytes;
+  }
+  return {static_cast<double>(in.n_layers) * per_block + in.embed_saved_bytes, rebuilt};
+}
+
+MemoryBreakdown with_peak(MemoryBreakdown m, const CostParams& params) {
+  m.live_bytes = m.sharded_state_bytes + m.gathered_params_bytes + m.activation_bytes + m.transient_bytes;
+  m.reserve_bytes = params.memory_reserve_bytes;
+  m.peak_bytes = m.live_bytes * params.memory_fragmentation + m.reserve_bytes;
+  return m;
+}
+
+// Plain PyTorch DDP under Composer's amp: every GPU holds the fp32 parameters, their fp32 gradients
+// and Adam's two moments (16 bytes per parameter), and DDP's gradient buckets, a second fp32 copy of
+// every gradient (gradient_as_bucket_view is False in Composer's prepare_ddp_module; PyTorch's
+// DistributedDataParallel documents the saving as "the total gradients size" when it is True).
+// Autocast's copies of the weights in the compute dtype are kept for the backward of the matmuls
+// that used them: all of them at the loss, or, under full checkpointing, those of the block being
+// recomputed and the next (as FSDP's two gathered blocks). fp32 runs compute with the weights
+// themselves. The backward adds one block's gradients in the compute dtype before they are
+// accumulated into the fp32 ones. One GPU runs no DDP (Composer wraps only when distributed).
+MemoryBreakdown ddp_memory(const MemoryInputs& in, const TrainConfig& cfg, const CostParams& params) {
+  const double L = static_cast<double>(in.n_layers);
+  const double total_params = in.block_params * L + in.root_params;
+  const double compute_bytes = gathered_param_bytes(cfg.precision, MpMode::kDefault);
+  MemoryBreakdown m;
+  m.sharded_state_bytes = 16.0 * total_params;
+  if (compute_bytes < 4.0) {
+    const double blocks = cfg.checkpointing == Checkpointing::kFull ? std::min(2.0, L) : L;
+    m.gathered_params_bytes = (in.root_params + blocks * in.block_params) * compute_bytes;
+  }
+  const double buckets = cfg.n_gpus > 1 ? 4.0 * total_params : 0.0;
+  const KeptActivations a = kept_activations(in, cfg);
+  const double at_loss = a.kept + in.head_saved_bytes;
+  const double backward = in.backward_buffer_bytes + in.block_params * compute_bytes;
+  const double at_backward = a.kept + a.rebuilt + backward;
+  m.activation_bytes = at_loss >= at_backward ? at_loss : a.kept + a.rebuilt;
+  m.transient_bytes = buckets + (at_loss >= at_backward ? 0.0 : backward);
+  return with_peak(m, params);
+}
+
 }  // namespace
 
 double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Precision p) {
@@ -63,6 +116,7 @@ ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len)
 MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfig& cfg, const SavedActivations& saved,
                                 const FsdpLayout& layout, const CostParams& params) {
   const MemoryInputs in = memory_inputs(model, cfg, saved);
+  if (layout.ddp) return ddp_memory(in, cfg, params);
   const double total_params = in.block_params * static_cast<double>(in.n_layers) + in.root_params;
   const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
   const double rb = reduced_grad_bytes(cfg.precision, cfg.mp_mode);
@@ -81,15 +135,7 @@ MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfi
 
   // Under selective checkpointing each block drops what only the attention kernel keeps, and the
   // block in backward rebuilds it.
-  double per_block = in.block_saved_bytes, rebuilt = 0.0;
-  if (cfg.checkpointing == Checkpointing::kFull) {
-    per_block = in.block_input_bytes;
-    rebuilt = in.block_saved_bytes;
-  } else if (cfg.checkpointing == Checkpointing::kSelective) {
-    per_block = in.block_saved_bytes - in.block_attention_only_bytes;
-    rebuilt = in.block_attention_only_bytes;
-  }
-  const double kept = L * per_block + in.embed_saved_bytes;
+  const auto [kept, rebuilt] = kept_activations(in, cfg);
 
   // Peak A: the loss, with every block's activations and the logits alive.
   const double at_loss = kept + in.head_saved_bytes;
@@ -106,10 +152,7 @@ MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfi
     m.activation_bytes = kept + rebuilt;
     m.transient_bytes = in.backward_buffer_bytes + grads;
   }
-  m.live_bytes = m.sharded_state_bytes + m.gathered_params_bytes + m.activation_bytes + m.transient_bytes;
-  m.reserve_bytes = params.memory_reserve_bytes;
-  m.peak_bytes = m.live_bytes * params.memory_fragmentation + m.reserve_bytes;
-  return m;
+  return with_peak(m, params);
 }
 
 }  // namespace tpsim

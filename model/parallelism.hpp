@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "model/cost.hpp"
 #include "model/training.hpp"
@@ -16,7 +17,17 @@ struct FsdpLayout {
   bool gather_in_forward = false;   // parameters gathered before each block's forward
   bool gather_in_backward = false;  // ... and again before its backward (resharded after forward)
   CollectiveKind grad_reduce = CollectiveKind::kReduceScatter;
+  // DDP (Sharding::kDdp): no FSDP units. Autocast casts the fp32 weights in each forward (the casts
+  // FSDP makes before a gather), and gradients are all-reduced in buckets of `bucket_bytes` on the
+  // last micro-batch only (Composer's default DDPSyncStrategy SINGLE_AUTO_SYNC runs the others under
+  // no_sync).
+  bool ddp = false;
+  double bucket_bytes = 0;
 };
+
+// PyTorch DDP's gradient bucket, bucket_cap_mb = 25 (torch/nn/parallel/distributed.py); Composer's
+// prepare_ddp_module keeps the default.
+inline constexpr double kDdpBucketBytes = 25.0 * 1024 * 1024;
 
 // FULL_SHARD:    shard over all GPUs; gather in forward and backward; reduce-scatter.
 // SHARD_GRAD_OP: shard over all GPUs; gather in forward only (kept until backward); reduce-scatter.
@@ -24,7 +35,30 @@ struct FsdpLayout {
 // HYBRID_SHARD:  FULL_SHARD inside a node; all-reduce of the gradient shards across nodes.
 // Every strategy issues its collectives per micro-batch (Composer does not skip the reduction of
 // intermediate micro-batches).
+// DDP:           every GPU holds everything; gradients all-reduced in buckets once per step.
 FsdpLayout fsdp_layout(Sharding sharding, int64_t n_gpus, int64_t gpus_per_node);
+
+// Composer's HSDP device mesh from fsdp_config's data_parallel_shard_degree and
+// data_parallel_replicate_degree (Parallelism::shard_degree, replicate_degree; composer/core/state.py
+// _create_device_mesh): the replicate dimension when given, then the shard dimension; one -1 is the
+// rest of the GPUs; the product must be the GPU count. A 1D mesh (no replicate degree) shards over
+// every GPU. `mesh` is false when neither degree is given other than Composer's defaults (the
+// sharding strategy's own groups, as before).
+struct HsdpMesh {
+  bool mesh = false;
+  bool two_d = false;  // a replicate degree was given: (replicate, shard)
+  int64_t shard = 1, replicate = 1;
+};
+// The mesh of `par` on n_gpus, or the reason it is not one, naming the degrees (one line).
+std::string resolve_hsdp_mesh(const Parallelism& par, Sharding sharding, int64_t n_gpus, HsdpMesh* out);
+
+// The layout Composer runs: fsdp_layout without a mesh; with one, the strategy Composer's
+// prepare_fsdp_module hands PyTorch (a 2D mesh turns FULL_SHARD into HYBRID_SHARD and SHARD_GRAD_OP
+// into _HYBRID_SHARD_ZERO2; a 1D mesh turns HYBRID_SHARD into FULL_SHARD): parameters, gradients
+// and optimizer state sharded over the shard group, `shard` consecutive ranks (inside a node when it
+// fits); the gradient shards all-reduced over the replicate group, ranks `shard` apart
+// (strided_group). Requires resolve_hsdp_mesh to accept the configuration.
+FsdpLayout composer_layout(Sharding sharding, const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node);
 
 // The group of `ranks` GPUs whose rank numbers are `stride` apart, on nodes of `gpus_per_node`
 // consecutive ranks: within one node when the group's span fits, else over as many nodes as it

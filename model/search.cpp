@@ -14,8 +14,11 @@ TrainConfig with_layout(TrainConfig base, const Layout& layout) {
 
 std::vector<Layout> SearchSpace::layouts() const {
   std::vector<Layout> out;
+  Parallelism composer;
+  composer.shard_degree = parallel.shard_degree.value_or(0);
+  composer.replicate_degree = parallel.replicate_degree.value_or(0);
   for (Sharding sharding : shardings)
-    for (Checkpointing ckpt : checkpointing) out.push_back({sharding, ckpt, {}});
+    for (Checkpointing ckpt : checkpointing) out.push_back({sharding, ckpt, composer});
   return out;
 }
 

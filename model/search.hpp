@@ -63,6 +63,9 @@ struct ParallelAxes {
   std::optional<int64_t> tensor, pipeline, virtual_stages, context, expert;
   std::optional<bool> sequence_parallel, distributed_optimizer;
   bool overlap_grad_reduce = false;  // Megatron-LM's --overlap-grad-reduce: not searched, as given
+  // composer: HSDP's mesh degrees (--shard-degree, --replicate-degree; Parallelism's), as given in
+  // every layout (not searched); unset: Composer's default groups.
+  std::optional<int64_t> shard_degree, replicate_degree;
 };
 
 struct SearchSpace {

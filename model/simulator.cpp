@@ -30,9 +30,11 @@ MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, co
   // Selective checkpointing runs each block's attention forward (block_fwd's only attention op)
   // again before its backward.
   const double attention_again = cfg.checkpointing == Checkpointing::kSelective ? f.attention : 0.0;
-  const double gathers_per_block = (layout.gather_in_forward ? 1.0 : 0.0) + (layout.gather_in_backward ? 1.0 : 0.0);
+  // Casts of a block's weights: before each gather, or (DDP) autocast's in each forward.
+  const bool cast_in_forward = layout.gather_in_forward || layout.ddp;
+  const double casts_per_block = (cast_in_forward ? 1.0 : 0.0) + (layout.gather_in_backward ? 1.0 : 0.0);
   MicroBatchCosts& c = r.costs;
-  c.block_fwd_s = f.total() + (layout.gather_in_forward ? cast.total() : 0.0);
+  c.block_fwd_s = f.total() + (cast_in_forward ? cast.total() : 0.0);
   c.block_bwd_s = b.total() + recompute * f.total() + attention_again + red.total() + (layout.gather_in_backward ? cast.total() : 0.0);
   c.embed_fwd_s = k.embed_fwd.total();
   c.embed_bwd_s = k.embed_bwd.total();
@@ -43,7 +45,7 @@ MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, co
   r.categories.add(f, L * (1.0 + recompute));
   r.categories.add(b, L);
   r.categories.attention += L * attention_again;  // + 0 without selective checkpointing
-  r.categories.add(cast, L * gathers_per_block);
+  r.categories.add(cast, L * casts_per_block);
   r.categories.add(red, L);
   r.categories.add(k.embed_fwd, 1);
   r.categories.add(k.embed_bwd, 1);
@@ -125,7 +127,9 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
   }
   if (!cfg.parallel.is_data_parallel_only() || cfg.parallel.distributed_optimizer || cfg.parallel.overlap_grad_reduce)
     return "composer runs FSDP without tensor, pipeline, context or expert parallelism (framework megatron runs them)";
-  if (cfg.sharding == Sharding::kHybridShard && cfg.n_gpus > device.gpus_per_node &&
+  HsdpMesh mesh;
+  if (std::string why = resolve_hsdp_mesh(cfg.parallel, cfg.sharding, cfg.n_gpus, &mesh); !why.empty()) return why;
+  if (!mesh.mesh && cfg.sharding == Sharding::kHybridShard && cfg.n_gpus > device.gpus_per_node &&
       cfg.n_gpus % device.gpus_per_node != 0)
     return "HYBRID_SHARD needs whole nodes: " + std::to_string(cfg.n_gpus) + " GPUs is not a multiple of " +
            std::to_string(device.gpus_per_node) + " per node";
@@ -166,7 +170,8 @@ const ComputeCosts& Evaluator::compute_costs(int64_t micro_batch, int64_t seq_le
 const FsdpCosts& Evaluator::fsdp_costs(const TrainConfig& cfg) {
   for (const FsdpCosts& q : fsdp_memo_)
     if (q.sharding == cfg.sharding && q.n_gpus == cfg.n_gpus && q.seq_len == cfg.seq_len &&
-        q.precision == cfg.precision && q.mp_mode == cfg.mp_mode)
+        q.precision == cfg.precision && q.mp_mode == cfg.mp_mode && q.shard_degree == cfg.parallel.shard_degree &&
+        q.replicate_degree == cfg.parallel.replicate_degree)
       return q;
   FsdpCosts& q = fsdp_memo_[fsdp_next_];
   fsdp_next_ = (fsdp_next_ + 1) % fsdp_memo_.size();
@@ -175,14 +180,17 @@ const FsdpCosts& Evaluator::fsdp_costs(const TrainConfig& cfg) {
   q.seq_len = cfg.seq_len;
   q.precision = cfg.precision;
   q.mp_mode = cfg.mp_mode;
-  q.layout = fsdp_layout(cfg.sharding, cfg.n_gpus, device_.gpus_per_node);
+  q.shard_degree = cfg.parallel.shard_degree;
+  q.replicate_degree = cfg.parallel.replicate_degree;
+  q.layout = composer_layout(cfg.sharding, cfg.parallel, cfg.n_gpus, device_.gpus_per_node);
   const FsdpLayout& layout = q.layout;
   const double block_params = block_params_;
   const double root_params = static_cast<double>(embedding_parameter_count(model_, cfg.seq_len));
   const double total_params = block_params * static_cast<double>(model_.n_layers) + root_params;
   const double shard = static_cast<double>(layout.shard_ranks);
-  const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
-  const double rb = reduced_grad_bytes(cfg.precision, cfg.mp_mode);
+  // DDP: autocast's copies in the compute dtype; gradients reduced in the parameters' fp32.
+  const double gb = gathered_param_bytes(cfg.precision, layout.ddp ? MpMode::kDefault : cfg.mp_mode);
+  const double rb = layout.ddp ? 4.0 : reduced_grad_bytes(cfg.precision, cfg.mp_mode);
   // FSDP's casts for one block: before each gather, and around the gradient reduction.
   q.cast = costed(cost_, fsdp_pre_gather_ops, block_params, shard, gb);
   q.reduce_casts = costed(cost_, fsdp_pre_reduce_ops, block_params, shard, std::min(gb, 4.0), rb);
@@ -192,6 +200,10 @@ const FsdpCosts& Evaluator::fsdp_costs(const TrainConfig& cfg) {
     return cost_.collective_seconds(CollectiveKind::kAllGather, bytes, layout.shard_group);
   };
   const auto reduce = [&](double bytes) {
+    if (layout.bucket_bytes > 0) {  // DDP: equal buckets of at most bucket_bytes, one all-reduce each
+      const double buckets = std::ceil(bytes / layout.bucket_bytes);
+      return buckets > 0 ? buckets * cost_.collective_seconds(layout.grad_reduce, bytes / buckets, layout.shard_group) : 0.0;
+    }
     double s = cost_.collective_seconds(layout.grad_reduce, bytes, layout.shard_group);
     if (layout.replica_group.ranks > 1)
       s += cost_.collective_seconds(CollectiveKind::kAllReduce, bytes / shard, layout.replica_group);
@@ -225,6 +237,8 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
   step.n_layers = model.n_layers;
   step.n_micro = n_micro;
   step.full = full.costs;
+  // DDP synchronises the gradients on the last micro-batch only: the others run under no_sync.
+  if (layout.ddp && n_micro > 1) step.full.block_reduce_s = step.full.root_reduce_s = 0;
   step.last = tail.costs;
   step.optimizer_s = fsdp.optimizer.total();
   step.step_overhead_s = params.step_overhead_s;

@@ -53,7 +53,7 @@ std::string_view to_string(Framework f) { return name_of(f, kFrameworks); }
 std::optional<Framework> parse_framework(std::string_view s) { return lookup(s, kFrameworks); }
 std::string_view to_string(Precision p) { return name_of(p, kPrecisions); }
 std::string_view to_string(MpMode m) { return name_of(m, kMpModes); }
-std::string_view to_string(Sharding s) { return name_of(s, kShardings); }
+std::string_view to_string(Sharding s) { return s == Sharding::kDdp ? "DDP" : name_of(s, kShardings); }
 std::string_view to_string(DType t) { return kDTypeNames[static_cast<int>(t)]; }
 std::optional<Precision> parse_precision(std::string_view s) { return lookup(s, kPrecisions); }
 std::optional<MpMode> parse_mp_mode(std::string_view s) { return lookup(s, kMpModes); }

@@ -28,8 +28,11 @@ enum class Precision : uint8_t { kAmpBf16, kAmpFp16, kAmpFp8, kBf16, kFp32 };
 //   FULL:    both in fp32.
 enum class MpMode : uint8_t { kDefault, kPure, kFull };
 
-// PyTorch FSDP sharding strategies as Composer names them.
-enum class Sharding : uint8_t { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+// PyTorch FSDP sharding strategies as Composer names them, and (kDdp, last) plain PyTorch DDP:
+// what Composer runs when a training YAML has no fsdp_config (its Trainer wraps the model in
+// DistributedDataParallel, composer/distributed/dist_strategy.py prepare_ddp_module). kDdp is not
+// an FSDP strategy: parse_sharding does not accept it and kAllShardings does not list it.
+enum class Sharding : uint8_t { kFullShard, kShardGradOp, kNoShard, kHybridShard, kDdp };
 inline constexpr std::array<Sharding, 4> kAllShardings = {Sharding::kFullShard, Sharding::kShardGradOp,
                                                           Sharding::kNoShard, Sharding::kHybridShard};
 
@@ -90,6 +93,14 @@ struct Parallelism {
   bool sequence_parallel = false;      // TP's norms, dropout and residuals split along the sequence
   bool distributed_optimizer = false;  // megatron: optimizer state and fp32 master weights sharded over DP (ZeRO-1)
   bool overlap_grad_reduce = false;    // megatron: gradient buckets reduced during the backward
+  // composer: HSDP's 2D device mesh (replicate, shard), fsdp_config.data_parallel_shard_degree and
+  // data_parallel_replicate_degree (Composer's _create_device_mesh): parameters sharded over
+  // shard_degree consecutive ranks, gradients all-reduced over replicate_degree ranks that far
+  // apart. 0: not given (Composer's defaults: shard -1, replicate None, and the sharding strategy's
+  // own groups, as before these fields existed); -1: the rest of the GPUs. model/parallelism.hpp
+  // resolve_hsdp_mesh says what a pair means.
+  int64_t shard_degree = 0;
+  int64_t replicate_degree = 0;
 
   int64_t model_parallel() const { return tensor * context * pipeline; }
   bool is_data_parallel_only() const {

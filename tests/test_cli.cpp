@@ -260,3 +260,109 @@ BOOST_AUTO_TEST_CASE(framework_adds_the_layout_columns) {
   std::istringstream rows(plan.out.substr(plan.out.find('\n') + 1));
   for (std::string line; std::getline(rows, line) && !line.empty();) BOOST_TEST(line.find(",2,") != std::string::npos);
 }
+
+// Issue 15: Composer's HSDP degrees and DDP, and the cluster network on every command that predicts.
+namespace {
+// The value of `column` in a one-row CSV output.
+std::string csv_cell(const std::string& csv, const std::string& column) {
+  const auto split = [](const std::string& line) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+    return cells;
+  };
+  const std::vector<std::string> head = split(first_line(csv)), row = split(first_line(csv.substr(csv.find('\n') + 1)));
+  const auto it = std::find(head.begin(), head.end(), column);
+  return it == head.end() || static_cast<size_t>(it - head.begin()) >= row.size() ? "" : row[it - head.begin()];
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(hsdp_degrees_and_the_network_are_flags) {
+  const std::string p = "predict --model 7b --seq 2048 --gpus 64 --micro-batch 2 --global-batch 128 --format csv ";
+  const Run plain = run(p + "--sharding HYBRID_SHARD");
+  const Run mesh = run(p + "--replicate-degree 8 --shard-degree -1");
+  BOOST_TEST_REQUIRE(plain.status == 0);
+  BOOST_TEST_REQUIRE(mesh.status == 0, mesh.err);
+  // replicate 8 x shard 8 on nodes of 8 is HYBRID_SHARD's own layout.
+  BOOST_TEST(csv_cell(mesh.out, "Step Time (s)") == csv_cell(plain.out, "Step Time (s)"));
+  // Two nodes per shard group: half the optimizer state per GPU of one node's.
+  const Run wide = run(p + "--replicate-degree 4 --shard-degree 16");
+  BOOST_TEST_REQUIRE(wide.status == 0);
+  BOOST_TEST(std::stod(csv_cell(wide.out, "Memory (GiB)")) < std::stod(csv_cell(mesh.out, "Memory (GiB)")));
+  // sweep and plan take them too.
+  BOOST_TEST(run("sweep --models 125m --seq 2048 --gpus 16 --replicate-degree 2").status == 0);
+  BOOST_TEST(run("plan --model 1b --seq 2048 --gpus 16 --shard-degree 8 --replicate-degree 2").status == 0);
+  // A faster network is a faster multi-node step; the flags are on validate and calibrate table too.
+  const Run slow = run(p + "--inter-node-gbps 100"), fast = run(p + "--inter-node-gbps 3200");
+  BOOST_TEST_REQUIRE((slow.status == 0 && fast.status == 0));
+  BOOST_TEST(std::stod(csv_cell(fast.out, "Step Time (s)")) < std::stod(csv_cell(slow.out, "Step Time (s)")));
+  // Nodes of 16: eight GPUs are one node, so no network at all.
+  const Run one_node = run("predict --model 7b --seq 2048 --gpus 16 --micro-batch 2 --format csv --gpus-per-node 16 "
+                           "--inter-node-gbps 1");
+  BOOST_TEST(one_node.status == 0);
+  for (const char* cmd : {"validate", "calibrate table", "sweep", "plan"})
+    BOOST_TEST_CONTEXT(cmd) { BOOST_TEST(run(std::string(cmd) + " --help").out.find("--inter-node-gbps") != std::string::npos); }
+}
+
+BOOST_AUTO_TEST_CASE(bad_hsdp_and_network_flags_are_one_line) {
+  const std::string p = "predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --global-batch 16 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {p + "--shard-degree 0", "--shard-degree '0': expected -1 (the rest of the GPUs) or a whole number"},
+      {p + "--replicate-degree two", "--replicate-degree 'two'"},
+      {p + "--shard-degree 3", "shard degree 3: the product is not the GPU count 8"},
+      {p + "--shard-degree 4 --replicate-degree 4", "replicate degree 4 x shard degree 4: the product is not the GPU count 8"},
+      {p + "--shard-degree -1 --replicate-degree -1", "only one degree may be -1"},
+      {p + "--replicate-degree 3", "does not divide the GPU count 8"},
+      {p + "--replicate-degree 2 --sharding NO_SHARD", "NO_SHARD takes no 2D device mesh"},
+      {p + "--framework megatron --shard-degree 2", "--shard-degree: HSDP's shard and replicate degrees are composer's"},
+      {p + "--inter-node-gbps 0", "--inter-node-gbps '0': expected a positive number"},
+      {p + "--inter-node-gbps -5", "--inter-node-gbps"},
+      {p + "--inter-node-gbps fast", "--inter-node-gbps 'fast': expected a positive number"},
+      {p + "--inter-node-gbps 1e999", "--inter-node-gbps '1e999'"},
+      {p + "--gpus-per-node 0", "--gpus-per-node '0'"},
+      {p + "--gpus-per-node 2.5", "--gpus-per-node '2.5'"},
+      {"predict --model 7b --seq 2048 --gpus 16 --micro-batch 1 --sharding HYBRID_SHARD --gpus-per-node 6",
+       "HYBRID_SHARD needs whole nodes: 16 GPUs is not a multiple of 6 per node"},
+      {"sweep --models 125m --seq 2048 --gpus 16 --shard-degree 0", "--shard-degree '0'"},
+      {"validate --table " + std::string(TPSIM_DATA) + "/measured/a100_80gb_bf16.md --inter-node-gbps x",
+       "--inter-node-gbps 'x'"},
+  };
+  for (const auto& [args, message] : cases) {
+    BOOST_TEST_CONTEXT(args) { expect_one_line_error(args, message); }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_yaml_without_fsdp_config_is_predicted_as_ddp) {
+  const fs::path dir = tpsim::testing::scratch_dir();
+  const fs::path yaml = dir / "ddp.yaml";
+  std::ofstream(yaml) << "model:\n  name: mpt_causal_lm\n  d_model: 2560\n  n_heads: 32\n  n_layers: 32\n"
+                         "max_seq_len: 2048\nglobal_train_batch_size: 64\ndevice_train_microbatch_size: 8\n"
+                         "precision: amp_bf16\n";
+  const Run ddp = run("predict --config " + yaml.string() + " --gpus 8 --format csv");
+  BOOST_TEST_REQUIRE(ddp.status == 0, ddp.err);
+  BOOST_TEST(csv_cell(ddp.out, "Sharding Strategy") == "DDP");
+  BOOST_TEST(ddp.err.find("no fsdp_config -- predicted as plain PyTorch DDP") != std::string::npos, ddp.err);
+  // Issue 16 item 1: an mpt-3b-sized model at micro-batch 8 on 8 H100s does not fit under DDP.
+  BOOST_TEST(csv_cell(ddp.out, "Fits") == "no");
+  const Run fsdp = run("predict --config " + yaml.string() + " --gpus 8 --format csv --sharding FULL_SHARD");
+  BOOST_TEST(csv_cell(fsdp.out, "Fits") == "yes");
+  expect_one_line_error("predict --config " + yaml.string() + " --gpus 8 --shard-degree 8",
+                        "DDP has no shard or replicate groups");
+}
+
+BOOST_AUTO_TEST_CASE(calibrate_table_records_its_network_and_predictions_note_another) {
+  const fs::path out = tpsim::testing::scratch_dir() / "net.json";
+  const Run fit = run("calibrate table --table " + std::string(TPSIM_DATA) +
+                      "/measured/a100_80gb_bf16.md --device a100_80gb --inter-node-gbps 800 --out " + out.string());
+  BOOST_TEST_REQUIRE(fit.status == 0, fit.err);
+  BOOST_TEST(slurp(out).find("\"inter_node_gbps\": 800.0") != std::string::npos);
+  const std::string p = "predict --model 7b --seq 2048 --gpus 16 --micro-batch 2 --device a100_80gb --profile " + out.string();
+  const Run same = run(p + " --inter-node-gbps 800");
+  BOOST_TEST(same.status == 0);
+  BOOST_TEST(same.err.find("was fitted on") == std::string::npos, same.err);
+  const Run other = run(p + " --inter-node-gbps 200");
+  BOOST_TEST(other.status == 0);
+  BOOST_TEST(count_lines(other.err) == 1);
+  BOOST_TEST(other.err.find("tpsim: note: the a100_80gb profile") != std::string::npos, other.err);
+  BOOST_TEST(other.err.find("this run's network is 200 Gbit/s per node of 8 GPUs") != std::string::npos, other.err);
+}

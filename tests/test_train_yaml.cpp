@@ -110,8 +110,40 @@ BOOST_AUTO_TEST_CASE(fsdp_config_keys_are_composers) {
              "(Composer's FSDPConfig)");
   BOOST_TEST(contains(error_of([] { parse_train_yaml(kModel + "fsdp_config: {cpu_offload: true}\n", "t.yaml"); }),
                       "t.yaml:6: fsdp_config.cpu_offload: true is not modelled"));
-  BOOST_TEST(contains(error_of([] { parse_train_yaml(kModel + "fsdp_config: {data_parallel_shard_degree: 8}\n", "t.yaml"); }),
-                      "t.yaml:6: fsdp_config.data_parallel_shard_degree: 8 is not modelled"));
+  // HSDP's mesh degrees are read (issue 15; they were refused before it): docs/model.md.
+  BOOST_TEST(*parse_train_yaml(kModel + "fsdp_config: {data_parallel_shard_degree: 8}\n", "t.yaml").shard_degree == 8);
+}
+
+BOOST_AUTO_TEST_CASE(hsdp_degrees_are_read_and_bad_ones_refused) {
+  const TrainYaml t = parse_train_yaml(
+      kModel + "fsdp_config:\n  sharding_strategy: HYBRID_SHARD\n  data_parallel_shard_degree: 16\n"
+               "  data_parallel_replicate_degree: -1\n", "t.yaml");
+  BOOST_TEST(*t.shard_degree == 16);
+  BOOST_TEST(*t.replicate_degree == -1);
+  BOOST_TEST(t.has_fsdp_config);
+  // Composer's defaults (-1, None) and null leave the strategy's own groups: -1 is kept, null unset.
+  const TrainYaml d = parse_train_yaml(
+      kModel + "fsdp_config:\n  data_parallel_shard_degree: -1\n  data_parallel_replicate_degree: null\n", "t.yaml");
+  BOOST_TEST(*d.shard_degree == -1);
+  BOOST_TEST(!d.replicate_degree);
+  for (const char* bad : {"0", "-2", "two", "2.5", "2000000"})
+    BOOST_TEST_CONTEXT(bad) {
+      const std::string e = error_of([&] {
+        parse_train_yaml(kModel + "fsdp_config: {data_parallel_replicate_degree: " + bad + "}\n", "t.yaml");
+      });
+      BOOST_TEST(contains(e, "t.yaml:6: fsdp_config.data_parallel_replicate_degree"), e);
+      BOOST_TEST(e.find('\n') == std::string::npos);
+    }
+}
+
+BOOST_AUTO_TEST_CASE(no_fsdp_config_is_plain_ddp) {
+  // llm-foundry runs plain DDP without fsdp_config (issue 16 item 1): the run resolves it (cli/run_settings).
+  BOOST_TEST(!parse_train_yaml(kModel, "t.yaml").has_fsdp_config);
+  BOOST_TEST(!parse_train_yaml(kModel + "fsdp_config: null\n", "t.yaml").has_fsdp_config);
+  BOOST_TEST(parse_train_yaml(kModel + "fsdp_config: {}\n", "t.yaml").has_fsdp_config);
+  BOOST_TEST(parse_train_yaml(kModel + "fsdp_config: {verbose: true}\n", "t.yaml").has_fsdp_config);
+  BOOST_TEST(to_string(Sharding::kDdp) == "DDP");
+  BOOST_TEST(!parse_sharding("DDP"));  // not an FSDP sharding_strategy
 }
 
 BOOST_AUTO_TEST_CASE(llm_foundrys_own_mpt_yamls_read) {
