@@ -63,6 +63,8 @@ struct ParallelAxes {
   std::optional<int64_t> tensor, pipeline, virtual_stages, context, expert;
   std::optional<bool> sequence_parallel, distributed_optimizer;
   bool overlap_grad_reduce = false;  // Megatron-LM's --overlap-grad-reduce: not searched, as given
+  bool async_tensor_parallel = false;  // torchtitan: async TP wherever tensor > 1, as given
+  int64_t selective_ac_layers = 0;     // torchtitan: of its selective checkpointing layouts (0: 'op'), as given
 };
 
 struct SearchSpace {
