@@ -3,9 +3,11 @@
 // pipelines and the layouts that cannot run.
 #define BOOST_TEST_MODULE torchtitan
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 
 #include "common.hpp"
+#include "run_tpsim.hpp"
 #include "model/ops.hpp"
 #include "model/search.hpp"
 #include "model/simulator.hpp"
@@ -263,4 +265,39 @@ BOOST_FIXTURE_TEST_CASE(the_search_runs_torchtitan_layouts, Fixture) {
   BOOST_TEST(tp);
   BOOST_TEST(pp);
   BOOST_TEST(selective);
+}
+
+BOOST_AUTO_TEST_CASE(the_command_line_runs_torchtitan_and_refuses_other_frameworks_flags) {
+  using tpsim::testing::run_tpsim;
+  const std::string p = "predict --model llama-3.1-8b --seq 8192 --gpus 16 --micro-batch 1 --global-batch 32 ";
+  const auto ok = run_tpsim(p + "--framework torchtitan --tp 2 --pp 2 --async-tp --ckpt selective "
+                                "--selective-ac-option 2 --format csv");
+  BOOST_TEST(ok.status == 0, ok.err);
+  // Its data parallelism is FSDP2: the row's sharding strategy is FULL_SHARD.
+  BOOST_TEST(contains(ok.out, ",FULL_SHARD,selective,"), ok.out);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {p + "--framework megatron --tp 2 --async-tp", "--async-tp: torchtitan's option; use --framework torchtitan"},
+      {p + "--selective-ac-option op", "--selective-ac-option: torchtitan's option"},
+      {p + "--framework torchtitan --no-dist-opt", "--no-dist-opt: megatron's option"},
+      {p + "--framework torchtitan --overlap-grad-reduce", "--overlap-grad-reduce: megatron's option"},
+      {p + "--framework torchtitan --sharding NO_SHARD", "--sharding: --framework torchtitan shards with FSDP2"},
+      {p + "--framework torchtitan --selective-ac-option two", "--selective-ac-option 'two'"},
+      {p + "--framework torchtitan --selective-ac-option 2", "selective_ac_option 2 applies to selective checkpointing only"},
+      {p + "--framework torchtitan --cp 2", "context parallelism (2) is not modelled yet under torchtitan"},
+      {p + "--framework torchtitan --async-tp", "async tensor parallelism needs tensor parallel > 1"},
+  };
+  for (const auto& [args, message] : cases) {
+    BOOST_TEST_CONTEXT(args) {
+      const auto r = run_tpsim(args);
+      BOOST_TEST(r.status != 0);
+      BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+      BOOST_TEST(contains(r.err, message), r.err);
+    }
+  }
+  // sweep and plan search torchtitan's layouts.
+  const auto sweep = run_tpsim("sweep --models llama-3.1-8b --seq 8192 --gpus 16 --framework torchtitan --format csv");
+  BOOST_TEST(sweep.status == 0, sweep.err);
+  BOOST_TEST(contains(sweep.out, "FULL_SHARD"), sweep.out);
+  const auto plan = run_tpsim("plan --model llama-3.1-8b --seq 8192 --gpus 16 --framework torchtitan --ckpt any");
+  BOOST_TEST(plan.status == 0, plan.err);
 }
