@@ -301,3 +301,31 @@ BOOST_AUTO_TEST_CASE(the_command_line_runs_torchtitan_and_refuses_other_framewor
   const auto plan = run_tpsim("plan --model llama-3.1-8b --seq 8192 --gpus 16 --framework torchtitan --ckpt any");
   BOOST_TEST(plan.status == 0, plan.err);
 }
+
+BOOST_AUTO_TEST_CASE(keeping_the_last_block_gathered_skips_the_steady_state_exactly) {
+  // The FSDP schedule's steady-state skip against stepping through every block, with FSDP2's last
+  // block kept gathered into its backward, for gathers shorter and longer than the compute.
+  for (double gather : {0.2e-3, 3e-3}) {
+    StepCosts c;
+    c.n_layers = 24;
+    c.n_micro = 5;
+    MicroBatchCosts& m = c.full;
+    m.embed_fwd_s = 0.1e-3, m.block_fwd_s = 1e-3, m.head_s = 2e-3, m.block_bwd_s = 2e-3, m.embed_bwd_s = 0.1e-3;
+    m.root_gather_s = 0.5e-3, m.root_reduce_s = 0.8e-3;
+    m.block_gather_fwd_s = m.block_gather_bwd_s = gather;
+    m.block_reduce_s = 1.5 * gather;
+    m.overhead_s = 0.05e-3, m.block_overhead_s = 0.01e-3;
+    m.last_block_regathered = false;
+    c.last = m;
+    c.optimizer_s = 5e-3;
+    c.overlap_slowdown = 0.1;
+    const Timeline fast = simulate_step(c);
+    c.skip_steady_state = false;
+    const Timeline slow = simulate_step(c);
+    BOOST_TEST(fast.step_s == slow.step_s, tt::tolerance(1e-12));
+    BOOST_TEST(fast.comm_s == slow.comm_s, tt::tolerance(1e-12));
+    // One gather fewer per micro-batch than with the last block resharded.
+    c.full.last_block_regathered = c.last.last_block_regathered = true;
+    BOOST_TEST(simulate_step(c).comm_s - slow.comm_s == 5.0 * gather, tt::tolerance(1e-9));
+  }
+}
