@@ -90,9 +90,11 @@ TrainConfig predict_config(const PredictOptions& o, RunSettings& run, const Para
   cfg.precision = run.precision;
   cfg.mp_mode = run.mp_mode;
   cfg.parallel = fixed_parallelism(parallel);
-  // Megatron's data parallelism replicates parameters and gradients (model/search.cpp).
+  // Megatron's data parallelism replicates parameters and gradients, torchtitan's FSDP2 shards them
+  // (model/search.cpp).
   cfg.sharding = parallel.framework == Framework::kComposer ? run.sharding.value_or(Sharding::kFullShard)
-                                                            : Sharding::kNoShard;
+                 : parallel.framework == Framework::kTorchtitan ? Sharding::kFullShard
+                                                                : Sharding::kNoShard;
   cfg.checkpointing = run.checkpointing.value_or(Checkpointing::kNone);
   if (const std::string why = check_layout(model, cfg); !why.empty()) throw Error(why);  // batch 0: degrees only
   if (!o.run.global_batch.empty() || run.global_batch) set_batch_from_global(o, run, model, device, params, cfg);

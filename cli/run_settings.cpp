@@ -81,9 +81,30 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
   cmd->add_option("--replicate-degree", f.replicate_degree,
                   "composer HSDP: gradients all-reduced over N replicas (fsdp_config's "
                   "data_parallel_replicate_degree; -1: the GPUs the shard degree leaves)");
+  cmd->add_flag("--async-tp", f.async_tp,
+                "async tensor parallelism: the collectives beside the GEMMs (torchtitan's "
+                "enable_async_tensor_parallel)");
+  cmd->add_option("--selective-ac-option", f.selective_ac,
+                  "torchtitan's selective checkpointing: op (per-op, the default) or N (every N-th block in full)")
+      ->type_name("op|N");
 }
 
 namespace {
+
+// torchtitan's own flags, and megatron's that do not apply to it.
+void check_torchtitan_flags(const ParallelFlags& f, ParallelSettings& s) {
+  const bool titan = s.framework == Framework::kTorchtitan;
+  if (!titan && (f.async_tp || !f.selective_ac.empty()))
+    throw Error(std::string(f.async_tp ? "--async-tp" : "--selective-ac-option") +
+                ": torchtitan's option; use --framework torchtitan");
+  if (titan && (f.dist_opt || f.overlap_grad_reduce))
+    throw Error(std::string(f.dist_opt ? (*f.dist_opt ? "--dist-opt" : "--no-dist-opt") : "--overlap-grad-reduce") +
+                ": megatron's option; torchtitan's FSDP2 shards the optimizer state and reduces gradients during the "
+                "backward");
+  s.axes.async_tensor_parallel = f.async_tp;
+  if (!f.selective_ac.empty() && f.selective_ac != "op")
+    s.axes.selective_ac_layers = parse_count("--selective-ac-option", f.selective_ac, 1 << 20);
+}
 
 std::optional<int64_t> degree_flag(const std::string& flag, const std::string& text) {
   if (text.empty()) return std::nullopt;
@@ -130,6 +151,7 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
   a.overlap_grad_reduce = f.overlap_grad_reduce;
   a.shard_degree = mesh_degree_flag("--shard-degree", f.shard_degree);
   a.replicate_degree = mesh_degree_flag("--replicate-degree", f.replicate_degree);
+  check_torchtitan_flags(f, s);
   if (s.framework != Framework::kComposer) {
     for (const auto& [flag, given] : {std::pair{"--shard-degree", a.shard_degree.has_value()},
                                       std::pair{"--replicate-degree", a.replicate_degree.has_value()}})
@@ -177,10 +199,15 @@ Parallelism fixed_parallelism(const ParallelSettings& s) {
   p.overlap_grad_reduce = a.overlap_grad_reduce;
   p.shard_degree = a.shard_degree.value_or(0);
   p.replicate_degree = a.replicate_degree.value_or(0);
+  p.async_tensor_parallel = a.async_tensor_parallel;
+  p.selective_ac_layers = a.selective_ac_layers;
   return p;
 }
 
 void check_no_sharding_flag(const ParallelSettings& s, const std::string& flag, bool given) {
+  if (given && s.framework == Framework::kTorchtitan)
+    throw Error(flag + ": --framework torchtitan shards with FSDP2 over its data-parallel ranks (FULL_SHARD); "
+                "the sharding strategies are composer's");
   if (given && s.framework != Framework::kComposer)
     throw Error(flag + ": --framework " + std::string(to_string(s.framework)) +
                 " has no FSDP sharding strategies (its data parallelism is DDP; --dist-opt shards the optimizer)");

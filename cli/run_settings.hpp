@@ -40,19 +40,24 @@ std::vector<Checkpointing> parse_ckpt_flag(const std::string& text, bool any_all
 std::string checkpointing_phrase(Checkpointing c);
 
 // --framework, --tp, --pp, --vp, --cp, --ep, --sp/--no-sp, --dist-opt/--no-dist-opt,
-// --overlap-grad-reduce: the text as given (empty / unset: not given).
+// --overlap-grad-reduce, and torchtitan's --async-tp and --selective-ac-option: the text as given
+// (empty / unset: not given).
 struct ParallelFlags {
   std::string framework, tp, pp, vp, cp, ep;
   std::optional<bool> sp, dist_opt;
   bool overlap_grad_reduce = false;
   std::string shard_degree, replicate_degree;  // composer: HSDP's mesh (--shard-degree, --replicate-degree)
+  bool async_tp = false;
+  std::string selective_ac;  // op, or a layer count N
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);
 
 // The flags checked, each error one line naming the flag: the framework (composer when not given)
 // and the axes the flags fix (the others unset: searched by sweep and plan, their defaults for
 // predict). Under composer any model parallelism, --sp, --dist-opt or --overlap-grad-reduce is an
-// error ("composer runs FSDP without model parallelism; use --framework megatron").
+// error ("composer runs FSDP without model parallelism; use --framework megatron"); --async-tp and
+// --selective-ac-option are errors outside torchtitan, --dist-opt, --no-dist-opt and
+// --overlap-grad-reduce under it (FSDP2 shards the optimizer state and overlaps its reductions).
 struct ParallelSettings {
   Framework framework = Framework::kComposer;
   bool framework_given = false;  // --framework given: the output shows the layout columns

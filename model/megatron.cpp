@@ -28,6 +28,13 @@ std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& de
   if (model.moe.active()) return "mixture-of-experts models under megatron are not modelled yet";
   if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
     return "sliding-window attention under megatron is not modelled yet";
+  (void)device;
+  return check_tensor_pipeline_config(model, cfg, "Megatron-LM");
+}
+
+std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainConfig& cfg, std::string_view framework) {
+  const Parallelism& par = cfg.parallel;
+  const auto n = [](int64_t v) { return std::to_string(v); };
   if (model.n_heads % par.tensor != 0)
     return "tensor parallel " + n(par.tensor) + " does not divide the " + n(model.n_heads) + " attention heads";
   if (model.kv_heads() % par.tensor != 0)
@@ -43,7 +50,7 @@ std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& de
     return "virtual stages (" + n(par.virtual_stages) + ") need pipeline parallelism of at least 2";
   if (cfg.per_device_batch() % cfg.micro_batch != 0)
     return "micro-batch " + n(cfg.micro_batch) + " does not divide the " + n(cfg.per_device_batch()) +
-           " sequences per data-parallel rank (Megatron-LM needs whole micro-batches)";
+           " sequences per data-parallel rank (" + std::string(framework) + " needs whole micro-batches)";
   const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
   if (par.virtual_stages > 1 && m % par.pipeline != 0)
     return "interleaved 1F1B needs the " + n(m) + " micro-batches to be a multiple of pipeline parallel " +
@@ -55,7 +62,6 @@ std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& de
   const std::vector<double> zero(static_cast<size_t>(std::min<int64_t>(par.pipeline * par.virtual_stages, 1 << 12)), 0.0);
   pipeline.fwd_s = pipeline.bwd_s = zero;
   if (std::string why = check_pipeline(pipeline); !why.empty()) return why;
-  (void)device;
   return {};
 }
 

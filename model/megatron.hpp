@@ -20,6 +20,7 @@
 #pragma once
 
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "model/pipeline.hpp"
@@ -31,6 +32,13 @@ namespace tpsim {
 // value at fault. check_config calls it for cfg.parallel.framework == kMegatron after its general
 // checks (degrees at least 1, their product dividing the GPU count, whole data-parallel batches).
 std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg);
+
+// The rules Megatron-LM and torchtitan share ("" when `cfg` keeps them): tensor parallel divides the
+// query and key/value heads and the feed-forward width; pipeline parallel at most the layers, and
+// pipeline x virtual stages dividing them; virtual stages only with a pipeline; whole micro-batches
+// (`framework` names who needs them); interleaved 1F1B with a multiple of the stages of
+// micro-batches; and the pipeline schedule's own limits (check_pipeline).
+std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainConfig& cfg, std::string_view framework);
 
 // Parameters one rank of stage `stage` holds (its tensor-parallel slice), and bytes per parameter
 // of its weights, gradients and optimizer state.

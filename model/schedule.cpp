@@ -377,7 +377,8 @@ void simulate_micro_batch(const MicroBatchCosts& c, int64_t n_layers, bool skip,
   // Loss and head; the last block's backward gather is issued as the head's backward starts.
   Backward b{s.compute_free()};
   s.compute(Streams::kNoGather, c.head_s);
-  if (c.block_gather_bwd_s > 0) b.gathered_next = s.comm(b.freed, c.block_gather_bwd_s);  // block L-1
+  if (c.block_gather_bwd_s > 0 && c.last_block_regathered)
+    b.gathered_next = s.comm(b.freed, c.block_gather_bwd_s);  // block L-1
   // Blocks L-1 .. 1 repeat; block 0, whose gather of block -1 does not exist, ends the loop.
   const Carried<1, 1> backward_times{{&b.freed}, {&b.gathered_next}};
   repeat({Streams::kBlock, std::max<int64_t>(n_layers - 1, 0), skip}, backward_times, s,

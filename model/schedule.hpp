@@ -28,6 +28,9 @@ struct MicroBatchCosts {
   double block_reduce_s = 0;      // one block's gradient reduce-scatter / all-reduce
   double overhead_s = 0;          // GPU idle per micro-batch (data loading, hooks)
   double block_overhead_s = 0;    // GPU idle before each block's forward and backward (CPU-side hooks)
+  // false: the last block stays gathered from its forward to its backward, which then gathers
+  // nothing first (FSDP2 as torchtitan applies it: reshard_after_forward=False for the last block).
+  bool last_block_regathered = true;
 
   bool operator==(const MicroBatchCosts&) const = default;
 };

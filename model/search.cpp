@@ -156,7 +156,13 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                 if (!check_layout(model, cfg).empty()) continue;
                 // Megatron's data parallelism replicates parameters and gradients (DDP, FSDP's
                 // NO_SHARD); the distributed optimizer shards the optimizer state (ZeRO-1).
-                for (Checkpointing ckpt : s.checkpointing) out.push_back({Sharding::kNoShard, ckpt, p});
+                // torchtitan's FSDP2 shards all of them (FULL_SHARD; model/torchtitan.hpp).
+                p.async_tensor_parallel = a.async_tensor_parallel && tp > 1;
+                const Sharding sharding = s.framework == Framework::kTorchtitan ? Sharding::kFullShard : Sharding::kNoShard;
+                for (Checkpointing ckpt : s.checkpointing) {
+                  p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers : 0;
+                  out.push_back({sharding, ckpt, p});
+                }
               }
   return out;
 }

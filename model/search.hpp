@@ -66,6 +66,8 @@ struct ParallelAxes {
   // composer: HSDP's mesh degrees (--shard-degree, --replicate-degree; Parallelism's), as given in
   // every layout (not searched); unset: Composer's default groups.
   std::optional<int64_t> shard_degree, replicate_degree;
+  bool async_tensor_parallel = false;  // torchtitan: async TP wherever tensor > 1, as given
+  int64_t selective_ac_layers = 0;     // torchtitan: of its selective checkpointing layouts (0: 'op'), as given
 };
 
 struct SearchSpace {

@@ -8,6 +8,7 @@
 #include "model/metrics.hpp"
 #include "model/ops.hpp"
 #include "model/parallelism.hpp"
+#include "model/torchtitan.hpp"
 
 namespace tpsim {
 namespace {
@@ -120,9 +121,11 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
       return "the " + device.id + " profile has no achieved " + std::string(to_string(t)) + " GEMM rate";
   }
   if (device.gpus_per_node <= 0) return "device " + device.id + " has no gpus_per_node";
+  if (par.framework != Framework::kTorchtitan && (par.async_tensor_parallel || par.selective_ac_layers != 0))
+    return "async tensor parallelism and selective_ac_option are torchtitan's (framework torchtitan runs them)";
   switch (cfg.parallel.framework) {
     case Framework::kMegatron: return check_megatron_config(model, device, cfg);
-    case Framework::kTorchtitan: return "framework torchtitan is not modelled yet (composer and megatron are)";
+    case Framework::kTorchtitan: return check_torchtitan_config(model, device, cfg);
     case Framework::kComposer: break;
   }
   if (!cfg.parallel.is_data_parallel_only() || cfg.parallel.distributed_optimizer || cfg.parallel.overlap_grad_reduce)
@@ -149,6 +152,11 @@ Evaluator::Evaluator(Evaluator&&) noexcept = default;
 MegatronEvaluator& Evaluator::megatron() {
   if (!megatron_) megatron_ = std::make_unique<MegatronEvaluator>(model_, device_, params_);
   return *megatron_;
+}
+
+TorchtitanEvaluator& Evaluator::torchtitan() {
+  if (!torchtitan_) torchtitan_ = std::make_unique<TorchtitanEvaluator>(model_, device_, params_);
+  return *torchtitan_;
 }
 
 const ComputeCosts& Evaluator::compute_costs(int64_t micro_batch, int64_t seq_len, Precision precision) {
@@ -218,6 +226,7 @@ const FsdpCosts& Evaluator::fsdp_costs(const TrainConfig& cfg) {
 
 Prediction Evaluator::predict(const TrainConfig& cfg) {
   if (cfg.parallel.framework == Framework::kMegatron) return megatron().predict(cfg);
+  if (cfg.parallel.framework == Framework::kTorchtitan) return torchtitan().predict(cfg);
   const ModelConfig& model = model_;
   const CostParams& params = params_;
   const FsdpCosts& fsdp = fsdp_costs(cfg);
@@ -279,6 +288,7 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
 
 MemoryBreakdown Evaluator::memory(const TrainConfig& cfg) {
   if (cfg.parallel.framework == Framework::kMegatron) return megatron().memory(cfg);
+  if (cfg.parallel.framework == Framework::kTorchtitan) return torchtitan().memory(cfg);
   const ComputeCosts& k = compute_costs(cfg.micro_batch, cfg.seq_len, cfg.precision);
   update_counts(cfg.seq_len);
   return estimate_memory(memory_counts_, cfg, saved_activations(k), fsdp_costs(cfg).layout, params_);

@@ -20,6 +20,7 @@
 namespace tpsim {
 
 class MegatronEvaluator;
+class TorchtitanEvaluator;
 
 // Where the step's time goes; the parts sum to the step time.
 struct StepBreakdown {
@@ -175,6 +176,8 @@ class Evaluator {
   size_t fsdp_next_ = 0;
   std::unique_ptr<MegatronEvaluator> megatron_;  // made on the first megatron configuration
   MegatronEvaluator& megatron();
+  std::unique_ptr<TorchtitanEvaluator> torchtitan_;  // made on the first torchtitan configuration
+  TorchtitanEvaluator& torchtitan();
 };
 
 }  // namespace tpsim

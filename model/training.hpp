@@ -74,7 +74,9 @@ DType mfu_dtype(Precision p);
 //   megatron:   Megatron-LM / Megatron-DeepSpeed / Megatron-Core: tensor (with or without sequence)
 //               parallelism, 1F1B or interleaved 1F1B pipeline parallelism, data parallelism with
 //               DDP's gradient all-reduce or the distributed optimizer (ZeRO-1).
-//   torchtitan: FSDP2 with tensor and pipeline parallelism (not modelled yet: refused by check_config).
+//   torchtitan: FSDP2 (every parameter, gradient and optimizer state sharded over data parallel) with
+//               sequence-parallel tensor parallelism (async as an option), 1F1B or interleaved 1F1B
+//               pipeline parallelism and float8 all-gathers (model/torchtitan.hpp).
 enum class Framework : uint8_t { kComposer, kMegatron, kTorchtitan };
 std::string_view to_string(Framework f);                 // "composer", "megatron", "torchtitan"
 std::optional<Framework> parse_framework(std::string_view s);
@@ -101,6 +103,10 @@ struct Parallelism {
   // resolve_hsdp_mesh says what a pair means.
   int64_t shard_degree = 0;
   int64_t replicate_degree = 0;
+  bool async_tensor_parallel = false;  // torchtitan: enable_async_tensor_parallel (TP collectives beside the GEMMs)
+  // torchtitan: activation_checkpoint.selective_ac_option under Checkpointing::kSelective: 0 is 'op'
+  // (per-op selective checkpointing), N >= 1 checkpoints every N-th block in full.
+  int64_t selective_ac_layers = 0;
 
   int64_t model_parallel() const { return tensor * context * pipeline; }
   bool is_data_parallel_only() const {

@@ -1,0 +1,487 @@
+#include "model/torchtitan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+
+#include "model/megatron.hpp"
+#include "model/metrics.hpp"
+#include "model/ops.hpp"
+#include "model/parallelism.hpp"
+
+namespace tpsim {
+namespace {
+
+double d(int64_t x) { return static_cast<double>(x); }
+
+// The seconds of a block's linears' GEMMs in one pass: the forward GEMMs (suffix ".fwd") or the
+// input-gradient GEMMs (".dgrad"), which the tensor-parallel collectives feed or follow.
+class LinearSeconds final : public OpSink {
+ public:
+  LinearSeconds(const CostModel& cost, std::string_view suffix) : cost_(cost), suffix_(suffix) {}
+  double qkv = 0, out = 0, gate = 0, up = 0, down = 0;
+
+  void push(const Op& op) override {
+    if (op.category != OpCategory::kGemm) return;
+    const std::string_view name = op.name;
+    if (!name.ends_with(suffix_)) return;
+    const double s = cost_.op_seconds(op);
+    if (name.starts_with("attn.Wqkv.")) qkv += s;
+    else if (name.starts_with("attn.out_proj.")) out += s;
+    else if (name.starts_with("ffn.gate_proj.")) gate += s;
+    else if (name.starts_with("ffn.up_proj.")) up += s;
+    else if (name.starts_with("ffn.down_proj.")) down += s;
+  }
+
+ private:
+  const CostModel& cost_;
+  std::string_view suffix_;
+};
+
+template <typename Build>
+LinearSeconds linear_seconds(const CostModel& cost, Build build, const BlockShape& s, std::string_view suffix) {
+  LinearSeconds sink(cost, suffix);
+  build(s, sink);
+  return sink;
+}
+
+// Weights of one block's linear layers on one tensor-parallel rank: what Float8Linear casts, and
+// what enable_fsdp_float8_all_gather gathers in fp8.
+double block_linear_weights(const ModelConfig& m, int64_t tp) {
+  const double dm = d(m.d_model);
+  const double ffn_matrices = m.ffn == FfnKind::kGlu ? 3.0 : 2.0;
+  return (dm * d(m.q_dim() + 2 * m.kv_dim()) + d(m.q_dim()) * dm + ffn_matrices * dm * d(m.d_ffn())) / d(tp);
+}
+
+}  // namespace
+
+std::string check_torchtitan_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg) {
+  const Parallelism& par = cfg.parallel;
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  if (par.context > 1) return "context parallelism (" + n(par.context) + ") is not modelled yet under torchtitan";
+  if (par.expert > 1) return "expert parallelism (" + n(par.expert) + ") is not modelled yet under torchtitan";
+  if (model.moe.active()) return "mixture-of-experts models under torchtitan are not modelled yet";
+  if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
+    return "sliding-window attention under torchtitan is not modelled yet";
+  // parallelize_llama.py apply_tp: every block's norms are SequenceParallel whenever tp > 1.
+  if (par.tensor > 1 && !par.sequence_parallel)
+    return "tensor parallelism without sequence parallelism (--no-sp) under torchtitan is not modelled yet: its "
+           "apply_tp always shards the norms along the sequence";
+  if (par.tensor == 1 && par.sequence_parallel) return "sequence parallelism needs tensor parallel > 1";
+  if (par.overlap_grad_reduce)
+    return "--overlap-grad-reduce is megatron's: torchtitan's FSDP2 reduce-scatters each block's gradients during "
+           "the backward";
+  if (par.async_tensor_parallel && par.tensor == 1) return "async tensor parallelism needs tensor parallel > 1";
+  if (par.selective_ac_layers < 0) return "selective_ac_option " + n(par.selective_ac_layers) + " is below 1";
+  if (par.selective_ac_layers > 0 && cfg.checkpointing != Checkpointing::kSelective)
+    return "selective_ac_option " + n(par.selective_ac_layers) + " applies to selective checkpointing only";
+  (void)device;
+  return check_tensor_pipeline_config(model, cfg, "torchtitan");
+}
+
+// Everything of a configuration but its global batch, costed once.
+struct TorchtitanEvaluator::Costs : MicroBatchOpCosts {
+  TrainConfig key;  // global_batch unused
+  MegatronLayout layout;
+  // Tensor-parallel collectives of one micro-batch on the compute stream (exposed seconds), and the
+  // bytes of their buffers.
+  double tp_block_fwd_s = 0, tp_block_bwd_s = 0, tp_embed_fwd_s = 0, tp_embed_bwd_s = 0;
+  double tp_head_fwd_s = 0, tp_head_bwd_s = 0;
+  double tp_block_bytes = 0, tp_embed_bytes = 0, tp_head_bytes = 0;  // forward and backward together
+  // What activation checkpointing runs again per block (averaged over the blocks when every N-th
+  // is checkpointed), and the tensor-parallel collectives it repeats.
+  CategoryTotals recompute;
+  double recompute_comm_s = 0, recompute_tp_bytes = 0;
+  // Memory of one micro-batch: kept per block, rebuilt for the block in backward, and the rest.
+  double kept_per_block = 0, rebuilt = 0, backward_buffers = 0;
+  // FSDP2 over the data-parallel group, per tensor-parallel rank.
+  double block_params = 0, root_params = 0;
+  double block_gather_bytes = 0, root_gather_bytes = 0, reduce_bytes_per_param = 0;
+  CategoryTotals cast, reduce_casts;
+  double block_gather_s = 0, root_gather_s = 0, block_reduce_s = 0, root_reduce_s = 0;
+  std::vector<double> stage_params, stage_root_params, optimizer_s;  // per pipeline stage
+};
+
+TorchtitanEvaluator::TorchtitanEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
+    : model_(model), device_(device), params_(params), cost_(device, params) {}
+
+TorchtitanEvaluator::~TorchtitanEvaluator() = default;
+
+namespace {
+
+// The tensor-parallel collectives of one micro-batch (apply_tp's placements), exposed on the
+// compute stream, or with async TP each hidden behind the GEMM it feeds or follows up to that
+// GEMM's time.
+void tensor_parallel_seconds(const CostModel& cost, const BlockShape& shape, const CommGroup& group, bool async,
+                             double td_bytes, double& fwd, double& bwd, double& ag, double& rs) {
+  ag = cost.collective_seconds(CollectiveKind::kAllGather, td_bytes, group);
+  rs = cost.collective_seconds(CollectiveKind::kReduceScatter, td_bytes, group);
+  if (!async) {
+    fwd = bwd = 2.0 * ag + 2.0 * rs;
+    return;
+  }
+  const LinearSeconds f = linear_seconds(cost, block_forward_ops, shape, ".fwd");
+  const LinearSeconds b = linear_seconds(cost, block_backward_ops, shape, ".dgrad");
+  const auto hidden = [](double comm, double gemm) { return std::max(comm - gemm, 0.0); };
+  // Forward: gather -> QKV, out projection -> scatter, gather -> gate/up, down -> scatter.
+  fwd = hidden(ag, f.qkv) + hidden(rs, f.out) + hidden(ag, f.gate + f.up) + hidden(rs, f.down);
+  // Backward: gather -> down's dgrad, gate/up's dgrad -> scatter, gather -> out's dgrad, QKV's -> scatter.
+  bwd = hidden(ag, b.down) + hidden(rs, b.gate + b.up) + hidden(ag, b.out) + hidden(rs, b.qkv);
+}
+
+}  // namespace
+
+const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& cfg) {
+  TrainConfig key = cfg;
+  key.global_batch = 0;
+  for (const auto& c : memo_)
+    if (c && c->key.seq_len == key.seq_len && c->key.micro_batch == key.micro_batch && c->key.n_gpus == key.n_gpus &&
+        c->key.precision == key.precision && c->key.mp_mode == key.mp_mode &&
+        c->key.checkpointing == key.checkpointing && c->key.parallel == key.parallel)
+      return *c;
+  std::unique_ptr<Costs>& slot = memo_[next_];
+  next_ = (next_ + 1) % std::size(memo_);
+  if (!slot) slot = std::make_unique<Costs>();
+  Costs& c = *slot;
+  c.key = key;
+  const Parallelism& par = cfg.parallel;
+  c.layout = megatron_layout(par, cfg.n_gpus, device_.gpus_per_node);
+  const MegatronLayout& l = c.layout;
+  // torchtitan does not pad the vocabulary: DTensor splits it in ceil(V / tp) rows.
+  const BlockShape shape = tensor_parallel_shape(block_shape(model_, cfg.micro_batch, cfg.seq_len, cfg.precision),
+                                                 l.tp, par.sequence_parallel, model_.vocab_size);
+  static_cast<MicroBatchOpCosts&>(c) = cost_micro_batch_ops(cost_, shape);
+
+  const double a = activation_bytes(cfg.precision);
+  const double td = d(shape.tokens()) * d(model_.d_model) * a;
+  double ag = 0, rs = 0;
+  tensor_parallel_seconds(cost_, shape, l.tp_group, par.async_tensor_parallel, td, c.tp_block_fwd_s, c.tp_block_bwd_s,
+                          ag, rs);
+  // Loss parallel: log-softmax's max and sum and the target logit, all-reduced per token.
+  const double per_token = cost_.collective_seconds(CollectiveKind::kAllReduce, d(shape.tokens()) * 4.0, l.tp_group);
+  c.tp_embed_fwd_s = rs, c.tp_embed_bwd_s = ag;  // RowwiseParallel embedding, output Shard(1)
+  c.tp_head_fwd_s = ag + 3.0 * per_token, c.tp_head_bwd_s = rs;  // ColwiseParallel output, input Shard(1)
+  const bool tp = l.tp > 1;
+  c.tp_block_bytes = tp ? 8.0 * td : 0.0;
+  c.tp_embed_bytes = tp ? 2.0 * td : 0.0;
+  c.tp_head_bytes = tp ? 2.0 * td + 3.0 * d(shape.tokens()) * 4.0 : 0.0;
+
+  checkpointing_costs(c, cfg, shape, ag);
+  fsdp_costs(c, cfg);
+  return c;
+}
+
+// What activation checkpointing runs again and keeps per block, and one block's backward buffers.
+void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, const BlockShape& shape,
+                                              double ag) {
+  const Parallelism& par = cfg.parallel;
+  const MegatronLayout& l = c.layout;
+  const double a = activation_bytes(cfg.precision);
+  const double td = d(shape.tokens()) * d(model_.d_model) * a;
+  const bool tp = l.tp > 1;
+  // Activations: a block keeps its ops' saved bytes and, under tensor parallelism, the gathered
+  // (whole-sequence) input of its two column-parallel groups, which autograd saves for their weight
+  // gradients (Megatron keeps only its own tokens/tp and gathers again).
+  const double row_td = d(shape.row_tokens()) * d(model_.d_model) * a;
+  const double full_block = c.block_fwd.saved_bytes + (tp ? 2.0 * (td - row_td) : 0.0);
+  const double t = d(shape.tokens());
+  const bool glu = model_.ffn == FfnKind::kGlu;
+  // Selective 'op' (apply_ac's _save_list): every other matmul's output (torchtitan's order wq wk wv
+  // wo w1 w3 w2 keeps wq, wv, w1 and w2; an MLP's wq wk wv wo up down keeps wq, wv, up), the
+  // attention's output with its statistics, and the reduce-scatters' outputs; the block's input
+  // is the checkpoint's.
+  const double op_kept = row_td + a * t * d(shape.q_dim() + shape.kv_dim() + shape.q_dim()) +
+                         attention_only_saved_bytes(shape) + a * t * d(shape.d_ffn) + (glu ? td : 0.0) +
+                         (tp ? 2.0 * row_td : 0.0);
+  const LinearSeconds f = linear_seconds(cost_, block_forward_ops, shape, ".fwd");
+  const double kv_share = d(shape.kv_dim()) / d(shape.q_dim() + 2 * shape.kv_dim());
+  c.recompute = {};
+  c.recompute_comm_s = c.recompute_tp_bytes = 0;
+  c.kept_per_block = full_block;
+  c.rebuilt = 0;
+  double full_fraction = 0;  // of the blocks, those whose whole forward runs again
+  if (cfg.checkpointing == Checkpointing::kFull) {
+    full_fraction = 1.0;
+  } else if (cfg.checkpointing == Checkpointing::kSelective && par.selective_ac_layers > 0) {
+    full_fraction = std::floor(d(model_.n_layers) / d(par.selective_ac_layers)) / d(model_.n_layers);
+  } else if (cfg.checkpointing == Checkpointing::kSelective) {
+    c.recompute.gemm = f.qkv * kv_share + f.out + (glu ? f.up : f.down);
+    c.recompute.other = c.block_fwd.other;
+    c.recompute_comm_s = tp ? (par.async_tensor_parallel ? std::max(ag - f.qkv, 0.0) + std::max(ag - f.gate - f.up, 0.0)
+                                                         : 2.0 * ag)
+                            : 0.0;
+    c.recompute_tp_bytes = tp ? 2.0 * td : 0.0;
+    c.kept_per_block = std::min(op_kept, full_block);
+    c.rebuilt = full_block - c.kept_per_block;
+  }
+  if (full_fraction > 0) {
+    c.recompute.add(c.block_fwd, full_fraction);
+    c.recompute_comm_s = full_fraction * c.tp_block_fwd_s;
+    c.recompute_tp_bytes = full_fraction * 4.0 * (tp ? td : 0.0);
+    c.kept_per_block = full_fraction * row_td + (1.0 - full_fraction) * full_block;
+    c.rebuilt = full_block;
+  }
+  // One rank's backward buffers: the model's with its tensor-parallel widths.
+  ModelConfig slice = model_;
+  slice.head_dim = model_.d_head();
+  slice.n_kv_heads = model_.kv_heads() / l.tp;
+  slice.n_heads = model_.n_heads / l.tp;
+  slice.ffn_hidden = model_.d_ffn() / l.tp;
+  c.backward_buffers = block_backward_buffer_bytes(slice, shape.tokens(), cfg.precision);
+
+}
+
+// FSDP2's parameters, collectives and casts per block and root, and each stage's parameters and
+// optimizer.
+void TorchtitanEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg) {
+  const MegatronLayout& l = c.layout;
+  // FSDP2: each block's and the root's tensor-parallel slice, sharded over the data-parallel group.
+  const double dp = d(l.dp);
+  const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
+  const double fp8_weights = cfg.precision == Precision::kAmpFp8 ? block_linear_weights(model_, l.tp) : 0.0;
+  c.block_params = d(layer_parameter_count(model_)) / d(l.tp);
+  c.root_params = d(embedding_parameter_count(model_, cfg.seq_len)) / d(l.tp);
+  c.block_gather_bytes = (c.block_params - fp8_weights) * gb + fp8_weights * 1.0;
+  c.root_gather_bytes = c.root_params * gb;
+  c.reduce_bytes_per_param = reduced_grad_bytes(cfg.precision, cfg.mp_mode);
+  const bool gathers = l.dp > 1;
+  c.cast = gathers ? costed(cost_, fsdp_pre_gather_ops, c.block_params, dp, c.block_gather_bytes / c.block_params)
+                   : CategoryTotals{};
+  c.reduce_casts = costed(cost_, fsdp_pre_reduce_ops, c.block_params, dp, std::min(gb, 4.0), c.reduce_bytes_per_param);
+  const auto gather = [&](double bytes) {
+    return gathers ? cost_.collective_seconds(CollectiveKind::kAllGather, bytes, l.dp_group) : 0.0;
+  };
+  const auto reduce = [&](double params) {
+    return cost_.collective_seconds(CollectiveKind::kReduceScatter, params * c.reduce_bytes_per_param, l.dp_group);
+  };
+  c.block_gather_s = gather(c.block_gather_bytes);
+  c.root_gather_s = gather(c.root_gather_bytes);
+  c.block_reduce_s = reduce(c.block_params);
+  c.root_reduce_s = reduce(c.root_params);
+
+  // Stages: the first holds the embedding, the last the final norm and output (pipeline_llama.py).
+  const double table = d(model_.vocab_size) * d(model_.d_model) / d(l.tp);
+  const double layers_per_stage = d(model_.n_layers) / d(l.pp);
+  c.stage_params.assign(static_cast<size_t>(l.pp), 0.0);
+  c.stage_root_params.assign(c.stage_params.size(), 0.0);
+  c.optimizer_s.assign(c.stage_params.size(), 0.0);
+  for (int64_t s = 0; s < l.pp; ++s) {
+    const size_t i = static_cast<size_t>(s);
+    double root = l.pp == 1 ? c.root_params : 0.0;
+    if (l.pp > 1 && s == 0) root += std::min(table, c.root_params);
+    if (l.pp > 1 && s == l.pp - 1) root += std::max(c.root_params - table, 0.0) + (model_.tie_embeddings ? table : 0.0);
+    c.stage_root_params[i] = root;
+    c.stage_params[i] = layers_per_stage * c.block_params + root;
+    // Adam over the fp32 shard; FSDP2 casts to bf16 at the all-gather (cast above), no copy-back.
+    c.optimizer_s[i] = costed(cost_, optimizer_ops, c.stage_params[i] / dp).total();
+  }
+}
+
+// No pipeline: Composer's FSDP schedule (schedule.hpp) over the tensor-parallel slices, the
+// tensor-parallel collectives and recompute on the compute stream.
+Prediction TorchtitanEvaluator::predict_fsdp(const Costs& c, const TrainConfig& cfg) {
+  const bool gathers = c.layout.dp > 1;
+  MicroBatchCosts mc;
+  mc.block_fwd_s = c.block_fwd.total() + c.tp_block_fwd_s + c.cast.total();
+  mc.block_bwd_s = c.block_bwd.total() + c.tp_block_bwd_s + c.recompute.total() + c.recompute_comm_s +
+                   c.reduce_casts.total() + c.cast.total();
+  mc.embed_fwd_s = c.embed_fwd.total() + c.tp_embed_fwd_s;
+  mc.embed_bwd_s = c.embed_bwd.total() + c.tp_embed_bwd_s;
+  mc.head_s = c.head_fwd.total() + c.head_bwd.total() + c.tp_head_fwd_s + c.tp_head_bwd_s;
+  mc.root_gather_s = c.root_gather_s;
+  mc.block_gather_fwd_s = mc.block_gather_bwd_s = gathers ? c.block_gather_s : 0.0;
+  mc.block_reduce_s = c.block_reduce_s;
+  mc.root_reduce_s = c.root_reduce_s;
+  mc.overhead_s = params_.microbatch_overhead_s;
+  mc.block_overhead_s = params_.block_overhead_s;
+  mc.last_block_regathered = false;  // apply_fsdp: reshard_after_forward False for the last block
+
+  StepCosts step;
+  step.n_layers = model_.n_layers;
+  step.n_micro = cfg.per_device_batch() / cfg.micro_batch;
+  step.full = step.last = mc;
+  step.optimizer_s = c.optimizer_s.front();
+  step.step_overhead_s = params_.step_overhead_s;
+  step.overlap_slowdown = params_.overlap_slowdown;
+
+  Prediction p;
+  p.timeline = simulate_step(step);
+  p.step_s = p.timeline.step_s;
+  const double m = d(step.n_micro), L = d(model_.n_layers);
+  CategoryTotals per;
+  per.add(c.block_fwd, L);
+  per.add(c.block_bwd, L);
+  per.add(c.recompute, L);
+  per.add(c.cast, L * (gathers ? 2.0 : 0.0));
+  per.add(c.reduce_casts, L);
+  for (const CategoryTotals* o : {&c.embed_fwd, &c.embed_bwd, &c.head_fwd, &c.head_bwd}) per.add(*o, 1.0);
+  const double tp_comm = L * (c.tp_block_fwd_s + c.tp_block_bwd_s + c.recompute_comm_s) + c.tp_embed_fwd_s +
+                         c.tp_embed_bwd_s + c.tp_head_fwd_s + c.tp_head_bwd_s;
+  p.time.gemm_s = m * per.gemm;
+  p.time.attention_s = m * per.attention;
+  p.time.other_compute_s = m * per.other;
+  p.time.optimizer_s = p.timeline.optimizer_s;
+  p.time.overhead_s = p.timeline.overhead_s;
+  p.time.exposed_comm_s = p.timeline.exposed_comm_s + m * tp_comm;
+  return p;
+}
+
+// Pipeline parallelism: the stages' chunks laid out by the schedule (pipeline.hpp), each block's
+// forward and backward with its tensor-parallel collectives and recompute. FSDP2 does not reshard
+// under PP: a stage gathers its blocks once, before its first forward (the first block's gather
+// exposed, the rest prefetched behind the first micro-batch's forward), and reduce-scatters its
+// gradients once, block by block through its last backward (what that backward does not cover, and
+// at least the last block's, exposed).
+Prediction TorchtitanEvaluator::predict_pipeline(const Costs& c, const TrainConfig& cfg) {
+  const MegatronLayout& l = c.layout;
+  const int64_t chunks = l.pp * l.vp, m = cfg.per_device_batch() / cfg.micro_batch;
+  const double layers_per_chunk = d(model_.n_layers) / d(chunks), layers_per_stage = d(model_.n_layers) / d(l.pp);
+  const double block_f = c.block_fwd.total() + c.tp_block_fwd_s + params_.block_overhead_s;
+  const double block_b = c.block_bwd.total() + c.tp_block_bwd_s + c.recompute.total() + c.recompute_comm_s +
+                         params_.block_overhead_s;
+  fwd_s_.assign(static_cast<size_t>(chunks), layers_per_chunk * block_f);
+  bwd_s_.assign(static_cast<size_t>(chunks), layers_per_chunk * block_b);
+  fwd_s_.front() += c.embed_fwd.total() + c.tp_embed_fwd_s;
+  bwd_s_.front() += c.embed_bwd.total() + c.tp_embed_bwd_s;
+  fwd_s_.back() += c.head_fwd.total() + c.tp_head_fwd_s;
+  bwd_s_.back() += c.head_bwd.total() + c.tp_head_bwd_s;
+  for (int64_t s = 0; s < l.pp; ++s) fwd_s_[static_cast<size_t>(s)] += params_.microbatch_overhead_s;
+  // Point-to-point: one micro-batch's activations, sequence-sharded (Shard(1)) under tensor parallelism.
+  const double p2p_bytes = d(cfg.micro_batch) * d(cfg.seq_len) * d(model_.d_model) * activation_bytes(cfg.precision) / d(l.tp);
+  const double p2p_s = l.stage_link_crosses_nodes
+                           ? p2p_bytes / (device_.inter_node_bytes_per_s * params_.inter_node_link_efficiency /
+                                          d(l.stage_link_sharers)) + params_.inter_node_latency_s
+                           : p2p_bytes / (device_.intra_node_bytes_per_s * params_.intra_node_link_efficiency) +
+                                 params_.intra_node_latency_s;
+  PipelineCosts pc;
+  pc.stages = l.pp;
+  pc.virtual_stages = l.vp;
+  pc.micro_batches = m;
+  pc.fwd_s = fwd_s_;
+  pc.bwd_s = bwd_s_;
+  pc.p2p_s = p2p_s;
+  const PipelineTimeline& pipe = pipeline_.simulate(pc);
+
+  const double stage_gather = layers_per_stage * c.block_gather_s + c.root_gather_s * (c.stage_root_params[0] / c.root_params);
+  const double start = std::max(c.block_gather_s, stage_gather - fwd_s_.front());
+  double flushed = 0, optimizer = 0;
+  size_t critical = 0;
+  for (int64_t s = 0; s < l.pp; ++s) {
+    const size_t i = static_cast<size_t>(s);
+    double stage_backward = 0;
+    for (int64_t k = 0; k < l.vp; ++k) stage_backward += bwd_s_[static_cast<size_t>(k * l.pp + s)];
+    const double reduce = layers_per_stage * c.block_reduce_s + c.root_reduce_s * (c.stage_root_params[i] / c.root_params);
+    const double end = start + pipe.stage_end_s[i] + std::max(reduce - stage_backward, c.block_reduce_s);
+    if (end > flushed) flushed = end, critical = i;
+    optimizer = std::max(optimizer, c.optimizer_s[i]);
+  }
+  Prediction p;
+  p.step_s = flushed + optimizer + params_.step_overhead_s;
+  p.timeline.step_s = p.step_s;
+  p.timeline.optimizer_s = optimizer;
+  // Breakdown of the stage that finishes last: its compute, the collectives it waits for, the
+  // overheads, and the pipeline's idle time as the rest.
+  const bool first = critical == 0, last = critical + 1 == static_cast<size_t>(l.pp);
+  const double md = d(m), per_layer_m = layers_per_stage * md;
+  CategoryTotals per;
+  per.add(c.block_fwd, per_layer_m);
+  per.add(c.block_bwd, per_layer_m);
+  per.add(c.recompute, per_layer_m);
+  double comm = per_layer_m * (c.tp_block_fwd_s + c.tp_block_bwd_s + c.recompute_comm_s);
+  if (first) per.add(c.embed_fwd, md), per.add(c.embed_bwd, md), comm += md * (c.tp_embed_fwd_s + c.tp_embed_bwd_s);
+  if (last) per.add(c.head_fwd, md), per.add(c.head_bwd, md), comm += md * (c.tp_head_fwd_s + c.tp_head_bwd_s);
+  StepBreakdown& t = p.time;
+  t.gemm_s = per.gemm;
+  t.attention_s = per.attention;
+  t.other_compute_s = per.other;
+  t.exposed_comm_s = comm + start + (flushed - start - pipe.stage_end_s[critical]);
+  t.optimizer_s = optimizer;
+  t.overhead_s = md * params_.microbatch_overhead_s + 2.0 * per_layer_m * params_.block_overhead_s + params_.step_overhead_s;
+  const double accounted = t.gemm_s + t.attention_s + t.other_compute_s + t.exposed_comm_s + t.optimizer_s + t.overhead_s;
+  t.pipeline_bubble_s = std::max(p.step_s - accounted, 0.0);
+  return p;
+}
+
+void TorchtitanEvaluator::finish(const TrainConfig& cfg, Prediction& p) {
+  p.n_params = parameter_count(model_, cfg.seq_len);
+  p.active_params = active_parameter_count(model_, cfg.seq_len);
+  p.seq_per_s = d(cfg.global_batch) / p.step_s;
+  p.tokens_per_s = p.seq_per_s * d(cfg.seq_len);
+  p.tokens_per_s_per_gpu = p.tokens_per_s / d(cfg.n_gpus);
+  const FoundryMetrics fm = foundry_metrics(p.active_params, model_.n_layers, model_.d_model, cfg.seq_len, p.seq_per_s,
+                                            cfg.n_gpus, device_.peak(mfu_dtype(cfg.precision)), cfg.checkpointing);
+  p.mfu = fm.mfu;
+  p.hfu = fm.hfu;
+  p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;
+  p.memory = memory(cfg);
+  p.capacity_bytes = device_.memory_bytes;
+  p.feasibility = p.memory.peak_bytes <= device_.memory_bytes ? Feasibility::kFits : Feasibility::kOutOfMemory;
+}
+
+Prediction TorchtitanEvaluator::predict(const TrainConfig& cfg) {
+  const Costs& c = costs(cfg);
+  Prediction p = c.layout.pp == 1 ? predict_fsdp(c, cfg) : predict_pipeline(c, cfg);
+  finish(cfg, p);
+  return p;
+}
+
+// Peak memory of the most loaded rank. Per stage: FSDP2's fp32 shard of the parameters, their
+// gradients and Adam's two moments (16 bytes per local parameter over the data-parallel ranks);
+// the gathered parameters: without a pipeline the root and two blocks (one computing, one
+// prefetched; the last block stays gathered into its backward in their place), under PP the whole
+// stage for the step, beside its unsharded gradients accumulated in the reduce dtype until the last
+// backward (FSDP2 accumulates in reduce_dtype); the activations of the micro-batches in flight
+// (1F1B: p - s on stage s; interleaved: Megatron's warm-up count plus one; one without PP), each
+// its blocks' kept bytes; the rebuilt block under checkpointing, the embedding's and the head's
+// saved bytes, and one block's backward buffers (without PP, beside its unsharded gradients in the
+// compute and reduce dtypes, as Composer's estimate has them).
+MemoryBreakdown TorchtitanEvaluator::memory(const TrainConfig& cfg) {
+  const Costs& c = costs(cfg);
+  const MegatronLayout& l = c.layout;
+  const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
+  const double layers_per_chunk = d(model_.n_layers) / d(l.pp * l.vp), layers_per_stage = d(model_.n_layers) / d(l.pp);
+  const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
+  const double rb = c.reduce_bytes_per_param;
+  MemoryBreakdown worst;
+  for (int64_t s = 0; s < l.pp; ++s) {
+    const size_t i = static_cast<size_t>(s);
+    const int64_t warmup = l.pp == 1 ? 1 : pipeline_warmup(l.pp, l.vp, m, s) + 1;
+    const double in_flight = d(std::min(warmup, m * l.vp));
+    MemoryBreakdown mb;
+    mb.sharded_state_bytes = 16.0 * c.stage_params[i] / d(l.dp);
+    if (l.dp > 1 || l.pp > 1)
+      mb.gathered_params_bytes = l.pp == 1 ? c.root_gather_bytes + std::min(2.0, d(model_.n_layers)) * c.block_gather_bytes
+                                           : layers_per_stage * c.block_gather_bytes + c.stage_root_params[i] * gb;
+    mb.activation_bytes = in_flight * layers_per_chunk * c.kept_per_block + c.rebuilt;
+    if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.embed_fwd.saved_bytes;
+    if (s == l.pp - 1) mb.activation_bytes += c.head_fwd.saved_bytes;
+    mb.transient_bytes = c.backward_buffers + (l.pp == 1 ? c.block_params * (gb + rb) : c.stage_params[i] * rb);
+    mb.live_bytes = mb.sharded_state_bytes + mb.gathered_params_bytes + mb.activation_bytes + mb.transient_bytes;
+    mb.reserve_bytes = params_.memory_reserve_bytes;
+    mb.peak_bytes = mb.live_bytes * params_.memory_fragmentation + mb.reserve_bytes;
+    if (mb.peak_bytes > worst.peak_bytes) worst = mb;
+  }
+  return worst;
+}
+
+TorchtitanTraffic TorchtitanEvaluator::traffic(const TrainConfig& cfg) {
+  const Costs& c = costs(cfg);
+  const MegatronLayout& l = c.layout;
+  const double m = d(cfg.per_device_batch() / cfg.micro_batch);
+  const double L = d(model_.n_layers) / d(l.pp);
+  const double root = c.stage_root_params[0];
+  TorchtitanTraffic t;
+  if (l.dp > 1) {
+    // Without PP every micro-batch gathers the root once and each block twice but the last, which
+    // stays gathered into its backward; under PP each block and the stage's root part once a step.
+    t.fsdp_gather_bytes = l.pp == 1 ? m * (c.root_gather_bytes + (2.0 * L - 1.0) * c.block_gather_bytes)
+                                    : L * c.block_gather_bytes + root * c.root_gather_bytes / c.root_params;
+  }
+  t.fsdp_reduce_bytes = (l.pp == 1 ? m : 1.0) * (L * c.block_params + root) * c.reduce_bytes_per_param;
+  if (l.dp == 1) t.fsdp_reduce_bytes = 0;
+  t.tp_bytes = m * (L * (c.tp_block_bytes + c.recompute_tp_bytes) + c.tp_embed_bytes +
+                    (l.pp == 1 ? c.tp_head_bytes : 0.0));
+  return t;
+}
+
+}  // namespace tpsim
