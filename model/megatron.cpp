@@ -102,8 +102,9 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   c.layout = megatron_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const MegatronLayout& l = c.layout;
   const int64_t vocab = megatron_padded_vocab(model_.vocab_size, l.tp);
-  const BlockShape shape = tensor_parallel_shape(block_shape(model_, cfg.micro_batch, cfg.seq_len, cfg.precision),
-                                                 l.tp, par.sequence_parallel, vocab);
+  BlockShape shape = tensor_parallel_shape(block_shape(model_, cfg.micro_batch, cfg.seq_len, cfg.precision), l.tp,
+                                           par.sequence_parallel, vocab);
+  shape.fp32_vocab_parallel_xent = true;  // Megatron's loss: ops.hpp
   static_cast<MicroBatchOpCosts&>(c) = cost_micro_batch_ops(cost_, shape);
   c.attention_again = cfg.checkpointing == Checkpointing::kSelective ? c.block_fwd.attention : 0.0;
 

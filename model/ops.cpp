@@ -48,7 +48,6 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
 
 BlockShape tensor_parallel_shape(BlockShape s, int64_t tp, bool sequence_parallel, int64_t padded_vocab) {
   s.vocab = padded_vocab;  // Megatron pads the vocabulary at tp = 1 too (50257 to 50304)
-  s.fp32_vocab_parallel_xent = true;
   if (tp <= 1) return s;
   s.kv_heads = s.n_kv_heads() / tp;
   s.n_heads /= tp;

@@ -146,8 +146,10 @@ BOOST_FIXTURE_TEST_CASE(memory_of_a_stage_is_its_parameters_and_in_flight_activa
   // of the cross-entropy for the micro-batch in flight).
   c.parallel.distributed_optimizer = false;
   c.checkpointing = Checkpointing::kFull;
+  BlockShape megatron_head = s;
+  megatron_head.fp32_vocab_parallel_xent = true;
   OpList head;
-  head_forward_ops(s, head);
+  head_forward_ops(megatron_head, head);
   BOOST_TEST(e.memory(c).activation_bytes < mem.activation_bytes / 4.0 + total_saved_bytes(head));
 }
 
@@ -278,8 +280,9 @@ BOOST_AUTO_TEST_CASE(megatron_cross_entropy_streams_fp32_logits) {
   // vocab_parallel_cross_entropy(logits.float()): six kernels over t x V/tp fp32 elements in the
   // forward (2 + 20 bytes read, 16 written per element), the fp32 softmax kept for the backward's
   // two (8 read, 4 + 2 written); costed at the element-wise bandwidth, not the fused kernel's rate.
-  const BlockShape s = tensor_parallel_shape(block_shape(gpt_1024(), 2, 1024, Precision::kAmpFp16), 2, false,
-                                             megatron_padded_vocab(50257, 2));
+  BlockShape s = tensor_parallel_shape(block_shape(gpt_1024(), 2, 1024, Precision::kAmpFp16), 2, false,
+                                       megatron_padded_vocab(50257, 2));
+  s.fp32_vocab_parallel_xent = true;  // as MegatronEvaluator sets it
   OpList fwd, bwd;
   head_forward_ops(s, fwd);
   head_backward_ops(s, bwd);
