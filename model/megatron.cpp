@@ -25,6 +25,17 @@ double routed_expert_params(const ModelConfig& m) {
   return d(m.moe.experts) * (m.ffn == FfnKind::kGlu ? 3.0 : 2.0) * d(m.d_model) * d(m.moe.d_expert);
 }
 
+// A gradient collective of the dense parameters' `dense_bytes` over the data-parallel group with
+// context (dp*cp ranks) and of the routed experts' `expert_bytes` over the expert-data-parallel group
+// (dp*cp/ep ranks): Megatron-Core's DDP keeps the expert parameters in buffers of their own, reduced
+// over get_expert_data_parallel_group (parallel_state.py); the distributed optimizer shards each over
+// its group.
+double grad_collective(const CostModel& cost, CollectiveKind kind, double dense_bytes, double expert_bytes,
+                       const MegatronLayout& l) {
+  return cost.collective_seconds(kind, dense_bytes, l.dp_group) +
+         cost.collective_seconds(kind, expert_bytes, l.expert_dp_group);
+}
+
 // The rules context and expert parallelism add (docs/frameworks.md), each naming the value at fault.
 std::string check_context_and_expert(const ModelConfig& model, const TrainConfig& cfg) {
   const Parallelism& par = cfg.parallel;
@@ -225,9 +236,8 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
     c.p2p_s = 0;
   }
 
-  // Each stage's parameters (the rank's tensor-parallel slice; of the routed experts its ep-th part
-  // of them too), their gradient reduction and optimizer. The routed experts' gradients are reduced
-  // over the expert-data-parallel group and the distributed optimizer shards their state over it.
+  // Each stage's parameters (the rank's tensor-parallel slice, and 1/ep of the routed experts), their
+  // gradient reduction (grad_collective) and optimizer.
   const double routed = routed_expert_params(model_);
   const double expert_block = routed / d(l.tp * l.ep);
   const double block = (d(layer_parameter_count(model_)) - routed) / d(l.tp) + expert_block;
@@ -250,19 +260,15 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
     const size_t i = static_cast<size_t>(s);
     c.stage_params[i] = p;
     const double experts = layers_per_stage * expert_block, dense = p - experts;
-    const double shard = par.distributed_optimizer ? d(l.grad_ranks()) : 1.0;
-    const double expert_shard = par.distributed_optimizer ? d(l.expert_grad_ranks()) : 1.0;
     if (par.distributed_optimizer) {
-      c.reduce_s[i] = cost_.collective_seconds(CollectiveKind::kReduceScatter, dense * gb, l.dp_group) +
-                      cost_.collective_seconds(CollectiveKind::kReduceScatter, experts * gb, l.expert_dp_group);
-      c.gather_s[i] = cost_.collective_seconds(CollectiveKind::kAllGather, dense * 2.0, l.dp_group) +
-                      cost_.collective_seconds(CollectiveKind::kAllGather, experts * 2.0, l.expert_dp_group);
+      c.reduce_s[i] = grad_collective(cost_, CollectiveKind::kReduceScatter, dense * gb, experts * gb, l);
+      c.gather_s[i] = grad_collective(cost_, CollectiveKind::kAllGather, dense * 2.0, experts * 2.0, l);
     } else {
-      c.reduce_s[i] = cost_.collective_seconds(CollectiveKind::kAllReduce, dense * gb, l.dp_group) +
-                      cost_.collective_seconds(CollectiveKind::kAllReduce, experts * gb, l.expert_dp_group);
+      c.reduce_s[i] = grad_collective(cost_, CollectiveKind::kAllReduce, dense * gb, experts * gb, l);
     }
     // Adam over the rank's fp32 master parameters (or its shard), then the copy into the bf16 weights.
-    const double master = dense / shard + experts / expert_shard;
+    const double master =
+        par.distributed_optimizer ? dense / d(l.grad_ranks()) + experts / d(l.expert_grad_ranks()) : p;
     c.stage_master_params[i] = master;
     CategoryTotals opt = costed(cost_, optimizer_ops, master);
     c.optimizer_s[i] = opt.total() + cost_.op_seconds(membound_op("optim.copy_to_model", MemKind::kCast,
@@ -278,8 +284,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   slice.n_kv_heads = model_.kv_heads() / l.tp;
   slice.n_heads = model_.n_heads / l.tp;
   slice.ffn_hidden = model_.d_ffn() / l.tp;
-  slice.moe.d_expert = shape.moe.d_expert;
-  slice.moe.d_shared = shape.moe.d_shared;
+  slice.moe = shape.moe;  // the experts' widths divided by the expert tensor parallel degree
   c.saved = {c.block_fwd.saved_bytes, c.embed_fwd.saved_bytes, c.head_fwd.saved_bytes, attention_only_saved_bytes(shape),
              block_backward_buffer_bytes(slice, shape.tokens(), cfg.precision)};
   return c;
