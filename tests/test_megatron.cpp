@@ -115,6 +115,21 @@ BOOST_AUTO_TEST_CASE(rank_groups_follow_megatrons_order) {
   BOOST_TEST(one.stage_link_crosses_nodes);  // stages 4 ranks apart: pp 4 spans two nodes
   par.pipeline = 2;
   BOOST_TEST(!megatron_layout(par, 8, 8).stage_link_crosses_nodes);
+  // tp 2, cp 2, ep 4 on 64 GPUs (dp 16): the context ranks 2 apart; the gradient group all dp x cp =
+  // 32 ranks 2 apart (four per node, eight nodes, two groups per node); the ep ranks 2 apart inside a
+  // node (the expert generator: expert tensor parallel 2, then ep); the expert-data-parallel group the
+  // 32 / 4 = 8 ranks 8 apart, one per node, every GPU of a node in its own.
+  Parallelism moe;
+  moe.framework = Framework::kMegatron;
+  moe.tensor = 2;
+  moe.context = 2;
+  moe.expert = 4;
+  const MegatronLayout m = megatron_layout(moe, 64, 8);
+  BOOST_TEST(m.dp == 16);
+  BOOST_TEST((m.cp_group.ranks == 2 && m.cp_group.nodes == 1));
+  BOOST_TEST((m.dp_group.ranks == 32 && m.dp_group.nodes == 8 && m.dp_group.groups_per_node == 2));
+  BOOST_TEST((m.ep_group.ranks == 4 && m.ep_group.nodes == 1));
+  BOOST_TEST((m.expert_dp_group.ranks == 8 && m.expert_dp_group.nodes == 8 && m.expert_dp_group.groups_per_node == 8));
 }
 
 BOOST_FIXTURE_TEST_CASE(memory_of_a_stage_is_its_parameters_and_in_flight_activations, Fixture) {
@@ -427,6 +442,14 @@ BOOST_FIXTURE_TEST_CASE(expert_parallelism_splits_the_experts_and_dispatches_by_
       BOOST_TEST(pr.step_s > 0.0);
     }
   }
+  // Across nodes: ep 16 of consecutive ranks on two nodes of 8. Each rank sends 7/16 of its buffer
+  // over NVLink and 8/16 off the node, through NICs its node's 8 ranks share: 8 x B / 2 per node.
+  const double buffer = 64.0 * 1024.0 * 1024.0;
+  const CommGroup two_nodes = strided_group(16, 1, 8);
+  const double nic = device.inter_node_bytes_per_s * p.inter_node_link_efficiency;
+  BOOST_TEST(all_to_all_seconds(cost, buffer, two_nodes) ==
+                 std::max(7.0 / 16.0 * buffer / link, 8.0 * buffer / 2.0 / nic) + p.inter_node_latency_s,
+             tt::tolerance(1e-12));
   // The experts' GEMMs: 8/ep groups over the same routed rows, the same FLOPs.
   const BlockShape s1 = megatron_rank_shape(m, c, 32000), s4 = megatron_rank_shape(m, with_cp_ep(c, 1, 4), 32000);
   BOOST_TEST(flops_of(block_forward_ops, s1) == flops_of(block_forward_ops, s4), tt::tolerance(1e-12));
