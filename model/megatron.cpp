@@ -18,18 +18,117 @@ double d(int64_t x) { return static_cast<double>(x); }
 // otherwise (megatron/training/arguments.py).
 double megatron_grad_bytes(Precision p) { return p == Precision::kAmpFp16 ? 2.0 : 4.0; }
 
-}  // namespace
+// The routed experts' weights of one block (architecture.cpp ffn_params: each expert's 2 or 3
+// matrices of d x d_expert, no biases): what expert parallelism splits. 0 for a dense block.
+double routed_expert_params(const ModelConfig& m) {
+  if (!m.moe.active()) return 0.0;
+  return d(m.moe.experts) * (m.ffn == FfnKind::kGlu ? 3.0 : 2.0) * d(m.d_model) * d(m.moe.d_expert);
+}
 
-std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg) {
+// A gradient collective of the dense parameters' `dense_bytes` over the data-parallel group with
+// context (dp*cp ranks) and of the routed experts' `expert_bytes` over the expert-data-parallel group
+// (dp*cp/ep ranks): Megatron-Core's DDP keeps the expert parameters in buffers of their own, reduced
+// over get_expert_data_parallel_group (parallel_state.py); the distributed optimizer shards each over
+// its group.
+double grad_collective(const CostModel& cost, CollectiveKind kind, double dense_bytes, double expert_bytes,
+                       const MegatronLayout& l) {
+  return cost.collective_seconds(kind, dense_bytes, l.dp_group) +
+         cost.collective_seconds(kind, expert_bytes, l.expert_dp_group);
+}
+
+// The rules context and expert parallelism add (docs/frameworks.md), each naming the value at fault.
+std::string check_context_and_expert(const ModelConfig& model, const TrainConfig& cfg) {
   const Parallelism& par = cfg.parallel;
   const auto n = [](int64_t v) { return std::to_string(v); };
-  if (par.context > 1) return "context parallelism (" + n(par.context) + ") is not modelled yet";
-  if (par.expert > 1) return "expert parallelism (" + n(par.expert) + ") is not modelled yet";
-  if (model.moe.active()) return "mixture-of-experts models under megatron are not modelled yet";
+  if (par.context > 1 && cfg.seq_len % (2 * par.context) != 0)
+    return "context parallel " + n(par.context) + " does not split the sequence length " + n(cfg.seq_len) + " into " +
+           n(2 * par.context) + " equal chunks (Megatron's causal load balancing gives each rank two)";
+  if (par.context > 1 && model.unfused_attention)
+    return "context parallel " + n(par.context) + " needs flash (fused) attention; model " + model.name +
+           " has unfused attention (unfused_attention)";
+  const MoeConfig& e = model.moe;
+  if (par.expert > 1 && !e.active())
+    return "expert parallel " + n(par.expert) + " needs a mixture-of-experts model; " + model.name + " is dense";
+  if (!e.active()) return {};
+  if (e.experts % par.expert != 0)
+    return "expert parallel " + n(par.expert) + " does not divide the " + n(e.experts) + " experts of " + model.name;
+  const int64_t dp_cp = cfg.data_parallel() * par.context;
+  if (dp_cp % par.expert != 0)
+    return "expert parallel " + n(par.expert) + " does not divide data x context parallel " + n(dp_cp) +
+           " (Megatron carves the expert groups out of those ranks)";
+  if (par.tensor > 1 && !par.sequence_parallel)
+    return "a mixture of experts with tensor parallel " + n(par.tensor) +
+           " needs sequence parallelism (--sp), as Megatron-LM asserts";
+  if (e.d_expert % par.tensor != 0 || (e.shared_experts > 0 && e.d_shared % par.tensor != 0))
+    return "tensor parallel " + n(par.tensor) + " (the experts' tensor parallel degree) does not divide the expert width " +
+           n(e.d_expert % par.tensor != 0 ? e.d_expert : e.d_shared);
+  return {};
+}
+
+}  // namespace
+
+BlockShape megatron_rank_shape(const ModelConfig& model, const TrainConfig& cfg, int64_t padded_vocab) {
+  const Parallelism& par = cfg.parallel;
+  BlockShape s = tensor_parallel_shape(block_shape(model, cfg.micro_batch, cfg.seq_len / par.context, cfg.precision),
+                                       par.tensor, par.sequence_parallel, padded_vocab);
+  if (s.moe.active()) {
+    s.moe.d_expert /= par.tensor;
+    s.moe.d_shared /= par.tensor;
+    s.ep = par.expert;
+  }
+  return s;
+}
+
+double moe_dispatch_bytes(const BlockShape& s) {
+  return d(moe_routed_rows(s.moe, s.row_tokens())) * d(s.d_model) * activation_bytes(s.precision);
+}
+
+double ring_step_seconds(const CostModel& cost, double bytes, const CommGroup& ring) {
+  if (ring.ranks <= 1 || bytes <= 0) return 0.0;
+  const DeviceSpec& dev = cost.device();
+  const CostParams& p = cost.params();
+  const double intra = bytes / (dev.intra_node_bytes_per_s * p.intra_node_link_efficiency);
+  if (ring.nodes <= 1) return intra + p.intra_node_latency_s;
+  const double nic = dev.inter_node_bytes_per_s * p.inter_node_link_efficiency / d(ring.groups_per_node);
+  return std::max(intra, bytes / nic) + p.inter_node_latency_s;
+}
+
+double all_to_all_seconds(const CostModel& cost, double bytes, const CommGroup& g) {
+  if (g.ranks <= 1 || bytes <= 0) return 0.0;
+  const DeviceSpec& dev = cost.device();
+  const CostParams& p = cost.params();
+  const double n = d(g.ranks), nodes = d(g.nodes);
+  const double on_node = n / nodes;  // members per node
+  double seconds = (on_node - 1.0) / n * bytes / (dev.intra_node_bytes_per_s * p.intra_node_link_efficiency);
+  if (g.nodes <= 1) return seconds + p.intra_node_latency_s;
+  // Each node's members send (nodes-1)/nodes of their buffers off the node, groups_per_node groups at once.
+  const double off_node = d(g.groups_per_node) * on_node * bytes * (nodes - 1.0) / nodes;
+  seconds = std::max(seconds, off_node / (dev.inter_node_bytes_per_s * p.inter_node_link_efficiency));
+  return seconds + p.inter_node_latency_s;
+}
+
+RingAttention ring_attention(const CostModel& cost, const BlockShape& local, int64_t cp, const CommGroup& ring) {
+  RingAttention r;
+  r.step_fwd_s = cost.op_seconds(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, local));
+  r.step_bwd_s = cost.op_seconds(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, local));
+  const double steps = d(cp);
+  r.fwd_compute_s = steps * r.step_fwd_s;
+  r.bwd_compute_s = steps * r.step_bwd_s;
+  if (cp <= 1) return r;
+  r.kv_bytes_per_step = 2.0 * d(local.tokens()) * d(local.kv_dim()) * activation_bytes(local.precision);
+  r.step_fwd_comm_s = ring_step_seconds(cost, r.kv_bytes_per_step, ring);
+  r.step_bwd_comm_s = ring_step_seconds(cost, 2.0 * r.kv_bytes_per_step, ring);
+  r.fwd_exposed_s = (steps - 1.0) * std::max(r.step_fwd_comm_s - r.step_fwd_s, 0.0);
+  r.bwd_exposed_s = (steps - 1.0) * std::max(r.step_bwd_comm_s - r.step_bwd_s, 0.0);
+  return r;
+}
+
+std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg) {
   if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
     return "sliding-window attention under megatron is not modelled yet";
   (void)device;
-  return check_tensor_pipeline_config(model, cfg, "Megatron-LM");
+  if (std::string why = check_tensor_pipeline_config(model, cfg, "Megatron-LM"); !why.empty()) return why;
+  return check_context_and_expert(model, cfg);
 }
 
 std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainConfig& cfg, std::string_view framework) {
@@ -39,7 +138,7 @@ std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainCo
     return "tensor parallel " + n(par.tensor) + " does not divide the " + n(model.n_heads) + " attention heads";
   if (model.kv_heads() % par.tensor != 0)
     return "tensor parallel " + n(par.tensor) + " does not divide the " + n(model.kv_heads()) + " key/value heads";
-  if (model.d_ffn() % par.tensor != 0)
+  if (!model.moe.active() && model.d_ffn() % par.tensor != 0)
     return "tensor parallel " + n(par.tensor) + " does not divide the feed-forward width " + n(model.d_ffn());
   if (par.pipeline > model.n_layers)
     return "pipeline parallel " + n(par.pipeline) + " is more stages than the " + n(model.n_layers) + " layers";
@@ -73,7 +172,16 @@ struct MegatronEvaluator::Costs : MicroBatchOpCosts {
   double tp_block_fwd_s = 0, tp_block_bwd_s = 0;  // one block's tensor-parallel collectives
   double tp_embed_s = 0, tp_head_fwd_s = 0, tp_head_bwd_s = 0;
   double p2p_s = 0;
+  // Context and expert parallelism, per block and micro-batch: the ring's exposed K/V exchange (and
+  // again before the backward under selective recompute), the dispatcher's all-to-alls, and for a
+  // mixture of experts under tensor parallelism the change from the dense MLP's all-gather and
+  // reduce-scatter of t tokens to those of the routed (and shared) experts' rows.
+  RingAttention ring;
+  double all_to_all_s = 0;            // one of the dispatcher's four
+  double cp_ep_block_fwd_s = 0, cp_ep_block_bwd_s = 0;
+  double ring_again_s = 0;            // selective: the forward ring's exposed exchange again
   std::vector<double> stage_params;   // local parameters per stage
+  std::vector<double> stage_master_params;  // of them, those whose fp32 master weights and moments the rank keeps
   std::vector<double> reduce_s;       // per stage: data-parallel gradient reduction
   std::vector<double> gather_s;       // per stage: distributed optimizer's parameter all-gather
   std::vector<double> optimizer_s;    // per stage
@@ -102,11 +210,12 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   c.layout = megatron_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const MegatronLayout& l = c.layout;
   const int64_t vocab = megatron_padded_vocab(model_.vocab_size, l.tp);
-  BlockShape shape = tensor_parallel_shape(block_shape(model_, cfg.micro_batch, cfg.seq_len, cfg.precision), l.tp,
-                                           par.sequence_parallel, vocab);
+  BlockShape shape = megatron_rank_shape(model_, cfg, vocab);
   shape.fp32_vocab_parallel_xent = true;  // Megatron's loss: ops.hpp
   static_cast<MicroBatchOpCosts&>(c) = cost_micro_batch_ops(cost_, shape);
+  context_and_expert_costs(c, shape, cfg);
   c.attention_again = cfg.checkpointing == Checkpointing::kSelective ? c.block_fwd.attention : 0.0;
+  c.ring_again_s = cfg.checkpointing == Checkpointing::kSelective ? c.ring.fwd_exposed_s : 0.0;
 
   // The tensor-parallel collectives: an all-reduce, or an all-gather plus a reduce-scatter (the same
   // time in the ring model), of one micro-batch's t x d activations.
@@ -132,8 +241,11 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
     c.p2p_s = 0;
   }
 
-  // Each stage's parameters (the rank's tensor-parallel slice), their gradient reduction and optimizer.
-  const double block = d(layer_parameter_count(model_)) / d(l.tp);
+  // Each stage's parameters (the rank's tensor-parallel slice, and 1/ep of the routed experts), their
+  // gradient reduction (grad_collective) and optimizer.
+  const double routed = routed_expert_params(model_);
+  const double expert_block = routed / d(l.tp * l.ep);
+  const double block = (d(layer_parameter_count(model_)) - routed) / d(l.tp) + expert_block;
   const double table = d(vocab) * d(model_.d_model) / d(l.tp);
   const double positions = model_.learned_positions()
                                ? d(model_.max_positions > 0 ? model_.max_positions : cfg.seq_len) * d(model_.d_model)
@@ -145,24 +257,28 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   c.reduce_s.assign(c.stage_params.size(), 0.0);
   c.gather_s.assign(c.stage_params.size(), 0.0);
   c.optimizer_s.assign(c.stage_params.size(), 0.0);
+  c.stage_master_params.assign(c.stage_params.size(), 0.0);
   for (int64_t s = 0; s < l.pp; ++s) {
     double p = layers_per_stage * block;
     if (s == 0) p += table + positions;
     if (s == l.pp - 1) p += final_norm + (!model_.tie_embeddings || l.pp > 1 ? table : 0.0);
     const size_t i = static_cast<size_t>(s);
     c.stage_params[i] = p;
-    const double shard = par.distributed_optimizer ? d(l.dp) : 1.0;
+    const double experts = layers_per_stage * expert_block, dense = p - experts;
     if (par.distributed_optimizer) {
-      c.reduce_s[i] = cost_.collective_seconds(CollectiveKind::kReduceScatter, p * gb, l.dp_group);
-      c.gather_s[i] = cost_.collective_seconds(CollectiveKind::kAllGather, p * 2.0, l.dp_group);
+      c.reduce_s[i] = grad_collective(cost_, CollectiveKind::kReduceScatter, dense * gb, experts * gb, l);
+      c.gather_s[i] = grad_collective(cost_, CollectiveKind::kAllGather, dense * 2.0, experts * 2.0, l);
     } else {
-      c.reduce_s[i] = cost_.collective_seconds(CollectiveKind::kAllReduce, p * gb, l.dp_group);
+      c.reduce_s[i] = grad_collective(cost_, CollectiveKind::kAllReduce, dense * gb, experts * gb, l);
     }
     // Adam over the rank's fp32 master parameters (or its shard), then the copy into the bf16 weights.
-    CategoryTotals opt = costed(cost_, optimizer_ops, p / shard);
+    const double master =
+        par.distributed_optimizer ? dense / d(l.grad_ranks()) + experts / d(l.expert_grad_ranks()) : p;
+    c.stage_master_params[i] = master;
+    CategoryTotals opt = costed(cost_, optimizer_ops, master);
     c.optimizer_s[i] = opt.total() + cost_.op_seconds(membound_op("optim.copy_to_model", MemKind::kCast,
-                                                                   static_cast<int64_t>(p / shard), 1, DType::kFp32,
-                                                                   4.0 * p / shard, 2.0 * p / shard));
+                                                                   static_cast<int64_t>(master), 1, DType::kFp32,
+                                                                   4.0 * master, 2.0 * master));
   }
   c.embedding_sync_s = l.pp > 1 && model_.tie_embeddings
                            ? cost_.collective_seconds(CollectiveKind::kAllReduce, table * gb, l.embedding_group)
@@ -173,9 +289,50 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   slice.n_kv_heads = model_.kv_heads() / l.tp;
   slice.n_heads = model_.n_heads / l.tp;
   slice.ffn_hidden = model_.d_ffn() / l.tp;
+  slice.moe = shape.moe;  // the experts' widths divided by the expert tensor parallel degree
   c.saved = {c.block_fwd.saved_bytes, c.embed_fwd.saved_bytes, c.head_fwd.saved_bytes, attention_only_saved_bytes(shape),
              block_backward_buffer_bytes(slice, shape.tokens(), cfg.precision)};
   return c;
+}
+
+// Context parallelism: the block's one attention (of the rank's s/cp tokens) becomes the ring's cp
+// steps, and its exposed exchange is communication the block waits for. Expert parallelism: the
+// token dispatcher's all-to-all (megatron/core/transformer/moe/token_dispatcher.py,
+// MoEAlltoAllTokenDispatcher, --moe-token-dispatcher-type alltoall) sends each of the rank's routed
+// rows (its t/tp tokens under sequence parallelism, times top_k, or the capacity's slots) to the
+// rank holding its expert before the experts and back after them, in the forward and again in the
+// backward: four all-to-alls of rows * d_model * bytes, of which (ep-1)/ep leaves the rank, on the
+// critical path (no --overlap-moe-expert-parallel-comm). With tensor parallelism the experts'
+// inputs are all-gathered over the (expert) tensor-parallel ranks after the all-to-all and
+// reduce-scattered before the return (gather_from_sequence_parallel_region, its reverse), over the
+// routed rows of the rank's t tokens where the dense MLP's ran over t tokens; the shared experts are
+// a dense MLP's own all-gather and reduce-scatter beside them.
+void MegatronEvaluator::context_and_expert_costs(Costs& c, const BlockShape& shape, const TrainConfig& cfg) const {
+  const MegatronLayout& l = c.layout;
+  c.ring = ring_attention(cost_, shape, l.cp, l.cp_group);
+  const double extra_steps = d(l.cp - 1);
+  c.block_fwd.attention += extra_steps * c.ring.step_fwd_s;
+  c.block_bwd.attention += extra_steps * c.ring.step_bwd_s;
+  c.block_fwd.kernels += 2.0 * extra_steps;  // an attention kernel and a send/receive per step
+  c.block_bwd.kernels += 2.0 * extra_steps;
+  c.cp_ep_block_fwd_s = c.ring.fwd_exposed_s;
+  c.cp_ep_block_bwd_s = c.ring.bwd_exposed_s;
+  c.all_to_all_s = 0;
+  if (!shape.moe.active()) return;
+  const double a = activation_bytes(cfg.precision);
+  const double dm = d(model_.d_model);
+  c.all_to_all_s = all_to_all_seconds(cost_, moe_dispatch_bytes(shape), l.ep_group);
+  const auto gather_scatter = [&](double tokens) {  // the time of an all-gather and a reduce-scatter
+    return cost_.collective_seconds(CollectiveKind::kAllReduce, tokens * dm * a, l.tp_group);
+  };
+  double tp_change = gather_scatter(d(moe_routed_rows(shape.moe, shape.tokens()))) - gather_scatter(d(shape.tokens()));
+  if (shape.moe.shared_experts > 0) tp_change += gather_scatter(d(shape.tokens()));
+  const double moe_s = 2.0 * c.all_to_all_s + tp_change;
+  c.cp_ep_block_fwd_s += moe_s;
+  c.cp_ep_block_bwd_s += moe_s;
+  const double launches = l.ep > 1 ? 2.0 : 0.0;
+  c.block_fwd.kernels += launches;
+  c.block_bwd.kernels += launches;
 }
 
 // The seconds of one micro-batch's forward and backward of every model chunk (fwd_s_, bwd_s_), and
@@ -199,10 +356,10 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
     host_extra += s - gpu;
     return s;
   };
-  const double f_pass = pass(c.block_fwd, c.tp_block_fwd_s, tp_launches, host.block_fwd);
+  const double f_pass = pass(c.block_fwd, c.tp_block_fwd_s + c.cp_ep_block_fwd_s, tp_launches, host.block_fwd);
   const double block_f = f_pass + params_.block_overhead_s;
-  const double block_b = pass(c.block_bwd, c.tp_block_bwd_s, tp_launches, host.block_bwd) + recompute * f_pass +
-                         c.attention_again + params_.block_overhead_s;
+  const double block_b = pass(c.block_bwd, c.tp_block_bwd_s + c.cp_ep_block_bwd_s, tp_launches, host.block_bwd) +
+                         recompute * f_pass + c.attention_again + c.ring_again_s + params_.block_overhead_s;
   host.block_bwd += recompute * host.block_fwd;
   fwd_s_.assign(static_cast<size_t>(chunks), layers_per_chunk * block_f);
   bwd_s_.assign(static_cast<size_t>(chunks), layers_per_chunk * block_b);
@@ -228,6 +385,7 @@ void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, c
   t.attention_s = per_layer_m * (c.block_fwd.attention * (1.0 + recompute) + c.block_bwd.attention + c.attention_again);
   t.other_compute_s = per_layer_m * (c.block_fwd.other * (1.0 + recompute) + c.block_bwd.other);
   double comm = per_layer_m * (c.tp_block_fwd_s * (1.0 + recompute) + c.tp_block_bwd_s);
+  comm += per_layer_m * (c.cp_ep_block_fwd_s * (1.0 + recompute) + c.cp_ep_block_bwd_s + c.ring_again_s);
   if (first) {
     t.gemm_s += md * (c.embed_fwd.gemm + c.embed_bwd.gemm);
     t.other_compute_s += md * (c.embed_fwd.other + c.embed_bwd.other + c.embed_fwd.attention);
@@ -325,7 +483,7 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
   const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
   const double layers_per_chunk = d(model_.n_layers) / d(l.pp * l.vp);
   const double a = activation_bytes(cfg.precision);
-  const double tokens = d(cfg.micro_batch) * d(cfg.seq_len);
+  const double tokens = d(cfg.micro_batch) * d(cfg.seq_len / l.cp);  // the rank's s/cp of each sequence
   const double input = tokens * d(model_.d_model) * a / (par.sequence_parallel ? d(l.tp) : 1.0);
   double per_layer = c.saved.block, rebuilt = 0;
   if (cfg.checkpointing == Checkpointing::kFull) {
@@ -335,14 +493,14 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
     per_layer = c.saved.block - c.saved.block_attention_only;
     rebuilt = c.saved.block_attention_only;
   }
-  const double state_per_param = 2.0 + megatron_grad_bytes(cfg.precision) +
-                                 12.0 / (par.distributed_optimizer ? d(l.dp) : 1.0);
+  const double weights_and_grads = 2.0 + megatron_grad_bytes(cfg.precision);
   MemoryBreakdown worst;
   for (int64_t s = 0; s < l.pp; ++s) {
     const int64_t warmup = l.vp > 1 ? (l.pp - s - 1) * 2 + (l.vp - 1) * l.pp + 1 : l.pp - s;
     const double in_flight = d(std::min(warmup, m * l.vp));
     MemoryBreakdown mb;
-    mb.sharded_state_bytes = c.stage_params[static_cast<size_t>(s)] * state_per_param;
+    mb.sharded_state_bytes = c.stage_params[static_cast<size_t>(s)] * weights_and_grads +
+                             12.0 * c.stage_master_params[static_cast<size_t>(s)];
     mb.activation_bytes = in_flight * layers_per_chunk * per_layer + rebuilt;
     if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.saved.embed;
     if (s == l.pp - 1) mb.activation_bytes += c.saved.head;

@@ -1,4 +1,4 @@
-// A Megatron-LM training step: tensor (and sequence), pipeline and data parallelism.
+// A Megatron-LM training step: tensor (and sequence), pipeline, context, expert and data parallelism.
 //
 // Each rank computes the tensor-parallel slice of its stage's layers (ops.hpp tensor_parallel_shape)
 // and, inside each block, waits for the activations' collectives over its tensor-parallel group:
@@ -17,6 +17,12 @@
 // bf16 parameters), exposed unless overlap_grad_reduce hides it behind the last micro-batch's
 // backward; the tied embedding's gradient is all-reduced between the first and last stage; then the
 // optimizer runs over the rank's parameters (or its 1/dp shard).
+//
+// Context parallelism (docs/frameworks.md) divides every sequence's tokens over cp ranks: each op
+// but the attention runs on s/cp tokens; the attention is ring_attention below. Expert parallelism
+// splits a mixture of experts' routed experts over ep ranks, with Megatron-Core's all-to-all token
+// dispatcher before and after them; the gradients of everything else are reduced over the dp*cp
+// ranks, the experts' over the dp*cp/ep expert-data-parallel ranks.
 #pragma once
 
 #include <memory>
@@ -40,6 +46,57 @@ std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& de
 // micro-batches; and the pipeline schedule's own limits (check_pipeline).
 std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainConfig& cfg, std::string_view framework);
 
+// The shape one rank computes (context, tensor and expert parallelism; `padded_vocab`:
+// megatron_padded_vocab): the sequence's s/cp tokens (each op but the attention runs on them; the
+// attention is ring_attention's), the tensor-parallel slice (tensor_parallel_shape), and for a
+// mixture of experts each routed and shared expert's width divided by the expert tensor parallel
+// degree, Megatron-Core's default of the tensor-parallel degree (megatron/training/arguments.py sets
+// expert_tensor_parallel_size = tensor_model_parallel_size when it is not given; tpsim has no
+// --expert-tensor-parallel-size), and the routed experts split over ep (BlockShape::ep).
+BlockShape megatron_rank_shape(const ModelConfig& model, const TrainConfig& cfg, int64_t padded_vocab);
+
+// What one rank of `rank_shape` holds for each of the token dispatcher's all-to-alls of a block:
+// its routed rows (moe_routed_rows of its row_tokens(): t/tp tokens under sequence parallelism,
+// times top_k, or the capacity's padded slots) of d_model activations. (ep-1)/ep of it leaves the
+// rank (all_to_all_seconds).
+double moe_dispatch_bytes(const BlockShape& rank_shape);
+
+// One rank's ring attention over one micro-batch of a block under context parallelism:
+// TransformerEngine's AttnFuncWithCPAndKVP2P (cp_comm_type "p2p"), which Megatron-Core's
+// TEDotProductAttention runs with --context-parallel-size. With causal load balancing each rank holds
+// chunks i and 2cp-1-i of the 2cp chunks of every sequence (Megatron's get_batch_on_this_cp_rank), so
+// `local` is the rank's shape with seq = s/cp. The rank computes its queries against every rank's
+// keys in cp steps: step 0 its own K/V, causal (an attention of `local`'s shape); each later step
+// one K/V block of another rank, of which the load balancing keeps exactly half of the (s/cp)^2
+// pairs unmasked, the same FLOPs as step 0's causal attention. So each step costs one causal
+// attention of `local`, and the cp steps together 1/cp of the full sequence's causal attention.
+// While step i computes, the K/V of step i+1 travel one hop around the ring (2 * t/cp * kv_dim
+// elements: K and V of the rank's tokens); step 0 waits for nothing, and each of the cp-1 exchanges
+// is exposed only where it takes longer than the step it overlaps. The backward runs the same ring
+// with dK and dV travelling beside K and V (twice the bytes per step), overlapped with each step's
+// attention backward. cp = 1: one attention, nothing exchanged. `ring`: the cp ranks' group
+// (MegatronLayout::cp_group), whose slowest hop each exchange waits for (ring_step_seconds).
+struct RingAttention {
+  double step_fwd_s = 0, step_bwd_s = 0;          // one step's attention forward and backward
+  double fwd_compute_s = 0, bwd_compute_s = 0;    // the cp steps'
+  double kv_bytes_per_step = 0;                   // K and V sent per step in the forward
+  double step_fwd_comm_s = 0, step_bwd_comm_s = 0;  // one exchange: K/V, and K/V with dK/dV
+  double fwd_exposed_s = 0, bwd_exposed_s = 0;    // what the steps' compute does not hide
+};
+RingAttention ring_attention(const CostModel& cost, const BlockShape& local, int64_t cp, const CommGroup& ring);
+
+// Seconds of one hop of a ring over `ring` carrying `bytes` from every member to the next at once:
+// within a node over the GPU's link; a ring spanning nodes waits for its hop between nodes, on NICs
+// that the groups_per_node rings crossing each node share.
+double ring_step_seconds(const CostModel& cost, double bytes, const CommGroup& ring);
+
+// Seconds of an all-to-all in which each of the group's ranks sends `bytes` (its whole buffer, an
+// equal part to every member, its own part staying) at once (NCCL's grouped send/recv, as
+// torch.distributed.all_to_all_single runs): (m-1)/n of it over the GPU's link to the m members on
+// its node, the rest through the node's NICs, which every member of the groups on the node uses at
+// once; the slower of the two, plus one hop's latency.
+double all_to_all_seconds(const CostModel& cost, double bytes, const CommGroup& group);
+
 // Parameters one rank of stage `stage` holds (its tensor-parallel slice), and bytes per parameter
 // of its weights, gradients and optimizer state.
 struct MegatronStageState {
@@ -57,6 +114,7 @@ class MegatronEvaluator {
  private:
   struct Costs;
   const Costs& costs(const TrainConfig& cfg);
+  void context_and_expert_costs(Costs& c, const BlockShape& shape, const TrainConfig& cfg) const;
   // The host's time beyond the GPU's per block forward and backward (with its recompute) and per
   // micro-batch on the first and last chunk.
   struct HostTime {

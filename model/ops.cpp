@@ -419,7 +419,7 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
 
 Ffn expert_ffn(const BlockShape& s) {
   const int64_t rows = moe_routed_rows(s.moe, s.tokens());
-  return {&kExpertFfn, rows, s.moe.d_expert, s.moe.experts, false, false, s.d_model, rows};
+  return {&kExpertFfn, rows, s.moe.d_expert, s.moe.experts / s.ep, false, false, s.d_model, rows};
 }
 Ffn shared_ffn(const BlockShape& s) {
   // The shared experts see every token: one dense FFN of their widths together (DeepSeek fuses

@@ -234,6 +234,10 @@ struct BlockShape {
   int64_t tp = 1;                  // tensor-parallel ranks the heads and FFN columns are split over
   bool sequence_parallel = false;  // the token-wise ops' rows split over the tp ranks too
   bool fp32_vocab_parallel_xent = false;  // Megatron's cross-entropy: PyTorch kernels over fp32 logits
+  // Expert-parallel ranks the routed experts are split over (Megatron-LM's --expert-model-parallel-size):
+  // this rank's grouped GEMMs run moe.experts / ep experts over as many rows in all as without it
+  // (the ep ranks' tokens routed to them, balanced).
+  int64_t ep = 1;
 
   int64_t tokens() const { return batch * seq; }
   // Rows of the token-wise ops (norms, residual adds) and of what the column-parallel linears keep of

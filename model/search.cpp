@@ -122,6 +122,27 @@ std::vector<int64_t> divisors(int64_t n) {
   return low;
 }
 
+// Context parallel degrees worth searching for `base` under tensor parallel `tp`: 1 below 8192 tokens
+// per sequence (the ring's K/V exchange then rivals the attention it overlaps, and what cp saves,
+// activation memory, recompute and pipeline stages save as well); from 8192 up the powers of two
+// that split the sequence into 2cp equal chunks, leave each rank at least 4096 tokens of it and fit
+// in the GPUs beside tp. Powers of two only, as for tp, so that a long-sequence point adds at most
+// log2(seq/4096) degrees (five at 65536) and shorter ones none: the megatron sweep stays within
+// its time.
+std::vector<int64_t> searched_context(const TrainConfig& base, int64_t tp) {
+  std::vector<int64_t> out = {1};
+  if (base.seq_len < 8192) return out;
+  for (int64_t cp = 2; base.seq_len % (2 * cp) == 0 && base.seq_len / cp >= 4096 && tp * cp <= base.n_gpus; cp *= 2)
+    out.push_back(cp);
+  return out;
+}
+
+// Expert parallel degrees: the divisors of a mixture of experts' expert count (check_layout keeps
+// those dividing data x context parallel); 1 for a dense model.
+std::vector<int64_t> searched_expert(const ModelConfig& model) {
+  return model.moe.active() ? divisors(model.moe.experts) : std::vector<int64_t>{1};
+}
+
 // The micro-batches a megatron layout can run, ascending: the divisors of the per-replica batch,
 // and under interleaved 1F1B only those leaving a multiple of the pipeline stages of micro-batches.
 std::vector<int64_t> megatron_micro_batches(const TrainConfig& cfg) {
@@ -146,8 +167,8 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
   for (int64_t tp : axis(a.tensor, searched_tensor(model, device)))
     for (int64_t pp : axis(a.pipeline, divisors(model.n_layers)))
       for (int64_t vp : axis(a.virtual_stages, pp > 1 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1}))
-        for (int64_t cp : axis(a.context, {1}))
-          for (int64_t ep : axis(a.expert, {1}))
+        for (int64_t cp : axis(a.context, searched_context(base, tp)))
+          for (int64_t ep : axis(a.expert, searched_expert(model)))
             for (bool sp : axis(a.sequence_parallel, {tp > 1}))
               for (bool dist_opt : axis(a.distributed_optimizer, {true})) {
                 p.tensor = tp, p.pipeline = pp, p.virtual_stages = vp, p.context = cp, p.expert = ep;

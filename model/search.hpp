@@ -54,7 +54,10 @@ TrainConfig with_layout(TrainConfig base, const Layout& layout);
 //     width (Megatron-LM's column/row-parallel split; TP beyond a node crosses the slow network);
 //   pipeline: the divisors of the layer count (Megatron-LM's even split of layers over stages);
 //   virtual_stages: 1, and 2 and 4 where pipeline > 1 and each model chunk gets whole layers;
-//   context, expert: 1 (their costs come later; the axes are kept);
+//   context: 1 below 8192 tokens per sequence; from 8192 up also the powers of two splitting the
+//     sequence into 2cp equal chunks with at least 4096 tokens per rank (search.cpp
+//     searched_context);
+//   expert: the divisors of the experts of a mixture-of-experts model (1 for a dense one);
 //   sequence_parallel: on wherever tensor > 1 (Megatron-LM's recommended setting);
 //   distributed_optimizer: on (ZeRO-1, Megatron-LM's --use-distributed-optimizer).
 // A layout keeps tensor x pipeline x context dividing the GPU count and data parallel (the rest)

@@ -1,5 +1,5 @@
 // Megatron-LM layouts: tensor-parallel shapes, the FLOPs and memory of a rank against hand-computed
-// cases, the rank groups, and the layouts that cannot run.
+// cases, the rank groups, context and expert parallelism, and the layouts that cannot run.
 #define BOOST_TEST_MODULE megatron
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -119,6 +119,21 @@ BOOST_AUTO_TEST_CASE(rank_groups_follow_megatrons_order) {
   BOOST_TEST(one.stage_link_crosses_nodes);  // stages 4 ranks apart: pp 4 spans two nodes
   par.pipeline = 2;
   BOOST_TEST(!megatron_layout(par, 8, 8).stage_link_crosses_nodes);
+  // tp 2, cp 2, ep 4 on 64 GPUs (dp 16): the context ranks 2 apart; the gradient group all dp x cp =
+  // 32 ranks 2 apart (four per node, eight nodes, two groups per node); the ep ranks 2 apart inside a
+  // node (the expert generator: expert tensor parallel 2, then ep); the expert-data-parallel group the
+  // 32 / 4 = 8 ranks 8 apart, one per node, every GPU of a node in its own.
+  Parallelism moe;
+  moe.framework = Framework::kMegatron;
+  moe.tensor = 2;
+  moe.context = 2;
+  moe.expert = 4;
+  const MegatronLayout m = megatron_layout(moe, 64, 8);
+  BOOST_TEST(m.dp == 16);
+  BOOST_TEST((m.cp_group.ranks == 2 && m.cp_group.nodes == 1));
+  BOOST_TEST((m.dp_group.ranks == 32 && m.dp_group.nodes == 8 && m.dp_group.groups_per_node == 2));
+  BOOST_TEST((m.ep_group.ranks == 4 && m.ep_group.nodes == 1));
+  BOOST_TEST((m.expert_dp_group.ranks == 8 && m.expert_dp_group.nodes == 8 && m.expert_dp_group.groups_per_node == 8));
 }
 
 BOOST_FIXTURE_TEST_CASE(memory_of_a_stage_is_its_parameters_and_in_flight_activations, Fixture) {
@@ -188,7 +203,9 @@ BOOST_FIXTURE_TEST_CASE(layouts_that_cannot_run_are_one_line_errors, Fixture) {
   BOOST_TEST(contains(why(c), "micro-batch 3 does not divide"));
   c = megatron(8, 2, 1, 8, 1);
   c.parallel.context = 2;
-  BOOST_TEST(contains(why(c), "context parallelism (2) is not modelled yet"));
+  c.seq_len = 1022;  // 1022 tokens do not split into 4 equal chunks
+  BOOST_TEST(contains(why(c), "context parallel 2 does not split the sequence length 1022 into 4 equal chunks"));
+  c.seq_len = 1024;
   c.parallel.context = 1;
   c.parallel.virtual_stages = 2;
   BOOST_TEST(contains(why(c), "need pipeline parallelism of at least 2"));
@@ -244,7 +261,218 @@ Op op_named(const OpList& ops, std::string_view name) {
   BOOST_FAIL("no op " << name);
   return Op{};
 }
+
+// Mixtral 8x7B as the catalogue gives it: d 4096, 32 heads over 8 K/V heads, 32 layers, 8 experts of
+// SwiGLU width 14336, top 2, vocabulary 32000, untied embeddings.
+const ModelConfig& mixtral() {
+  static const ModelCatalog catalog = ModelCatalog::load_default();
+  return catalog.get("mixtral-8x7b");
+}
+
+// gpt_1024 with its learned positions sized by the run's sequence (MPT's convention), for long sequences.
+ModelConfig gpt_long() {
+  ModelConfig m = gpt_1024();
+  m.max_positions = 0;
+  return m;
+}
+
+TrainConfig with_cp_ep(TrainConfig c, int64_t cp, int64_t ep) {
+  c.parallel.context = cp;
+  c.parallel.expert = ep;
+  return c;
+}
+
+// The FLOPs of a block's ops other than the attention kernel.
+double non_attention_flops(void (*build)(const BlockShape&, OpSink&), const BlockShape& s) {
+  OpList ops;
+  build(s, ops);
+  double f = 0;
+  for (const Op& op : ops)
+    if (op.kind == OpKind::kGemm || op.kind == OpKind::kMemoryBound) f += op.flops;
+  return f;
+}
+
 }  // namespace
+
+BOOST_AUTO_TEST_CASE(context_parallelism_halves_a_ranks_flops) {
+  // cp 2: every GEMM of the rank runs on s/2 tokens, and the ring's two steps, each a causal
+  // attention over the rank's s/2 queries, do half the full sequence's causal attention.
+  const ModelConfig m = gpt_long();
+  TrainConfig c = megatron(4, 2, 1, 8, 2);
+  c.seq_len = 4096;
+  const int64_t vocab = megatron_padded_vocab(m.vocab_size, 2);
+  const BlockShape whole = megatron_rank_shape(m, c, vocab);
+  const BlockShape half = megatron_rank_shape(m, with_cp_ep(c, 2, 1), vocab);
+  BOOST_TEST(half.seq == 2048);
+  BOOST_TEST(half.tokens() * 2 == whole.tokens());
+  for (auto build : {block_forward_ops, block_backward_ops})
+    BOOST_TEST(2.0 * non_attention_flops(build, half) == non_attention_flops(build, whole), tt::tolerance(1e-12));
+  const Op full_fwd = attention_op("a", OpKind::kAttentionFwd, whole);
+  const Op step_fwd = attention_op("a", OpKind::kAttentionFwd, half);
+  BOOST_TEST(2.0 * step_fwd.flops == full_fwd.flops / 2.0, tt::tolerance(1e-12));  // two steps, half the work
+  // Hand: 2 steps x 2*b*h*(s/2)^2*dh = b*h*s^2*dh with b 2, 8 heads (16 / tp 2), dh 64.
+  BOOST_TEST(2.0 * step_fwd.flops == 2.0 * 8.0 * 4096.0 * 4096.0 * 64.0, tt::tolerance(1e-12));
+}
+
+BOOST_FIXTURE_TEST_CASE(the_ring_exchanges_k_and_v_per_step_behind_the_steps_attention, Fixture) {
+  // Llama-like GQA: 8 K/V heads of 128. A rank of cp 4 holds b*s/4 = 2*8192/4 tokens; each step sends
+  // their K and V: 2 * 4096 * 1024 * 2 bytes (bf16). Exposed: 3 exchanges, each beyond its step.
+  const ModelConfig m = test::llama(4096, 32, 8, 32, 14336, 128256);
+  TrainConfig c = megatron(4, 1, 1, 8, 2);
+  c.precision = Precision::kAmpBf16;
+  c.seq_len = 8192;
+  const TrainConfig cp4 = with_cp_ep(c, 4, 1);
+  const BlockShape local = megatron_rank_shape(m, cp4, megatron_padded_vocab(m.vocab_size, 1));
+  const CostModel cost(device, profile.params);
+  const MegatronLayout l = megatron_layout(cp4.parallel, 4, device.gpus_per_node);
+  BOOST_TEST(l.cp_group.ranks == 4);
+  BOOST_TEST(l.cp_group.nodes == 1);
+  const RingAttention r = ring_attention(cost, local, 4, l.cp_group);
+  const double kv = 2.0 * 4096.0 * 1024.0 * 2.0;
+  BOOST_TEST(r.kv_bytes_per_step == kv, tt::tolerance(1e-12));
+  const CostParams& p = profile.params;
+  const double link = device.intra_node_bytes_per_s * p.intra_node_link_efficiency;
+  BOOST_TEST(r.step_fwd_comm_s == kv / link + p.intra_node_latency_s, tt::tolerance(1e-12));
+  BOOST_TEST(r.step_bwd_comm_s == 2.0 * kv / link + p.intra_node_latency_s, tt::tolerance(1e-12));
+  BOOST_TEST(r.fwd_compute_s == 4.0 * cost.op_seconds(attention_op("a", OpKind::kAttentionFwd, local)),
+             tt::tolerance(1e-12));
+  BOOST_TEST(r.fwd_exposed_s == 3.0 * std::max(r.step_fwd_comm_s - r.step_fwd_s, 0.0), tt::tolerance(1e-12));
+  BOOST_TEST(r.bwd_exposed_s == 3.0 * std::max(r.step_bwd_comm_s - r.step_bwd_s, 0.0), tt::tolerance(1e-12));
+  // cp 1: one attention, nothing exchanged.
+  const RingAttention one = ring_attention(cost, megatron_rank_shape(m, c, m.vocab_size), 1, CommGroup{});
+  BOOST_TEST(one.fwd_exposed_s + one.bwd_exposed_s + one.kv_bytes_per_step == 0.0);
+  // Across nodes the exchange waits for the hop between nodes, on NICs shared by the rings crossing
+  // them: cp 4 of ranks 8 apart on nodes of 8 puts every member on its own node, 8 rings per node.
+  const CommGroup far = strided_group(4, 8, 8);
+  const double nic = device.inter_node_bytes_per_s * p.inter_node_link_efficiency / 8.0;
+  BOOST_TEST(ring_step_seconds(cost, kv, far) == kv / nic + p.inter_node_latency_s, tt::tolerance(1e-12));
+}
+
+BOOST_FIXTURE_TEST_CASE(context_parallelism_halves_activations_and_reduces_over_data_and_context, Fixture) {
+  // 8 GPUs, tp 2: cp 1 (dp 4) against cp 2 (dp 2), one micro-batch in flight (pp 1). Every saved
+  // byte is per token, so the activations halve exactly; the parameters are the same.
+  const ModelConfig m = gpt_long();
+  TrainConfig c = megatron(8, 2, 1, 16, 2);
+  c.seq_len = 4096;
+  c.parallel.sequence_parallel = true;
+  MegatronEvaluator e(m, device, profile.params);
+  const MemoryBreakdown one = e.memory(c);
+  const MemoryBreakdown two = e.memory(with_cp_ep(c, 2, 1));
+  BOOST_TEST_REQUIRE(check_config(m, device, profile.params, with_cp_ep(c, 2, 1)).empty());
+  BOOST_TEST(two.activation_bytes * 2.0 == one.activation_bytes, tt::tolerance(1e-12));
+  BOOST_TEST(two.transient_bytes * 2.0 == one.transient_bytes, tt::tolerance(1e-12));
+  BOOST_TEST(two.sharded_state_bytes == one.sharded_state_bytes, tt::tolerance(1e-12));
+  // The distributed optimizer shards over the dp*cp = 4 ranks of the gradient group in both.
+  c.parallel.distributed_optimizer = true;
+  BOOST_TEST(e.memory(with_cp_ep(c, 2, 1)).sharded_state_bytes == e.memory(c).sharded_state_bytes,
+             tt::tolerance(1e-12));
+  // Megatron's order tp-cp-ep-dp-pp: cp ranks 2 apart; the gradient group all dp x cp = 4 ranks, 2 apart.
+  const MegatronLayout l = megatron_layout(with_cp_ep(c, 2, 1).parallel, 8, 8);
+  BOOST_TEST(l.cp_group.ranks == 2);
+  BOOST_TEST(l.dp_group.ranks == 4);
+  BOOST_TEST(l.grad_ranks() == 4);
+  // The step's attention: 24 layers x 4 micro-batches (8 sequences per replica, 2 each) of the ring's
+  // two steps forward and backward.
+  c.parallel.distributed_optimizer = false;
+  const TrainConfig cp2 = with_cp_ep(c, 2, 1);
+  const Prediction p2 = predict(m, device, profile.params, cp2);
+  const CostModel cost(device, profile.params);
+  const RingAttention r = ring_attention(cost, megatron_rank_shape(m, cp2, megatron_padded_vocab(m.vocab_size, 2)), 2,
+                                         l.cp_group);
+  BOOST_TEST(p2.time.attention_s == 24.0 * 4.0 * (r.fwd_compute_s + r.bwd_compute_s), tt::tolerance(1e-9));
+  const StepBreakdown& b = p2.time;
+  BOOST_TEST(b.gemm_s + b.attention_s + b.other_compute_s + b.exposed_comm_s + b.optimizer_s + b.overhead_s +
+                 b.pipeline_bubble_s == p2.step_s, tt::tolerance(1e-6));
+}
+
+BOOST_FIXTURE_TEST_CASE(context_and_expert_layouts_that_cannot_run_are_one_line_errors, Fixture) {
+  const auto why = [&](const ModelConfig& m, const TrainConfig& c) { return check_config(m, device, profile.params, c); };
+  TrainConfig c = megatron(8, 2, 1, 8, 1);
+  c.seq_len = 1000;  // 1000 = 8 x 125: cp 4 divides it, 2cp = 8 chunks too; cp 8 needs 16 chunks
+  c.n_gpus = 16;
+  c.global_batch = 16;
+  BOOST_TEST(why(gpt_1024(), with_cp_ep(c, 4, 1)).empty());
+  c.n_gpus = 32;
+  c.global_batch = 32;
+  BOOST_TEST(contains(why(gpt_1024(), with_cp_ep(c, 8, 1)), "context parallel 8 does not split the sequence length 1000 into 16 equal chunks"));
+  c = megatron(8, 2, 1, 8, 1);
+  ModelConfig unfused = gpt_1024();
+  unfused.unfused_attention = true;
+  BOOST_TEST(contains(why(unfused, with_cp_ep(c, 2, 1)), "context parallel 2 needs flash (fused) attention"));
+  BOOST_TEST(contains(why(gpt_1024(), with_cp_ep(c, 1, 2)), "expert parallel 2 needs a mixture-of-experts model"));
+  TrainConfig moe = megatron(24, 1, 1, 24, 1);
+  moe.precision = Precision::kAmpBf16;
+  BOOST_TEST(contains(why(mixtral(), with_cp_ep(moe, 1, 3)), "expert parallel 3 does not divide the 8 experts"));
+  moe = megatron(4, 1, 1, 4, 1);
+  moe.precision = Precision::kAmpBf16;
+  BOOST_TEST(contains(why(mixtral(), with_cp_ep(moe, 1, 8)), "expert parallel 8 does not divide data x context parallel 4"));
+  moe = megatron(8, 2, 1, 8, 1);
+  moe.precision = Precision::kAmpBf16;
+  BOOST_TEST(contains(why(mixtral(), moe), "needs sequence parallelism (--sp)"));
+  moe.parallel.sequence_parallel = true;
+  BOOST_TEST(why(mixtral(), with_cp_ep(moe, 1, 4)).empty());
+  for (const std::string& line : {why(unfused, with_cp_ep(c, 2, 1)), why(mixtral(), with_cp_ep(moe, 1, 3))})
+    BOOST_TEST(line.find('\n') == std::string::npos);
+}
+
+BOOST_FIXTURE_TEST_CASE(expert_parallelism_splits_the_experts_and_dispatches_by_all_to_all, Fixture) {
+  // Mixtral on one node of 8, tp 1, dp 8, micro-batch 1 of 4096 tokens, bf16: each all-to-all holds
+  // the rank's 4096 x top 2 routed rows of 4096 activations, (ep-1)/ep of which leave the rank over
+  // NVLink. The rank keeps 8/ep experts: its parameters are the rest of the model plus 1/ep of the
+  // routed experts' 32 x 8 x 3 x 4096 x 14336 weights; the distributed optimizer shards the experts'
+  // state over the 8/ep expert-data-parallel ranks and the rest over the 8 data-parallel ranks.
+  const ModelConfig& m = mixtral();
+  TrainConfig c = megatron(8, 1, 1, 8, 1);
+  c.precision = Precision::kAmpBf16;
+  c.seq_len = 4096;
+  const CostModel cost(device, profile.params);
+  const CostParams& p = profile.params;
+  const double link = device.intra_node_bytes_per_s * p.intra_node_link_efficiency;
+  const double routed = 32.0 * 8.0 * 3.0 * 4096.0 * 14336.0;
+  const double total = static_cast<double>(parameter_count(m, 4096));
+  const double padded_table = 32000.0 * 4096.0;  // 32000 is a multiple of 128: Megatron pads nothing
+  MegatronEvaluator e(m, device, profile.params);
+  for (int64_t ep : {1, 2, 4, 8}) {
+    BOOST_TEST_CONTEXT("ep " << ep) {
+      const TrainConfig cfg = with_cp_ep(c, 1, ep);
+      BOOST_TEST_REQUIRE(check_config(m, device, profile.params, cfg).empty());
+      const BlockShape s = megatron_rank_shape(m, cfg, 32000);
+      BOOST_TEST(moe_dispatch_bytes(s) == 4096.0 * 2.0 * 4096.0 * 2.0, tt::tolerance(1e-12));
+      const MegatronLayout l = megatron_layout(cfg.parallel, 8, 8);
+      BOOST_TEST(l.ep_group.ranks == ep);
+      BOOST_TEST(l.expert_grad_ranks() == 8 / ep);
+      const double e_ep = static_cast<double>(ep);
+      const double expected_a2a = ep == 1 ? 0.0 : (e_ep - 1.0) / e_ep * moe_dispatch_bytes(s) / link + p.intra_node_latency_s;
+      BOOST_TEST(all_to_all_seconds(cost, moe_dispatch_bytes(s), l.ep_group) == expected_a2a, tt::tolerance(1e-12));
+      // Local parameters: everything, less the (ep-1)/ep of the routed experts held elsewhere.
+      const double local = total - routed + routed / e_ep;
+      BOOST_TEST(total == static_cast<double>(layer_parameter_count(m)) * 32.0 + 2.0 * padded_table + 4096.0);
+      BOOST_TEST(e.memory(cfg).sharded_state_bytes == 18.0 * local, tt::tolerance(1e-12));
+      TrainConfig dist = cfg;
+      dist.parallel.distributed_optimizer = true;
+      const double master = (local - routed / e_ep) / 8.0 + (routed / e_ep) / (8.0 / e_ep);
+      BOOST_TEST(e.memory(dist).sharded_state_bytes == 6.0 * local + 12.0 * master, tt::tolerance(1e-12));
+      const Prediction pr = predict(m, device, profile.params, cfg);
+      BOOST_TEST(std::isfinite(pr.step_s));
+      BOOST_TEST(pr.step_s > 0.0);
+    }
+  }
+  // Across nodes: ep 16 of consecutive ranks on two nodes of 8. Each rank sends 7/16 of its buffer
+  // over NVLink and 8/16 off the node, through NICs its node's 8 ranks share: 8 x B / 2 per node.
+  const double buffer = 64.0 * 1024.0 * 1024.0;
+  const CommGroup two_nodes = strided_group(16, 1, 8);
+  const double nic = device.inter_node_bytes_per_s * p.inter_node_link_efficiency;
+  BOOST_TEST(all_to_all_seconds(cost, buffer, two_nodes) ==
+                 std::max(7.0 / 16.0 * buffer / link, 8.0 * buffer / 2.0 / nic) + p.inter_node_latency_s,
+             tt::tolerance(1e-12));
+  // The experts' GEMMs: 8/ep groups over the same routed rows, the same FLOPs.
+  const BlockShape s1 = megatron_rank_shape(m, c, 32000), s4 = megatron_rank_shape(m, with_cp_ep(c, 1, 4), 32000);
+  BOOST_TEST(flops_of(block_forward_ops, s1) == flops_of(block_forward_ops, s4), tt::tolerance(1e-12));
+  OpList ops;
+  block_forward_ops(s4, ops);
+  for (const Op& op : ops)
+    if (std::string(op.name) == "moe.experts.up_proj.fwd") BOOST_TEST(op.batch == 2);
+}
 
 BOOST_AUTO_TEST_CASE(fused_softmax_falls_back_to_pytorch_in_fp32_where_its_kernel_cannot_run) {
   // Megatron's fused causal softmax needs batch x local heads to be a multiple of 4: 16 heads over

@@ -3,6 +3,7 @@
 // dominated choices) must never change what it finds.
 #define BOOST_TEST_MODULE search
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <tuple>
 
 #include "common.hpp"
@@ -352,5 +353,128 @@ BOOST_AUTO_TEST_CASE(megatron_searches_as_the_brute_force_does) {
         BOOST_TEST(fast.best_prediction.step_s == best->prediction.step_s);
       }
     }
+  }
+}
+
+namespace {
+
+// A small mixture of experts (Mixtral's shape, narrowed): d 1024, 16 heads over 8 K/V heads, 8
+// layers, 8 experts of SwiGLU width 1024, top 2.
+ModelConfig small_moe() {
+  ModelConfig m = test::llama(1024, 16, 8, 8, 3584, 32000);
+  m.name = "small-moe";
+  m.moe = {.experts = 8, .top_k = 2, .d_expert = 1024};
+  return m;
+}
+
+template <typename Get>
+std::vector<int64_t> values_of(const std::vector<Layout>& layouts, Get get) {
+  std::vector<int64_t> v;
+  for (const Layout& l : layouts)
+    if (std::find(v.begin(), v.end(), get(l.parallel)) == v.end()) v.push_back(get(l.parallel));
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// Megatron's search against the brute force over its layouts (kAllThatFit: the same configurations
+// in the same order; kFastest: the same step time).
+void check_megatron_search(const ModelConfig& model, const DeviceSpec& d, const CostParams& params,
+                           const TrainConfig& base, const SearchSpace& space) {
+  std::vector<Candidate> fitting;
+  for (const Layout& l : space.layouts(model, d, base))
+    for (int64_t mb = 1; mb <= with_layout(base, l).per_device_batch(); ++mb) {
+      TrainConfig cfg = with_layout(base, l);
+      cfg.micro_batch = mb;
+      if (!check_layout(model, cfg).empty() || !check_config(model, d, params, cfg).empty()) continue;
+      const Prediction p = predict(model, d, params, cfg);
+      if (p.fits()) fitting.push_back({cfg, p});
+    }
+  const SearchResult all = search(model, d, params, base, space, SearchGoal::kAllThatFit);
+  BOOST_TEST_REQUIRE(all.fitting.size() == fitting.size());
+  for (size_t i = 0; i < fitting.size(); ++i) {
+    BOOST_TEST((all.fitting[i].cfg.parallel == fitting[i].cfg.parallel));
+    BOOST_TEST(all.fitting[i].cfg.micro_batch == fitting[i].cfg.micro_batch);
+  }
+  const SearchResult fast = search(model, d, params, base, space, SearchGoal::kFastest);
+  BOOST_TEST(fast.found == !fitting.empty());
+  if (fast.found) {
+    const auto best = std::min_element(fitting.begin(), fitting.end(), [](const Candidate& a, const Candidate& b) {
+      return a.prediction.step_s < b.prediction.step_s;
+    });
+    BOOST_TEST(fast.best_prediction.step_s == best->prediction.step_s);
+  }
+}
+
+}  // namespace
+
+// Context parallel degrees are searched from 8192 tokens up: powers of two leaving each rank at
+// least 4096 tokens and fitting beside tensor parallelism. MPT 7b (32 heads, 32 layers) on 16 H100s.
+BOOST_AUTO_TEST_CASE(megatron_searches_context_parallelism_on_long_sequences) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  const ModelConfig& model = catalog.get("7b");
+  const DeviceSpec d = load_device("h100_80gb");
+  SearchSpace space;
+  space.framework = Framework::kMegatron;
+  TrainConfig base;
+  base.n_gpus = 16;
+  base.global_batch = 16;
+  const auto cp_of = [](const Parallelism& p) { return p.context; };
+  base.seq_len = 4096;
+  BOOST_TEST((values_of(space.layouts(model, d, base), cp_of) == std::vector<int64_t>{1}));
+  base.seq_len = 8192;
+  BOOST_TEST((values_of(space.layouts(model, d, base), cp_of) == std::vector<int64_t>{1, 2}));
+  base.seq_len = 32768;
+  const std::vector<Layout> layouts = space.layouts(model, d, base);
+  BOOST_TEST((values_of(layouts, cp_of) == std::vector<int64_t>{1, 2, 4, 8}));
+  for (const Layout& l : layouts) {
+    BOOST_TEST(l.parallel.expert == 1);  // dense
+    BOOST_TEST(base.n_gpus % (l.parallel.tensor * l.parallel.context * l.parallel.pipeline) == 0);
+  }
+  // A fixed degree is taken as given.
+  space.parallel.context = 16;
+  BOOST_TEST((values_of(space.layouts(model, d, base), cp_of) == std::vector<int64_t>{16}));
+}
+
+// Expert parallel degrees: the divisors of the experts that divide data x context parallel; only
+// for a mixture of experts. Mixtral (8 experts) on 8 H100s.
+BOOST_AUTO_TEST_CASE(megatron_searches_expert_parallelism_for_mixtures_of_experts) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  const DeviceSpec d = load_device("h100_80gb");
+  SearchSpace space;
+  space.framework = Framework::kMegatron;
+  TrainConfig base;
+  base.n_gpus = 8;
+  base.global_batch = 64;
+  base.seq_len = 4096;
+  const auto ep_of = [](const Parallelism& p) { return p.expert; };
+  const std::vector<Layout> layouts = space.layouts(catalog.get("mixtral-8x7b"), d, base);
+  BOOST_TEST((values_of(layouts, ep_of) == std::vector<int64_t>{1, 2, 4, 8}));
+  for (const Layout& l : layouts) {
+    const Parallelism& p = l.parallel;
+    BOOST_TEST((base.n_gpus / p.model_parallel() * p.context) % p.expert == 0);
+    BOOST_TEST(p.sequence_parallel == (p.tensor > 1));  // Megatron needs it for MoE with tp
+  }
+  BOOST_TEST((values_of(space.layouts(catalog.get("7b"), d, base), ep_of) == std::vector<int64_t>{1}));
+}
+
+BOOST_AUTO_TEST_CASE(megatron_searches_context_and_expert_parallelism_as_the_brute_force_does) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  const DeviceSpec d = load_device("h100_80gb");
+  const CostParams params = load_shipped_profile("h100_80gb").params;
+  SearchSpace space;
+  space.framework = Framework::kMegatron;
+  space.checkpointing = {Checkpointing::kNone, Checkpointing::kSelective, Checkpointing::kFull};
+  TrainConfig base;
+  base.n_gpus = 8;
+  base.micro_batch = 1;
+  BOOST_TEST_CONTEXT("125m at 16384") {
+    base.seq_len = 16384;
+    base.global_batch = 16;
+    check_megatron_search(catalog.get("125m"), d, params, base, space);
+  }
+  BOOST_TEST_CONTEXT("small MoE at 2048") {
+    base.seq_len = 2048;
+    base.global_batch = 32;
+    check_megatron_search(small_moe(), d, params, base, space);
   }
 }
