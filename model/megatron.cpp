@@ -144,7 +144,7 @@ std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainCo
     return "pipeline parallel " + n(par.pipeline) + " is more stages than the " + n(model.n_layers) + " layers";
   if (model.n_layers % (par.pipeline * par.virtual_stages) != 0)
     return "pipeline parallel " + n(par.pipeline) + " x virtual stages " + n(par.virtual_stages) +
-           " does not divide the " + n(model.n_layers) + " layers evenly";
+           " does not divide the " + n(model.n_layers) + " layers evenly (uneven pipeline splits are not modelled yet)";
   if (par.virtual_stages > 1 && par.pipeline < 2)
     return "virtual stages (" + n(par.virtual_stages) + ") need pipeline parallelism of at least 2";
   if (cfg.per_device_batch() % cfg.micro_batch != 0)
