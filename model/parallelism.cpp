@@ -97,18 +97,21 @@ FsdpLayout composer_layout(Sharding sharding, const Parallelism& par, int64_t n_
   return l;
 }
 
-CommGroup strided_group(int64_t ranks, int64_t stride, int64_t gpus_per_node) {
+CommGroup strided_group(int64_t ranks, int64_t stride, int64_t gpus_per_node, int64_t offsets) {
   CommGroup g;
   g.ranks = ranks;
+  if (offsets <= 0) offsets = stride;
   if (ranks <= 1 || ranks * stride <= gpus_per_node) return g;  // one node
   if (stride >= gpus_per_node) {
-    g.nodes = ranks;                 // every member on its own node
-    g.groups_per_node = gpus_per_node;
+    g.nodes = ranks;  // every member on its own node
   } else {
-    const int64_t per_node = gpus_per_node / stride;  // members sharing a node
-    g.nodes = (ranks + per_node - 1) / per_node;
-    g.groups_per_node = stride;
+    // The members are closer than a node: the group touches every node from its first member's to
+    // its last's. The count repeats with the offset's remainder by the node size.
+    for (int64_t o = 0; o < std::min(offsets, gpus_per_node); ++o)
+      g.nodes = std::max(g.nodes, (o + (ranks - 1) * stride) / gpus_per_node - o / gpus_per_node + 1);
+    if (g.nodes == 1) return g;
   }
+  g.groups_per_node = std::min(offsets, gpus_per_node);
   return g;
 }
 
@@ -132,7 +135,7 @@ MegatronLayout megatron_layout(const Parallelism& par, int64_t n_gpus, int64_t g
   l.stage_link_crosses_nodes = l.pp > 1 && stage_stride * l.pp > gpus_per_node;
   l.stage_link_sharers = std::min(stage_stride, gpus_per_node);
   // The first and last stage's ranks holding the same embedding slice: two ranks, (pp-1) strides apart.
-  l.embedding_group = l.pp > 1 ? strided_group(2, stage_stride * (l.pp - 1), gpus_per_node) : CommGroup{};
+  l.embedding_group = l.pp > 1 ? strided_group(2, stage_stride * (l.pp - 1), gpus_per_node, stage_stride) : CommGroup{};
   return l;
 }
 

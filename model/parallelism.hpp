@@ -62,8 +62,11 @@ FsdpLayout composer_layout(Sharding sharding, const Parallelism& par, int64_t n_
 
 // The group of `ranks` GPUs whose rank numbers are `stride` apart, on nodes of `gpus_per_node`
 // consecutive ranks: within one node when the group's span fits, else over as many nodes as it
-// reaches, with as many such groups crossing each node's NICs as share it.
-CommGroup strided_group(int64_t ranks, int64_t stride, int64_t gpus_per_node);
+// reaches, with as many such groups crossing each node's NICs as share it. The groups start at the
+// `offsets` consecutive ranks 0, 1, ... (0: `stride` of them, the groups interleaved); the slowest
+// (the one reaching the most nodes) sets the time. Megatron's embedding group, the first and last
+// stage's ranks (pp-1) stages apart, starts at each of the first stage's ranks only.
+CommGroup strided_group(int64_t ranks, int64_t stride, int64_t gpus_per_node, int64_t offsets = 0);
 
 // Megatron-LM's process groups (megatron/core/parallel_state.py, its default order "tp-cp-ep-dp-pp"):
 // tensor-parallel ranks consecutive (inside a node), then context, then data-parallel replicas,

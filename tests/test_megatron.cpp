@@ -119,6 +119,18 @@ BOOST_AUTO_TEST_CASE(rank_groups_follow_megatrons_order) {
   BOOST_TEST(one.stage_link_crosses_nodes);  // stages 4 ranks apart: pp 4 spans two nodes
   par.pipeline = 2;
   BOOST_TEST(!megatron_layout(par, 8, 8).stage_link_crosses_nodes);
+  // pp 4, dp 2 on one node of 8: the tied embedding's group pairs ranks 0 and 6 (and 1 and 7), six
+  // apart but inside the node (vTrain's single-node rows were costed across nodes before).
+  Parallelism deep;
+  deep.framework = Framework::kMegatron;
+  deep.pipeline = 4;
+  const MegatronLayout d8 = megatron_layout(deep, 8, 8);
+  BOOST_TEST(d8.embedding_group.ranks == 2);
+  BOOST_TEST(d8.embedding_group.nodes == 1);
+  // On 16 GPUs (dp 4) the pairs are 12 apart: ranks 0-3 with 12-15, across two nodes.
+  const MegatronLayout d16 = megatron_layout(deep, 16, 8);
+  BOOST_TEST(d16.embedding_group.nodes == 2);
+  BOOST_TEST(d16.embedding_group.groups_per_node == 4);
   // tp 2, cp 2, ep 4 on 64 GPUs (dp 16): the context ranks 2 apart; the gradient group all dp x cp =
   // 32 ranks 2 apart (four per node, eight nodes, two groups per node); the ep ranks 2 apart inside a
   // node (the expert generator: expert tensor parallel 2, then ep); the expert-data-parallel group the
