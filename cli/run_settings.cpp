@@ -87,6 +87,19 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
   cmd->add_option("--selective-ac-option", f.selective_ac,
                   "torchtitan's selective checkpointing: op (per-op, the default) or N (every N-th block in full)")
       ->type_name("op|N");
+  cmd->add_option("--first-stage-layers", f.first_stage_layers,
+                  "megatron: layers of the first pipeline stage, the rest split evenly (Megatron-Core's "
+                  "--decoder-first-pipeline-num-layers)");
+  cmd->add_option("--last-stage-layers", f.last_stage_layers,
+                  "megatron: layers of the last pipeline stage (--decoder-last-pipeline-num-layers)");
+  cmd->add_flag("--account-for-embedding", f.account_for_embedding,
+                "megatron: the embedding counts as a layer of the first stage in the pipeline split "
+                "(--account-for-embedding-in-pipeline-split)");
+  cmd->add_flag("--account-for-loss", f.account_for_loss,
+                "megatron: the loss counts as a layer of the last stage (--account-for-loss-in-pipeline-split)");
+  cmd->add_flag("--tp-comm-overlap", f.tp_comm_overlap,
+                "megatron: TransformerEngine's tensor-parallel communication overlap (userbuffers; needs --sp and "
+                "--tp > 1)");
 }
 
 namespace {
@@ -104,6 +117,28 @@ void check_torchtitan_flags(const ParallelFlags& f, ParallelSettings& s) {
   s.axes.async_tensor_parallel = f.async_tp;
   if (!f.selective_ac.empty() && f.selective_ac != "op")
     s.axes.selective_ac_layers = parse_count("--selective-ac-option", f.selective_ac, 1 << 20);
+}
+
+// megatron's own flags: the uneven pipeline split and TransformerEngine's TP communication overlap.
+void check_megatron_flags(const ParallelFlags& f, ParallelSettings& s) {
+  const std::pair<const char*, bool> given[] = {{"--first-stage-layers", !f.first_stage_layers.empty()},
+                                                {"--last-stage-layers", !f.last_stage_layers.empty()},
+                                                {"--account-for-embedding", f.account_for_embedding},
+                                                {"--account-for-loss", f.account_for_loss},
+                                                {"--tp-comm-overlap", f.tp_comm_overlap}};
+  for (const auto& [flag, on] : given)
+    if (on && s.framework != Framework::kMegatron)
+      throw Error(std::string(flag) + ": Megatron-Core's option; use --framework megatron");
+  if (f.tp_comm_overlap && f.sp == false)
+    throw Error("--tp-comm-overlap: TransformerEngine's TP communication overlap needs sequence parallelism (--no-sp given)");
+  if (f.tp_comm_overlap && s.axes.tensor == 1)
+    throw Error("--tp-comm-overlap: TransformerEngine's TP communication overlap needs --tp > 1");
+  ParallelAxes& a = s.axes;
+  if (!f.first_stage_layers.empty()) a.first_stage_layers = parse_count("--first-stage-layers", f.first_stage_layers, 1 << 20);
+  if (!f.last_stage_layers.empty()) a.last_stage_layers = parse_count("--last-stage-layers", f.last_stage_layers, 1 << 20);
+  a.account_for_embedding = f.account_for_embedding;
+  a.account_for_loss = f.account_for_loss;
+  a.tp_comm_overlap = f.tp_comm_overlap;
 }
 
 std::optional<int64_t> degree_flag(const std::string& flag, const std::string& text) {
@@ -152,6 +187,7 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
   a.shard_degree = mesh_degree_flag("--shard-degree", f.shard_degree);
   a.replicate_degree = mesh_degree_flag("--replicate-degree", f.replicate_degree);
   check_torchtitan_flags(f, s);
+  check_megatron_flags(f, s);
   if (s.framework != Framework::kComposer) {
     for (const auto& [flag, given] : {std::pair{"--shard-degree", a.shard_degree.has_value()},
                                       std::pair{"--replicate-degree", a.replicate_degree.has_value()}})
@@ -201,6 +237,9 @@ Parallelism fixed_parallelism(const ParallelSettings& s) {
   p.replicate_degree = a.replicate_degree.value_or(0);
   p.async_tensor_parallel = a.async_tensor_parallel;
   p.selective_ac_layers = a.selective_ac_layers;
+  p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
+  p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
+  p.tp_comm_overlap = a.tp_comm_overlap;
   return p;
 }
 

@@ -40,8 +40,11 @@ std::vector<Checkpointing> parse_ckpt_flag(const std::string& text, bool any_all
 std::string checkpointing_phrase(Checkpointing c);
 
 // --framework, --tp, --pp, --vp, --cp, --ep, --sp/--no-sp, --dist-opt/--no-dist-opt,
-// --overlap-grad-reduce, and torchtitan's --async-tp and --selective-ac-option: the text as given
-// (empty / unset: not given).
+// --overlap-grad-reduce, torchtitan's --async-tp and --selective-ac-option, and megatron's uneven
+// pipeline split (--first-stage-layers N, --last-stage-layers N: Megatron-Core's
+// --decoder-first/last-pipeline-num-layers; --account-for-embedding, --account-for-loss: its
+// --account-for-embedding/loss-in-pipeline-split) and --tp-comm-overlap (TransformerEngine's
+// userbuffers; needs --sp and --tp > 1): the text as given (empty / unset: not given).
 struct ParallelFlags {
   std::string framework, tp, pp, vp, cp, ep;
   std::optional<bool> sp, dist_opt;
@@ -49,6 +52,8 @@ struct ParallelFlags {
   std::string shard_degree, replicate_degree;  // composer: HSDP's mesh (--shard-degree, --replicate-degree)
   bool async_tp = false;
   std::string selective_ac;  // op, or a layer count N
+  std::string first_stage_layers, last_stage_layers;
+  bool account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false;
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);
 
@@ -57,7 +62,9 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);
 // predict). Under composer any model parallelism, --sp, --dist-opt or --overlap-grad-reduce is an
 // error ("composer runs FSDP without model parallelism; use --framework megatron"); --async-tp and
 // --selective-ac-option are errors outside torchtitan, --dist-opt, --no-dist-opt and
-// --overlap-grad-reduce under it (FSDP2 shards the optimizer state and overlaps its reductions).
+// --overlap-grad-reduce under it (FSDP2 shards the optimizer state and overlaps its reductions); the
+// uneven split's flags and --tp-comm-overlap are errors outside megatron, and --tp-comm-overlap with
+// --tp 1 or --no-sp.
 struct ParallelSettings {
   Framework framework = Framework::kComposer;
   bool framework_given = false;  // --framework given: the output shows the layout columns

@@ -203,7 +203,7 @@ const char* const kRequired[] = {"Model", "SeqLen (T)", "# GPUs", "GPU", "MicroB
 const char* const kGeneralColumns[] = {"Framework",        "Tensor Parallel",   "Pipeline Parallel",     "Virtual Stages",
                                        "Context Parallel", "Expert Parallel",   "Data Parallel",         "Sequence Parallel",
                                        "Recompute",        "Step Time (s)",     "Distributed Optimizer", "Overlap Grad Reduce",
-                                       "Attention"};
+                                       "Attention",        "TP Comm Overlap",   "Account For Embedding", "Account For Loss"};
 
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
@@ -291,6 +291,9 @@ class RowParser {
     if (cols_.has("Sequence Parallel")) par.sequence_parallel = cols_.boolean(cells, "Sequence Parallel", at);
     if (cols_.has("Distributed Optimizer")) par.distributed_optimizer = cols_.boolean(cells, "Distributed Optimizer", at);
     if (cols_.has("Overlap Grad Reduce")) par.overlap_grad_reduce = cols_.boolean(cells, "Overlap Grad Reduce", at);
+    if (cols_.has("TP Comm Overlap")) par.tp_comm_overlap = cols_.boolean(cells, "TP Comm Overlap", at);
+    if (cols_.has("Account For Embedding")) par.account_for_embedding = cols_.boolean(cells, "Account For Embedding", at);
+    if (cols_.has("Account For Loss")) par.account_for_loss = cols_.boolean(cells, "Account For Loss", at);
     const int64_t model_parallel = par.model_parallel();
     if (r.n_gpus % model_parallel != 0)
       throw Error(at + ": # GPUs " + std::to_string(r.n_gpus) + " is not a multiple of tensor x context x pipeline parallel " +

@@ -12,7 +12,9 @@
 // False or the default): `Framework` (composer, megatron, torchtitan; absent: the command's
 // --framework), `Tensor Parallel`, `Pipeline Parallel`, `Virtual Stages`, `Context Parallel`,
 // `Expert Parallel`, `Data Parallel` (checked against # GPUs over the model-parallel degrees),
-// `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce` (True/False), `Attention` (flash, or
+// `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce`, `TP Comm Overlap` (Megatron-Core's
+// --tp-comm-overlap), `Account For Embedding` and `Account For Loss` (its
+// --account-for-embedding/loss-in-pipeline-split: an uneven pipeline split) (True/False), `Attention` (flash, or
 // unfused: Megatron-LM's core attention, run without --use-flash-attn as every Megatron run before
 // 2023 was; see use_megatron_core_attention), `Recompute`
 // (none/selective/full: the same as `Activation Checkpointing`, one of which is required; both

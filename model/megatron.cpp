@@ -55,7 +55,8 @@ std::string check_context_and_expert(const ModelConfig& model, const TrainConfig
   const int64_t dp_cp = cfg.data_parallel() * par.context;
   if (dp_cp % par.expert != 0)
     return "expert parallel " + n(par.expert) + " does not divide data x context parallel " + n(dp_cp) +
-           " (Megatron carves the expert groups out of those ranks)";
+           " (Megatron carves the expert groups out of those ranks; an expert tensor parallel degree other than tp, "
+           "which would let them span tensor parallel too, is not modelled yet)";
   if (par.tensor > 1 && !par.sequence_parallel)
     return "a mixture of experts with tensor parallel " + n(par.tensor) +
            " needs sequence parallelism (--sp), as Megatron-LM asserts";
@@ -63,6 +64,25 @@ std::string check_context_and_expert(const ModelConfig& model, const TrainConfig
     return "tensor parallel " + n(par.tensor) + " (the experts' tensor parallel degree) does not divide the expert width " +
            n(e.d_expert % par.tensor != 0 ? e.d_expert : e.d_shared);
   return {};
+}
+
+// One rank's model for its backward buffers: the model with its tensor-parallel widths, and `moe`,
+// the experts' widths divided by the expert tensor parallel degree.
+ModelConfig tensor_parallel_slice(const ModelConfig& model, int64_t tp, const MoeConfig& moe) {
+  ModelConfig slice = model;
+  slice.head_dim = model.d_head();
+  slice.n_kv_heads = model.kv_heads() / tp;
+  slice.n_heads = model.n_heads / tp;
+  slice.ffn_hidden = model.d_ffn() / tp;
+  slice.moe = moe;
+  return slice;
+}
+
+// Each stage's layers: the sum of its model chunks' (chunk k runs on stage k % pp).
+std::vector<int64_t> stage_layers_of(const std::vector<int64_t>& chunk_layers, int64_t pp) {
+  std::vector<int64_t> out(static_cast<size_t>(pp), 0);
+  for (size_t k = 0; k < chunk_layers.size(); ++k) out[k % out.size()] += chunk_layers[k];
+  return out;
 }
 
 }  // namespace
@@ -107,6 +127,105 @@ double all_to_all_seconds(const CostModel& cost, double bytes, const CommGroup& 
   return seconds + p.inter_node_latency_s;
 }
 
+std::string megatron_chunk_layers(int64_t n_layers, const Parallelism& par, std::vector<int64_t>& layers) {
+  const int64_t pp = par.pipeline, vp = par.virtual_stages, chunks = pp * vp;
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  layers.clear();
+  if (!par.uneven_pipeline()) {
+    if (n_layers % chunks != 0)
+      return "pipeline parallel " + n(pp) + " x virtual stages " + n(vp) + " does not divide the " + n(n_layers) +
+             " layers evenly (uneven splits: --first-stage-layers, --last-stage-layers, --account-for-embedding, "
+             "--account-for-loss)";
+    layers.assign(static_cast<size_t>(chunks), n_layers / chunks);
+    return {};
+  }
+  if (pp < 2) return "an uneven pipeline split needs pipeline parallel of at least 2";
+  if (chunks > n_layers) return "pipeline parallel " + n(pp) + " x virtual stages " + n(vp) + " is more model chunks than the " + n(n_layers) + " layers";
+  const int64_t first = par.first_stage_layers, last = par.last_stage_layers;
+  const bool fixed = first > 0 || last > 0;
+  if (fixed && (par.account_for_embedding || par.account_for_loss))
+    return "first or last stage layers cannot be combined with counting the embedding or loss as layers (Megatron-Core "
+           "refuses both)";
+  layers.assign(static_cast<size_t>(chunks), 0);
+  if (fixed) {
+    const int64_t between = pp - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);  // stages that split the rest
+    const int64_t rest = n_layers - first - last;
+    if (rest < 0 || (between == 0 && rest != 0))
+      return "first stage layers " + n(first) + " and last stage layers " + n(last) + " do not sum to the " +
+             n(n_layers) + " layers with " + n(between) + " stages between them";
+    if (first % vp != 0 || last % vp != 0)
+      return "virtual stages " + n(vp) + " do not divide the first or last stage's layers (" + n(first) + ", " +
+             n(last) + ")";
+    if (between > 0 && rest % (between * vp) != 0)
+      return "the " + n(rest) + " layers between the first and last stage do not split evenly over " + n(between) +
+             " stages x virtual stages " + n(vp);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t s = c % pp;
+      layers[static_cast<size_t>(c)] = s == 0 && first > 0        ? first / vp
+                                       : s == pp - 1 && last > 0 ? last / vp
+                                                                 : rest / (between * vp);
+    }
+  } else {
+    const int64_t counted = n_layers + (par.account_for_embedding ? 1 : 0) + (par.account_for_loss ? 1 : 0);
+    if (counted % chunks != 0)
+      return "the " + n(n_layers) + " layers with the embedding or loss counted as layers (" + n(counted) +
+             ") do not split evenly over pipeline parallel " + n(pp) + " x virtual stages " + n(vp);
+    layers.assign(static_cast<size_t>(chunks), counted / chunks);
+    if (par.account_for_embedding) --layers.front();
+    if (par.account_for_loss) --layers.back();
+  }
+  for (int64_t c = 0; c < chunks; ++c)
+    if (layers[static_cast<size_t>(c)] < 1)
+      return "the uneven pipeline split leaves model chunk " + n(c) + " (stage " + n(c % pp) + ") with no layers";
+  return {};
+}
+
+void LinearSeconds::push(const Op& op) {
+  if (op.category != OpCategory::kGemm) return;
+  const std::string_view name = op.name;
+  if (!name.ends_with(suffix_)) return;
+  const double s = cost_.op_seconds(op);
+  if (name.starts_with("attn.Wqkv.")) qkv += s;
+  else if (name.starts_with("attn.out_proj.")) out += s;
+  else if (name.starts_with("ffn.gate_proj.")) gate += s;
+  else if (name.starts_with("ffn.up_proj.")) up += s;
+  else if (name.starts_with("ffn.down_proj.")) down += s;
+}
+
+LinearSeconds linear_seconds(const CostModel& cost, void (*build)(const BlockShape&, OpSink&), const BlockShape& s,
+                             std::string_view suffix) {
+  LinearSeconds sink(cost, suffix);
+  build(s, sink);
+  return sink;
+}
+
+void tensor_parallel_seconds(const CostModel& cost, const BlockShape& shape, const CommGroup& group, bool overlapped,
+                             double td_bytes, double& fwd, double& bwd, double& ag, double& rs) {
+  ag = cost.collective_seconds(CollectiveKind::kAllGather, td_bytes, group);
+  rs = cost.collective_seconds(CollectiveKind::kReduceScatter, td_bytes, group);
+  if (!overlapped) {
+    fwd = bwd = 2.0 * ag + 2.0 * rs;
+    return;
+  }
+  const LinearSeconds f = linear_seconds(cost, block_forward_ops, shape, ".fwd");
+  const LinearSeconds b = linear_seconds(cost, block_backward_ops, shape, ".dgrad");
+  const auto hidden = [](double comm, double gemm) { return std::max(comm - gemm, 0.0); };
+  // Forward: gather -> QKV, out projection -> scatter, gather -> gate/up, down -> scatter.
+  fwd = hidden(ag, f.qkv) + hidden(rs, f.out) + hidden(ag, f.gate + f.up) + hidden(rs, f.down);
+  // Backward: gather -> down's dgrad, gate/up's dgrad -> scatter, gather -> out's dgrad, QKV's -> scatter.
+  bwd = hidden(ag, b.down) + hidden(rs, b.gate + b.up) + hidden(ag, b.out) + hidden(rs, b.qkv);
+}
+
+UserbuffersSmCost userbuffers_sm_seconds(const LinearSeconds& fwd, const LinearSeconds& dgrad, int compute_units) {
+  const double cu = static_cast<double>(compute_units);
+  const auto slower = [cu](double gemm_s, double sms) { return gemm_s * sms / (cu - sms); };
+  UserbuffersSmCost c;
+  c.fwd_s = slower(fwd.out, 1.0) + slower(fwd.down, 1.0);
+  const double fc1 = dgrad.gate + dgrad.up;
+  c.bwd_s = slower(dgrad.qkv, 4.0) + slower(fc1, 2.0) + slower(dgrad.qkv, 24.0) + slower(fc1, 4.0);
+  return c;
+}
+
 RingAttention ring_attention(const CostModel& cost, const BlockShape& local, int64_t cp, const CommGroup& ring) {
   RingAttention r;
   r.step_fwd_s = cost.op_seconds(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, local));
@@ -126,7 +245,12 @@ RingAttention ring_attention(const CostModel& cost, const BlockShape& local, int
 std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg) {
   if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
     return "sliding-window attention under megatron is not modelled yet";
-  (void)device;
+  const Parallelism& par = cfg.parallel;
+  if (par.tp_comm_overlap && (par.tensor < 2 || !par.sequence_parallel))
+    return "TransformerEngine's tensor-parallel communication overlap (--tp-comm-overlap) needs tensor parallel > 1 "
+           "and sequence parallelism";
+  if (par.tp_comm_overlap && device.compute_units <= kUserbuffersMaxSms)
+    return "tensor-parallel communication overlap needs the SM count of device " + device.id + " (compute_units)";
   if (std::string why = check_tensor_pipeline_config(model, cfg, "Megatron-LM"); !why.empty()) return why;
   return check_context_and_expert(model, cfg);
 }
@@ -142,11 +266,13 @@ std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainCo
     return "tensor parallel " + n(par.tensor) + " does not divide the feed-forward width " + n(model.d_ffn());
   if (par.pipeline > model.n_layers)
     return "pipeline parallel " + n(par.pipeline) + " is more stages than the " + n(model.n_layers) + " layers";
-  if (model.n_layers % (par.pipeline * par.virtual_stages) != 0)
-    return "pipeline parallel " + n(par.pipeline) + " x virtual stages " + n(par.virtual_stages) +
-           " does not divide the " + n(model.n_layers) + " layers evenly (uneven pipeline splits are not modelled yet)";
+  if (par.framework != Framework::kMegatron && (par.uneven_pipeline() || par.tp_comm_overlap))
+    return std::string(par.tp_comm_overlap ? "tensor-parallel communication overlap" : "uneven pipeline splits") +
+           " are Megatron-Core's (framework megatron), not " + std::string(framework) + "'s";
   if (par.virtual_stages > 1 && par.pipeline < 2)
     return "virtual stages (" + n(par.virtual_stages) + ") need pipeline parallelism of at least 2";
+  std::vector<int64_t> chunk_layers;
+  if (std::string why = megatron_chunk_layers(model.n_layers, par, chunk_layers); !why.empty()) return why;
   if (cfg.per_device_batch() % cfg.micro_batch != 0)
     return "micro-batch " + n(cfg.micro_batch) + " does not divide the " + n(cfg.per_device_batch()) +
            " sequences per data-parallel rank (" + std::string(framework) + " needs whole micro-batches)";
@@ -187,6 +313,8 @@ struct MegatronEvaluator::Costs : MicroBatchOpCosts {
   std::vector<double> optimizer_s;    // per stage
   double embedding_sync_s = 0;        // first and last stage
   SavedActivations saved;
+  std::vector<int64_t> chunk_layers;  // per model chunk, in model order (megatron_chunk_layers)
+  std::vector<int64_t> stage_layers;  // per stage: its chunks' layers
 };
 
 MegatronEvaluator::MegatronEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
@@ -225,6 +353,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   const double per_token = cost_.collective_seconds(CollectiveKind::kAllReduce, d(shape.tokens()) * 4.0, l.tp_group);
   c.tp_block_fwd_s = 2.0 * sync;
   c.tp_block_bwd_s = 2.0 * sync;
+  if (par.tp_comm_overlap) tp_comm_overlap_costs(c, shape, td_bytes);
   c.tp_embed_s = sync;
   c.tp_head_fwd_s = (par.sequence_parallel ? sync / 2.0 : 0.0) + 3.0 * per_token;
   c.tp_head_bwd_s = sync;
@@ -251,7 +380,8 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
                                ? d(model_.max_positions > 0 ? model_.max_positions : cfg.seq_len) * d(model_.d_model)
                                : 0.0;
   const double final_norm = d(model_.d_model) * (model_.norm == NormKind::kLayerNorm && model_.norm_bias ? 2.0 : 1.0);
-  const double layers_per_stage = d(model_.n_layers) / d(l.pp);
+  megatron_chunk_layers(model_.n_layers, par, c.chunk_layers);  // check_config has accepted the split
+  c.stage_layers = stage_layers_of(c.chunk_layers, l.pp);
   const double gb = megatron_grad_bytes(cfg.precision);
   c.stage_params.assign(static_cast<size_t>(l.pp), 0.0);
   c.reduce_s.assign(c.stage_params.size(), 0.0);
@@ -259,6 +389,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   c.optimizer_s.assign(c.stage_params.size(), 0.0);
   c.stage_master_params.assign(c.stage_params.size(), 0.0);
   for (int64_t s = 0; s < l.pp; ++s) {
+    const double layers_per_stage = d(c.stage_layers[static_cast<size_t>(s)]);
     double p = layers_per_stage * block;
     if (s == 0) p += table + positions;
     if (s == l.pp - 1) p += final_norm + (!model_.tie_embeddings || l.pp > 1 ? table : 0.0);
@@ -283,16 +414,25 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   c.embedding_sync_s = l.pp > 1 && model_.tie_embeddings
                            ? cost_.collective_seconds(CollectiveKind::kAllReduce, table * gb, l.embedding_group)
                            : 0.0;
-  // One rank's backward buffers: the model's with its tensor-parallel widths.
-  ModelConfig slice = model_;
-  slice.head_dim = model_.d_head();
-  slice.n_kv_heads = model_.kv_heads() / l.tp;
-  slice.n_heads = model_.n_heads / l.tp;
-  slice.ffn_hidden = model_.d_ffn() / l.tp;
-  slice.moe = shape.moe;  // the experts' widths divided by the expert tensor parallel degree
   c.saved = {c.block_fwd.saved_bytes, c.embed_fwd.saved_bytes, c.head_fwd.saved_bytes, attention_only_saved_bytes(shape),
-             block_backward_buffer_bytes(slice, shape.tokens(), cfg.precision)};
+             block_backward_buffer_bytes(tensor_parallel_slice(model_, l.tp, shape.moe), shape.tokens(), cfg.precision)};
   return c;
+}
+
+// TransformerEngine's tensor-parallel communication overlap (Megatron-Core's --tp-comm-overlap,
+// userbuffers; TransformerEngine's initialize_ub with ub_overlap_ag and ub_overlap_rs): each block's
+// all-gathers and reduce-scatters split into chunks pipelined with the GEMMs they feed or follow,
+// exposed only beyond those GEMMs' time (tensor_parallel_seconds, as torchtitan's async TP), and the
+// GEMMs slowed by the SMs the userbuffers kernels hold (userbuffers_sm_seconds). The embedding's and
+// head's collectives stay exposed (they are not TransformerEngine linears).
+void MegatronEvaluator::tp_comm_overlap_costs(Costs& c, const BlockShape& shape, double td_bytes) const {
+  double ag = 0, rs = 0;
+  tensor_parallel_seconds(cost_, shape, c.layout.tp_group, true, td_bytes, c.tp_block_fwd_s, c.tp_block_bwd_s, ag, rs);
+  const UserbuffersSmCost sm = userbuffers_sm_seconds(linear_seconds(cost_, block_forward_ops, shape, ".fwd"),
+                                                      linear_seconds(cost_, block_backward_ops, shape, ".dgrad"),
+                                                      device_.compute_units);
+  c.block_fwd.gemm += sm.fwd_s;
+  c.block_bwd.gemm += sm.bwd_s;
 }
 
 // Context parallelism: the block's one attention (of the rank's s/cp tokens) becomes the ring's cp
@@ -340,7 +480,6 @@ void MegatronEvaluator::context_and_expert_costs(Costs& c, const BlockShape& sha
 MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, double recompute) {
   const MegatronLayout& l = c.layout;
   const int64_t chunks = l.pp * l.vp;
-  const double layers_per_chunk = d(model_.n_layers) / d(chunks);
   // A pass takes its kernels' GPU time, or the host's time to issue them when that is longer (eager
   // PyTorch at small sizes: the GPU waits for the next launch); a collective is one more launch. Near
   // the crossing the two only partly hide each other (the launch queue drains and refills), so they
@@ -361,8 +500,12 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
   const double block_b = pass(c.block_bwd, c.tp_block_bwd_s + c.cp_ep_block_bwd_s, tp_launches, host.block_bwd) +
                          recompute * f_pass + c.attention_again + c.ring_again_s + params_.block_overhead_s;
   host.block_bwd += recompute * host.block_fwd;
-  fwd_s_.assign(static_cast<size_t>(chunks), layers_per_chunk * block_f);
-  bwd_s_.assign(static_cast<size_t>(chunks), layers_per_chunk * block_b);
+  fwd_s_.resize(static_cast<size_t>(chunks));
+  bwd_s_.resize(static_cast<size_t>(chunks));
+  for (size_t k = 0; k < fwd_s_.size(); ++k) {
+    fwd_s_[k] = d(c.chunk_layers[k]) * block_f;
+    bwd_s_[k] = d(c.chunk_layers[k]) * block_b;
+  }
   fwd_s_.front() += pass(c.embed_fwd, c.tp_embed_s, l.tp > 1 ? 1.0 : 0.0, host.first);
   bwd_s_.front() += pass(c.embed_bwd, 0.0, 0.0, host.first);
   fwd_s_.back() += pass(c.head_fwd, c.tp_head_fwd_s, l.tp > 1 ? 3.0 : 0.0, host.last);
@@ -378,7 +521,7 @@ void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, c
                                   double tail_s, Prediction& p) const {
   const MegatronLayout& l = c.layout;
   const double md = d(m);
-  const double per_layer_m = d(model_.n_layers) / d(l.pp) * md;
+  const double per_layer_m = d(c.stage_layers[critical]) * md;
   const bool first = critical == 0, last = critical + 1 == static_cast<size_t>(l.pp);
   StepBreakdown& t = p.time;
   t.gemm_s = per_layer_m * (c.block_fwd.gemm * (1.0 + recompute) + c.block_bwd.gemm);
@@ -481,7 +624,6 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
   const MegatronLayout& l = c.layout;
   const Parallelism& par = cfg.parallel;
   const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
-  const double layers_per_chunk = d(model_.n_layers) / d(l.pp * l.vp);
   const double a = activation_bytes(cfg.precision);
   const double tokens = d(cfg.micro_batch) * d(cfg.seq_len / l.cp);  // the rank's s/cp of each sequence
   const double input = tokens * d(model_.d_model) * a / (par.sequence_parallel ? d(l.tp) : 1.0);
@@ -498,10 +640,15 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
   for (int64_t s = 0; s < l.pp; ++s) {
     const int64_t warmup = l.vp > 1 ? (l.pp - s - 1) * 2 + (l.vp - 1) * l.pp + 1 : l.pp - s;
     const double in_flight = d(std::min(warmup, m * l.vp));
+    // The layers of the chunk-micro-batches in flight: the stage's first forwards, virtual
+    // micro-batch k on its chunk (k / pp) % vp (pipeline.hpp), of equal layers when the split is even.
+    int64_t layers_in_flight = 0;
+    for (int64_t k = 0; k < std::min(warmup, m * l.vp); ++k)
+      layers_in_flight += c.chunk_layers[static_cast<size_t>(((k / l.pp) % l.vp) * l.pp + s)];
     MemoryBreakdown mb;
     mb.sharded_state_bytes = c.stage_params[static_cast<size_t>(s)] * weights_and_grads +
                              12.0 * c.stage_master_params[static_cast<size_t>(s)];
-    mb.activation_bytes = in_flight * layers_per_chunk * per_layer + rebuilt;
+    mb.activation_bytes = d(layers_in_flight) * per_layer + rebuilt;
     if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.saved.embed;
     if (s == l.pp - 1) mb.activation_bytes += c.saved.head;
     mb.transient_bytes = c.saved.block_backward_buffers;

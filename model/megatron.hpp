@@ -5,8 +5,9 @@
 // two all-reduces in the forward (after the attention's and the MLP's row-parallel linears) and two
 // in the backward (the column-parallel linears' input gradients), or with sequence parallelism an
 // all-gather and a reduce-scatter in their place (the same bytes; Korthikanti et al. 2022, Sec. 4.2.2).
-// Megatron runs them on the compute stream's critical path (without TransformerEngine's
-// tp-comm-overlap), so they add to the block's time. The vocabulary-parallel embedding adds one
+// Megatron runs them on the compute stream's critical path, so they add to the block's time; with
+// TransformerEngine's tp-comm-overlap (Parallelism::tp_comm_overlap) each is hidden behind the GEMM
+// it feeds or follows up to that GEMM's time (tensor_parallel_seconds, userbuffers_sm_seconds). The vocabulary-parallel embedding adds one
 // such collective in the forward; the vocabulary-parallel head one in each direction, and the
 // cross-entropy three all-reduces of a number per token.
 //
@@ -25,10 +26,12 @@
 // ranks, the experts' over the dp*cp/ep expert-data-parallel ranks.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string_view>
 #include <vector>
 
+#include "model/ops.hpp"
 #include "model/pipeline.hpp"
 #include "model/simulator.hpp"
 
@@ -97,6 +100,71 @@ double ring_step_seconds(const CostModel& cost, double bytes, const CommGroup& r
 // once; the slower of the two, plus one hop's latency.
 double all_to_all_seconds(const CostModel& cost, double bytes, const CommGroup& group);
 
+// The layers of each model chunk c = 0 .. pp*vp-1 in model order (chunk c runs on stage c % pp, as
+// PipelineCosts lays them out) into `layers`, or why `par` cannot split `n_layers` (naming the value
+// at fault; "" when it can). Megatron-Core's rules (megatron/core/transformer/transformer_block.py
+// get_num_layers_to_build, transformer_layer.py get_transformer_layer_offset, and the checks of
+// megatron/training/arguments.py and TransformerConfig):
+//   - no uneven flag: n_layers / (pp*vp) per chunk, which must divide;
+//   - first_stage_layers F and/or last_stage_layers L: the first (last) stage holds F (L) layers,
+//     F/vp (L/vp) per chunk; the stages between split the rest evenly, each chunk
+//     (n_layers - F - L) / (stages between * vp);
+//   - account_for_embedding / account_for_loss: the embedding (loss) counts as one layer, so that
+//     n_layers + 1 (+ 1) split evenly over the pp*vp chunks, and the first (last) chunk holds one
+//     transformer layer fewer: Megatron-Bridge's Llama 3.1 405B recipe (126 layers, pp 8 x vp 8:
+//     chunks of 2, the first and last of 1).
+// Refused: a split with pp < 2, F or L not divisible by vp, the rest not divisible over the stages
+// between, the two kinds of flag together (Megatron-Core refuses them together), counts that do not
+// sum to n_layers, and any chunk left with no layers.
+std::string megatron_chunk_layers(int64_t n_layers, const Parallelism& par, std::vector<int64_t>& layers);
+
+// The seconds of a block's linears' GEMMs in one pass (the ops block_forward_ops or
+// block_backward_ops build, costed): the forward GEMMs (suffix ".fwd") or the input-gradient GEMMs
+// (".dgrad"), which the tensor-parallel collectives feed or follow. Shared by Megatron's
+// --tp-comm-overlap and torchtitan's async TP.
+class LinearSeconds final : public OpSink {
+ public:
+  LinearSeconds(const CostModel& cost, std::string_view suffix) : cost_(cost), suffix_(suffix) {}
+  double qkv = 0, out = 0, gate = 0, up = 0, down = 0;
+  void push(const Op& op) override;
+
+ private:
+  const CostModel& cost_;
+  std::string_view suffix_;
+};
+LinearSeconds linear_seconds(const CostModel& cost, void (*build)(const BlockShape&, OpSink&), const BlockShape& s,
+                             std::string_view suffix);
+
+// The sequence-parallel tensor-parallel collectives of one block and micro-batch: `ag` and `rs`, one
+// all-gather and one reduce-scatter of the t x d activations (`td_bytes`) over `group`; `fwd` and
+// `bwd`, what the compute stream waits for in each pass. Without `overlapped`: all of it, two
+// all-gathers and two reduce-scatters per pass. With it (torchtitan's async TP, Megatron-Core's
+// --tp-comm-overlap) each collective is hidden behind the GEMM it feeds or follows, up to that
+// GEMM's time (min(comm, gemm) hidden, max(comm - gemm, 0) exposed): forward, the all-gather behind
+// QKV, the reduce-scatter behind the out projection, the all-gather behind gate and up, the
+// reduce-scatter behind down; backward, their transposes behind the input-gradient GEMMs (down,
+// gate and up, out, QKV).
+void tensor_parallel_seconds(const CostModel& cost, const BlockShape& shape, const CommGroup& group, bool overlapped,
+                             double td_bytes, double& fwd, double& bwd, double& ag, double& rs);
+
+// What TransformerEngine's userbuffers take from the GEMMs they overlap (--tp-comm-overlap): their
+// communication kernels hold some of the GPU's SMs while a GEMM runs, which then runs on the rest,
+// its time scaled by compute_units / (compute_units - held). The SMs held per GEMM are those of
+// Megatron-Bridge's userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 (megatron/bridge/training/
+// comm_overlap.py), the configuration of its Llama 3 70B H100 FP8 runs (its 405B configuration
+// differs by 2 SMs on two GEMMs): the forward's reduce-scatters after the out projection and down
+// (ring exchange, num_sm 1, set_sm_margin) 1 SM each; its all-gathers (ring exchange over the copy
+// engines) none; in the backward, the bulk all-gather of the input beside the QKV (4 SMs) and
+// gate/up (2) input-gradient GEMMs, and the bulk reduce-scatter of the input gradient beside their
+// weight-gradient GEMMs (24 and 4 SMs), costed on the input-gradient GEMMs' time (the same FLOPs);
+// the all-gathers before the out and down input gradients (ring exchange) none. Seconds added to one
+// block's forward and backward GEMMs.
+struct UserbuffersSmCost {
+  double fwd_s = 0, bwd_s = 0;
+};
+UserbuffersSmCost userbuffers_sm_seconds(const LinearSeconds& fwd, const LinearSeconds& dgrad, int compute_units);
+inline constexpr int kUserbuffersMaxSms = 24;  // the most SMs userbuffers hold beside one GEMM (above)
+
 // Parameters one rank of stage `stage` holds (its tensor-parallel slice), and bytes per parameter
 // of its weights, gradients and optimizer state.
 struct MegatronStageState {
@@ -115,6 +183,7 @@ class MegatronEvaluator {
   struct Costs;
   const Costs& costs(const TrainConfig& cfg);
   void context_and_expert_costs(Costs& c, const BlockShape& shape, const TrainConfig& cfg) const;
+  void tp_comm_overlap_costs(Costs& c, const BlockShape& shape, double td_bytes) const;
   // The host's time beyond the GPU's per block forward and backward (with its recompute) and per
   // micro-batch on the first and last chunk.
   struct HostTime {

@@ -46,11 +46,11 @@ std::string check_degrees(const ModelConfig& model, const TrainConfig& cfg) {
            std::to_string(model.kv_heads()) + " key/value heads of " + model.name;
   for (int64_t w : ffn_widths(model))
     if (w % p.tensor != 0) return tp + " does not divide the FFN width " + std::to_string(w) + " of " + model.name;
-  if (p.pipeline > model.n_layers || model.n_layers % p.pipeline != 0)
+  if (!p.uneven_pipeline() && (p.pipeline > model.n_layers || model.n_layers % p.pipeline != 0))
     return degree_text("pipeline parallel", p.pipeline) + " does not divide the " + std::to_string(model.n_layers) +
            " layers of " + model.name + " into equal stages";
   if (p.virtual_stages > 1 && p.pipeline == 1) return "virtual stages need pipeline parallelism (pipeline parallel > 1)";
-  if (model.n_layers % (p.pipeline * p.virtual_stages) != 0)
+  if (!p.uneven_pipeline() && model.n_layers % (p.pipeline * p.virtual_stages) != 0)
     return degree_text("virtual stages", p.virtual_stages) + " x " + degree_text("pipeline parallel", p.pipeline) +
            " does not divide the " + std::to_string(model.n_layers) + " layers of " + model.name;
   if (cfg.seq_len % p.context != 0)
@@ -164,6 +164,8 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
   p = {};
   p.framework = s.framework;
   p.overlap_grad_reduce = a.overlap_grad_reduce;
+  p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
+  p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
   for (int64_t tp : axis(a.tensor, searched_tensor(model, device)))
     for (int64_t pp : axis(a.pipeline, divisors(model.n_layers)))
       for (int64_t vp : axis(a.virtual_stages, pp > 1 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1}))
@@ -179,6 +181,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                 // NO_SHARD); the distributed optimizer shards the optimizer state (ZeRO-1).
                 // torchtitan's FSDP2 shards all of them (FULL_SHARD; model/torchtitan.hpp).
                 p.async_tensor_parallel = a.async_tensor_parallel && tp > 1;
+                p.tp_comm_overlap = a.tp_comm_overlap && tp > 1 && sp;
                 const Sharding sharding = s.framework == Framework::kTorchtitan ? Sharding::kFullShard : Sharding::kNoShard;
                 for (Checkpointing ckpt : s.checkpointing) {
                   p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers : 0;
@@ -345,6 +348,9 @@ Rejection Searcher::no_layout(const TrainConfig& base) const {
   p.sequence_parallel = a.sequence_parallel.value_or(p.tensor > 1);
   p.distributed_optimizer = a.distributed_optimizer.value_or(true);
   p.overlap_grad_reduce = a.overlap_grad_reduce;
+  p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
+  p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
+  p.tp_comm_overlap = a.tp_comm_overlap;
   r.layout.sharding = Sharding::kNoShard;
   TrainConfig cfg = with_layout(base, r.layout);
   cfg.micro_batch = 0;

@@ -71,6 +71,10 @@ struct ParallelAxes {
   std::optional<int64_t> shard_degree, replicate_degree;
   bool async_tensor_parallel = false;  // torchtitan: async TP wherever tensor > 1, as given
   int64_t selective_ac_layers = 0;     // torchtitan: of its selective checkpointing layouts (0: 'op'), as given
+  // megatron: an uneven pipeline split (Parallelism's fields) in every layout, as given; and
+  // TransformerEngine's TP communication overlap wherever tensor > 1 with sequence parallelism.
+  int64_t first_stage_layers = 0, last_stage_layers = 0;
+  bool account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false;
 };
 
 struct SearchSpace {

@@ -14,37 +14,6 @@ namespace {
 
 double d(int64_t x) { return static_cast<double>(x); }
 
-// The seconds of a block's linears' GEMMs in one pass: the forward GEMMs (suffix ".fwd") or the
-// input-gradient GEMMs (".dgrad"), which the tensor-parallel collectives feed or follow.
-class LinearSeconds final : public OpSink {
- public:
-  LinearSeconds(const CostModel& cost, std::string_view suffix) : cost_(cost), suffix_(suffix) {}
-  double qkv = 0, out = 0, gate = 0, up = 0, down = 0;
-
-  void push(const Op& op) override {
-    if (op.category != OpCategory::kGemm) return;
-    const std::string_view name = op.name;
-    if (!name.ends_with(suffix_)) return;
-    const double s = cost_.op_seconds(op);
-    if (name.starts_with("attn.Wqkv.")) qkv += s;
-    else if (name.starts_with("attn.out_proj.")) out += s;
-    else if (name.starts_with("ffn.gate_proj.")) gate += s;
-    else if (name.starts_with("ffn.up_proj.")) up += s;
-    else if (name.starts_with("ffn.down_proj.")) down += s;
-  }
-
- private:
-  const CostModel& cost_;
-  std::string_view suffix_;
-};
-
-template <typename Build>
-LinearSeconds linear_seconds(const CostModel& cost, Build build, const BlockShape& s, std::string_view suffix) {
-  LinearSeconds sink(cost, suffix);
-  build(s, sink);
-  return sink;
-}
-
 // Weights of one block's linear layers on one tensor-parallel rank: what Float8Linear casts, and
 // what enable_fsdp_float8_all_gather gathers in fp8.
 double block_linear_weights(const ModelConfig& m, int64_t tp) {
@@ -106,30 +75,6 @@ TorchtitanEvaluator::TorchtitanEvaluator(const ModelConfig& model, const DeviceS
     : model_(model), device_(device), params_(params), cost_(device, params) {}
 
 TorchtitanEvaluator::~TorchtitanEvaluator() = default;
-
-namespace {
-
-// The tensor-parallel collectives of one micro-batch (apply_tp's placements), exposed on the
-// compute stream, or with async TP each hidden behind the GEMM it feeds or follows up to that
-// GEMM's time.
-void tensor_parallel_seconds(const CostModel& cost, const BlockShape& shape, const CommGroup& group, bool async,
-                             double td_bytes, double& fwd, double& bwd, double& ag, double& rs) {
-  ag = cost.collective_seconds(CollectiveKind::kAllGather, td_bytes, group);
-  rs = cost.collective_seconds(CollectiveKind::kReduceScatter, td_bytes, group);
-  if (!async) {
-    fwd = bwd = 2.0 * ag + 2.0 * rs;
-    return;
-  }
-  const LinearSeconds f = linear_seconds(cost, block_forward_ops, shape, ".fwd");
-  const LinearSeconds b = linear_seconds(cost, block_backward_ops, shape, ".dgrad");
-  const auto hidden = [](double comm, double gemm) { return std::max(comm - gemm, 0.0); };
-  // Forward: gather -> QKV, out projection -> scatter, gather -> gate/up, down -> scatter.
-  fwd = hidden(ag, f.qkv) + hidden(rs, f.out) + hidden(ag, f.gate + f.up) + hidden(rs, f.down);
-  // Backward: gather -> down's dgrad, gate/up's dgrad -> scatter, gather -> out's dgrad, QKV's -> scatter.
-  bwd = hidden(ag, b.down) + hidden(rs, b.gate + b.up) + hidden(ag, b.out) + hidden(rs, b.qkv);
-}
-
-}  // namespace
 
 const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& cfg) {
   TrainConfig key = cfg;

@@ -107,10 +107,28 @@ struct Parallelism {
   // torchtitan: activation_checkpoint.selective_ac_option under Checkpointing::kSelective: 0 is 'op'
   // (per-op selective checkpointing), N >= 1 checkpoints every N-th block in full.
   int64_t selective_ac_layers = 0;
+  // megatron: Megatron-Core's uneven pipeline splits (model/megatron.hpp megatron_chunk_layers).
+  // first_stage_layers and last_stage_layers (--decoder-first-pipeline-num-layers and
+  // --decoder-last-pipeline-num-layers; 0: not given) fix the first and last stage's layers and split
+  // the rest evenly over the stages between; account_for_embedding and account_for_loss
+  // (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split) count the
+  // embedding and the loss as one layer each of the first and last model chunk. None: equal chunks.
+  int64_t first_stage_layers = 0;
+  int64_t last_stage_layers = 0;
+  bool account_for_embedding = false;
+  bool account_for_loss = false;
+  // megatron: TransformerEngine's tensor-parallel communication overlap (Megatron-Core's
+  // --tp-comm-overlap, userbuffers): each block's all-gathers and reduce-scatters pipelined with the
+  // GEMMs they feed or follow (model/megatron.hpp tensor_parallel_seconds).
+  bool tp_comm_overlap = false;
 
+  bool uneven_pipeline() const {
+    return first_stage_layers > 0 || last_stage_layers > 0 || account_for_embedding || account_for_loss;
+  }
   int64_t model_parallel() const { return tensor * context * pipeline; }
   bool is_data_parallel_only() const {
-    return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && !sequence_parallel;
+    return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && !sequence_parallel &&
+           !uneven_pipeline() && !tp_comm_overlap;
   }
   bool operator==(const Parallelism&) const = default;
 };

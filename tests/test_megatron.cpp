@@ -2,6 +2,7 @@
 // cases, the rank groups, context and expert parallelism, and the layouts that cannot run.
 #define BOOST_TEST_MODULE megatron
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 
 #include "common.hpp"
@@ -537,4 +538,156 @@ BOOST_AUTO_TEST_CASE(megatron_cross_entropy_streams_fp32_logits) {
   slow.xent_efficiency = 0.05;  // the fused kernel's rate does not apply
   BOOST_TEST(CostModel(f.device, slow).op_seconds(xent) == CostModel(f.device, f.profile.params).op_seconds(xent),
              tt::tolerance(1e-12));
+}
+
+// Uneven pipeline splits (Megatron-Core's --decoder-first/last-pipeline-num-layers and
+// --account-for-embedding/loss-in-pipeline-split) and TransformerEngine's TP communication overlap.
+
+namespace {
+std::vector<int64_t> chunks_of(int64_t n_layers, int64_t pp, int64_t vp, int64_t first, int64_t last, bool emb,
+                               bool loss, std::string* why = nullptr) {
+  Parallelism p;
+  p.framework = Framework::kMegatron;
+  p.pipeline = pp, p.virtual_stages = vp;
+  p.first_stage_layers = first, p.last_stage_layers = last;
+  p.account_for_embedding = emb, p.account_for_loss = loss;
+  std::vector<int64_t> layers;
+  const std::string w = megatron_chunk_layers(n_layers, p, layers);
+  if (why) *why = w;
+  return layers;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(an_uneven_split_gives_each_chunk_megatron_cores_layers) {
+  using V = std::vector<int64_t>;
+  // No flag: equal chunks.
+  BOOST_TEST(chunks_of(24, 4, 2, 0, 0, false, false) == V(8, 3), tt::per_element());
+  // First and last stages fixed, the 18 layers between over the 2 stages between.
+  BOOST_TEST(chunks_of(24, 4, 1, 3, 3, false, false) == (V{3, 9, 9, 3}), tt::per_element());
+  // Interleaved, the first stage's 8 layers in 2 chunks of 4; the other stage (the last, not
+  // fixed) splits the remaining 16 into chunks of 8. Chunk c runs on stage c % 2.
+  BOOST_TEST(chunks_of(24, 2, 2, 8, 0, false, false) == (V{4, 8, 4, 8}), tt::per_element());
+  // The embedding counted as a layer: 25 over 5 stages, the first stage one layer short.
+  BOOST_TEST(chunks_of(24, 5, 1, 0, 0, true, false) == (V{4, 5, 5, 5, 5}), tt::per_element());
+  // Megatron-Bridge's Llama 3.1 405B: 126 layers + embedding + loss = 128 over pp 8 x vp 8 = 64
+  // chunks of 2; the first and last chunk hold 1.
+  const V l405 = chunks_of(126, 8, 8, 0, 0, true, true);
+  BOOST_TEST_REQUIRE(l405.size() == 64u);
+  BOOST_TEST(l405.front() == 1);
+  BOOST_TEST(l405.back() == 1);
+  BOOST_TEST(std::count(l405.begin(), l405.end(), 2) == 62);
+}
+
+BOOST_AUTO_TEST_CASE(uneven_splits_that_cannot_run_are_one_line_errors) {
+  const auto why = [](int64_t n, int64_t pp, int64_t vp, int64_t first, int64_t last, bool emb, bool loss) {
+    std::string w;
+    chunks_of(n, pp, vp, first, last, emb, loss, &w);
+    BOOST_TEST(w.find('\n') == std::string::npos);
+    return w;
+  };
+  BOOST_TEST(contains(why(24, 5, 1, 0, 0, false, false), "does not divide the 24 layers evenly"));
+  BOOST_TEST(contains(why(126, 8, 8, 0, 0, false, false), "does not divide the 126 layers evenly"));
+  BOOST_TEST(contains(why(24, 2, 1, 10, 10, false, false), "do not sum to the 24 layers"));
+  BOOST_TEST(contains(why(24, 3, 1, 20, 20, false, false), "do not sum to the 24 layers"));
+  BOOST_TEST(contains(why(25, 4, 1, 3, 3, false, false), "do not split evenly over 2 stages"));
+  BOOST_TEST(contains(why(24, 2, 2, 3, 0, false, false), "virtual stages 2 do not divide"));
+  BOOST_TEST(contains(why(24, 4, 1, 4, 20, false, false), "leaves model chunk 1 (stage 1) with no layers"));
+  BOOST_TEST(contains(why(24, 4, 1, 3, 0, true, false), "cannot be combined"));
+  BOOST_TEST(contains(why(24, 4, 1, 0, 0, true, false), "do not split evenly over pipeline parallel 4"));
+  BOOST_TEST(contains(why(24, 1, 1, 0, 0, true, true), "needs pipeline parallel of at least 2"));
+}
+
+BOOST_FIXTURE_TEST_CASE(the_heavier_stage_of_an_uneven_split_sets_the_memory, Fixture) {
+  // tp 2, pp 2, dp 2 on 8 GPUs, 8 micro-batches of 2; the first stage holds 8 layers and the
+  // embedding, the last 16 layers, the final norm and the output's copy of the embedding. 1F1B:
+  // the last stage keeps one micro-batch in flight, its 16 layers' saved bytes and the head's.
+  const ModelConfig m = gpt_1024();
+  TrainConfig c = megatron(8, 2, 2, 32, 2);
+  c.parallel.first_stage_layers = 8;
+  BOOST_TEST_REQUIRE(check_config(m, device, profile.params, c).empty());
+  MegatronEvaluator e(m, device, profile.params);
+  const MemoryBreakdown mem = e.memory(c);
+  const double block = static_cast<double>(layer_parameter_count(m)) / 2.0;
+  const double last_stage = 16.0 * block + 2.0 * 1024.0 + 50432.0 * 1024.0 / 2.0;
+  BOOST_TEST(mem.sharded_state_bytes == 16.0 * last_stage, tt::tolerance(1e-9));
+  BlockShape s = tensor_parallel_shape(block_shape(m, 2, 1024, Precision::kAmpFp16), 2, false, 50432);
+  s.fp32_vocab_parallel_xent = true;
+  OpList head;
+  head_forward_ops(s, head);
+  BOOST_TEST(mem.activation_bytes == 16.0 * saved_of(s) + total_saved_bytes(head), tt::tolerance(1e-9));
+  // Written as an uneven split, the even one (12 and 12) predicts exactly what the plain split does.
+  TrainConfig even = megatron(8, 2, 2, 32, 2);
+  TrainConfig written = even;
+  written.parallel.first_stage_layers = written.parallel.last_stage_layers = 12;
+  BOOST_TEST(e.predict(written).step_s == e.predict(even).step_s);
+  BOOST_TEST(e.memory(written).peak_bytes == e.memory(even).peak_bytes);
+  // The uneven split is slower than the even one: its 16-layer stage sets the pace.
+  BOOST_TEST(e.predict(c).step_s > e.predict(even).step_s);
+}
+
+BOOST_FIXTURE_TEST_CASE(tp_comm_overlap_hides_each_collective_up_to_its_gemm, Fixture) {
+  const BlockShape s = tensor_parallel_shape(block_shape(gpt_1024(), 2, 1024, Precision::kAmpBf16), 4, true,
+                                             megatron_padded_vocab(50257, 4));
+  const CostModel base(device, profile.params);
+  const LinearSeconds f = linear_seconds(base, block_forward_ops, s, ".fwd");
+  const LinearSeconds b = linear_seconds(base, block_backward_ops, s, ".dgrad");
+  const double td = static_cast<double>(s.tokens()) * 1024.0 * 2.0;
+  for (double link_slowdown : {1.0, 1e3}) {  // the link as it is, and so slow that every GEMM is shorter
+    DeviceSpec slow = device;
+    slow.intra_node_bytes_per_s /= link_slowdown;
+    const CostModel cost(slow, profile.params);
+    const CommGroup tp{.ranks = 4, .nodes = 1, .groups_per_node = 2};
+    double fwd = 0, bwd = 0, fwd_on = 0, bwd_on = 0, ag = 0, rs = 0;
+    tensor_parallel_seconds(cost, s, tp, false, td, fwd, bwd, ag, rs);
+    tensor_parallel_seconds(cost, s, tp, true, td, fwd_on, bwd_on, ag, rs);
+    BOOST_TEST(fwd == 2.0 * ag + 2.0 * rs, tt::tolerance(1e-12));
+    const double hidden_fwd = std::min(ag, f.qkv) + std::min(rs, f.out) + std::min(ag, f.gate + f.up) + std::min(rs, f.down);
+    const double hidden_bwd = std::min(ag, b.down) + std::min(rs, b.gate + b.up) + std::min(ag, b.out) + std::min(rs, b.qkv);
+    BOOST_TEST(fwd - fwd_on == hidden_fwd, tt::tolerance(1e-9));
+    BOOST_TEST(bwd - bwd_on == hidden_bwd, tt::tolerance(1e-9));
+    if (link_slowdown > 1.0) BOOST_TEST(hidden_fwd == f.qkv + f.out + f.gate + f.up + f.down, tt::tolerance(1e-12));
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(tp_comm_overlap_trades_exposed_collectives_for_slower_gemms, Fixture) {
+  // tp 4 with sequence parallelism on 8 GPUs, 4 micro-batches: the blocks' collectives shrink to
+  // what their GEMMs do not hide, and every block's GEMMs lose the SMs userbuffers hold.
+  const ModelConfig m = gpt_1024();
+  TrainConfig off = megatron(8, 4, 1, 8, 1);
+  off.precision = Precision::kAmpBf16;
+  off.parallel.sequence_parallel = true;
+  TrainConfig on = off;
+  on.parallel.tp_comm_overlap = true;
+  BOOST_TEST_REQUIRE(check_config(m, device, profile.params, on).empty());
+  MegatronEvaluator e(m, device, profile.params);
+  const Prediction a = e.predict(off), b = e.predict(on);
+  const BlockShape s = megatron_rank_shape(m, on, megatron_padded_vocab(m.vocab_size, 4));
+  const CostModel cost(device, profile.params);
+  const UserbuffersSmCost sm = userbuffers_sm_seconds(linear_seconds(cost, block_forward_ops, s, ".fwd"),
+                                                      linear_seconds(cost, block_backward_ops, s, ".dgrad"),
+                                                      device.compute_units);
+  BOOST_TEST(sm.fwd_s > 0);
+  BOOST_TEST(b.time.gemm_s - a.time.gemm_s == 24.0 * 4.0 * (sm.fwd_s + sm.bwd_s), tt::tolerance(1e-6));
+  BOOST_TEST(b.time.exposed_comm_s < a.time.exposed_comm_s);
+  BOOST_TEST(b.step_s < a.step_s);
+}
+
+BOOST_FIXTURE_TEST_CASE(tp_comm_overlap_that_cannot_run_is_a_one_line_error, Fixture) {
+  const ModelConfig m = gpt_1024();
+  const auto why = [&](const TrainConfig& c) { return check_config(m, device, profile.params, c); };
+  TrainConfig c = megatron(8, 1, 1, 8, 1);
+  c.parallel.tp_comm_overlap = true;
+  BOOST_TEST(contains(why(c), "needs tensor parallel > 1 and sequence parallelism"));
+  c = megatron(8, 2, 1, 8, 1);
+  c.parallel.tp_comm_overlap = true;
+  BOOST_TEST(contains(why(c), "needs tensor parallel > 1 and sequence parallelism"));
+  c.parallel.sequence_parallel = true;
+  BOOST_TEST(why(c).empty());
+  c.parallel.framework = Framework::kComposer;
+  BOOST_TEST(!why(c).empty());
+  c = megatron(8, 1, 2, 8, 1);
+  c.parallel.account_for_loss = true;
+  c.parallel.framework = Framework::kTorchtitan;
+  BOOST_TEST(why(c).find('\n') == std::string::npos);
+  BOOST_TEST(!why(c).empty());
 }
