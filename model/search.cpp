@@ -317,10 +317,15 @@ void Searcher::search_layout(const TrainConfig& layout_cfg, size_t index) {
   const auto micro_batch_at = [&](int64_t k) { return every ? k : listed[static_cast<size_t>(k - 1)]; };
   const int64_t count = every ? per_device : static_cast<int64_t>(listed.size());
   TrainConfig cfg = layout_cfg;
+  // run() checked the layout at micro-batch 1. Composer's rules on the micro-batch are bounds (at
+  // most the per-device batch, at most check_config's tokens per micro-batch): when the largest
+  // passes, every one between does, and the probes need not check each again.
+  cfg.micro_batch = count;
+  const bool every_valid = every && valid(cfg);
   double first_peak = 0;
   const int64_t last = last_ok(1, count, [&](int64_t k) {
     cfg.micro_batch = micro_batch_at(k);
-    return valid(cfg) && fits(cfg, order, k - 1, k == 1 ? &first_peak : nullptr);
+    return (every_valid || valid(cfg)) && fits(cfg, order, k - 1, k == 1 ? &first_peak : nullptr);
   });
   const int64_t largest = last == 0 ? 0 : micro_batch_at(last);
   fit_upto_[index] = largest;
