@@ -164,6 +164,10 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
   p = {};
   p.framework = s.framework;
   p.overlap_grad_reduce = a.overlap_grad_reduce;
+  if (s.framework == Framework::kTorchtitan) {  // its data_parallel_*_degree, as given (TorchtitanMesh)
+    p.shard_degree = a.shard_degree.value_or(0);
+    p.replicate_degree = a.replicate_degree.value_or(0);
+  }
   for (int64_t tp : axis(a.tensor, searched_tensor(model, device)))
     for (int64_t pp : axis(a.pipeline, divisors(model.n_layers)))
       for (int64_t vp : axis(a.virtual_stages, pp > 1 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1}))
