@@ -163,7 +163,7 @@ struct TorchtitanEvaluator::Costs : MicroBatchOpCosts {
   double kept_per_block = 0, rebuilt = 0, backward_buffers = 0;
   // FSDP2 over the dp_shard x cp group (HSDP: and the all-reduce over dp_replicate), per
   // tensor-parallel rank.
-  double block_params = 0, root_params = 0;  // per tensor-parallel rank, before sharding
+  double block_params = 0, root_params = 0;  // before sharding
   double block_gather_bytes = 0, root_gather_bytes = 0, reduce_bytes_per_param = 0;
   CategoryTotals cast, reduce_casts;
   double block_gather_s = 0, root_gather_s = 0, block_reduce_s = 0, root_reduce_s = 0;
