@@ -62,7 +62,7 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
   cmd->add_option("--tp", f.tp, "tensor parallel degree (megatron; sweep and plan search it when not given)");
   cmd->add_option("--pp", f.pp, "pipeline parallel degree: stages of equal layers (megatron)");
   cmd->add_option("--vp", f.vp, "virtual stages per pipeline rank: interleaved 1F1B (megatron)");
-  cmd->add_option("--cp", f.cp, "context parallel degree (megatron)");
+  cmd->add_option("--cp", f.cp, "context parallel degree (megatron, torchtitan)");
   cmd->add_option("--ep", f.ep, "expert parallel degree (megatron, mixture-of-experts models)");
   auto* sp = cmd->add_flag_function("--sp", [&f](int64_t) { f.sp = true; },
                                     "sequence parallelism on (megatron; default: on wherever --tp > 1)");
@@ -77,10 +77,12 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
                 "gradient buckets reduced during the backward (megatron's --overlap-grad-reduce)");
   cmd->add_option("--shard-degree", f.shard_degree,
                   "composer HSDP: parameters sharded over N consecutive GPUs (fsdp_config's "
-                  "data_parallel_shard_degree; -1: the GPUs the replicate degree leaves)");
+                  "data_parallel_shard_degree; -1: the GPUs the replicate degree leaves); torchtitan: its "
+                  "data_parallel_shard_degree (FSDP2 shards over it x --cp; -1, the default: the rest)");
   cmd->add_option("--replicate-degree", f.replicate_degree,
                   "composer HSDP: gradients all-reduced over N replicas (fsdp_config's "
-                  "data_parallel_replicate_degree; -1: the GPUs the shard degree leaves)");
+                  "data_parallel_replicate_degree; -1: the GPUs the shard degree leaves); torchtitan: its "
+                  "data_parallel_replicate_degree (HSDP replicas, default 1)");
   cmd->add_flag("--async-tp", f.async_tp,
                 "async tensor parallelism: the collectives beside the GEMMs (torchtitan's "
                 "enable_async_tensor_parallel)");
@@ -188,12 +190,14 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
   a.replicate_degree = mesh_degree_flag("--replicate-degree", f.replicate_degree);
   check_torchtitan_flags(f, s);
   check_megatron_flags(f, s);
+  if (s.framework == Framework::kTorchtitan) return s;  // the degrees are its data_parallel_*_degree
   if (s.framework != Framework::kComposer) {
     for (const auto& [flag, given] : {std::pair{"--shard-degree", a.shard_degree.has_value()},
                                       std::pair{"--replicate-degree", a.replicate_degree.has_value()}})
       if (given)
-        throw Error(std::string(flag) + ": HSDP's shard and replicate degrees are composer's (FSDP); --framework " +
-                    std::string(to_string(s.framework)) + " has its own data parallelism");
+        throw Error(std::string(flag) + ": HSDP's shard and replicate degrees are composer's (FSDP) and " +
+                    "torchtitan's (FSDP2); --framework " + std::string(to_string(s.framework)) +
+                    " has its own data parallelism");
     return s;
   }
   const std::pair<const char*, std::optional<int64_t>> degrees[] = {

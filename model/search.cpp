@@ -166,6 +166,10 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
   p.overlap_grad_reduce = a.overlap_grad_reduce;
   p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
   p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
+  if (s.framework == Framework::kTorchtitan) {  // its data_parallel_*_degree, as given (TorchtitanMesh)
+    p.shard_degree = a.shard_degree.value_or(0);
+    p.replicate_degree = a.replicate_degree.value_or(0);
+  }
   for (int64_t tp : axis(a.tensor, searched_tensor(model, device)))
     for (int64_t pp : axis(a.pipeline, divisors(model.n_layers)))
       for (int64_t vp : axis(a.virtual_stages, pp > 1 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1}))

@@ -27,7 +27,16 @@ double block_linear_weights(const ModelConfig& m, int64_t tp) {
 std::string check_torchtitan_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg) {
   const Parallelism& par = cfg.parallel;
   const auto n = [](int64_t v) { return std::to_string(v); };
-  if (par.context > 1) return "context parallelism (" + n(par.context) + ") is not modelled yet under torchtitan";
+  if (par.context > 1 && cfg.seq_len % (2 * par.context) != 0)
+    return "context parallel " + n(par.context) + " does not split the sequence length " + n(cfg.seq_len) + " into " +
+           n(2 * par.context) + " equal chunks (torchtitan's causal load balancing gives each rank two)";
+  // parallel_dims.py seq_len_divisor: sequence parallelism then splits each rank's s/cp tokens over tp.
+  if (par.context > 1 && cfg.seq_len % (2 * par.context * par.tensor) != 0)
+    return "sequence length " + n(cfg.seq_len) + " is not a multiple of tensor parallel " + n(par.tensor) +
+           " x 2 x context parallel " + n(par.context) + " (torchtitan's seq_len_divisor)";
+  if (par.context > 1 && model.unfused_attention)
+    return "context parallel " + n(par.context) + " needs SDPA's flash attention; model " + model.name +
+           " has unfused attention (unfused_attention)";
   if (par.expert > 1) return "expert parallelism (" + n(par.expert) + ") is not modelled yet under torchtitan";
   if (model.moe.active()) return "mixture-of-experts models under torchtitan are not modelled yet";
   if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
@@ -44,27 +53,86 @@ std::string check_torchtitan_config(const ModelConfig& model, const DeviceSpec& 
   if (par.selective_ac_layers < 0) return "selective_ac_option " + n(par.selective_ac_layers) + " is below 1";
   if (par.selective_ac_layers > 0 && cfg.checkpointing != Checkpointing::kSelective)
     return "selective_ac_option " + n(par.selective_ac_layers) + " applies to selective checkpointing only";
-  (void)device;
+  TorchtitanMesh mesh;
+  if (std::string why = resolve_torchtitan_mesh(cfg, device.gpus_per_node, &mesh); !why.empty()) return why;
   return check_tensor_pipeline_config(model, cfg, "torchtitan");
+}
+
+std::string resolve_torchtitan_mesh(const TrainConfig& cfg, int64_t gpus_per_node, TorchtitanMesh* out) {
+  *out = TorchtitanMesh{};
+  const Parallelism& par = cfg.parallel;
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  const int64_t replicate = par.replicate_degree == 0 ? 1 : par.replicate_degree;  // torchtitan's default 1
+  const int64_t shard = par.shard_degree == 0 ? -1 : par.shard_degree;              // its default -1
+  if (replicate < 1 || replicate > kMaxGpus)
+    return "data_parallel_replicate_degree " + n(replicate) + " is outside 1.." + n(kMaxGpus) +
+           " (torchtitan takes -1, the rest of the GPUs, for the shard degree only)";
+  if (shard < -1 || shard == 0 || shard > kMaxGpus)
+    return "data_parallel_shard_degree " + n(shard) + " is neither -1 (the rest of the GPUs) nor in 1.." + n(kMaxGpus);
+  const int64_t dp = cfg.data_parallel();  // GPUs / (tensor x context x pipeline): dp_replicate x dp_shard
+  if (shard == -1 && dp % replicate != 0)
+    return "data_parallel_replicate_degree " + n(replicate) + " does not divide the " + n(dp) +
+           " data-parallel ranks (GPUs / (tensor x context x pipeline))";
+  const int64_t dp_shard = shard == -1 ? dp / replicate : shard;
+  if (replicate * dp_shard != dp)
+    return "data_parallel_replicate_degree " + n(replicate) + " x data_parallel_shard_degree " + n(dp_shard) +
+           " x context " + n(par.context) + " x tensor " + n(par.tensor) + " x pipeline " + n(par.pipeline) + " = " +
+           n(replicate * dp_shard * par.model_parallel()) + " is not the GPU count " + n(cfg.n_gpus);
+  // parallelize_llama.py applies FSDP only when dp_shard x cp > 1; replicas alone run DDP (apply_ddp).
+  if (replicate > 1 && dp_shard * par.context == 1)
+    return "data_parallel_replicate_degree " + n(replicate) + " with nothing to shard (shard 1, context 1) is "
+           "torchtitan's DDP (apply_ddp), not modelled yet";
+  TorchtitanMesh m;
+  m.dp_replicate = replicate;
+  m.dp_shard = dp_shard;
+  m.cp = par.context;
+  m.shard_group = strided_group(dp_shard * par.context, par.tensor, gpus_per_node);
+  m.replicate_group = strided_group(replicate, par.tensor * par.context * dp_shard, gpus_per_node);
+  *out = m;
+  return {};
+}
+
+ContextParallelAttention torchtitan_context_parallel(const CostModel& cost, const BlockShape& local, int64_t cp,
+                                                     const CommGroup& cp_group) {
+  // The steps' compute is Megatron's ring's (the same load balancing); its K/V exchange is not used.
+  const RingAttention ring = ring_attention(cost, local, cp, CommGroup{});
+  ContextParallelAttention a;
+  a.step_fwd_s = ring.step_fwd_s;
+  a.step_bwd_s = ring.step_bwd_s;
+  if (cp <= 1) return a;
+  const double kv_elements = 2.0 * d(local.tokens()) * d(local.kv_dim());
+  a.kv_gather_bytes = d(cp) * kv_elements * activation_bytes(local.precision);
+  a.kv_gather_s = cost.collective_seconds(CollectiveKind::kAllGather, a.kv_gather_bytes, cp_group);
+  a.dkv_hop_bytes = kv_elements * 4.0;  // convert_to_f32: dK and dV accumulate and travel in fp32
+  a.dkv_hop_s = ring_step_seconds(cost, a.dkv_hop_bytes, cp_group);
+  a.fwd_exposed_s = std::max(a.kv_gather_s - a.step_fwd_s, 0.0);
+  a.bwd_exposed_s = std::max(a.kv_gather_s - a.step_bwd_s, 0.0) +
+                    d(cp - 1) * std::max(a.dkv_hop_s - a.step_bwd_s, 0.0) + a.dkv_hop_s;
+  return a;
 }
 
 // Everything of a configuration but its global batch, costed once.
 struct TorchtitanEvaluator::Costs : MicroBatchOpCosts {
   TrainConfig key;  // global_batch unused
   MegatronLayout layout;
-  // Tensor-parallel collectives of one micro-batch on the compute stream (exposed seconds), and the
-  // bytes of their buffers.
+  TorchtitanMesh mesh;
+  ContextParallelAttention cp;
+  double cp_block_bytes = 0;  // forward and backward: the K/V gathers' buffers and the dK/dV hops
+  // Tensor- and context-parallel collectives of one micro-batch on the compute stream (exposed
+  // seconds: the block's include the ring attention's exposed K/V gathers and dK/dV hops), and the
+  // bytes of the tensor-parallel ones' buffers.
   double tp_block_fwd_s = 0, tp_block_bwd_s = 0, tp_embed_fwd_s = 0, tp_embed_bwd_s = 0;
   double tp_head_fwd_s = 0, tp_head_bwd_s = 0;
   double tp_block_bytes = 0, tp_embed_bytes = 0, tp_head_bytes = 0;  // forward and backward together
   // What activation checkpointing runs again per block (averaged over the blocks when every N-th
   // is checkpointed), and the tensor-parallel collectives it repeats.
   CategoryTotals recompute;
-  double recompute_comm_s = 0, recompute_tp_bytes = 0;
+  double recompute_comm_s = 0, recompute_tp_bytes = 0, recompute_cp_bytes = 0;
   // Memory of one micro-batch: kept per block, rebuilt for the block in backward, and the rest.
   double kept_per_block = 0, rebuilt = 0, backward_buffers = 0;
-  // FSDP2 over the data-parallel group, per tensor-parallel rank.
-  double block_params = 0, root_params = 0;
+  // FSDP2 over the dp_shard x cp group (HSDP: and the all-reduce over dp_replicate), per
+  // tensor-parallel rank.
+  double block_params = 0, root_params = 0;  // before sharding
   double block_gather_bytes = 0, root_gather_bytes = 0, reduce_bytes_per_param = 0;
   CategoryTotals cast, reduce_casts;
   double block_gather_s = 0, root_gather_s = 0, block_reduce_s = 0, root_reduce_s = 0;
@@ -92,16 +160,24 @@ const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& 
   const Parallelism& par = cfg.parallel;
   c.layout = megatron_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const MegatronLayout& l = c.layout;
-  // torchtitan does not pad the vocabulary: DTensor splits it in ceil(V / tp) rows.
-  const BlockShape shape = tensor_parallel_shape(block_shape(model_, cfg.micro_batch, cfg.seq_len, cfg.precision),
-                                                 l.tp, par.sequence_parallel, model_.vocab_size);
+  resolve_torchtitan_mesh(cfg, device_.gpus_per_node, &c.mesh);
+  // The rank's s/cp tokens of each sequence, its tensor-parallel slice; torchtitan does not pad the
+  // vocabulary: DTensor splits it in ceil(V / tp) rows.
+  const BlockShape shape = megatron_rank_shape(model_, cfg, model_.vocab_size);
   static_cast<MicroBatchOpCosts&>(c) = cost_micro_batch_ops(cost_, shape);
+  // Context parallelism: the block's one attention (step 0) becomes the ring's cp steps.
+  c.cp = torchtitan_context_parallel(cost_, shape, l.cp, l.cp_group);
+  c.block_fwd.attention += d(l.cp - 1) * c.cp.step_fwd_s;
+  c.block_bwd.attention += d(l.cp - 1) * c.cp.step_bwd_s;
+  c.cp_block_bytes = 2.0 * c.cp.kv_gather_bytes + d(l.cp) * c.cp.dkv_hop_bytes;
 
   const double a = activation_bytes(cfg.precision);
   const double td = d(shape.tokens()) * d(model_.d_model) * a;
   double ag = 0, rs = 0;
   tensor_parallel_seconds(cost_, shape, l.tp_group, par.async_tensor_parallel, td, c.tp_block_fwd_s, c.tp_block_bwd_s,
                           ag, rs);
+  c.tp_block_fwd_s += c.cp.fwd_exposed_s;  // full recompute repeats it with the forward
+  c.tp_block_bwd_s += c.cp.bwd_exposed_s;
   // Loss parallel: log-softmax's max and sum and the target logit, all-reduced per token.
   const double per_token = cost_.collective_seconds(CollectiveKind::kAllReduce, d(shape.tokens()) * 4.0, l.tp_group);
   c.tp_embed_fwd_s = rs, c.tp_embed_bwd_s = ag;  // RowwiseParallel embedding, output Shard(1)
@@ -141,7 +217,7 @@ void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, 
   const LinearSeconds f = linear_seconds(cost_, block_forward_ops, shape, ".fwd");
   const double kv_share = d(shape.kv_dim()) / d(shape.q_dim() + 2 * shape.kv_dim());
   c.recompute = {};
-  c.recompute_comm_s = c.recompute_tp_bytes = 0;
+  c.recompute_comm_s = c.recompute_tp_bytes = c.recompute_cp_bytes = 0;
   c.kept_per_block = full_block;
   c.rebuilt = 0;
   double full_fraction = 0;  // of the blocks, those whose whole forward runs again
@@ -163,6 +239,7 @@ void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, 
     c.recompute.add(c.block_fwd, full_fraction);
     c.recompute_comm_s = full_fraction * c.tp_block_fwd_s;
     c.recompute_tp_bytes = full_fraction * 4.0 * (tp ? td : 0.0);
+    c.recompute_cp_bytes = full_fraction * c.cp.kv_gather_bytes;
     c.kept_per_block = full_fraction * row_td + (1.0 - full_fraction) * full_block;
     c.rebuilt = full_block;
   }
@@ -172,16 +249,19 @@ void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, 
   slice.n_kv_heads = model_.kv_heads() / l.tp;
   slice.n_heads = model_.n_heads / l.tp;
   slice.ffn_hidden = model_.d_ffn() / l.tp;
-  c.backward_buffers = block_backward_buffer_bytes(slice, shape.tokens(), cfg.precision);
-
+  // Context parallelism adds the gathered K/V (forward and backward) and the backward's two fp32
+  // dK/dV buffers (the one accumulating, the one in flight).
+  c.backward_buffers = block_backward_buffer_bytes(slice, shape.tokens(), cfg.precision) + c.cp.kv_gather_bytes +
+                       2.0 * c.cp.dkv_hop_bytes;
 }
 
 // FSDP2's parameters, collectives and casts per block and root, and each stage's parameters and
 // optimizer.
 void TorchtitanEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg) {
   const MegatronLayout& l = c.layout;
-  // FSDP2: each block's and the root's tensor-parallel slice, sharded over the data-parallel group.
-  const double dp = d(l.dp);
+  const TorchtitanMesh& mesh = c.mesh;
+  // FSDP2: each block's and the root's tensor-parallel slice, sharded over dp_shard x cp ranks.
+  const double shard = d(mesh.shard_ranks());
   const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
   const double fp8_weights = cfg.precision == Precision::kAmpFp8 ? block_linear_weights(model_, l.tp) : 0.0;
   c.block_params = d(layer_parameter_count(model_)) / d(l.tp);
@@ -189,15 +269,22 @@ void TorchtitanEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg) {
   c.block_gather_bytes = (c.block_params - fp8_weights) * gb + fp8_weights * 1.0;
   c.root_gather_bytes = c.root_params * gb;
   c.reduce_bytes_per_param = reduced_grad_bytes(cfg.precision, cfg.mp_mode);
-  const bool gathers = l.dp > 1;
-  c.cast = gathers ? costed(cost_, fsdp_pre_gather_ops, c.block_params, dp, c.block_gather_bytes / c.block_params)
+  const bool gathers = mesh.shard_ranks() > 1;
+  c.cast = gathers ? costed(cost_, fsdp_pre_gather_ops, c.block_params, shard, c.block_gather_bytes / c.block_params)
                    : CategoryTotals{};
-  c.reduce_casts = costed(cost_, fsdp_pre_reduce_ops, c.block_params, dp, std::min(gb, 4.0), c.reduce_bytes_per_param);
+  c.reduce_casts =
+      costed(cost_, fsdp_pre_reduce_ops, c.block_params, shard, std::min(gb, 4.0), c.reduce_bytes_per_param);
   const auto gather = [&](double bytes) {
-    return gathers ? cost_.collective_seconds(CollectiveKind::kAllGather, bytes, l.dp_group) : 0.0;
+    return gathers ? cost_.collective_seconds(CollectiveKind::kAllGather, bytes, mesh.shard_group) : 0.0;
   };
+  // HSDP: each reduce-scatter's shard then all-reduced over the replicas (FSDP2 runs both in its
+  // post-backward, every micro-batch as the reduce-scatter, on the same stream).
   const auto reduce = [&](double params) {
-    return cost_.collective_seconds(CollectiveKind::kReduceScatter, params * c.reduce_bytes_per_param, l.dp_group);
+    const double bytes = params * c.reduce_bytes_per_param;
+    double s = cost_.collective_seconds(CollectiveKind::kReduceScatter, bytes, mesh.shard_group);
+    if (mesh.dp_replicate > 1)
+      s += cost_.collective_seconds(CollectiveKind::kAllReduce, bytes / shard, mesh.replicate_group);
+    return s;
   };
   c.block_gather_s = gather(c.block_gather_bytes);
   c.root_gather_s = gather(c.root_gather_bytes);
@@ -218,14 +305,14 @@ void TorchtitanEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg) {
     c.stage_root_params[i] = root;
     c.stage_params[i] = layers_per_stage * c.block_params + root;
     // Adam over the fp32 shard; FSDP2 casts to bf16 at the all-gather (cast above), no copy-back.
-    c.optimizer_s[i] = costed(cost_, optimizer_ops, c.stage_params[i] / dp).total();
+    c.optimizer_s[i] = costed(cost_, optimizer_ops, c.stage_params[i] / shard).total();
   }
 }
 
 // No pipeline: Composer's FSDP schedule (schedule.hpp) over the tensor-parallel slices, the
 // tensor-parallel collectives and recompute on the compute stream.
 Prediction TorchtitanEvaluator::predict_fsdp(const Costs& c, const TrainConfig& cfg) {
-  const bool gathers = c.layout.dp > 1;
+  const bool gathers = c.mesh.shard_ranks() > 1;
   MicroBatchCosts mc;
   mc.block_fwd_s = c.block_fwd.total() + c.tp_block_fwd_s + c.cast.total();
   mc.block_bwd_s = c.block_bwd.total() + c.tp_block_bwd_s + c.recompute.total() + c.recompute_comm_s +
@@ -292,7 +379,8 @@ Prediction TorchtitanEvaluator::predict_pipeline(const Costs& c, const TrainConf
   bwd_s_.back() += c.head_bwd.total() + c.tp_head_bwd_s;
   for (int64_t s = 0; s < l.pp; ++s) fwd_s_[static_cast<size_t>(s)] += params_.microbatch_overhead_s;
   // Point-to-point: one micro-batch's activations, sequence-sharded (Shard(1)) under tensor parallelism.
-  const double p2p_bytes = d(cfg.micro_batch) * d(cfg.seq_len) * d(model_.d_model) * activation_bytes(cfg.precision) / d(l.tp);
+  const double p2p_bytes =
+      d(cfg.micro_batch) * d(cfg.seq_len / l.cp) * d(model_.d_model) * activation_bytes(cfg.precision) / d(l.tp);
   const double p2p_s = l.stage_link_crosses_nodes
                            ? p2p_bytes / (device_.inter_node_bytes_per_s * params_.inter_node_link_efficiency /
                                           d(l.stage_link_sharers)) + params_.inter_node_latency_s
@@ -371,7 +459,7 @@ Prediction TorchtitanEvaluator::predict(const TrainConfig& cfg) {
 }
 
 // Peak memory of the most loaded rank. Per stage: FSDP2's fp32 shard of the parameters, their
-// gradients and Adam's two moments (16 bytes per local parameter over the data-parallel ranks);
+// gradients and Adam's two moments (16 bytes per local parameter over the dp_shard x cp ranks);
 // the gathered parameters: without a pipeline the root and two blocks (one computing, one
 // prefetched; the last block stays gathered into its backward in their place), under PP the whole
 // stage for the step, beside its unsharded gradients accumulated in the reduce dtype until the last
@@ -393,8 +481,8 @@ MemoryBreakdown TorchtitanEvaluator::memory(const TrainConfig& cfg) {
     const int64_t warmup = l.pp == 1 ? 1 : pipeline_warmup(l.pp, l.vp, m, s) + 1;
     const double in_flight = d(std::min(warmup, m * l.vp));
     MemoryBreakdown mb;
-    mb.sharded_state_bytes = 16.0 * c.stage_params[i] / d(l.dp);
-    if (l.dp > 1 || l.pp > 1)
+    mb.sharded_state_bytes = 16.0 * c.stage_params[i] / d(c.mesh.shard_ranks());
+    if (c.mesh.shard_ranks() > 1 || l.pp > 1)
       mb.gathered_params_bytes = l.pp == 1 ? c.root_gather_bytes + std::min(2.0, d(model_.n_layers)) * c.block_gather_bytes
                                            : layers_per_stage * c.block_gather_bytes + c.stage_root_params[i] * gb;
     mb.activation_bytes = in_flight * layers_per_chunk * c.kept_per_block + c.rebuilt;
@@ -415,17 +503,20 @@ TorchtitanTraffic TorchtitanEvaluator::traffic(const TrainConfig& cfg) {
   const double m = d(cfg.per_device_batch() / cfg.micro_batch);
   const double L = d(model_.n_layers) / d(l.pp);
   const double root = c.stage_root_params[0];
+  const int64_t shard = c.mesh.shard_ranks();
   TorchtitanTraffic t;
-  if (l.dp > 1) {
+  if (shard > 1) {
     // Without PP every micro-batch gathers the root once and each block twice but the last, which
     // stays gathered into its backward; under PP each block and the stage's root part once a step.
     t.fsdp_gather_bytes = l.pp == 1 ? m * (c.root_gather_bytes + (2.0 * L - 1.0) * c.block_gather_bytes)
                                     : L * c.block_gather_bytes + root * c.root_gather_bytes / c.root_params;
   }
   t.fsdp_reduce_bytes = (l.pp == 1 ? m : 1.0) * (L * c.block_params + root) * c.reduce_bytes_per_param;
-  if (l.dp == 1) t.fsdp_reduce_bytes = 0;
+  if (shard == 1) t.fsdp_reduce_bytes = 0;
+  if (c.mesh.dp_replicate > 1) t.fsdp_replicate_bytes = t.fsdp_reduce_bytes / d(shard);
   t.tp_bytes = m * (L * (c.tp_block_bytes + c.recompute_tp_bytes) + c.tp_embed_bytes +
                     (l.pp == 1 ? c.tp_head_bytes : 0.0));
+  t.cp_bytes = m * L * (c.cp_block_bytes + c.recompute_cp_bytes);
   return t;
 }
 

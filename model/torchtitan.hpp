@@ -21,7 +21,7 @@
 //
 // FSDP2 (apply_fsdp: fully_shard per block and on the root, bf16 parameters, fp32 gradient
 // reduction: mixed_precision_param and mixed_precision_reduce) shards each block's tensor-parallel
-// slice over the data-parallel group. Without pipeline parallelism the step is Composer's FSDP
+// slice over the dp_shard x cp group (TorchtitanMesh below). Without pipeline parallelism the step is Composer's FSDP
 // schedule (schedule.hpp: per-block all-gathers prefetched on the communication stream, per-block
 // reduce-scatters after each block's backward, every micro-batch), except that the last block is
 // not resharded after its forward (so its backward gathers nothing first). With pipeline
@@ -32,6 +32,20 @@
 //
 // Float8 (--precision amp_fp8, torchtitan's float8 training with enable_fsdp_float8_all_gather): the
 // block's linear weights are all-gathered in fp8, 1 byte per parameter instead of 2.
+//
+// Context parallelism (context_parallel_degree; torchtitan wraps each step in PyTorch's
+// torch.distributed.tensor.experimental.context_parallel): every sequence is cut into 2cp chunks
+// and rank i of the cp group holds chunks i and 2cp-1-i (the causal load balancing PyTorch enables
+// by default, Megatron's as well), so every op but the attention runs on s/cp tokens
+// (megatron_rank_shape) and the attention is a ring of cp causal-sized steps (ring_attention's
+// compute). What differs from Megatron's ring is the K/V exchange: torchtitan's default
+// context_parallel_rotate_method "allgather" gathers every rank's K/V once, before the first step
+// (torch/distributed/tensor/experimental/_attention.py, _AllGatherRotater), instead of passing it
+// hop by hop; the backward gathers K/V again and passes the fp32 dK/dV around the ring
+// (_templated_ring_attention_backward's dkv_rotater, always all-to-all, convert_to_f32 on) ---
+// torchtitan_context_parallel below. FSDP2 shards over dp_shard x cp ranks (parallel_dims.py's
+// "dp_shard_cp" mesh), HSDP (data_parallel_replicate_degree > 1) replicates those shards over
+// dp_replicate groups and all-reduces their gradients (fully_shard on a 2D mesh): TorchtitanMesh.
 #pragma once
 
 #include <memory>
@@ -43,6 +57,46 @@
 
 namespace tpsim {
 
+// torchtitan's device mesh ["pp", "dp_replicate", "dp_shard", "cp", "tp"] (parallel_dims.py) as
+// far as FSDP2 sees it: dp_replicate from data_parallel_replicate_degree (Parallelism::
+// replicate_degree; 0, not given, is torchtitan's default 1), dp_shard from
+// data_parallel_shard_degree (Parallelism::shard_degree; 0 or -1: the ranks the others leave), with
+// dp_replicate x dp_shard x cp x tp x pp the GPU count. FSDP2 shards parameters, gradients and
+// optimizer state over the flattened "dp_shard_cp" dimension: dp_shard x cp ranks, tp apart; with
+// dp_replicate > 1 (HSDP, fully_shard on the 2D mesh ("dp_replicate", "dp_shard_cp")) the gradient
+// shards are all-reduced over the dp_replicate ranks, tp x cp x dp_shard apart, after each
+// reduce-scatter.
+struct TorchtitanMesh {
+  int64_t dp_replicate = 1, dp_shard = 1, cp = 1;
+  CommGroup shard_group;      // dp_shard_cp: the parameters' all-gathers, the gradients' reduce-scatters
+  CommGroup replicate_group;  // dp_replicate: HSDP's all-reduce of the gradient shards
+  int64_t shard_ranks() const { return dp_shard * cp; }
+};
+// The mesh of `cfg` on nodes of `gpus_per_node`, or why it is not one (one line naming the degrees).
+// Requires the degrees' product tensor x context x pipeline to divide the GPU count (check_config).
+std::string resolve_torchtitan_mesh(const TrainConfig& cfg, int64_t gpus_per_node, TorchtitanMesh* out);
+
+// One rank's context-parallel attention over one micro-batch of a block, as PyTorch's
+// _templated_ring_attention runs it under torchtitan's defaults. `local`: the rank's shape (s/cp
+// tokens per sequence). Compute: cp steps, each one causal attention of `local` (ring_attention:
+// the load balancing leaves every later step half of the (s/cp)^2 pairs). Forward: the K/V of the
+// cp ranks (2 * t/cp * kv_dim elements each) all-gathered once, issued before step 0 and waited for
+// by step 1: exposed by what it takes beyond step 0. Backward: the same all-gather again (exposed
+// beyond the backward's step 0), and cp hops of the rank's fp32 dK/dV around the ring (one after
+// each step, waited for after the next; the last waited for at the end, wholly exposed):
+// (cp-1) * max(0, hop - step) + hop. Selective 'op' checkpointing keeps the attention's output, so
+// only full recompute runs the forward's gather again. cp = 1: one attention, nothing exchanged.
+struct ContextParallelAttention {
+  double step_fwd_s = 0, step_bwd_s = 0;  // one step's attention forward and backward
+  double kv_gather_bytes = 0;             // the all-gather's whole buffer: cp ranks' K and V
+  double kv_gather_s = 0;
+  double dkv_hop_bytes = 0;               // dK and dV of the rank's tokens, fp32, per hop
+  double dkv_hop_s = 0;
+  double fwd_exposed_s = 0, bwd_exposed_s = 0;
+};
+ContextParallelAttention torchtitan_context_parallel(const CostModel& cost, const BlockShape& local, int64_t cp,
+                                                     const CommGroup& cp_group);
+
 // Empty when `cfg` is a layout torchtitan can run for `model` on `device`, else why not, naming the
 // value at fault. check_config calls it for cfg.parallel.framework == kTorchtitan after its general
 // checks.
@@ -50,12 +104,16 @@ std::string check_torchtitan_config(const ModelConfig& model, const DeviceSpec& 
 
 // Bytes one rank's collectives move per step, each counted as the full (unsharded) buffer of the
 // collective (cost.hpp collective_seconds): FSDP2's parameter all-gathers and gradient
-// reduce-scatters over the data-parallel group, and the tensor-parallel activations' all-gathers,
+// reduce-scatters over the dp_shard x cp group, and the tensor-parallel activations' all-gathers,
 // reduce-scatters and all-reduces (recompute included).
 struct TorchtitanTraffic {
   double fsdp_gather_bytes = 0;
   double fsdp_reduce_bytes = 0;
   double tp_bytes = 0;
+  // HSDP: the all-reduces of the gradient shards over dp_replicate (each shard's bytes).
+  double fsdp_replicate_bytes = 0;
+  // Context parallelism: the K/V all-gathers' whole buffers and the dK/dV hops' bytes each rank sends.
+  double cp_bytes = 0;
 };
 
 class TorchtitanEvaluator {

@@ -8,6 +8,7 @@
 
 #include "common.hpp"
 #include "run_tpsim.hpp"
+#include "model/megatron.hpp"
 #include "model/ops.hpp"
 #include "model/search.hpp"
 #include "model/simulator.hpp"
@@ -217,7 +218,10 @@ BOOST_FIXTURE_TEST_CASE(layouts_that_cannot_run_are_one_line_errors, Fixture) {
   };
   TrainConfig c = titan(8, 2, 1, 16, 1);
   c.parallel.context = 2;
-  expect(c, "context parallelism (2) is not modelled yet under torchtitan");
+  c.seq_len = 2046;
+  expect(c, "context parallel 2 does not split the sequence length 2046 into 4 equal chunks");
+  c.seq_len = 2052;  // 4 chunks, but tp 2 x 2 x cp 2 does not divide it
+  expect(c, "sequence length 2052 is not a multiple of tensor parallel 2 x 2 x context parallel 2");
   c = titan(8, 1, 1, 16, 1);
   c.parallel.expert = 2;
   expect(c, "expert parallelism (2) is not modelled yet under torchtitan");
@@ -247,6 +251,150 @@ BOOST_FIXTURE_TEST_CASE(layouts_that_cannot_run_are_one_line_errors, Fixture) {
   BOOST_TEST(contains(w, "mixture-of-experts models under torchtitan are not modelled yet"), w);
 }
 
+namespace {
+
+double category_flops(void (*build)(const BlockShape&, OpSink&), const BlockShape& s, OpCategory category) {
+  OpList ops;
+  build(s, ops);
+  double f = 0;
+  for (const Op& op : ops)
+    if (op.category == category) f += op.flops;
+  return f;
+}
+
+TrainConfig with_context(TrainConfig c, int64_t cp) {
+  c.parallel.context = cp;
+  return c;
+}
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_CASE(context_parallel_two_halves_a_ranks_gemm_flops_and_activations, Fixture) {
+  // Same data-parallel degree (4) and micro-batches; cp 2 doubles the GPUs and gives each rank half
+  // of every sequence's tokens.
+  const TrainConfig one = titan(4, 1, 1, 16, 2), two = with_context(titan(8, 1, 1, 16, 2), 2);
+  BOOST_REQUIRE(why(one).empty());
+  BOOST_REQUIRE(why(two).empty());
+  const BlockShape full = megatron_rank_shape(model, one, model.vocab_size);
+  const BlockShape half = megatron_rank_shape(model, two, model.vocab_size);
+  BOOST_TEST(half.tokens() * 2 == full.tokens());
+  for (auto build : {block_forward_ops, block_backward_ops, head_forward_ops, head_backward_ops})
+    BOOST_TEST(2.0 * category_flops(build, half, OpCategory::kGemm) == category_flops(build, full, OpCategory::kGemm),
+               tt::tolerance(1e-12));
+  // The ring's two steps, each a causal attention over the rank's s/2 tokens, do half the
+  // sequence's causal attention (up to the diagonal's share).
+  BOOST_TEST(2.0 * 2.0 * category_flops(block_forward_ops, half, OpCategory::kAttention) ==
+                 category_flops(block_forward_ops, full, OpCategory::kAttention),
+             tt::tolerance(1e-3));
+  TorchtitanEvaluator e(model, device, profile.params);
+  const MemoryBreakdown a = e.memory(one), b = e.memory(two);
+  BOOST_TEST(b.activation_bytes == 0.5 * a.activation_bytes, tt::tolerance(1e-12));
+  // The FSDP2 shard group doubles with cp (dp_shard x cp = 8): half the sharded state per rank.
+  BOOST_TEST(b.sharded_state_bytes == 0.5 * a.sharded_state_bytes, tt::tolerance(1e-12));
+  const Prediction p1 = e.predict(one), p2 = e.predict(two);
+  BOOST_TEST(p2.time.gemm_s < p1.time.gemm_s);
+  BOOST_TEST(p2.time.gemm_s > 0.45 * p1.time.gemm_s);
+}
+
+BOOST_FIXTURE_TEST_CASE(context_parallel_all_gathers_kv_and_rings_fp32_dkv, Fixture) {
+  // torchtitan's default rotate method: the K/V of the cp ranks all-gathered once per pass, the
+  // fp32 dK/dV passed around the ring cp times in the backward.
+  const TrainConfig c = with_context(titan(8, 1, 1, 16, 2), 4);  // dp 2; 2048 / 4 = 512 tokens per rank
+  BOOST_REQUIRE(why(c).empty());
+  const BlockShape local = megatron_rank_shape(model, c, model.vocab_size);
+  const double t = 2.0 * 512, kv = 512;  // micro-batch x local tokens; 8 K/V heads of 64
+  BOOST_REQUIRE(local.tokens() == 1024);
+  const CostModel cost(device, profile.params);
+  const CommGroup ring = strided_group(4, 1, device.gpus_per_node);
+  const ContextParallelAttention a = torchtitan_context_parallel(cost, local, 4, ring);
+  BOOST_TEST(a.kv_gather_bytes == 4.0 * 2.0 * t * kv * 2.0);  // 4 ranks' K and V in bf16
+  BOOST_TEST(a.dkv_hop_bytes == 2.0 * t * kv * 4.0);          // the rank's dK and dV in fp32
+  BOOST_TEST(a.kv_gather_s == cost.collective_seconds(CollectiveKind::kAllGather, a.kv_gather_bytes, ring));
+  BOOST_TEST(a.dkv_hop_s == ring_step_seconds(cost, a.dkv_hop_bytes, ring));
+  BOOST_TEST(a.fwd_exposed_s == std::max(a.kv_gather_s - a.step_fwd_s, 0.0));
+  BOOST_TEST(a.bwd_exposed_s == std::max(a.kv_gather_s - a.step_bwd_s, 0.0) +
+                                    3.0 * std::max(a.dkv_hop_s - a.step_bwd_s, 0.0) + a.dkv_hop_s,
+             tt::tolerance(1e-12));
+  BOOST_TEST(a.step_fwd_s == ring_attention(cost, local, 4, ring).step_fwd_s);
+  const ContextParallelAttention none = torchtitan_context_parallel(cost, local, 1, CommGroup{});
+  BOOST_TEST(none.kv_gather_bytes == 0.0);
+  BOOST_TEST(none.bwd_exposed_s == 0.0);
+  // Per step: every block of the four micro-batches (16 / 2 replicas / 2) gathers twice and sends
+  // four hops; full recompute gathers once more.
+  TorchtitanEvaluator e(model, device, profile.params);
+  const double L = 8, m = 4;
+  BOOST_TEST(e.traffic(c).cp_bytes == m * L * (2.0 * a.kv_gather_bytes + 4.0 * a.dkv_hop_bytes), tt::tolerance(1e-12));
+  TrainConfig full = c;
+  full.checkpointing = Checkpointing::kFull;
+  BOOST_TEST(e.traffic(full).cp_bytes == m * L * (3.0 * a.kv_gather_bytes + 4.0 * a.dkv_hop_bytes), tt::tolerance(1e-12));
+  BOOST_TEST(e.traffic(titan(8, 1, 1, 16, 2)).cp_bytes == 0.0);
+}
+
+BOOST_FIXTURE_TEST_CASE(fsdp2_shards_over_dp_shard_times_cp, Fixture) {
+  // 16 GPUs, tp 2, cp 2: dp 4, FSDP2's dp_shard_cp group is 8 ranks, 2 apart (two nodes of 8).
+  const TrainConfig c = with_context(titan(16, 2, 1, 16, 1), 2);
+  BOOST_REQUIRE(why(c).empty());
+  TorchtitanMesh mesh;
+  BOOST_REQUIRE(resolve_torchtitan_mesh(c, device.gpus_per_node, &mesh).empty());
+  BOOST_TEST(mesh.dp_shard == 4);
+  BOOST_TEST(mesh.dp_replicate == 1);
+  BOOST_TEST(mesh.shard_ranks() == 8);
+  BOOST_TEST(mesh.shard_group.ranks == 8);
+  BOOST_TEST(mesh.shard_group.nodes == 2);
+  BOOST_TEST(mesh.shard_group.groups_per_node == 2);
+  TorchtitanEvaluator e(model, device, profile.params);
+  const double block = static_cast<double>(layer_parameter_count(model)) / 2.0;
+  const double root = static_cast<double>(embedding_parameter_count(model, 2048)) / 2.0;
+  BOOST_TEST(e.memory(c).sharded_state_bytes == 16.0 * (8.0 * block + root) / 8.0, tt::tolerance(1e-12));
+  // Each block's gather and reduce-scatter buffers are its tp slice, whatever the group.
+  const double m = 4;  // 16 / 4 replicas, micro-batch 1
+  BOOST_TEST(e.traffic(c).fsdp_reduce_bytes == m * (root + 8.0 * block) * 4.0, tt::tolerance(1e-12));
+}
+
+BOOST_FIXTURE_TEST_CASE(hsdp_all_reduces_the_gradient_shards_over_the_replicas, Fixture) {
+  // 16 GPUs, data_parallel_replicate_degree 2: dp_shard 8 (one node each), replicas 8 ranks apart.
+  TrainConfig c = titan(16, 1, 1, 32, 2);
+  c.parallel.replicate_degree = 2;
+  BOOST_REQUIRE(why(c).empty());
+  TorchtitanMesh mesh;
+  BOOST_REQUIRE(resolve_torchtitan_mesh(c, device.gpus_per_node, &mesh).empty());
+  BOOST_TEST(mesh.dp_shard == 8);
+  BOOST_TEST(mesh.replicate_group.ranks == 2);
+  BOOST_TEST(mesh.replicate_group.nodes == 2);
+  BOOST_TEST(mesh.shard_group.nodes == 1);
+  TorchtitanEvaluator e(model, device, profile.params);
+  const double block = static_cast<double>(layer_parameter_count(model));
+  const double root = static_cast<double>(embedding_parameter_count(model, 2048));
+  const double L = 8, m = 1;  // 32 / 16 replicas, micro-batch 2
+  const TorchtitanTraffic t = e.traffic(c);
+  BOOST_TEST(t.fsdp_reduce_bytes == m * (root + L * block) * 4.0, tt::tolerance(1e-12));
+  BOOST_TEST(t.fsdp_replicate_bytes == m * (root + L * block) * 4.0 / 8.0, tt::tolerance(1e-12));
+  BOOST_TEST(t.fsdp_gather_bytes == m * (root + (2.0 * L - 1.0) * block) * 2.0, tt::tolerance(1e-12));
+  BOOST_TEST(e.memory(c).sharded_state_bytes == 16.0 * (L * block + root) / 8.0, tt::tolerance(1e-12));
+  // Without replicas the same 16 ranks shard everything and all-reduce nothing.
+  TrainConfig flat = c;
+  flat.parallel.replicate_degree = 0;
+  BOOST_TEST(e.traffic(flat).fsdp_replicate_bytes == 0.0);
+  BOOST_TEST(e.memory(flat).sharded_state_bytes == 16.0 * (L * block + root) / 16.0, tt::tolerance(1e-12));
+  // Against one replica alone (8 GPUs, the same shard group and micro-batches): the communication
+  // stream is busy longer by the all-reduce of each block's and the root's gradient shard.
+  const CostModel cost(device, profile.params);
+  const auto all_reduce = [&](double params) {
+    return cost.collective_seconds(CollectiveKind::kAllReduce, params * 4.0 / 8.0, mesh.replicate_group);
+  };
+  const Prediction hsdp = e.predict(c), one_replica = e.predict(titan(8, 1, 1, 16, 2));
+  BOOST_TEST(hsdp.timeline.comm_s - one_replica.timeline.comm_s == m * (L * all_reduce(block) + all_reduce(root)),
+             tt::tolerance(1e-9));
+  // Degrees that do not multiply to the GPU count, and replicas with nothing to shard.
+  c.parallel.shard_degree = 4;
+  BOOST_TEST(contains(why(c), "data_parallel_replicate_degree 2 x data_parallel_shard_degree 4 x context 1 x tensor 1 "
+                              "x pipeline 1 = 8 is not the GPU count 16"),
+             why(c));
+  c.parallel.shard_degree = 1;
+  c.parallel.replicate_degree = 16;
+  BOOST_TEST(contains(why(c), "torchtitan's DDP (apply_ddp), not modelled yet"), why(c));
+}
+
 BOOST_FIXTURE_TEST_CASE(the_search_runs_torchtitan_layouts, Fixture) {
   SearchSpace space;
   space.framework = Framework::kTorchtitan;
@@ -267,6 +415,22 @@ BOOST_FIXTURE_TEST_CASE(the_search_runs_torchtitan_layouts, Fixture) {
   BOOST_TEST(selective);
 }
 
+BOOST_FIXTURE_TEST_CASE(the_search_takes_context_parallel_and_the_hsdp_degrees, Fixture) {
+  SearchSpace space;
+  space.framework = Framework::kTorchtitan;
+  space.parallel.replicate_degree = 2;
+  const TrainConfig base{.seq_len = 16384, .global_batch = 16, .n_gpus = 16};
+  const SearchResult r = search(model, device, profile.params, base, space, SearchGoal::kAllThatFit);
+  BOOST_TEST(r.found);
+  bool cp = false;
+  for (const Candidate& c : r.fitting) {
+    BOOST_TEST(c.cfg.parallel.replicate_degree == 2);
+    cp = cp || c.cfg.parallel.context > 1;
+    BOOST_TEST(c.prediction.step_s == predict(model, device, profile.params, c.cfg).step_s);
+  }
+  BOOST_TEST(cp);
+}
+
 BOOST_AUTO_TEST_CASE(the_command_line_runs_torchtitan_and_refuses_other_frameworks_flags) {
   using tpsim::testing::run_tpsim;
   const std::string p = "predict --model llama-3.1-8b --seq 8192 --gpus 16 --micro-batch 1 --global-batch 32 ";
@@ -275,6 +439,10 @@ BOOST_AUTO_TEST_CASE(the_command_line_runs_torchtitan_and_refuses_other_framewor
   BOOST_TEST(ok.status == 0, ok.err);
   // Its data parallelism is FSDP2: the row's sharding strategy is FULL_SHARD.
   BOOST_TEST(contains(ok.out, ",FULL_SHARD,selective,"), ok.out);
+  // Context parallelism and HSDP's degrees (the layout columns: tp, pp, vp, cp, ep, dp).
+  const auto cp = run_tpsim(p + "--framework torchtitan --cp 2 --replicate-degree 2 --format csv");
+  BOOST_TEST(cp.status == 0, cp.err);
+  BOOST_TEST(contains(cp.out, ",1,1,1,2,1,8,"), cp.out);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {p + "--framework megatron --tp 2 --async-tp", "--async-tp: torchtitan's option; use --framework torchtitan"},
       {p + "--selective-ac-option op", "--selective-ac-option: torchtitan's option"},
@@ -283,7 +451,15 @@ BOOST_AUTO_TEST_CASE(the_command_line_runs_torchtitan_and_refuses_other_framewor
       {p + "--framework torchtitan --sharding NO_SHARD", "--sharding: --framework torchtitan shards with FSDP2"},
       {p + "--framework torchtitan --selective-ac-option two", "--selective-ac-option 'two'"},
       {p + "--framework torchtitan --selective-ac-option 2", "selective_ac_option 2 applies to selective checkpointing only"},
-      {p + "--framework torchtitan --cp 2", "context parallelism (2) is not modelled yet under torchtitan"},
+      {"predict --model llama-3.1-8b --seq 8194 --gpus 16 --micro-batch 1 --global-batch 32 --framework torchtitan "
+       "--cp 2",
+       "context parallel 2 does not split the sequence length 8194 into 4 equal chunks"},
+      {p + "--framework torchtitan --replicate-degree 3", "data_parallel_replicate_degree 3 does not divide the 16"},
+      {p + "--framework torchtitan --cp 2 --shard-degree 4",
+       "data_parallel_replicate_degree 1 x data_parallel_shard_degree 4 x context 2 x tensor 1 x pipeline 1 = 8 is "
+       "not the GPU count 16"},
+      {p + "--framework torchtitan --replicate-degree -1", "data_parallel_replicate_degree -1 is outside 1.."},
+      {p + "--framework megatron --replicate-degree 2", "--replicate-degree: HSDP's shard and replicate degrees are"},
       {p + "--framework torchtitan --async-tp", "async tensor parallelism needs tensor parallel > 1"},
   };
   for (const auto& [args, message] : cases) {
