@@ -274,20 +274,9 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
   p.time.overhead_s = p.timeline.overhead_s;
   p.time.exposed_comm_s = p.timeline.exposed_comm_s;
 
-  p.seq_per_s = static_cast<double>(cfg.global_batch) / p.step_s;
-  p.tokens_per_s = p.seq_per_s * static_cast<double>(cfg.seq_len);
-  p.tokens_per_s_per_gpu = p.tokens_per_s / static_cast<double>(cfg.n_gpus);
-  // llm-foundry's flops_per_batch counts the active parameters (metrics.hpp).
-  const FoundryMetrics fm = foundry_metrics(p.active_params, model.n_layers, model.d_model, cfg.seq_len, p.seq_per_s,
-                                            cfg.n_gpus, device_.peak(mfu_dtype(cfg.precision)), cfg.checkpointing);
-  p.mfu = fm.mfu;
-  p.hfu = fm.hfu;
-  p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;
-
   // Memory, from the full micro-batch's saved activations.
   p.memory = estimate_memory(memory_counts_, cfg, saved_activations(full_compute), layout, params);
-  p.capacity_bytes = device_.memory_bytes;
-  p.feasibility = fits(p.memory) ? Feasibility::kFits : Feasibility::kOutOfMemory;
+  complete_prediction(model, device_, cfg, p);
   return p;
 }
 
@@ -308,6 +297,19 @@ void Evaluator::update_counts(int64_t seq_len) {
 }
 
 bool Evaluator::fits(const MemoryBreakdown& m) const { return m.peak_bytes <= device_.memory_bytes; }
+
+void complete_prediction(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg, Prediction& p) {
+  p.seq_per_s = static_cast<double>(cfg.global_batch) / p.step_s;
+  p.tokens_per_s = p.seq_per_s * static_cast<double>(cfg.seq_len);
+  p.tokens_per_s_per_gpu = p.tokens_per_s / static_cast<double>(cfg.n_gpus);
+  const FoundryMetrics fm = foundry_metrics(p.active_params, model.n_layers, model.d_model, cfg.seq_len, p.seq_per_s,
+                                            cfg.n_gpus, device.peak(mfu_dtype(cfg.precision)), cfg.checkpointing);
+  p.mfu = fm.mfu;
+  p.hfu = fm.hfu;
+  p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;
+  p.capacity_bytes = device.memory_bytes;
+  p.feasibility = p.memory.peak_bytes <= device.memory_bytes ? Feasibility::kFits : Feasibility::kOutOfMemory;
+}
 
 Prediction predict(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
                    const TrainConfig& cfg) {

@@ -54,6 +54,11 @@ struct Prediction {
   bool fits() const { return feasibility == Feasibility::kFits; }
 };
 
+// What every framework's prediction derives alike once it has its step time, its active parameters
+// and its memory: the throughput, llm-foundry's MFU and HFU (metrics.hpp; flops_per_batch counts the
+// active parameters), the device's capacity, and whether the peak fits in it.
+void complete_prediction(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg, Prediction& p);
+
 // Empty when the simulator can model this configuration on this device, else the reason, naming
 // the value at fault (a micro-batch larger than the per-device batch, a format the device lacks...).
 std::string check_config(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,

@@ -438,17 +438,8 @@ Prediction TorchtitanEvaluator::predict_pipeline(const Costs& c, const TrainConf
 void TorchtitanEvaluator::finish(const TrainConfig& cfg, Prediction& p) {
   p.n_params = parameter_count(model_, cfg.seq_len);
   p.active_params = active_parameter_count(model_, cfg.seq_len);
-  p.seq_per_s = d(cfg.global_batch) / p.step_s;
-  p.tokens_per_s = p.seq_per_s * d(cfg.seq_len);
-  p.tokens_per_s_per_gpu = p.tokens_per_s / d(cfg.n_gpus);
-  const FoundryMetrics fm = foundry_metrics(p.active_params, model_.n_layers, model_.d_model, cfg.seq_len, p.seq_per_s,
-                                            cfg.n_gpus, device_.peak(mfu_dtype(cfg.precision)), cfg.checkpointing);
-  p.mfu = fm.mfu;
-  p.hfu = fm.hfu;
-  p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;
   p.memory = memory(cfg);
-  p.capacity_bytes = device_.memory_bytes;
-  p.feasibility = p.memory.peak_bytes <= device_.memory_bytes ? Feasibility::kFits : Feasibility::kOutOfMemory;
+  complete_prediction(model_, device_, cfg, p);
 }
 
 Prediction TorchtitanEvaluator::predict(const TrainConfig& cfg) {
