@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "io/error.hpp"
+#include "io/names.hpp"
 #include "io/text_format.hpp"
 #include "model/units.hpp"
 
@@ -43,18 +44,23 @@ std::vector<int64_t> parse_count_list(const std::string& flag, const std::string
 }
 
 Precision parse_precision_flag(const std::string& flag, const std::string& text) {
-  if (const auto p = parse_precision(text)) return *p;
+  if (const auto p = parse_precision(to_lower(text))) return *p;
   throw Error(flag + " '" + text + "': expected amp_bf16, amp_fp16, amp_fp8, bf16 or fp32");
 }
 
 MpMode parse_mp_mode_flag(const std::string& flag, const std::string& text) {
-  if (const auto m = parse_mp_mode(text)) return *m;
+  if (const auto m = parse_mp_mode(to_upper(text))) return *m;
   throw Error(flag + " '" + text + "': expected DEFAULT, PURE or FULL");
 }
 
 Sharding parse_sharding_flag(const std::string& flag, const std::string& text) {
-  if (const auto s = parse_sharding(text)) return *s;
+  if (const auto s = parse_sharding(to_upper(text))) return *s;
   throw Error(flag + " '" + text + "': expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD");
+}
+
+Framework framework_flag(const std::string& value) {
+  if (const auto f = parse_framework(to_lower(value))) return *f;
+  throw Error("--framework '" + value + "': expected composer, megatron or torchtitan");
 }
 
 namespace {
@@ -137,6 +143,15 @@ CLI::Validator finite_range(double lo, double hi) {
         return {};
       },
       "FLOAT in " + range.str());
+}
+
+CLI::Validator lower_case_ids() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        s = to_lower(s);
+        return {};
+      },
+      "");
 }
 
 }  // namespace tpsim

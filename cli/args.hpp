@@ -27,6 +27,8 @@ double parse_tokens(const std::string& flag, const std::string& text);
 Precision parse_precision_flag(const std::string& flag, const std::string& text);
 MpMode parse_mp_mode_flag(const std::string& flag, const std::string& text);
 Sharding parse_sharding_flag(const std::string& flag, const std::string& text);
+// --framework's value (composer, megatron, torchtitan), case ignored; Error naming the flag otherwise.
+Framework framework_flag(const std::string& value);
 
 // A whole number of bytes in [1, 64Gi]: "65536", "64Ki", "1Mi", "4M". Suffixes K, M, G are
 // decimal; Ki, Mi, Gi binary (the suffix parser parse_tokens uses).
@@ -38,5 +40,8 @@ std::vector<std::string> parse_name_list(const std::string& flag, const std::str
 // The check for a real-valued CLI11 option: a finite number in [lo, hi]. (CLI::Range lets NaN
 // through: every comparison with it is false.)
 CLI::Validator finite_range(double lo, double hi);
+
+// Device ids are matched ignoring case (H100_80GB is h100_80gb): the value is lower-cased as parsed.
+CLI::Validator lower_case_ids();
 
 }  // namespace tpsim

@@ -15,6 +15,7 @@
 #include "io/error.hpp"
 #include "io/profile_io.hpp"
 #include "io/progress.hpp"
+#include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
 #include "cli/run_settings.hpp"
@@ -139,7 +140,8 @@ void register_calibrate_table(CLI::App& calibrate) {
                     "measured table (repeatable): llm-foundry's results, tpsim's general form or vTrain's CSV")
       ->required();
   table->add_option("--device", o->device, "the device whose rows are fitted (and the GPU of tables without a GPU column)")
-      ->required();
+      ->required()
+      ->transform(lower_case_ids());
   table->add_option("--framework", o->framework,
                     "framework of rows whose table has no Framework column: composer, megatron or torchtitan")
       ->default_val("composer");

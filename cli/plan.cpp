@@ -298,7 +298,8 @@ void register_plan(CLI::App& app) {
   add_run_flags(cmd, o->run, /*with_sharding_and_ckpt=*/true, /*ckpt_any=*/true);
   add_parallel_flags(cmd, o->parallel);
   add_network_flags(cmd, o->network);
-  cmd->add_option("--device", o->devices, "device id(s), comma-separated, compared side by side")->default_val("h100_80gb");
+  cmd->add_option("--device", o->devices, "device id(s), comma-separated, compared side by side")->default_val("h100_80gb")
+      ->transform(lower_case_ids());
   cmd->add_option("--gpus", o->gpus, "GPU counts to consider: list (32,64,128) or range by powers of two (8..512)");
   cmd->add_option("--tokens", o->tokens, "tokens to train (1T = 1e12): adds time to train, GPU-hours and cost");
   cmd->add_option("--global-batch-tokens", o->batch_tokens, "tokens per optimizer step (4M = 4e6, 4Mi = 2^22)");

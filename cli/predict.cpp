@@ -40,6 +40,31 @@ std::string micro_batch_missing(const RunSettings& run, const char* what) {
          (run.config_origin.empty() ? "" : ", nor device_train_microbatch_size in " + run.config_origin);
 }
 
+// --micro-batch auto: under composer what Composer runs (the per-device batch, halved on each
+// out-of-memory), under megatron and torchtitan the largest that fits.
+void set_auto_micro_batch(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
+                          TrainConfig& cfg, RunSettings& run) {
+  const std::string none = "--micro-batch auto: not even a micro-batch of 1 fits on " + device.id + " with these settings";
+  if (cfg.parallel.framework != Framework::kComposer) {
+    cfg.micro_batch = largest_fitting_micro_batch(model, device, params, cfg);
+    if (cfg.micro_batch == 0) throw Error(none);
+    run.notes.push_back("micro-batch auto: " + std::to_string(cfg.micro_batch) + ", the largest that fits");
+    return;
+  }
+  const std::vector<int64_t> tried = composer_auto_micro_batches(model, device, params, cfg);
+  if (tried.empty()) throw Error(none);
+  cfg.micro_batch = tried.back();
+  std::string path;
+  for (const int64_t m : tried) path += (path.empty() ? "" : " -> ") + std::to_string(m);
+  const int64_t largest = largest_fitting_micro_batch(model, device, params, cfg);
+  run.notes.push_back("micro-batch auto: " + std::to_string(cfg.micro_batch) +
+                      (tried.size() == 1 ? ", the per-device batch (it fits)"
+                                         : ", where Composer's halving on out-of-memory stops (" + path + ")") +
+                      (largest == cfg.micro_batch ? ""
+                                                  : "; the largest that fits is " + std::to_string(largest) +
+                                                        ", which Composer does not try"));
+}
+
 // A global batch given (flag or YAML): the micro-batch is given, or auto (the largest that fits).
 void set_batch_from_global(const PredictOptions& o, RunSettings& run, const ModelConfig& model,
                            const DeviceSpec& device, const CostParams& params, TrainConfig& cfg) {
@@ -49,10 +74,7 @@ void set_batch_from_global(const PredictOptions& o, RunSettings& run, const Mode
     throw Error(origin_of(run, flag, "--global-batch", "global_train_batch_size", cfg.global_batch) +
                 ": not a multiple of " + replicas_phrase(cfg));
   if (run.micro_batch_auto) {
-    cfg.micro_batch = largest_fitting_micro_batch(model, device, params, cfg);
-    if (cfg.micro_batch == 0)
-      throw Error("--micro-batch auto: not even a micro-batch of 1 fits on " + device.id + " with these settings");
-    run.notes.push_back("micro-batch auto: " + std::to_string(cfg.micro_batch) + ", the largest that fits");
+    set_auto_micro_batch(model, device, params, cfg, run);
     return;
   }
   if (!run.micro_batch) throw Error(micro_batch_missing(run, "a number, or auto"));
@@ -142,7 +164,8 @@ void register_predict(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("predict", "predict throughput, MFU, HFU and memory of one configuration");
   add_run_flags(cmd, o->run, /*with_sharding_and_ckpt=*/true);
   cmd->add_option("--gpus", o->gpus, "number of GPUs")->required();
-  cmd->add_option("--device", o->device, "device id (llm-foundry GPU column)")->default_val("h100_80gb");
+  cmd->add_option("--device", o->device, "device id (llm-foundry GPU column)")->default_val("h100_80gb")
+      ->transform(lower_case_ids());
   auto* accum = cmd->add_option("--grad-accum", o->run.grad_accum, "micro-batches per step (default 1)");
   auto* global = cmd->add_option("--global-batch", o->run.global_batch, "sequences per step over all GPUs");
   accum->excludes(global);

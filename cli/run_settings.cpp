@@ -5,30 +5,42 @@
 
 #include "io/error.hpp"
 #include "io/hf_config.hpp"
+#include "io/names.hpp"
 #include "io/text_format.hpp"
 #include "cli/args.hpp"
 
 namespace tpsim {
 
+namespace {
+// --ckpt and --no-ckpt set one value; a second that differs (--ckpt --no-ckpt, --ckpt full --ckpt
+// none) contradicts the first and is an error, not a silent "last one wins".
+void set_ckpt(std::optional<std::string>& value, const std::string& v, const char* flag) {
+  if (value && to_lower(*value) != to_lower(v))
+    throw Error(std::string(flag) + ": contradicts the --ckpt " + *value + " given before it");
+  value = v;
+}
+}  // namespace
+
 void add_ckpt_flags(CLI::App* cmd, std::optional<std::string>& value, bool any) {
-  // An option with an optional value: CLI11 hands a bare --ckpt over as "". The last one given wins
-  // (TakeLast), and --no-ckpt, declared after, wins over any --ckpt as it did between the switches.
+  // An option with an optional value: CLI11 hands a bare --ckpt over as "" (full). Each occurrence
+  // calls back as it is parsed (trigger_on_parse), so set_ckpt sees every one.
   cmd->add_option_function<std::string>(
-         "--ckpt", [&value](const std::string& v) { value = v.empty() ? "full" : v; },
+         "--ckpt", [&value](const std::string& v) { set_ckpt(value, v.empty() ? "full" : v, "--ckpt"); },
          any ? "activation checkpointing: none, selective (the attention core is recomputed), full (each block's "
                "forward is; a bare --ckpt), or any (search all three)"
              : "activation checkpointing: none, selective (the attention core is recomputed) or full (each block's "
                "forward is; a bare --ckpt)")
       ->expected(0, 1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->trigger_on_parse()
       ->type_name(any ? "[none|selective|full|any]" : "[none|selective|full]");
   cmd->add_flag_function(
-      "--no-ckpt", [&value](int64_t) { value = "none"; }, "activation checkpointing off (--ckpt none)");
+      "--no-ckpt", [&value](int64_t) { set_ckpt(value, "none", "--no-ckpt"); }, "activation checkpointing off (--ckpt none)");
 }
 
 std::vector<Checkpointing> parse_ckpt_flag(const std::string& text, bool any_allowed) {
-  if (const auto c = parse_checkpointing(text)) return {*c};
-  if (any_allowed && text == "any") return {kAllCheckpointings.begin(), kAllCheckpointings.end()};
+  if (const auto c = parse_checkpointing(to_lower(text))) return {*c};
+  if (any_allowed && to_lower(text) == "any") return {kAllCheckpointings.begin(), kAllCheckpointings.end()};
   throw Error("--ckpt '" + text + "': expected none, selective or full" + (any_allowed ? " (or any)" : ""));
 }
 
@@ -48,7 +60,9 @@ void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt, bool
   cmd->add_option("--precision", f.precision, "amp_bf16, amp_fp16, amp_fp8, bf16 or fp32 (default amp_bf16)");
   cmd->add_option("--mp-mode", f.mp_mode, "FSDP mixed precision: DEFAULT, PURE or FULL (default DEFAULT)");
   if (with_sharding_and_ckpt) {
-    cmd->add_option("--micro-batch", f.micro_batch, "sequences per micro-batch per GPU, or auto (the largest that fits)");
+    cmd->add_option("--micro-batch", f.micro_batch, "sequences per micro-batch per GPU, or auto: under composer what Composer's auto-microbatching "
+                    "runs (the per-device batch, halved on each out-of-memory), under megatron and torchtitan the largest "
+                    "that fits");
     cmd->add_option("--sharding", f.sharding, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD (default FULL_SHARD)");
     f.ckpt_any = ckpt_any;
     add_ckpt_flags(cmd, f.ckpt, ckpt_any);
@@ -173,9 +187,7 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
   ParallelSettings s;
   s.framework_given = !f.framework.empty();
   if (s.framework_given) {
-    const auto fw = parse_framework(f.framework);
-    if (!fw) throw Error("--framework '" + f.framework + "': expected composer, megatron or torchtitan");
-    s.framework = *fw;
+    s.framework = framework_flag(f.framework);
   }
   ParallelAxes& a = s.axes;
   a.tensor = degree_flag("--tp", f.tp);

@@ -215,7 +215,8 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--seq", o->seq, "sequence lengths: range by powers of two (512..65536) or list")
       ->default_val("512..65536");
   cmd->add_option("--gpus", o->gpus, "GPU counts: list (8,64) or range by powers of two (8..512)")->default_val("8");
-  cmd->add_option("--device", o->devices, "device id(s), comma-separated")->default_val("h100_80gb");
+  cmd->add_option("--device", o->devices, "device id(s), comma-separated")->default_val("h100_80gb")
+      ->transform(lower_case_ids());
   cmd->add_option("--precision", o->precision, "amp_bf16, amp_fp16, amp_fp8, bf16 or fp32")->default_val("amp_bf16");
   cmd->add_option("--mp-mode", o->mp_mode, "FSDP mixed precision: DEFAULT, PURE or FULL")->default_val("DEFAULT");
   cmd->add_option("--global-batch-tokens", o->tokens,

@@ -258,7 +258,8 @@ void register_validate(CLI::App& app) {
   cmd->add_option("--framework", o->framework,
                   "framework of rows whose table has no Framework column: composer, megatron or torchtitan")
       ->default_val("composer");
-  cmd->add_option("--device", o->device, "the GPU of tables without a GPU column (vTrain's)");
+  cmd->add_option("--device", o->device, "the GPU of tables without a GPU column (vTrain's)")
+      ->transform(lower_case_ids());
   cmd->add_option("--cv", o->cv,
                   "held-out errors only: model (leave one model size out), kfold:K, or device (fit on the other "
                   "devices' rows)");

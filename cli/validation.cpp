@@ -7,12 +7,6 @@
 
 namespace tpsim {
 
-Framework framework_flag(const std::string& value) {
-  const auto f = parse_framework(value);
-  if (!f) throw Error("--framework '" + value + "': expected composer, megatron or torchtitan");
-  return *f;
-}
-
 std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>& tables,
                                    std::vector<std::string>& warnings, const MeasuredTableOptions& options) {
   if (tables.empty()) throw Error("--table: give at least one measured table");

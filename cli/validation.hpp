@@ -28,9 +28,6 @@ struct ResolvedRow {
 std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>& tables,
                                    std::vector<std::string>& warnings, const MeasuredTableOptions& options = {});
 
-// --framework's value (composer, megatron, torchtitan); Error naming the flag otherwise.
-Framework framework_flag(const std::string& value);
-
 struct RowResult {
   const ResolvedRow* row = nullptr;
   Prediction prediction;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "io/error.hpp"
+#include "io/names.hpp"
 #include "io/files.hpp"
 #include "io/hf_config.hpp"
 #include "io/yaml_util.hpp"
@@ -86,11 +87,6 @@ std::string flow(const YAML::Node& v) {
   e.SetSeqFormat(YAML::Flow);
   e << v;
   return one_line(e.c_str());
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 // Reads one block: every key first (unknown keys refused as they come), then the settings that
@@ -252,7 +248,7 @@ void BlockReader::read_top(const YAML::Node& k, const std::string& key, const YA
 // the chosen blocks only. tpsim models whole blocks (full) and the attention core (selective), which
 // no target names: the rest is kept as the error of a run that checkpoints.
 void BlockReader::read_checkpointing_target(const YAML::Node& v, const std::string& key) {
-  const auto is_block = [](const YAML::Node& n) { return n.IsScalar() && lower(n.Scalar()) == "mptblock"; };
+  const auto is_block = [](const YAML::Node& n) { return n.IsScalar() && to_lower(n.Scalar()) == "mptblock"; };
   if (v.IsNull() || is_block(v)) return;
   std::string name;
   if (v.IsSequence()) {
@@ -520,17 +516,31 @@ void ModelCatalog::add_yaml_unguarded(const std::string& text, const std::string
   }
 }
 
+// A name as written, else the one name that matches it ignoring case (7B is 7b; a --models file
+// that holds both MyModel and mymodel needs the exact spelling).
 const ModelConfig* ModelCatalog::find(std::string_view name) const {
   for (const auto& m : models_)
     if (m.name == name) return &m;
-  return nullptr;
+  const std::string wanted = to_lower(std::string(name));
+  const ModelConfig* found = nullptr;
+  for (const auto& m : models_) {
+    if (to_lower(m.name) != wanted) continue;
+    if (found) return nullptr;
+    found = &m;
+  }
+  return found;
 }
 
 const ModelConfig& ModelCatalog::get(std::string_view name) const {
   if (const ModelConfig* m = find(name)) return *m;
+  std::vector<std::string> names;
   std::string known;
-  for (const auto& m : models_) known += (known.empty() ? "" : ", ") + m.name;
-  throw Error("unknown model '" + std::string(name) + "' (known: " + known + "; add others with --models FILE)");
+  for (const auto& m : models_) {
+    names.push_back(m.name);
+    known += (known.empty() ? "" : ", ") + m.name;
+  }
+  throw Error("unknown model '" + std::string(name) + "'" + did_you_mean_phrase(std::string(name), names) +
+              " (known: " + known + "; add others with --models FILE)");
 }
 
 std::vector<std::string> ModelCatalog::expand(std::string_view spec, const std::string& flag) const {
@@ -540,10 +550,7 @@ std::vector<std::string> ModelCatalog::expand(std::string_view spec, const std::
   if (dots != std::string_view::npos) {
     const std::string a(spec.substr(0, dots)), b(spec.substr(dots + 2));
     const auto index = [&](const std::string& n) {
-      for (size_t i = 0; i < models_.size(); ++i)
-        if (models_[i].name == n) return i;
-      get(n);  // throws with the list of known models
-      return size_t{0};
+      return static_cast<size_t>(&get(n) - models_.data());  // get throws with the list of known models
     };
     if (a.empty() || b.empty()) throw Error(flag + " '" + std::string(spec) + "': a range needs both ends, as in 125m..70b");
     const size_t i = index(a), j = index(b);
@@ -556,8 +563,7 @@ std::vector<std::string> ModelCatalog::expand(std::string_view spec, const std::
     const size_t comma = spec.find(',', start);
     const std::string item(spec.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
     if (item.empty()) throw Error(flag + " '" + std::string(spec) + "': empty item in the list");
-    get(item);
-    out.push_back(item);
+    out.push_back(get(item).name);
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }

@@ -6,6 +6,7 @@
 
 #include "io/error.hpp"
 #include "io/files.hpp"
+#include "io/names.hpp"
 #include "io/yaml_util.hpp"
 #include "model/units.hpp"
 
@@ -21,12 +22,15 @@ std::vector<std::string> known_devices() {
   return ids;
 }
 
-DeviceSpec load_device(const std::string& id) {
+// Ids are llm-foundry's GPU column values, matched ignoring case (H100_80GB is h100_80gb).
+DeviceSpec load_device(const std::string& given) {
+  const std::string id = to_lower(given);
   const fs::path path = data_dir() / "devices" / (id + ".yaml");
   if (id.empty() || id.find('/') != std::string::npos || !fs::exists(path)) {
+    const std::vector<std::string> ids = known_devices();
     std::string known;
-    for (const auto& k : known_devices()) known += (known.empty() ? "" : ", ") + k;
-    throw Error("unknown device '" + id + "' (known: " + known + ")");
+    for (const auto& k : ids) known += (known.empty() ? "" : ", ") + k;
+    throw Error("unknown device '" + given + "'" + did_you_mean_phrase(given, ids) + " (known: " + known + ")");
   }
   DeviceSpec d = parse_device_yaml(read_text_file(path, "device file"), path.string());
   if (d.id != id) throw Error(path.string() + ": file is named for " + id + " but describes device '" + d.id + "'");

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "io/error.hpp"
+#include "io/names.hpp"
 #include "io/text_format.hpp"
 
 namespace tpsim::yaml {
@@ -76,23 +77,6 @@ int64_t as_count(const YAML::Node& node, const std::string& origin, const std::s
   return v;
 }
 
-namespace {
-// Insertions, deletions and substitutions that turn a into b (Levenshtein 1966), one row at a time.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-}  // namespace
 
 template <typename Keys>
 std::string nearest_of(const std::string& key, const Keys& known) {

@@ -465,4 +465,18 @@ int64_t largest_fitting_micro_batch(const ModelConfig& model, const DeviceSpec& 
   return last <= 0 ? 0 : micro_batch_at(last);
 }
 
+std::vector<int64_t> composer_auto_micro_batches(const ModelConfig& model, const DeviceSpec& device,
+                                                 const CostParams& params, const TrainConfig& cfg) {
+  Evaluator evaluator(model, device, params);
+  TrainConfig c = cfg;
+  std::vector<int64_t> tried;
+  for (int64_t m = cfg.per_device_batch();; m = std::max<int64_t>(m / 2, 1)) {
+    tried.push_back(m);
+    c.micro_batch = m;
+    // A configuration check_config refuses is not an out-of-memory: the caller's check reports it.
+    if (!check_config(model, device, params, c).empty() || evaluator.fits(evaluator.memory(c))) return tried;
+    if (m == 1) return {};
+  }
+}
+
 }  // namespace tpsim
