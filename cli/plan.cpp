@@ -286,13 +286,14 @@ void add_bar(StackedBars& bars, const PlannedConfig& c, int rank) {
   bars.values.push_back({t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s});
 }
 
-// A configuration in a few words: "micro-batch 5, FULL_SHARD, checkpointing".
-std::string config_phrase(const TrainConfig& c) {
+// A configuration in a few words: "128 x h100_80gb, micro-batch 5, FULL_SHARD, checkpointing".
+std::string config_phrase(const PlannedConfig& c) {
   Layout l;
-  l.sharding = c.sharding;
-  l.checkpointing = c.checkpointing;
-  l.parallel = c.parallel;
-  return "micro-batch " + std::to_string(c.micro_batch) + ", " + choice_name(l);
+  l.sharding = c.cfg.sharding;
+  l.checkpointing = c.cfg.checkpointing;
+  l.parallel = c.cfg.parallel;
+  return std::to_string(c.cfg.n_gpus) + " x " + c.device->id + ", micro-batch " + std::to_string(c.cfg.micro_batch) +
+         ", " + choice_name(l);
 }
 
 // Which rule chose a pick (model/plan.hpp), in words: "fastest", or what the fastest lost on.
@@ -312,7 +313,7 @@ std::string pick_reason(const Pick& p, Objective objective) {
     case PickRule::kFastest: break;
   }
   std::snprintf(text, sizeof text, "%s (%s) is %s by %.1f%%, within the interval: chose %s",
-                objective == Objective::kCost ? "the cheapest" : "the fastest", config_phrase(f.cfg).c_str(),
+                objective == Objective::kCost ? "the cheapest" : "the fastest", config_phrase(f).c_str(),
                 objective == Objective::kCost ? "cheaper" : "faster", 100.0 * (c.score / f.score - 1.0), chose.c_str());
   return text;
 }

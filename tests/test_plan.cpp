@@ -227,7 +227,7 @@ BOOST_AUTO_TEST_CASE(plan_ranks_robustly_within_the_interval_and_keeps_headroom)
   BOOST_TEST(hj[0]["Headroom (GiB)"].get<double>() >= 4.0);
   BOOST_TEST(hj[0]["Throughput (T/s)"].get<double>() < zj[0]["Throughput (T/s)"].get<double>());
   BOOST_TEST(hj[0]["Throughput High (T/s)"].get<double>() >= zj[0]["Throughput Low (T/s)"].get<double>());
-  BOOST_TEST(h.err.find("rank 1: the fastest (micro-batch 8, FULL_SHARD, checkpointing) is faster by") != std::string::npos,
+  BOOST_TEST(h.err.find("rank 1: the fastest (128 x h100_80gb, micro-batch 8, FULL_SHARD, checkpointing) is faster by") != std::string::npos,
              h.err);
   // Default margin: micro-batch 5 is the fastest left, micro-batch 4 (0.6% slower) is a power of two.
   BOOST_TEST(dj["plan"][0]["MicroBatchSize"].get<int64_t>() == 4);
