@@ -30,7 +30,7 @@ struct PlanOptions {
   RunFlags run;
   ParallelFlags parallel;  // megatron: the axes given are fixed, the others searched
   NetworkFlags network;
-  std::string devices = "h100_80gb", gpus, tokens, batch_tokens, price, objective = "time", plot;
+  std::string devices = "h100_80gb", gpus, tokens, batch_tokens, price, objective = "time", plot, min_headroom;
   int top = 5;
   bool explain = false;
 };
@@ -43,6 +43,7 @@ struct PlanRequest {
   double price = 0;         // dollars per GPU-hour; 0: no cost
   std::string asked_from;   // where the global batch asked comes from
   bool layout_columns = false;  // --framework given
+  std::string yaml_note;        // what the --config YAML fixed and what plan searched ("": no YAML)
 };
 
 double parse_price(const std::string& text) {
@@ -74,17 +75,45 @@ void set_asked_batch(const PlanOptions& o, const RunSettings& run, PlanRequest& 
   }
 }
 
-// What the flags restrict: --sharding, --ckpt KIND/--no-ckpt (--ckpt any widens the space to
-// selective too), --micro-batch N (auto, or none, scans them all).
-SearchSpace plan_space(const PlanOptions& o, const RunSettings& run) {
+// What the search covers. The flags restrict an axis: --sharding, --ckpt KIND/--no-ckpt (--ckpt any
+// widens it to selective too), --micro-batch N. So does a --config YAML that writes the axis
+// (fsdp_config's sharding_strategy, or none for DDP; activation_checkpointing;
+// device_train_microbatch_size), unless a flag says otherwise: --sharding any, --ckpt any and
+// --micro-batch auto search the axis whatever the YAML says. `sharding_any`: --sharding any given.
+SearchSpace plan_space(const RunSettings& run, bool sharding_any, bool composer) {
   SearchSpace space;
-  if (run.sharding && !o.run.sharding.empty()) space.shardings = {*run.sharding};
+  if (composer && run.sharding && !sharding_any) space.shardings = {*run.sharding};
   if (!run.ckpt_asked.empty()) space.checkpointing = run.ckpt_asked;
-  if (!o.run.micro_batch.empty() && !run.micro_batch_auto) space.micro_batches = {*run.micro_batch};
+  else if (run.checkpointing) space.checkpointing = {*run.checkpointing};
+  if (run.micro_batch && !run.micro_batch_auto) space.micro_batches = {*run.micro_batch};
   return space;
 }
 
-PlanRequest check_plan(const PlanOptions& o, Context& ctx, const RunSettings& run) {
+// The note a --config run gets: what the YAML fixed, what plan searched.
+std::string yaml_note(const RunSettings& run, const SearchSpace& space, bool composer) {
+  if (run.config_origin.empty()) return "";
+  std::string kept, searched;
+  const auto add = [](std::string& list, const std::string& item) { list += (list.empty() ? "" : ", ") + item; };
+  if (composer && space.shardings.size() == 1) add(kept, "sharding " + std::string(to_string(space.shardings[0])));
+  if (composer && space.shardings.size() > 1) add(searched, "sharding");
+  if (space.checkpointing.size() == 1) add(kept, "checkpointing " + std::string(to_string(space.checkpointing[0])));
+  else add(searched, "checkpointing");
+  if (space.micro_batches.size() == 1) add(kept, "micro-batch " + std::to_string(space.micro_batches[0]));
+  else add(searched, "micro-batch");
+  return run.config_origin + ": plan keeps " + (kept.empty() ? "none of its choices" : kept) + "; searches " +
+         (searched.empty() ? "none of them" : searched) +
+         " (--sharding any, --ckpt any and --micro-batch auto search what the YAML or a flag fixes)";
+}
+
+double parse_min_headroom(const std::string& text) {
+  if (text.empty()) return -1;
+  const std::optional<double> gib = parse_number(text);
+  if (!gib || !std::isfinite(*gib) || *gib < 0 || *gib > 1024)
+    throw Error("--min-headroom '" + text + "': expected GiB from 0 to 1024");
+  return *gib * kGiB;
+}
+
+PlanRequest check_plan(const PlanOptions& o, Context& ctx, const RunSettings& run, bool sharding_any) {
   PlanRequest r;
   r.device_ids = parse_name_list("--device", o.devices);
   for (const auto& d : r.device_ids) ctx.device(d);  // unknown device: Error, before any work
@@ -96,18 +125,26 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, const RunSettings& ru
   r.train_tokens = o.tokens.empty() ? 0.0 : parse_tokens("--tokens", o.tokens);
   r.price = parse_price(o.price);
   if (r.query.objective == Objective::kCost && r.price == 0) throw Error("--objective cost needs --price-per-gpu-hour");
+  if (const double m = parse_min_headroom(o.min_headroom); m >= 0) r.query.min_headroom_bytes = m;
   set_asked_batch(o, run, r);
   r.query.model = &*run.model;
   r.query.seq_len = *run.seq_len;
   r.query.precision = run.precision;
   r.query.mp_mode = run.mp_mode;
-  r.query.space = plan_space(o, run);
   const ParallelSettings parallel = resolve_parallel(o.parallel, run);
   check_no_sharding_flag(parallel, "--sharding", !o.run.sharding.empty());
+  const bool composer = parallel.framework == Framework::kComposer;
+  r.query.space = plan_space(run, sharding_any, composer);
+  r.yaml_note = yaml_note(run, r.query.space, composer);
   r.query.space.framework = parallel.framework;
   r.query.space.parallel = parallel.axes;
   r.layout_columns = parallel.framework_given;
-  for (const auto& d : r.device_ids) r.query.devices.push_back({&ctx.device(d), &ctx.profile(d).params});
+  for (const auto& d : r.device_ids) {
+    const std::optional<PredictionInterval> i = interval_for(*run.model, ctx.profile(d), parallel.framework);
+    std::optional<RelativeInterval> interval;
+    if (i) interval = RelativeInterval{i->p10, i->p90};
+    r.query.devices.push_back({&ctx.device(d), &ctx.profile(d).params, interval});
+  }
   return r;
 }
 
@@ -152,14 +189,37 @@ std::string rejection_reason(const PlanRequest& r, const PlanRejection& p) {
   return {};
 }
 
+std::string headroom_reason(const PlanRequest& r, const HeadroomDrop& d) {
+  char reason[200];
+  std::snprintf(reason, sizeof reason, "headroom under %.1f GiB (--min-headroom%s): the most among them is %.1f GiB",
+                d.margin_bytes / kGiB, r.query.min_headroom_bytes ? "" : "'s default, 5% of the device's memory",
+                d.best_headroom_bytes / kGiB);
+  return reason;
+}
+
+// The rejections, then the configurations dropped for headroom, of each device and GPU count in
+// the order they were searched.
 OutputTable rejected_table(const PlanRequest& r, const PlanResult& plan) {
   OutputTable why;
   why.title = "rejected";
   why.columns = {"GPU", "# GPUs", "Choice", "Reason"};
+  const auto point = [&](const DeviceSpec* d, int64_t gpus) {
+    const auto dev = std::find(r.device_ids.begin(), r.device_ids.end(), d->id) - r.device_ids.begin();
+    const auto n = std::find(r.query.gpu_counts.begin(), r.query.gpu_counts.end(), gpus) - r.query.gpu_counts.begin();
+    return dev * static_cast<std::ptrdiff_t>(r.query.gpu_counts.size()) + n;
+  };
+  std::vector<std::pair<std::ptrdiff_t, std::vector<Cell>>> rows;
   for (const PlanRejection& p : plan.rejected)
-    why.add_row({Cell::str(p.device->id), Cell::integer_value(p.gpus),
-                 Cell::str(p.batch_unreachable ? "all" : choice_name(p.rejection.layout)),
-                 Cell::str(rejection_reason(r, p))});
+    rows.push_back({point(p.device, p.gpus),
+                    {Cell::str(p.device->id), Cell::integer_value(p.gpus),
+                     Cell::str(p.batch_unreachable ? "all" : choice_name(p.rejection.layout)), Cell::str(rejection_reason(r, p))}});
+  for (const HeadroomDrop& d : plan.dropped)
+    rows.push_back({point(d.device, d.gpus),
+                    {Cell::str(d.device->id), Cell::integer_value(d.gpus),
+                     Cell::str(std::to_string(d.count) + (d.count == 1 ? " configuration" : " configurations")),
+                     Cell::str(headroom_reason(r, d))}});
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& row : rows) why.add_row(std::move(row.second));
   return why;
 }
 
@@ -226,7 +286,94 @@ void add_bar(StackedBars& bars, const PlannedConfig& c, int rank) {
   bars.values.push_back({t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s});
 }
 
-// Side by side: the best of each device.
+// A configuration in a few words: "128 x h100_80gb, micro-batch 5, FULL_SHARD, checkpointing".
+std::string config_phrase(const PlannedConfig& c) {
+  Layout l;
+  l.sharding = c.cfg.sharding;
+  l.checkpointing = c.cfg.checkpointing;
+  l.parallel = c.cfg.parallel;
+  return std::to_string(c.cfg.n_gpus) + " x " + c.device->id + ", micro-batch " + std::to_string(c.cfg.micro_batch) +
+         ", " + choice_name(l);
+}
+
+// Which rule chose a pick (model/plan.hpp), in words: "fastest", or what the fastest lost on.
+std::string pick_reason(const Pick& p, Objective objective) {
+  if (p.rule == PickRule::kFastest) return objective == Objective::kCost ? "cheapest" : "fastest";
+  char text[300];
+  const PlannedConfig &c = p.chosen, &f = p.fastest;
+  std::string chose;
+  switch (p.rule) {
+    case PickRule::kHeadroom:
+      std::snprintf(text, sizeof text, "%.1f GiB headroom over %.1f", c.headroom_bytes / kGiB, f.headroom_bytes / kGiB);
+      chose = text;
+      break;
+    case PickRule::kPowerOfTwoMicroBatch: chose = "micro-batch " + std::to_string(c.cfg.micro_batch) + ", a power of two"; break;
+    case PickRule::kLessCheckpointing: chose = checkpointing_phrase(c.cfg.checkpointing); break;
+    case PickRule::kFewerDegrees: chose = "fewer model-parallel degrees"; break;
+    case PickRule::kFastest: break;
+  }
+  std::snprintf(text, sizeof text, "%s (%s) is %s by %.1f%%, within the interval: chose %s",
+                objective == Objective::kCost ? "the cheapest" : "the fastest", config_phrase(f).c_str(),
+                objective == Objective::kCost ? "cheaper" : "faster", 100.0 * (c.score / f.score - 1.0), chose.c_str());
+  return text;
+}
+
+// The columns of the best of each GPU count: what a buyer compares.
+std::vector<std::string> per_gpu_count_columns(const PlanRequest& r) {
+  std::vector<std::string> c = {"GPU", "# GPUs", "MicroBatchSize", "GradAccum", "Activation Checkpointing",
+                                "Sharding Strategy", "Throughput (T/s)", "Throughput Low (T/s)", "Throughput High (T/s)",
+                                "MFU", "Headroom (GiB)"};
+  if (r.train_tokens > 0) {
+    for (const char* name : {"Time to Train (days)", "Time Low (days)", "Time High (days)", "GPU-hours"}) c.emplace_back(name);
+    if (r.price > 0)
+      for (const char* name : {"Cost ($)", "Cost Low ($)", "Cost High ($)"}) c.emplace_back(name);
+  }
+  if (r.layout_columns) c.insert(c.end(), layout_columns().begin(), layout_columns().end());
+  c.emplace_back("Chosen by");
+  return c;
+}
+
+// Why nothing of a device and GPU count is listed.
+std::string nothing_reason(const PlanResult& plan, const PointPick& p) {
+  for (const HeadroomDrop& d : plan.dropped)
+    if (d.device == p.device && (p.gpus == 0 || d.gpus == p.gpus)) return "nothing fits with the --min-headroom margin";
+  return "nothing fits";
+}
+
+OutputTable per_gpu_count_table(const PlanRequest& r, const PlanResult& plan, Context& ctx) {
+  OutputTable t;
+  t.title = "best per GPU count";
+  t.columns = per_gpu_count_columns(r);
+  for (const PointPick& p : plan.per_gpu_count) {
+    std::vector<Cell> row(t.columns.size());
+    row[0] = Cell::str(p.device->id);
+    row[1] = Cell::integer_value(p.gpus);
+    if (!p.pick) {
+      row.back() = Cell::str(nothing_reason(plan, p));
+      t.add_row(std::move(row));
+      continue;
+    }
+    const PlannedConfig& c = p.pick->chosen;
+    const std::optional<PredictionInterval> interval =
+        interval_for(*r.query.model, ctx.profile(c.device->id), c.cfg.parallel.framework);
+    const double tps = c.prediction.tokens_per_s;
+    row.resize(2);
+    for (Cell cell : {Cell::integer_value(c.cfg.micro_batch), Cell::integer_value(c.cfg.grad_accum()),
+                      checkpointing_cell(c.cfg.checkpointing), Cell::str(std::string(to_string(c.cfg.sharding))),
+                      Cell::integer_value(static_cast<int64_t>(tps)),
+                      interval ? Cell::integer_value(static_cast<int64_t>(interval_low(tps, *interval))) : Cell::empty(),
+                      interval ? Cell::integer_value(static_cast<int64_t>(interval_high(tps, *interval))) : Cell::empty(),
+                      Cell::num(100 * c.prediction.mfu, 2), Cell::num(c.headroom_bytes / kGiB, 1)})
+      row.push_back(cell);
+    if (r.train_tokens > 0) add_time_and_cost(r, c, interval, row);
+    if (r.layout_columns) add_layout_cells(c.cfg, c.prediction, row);
+    row.push_back(Cell::str(pick_reason(*p.pick, r.query.objective)));
+    t.add_row(std::move(row));
+  }
+  return t;
+}
+
+// Side by side: the pick of each device, over all its GPU counts.
 OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
   OutputTable best;
   best.title = "best per device";
@@ -234,81 +381,137 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
   if (r.train_tokens > 0) best.columns.emplace_back("Time to Train (days)");
   if (r.train_tokens > 0 && r.price > 0) best.columns.emplace_back("Cost ($)");
   if (r.layout_columns) best.columns.insert(best.columns.end(), layout_columns().begin(), layout_columns().end());
-  for (const auto& d : r.device_ids) {
-    const auto it = std::find_if(plan.ranked.begin(), plan.ranked.end(), [&](const PlannedConfig& c) { return c.device->id == d; });
-    if (it == plan.ranked.end()) {
+  for (const PointPick& pp : plan.per_device) {
+    if (!pp.pick) {
       std::vector<Cell> row(best.columns.size());
-      row[0] = Cell::str(d);
-      row[1] = Cell::str("nothing fits");
+      row[0] = Cell::str(pp.device->id);
+      row[1] = Cell::str(nothing_reason(plan, pp));
       best.add_row(std::move(row));
       continue;
     }
-    const Prediction& p = it->prediction;
-    std::vector<Cell> row = {Cell::str(d), Cell::integer_value(it->cfg.n_gpus), Cell::integer_value(it->cfg.micro_batch),
-                             checkpointing_cell(it->cfg.checkpointing), Cell::str(std::string(to_string(it->cfg.sharding))),
+    const PlannedConfig& c = pp.pick->chosen;
+    const Prediction& p = c.prediction;
+    std::vector<Cell> row = {Cell::str(c.device->id), Cell::integer_value(c.cfg.n_gpus), Cell::integer_value(c.cfg.micro_batch),
+                             checkpointing_cell(c.cfg.checkpointing), Cell::str(std::string(to_string(c.cfg.sharding))),
                              Cell::integer_value(static_cast<int64_t>(p.tokens_per_s)), Cell::num(100 * p.mfu, 2)};
     const double days = r.train_tokens / p.tokens_per_s / 86400.0;
     if (r.train_tokens > 0) row.push_back(Cell::num(days, 2));
-    if (r.train_tokens > 0 && r.price > 0) row.push_back(Cell::num(days * 24.0 * static_cast<double>(it->cfg.n_gpus) * r.price, 0));
-    if (r.layout_columns) add_layout_cells(it->cfg, it->prediction, row);
+    if (r.train_tokens > 0 && r.price > 0) row.push_back(Cell::num(days * 24.0 * static_cast<double>(c.cfg.n_gpus) * r.price, 0));
+    if (r.layout_columns) add_layout_cells(c.cfg, c.prediction, row);
     best.add_row(std::move(row));
   }
   return best;
 }
 
-void run_plan(const PlanOptions& o) {
-  Context ctx(o.common);
-  apply_network_flags(ctx, o.network);
-  const RunSettings run = resolve_run(ctx, o.run);
-  const PlanRequest r = check_plan(o, ctx, run);
-  Progress progress("plan", static_cast<int64_t>(r.query.devices.size() * r.query.gpu_counts.size()));
-  const PlanResult plan = plan_runs(r.query, [&](int64_t i) { progress.update(i); });
-  progress.finish();
-
+OutputTable ranked_table(const PlanRequest& r, const PlanResult& plan, Context& ctx, int top, StackedBars& bars) {
   OutputTable ranked;
   ranked.title = "plan";
   ranked.columns = ranked_columns(r);
-  StackedBars bars;
   bars.title = "Step time of the ranked configurations";
   bars.y_label = "seconds per optimizer step";
   bars.series = {"GEMM", "attention", "other compute", "exposed communication", "optimizer", "overhead"};
-  for (size_t i = 0; i < plan.ranked.size() && static_cast<int>(i) < o.top; ++i) {
+  for (size_t i = 0; i < plan.ranked.size() && static_cast<int>(i) < top; ++i) {
     const PlannedConfig& c = plan.ranked[i];
-    ranked.add_row(ranked_row(r, c, interval_for(*run.model, ctx.profile(c.device->id), c.cfg.parallel.framework),
-                               static_cast<int>(i) + 1));
+    ranked.add_row(ranked_row(r, c, interval_for(*r.query.model, ctx.profile(c.device->id), c.cfg.parallel.framework),
+                              static_cast<int>(i) + 1));
     add_bar(bars, c, static_cast<int>(i) + 1);
   }
-  std::vector<OutputTable> out = {ranked};
+  return ranked;
+}
+
+// The notes on stderr: the YAML's, what the YAML fixed, the interval, why rank 1 is not the fastest.
+void print_plan_notes(const PlanRequest& r, const RunSettings& run, const PlanResult& plan) {
+  print_notes(run);
+  if (!r.yaml_note.empty()) std::cerr << "tpsim: note: " << r.yaml_note << "\n";
+  std::cerr << no_interval_note(*run.model, r.query.space.framework);
+  if (!plan.ranked.empty() && plan.top.rule != PickRule::kFastest)
+    std::cerr << "tpsim: note: rank 1: " << pick_reason(plan.top, r.query.objective) << "\n";
+}
+
+void run_plan(const PlanOptions& o) {
+  Context ctx(o.common);
+  apply_network_flags(ctx, o.network);
+  RunFlags flags = o.run;
+  const bool sharding_any = flags.sharding == "any";
+  if (sharding_any) flags.sharding.clear();
+  const RunSettings run = resolve_run(ctx, flags);
+  const PlanRequest r = check_plan(o, ctx, run, sharding_any);
+  Progress progress("plan", static_cast<int64_t>(r.query.devices.size() * r.query.gpu_counts.size()));
+  const PlanResult plan = plan_runs(r.query, [&](int64_t i) { progress.update(i); });
+  progress.finish();
+  StackedBars bars;
+  std::vector<OutputTable> out = {ranked_table(r, plan, ctx, o.top, bars), per_gpu_count_table(r, plan, ctx)};
   if (r.device_ids.size() > 1) out.push_back(best_per_device(r, plan));
   if (o.explain) out.push_back(rejected_table(r, plan));
-  print_notes(run);
-  std::cerr << no_interval_note(*run.model, r.query.space.framework);
+  print_plan_notes(r, run, plan);
   if (!o.plot.empty()) write_file_atomic(o.plot, stacked_bars_svg(bars));
+  if (ctx.format() == Format::kCsv) out = {stacked_table(out, "Table")};
   emit(render(out, ctx.format()), ctx.output());
   if (plan.ranked.empty())
     std::cerr << "tpsim: nothing fits: no configuration of " << run.model->name << " at sequence length " << *run.seq_len
-              << " fits on the devices and GPU counts given" << (o.explain ? "" : " (--explain says why)") << "\n";
+              << " fits on the devices and GPU counts given"
+              << (plan.dropped.empty() ? "" : " with the --min-headroom margin") << (o.explain ? "" : " (--explain says why)")
+              << "\n";
 }
+
+// plan's texts of the shared run flags: what plan does with each (it searches; the flags restrict).
+void describe_plan_run_flags(CLI::App* cmd) {
+  cmd->get_option("--config")->description(
+      "llm-foundry training YAML: model, max_seq_len, global batch, precision; its sharding_strategy (no "
+      "fsdp_config: DDP), activation_checkpointing and device_train_microbatch_size restrict the search as the "
+      "flags do; flags override it");
+  cmd->get_option("--sharding")->description(
+      "search only this sharding strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD; any: all four. Not "
+      "given: the --config's, else all four");
+  cmd->get_option("--ckpt")->description(
+      "search only this activation checkpointing: none, selective, full (a bare --ckpt); any: all three. Not given: "
+      "the --config's, else none and full");
+  cmd->get_option("--no-ckpt")->description("search only runs without activation checkpointing (--ckpt none)");
+  cmd->get_option("--micro-batch")->description(
+      "search only this micro-batch per GPU; auto: every micro-batch that fits. Not given: the --config's, else "
+      "every one that fits");
+}
+
+constexpr const char* kRankingFooter =
+    "Ranking: configurations with less headroom than --min-headroom are dropped. The rest are scored (seconds, or "
+    "GPU-seconds, per token). Those whose interval (the profile's held-out p10/p90 error) overlaps the best's go "
+    "first, ordered by: headroom (at least twice the margin before less; under it, more before less), a "
+    "power-of-two micro-batch, less checkpointing (none, selective, full), fewer model-parallel degrees, then the "
+    "score; the rest follow by score. Without an interval (a non-MPT model, megatron, torchtitan) the order is the "
+    "score's. The same rule picks each row of 'best per GPU count' and 'best per device'. docs/plan.md";
 
 }  // namespace
 
 void register_plan(CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
-  CLI::App* cmd = app.add_subcommand("plan", "rank the configurations that fit by time to train or cost");
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "rank the configurations that fit by time to train or cost (robustly within the prediction interval), "
+              "with the best of each GPU count");
   add_run_flags(cmd, o->run, /*with_sharding_and_ckpt=*/true, /*ckpt_any=*/true);
+  describe_plan_run_flags(cmd);
   add_parallel_flags(cmd, o->parallel);
   add_network_flags(cmd, o->network);
   cmd->add_option("--device", o->devices, "device id(s), comma-separated, compared side by side")->default_val("h100_80gb")
       ->transform(lower_case_ids());
   cmd->add_option("--gpus", o->gpus, "GPU counts to consider: list (32,64,128) or range by powers of two (8..512)");
   cmd->add_option("--tokens", o->tokens, "tokens to train (1T = 1e12): adds time to train, GPU-hours and cost");
-  cmd->add_option("--global-batch-tokens", o->batch_tokens, "tokens per optimizer step (4M = 4e6, 4Mi = 2^22)");
+  cmd->add_option("--global-batch-tokens", o->batch_tokens,
+                  "tokens per optimizer step (4M = 4e6, 4Mi = 2^22); default: the --config's global batch, else 4Mi");
   cmd->add_option("--price-per-gpu-hour", o->price, "dollars per GPU-hour: adds cost");
-  cmd->add_option("--objective", o->objective, "rank by time (fastest) or cost (fewest GPU-hours)")->default_val("time");
-  cmd->add_option("--top", o->top, "how many configurations to list")->default_val(5);
-  cmd->add_flag("--explain", o->explain, "also list the configurations rejected and why");
+  cmd->add_option("--objective", o->objective, "rank by time (fastest) or cost (fewest GPU-hours); see Ranking below")
+      ->default_val("time");
+  cmd->add_option("--min-headroom", o->min_headroom,
+                  "GiB of GPU memory a configuration must leave free, or it is dropped (--explain counts them); "
+                  "default: 5% of the device's memory")
+      ->type_name("GiB");
+  cmd->add_option("--top", o->top, "how many configurations the ranked table lists")->default_val(5);
+  cmd->add_flag("--explain", o->explain, "also list the configurations rejected or dropped and why");
   cmd->add_option("--plot", o->plot, "also write an SVG of the ranked configurations' step-time breakdown");
   add_common_options(cmd, o->common);
+  cmd->get_option("--format")->description(
+      "output format: md (one section per table), csv (one table: a first column Table names the table of each row: "
+      "plan, best per GPU count, best per device, rejected) or json (an object with one array per table)");
+  cmd->footer(kRankingFooter);
   cmd->callback([o] { run_plan(*o); });
 }
 

@@ -224,7 +224,11 @@ void register_sweep(CLI::App& app) {
       ->default_val("1Mi");
   cmd->add_option("--shardings", o->shardings, "sharding strategies to search")
       ->default_val("FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD");
-  add_ckpt_flags(cmd, o->ckpt, /*any=*/true);  // not given: none and full
+  add_ckpt_flags(cmd, o->ckpt, /*any=*/true);
+  cmd->get_option("--ckpt")->description(
+      "search only this activation checkpointing: none, selective, full (a bare --ckpt); any: all three. Not given: "
+      "none and full");
+  cmd->get_option("--no-ckpt")->description("search only runs without activation checkpointing (--ckpt none)");
   add_parallel_flags(cmd, o->parallel);
   add_network_flags(cmd, o->network);
   cmd->add_option("--profile", o->common.profile_files, "device profile JSON (repeatable)");

@@ -1,5 +1,6 @@
 #include "io/output.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -153,6 +154,23 @@ std::string render(const std::vector<OutputTable>& tables, Format format) {
       return obj.dump(2) + "\n";
     }
   }
+  return out;
+}
+
+OutputTable stacked_table(const std::vector<OutputTable>& tables, const std::string& key_column) {
+  OutputTable out;
+  out.columns = {key_column};
+  for (const auto& t : tables)
+    for (const auto& c : t.columns)
+      if (std::find(out.columns.begin(), out.columns.end(), c) == out.columns.end()) out.columns.push_back(c);
+  for (const auto& t : tables)
+    for (const auto& row : t.rows) {
+      std::vector<Cell> cells(out.columns.size());
+      cells[0] = Cell::str(t.title);
+      for (size_t i = 0; i < row.size(); ++i)
+        cells[std::find(out.columns.begin(), out.columns.end(), t.columns[i]) - out.columns.begin()] = row[i];
+      out.add_row(std::move(cells));
+    }
   return out;
 }
 

@@ -42,6 +42,11 @@ struct OutputTable {
 // object keyed by title.
 std::string render(const std::vector<OutputTable>& tables, Format format);
 
+// Several tables as one, for a CSV a pipe can read with one header: a first column `key_column`
+// holding each row's table title, then the union of the tables' columns in the order first met (a
+// column of the same name is one column); a cell a table lacks is empty.
+OutputTable stacked_table(const std::vector<OutputTable>& tables, const std::string& key_column);
+
 // Prints to stdout, or writes the file atomically when `path` is set.
 void emit(const std::string& text, const std::optional<std::string>& path);
 

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "model/plan.hpp"
+#include "model/units.hpp"
 #include "tests/run_tpsim.hpp"
 
 namespace fs = std::filesystem;
@@ -23,13 +25,14 @@ BOOST_AUTO_TEST_CASE(plan_ranks_configurations_that_fit_by_time) {
   const Run r = run("plan --model 30b --seq 8192 --device h100_80gb --gpus 32,64,128 --tokens 1T "
                     "--global-batch-tokens 4Mi --price-per-gpu-hour 2.50 --top 5 --format json");
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
-  const auto j = nlohmann::json::parse(r.out);
+  const auto j = nlohmann::json::parse(r.out)["plan"];
   BOOST_TEST_REQUIRE(j.size() == 5u);
-  double previous = 0;
+  // Rank 1 is the fastest or, by the robust rule, one whose interval overlaps the fastest's.
+  double fastest_high = 1e300;
+  for (const auto& row : j) fastest_high = std::min(fastest_high, row["Time High (days)"].get<double>());
+  BOOST_TEST(j[0]["Time Low (days)"].get<double>() <= fastest_high);
   for (const auto& row : j) {
     const double days = row["Time to Train (days)"].get<double>();
-    BOOST_TEST(days >= previous);  // fastest first
-    previous = days;
     BOOST_TEST(row["Time Low (days)"].get<double>() <= days);
     BOOST_TEST(row["Time High (days)"].get<double>() >= days);
     BOOST_TEST(row["Cost ($)"].get<double>() == row["GPU-hours"].get<double>() * 2.5, boost::test_tools::tolerance(1e-3));
@@ -47,6 +50,7 @@ BOOST_AUTO_TEST_CASE(plan_says_how_the_global_batch_was_reached_and_why_choices_
   const auto j = nlohmann::json::parse(r.out);
   BOOST_TEST(j.contains("plan"));
   BOOST_TEST(j["best per device"].size() == 2u);
+  BOOST_TEST(j["best per GPU count"].size() == 4u);  // 2 GPU counts x 2 devices
   // 1e6 tokens is 488 sequences of 2048: on 8 GPUs the nearest multiple is 488; on 1024 GPUs no
   // whole sequence per GPU is possible.
   bool unreachable = false;
@@ -67,7 +71,8 @@ BOOST_AUTO_TEST_CASE(plan_with_a_micro_batch_plans_only_that_micro_batch) {
                       "--top 50 --format json");
   BOOST_TEST_REQUIRE(all.status == 0, all.err);
   bool other = false;
-  for (const auto& row : nlohmann::json::parse(all.out)) other = other || row["MicroBatchSize"].get<int64_t>() != 3;
+  const auto all_rows = nlohmann::json::parse(all.out)["plan"];
+  for (const auto& row : all_rows) other = other || row["MicroBatchSize"].get<int64_t>() != 3;
   BOOST_TEST(other);
   // A micro-batch above the per-GPU batch is a rejection with its reason, not a silent scan.
   const Run big = run("plan --model 7b --seq 2048 --device h100_80gb --gpus 64 --global-batch-tokens 1Mi "
@@ -156,4 +161,177 @@ BOOST_AUTO_TEST_CASE(bad_plan_input_is_one_line) {
       BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     }
   }
+}
+
+// Issue 16 item 9: the best configuration of each GPU count (and device) as its own table, ordered
+// by GPU count, with time and cost; in json a second array, in csv rows of one table whose first
+// column says which table.
+BOOST_AUTO_TEST_CASE(plan_lists_the_best_configuration_of_each_gpu_count) {
+  const std::string args = "plan --model 70b --seq 4096 --device h100_80gb,a100_80gb --gpus 64..512 --tokens 1T "
+                           "--price-per-gpu-hour 2 ";
+  const Run r = run(args + "--format json");
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out);
+  BOOST_TEST_REQUIRE(j.contains("best per GPU count"));
+  const auto& best = j["best per GPU count"];
+  BOOST_TEST_REQUIRE(best.size() == 8u);  // 64, 128, 256, 512 x two devices
+  const std::vector<int64_t> counts = {64, 64, 128, 128, 256, 256, 512, 512};
+  for (size_t i = 0; i < best.size(); ++i) {
+    BOOST_TEST_CONTEXT("row " << i) {
+      BOOST_TEST(best[i]["# GPUs"].get<int64_t>() == counts[i]);
+      BOOST_TEST(best[i]["GPU"].get<std::string>() == (i % 2 == 0 ? "h100_80gb" : "a100_80gb"));
+      if (best[i]["Throughput (T/s)"].is_null()) continue;  // nothing fits: the Chosen by column says so
+      BOOST_TEST(best[i]["Cost ($)"].get<double>() == best[i]["GPU-hours"].get<double>() * 2.0,
+                 boost::test_tools::tolerance(1e-3));
+      BOOST_TEST(best[i]["Time to Train (days)"].get<double>() > 0.0);
+    }
+  }
+  // The ranked table alone would show only the largest GPU counts: 512 and 256 on the H100.
+  bool has_128 = false;
+  for (const auto& row : best) has_128 = has_128 || (row["# GPUs"] == 128 && !row["Throughput (T/s)"].is_null());
+  BOOST_TEST(has_128);
+  // csv: one header whose first column is Table; the per-GPU-count rows carry that title.
+  const Run c = run(args + "--format csv");
+  BOOST_TEST_REQUIRE(c.status == 0, c.err);
+  BOOST_TEST(c.out.rfind("Table,Rank,GPU,# GPUs,", 0) == 0u, c.out.substr(0, 80));
+  BOOST_TEST(c.out.find("\n\n") == std::string::npos);  // no second header
+  BOOST_TEST(std::count(c.out.begin(), c.out.end(), '\n') == 1 + 5 + 8 + 2);  // header, top 5, per GPU count, per device
+  BOOST_TEST(c.out.find("\nbest per GPU count,,h100_80gb,128,") != std::string::npos);
+}
+
+// Issue 16 item 10: --min-headroom drops configurations at the memory edge (default 5% of the
+// device's memory: 4 GiB of an 80 GiB H100), --explain counts them; among configurations whose
+// intervals overlap, the robust one is ranked first and the output says which rule chose it.
+BOOST_AUTO_TEST_CASE(plan_ranks_robustly_within_the_interval_and_keeps_headroom) {
+  const std::string args = "plan --model 70b --seq 4096 --device h100_80gb --gpus 128 --top 1000 --format json ";
+  const Run d = run(args + "--explain");
+  BOOST_TEST_REQUIRE(d.status == 0, d.err);
+  const auto dj = nlohmann::json::parse(d.out);
+  for (const auto& row : dj["plan"]) BOOST_TEST(row["Headroom (GiB)"].get<double>() >= 4.0);
+  bool counted = false;
+  for (const auto& row : dj["rejected"])
+    counted = counted || row["Reason"].get<std::string>().find("headroom under 4.0 GiB") != std::string::npos;
+  BOOST_TEST(counted);
+  // Without a margin the fastest (micro-batch 8) sits at 3.6 GiB; micro-batch 5 is 3.6% slower.
+  const Run z = run(args + "--min-headroom 0");
+  BOOST_TEST_REQUIRE(z.status == 0, z.err);
+  const auto zj = nlohmann::json::parse(z.out)["plan"];
+  BOOST_TEST_REQUIRE(zj.size() > dj["plan"].size());
+  BOOST_TEST(zj[0]["MicroBatchSize"].get<int64_t>() == 8);
+  BOOST_TEST(zj[0]["Headroom (GiB)"].get<double>() < 4.0);
+  // A 2 GiB margin keeps micro-batch 8 but it is under twice the margin: a configuration with room
+  // and within the interval goes first, and stderr says why.
+  const Run h = run(args + "--min-headroom 2");
+  BOOST_TEST_REQUIRE(h.status == 0, h.err);
+  const auto hj = nlohmann::json::parse(h.out)["plan"];
+  BOOST_TEST(hj[0]["Headroom (GiB)"].get<double>() >= 4.0);
+  BOOST_TEST(hj[0]["Throughput (T/s)"].get<double>() < zj[0]["Throughput (T/s)"].get<double>());
+  BOOST_TEST(hj[0]["Throughput High (T/s)"].get<double>() >= zj[0]["Throughput Low (T/s)"].get<double>());
+  BOOST_TEST(h.err.find("rank 1: the fastest (128 x h100_80gb, micro-batch 8, FULL_SHARD, checkpointing) is faster by") != std::string::npos,
+             h.err);
+  // Default margin: micro-batch 5 is the fastest left, micro-batch 4 (0.6% slower) is a power of two.
+  BOOST_TEST(dj["plan"][0]["MicroBatchSize"].get<int64_t>() == 4);
+  BOOST_TEST(d.err.find("within the interval: chose micro-batch 4, a power of two") != std::string::npos, d.err);
+  const auto& best = dj["best per GPU count"];
+  BOOST_TEST_REQUIRE(best.size() == 1u);
+  BOOST_TEST(best[0]["MicroBatchSize"].get<int64_t>() == 4);
+  BOOST_TEST(best[0]["Chosen by"].get<std::string>().find("a power of two") != std::string::npos);
+  // Bad margins: one line naming the flag.
+  const Run bad = run(args + "--min-headroom -1");
+  BOOST_TEST(bad.status != 0);
+  BOOST_TEST(bad.err.find("--min-headroom '-1'") != std::string::npos, bad.err);
+}
+
+namespace {
+tpsim::PlannedConfig config(double score, double headroom_gib, int64_t micro_batch, tpsim::Checkpointing ckpt,
+                            double p10 = -0.03, double p90 = 0.03) {
+  tpsim::PlannedConfig c;
+  c.score = score;
+  c.score_low = score * (1 + p10);
+  c.score_high = score * (1 + p90);
+  c.headroom_bytes = headroom_gib * tpsim::kGiB;
+  c.margin_bytes = 2 * tpsim::kGiB;
+  c.cfg.micro_batch = micro_batch;
+  c.cfg.checkpointing = ckpt;
+  return c;
+}
+}  // namespace
+
+// The rule of model/plan.hpp, case by case (scores relative; the interval +-3%).
+BOOST_AUTO_TEST_CASE(robust_ranking_rules) {
+  using tpsim::Checkpointing;
+  using tpsim::PickRule;
+  const auto pick = [](std::vector<tpsim::PlannedConfig> v) { return tpsim::rank_robustly(v); };
+  // The issue's case: 0.4% faster at the memory edge (under twice the 2 GiB margin).
+  auto p = pick({config(1.000, 2.9, 8, Checkpointing::kFull), config(1.004, 4.1, 8, Checkpointing::kFull)});
+  BOOST_TEST(p.chosen.headroom_bytes == 4.1 * tpsim::kGiB);
+  BOOST_TEST((p.rule == PickRule::kHeadroom));
+  // Odd micro-batches for gains under 0.5%.
+  p = pick({config(1.000, 20, 17, Checkpointing::kNone), config(1.003, 22, 16, Checkpointing::kNone)});
+  BOOST_TEST(p.chosen.cfg.micro_batch == 16);
+  BOOST_TEST((p.rule == PickRule::kPowerOfTwoMicroBatch));
+  // No checkpointing when a configuration without it is within the interval.
+  p = pick({config(1.000, 30, 4, Checkpointing::kFull), config(1.02, 10, 4, Checkpointing::kNone)});
+  BOOST_TEST((p.chosen.cfg.checkpointing == Checkpointing::kNone));
+  BOOST_TEST((p.rule == PickRule::kLessCheckpointing));
+  // Outside the interval (10% apart with +-3%), the fastest stays first.
+  p = pick({config(1.10, 30, 4, Checkpointing::kNone), config(1.000, 3, 5, Checkpointing::kFull)});
+  BOOST_TEST(p.chosen.score == 1.0);
+  BOOST_TEST((p.rule == PickRule::kFastest));
+  // Without an interval only equal scores are a group: the ranking is by score.
+  p = pick({config(1.001, 30, 4, Checkpointing::kNone, 0, 0), config(1.000, 2.1, 5, Checkpointing::kFull, 0, 0)});
+  BOOST_TEST(p.chosen.score == 1.0);
+  // Comfortable headroom (twice the margin) is not traded for more: then simplicity, then speed.
+  std::vector<tpsim::PlannedConfig> v = {config(1.000, 5, 8, Checkpointing::kNone), config(1.01, 40, 1, Checkpointing::kNone),
+                                         config(1.02, 30, 3, Checkpointing::kNone), config(1.2, 60, 1, Checkpointing::kNone)};
+  p = tpsim::rank_robustly(v);
+  BOOST_TEST(p.chosen.cfg.micro_batch == 8);
+  BOOST_TEST(v[1].cfg.micro_batch == 1);
+  BOOST_TEST(v[2].cfg.micro_batch == 3);
+  BOOST_TEST(v[3].score == 1.2);  // outside the group: after it
+}
+
+// Issue 16 item 4: plan --config honours the YAML's sharding, checkpointing and micro-batch as the
+// flags would, says so, and --sharding any / --ckpt any search them again; the help says what plan does.
+BOOST_AUTO_TEST_CASE(plan_config_honours_the_yaml_and_help_says_what_plan_does) {
+  // --min-headroom 0: with the default margin only micro-batch 1 of this YAML is left.
+  const std::string args = "plan --config " + kData + "/examples/mpt-30b-fp8.yaml --device h100_80gb --gpus 64,128 "
+                           "--top 1000 --min-headroom 0 --format json ";
+  const Run r = run(args);
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  const auto j = nlohmann::json::parse(r.out)["plan"];
+  BOOST_TEST_REQUIRE(j.size() > 0u);
+  bool several_micro_batches = false;
+  for (const auto& row : j) {
+    BOOST_TEST(row["Sharding Strategy"].get<std::string>() == "HYBRID_SHARD");  // fsdp_config.sharding_strategy
+    BOOST_TEST(row["Activation Checkpointing"].get<bool>() == true);            // activation_checkpointing: true
+    several_micro_batches = several_micro_batches || row["MicroBatchSize"] != j[0]["MicroBatchSize"];
+  }
+  BOOST_TEST(several_micro_batches);  // device_train_microbatch_size: auto
+  BOOST_TEST(r.err.find("plan keeps sharding HYBRID_SHARD, checkpointing full; searches micro-batch") != std::string::npos,
+             r.err);
+  const Run a = run(args + "--sharding any --ckpt any");
+  BOOST_TEST_REQUIRE(a.status == 0, a.err);
+  bool other_sharding = false;
+  const auto a_rows = nlohmann::json::parse(a.out)["plan"];
+  for (const auto& row : a_rows)
+    other_sharding = other_sharding || row["Sharding Strategy"].get<std::string>() != "HYBRID_SHARD";
+  BOOST_TEST(other_sharding);
+  const Run f = run(args + "--sharding FULL_SHARD --micro-batch 2");  // flags win
+  BOOST_TEST_REQUIRE(f.status == 0, f.err);
+  const auto f_rows = nlohmann::json::parse(f.out)["plan"];
+  BOOST_TEST_REQUIRE(f_rows.size() > 0u);
+  for (const auto& row : f_rows) {
+    BOOST_TEST(row["Sharding Strategy"].get<std::string>() == "FULL_SHARD");
+    BOOST_TEST(row["MicroBatchSize"].get<int64_t>() == 2);
+  }
+  const Run h = run("plan --help");
+  BOOST_TEST_REQUIRE(h.status == 0);
+  BOOST_TEST(h.out.find("(default FULL_SHARD)") == std::string::npos);
+  BOOST_TEST(h.out.find("search only this sharding strategy") != std::string::npos);
+  BOOST_TEST(h.out.find("--min-headroom") != std::string::npos);
+  BOOST_TEST(h.out.find("Ranking:") != std::string::npos);
+  const Run s = run("sweep --help");
+  BOOST_TEST_REQUIRE(s.status == 0);
+  BOOST_TEST(s.out.find("Not given: none and full") != std::string::npos);
 }
