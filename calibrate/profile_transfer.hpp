@@ -15,7 +15,7 @@
 // vendor), then the datasheet distance: the sum of |ln(target / sibling)| over the bf16 peak, HBM
 // bandwidth, HBM capacity, scale-up link bandwidth and network bandwidth per GPU.
 // Interval: the sibling's held-out interval widened on both sides by
-// kTierWidening[tier] + kDistanceWidening * distance (docs/calibration.md).
+// kTierWidening[tier] + kDistanceWidening * distance (docs/hardware.md).
 #pragma once
 
 #include <string>

@@ -4,7 +4,7 @@
 #   a100_40gb, a100_80gb, h100_80gb: fitted to their own tables (H100 with its FP8 table too)
 #   every other device: no table; transferred from its nearest measured sibling (same vendor and
 #     architecture first, then the nearest datasheet), changing only what the datasheets change,
-#     with the sibling's interval widened by that distance (tpsim calibrate transfer; docs/calibration.md)
+#     with the sibling's interval widened by that distance (tpsim calibrate transfer; docs/hardware.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tpsim=${TPSIM:-build/cli/tpsim}
