@@ -45,7 +45,7 @@ std::vector<int64_t> parse_count_list(const std::string& flag, const std::string
 
 Precision parse_precision_flag(const std::string& flag, const std::string& text) {
   if (const auto p = parse_precision(to_lower(text))) return *p;
-  throw Error(flag + " '" + text + "': expected amp_bf16, amp_fp16, amp_fp8, bf16 or fp32");
+  throw Error(flag + " '" + text + "': expected amp_bf16, amp_fp16, amp_fp8, bf16, fp32, mxfp8 or nvfp4");
 }
 
 MpMode parse_mp_mode_flag(const std::string& flag, const std::string& text) {

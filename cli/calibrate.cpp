@@ -2,6 +2,7 @@
 //   table    measured training throughput (calibrate_table.cpp)
 //   kernels  kernels timed on a measurement backend (calibrate_kernels.cpp)
 //   comm     collectives timed across the ranks of an MPI job (calibrate_comm.cpp)
+//   transfer an unmeasured device from its nearest measured sibling (calibrate_transfer.cpp)
 #include "cli/commands.hpp"
 
 namespace tpsim {
@@ -12,6 +13,7 @@ void register_calibrate(CLI::App& app) {
   register_calibrate_table(*cmd);
   register_calibrate_kernels(*cmd);
   register_calibrate_comm(*cmd);
+  register_calibrate_transfer(*cmd);
 }
 
 }  // namespace tpsim

@@ -17,5 +17,6 @@ void register_replay(CLI::App& app);
 void register_calibrate_table(CLI::App& calibrate);
 void register_calibrate_kernels(CLI::App& calibrate);
 void register_calibrate_comm(CLI::App& calibrate);
+void register_calibrate_transfer(CLI::App& calibrate);
 
 }  // namespace tpsim

@@ -97,7 +97,7 @@ void register_replay(CLI::App& app) {
   cmd->add_option("--micro-batch", o->micro_batch, "sequences per step")->required();
   cmd->add_option("--layers", o->layers, "blocks to run (1..n_layers; the block part is scaled by n_layers / K)");
   add_ckpt_flags(cmd, o->ckpt, /*any=*/false);
-  cmd->add_option("--precision", o->precision, "amp_bf16, amp_fp16, amp_fp8, bf16 or fp32 (default: fp32 on the CPU, amp_bf16 on a GPU)");
+  cmd->add_option("--precision", o->precision, "amp_bf16, amp_fp16, amp_fp8, bf16, fp32, mxfp8 or nvfp4 (default: fp32 on the CPU, amp_bf16 on a GPU)");
   add_common_options(cmd, o->common);
   cmd->callback([o] { run_replay(*o); });
 }

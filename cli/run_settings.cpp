@@ -57,7 +57,7 @@ void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt, bool
   cmd->add_option("--config", f.config, "llm-foundry training YAML (flags override it)");
   cmd->add_option("--model", f.model, "model: a catalogue or --models name, or a Hugging Face config.json (or its folder); default: the --config's model");
   cmd->add_option("--seq", f.seq, "sequence length; default: the --config's max_seq_len");
-  cmd->add_option("--precision", f.precision, "amp_bf16, amp_fp16, amp_fp8, bf16 or fp32 (default amp_bf16)");
+  cmd->add_option("--precision", f.precision, "amp_bf16, amp_fp16, amp_fp8, bf16, fp32, mxfp8 or nvfp4 (default amp_bf16)");
   cmd->add_option("--mp-mode", f.mp_mode, "FSDP mixed precision: DEFAULT, PURE or FULL (default DEFAULT)");
   if (with_sharding_and_ckpt) {
     cmd->add_option("--micro-batch", f.micro_batch, "sequences per micro-batch per GPU, or auto: under composer what Composer's auto-microbatching "

@@ -121,6 +121,9 @@ void Sweep::run() {
 void Sweep::device(const std::string& device_id) {
   const DeviceSpec& device = ctx_.device(device_id);
   const DeviceProfile& profile = ctx_.profile(device_id);
+  if (const auto f = scaled_format(r_.base.precision); f && !device.supports(*f))
+    throw Error("--precision " + o_.precision + ": device " + device_id + " has no " +
+                std::string(kScaledFormatNames[int(*f)]) + " tensor cores");
   for (DType t : {block_gemm_dtype(r_.base.precision), other_gemm_dtype(r_.base.precision)})
     if (!device.supports(t) || !(profile.params.gemm_flops_per_s(t) > 0))
       throw Error("--precision " + o_.precision + ": device " + device_id + " has no " + std::string(to_string(t)) +
@@ -217,7 +220,7 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--gpus", o->gpus, "GPU counts: list (8,64) or range by powers of two (8..512)")->default_val("8");
   cmd->add_option("--device", o->devices, "device id(s), comma-separated")->default_val("h100_80gb")
       ->transform(lower_case_ids());
-  cmd->add_option("--precision", o->precision, "amp_bf16, amp_fp16, amp_fp8, bf16 or fp32")->default_val("amp_bf16");
+  cmd->add_option("--precision", o->precision, "amp_bf16, amp_fp16, amp_fp8, bf16, fp32, mxfp8 or nvfp4")->default_val("amp_bf16");
   cmd->add_option("--mp-mode", o->mp_mode, "FSDP mixed precision: DEFAULT, PURE or FULL")->default_val("DEFAULT");
   cmd->add_option("--global-batch-tokens", o->tokens,
                   "tokens per optimizer step (1Mi = 2^20, 4M = 4e6); rounded to whole sequences per GPU")

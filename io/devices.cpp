@@ -50,9 +50,10 @@ DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::strin
   const YAML::Node root = yaml::parse(text, origin);
   if (!root.IsMap()) throw Error(origin + ": a device file must be a YAML map");
   DeviceSpec d;
-  const std::set<std::string> known = {"device", "name", "peak_dense_tflops", "memory_gib", "hbm_gb_per_s",
-                                       "compute_units", "gpus_per_node", "intra_node_gb_per_s",
-                                       "inter_node_gbps_per_node"};
+  const std::set<std::string> known = {"device", "name", "vendor", "architecture", "peak_dense_tflops",
+                                       "memory_gib", "hbm_gb_per_s", "compute_units", "gpus_per_node",
+                                       "scale_up_domain_gpus", "intra_node_gb_per_s", "inter_node_gbps_per_node",
+                                       "scaled_formats"};
   for (const auto& kv : root) {
     const std::string key = yaml::key(kv.first, origin);
     if (!known.count(key)) throw Error(yaml::where(origin, kv.first) + ": unknown key '" + key + "'");
@@ -74,12 +75,14 @@ DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::strin
   };
   d.id = yaml::as_string(need("device"), origin, "device");
   d.name = yaml::as_string(need("name"), origin, "name");
+  if (root["vendor"]) d.vendor = yaml::as_string(root["vendor"], origin, "vendor");
+  if (root["architecture"]) d.architecture = yaml::as_string(root["architecture"], origin, "architecture");
   const YAML::Node peaks = need("peak_dense_tflops");
   if (!peaks.IsMap() || peaks.size() == 0) throw Error(yaml::where(origin, peaks) + ": peak_dense_tflops must be a map of formats");
   for (const auto& kv : peaks) {
     const std::string fmt = yaml::key(kv.first, origin);
     const auto t = parse_dtype(fmt);
-    if (!t) throw Error(yaml::where(origin, kv.first) + ": unknown number format '" + fmt + "' (fp8, bf16, fp16, tf32, fp32)");
+    if (!t) throw Error(yaml::where(origin, kv.first) + ": unknown number format '" + fmt + "' (fp8, bf16, fp16, tf32, fp32, fp4)");
     double tflops = 0;
     sourced(kv.second, "peak_dense_tflops." + fmt, tflops);
     d.peak_flops_per_s[static_cast<int>(*t)] = tflops * 1e12;
@@ -99,11 +102,27 @@ DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::strin
     return static_cast<int>(x);
   };
   d.compute_units = count("compute_units", 1e6);
-  d.gpus_per_node = count("gpus_per_node", 1e4);
+  d.gpus_per_host = count("gpus_per_node", 1e4);
+  d.gpus_per_node = root["scale_up_domain_gpus"] ? count("scale_up_domain_gpus", 1e5) : d.gpus_per_host;
+  if (d.gpus_per_node % d.gpus_per_host != 0)
+    throw Error(origin + ": scale_up_domain_gpus " + std::to_string(d.gpus_per_node) +
+                " is not a whole number of hosts of gpus_per_node " + std::to_string(d.gpus_per_host));
   sourced(need("intra_node_gb_per_s"), "intra_node_gb_per_s", v);
   d.intra_node_bytes_per_s = v * 1e9;
   sourced(need("inter_node_gbps_per_node"), "inter_node_gbps_per_node", v);
-  d.inter_node_bytes_per_s = v * 1e9 / 8.0;
+  // The file gives a host's NICs; the collective model's node is the scale-up domain.
+  d.inter_node_bytes_per_s = v * 1e9 / 8.0 * (d.gpus_per_node / d.gpus_per_host);
+  if (const YAML::Node f = root["scaled_formats"]) {
+    if (!f.IsMap() || !f["value"] || !f["source"] || !f["value"].IsSequence())
+      throw Error(yaml::where(origin, f) + ": scaled_formats must be {value: [mxfp8, ...], source: \"...\"}");
+    for (const auto& e : f["value"]) {
+      const std::string name = yaml::as_string(e, origin, "scaled_formats");
+      const auto fmt = parse_scaled_format(name);
+      if (!fmt) throw Error(yaml::where(origin, e) + ": unknown scaled format '" + name + "' (mxfp8, mxfp4, nvfp4)");
+      d.scaled_formats[static_cast<int>(*fmt)] = true;
+    }
+    d.sources["scaled_formats"] = yaml::as_string(f["source"], origin, "scaled_formats.source");
+  }
   return d;
 }
 }  // namespace
@@ -130,9 +149,21 @@ nlohmann::json device_spec_to_json(const DeviceSpec& d) {
   j["memory_gib"] = sourced(d.memory_bytes / kGiB, "memory_gib");
   j["hbm_gb_per_s"] = sourced(d.hbm_bytes_per_s / 1e9, "hbm_gb_per_s");
   j["compute_units"] = sourced(d.compute_units, "compute_units");
-  j["gpus_per_node"] = sourced(d.gpus_per_node, "gpus_per_node");
+  const int host = d.gpus_per_host > 0 ? d.gpus_per_host : d.gpus_per_node;
+  j["gpus_per_node"] = sourced(host, "gpus_per_node");
+  if (host != d.gpus_per_node) j["scale_up_domain_gpus"] = sourced(d.gpus_per_node, "scale_up_domain_gpus");
   j["intra_node_gb_per_s"] = sourced(d.intra_node_bytes_per_s / 1e9, "intra_node_gb_per_s");
-  j["inter_node_gbps_per_node"] = sourced(d.inter_node_bytes_per_s * 8.0 / 1e9, "inter_node_gbps_per_node");
+  j["inter_node_gbps_per_node"] =
+      sourced(d.inter_node_bytes_per_s * 8.0 / 1e9 * host / d.gpus_per_node, "inter_node_gbps_per_node");
+  if (!d.vendor.empty()) j["vendor"] = d.vendor;
+  if (!d.architecture.empty()) j["architecture"] = d.architecture;
+  nlohmann::json formats = nlohmann::json::array();
+  for (int f = 0; f < kNumScaledFormats; ++f)
+    if (d.scaled_formats[f]) formats.push_back(std::string(kScaledFormatNames[f]));
+  if (!formats.empty()) {
+    const auto it = d.sources.find("scaled_formats");
+    j["scaled_formats"] = {{"value", formats}, {"source", it != d.sources.end() ? it->second : "unknown"}};
+  }
   return j;
 }
 
@@ -143,7 +174,8 @@ DeviceSpec parse_device_json(const nlohmann::json& j, const std::string& origin)
 
 void apply_network(DeviceSpec& d, const ClusterNetwork& n) {
   if (n.gpus_per_node) {
-    d.gpus_per_node = static_cast<int>(*n.gpus_per_node);
+    // The scale-up domain (and the host) becomes this many GPUs; the network per node is kept.
+    d.gpus_per_node = d.gpus_per_host = static_cast<int>(*n.gpus_per_node);
     d.sources["gpus_per_node"] = "--gpus-per-node";
   }
   if (n.inter_node_gbps) {

@@ -92,6 +92,13 @@ DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::s
                          -1};
       continue;
     }
+    if (!params.contains(name) && !info.member && info.dtype == DType::kFp4) {
+      // Added with the fp4 formats: a profile written before it has no fp4 rate (no device it
+      // described had fp4 tensor cores), which is 0, unsupported.
+      p.params.gemm_flops_per_s(DType::kFp4) = 0;
+      p.sources[name] = {SourceKind::kDatasheet, "no fp4 rate (not in this profile: written before the parameter existed)", -1};
+      continue;
+    }
     if (!params.contains(name)) throw Error(origin + ": missing parameter \"" + name + "\"");
     const json& e = params[name];
     if (!e.is_object() || !e.contains("value") || !e["value"].is_number())

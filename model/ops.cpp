@@ -162,6 +162,17 @@ Op grouped(const Op& g, const Linear& l, bool split_k, double in, double out) {
   return grouped_gemm_op(g.name, l.groups, g.m, g.n, g.k, split_k, g.dtype, in, out, g.trans_a, g.trans_b);
 }
 
+// Bytes per element of a block linear layer's quantized operands, block scales included: fp8 1;
+// MXFP8 1 + 1/32 (an e8m0 scale per 32 elements); NVFP4 0.5 + 1/16 (an e4m3 scale per 16; the
+// per-tensor fp32 scale is negligible). 0: the precision does not quantize (bf16, fp16, fp32).
+double quantized_bytes(Precision p) {
+  const DType dt = block_gemm_dtype(p);
+  if (dt != DType::kFp8 && dt != DType::kFp4) return 0.0;
+  const double element = dt == DType::kFp4 ? 0.5 : 1.0;
+  const int block = scale_block_elements(p);
+  return element + (block > 0 ? 1.0 / block : 0.0);
+}
+
 // Forward of a linear layer. `input_saved_elsewhere`: another op already keeps the input alive.
 void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, OpSink& out) {
   const double a = activation_bytes(s.precision);
@@ -170,14 +181,15 @@ void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsew
   const double w = d(l.groups) * d(l.n) * d(l.k);  // weight elements
   const DType dt = block_gemm_dtype(s.precision);
   double saved = input_saved_elsewhere ? 0.0 : d(l.saved_rows) * d(l.k) * a;
-  if (dt == DType::kFp8) {
+  if (const double q = quantized_bytes(s.precision); q > 0) {
     // TransformerEngine: cast (and transpose, for the weight gradient) the input and the weight to
-    // fp8, computing amax on the way; the fp8 copy of the input is what it keeps for backward.
+    // fp8 (or MXFP8/NVFP4 with their block scales), computing amax on the way; the low-precision
+    // copy of the input is what it keeps for backward.
     out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
-                         2.0 * t * d(l.k) + 2.0 * w, 2));
-    saved = d(l.saved_rows) * d(l.k);
-    Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, 1.0, a, false, true);
-    if (l.groups != 1) g = grouped(g, l, false, 1.0, a);
+                         2.0 * q * (t * d(l.k) + w), 2));
+    saved = d(l.saved_rows) * d(l.k) * q;
+    Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, q, a, false, true);
+    if (l.groups != 1) g = grouped(g, l, false, q, a);
     g.saved_bytes = saved;
     out.push(g);
     return;
@@ -193,9 +205,10 @@ void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
   const DType act = activation_dtype(s.precision);
   const double t = d(l.rows);
   const DType dt = block_gemm_dtype(s.precision);
-  const double in_bytes = dt == DType::kFp8 ? 1.0 : a;
-  if (dt == DType::kFp8)  // cast-transpose of the output gradient
-    out.push(membound_op(l.names.cast_grad, MemKind::kCast, l.rows, l.n, act, t * d(l.n) * a, 2.0 * t * d(l.n)));
+  const double q = quantized_bytes(s.precision);
+  const double in_bytes = q > 0 ? q : a;
+  if (q > 0)  // cast-transpose of the output gradient
+    out.push(membound_op(l.names.cast_grad, MemKind::kCast, l.rows, l.n, act, t * d(l.n) * a, 2.0 * q * t * d(l.n)));
   // dX[t,K] = dY[t,N] W[N,K];  dW[N,K] = dY^T[N,t] X[t,K]; the parameter gradient is written in
   // the parameter dtype (bf16 under FSDP mixed precision). Grouped: each expert's rows.
   Op dgrad = gemm_op(l.names.dgrad, l.rows, l.k, l.n, dt, in_bytes, a);              // dX = dY W
@@ -510,7 +523,7 @@ void moe_backward(const BlockShape& s, OpSink& out) {
 }  // namespace
 
 void block_forward_ops(const BlockShape& s, OpSink& out) {
-  const bool fp8 = block_gemm_dtype(s.precision) == DType::kFp8;
+  const bool fp8 = quantized_bytes(s.precision) > 0;
   out.push(norm_forward("norm_1.fwd", s));
   linear_forward(s, qkv(s), false, out);
   if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/true, out);

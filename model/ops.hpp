@@ -156,9 +156,12 @@ inline Op grouped_gemm_op(const char* name, int64_t groups, int64_t m, int64_t n
 // (TransformerEngine's output format), tf32 reads and writes fp32. The model's own GEMMs state
 // their bytes from the precision's activation format instead (ops.cpp).
 inline double gemm_operand_bytes(DType dtype) {
+  if (dtype == DType::kFp4) return 0.5;
   return dtype == DType::kFp8 ? 1.0 : (dtype == DType::kFp32 || dtype == DType::kTf32 ? 4.0 : 2.0);
 }
-inline double gemm_output_bytes(DType dtype) { return dtype == DType::kFp8 ? 2.0 : gemm_operand_bytes(dtype); }
+inline double gemm_output_bytes(DType dtype) {
+  return dtype == DType::kFp8 || dtype == DType::kFp4 ? 2.0 : gemm_operand_bytes(dtype);
+}
 
 // A memory-bound op of `kind` over m rows of n elements (m parameters by 1 for the per-parameter
 // kinds) stored in `dtype`: no FLOPs counted, `read` and `written` bytes, `kernels` launches,

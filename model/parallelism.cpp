@@ -15,8 +15,16 @@ CommGroup spanning(int64_t ranks, int64_t gpus_per_node) {
 
 }  // namespace
 
-FsdpLayout fsdp_layout(Sharding sharding, int64_t n_gpus, int64_t gpus_per_node) {
+FsdpLayout fsdp_layout(Sharding sharding, int64_t n_gpus, int64_t gpus_per_node, int64_t gpus_per_host) {
   FsdpLayout l;
+  if (sharding == Sharding::kHybridShard && gpus_per_host > 0 && gpus_per_host < gpus_per_node) {
+    const int64_t per_host = std::min(n_gpus, gpus_per_host);
+    l.shard_ranks = per_host;
+    l.shard_group = strided_group(per_host, 1, gpus_per_node);
+    l.gather_in_forward = l.gather_in_backward = per_host > 1;
+    l.replica_group = strided_group(n_gpus / per_host, per_host, gpus_per_node);
+    return l;
+  }
   switch (sharding) {
     case Sharding::kFullShard:
       l.shard_ranks = n_gpus;
@@ -83,10 +91,11 @@ std::string resolve_hsdp_mesh(const Parallelism& par, Sharding sharding, int64_t
   return {};
 }
 
-FsdpLayout composer_layout(Sharding sharding, const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node) {
+FsdpLayout composer_layout(Sharding sharding, const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node,
+                           int64_t gpus_per_host) {
   HsdpMesh m;
   resolve_hsdp_mesh(par, sharding, n_gpus, &m);
-  if (!m.mesh) return fsdp_layout(sharding, n_gpus, gpus_per_node);
+  if (!m.mesh) return fsdp_layout(sharding, n_gpus, gpus_per_node, gpus_per_host);
   if (!m.two_d) return fsdp_layout(sharding == Sharding::kHybridShard ? Sharding::kFullShard : sharding, n_gpus, gpus_per_node);
   FsdpLayout l;
   l.shard_ranks = m.shard;

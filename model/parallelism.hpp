@@ -36,7 +36,10 @@ inline constexpr double kDdpBucketBytes = 25.0 * 1024 * 1024;
 // Every strategy issues its collectives per micro-batch (Composer does not skip the reduction of
 // intermediate micro-batches).
 // DDP:           every GPU holds everything; gradients all-reduced in buckets once per step.
-FsdpLayout fsdp_layout(Sharding sharding, int64_t n_gpus, int64_t gpus_per_node);
+// `gpus_per_host` (0: gpus_per_node): PyTorch's HYBRID_SHARD shards over a host's local ranks. Where
+// the scale-up domain spans hosts (NVL72: hosts of 4 in a domain of 72) it shards over the host and
+// its replicas stay inside the domain while they fit in it.
+FsdpLayout fsdp_layout(Sharding sharding, int64_t n_gpus, int64_t gpus_per_node, int64_t gpus_per_host = 0);
 
 // Composer's HSDP device mesh from fsdp_config's data_parallel_shard_degree and
 // data_parallel_replicate_degree (Parallelism::shard_degree, replicate_degree; composer/core/state.py
@@ -58,7 +61,8 @@ std::string resolve_hsdp_mesh(const Parallelism& par, Sharding sharding, int64_t
 // and optimizer state sharded over the shard group, `shard` consecutive ranks (inside a node when it
 // fits); the gradient shards all-reduced over the replicate group, ranks `shard` apart
 // (strided_group). Requires resolve_hsdp_mesh to accept the configuration.
-FsdpLayout composer_layout(Sharding sharding, const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node);
+FsdpLayout composer_layout(Sharding sharding, const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node,
+                           int64_t gpus_per_host = 0);
 
 // The group of `ranks` GPUs whose rank numbers are `stride` apart, on nodes of `gpus_per_node`
 // consecutive ranks: within one node when the group's span fits, else over as many nodes as it

@@ -39,6 +39,7 @@ const std::array kRegistry = {
     gemm_rate("gemm_fp16_flops_per_s", DType::kFp16, "achieved fp16 GEMM rate on large shapes"),
     gemm_rate("gemm_tf32_flops_per_s", DType::kTf32, "achieved tf32 GEMM rate on large shapes"),
     gemm_rate("gemm_fp32_flops_per_s", DType::kFp32, "achieved fp32 GEMM rate on large shapes"),
+    gemm_rate("gemm_fp4_flops_per_s", DType::kFp4, "achieved fp4 (NVFP4/MXFP4) GEMM rate on large shapes"),
     scalar("gemm_tile_m", &CostParams::gemm_tile_m, Unit::kElements, 1, 1024, K, "GEMM output tile rows"),
     scalar("gemm_tile_n", &CostParams::gemm_tile_n, Unit::kElements, 1, 1024, K, "GEMM output tile columns"),
     scalar("gemm_k_half", &CostParams::gemm_k_half, Unit::kElements, 0, 8192, K,

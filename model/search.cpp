@@ -205,12 +205,12 @@ std::vector<Layout> SearchSpace::layouts(const ModelConfig& model, const DeviceS
 
 namespace {
 
-// Within one node HYBRID_SHARD shards over the node and has no replicas to reduce across: it
+// Within one host HYBRID_SHARD shards over the host and has no replicas to reduce across: it
 // predicts exactly as FULL_SHARD (model/parallelism.cpp).
 bool equivalent(const Layout& a, const Layout& b, const TrainConfig& base, const DeviceSpec& device) {
   const auto full_like = [](Sharding s) { return s == Sharding::kFullShard || s == Sharding::kHybridShard; };
   return a.checkpointing == b.checkpointing && a.parallel == b.parallel && full_like(a.sharding) &&
-         full_like(b.sharding) && base.n_gpus <= device.gpus_per_node;
+         full_like(b.sharding) && base.n_gpus <= (device.gpus_per_host > 0 ? device.gpus_per_host : device.gpus_per_node);
 }
 
 // The largest m in [lo, hi] with ok(m), for ok true up to some point and false after it; lo - 1 when

@@ -117,6 +117,12 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
   if (static_cast<double>(cfg.micro_batch) * static_cast<double>(cfg.seq_len) > 1e12)
     return "micro-batch of " + std::to_string(cfg.micro_batch) + " x " + std::to_string(cfg.seq_len) +
            " tokens is beyond what the simulator models";
+  if (const auto f = scaled_format(cfg.precision); f && !device.supports(*f)) {
+    const bool mx4 = *f == ScaledFormat::kNvfp4 && device.supports(ScaledFormat::kMxfp4);
+    return "precision " + std::string(to_string(cfg.precision)) + " needs " + std::string(kScaledFormatNames[int(*f)]) +
+           " tensor cores, which " + device.id + " does not have" +
+           (mx4 ? " (its fp4 is MXFP4: 32-element blocks with e8m0 scales, not NVFP4)" : "");
+  }
   for (DType t : {block_gemm_dtype(cfg.precision), other_gemm_dtype(cfg.precision)}) {
     if (!device.supports(t))
       return "precision " + std::string(to_string(cfg.precision)) + " needs " + std::string(to_string(t)) +
@@ -136,10 +142,10 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
     return "composer runs FSDP without tensor, pipeline, context or expert parallelism (framework megatron runs them)";
   HsdpMesh mesh;
   if (std::string why = resolve_hsdp_mesh(cfg.parallel, cfg.sharding, cfg.n_gpus, &mesh); !why.empty()) return why;
-  if (!mesh.mesh && cfg.sharding == Sharding::kHybridShard && cfg.n_gpus > device.gpus_per_node &&
-      cfg.n_gpus % device.gpus_per_node != 0)
+  const int64_t host = device.gpus_per_host > 0 ? device.gpus_per_host : device.gpus_per_node;  // HYBRID_SHARD's shard
+  if (!mesh.mesh && cfg.sharding == Sharding::kHybridShard && cfg.n_gpus > host && cfg.n_gpus % host != 0)
     return "HYBRID_SHARD needs whole nodes: " + std::to_string(cfg.n_gpus) + " GPUs is not a multiple of " +
-           std::to_string(device.gpus_per_node) + " per node";
+           std::to_string(host) + " per node";
   return {};
 }
 
@@ -194,7 +200,7 @@ const FsdpCosts& Evaluator::fsdp_costs(const TrainConfig& cfg) {
   q.mp_mode = cfg.mp_mode;
   q.shard_degree = cfg.parallel.shard_degree;
   q.replicate_degree = cfg.parallel.replicate_degree;
-  q.layout = composer_layout(cfg.sharding, cfg.parallel, cfg.n_gpus, device_.gpus_per_node);
+  q.layout = composer_layout(cfg.sharding, cfg.parallel, cfg.n_gpus, device_.gpus_per_node, device_.gpus_per_host);
   const FsdpLayout& layout = q.layout;
   const double block_params = block_params_;
   const double root_params = static_cast<double>(embedding_parameter_count(model_, cfg.seq_len));

@@ -17,12 +17,14 @@ std::string_view name_of(E e, const std::array<std::pair<std::string_view, E>, N
   return "?";
 }
 
-constexpr std::array<std::pair<std::string_view, Precision>, 5> kPrecisions = {{
+constexpr std::array<std::pair<std::string_view, Precision>, 7> kPrecisions = {{
     {"amp_bf16", Precision::kAmpBf16},
     {"amp_fp16", Precision::kAmpFp16},
     {"amp_fp8", Precision::kAmpFp8},
     {"bf16", Precision::kBf16},
     {"fp32", Precision::kFp32},
+    {"mxfp8", Precision::kMxfp8},
+    {"nvfp4", Precision::kNvfp4},
 }};
 constexpr std::array<std::pair<std::string_view, MpMode>, 3> kMpModes = {{
     {"DEFAULT", MpMode::kDefault},
@@ -66,9 +68,29 @@ std::optional<DType> parse_dtype(std::string_view s) {
   return std::nullopt;
 }
 
+std::optional<ScaledFormat> parse_scaled_format(std::string_view s) {
+  for (int i = 0; i < kNumScaledFormats; ++i)
+    if (kScaledFormatNames[i] == s) return static_cast<ScaledFormat>(i);
+  return std::nullopt;
+}
+
+std::optional<ScaledFormat> scaled_format(Precision p) {
+  if (p == Precision::kMxfp8) return ScaledFormat::kMxfp8;
+  if (p == Precision::kNvfp4) return ScaledFormat::kNvfp4;
+  return std::nullopt;
+}
+
+int scale_block_elements(Precision p) {
+  if (p == Precision::kMxfp8) return 32;  // OCP MX v1.0: one e8m0 scale per 32 elements
+  if (p == Precision::kNvfp4) return 16;  // NVFP4: one e4m3 scale per 16 elements
+  return 0;
+}
+
 DType block_gemm_dtype(Precision p) {
   switch (p) {
+    case Precision::kMxfp8:
     case Precision::kAmpFp8: return DType::kFp8;
+    case Precision::kNvfp4: return DType::kFp4;
     case Precision::kAmpFp16: return DType::kFp16;
     case Precision::kFp32: return DType::kFp32;
     case Precision::kAmpBf16:
@@ -80,7 +102,10 @@ DType block_gemm_dtype(Precision p) {
 DType other_gemm_dtype(Precision p) {
   // TransformerEngine replaces the block's linear layers only; attention and the tied logits
   // projection stay in bf16 under amp_fp8.
-  return p == Precision::kAmpFp8 ? DType::kBf16 : block_gemm_dtype(p);
+  // So do the block-scaled recipes (NVIDIA's NVFP4 recipe keeps attention, embeddings and the
+  // output head in bf16: arXiv 2509.25149, section 4).
+  const bool te = p == Precision::kAmpFp8 || p == Precision::kMxfp8 || p == Precision::kNvfp4;
+  return te ? DType::kBf16 : block_gemm_dtype(p);
 }
 
 double activation_bytes(Precision p) { return p == Precision::kFp32 ? 4.0 : 2.0; }
@@ -102,7 +127,9 @@ double reduced_grad_bytes(Precision p, MpMode m) {
 
 DType mfu_dtype(Precision p) {
   switch (p) {
+    case Precision::kMxfp8:
     case Precision::kAmpFp8: return DType::kFp8;
+    case Precision::kNvfp4: return DType::kFp4;
     case Precision::kAmpFp16: return DType::kFp16;
     case Precision::kFp32: return DType::kFp32;
     case Precision::kAmpBf16:

@@ -10,17 +10,35 @@
 namespace tpsim {
 
 // Number formats a kernel can compute in; indexes per-format peak and achieved rates.
-enum class DType : uint8_t { kFp8, kBf16, kFp16, kTf32, kFp32 };
-inline constexpr int kNumDTypes = 5;
+// kFp4 (last, so the older formats keep their indices): Blackwell's NVFP4/MXFP4 and CDNA 4's MXFP4
+// tensor-core peak, one format for the peak since the chips run both block-scaled kinds at one rate.
+enum class DType : uint8_t { kFp8, kBf16, kFp16, kTf32, kFp32, kFp4 };
+inline constexpr int kNumDTypes = 6;
 inline constexpr std::array<std::string_view, kNumDTypes> kDTypeNames = {"fp8", "bf16", "fp16", "tf32",
-                                                                          "fp32"};
+                                                                          "fp32", "fp4"};
 
 // Composer's `precision`.
 //   amp_bf16 / amp_fp16: fp32 master weights, matmuls in bf16 / fp16 under autocast.
 //   amp_fp8: TransformerEngine fp8 matmuls for the block's linear layers, the rest as amp_bf16.
 //   bf16: the older Composer "bf16" precision of seed 001's A100 40GB rows; matmuls in bf16.
 //   fp32: fp32 matmuls (no TF32).
-enum class Precision : uint8_t { kAmpBf16, kAmpFp16, kAmpFp8, kBf16, kFp32 };
+//   mxfp8: the block's linear layers in OCP MXFP8 (e4m3 elements, one e8m0 scale per 32 elements:
+//     TransformerEngine's MXFP8BlockScaling recipe), the rest as amp_bf16. Blackwell and CDNA 4.
+//   nvfp4: the block's linear layers in NVFP4 (e2m1 elements, one e4m3 scale per 16 elements and an
+//     fp32 scale per tensor: TransformerEngine's NVFP4BlockScaling recipe), the rest as amp_bf16.
+//     Blackwell only: CDNA 4's fp4 is MXFP4 (32-element blocks, e8m0 scales), not NVFP4.
+enum class Precision : uint8_t { kAmpBf16, kAmpFp16, kAmpFp8, kBf16, kFp32, kMxfp8, kNvfp4 };
+
+// The block-scaled ("microscaling") formats a device's tensor cores take (DeviceSpec::scaled_formats).
+enum class ScaledFormat : uint8_t { kMxfp8, kMxfp4, kNvfp4 };
+inline constexpr int kNumScaledFormats = 3;
+inline constexpr std::array<std::string_view, kNumScaledFormats> kScaledFormatNames = {"mxfp8", "mxfp4", "nvfp4"};
+std::optional<ScaledFormat> parse_scaled_format(std::string_view s);
+// The block-scaled format a precision's block GEMMs need; none for the others.
+std::optional<ScaledFormat> scaled_format(Precision p);
+// Elements per scale factor (one byte each: e8m0 for MX, e4m3 for NVFP4): 32 for MX, 16 for NVFP4;
+// 0 for a precision without block scaling.
+int scale_block_elements(Precision p);
 
 // Composer's FSDP `mixed_precision`: the dtypes of the gathered parameters and reduced gradients.
 //   DEFAULT: parameters gathered in the autocast dtype (bf16/fp16), gradients reduced in fp32.

@@ -70,7 +70,7 @@ BOOST_AUTO_TEST_CASE(output_files_are_written) {
 BOOST_AUTO_TEST_CASE(bad_input_is_one_line_and_a_non_zero_exit) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"predict --model 8b --seq 2048 --gpus 8 --micro-batch 1", "unknown model '8b'"},
-      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --device b200", "unknown device 'b200'"},
+      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --device r100", "unknown device 'r100'"},
       {"predict --model 7b --seq 2048 --gpus 0 --micro-batch 1", "--gpus '0'"},
       {"predict --model 7b --seq 2048 --gpus -1 --micro-batch 1", "--gpus"},
       {"predict --model 7b --seq 2048 --gpus 8.5 --micro-batch 1", "--gpus '8.5'"},

@@ -2,8 +2,9 @@
 # Regenerates the shipped profiles in this folder from the reasoned defaults (defaults/) and the
 # seed's measured tables (../measured/). Each profile records the command that made it.
 #   a100_40gb, a100_80gb, h100_80gb: fitted to their own tables (H100 with its FP8 table too)
-#   h200_141gb, mi250x, mi300x, v100_32gb: no table; system-level parameters carried over from a
-#     fit to all tables, kernel-level ones from their defaults (tpsim calibrate table --transfer)
+#   every other device: no table; transferred from its nearest measured sibling (same vendor and
+#     architecture first, then the nearest datasheet), changing only what the datasheets change,
+#     with the sibling's interval widened by that distance (tpsim calibrate transfer; docs/hardware.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tpsim=${TPSIM:-build/cli/tpsim}
@@ -12,7 +13,6 @@ m=data/measured
 "$tpsim" calibrate table --table $m/a100_80gb_bf16.md --device a100_80gb --out data/profiles/a100_80gb.json
 "$tpsim" calibrate table --table $m/h100_80gb_bf16.md --table $m/h100_80gb_fp8.md --device h100_80gb \
   --out data/profiles/h100_80gb.json
-for device in h200_141gb mi250x mi300x v100_32gb; do
-  "$tpsim" calibrate table --table $m/a100_40gb_bf16.md --table $m/a100_80gb_bf16.md --table $m/h100_80gb_bf16.md \
-    --table $m/h100_80gb_fp8.md --device "$device" --transfer --out "data/profiles/$device.json"
+for device in h200_141gb v100_32gb mi250x mi300x mi325x mi355x b200 gb200 b300 gb300; do
+  "$tpsim" calibrate transfer --device "$device" --out "data/profiles/$device.json"
 done
