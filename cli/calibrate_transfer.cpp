@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "calibrate/profile_transfer.hpp"
+#include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
 #include "io/devices.hpp"
