@@ -47,7 +47,8 @@ std::vector<std::string> nearest_names(const std::string& given, const std::vect
   std::sort(ranked.begin(), ranked.end());
   std::vector<std::string> out;
   for (const auto& r : ranked) {
-    if (out.size() == max) break;
+    // Names that contain the given one answer it; near spellings only when none does.
+    if (out.size() == max || std::get<0>(r) > std::get<0>(ranked.front())) break;
     out.push_back(std::get<2>(r));
   }
   return out;

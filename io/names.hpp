@@ -13,8 +13,8 @@ std::string to_upper(std::string s);
 size_t edit_distance(const std::string& a, const std::string& b);
 
 // Up to `max` known names nearest to `given`, case ignored: first those that contain it or that it
-// contains (h100 -> h100_80gb), shortest first, then those within an edit distance of a third of its
-// length (at least 2), nearest first. Empty when nothing is near.
+// contains (h100 -> h100_80gb), shortest first; only when there are none, those within an edit
+// distance of a third of its length (at least 2), nearest first. Empty when nothing is near.
 std::vector<std::string> nearest_names(const std::string& given, const std::vector<std::string>& known, size_t max = 3);
 
 // " (did you mean a, b or c?)", or "" when nothing is near.
