@@ -81,6 +81,7 @@ HeatMap heat_map_frame(const SweepRequest& r) {
   heat.x_label = "sequence length (tokens)";
   heat.y_label = r.gpus.size() * r.devices.size() > 1 ? "model, GPUs, device" : "model";
   heat.value_label = "MFU (%)";
+  heat.empty_label = "nothing fits";  // no configuration fits in memory (or none is valid)
   for (int64_t seq : r.seqs) heat.x_ticks.push_back(std::to_string(seq));
   return heat;
 }
