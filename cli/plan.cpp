@@ -284,7 +284,7 @@ void run_plan(const PlanOptions& o) {
   print_notes(run);
   std::cerr << no_interval_note(*run.model, r.query.space.framework);
   if (!o.plot.empty()) write_file_atomic(o.plot, stacked_bars_svg(bars));
-  emit(render(out, ctx.format()), ctx.output());
+  emit(ctx.render(out), ctx.output());
   if (plan.ranked.empty())
     std::cerr << "tpsim: nothing fits: no configuration of " << run.model->name << " at sequence length " << *run.seq_len
               << " fits on the devices and GPU counts given" << (o.explain ? "" : " (--explain says why)") << "\n";
