@@ -217,7 +217,7 @@ void run_bench(const BenchOptions& o) {
   t.add_row({Cell::str("torchtitan sweep 125m..70b x 512..65536 x 8..1024 GPUs (tp, pp, vp, FSDP2), wall time incl. "
                        "start-up (median of " + std::to_string(o.sweep_runs) + ")"),
              Cell::num(torchtitan_sweep, 3), Cell::str("s"), Cell::str("-"), Cell::str("-")});
-  emit(render({t}, ctx.format()), ctx.output());
+  emit(ctx.render({t}), ctx.output());
   if (sink < 0) std::cerr << sink;  // keeps the loop from being optimised away
 }
 

@@ -6,14 +6,23 @@
 #include "io/devices.hpp"
 #include "io/error.hpp"
 #include "io/hf_config.hpp"
+#include "cli/report.hpp"
 
 namespace tpsim {
 
 void add_common_options(CLI::App* cmd, CommonOptions& o) {
   cmd->add_option("--models", o.models_file, "more models: a YAML file (name -> llm-foundry model keys) or a Hugging Face config.json (or its folder)");
   cmd->add_option("--profile", o.profile_files, "device profile JSON (repeatable); applies to its own device");
-  cmd->add_option("--format", o.format, "output format: md, csv or json")->default_val("md");
+  add_output_options(cmd, o);
+}
+
+void add_output_options(CLI::App* cmd, CommonOptions& o) {
+  cmd->add_option("--format", o.format,
+                  "output format: md, csv or json, with every column (default: md; on a terminal, without -o, "
+                  "a compact table that fits its width)");
   cmd->add_option("-o,--output", o.output, "write the output to FILE (atomically) instead of stdout");
+  cmd->add_option("--columns", o.columns,
+                  "the columns to print, by header (any case), comma-separated: --columns Model,MFU,\"Memory (GiB)\"");
 }
 
 std::vector<std::string> take_models_file(const std::vector<std::string>& values, CommonOptions& common) {
@@ -32,7 +41,11 @@ std::vector<std::string> take_models_file(const std::vector<std::string>& values
   return specs;
 }
 
-Context::Context(const CommonOptions& o) : catalog_(ModelCatalog::load_default()), format_(parse_format(o.format)) {
+Context::Context(const CommonOptions& o) : catalog_(ModelCatalog::load_default()) {
+  out_.format = parse_format(o.format.empty() ? "md" : o.format);
+  if (!o.columns.empty()) out_.columns = parse_column_list(o.columns);
+  out_.layout = terminal_layout();
+  if (terminal_view(stdout_is_terminal(), !o.format.empty(), !o.output.empty())) out_.width = terminal_width();
   if (!o.output.empty()) output_ = o.output;
   models_file_ = o.models_file;
   if (!o.models_file.empty()) catalog_.add_file(o.models_file, warnings_);
@@ -50,6 +63,13 @@ Context::Context(const CommonOptions& o) : catalog_(ModelCatalog::load_default()
     profiles_.emplace(p.device, std::move(p));
   }
   print_warnings();
+}
+
+std::string Context::render(const std::vector<OutputTable>& tables, Format format) const {
+  OutputOptions o = out_;
+  o.format = format;
+  o.width = 0;
+  return tpsim::render(tables, o);
 }
 
 const ModelConfig& Context::row_model(const ModelConfig& m) { return row_models_.try_emplace(m.name, m).first->second; }

@@ -13,6 +13,7 @@
 #include "io/devices.hpp"
 #include "io/output.hpp"
 #include "io/profile_io.hpp"
+#include "io/terminal.hpp"
 #include "model/device.hpp"
 
 namespace tpsim {
@@ -20,12 +21,15 @@ namespace tpsim {
 struct CommonOptions {
   std::string models_file;
   std::vector<std::string> profile_files;
-  std::string format = "md";
+  std::string format;   // "": not given (md, or the terminal's compact table)
   std::string output;
+  std::string columns;  // --columns NAME,NAME
 };
 
-// --models, --profile (repeatable), --format, -o.
+// --models, --profile (repeatable), --format, -o, --columns.
 void add_common_options(CLI::App* cmd, CommonOptions& o);
+// --format, -o and --columns alone (sweep, which has its own --models and --profile).
+void add_output_options(CLI::App* cmd, CommonOptions& o);
 
 // The values of a repeatable --models option (sweep, calibrate kernels): one that ends in .yaml or
 // .yml is a models file, which becomes `common.models_file` (one per run; an Error for a second);
@@ -53,7 +57,13 @@ class Context {
   // an Error naming the files; a profile whose device is not used, among others that are, a warning.
   // `used_by` says where the devices used come from ("--device", "the tables' rows of").
   void check_profiles_used(const std::vector<std::string>& device_ids, const std::string& used_by = "--device") const;
-  Format format() const { return format_; }
+  Format format() const { return out_.format; }
+  // The tables as the reader gets them (io/terminal.hpp): --columns, then --format, or on a
+  // terminal with neither --format nor -o, the compact table fitted to its width.
+  std::string render(const std::vector<OutputTable>& tables) const { return tpsim::render(tables, out_); }
+  // In `format`, whatever the terminal (--columns still applies).
+  std::string render(const std::vector<OutputTable>& tables, Format format) const;
+  const OutputOptions& output_options() const { return out_; }
   std::optional<std::string> output() const { return output_; }
   void print_warnings() const;  // to stderr, once
   // The cluster network every device of the run is on (--gpus-per-node, --inter-node-gbps): applied
@@ -70,7 +80,7 @@ class Context {
   std::map<std::string, DeviceProfile> profiles_;
   std::map<std::string, DeviceProfile> defaults_;
   std::map<std::string, std::string> user_profiles_;  // device -> the --profile file
-  Format format_;
+  OutputOptions out_;
   std::optional<std::string> output_;
   ClusterNetwork network_;
   std::set<std::string> network_noted_;

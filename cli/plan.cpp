@@ -446,7 +446,7 @@ void run_plan(const PlanOptions& o) {
   print_plan_notes(r, run, plan);
   if (!o.plot.empty()) write_file_atomic(o.plot, stacked_bars_svg(bars));
   if (ctx.format() == Format::kCsv) out = {stacked_table(out, "Table")};
-  emit(render(out, ctx.format()), ctx.output());
+  emit(ctx.render(out), ctx.output());
   if (plan.ranked.empty())
     std::cerr << "tpsim: nothing fits: no configuration of " << run.model->name << " at sequence length " << *run.seq_len
               << " fits on the devices and GPU counts given"

@@ -151,7 +151,7 @@ void run_predict(const PredictOptions& o) {
     std::cerr << "tpsim: note: MFU and HFU count attention over all " << cfg.seq_len << " tokens, as llm-foundry's "
               << "flops_per_batch does; " << model.name << " attends within " << model.sliding_window
               << " (the step time is costed with the window)\n";
-  emit(render({t}, ctx.format()), ctx.output());
+  emit(ctx.render({t}), ctx.output());
   if (!p.fits())
     std::cerr << "tpsim: does not fit: predicted peak " << p.memory.peak_bytes / kGiB << " GiB of "
               << p.capacity_bytes / kGiB << " GiB on " << device.id << "\n";

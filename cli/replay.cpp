@@ -82,7 +82,7 @@ void run_replay(const ReplayFlags& f) {
             << ", " << o.step.layers << " of " << o.model.n_layers << " blocks" << (o.step.checkpointing != Checkpointing::kNone ? ", " + checkpointing_phrase(o.step.checkpointing) : "")
             << ", " << precision_text << ", " << ops.size() << " ops on " << info.device_name << "\n";
   const Replay r = replay_step(o, ops, *backend, device, profile.params);
-  emit(render_replay(r, o, precision_text, info.backend, device_id, ctx.format()), ctx.output());
+  emit(render_replay(r, o, precision_text, info.backend, device_id, ctx.output_options()), ctx.output());
 }
 
 }  // namespace

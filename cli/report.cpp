@@ -40,6 +40,51 @@ const std::vector<std::string>& layout_columns() {
   return c;
 }
 
+const TerminalLayout& terminal_layout() {
+  static const TerminalLayout layout = [] {
+    TerminalLayout l;
+    // header, label, keep (higher: dropped later when the terminal is narrow), unless
+    l.first = {{"Rank", "#", 95, ""},
+               {"Model", "Model", 100, ""},
+               {"SeqLen (T)", "Seq", 72, ""},
+               {"# GPUs", "GPUs", 92, ""},
+               {"GPU", "GPU", 74, ""},
+               {"Sharding Strategy", "Sharding", 56, ""},
+               {"Tensor Parallel", "TP", 62, ""},
+               {"Pipeline Parallel", "PP", 61, ""},
+               {"Virtual Stages", "VP", 42, ""},
+               {"Context Parallel", "CP", 60, ""},
+               {"Expert Parallel", "EP", 59, ""},
+               {"Data Parallel", "DP", 44, ""},
+               {"MicroBatchSize", "MB", 66, ""},
+               {"Activation Checkpointing", "Ckpt", 52, ""},
+               {"Throughput (T/s/GPU)", "Tok/s/GPU", 88, ""},
+               {"Throughput (T/s)", "Tok/s", 87, "Throughput (T/s/GPU)"},
+               {"Predicted Throughput (T/s)", "Predicted", 86, ""},  // validate: beside the measured
+               {"MFU", "MFU %", 84, ""},
+               {"Memory (GiB)", "Mem GiB", 64, ""},
+               {"Fits", "Fits", 80, ""},
+               {"Time to Train (days)", "Days", 86, ""},
+               {"Cost ($)", "Cost $", 85, ""},
+               {"Error (%)", "Error %", 90, ""}};
+    l.details = {"HFU", "Model TFLOP", "GradAccum", "GlobalBatchSize", "Throughput (S/s)", "GlobalBatchSize (T)",
+                 "Precision", "MP Mode", "Activation CPUOffload", "NumParams", "Throughput Low (T/s)",
+                 "Throughput High (T/s)", "Capacity (GiB)", "Pipeline Bubble (s)", "Headroom (GiB)", "Time Low (days)",
+                 "Time High (days)", "GPU-hours", "Cost Low ($)", "Cost High ($)", "Global Batch", "Predicted HFU",
+                 "Predicted Low (T/s)", "Predicted High (T/s)", "Predicted Throughput Low (T/s)",
+                 "Predicted Throughput High (T/s)", "Predicted Memory (GiB)"};
+    l.total = "Step Time (s)";
+    l.parts = {"GEMM (s)", "Attention (s)", "Other Compute (s)", "Exposed Comm (s)", "Optimizer (s)", "Overhead (s)"};
+    l.details.push_back(l.total);
+    l.details.insert(l.details.end(), l.parts.begin(), l.parts.end());
+    // llm-foundry's headers without their units (metrics.hpp: MFU and HFU in percent, Model TFLOP
+    // the model FLOP/s each GPU achieves, in TFLOP/s).
+    l.units = {{"MFU", "MFU (%)"}, {"HFU", "HFU (%)"}, {"Model TFLOP", "Model TFLOP/s per GPU"}};
+    return l;
+  }();
+  return layout;
+}
+
 void add_layout_cells(const TrainConfig& cfg, const Prediction& prediction, std::vector<Cell>& row) {
   const Parallelism& p = cfg.parallel;
   for (int64_t degree : {p.tensor, p.pipeline, p.virtual_stages, p.context, p.expert, cfg.data_parallel()})

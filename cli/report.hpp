@@ -7,6 +7,7 @@
 
 #include "io/output.hpp"
 #include "io/profile_io.hpp"
+#include "io/terminal.hpp"
 #include "model/simulator.hpp"
 
 namespace tpsim {
@@ -23,6 +24,14 @@ const std::vector<std::string>& extra_columns();
 std::vector<std::string> prediction_columns();  // both
 // With `with_layout`, the layout columns after them all.
 std::vector<std::string> prediction_columns(bool with_layout);
+
+// What a terminal shows of the tables the commands print (io/terminal.hpp). The columns a person
+// reads first, in this order: Rank (plan), Model, SeqLen (T), # GPUs, GPU, the layout (Sharding
+// Strategy and the parallel degrees), MicroBatchSize, Activation Checkpointing, Throughput
+// (T/s/GPU) (plan: Throughput (T/s)), MFU, Memory (GiB), Fits, then plan's time and cost and
+// validate's error. Left out unless asked: the other prediction columns (HFU, Model TFLOP, batch
+// sizes, precision, the interval, the step-time breakdown), which a single predict lists.
+const TerminalLayout& terminal_layout();
 
 // Tensor Parallel, Pipeline Parallel, Virtual Stages, Context Parallel, Expert Parallel, Data
 // Parallel: the layout of a configuration. Shown when --framework is given (a composer run without

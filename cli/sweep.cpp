@@ -81,6 +81,7 @@ HeatMap heat_map_frame(const SweepRequest& r) {
   heat.x_label = "sequence length (tokens)";
   heat.y_label = r.gpus.size() * r.devices.size() > 1 ? "model, GPUs, device" : "model";
   heat.value_label = "MFU (%)";
+  heat.empty_label = "nothing fits";  // no configuration fits in memory (or none is valid)
   for (int64_t seq : r.seqs) heat.x_ticks.push_back(std::to_string(seq));
   return heat;
 }
@@ -202,7 +203,7 @@ void run_sweep(const SweepOptions& o) {
   Sweep sweep(o, r, ctx);
   sweep.run();
   if (!o.plot.empty()) write_file_atomic(o.plot, heat_map_svg(sweep.heat()));
-  emit(render({sweep.table()}, ctx.format()), ctx.output());
+  emit(ctx.render({sweep.table()}), ctx.output());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cerr << "evaluated " << sweep.evaluated() << " configurations in " << seconds << " s\n";
 }
@@ -236,8 +237,7 @@ void register_sweep(CLI::App& app) {
   add_network_flags(cmd, o->network);
   cmd->add_option("--profile", o->common.profile_files, "device profile JSON (repeatable)");
   cmd->add_option("--plot", o->plot, "also write an SVG heat map of MFU over model size and sequence length");
-  cmd->add_option("--format", o->common.format, "output format: md, csv or json")->default_val("md");
-  cmd->add_option("-o,--output", o->common.output, "write the output to FILE (atomically)");
+  add_output_options(cmd, o->common);
   cmd->callback([o] { run_sweep(*o); });
 }
 

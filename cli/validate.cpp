@@ -236,14 +236,14 @@ void run_validate(const ValidateOptions& o) {
   if (!o.plot.empty()) write_file_atomic(o.plot, validation_plot(results, intervals, !o.cv.empty()));
   const OutputTable summary = summary_table(results);
   if (ctx.format() == Format::kCsv) {
-    emit(render({input_columns_table(rows, results, intervals, "validate")}, Format::kCsv), ctx.output());
+    emit(ctx.render({input_columns_table(rows, results, intervals, "validate")}, Format::kCsv), ctx.output());
     std::cerr << render({summary}, Format::kMarkdown);
     return;
   }
   // llm-foundry's tables in tpsim's columns, as always; the other forms in their own columns.
   const OutputTable per_row =
       foundry_form(rows) ? rows_table(results, intervals) : input_columns_table(rows, results, intervals, "rows");
-  emit(render({per_row, summary}, ctx.format()), ctx.output());
+  emit(ctx.render({per_row, summary}), ctx.output());
 }
 
 }  // namespace

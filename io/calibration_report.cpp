@@ -371,7 +371,7 @@ OutputTable replay_ops_table(const Replay& r) {
 }  // namespace
 
 std::string render_replay(const Replay& r, const ReplayOptions& o, const std::string& precision, const std::string& backend,
-                          const std::string& device_id, Format format) {
+                          const std::string& device_id, const OutputOptions& out) {
   const ModelConfig& model = o.model;
   const int64_t layers = o.step.layers > 0 ? o.step.layers : model.n_layers;
   OutputTable total;
@@ -386,9 +386,9 @@ std::string render_replay(const Replay& r, const ReplayOptions& o, const std::st
                  Cell::integer_value(layers), Cell::integer_value(model.n_layers), Cell::num(r.block_scale, 3),
                  Cell::integer_value(static_cast<int64_t>(r.ops.size())), Cell::num(r.measured_step_s, 6),
                  Cell::num(r.predicted_step_s, 6), Cell::num(error_percent(r.predicted_step_s, r.measured_step_s), 1)});
-  if (format == Format::kCsv) return render({total}, Format::kCsv);
-  std::string text = render({total, replay_ops_table(r)}, format);
-  if (format == Format::kMarkdown) {
+  if (out.format == Format::kCsv && out.width == 0) return render({total}, out);
+  std::string text = render({total, replay_ops_table(r)}, out);
+  if (out.format == Format::kMarkdown) {
     text += "\nMeasured: the sequence run end to end (median of its runs); each op's row is the op timed alone.\n";
     if (layers < model.n_layers)
       text += "Ran " + std::to_string(layers) + " of " + std::to_string(model.n_layers) +

@@ -16,6 +16,7 @@ struct HeatMap {
   std::vector<std::string> x_ticks, y_ticks;
   std::vector<std::vector<double>> values;    // [y][x]; NaN marks an empty cell (drawn hatched, not counted)
   std::vector<std::vector<std::string>> notes;  // optional hover text per cell
+  std::string empty_label;  // what a hatched cell means, in the legend ("no value" when not given)
 };
 std::string heat_map_svg(const HeatMap& h);
 
