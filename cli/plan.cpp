@@ -333,11 +333,32 @@ std::vector<std::string> per_gpu_count_columns(const PlanRequest& r) {
   return c;
 }
 
-// Why nothing of a device and GPU count is listed.
-std::string nothing_reason(const PlanResult& plan, const PointPick& p) {
+// Why nothing of a device and GPU count (every count when p.gpus is 0) is listed, in the summary
+// itself: the one reason when every choice was refused for it (v100_32gb: "no bf16 matmuls"), the
+// smallest need when all ran out of memory, else how many reasons --explain lists.
+std::string nothing_reason(const PlanRequest& r, const PlanResult& plan, const PointPick& p) {
   for (const HeadroomDrop& d : plan.dropped)
     if (d.device == p.device && (p.gpus == 0 || d.gpus == p.gpus)) return "nothing fits with the --min-headroom margin";
-  return "nothing fits";
+  std::vector<std::string> reasons;
+  double least_peak = 0;
+  bool all_out_of_memory = true;
+  for (const PlanRejection& j : plan.rejected) {
+    if (j.device != p.device || (p.gpus != 0 && j.gpus != p.gpus) || j.rejection.kind == RejectionKind::kEquivalent) continue;
+    const std::string why = rejection_reason(r, j);
+    if (std::find(reasons.begin(), reasons.end(), why) == reasons.end()) reasons.push_back(why);
+    const bool oom = !j.batch_unreachable && j.rejection.kind == RejectionKind::kOutOfMemory;
+    all_out_of_memory = all_out_of_memory && oom;
+    if (oom && (least_peak == 0 || j.rejection.peak_bytes < least_peak)) least_peak = j.rejection.peak_bytes;
+  }
+  if (reasons.size() == 1) return "nothing fits: " + reasons.front();
+  if (reasons.empty()) return "nothing fits";
+  char text[160];
+  if (all_out_of_memory) {
+    std::snprintf(text, sizeof text, "nothing fits: out of memory, the least a micro-batch of 1 needs is %.1f GiB of %.1f GiB",
+                  least_peak / kGiB, p.device->memory_bytes / kGiB);
+    return text;
+  }
+  return "nothing fits: " + std::to_string(reasons.size()) + " reasons (--explain lists them)";
 }
 
 OutputTable per_gpu_count_table(const PlanRequest& r, const PlanResult& plan, Context& ctx) {
@@ -349,7 +370,7 @@ OutputTable per_gpu_count_table(const PlanRequest& r, const PlanResult& plan, Co
     row[0] = Cell::str(p.device->id);
     row[1] = Cell::integer_value(p.gpus);
     if (!p.pick) {
-      row.back() = Cell::str(nothing_reason(plan, p));
+      row.back() = Cell::str(nothing_reason(r, plan, p));
       t.add_row(std::move(row));
       continue;
     }
@@ -385,7 +406,7 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
     if (!pp.pick) {
       std::vector<Cell> row(best.columns.size());
       row[0] = Cell::str(pp.device->id);
-      row[1] = Cell::str(nothing_reason(plan, pp));
+      row[1] = Cell::str(nothing_reason(r, plan, pp));
       best.add_row(std::move(row));
       continue;
     }

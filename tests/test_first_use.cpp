@@ -103,3 +103,17 @@ BOOST_AUTO_TEST_CASE(nearest_names_rank_containment_then_distance) {
   BOOST_TEST(tpsim::nearest_names("tpu_v5", known).empty());
   BOOST_TEST(tpsim::did_you_mean_phrase("zzz", known).empty());
 }
+
+// A device comparison names why a device has nothing, in the summary tables themselves (V100 has
+// no bf16 matmuls for amp_bf16), not only under --explain.
+BOOST_AUTO_TEST_CASE(nothing_fits_says_why_in_the_summary) {
+  const Run r = run("plan --model 7b --seq 2048 --gpus 8 --device v100_32gb,h100_80gb --format csv");
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  BOOST_TEST(r.out.find("best per device,,v100_32gb,\"nothing fits: precision amp_bf16 needs bf16 matmuls, which "
+                        "v100_32gb does not have\"") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("rejected") == std::string::npos);  // without --explain
+  // All out of memory: the least a micro-batch of 1 needs, in the same cell.
+  const Run oom = run("plan --model 70b --seq 65536 --gpus 8 --device a100_40gb,h100_80gb --format csv");
+  BOOST_TEST_REQUIRE(oom.status == 0, oom.err);
+  BOOST_TEST(oom.out.find("nothing fits: out of memory, the least a micro-batch of 1 needs is ") != std::string::npos, oom.out);
+}
