@@ -19,7 +19,8 @@ ScaleInputs scale_inputs(const ScalingTable& t, const std::map<std::string, Scal
         DeviceSpec d;
         d.id = d.name = "unnamed";
         d.gpus_per_node = static_cast<int>(row.gpus_per_node);
-        d.intra_node_bytes_per_s = d.inter_node_bytes_per_s = 1000.0;  // gradients per second, nominal
+        d.intra_node_bytes_per_s = 1000.0;  // gradients per second per GPU, nominal
+        d.inter_node_bytes_per_s = 100.0;   // per node, nominal
         in.clusters.emplace(row.cluster, d);
       } else {
         in.clusters.emplace(row.cluster, load_cluster(row.cluster));

@@ -27,7 +27,8 @@ struct ScaleCase {
 };
 
 // A table's rows resolved: the clusters (data/clusters files; the 32gpu table's unnamed cluster of
-// its own node size, whose links are unknown: nominal 1000 gradients/s per tier, so that its fitted
+// its own node size, whose links are unknown: nominal 1000 gradients/s per GPU link and 100 per
+// node on the network, so that its fitted
 // efficiencies are rates relative to that) and one case per row with a one-GPU row. Rows without
 // one are listed in `unanchored`. Move-only: the cases point into `clusters`.
 struct ScaleInputs {
