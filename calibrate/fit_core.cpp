@@ -58,6 +58,24 @@ class LogErrorResidual {
   LogErrorFn error_;
 };
 
+// r = error(exp(x)) for parameters outside CostParams.
+class VectorLogErrorResidual {
+ public:
+  VectorLogErrorResidual(size_t n, VectorLogErrorFn error) : n_(n), error_(std::move(error)) {}
+  bool operator()(double const* const* x, double* residual) const {
+    std::vector<double> values(n_);
+    for (size_t i = 0; i < n_; ++i) values[i] = std::exp(x[0][i]);
+    const double e = error_(values);
+    if (!std::isfinite(e)) return false;
+    residual[0] = e;
+    return true;
+  }
+
+ private:
+  size_t n_;
+  VectorLogErrorFn error_;
+};
+
 // (x - center) / width, scaled to weigh like one log error of `scale`.
 class PriorResidual {
  public:
@@ -94,12 +112,27 @@ LogSpaceFit::LogSpaceFit(std::vector<const ParamInfo*> params, const CostParams&
   for (size_t i = 0; i < params_.size(); ++i) x_.push_back(to_x(i, params_[i]->value(start)));
 }
 
+LogSpaceFit::LogSpaceFit(std::vector<const ParamInfo*> params, const std::vector<double>& start,
+                         const LogSpaceOptions& options)
+    : params_(std::move(params)), options_(options) {
+  for (const ParamInfo* p : params_) {
+    lower_x_.push_back(std::log(std::max(p->lower, log_floor(*p))));
+    upper_x_.push_back(std::log(std::min(p->upper, 1e300)));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) x_.push_back(to_x(i, start.at(i)));
+}
+
 double LogSpaceFit::to_x(size_t i, double value) const {
   return std::clamp(std::log(std::max(value, log_floor(*params_[i]))), lower_x_[i], upper_x_[i]);
 }
 
 void LogSpaceFit::add_log_error(const CostParams& base, LogErrorFn error) {
   ceres::CostFunction* cost = numeric_cost(new LogErrorResidual(params_, base, std::move(error)), size());
+  log_errors_.push_back(problem_.AddResidualBlock(cost, new ceres::HuberLoss(options_.robust_scale), x_.data()));
+}
+
+void LogSpaceFit::add_log_error(VectorLogErrorFn error) {
+  ceres::CostFunction* cost = numeric_cost(new VectorLogErrorResidual(size(), std::move(error)), size());
   log_errors_.push_back(problem_.AddResidualBlock(cost, new ceres::HuberLoss(options_.robust_scale), x_.data()));
 }
 

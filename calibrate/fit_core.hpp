@@ -46,6 +46,10 @@ ceres::Solver::Options fit_solver_options(int max_iterations, double tolerance);
 // The error of one measurement under a candidate CostParams: log(predicted / measured). A value
 // that is not finite tells Ceres the step left the model's domain.
 using LogErrorFn = std::function<double(const CostParams&)>;
+// The same for a model whose parameters are not CostParams fields (model/scaling's per-cluster and
+// per-framework values): the fitted values in the fit's order. Their ParamInfo give the name,
+// unit and bounds only (member is nullptr; value() is not used on them).
+using VectorLogErrorFn = std::function<double(const std::vector<double>&)>;
 
 struct LogSpaceOptions {
   double robust_scale = 0.05;  // Huber loss scale on the log errors
@@ -58,12 +62,16 @@ class LogSpaceFit {
  public:
   // x starts at log(max(start value, floor)), clamped to the bounds.
   LogSpaceFit(std::vector<const ParamInfo*> params, const CostParams& start, const LogSpaceOptions& options);
+  // Parameters outside CostParams, starting from `start` (one value per parameter).
+  LogSpaceFit(std::vector<const ParamInfo*> params, const std::vector<double>& start, const LogSpaceOptions& options);
 
   // A robustified residual: `error` of `base` with the fitted values at exp(x). Differentiated by
   // central differences of 0.1% in log space: the model has kinks (tile and wave counts, max() in
   // the schedule and the collectives), and a wider step sees the trend rather than the nearest kink.
   // `base` must outlive the fit.
   void add_log_error(const CostParams& base, LogErrorFn error);
+  // A robustified residual of the vector form (same differentiation).
+  void add_log_error(VectorLogErrorFn error);
   // An unrobustified residual on x itself: scale * (x[index] - center) / width (a Gaussian prior).
   void add_prior(size_t index, double center, double width, double scale);
 

@@ -12,6 +12,7 @@ void register_bench(CLI::App& app);
 void register_validate(CLI::App& app);
 void register_calibrate(CLI::App& app);
 void register_replay(CLI::App& app);
+void register_scale(CLI::App& app);
 
 // Subcommands of `calibrate`.
 void register_calibrate_table(CLI::App& calibrate);

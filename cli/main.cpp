@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   tpsim::register_calibrate(app);
   tpsim::register_replay(app);
   tpsim::register_bench(app);
+  tpsim::register_scale(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
