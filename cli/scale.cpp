@@ -117,7 +117,7 @@ void run_cv(const ScaleFlags& f, Context& ctx) {
   const ScaleParamSet set(in.cases);
   const ScaleCv cv = cross_validate_scaling(set, in.cases, t.rows.size());
   if (cv.predicted == 0) throw Error(f.table + ": no multi-GPU row with a measurement and a one-GPU row to predict");
-  emit(render({cv_rows(t, in, cv), cv_summary(t, cv), fit_table(cv.full, f.table)}, ctx.format()), ctx.output());
+  emit(ctx.render({cv_rows(t, in, cv), cv_summary(t, cv), fit_table(cv.full, f.table)}), ctx.output());
   if (!f.plot.empty()) write_file_atomic(f.plot, plot_svg(t, in, cv, f.table));
 }
 
@@ -207,7 +207,7 @@ void run_predict(const ScaleFlags& f, Context& ctx) {
                  Cell::num(s.throughput, 2), Cell::num(s.throughput / run.throughput_1gpu, 2), Cell::num(100 * s.efficiency, 1),
                  Cell::num(s.step_s, 4), Cell::num(s.allreduce_s, 4), Cell::num(s.exposed_s, 4)});
   }
-  emit(render({out}, ctx.format()), ctx.output());
+  emit(ctx.render({out}), ctx.output());
   for (const std::string& line : provenance) std::cerr << "tpsim scale: " << line << "\n";
 }
 
