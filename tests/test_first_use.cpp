@@ -14,7 +14,7 @@ using tpsim::testing::count_lines;
 using tpsim::testing::Run;
 Run run(const std::string& args) { return tpsim::testing::run_tpsim(args); }
 
-const std::string kMpt7b = std::string(TPSIM_DATA) + "/../../shared/llm-foundry/yamls/pretrain/mpt-7b.yaml";
+const std::string kMpt7b = std::string(TPSIM_TEST_DATA) + "/llm-foundry/pretrain/mpt-7b.yaml";  // a copy of llm-foundry's
 
 Run expect_one_line_error(const std::string& args, const std::string& message) {
   const Run r = run(args);
