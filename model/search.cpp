@@ -473,9 +473,11 @@ std::vector<int64_t> composer_auto_micro_batches(const ModelConfig& model, const
   for (int64_t m = cfg.per_device_batch();; m = std::max<int64_t>(m / 2, 1)) {
     tried.push_back(m);
     c.micro_batch = m;
-    // A configuration check_config refuses is not an out-of-memory: the caller's check reports it.
-    if (!check_config(model, device, params, c).empty() || evaluator.fits(evaluator.memory(c))) return tried;
-    if (m == 1) return {};
+    // A micro-batch check_config refuses (beyond what the simulator models) is halved like one that
+    // does not fit; one refused even at 1 is for another reason, which the caller's check reports.
+    const bool valid = check_config(model, device, params, c).empty();
+    if (valid && evaluator.fits(evaluator.memory(c))) return tried;
+    if (m == 1) return valid ? std::vector<int64_t>{} : tried;
   }
 }
 

@@ -169,8 +169,8 @@ int64_t largest_fitting_micro_batch(const ModelConfig& model, const DeviceSpec& 
 // What Composer runs for device_train_microbatch_size: auto (composer/trainer/trainer.py:
 // _get_initial_device_train_microbatch_size and _adjust_device_train_microbatch_size): it starts
 // from the per-device batch and, on each out-of-memory, retries with max(int(m / 2), 1). The
-// sequence tried, ending with the first that fits (or that check_config refuses for another reason);
-// empty when not even 1 fits.
+// sequence tried, ending with the first that fits (or with 1, when check_config refuses even that,
+// for a reason the caller's check reports); empty when not even 1 fits.
 std::vector<int64_t> composer_auto_micro_batches(const ModelConfig& model, const DeviceSpec& device,
                                                  const CostParams& params, const TrainConfig& cfg);
 
