@@ -115,9 +115,11 @@ BOOST_AUTO_TEST_CASE(one_node_ring_all_reduce_and_its_exposed_part_by_hand) {
   BOOST_TEST(scaling_micro_batches(run) == 0);
 }
 
-// Held-out MAPE of the multi-GPU rows, each group held out of the fit that predicts it. The brief
+// Held-out MAPE of the multi-GPU rows, each group held out of the fit that predicts it. Issue 18
 // asks for at most 4% on seed 000: reached 4.36% (linear scaling: 12.25%); asserted at what was reached.
-BOOST_AUTO_TEST_CASE(held_out_mape_on_seed_000) {
+// An accuracy figure only: the sanitizer build runs the same cross-validation on seed 002 below and
+// skips this one's minutes of fits there.
+BOOST_AUTO_TEST_CASE(held_out_mape_on_seed_000, *boost::unit_test::enable_if<!TPSIM_TEST_SANITIZED>()) {
   const ScaleCv cv = held_out(kCsc);
   BOOST_TEST(cv.predicted == 124);
   BOOST_TEST(cv.mape <= 4.4);
