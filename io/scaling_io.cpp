@@ -11,6 +11,7 @@
 #include "io/devices.hpp"
 #include "io/error.hpp"
 #include "io/files.hpp"
+#include "io/names.hpp"
 #include "io/yaml_util.hpp"
 
 namespace tpsim {
@@ -173,8 +174,7 @@ int column(const std::vector<std::string>& header, const std::string& name) {
 
 // The csc table's Benchmark cell: the framework and the model it runs.
 void classify_benchmark(const std::string& cell, const std::string& where, ScalingRow& row) {
-  std::string b = cell;
-  std::transform(b.begin(), b.end(), b.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string b = to_lower(cell);
   row.model = "resnet50";
   if (b.rfind("ddp lightning", 0) == 0) row.framework = SyncFramework::kLightning;
   else if (b.rfind("ddp", 0) == 0) row.framework = SyncFramework::kDdp;

@@ -9,14 +9,10 @@
 #include <cstdlib>
 
 #include "io/error.hpp"
+#include "io/names.hpp"
 
 namespace tpsim {
 namespace {
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 std::string trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
@@ -190,7 +186,7 @@ std::vector<std::string> parse_column_list(const std::string& s) {
 std::vector<OutputTable> choose_columns(const std::vector<OutputTable>& tables, const std::vector<std::string>& names,
                                         const TerminalLayout& layout) {
   const auto matches = [&](const std::string& header, const std::string& name) {
-    return lower(header) == lower(name) || lower(label_of(layout, header)) == lower(name);
+    return to_lower(header) == to_lower(name) || to_lower(label_of(layout, header)) == to_lower(name);
   };
   for (const auto& name : names) {
     bool found = false;
