@@ -98,11 +98,12 @@ std::vector<HeldOutError> cross_validate(const std::vector<FitRow>& rows, const 
                                          const TableFitOptions& options,
                                          const std::function<void(int, int)>& progress) {
   const std::vector<Fold> folds = make_folds(rows, spec);
-  // Across devices only system-level parameters carry over; the held-out device keeps the
+  // Across devices the system-level parameters carry over, and the attention efficiencies by the
+  // devices' SMs x clock (table_fit.hpp, sm_clock_scale); the held-out device keeps the other
   // kernel-level ones of its own profile (its kernel runs, else its reasoned defaults).
   std::vector<const ParamInfo*> transferred;
   for (const ParamInfo* param : options.parameters)
-    if (param->level == ParamLevel::kSystem) transferred.push_back(param);
+    if (param->level == ParamLevel::kSystem || scales_by_sm_clock(*param)) transferred.push_back(param);
   std::vector<HeldOutError> out;
   int done = 0;
   for (const Fold& f : folds) {
@@ -110,7 +111,9 @@ std::vector<HeldOutError> cross_validate(const std::vector<FitRow>& rows, const 
     for (size_t i : f.train) train.push_back(rows[i]);
     const TableFitResult fit = fit_table(train, *train.front().base, options);
     for (size_t i : f.test) {
-      const CostParams p = with_fitted(*rows[i].base, fit.params, spec.mode == CvMode::kDevice ? transferred : options.parameters);
+      const std::vector<const ParamInfo*>& taken = spec.mode == CvMode::kDevice ? transferred : options.parameters;
+      const double scale = sm_clock_scale(*train.front().device, *train.front().base, *rows[i].device, *rows[i].base);
+      const CostParams p = on_device(with_fitted(*rows[i].base, fit.params, taken), taken, scale);
       HeldOutError h;
       h.row = i;
       h.error = std::exp(log_error(rows[i], p)) - 1.0;
