@@ -16,6 +16,8 @@ CvSpec parse_cv(const std::string& text) {
     s.mode = CvMode::kModel;
   } else if (text == "device") {
     s.mode = CvMode::kDevice;
+  } else if (text == "extremes") {
+    s.mode = CvMode::kExtremes;
   } else if (text.rfind("kfold:", 0) == 0) {
     s.mode = CvMode::kKFold;
     const std::string k = text.substr(6);
@@ -23,7 +25,7 @@ CvSpec parse_cv(const std::string& text) {
       throw Error("--cv '" + text + "': kfold needs a whole number of folds of at least 2, as in kfold:5");
     s.folds = std::stoi(k);
   } else {
-    throw Error("--cv '" + text + "': expected model, kfold:K or device");
+    throw Error("--cv '" + text + "': expected model, kfold:K, device or extremes");
   }
   return s;
 }
@@ -32,6 +34,7 @@ std::string to_string(const CvSpec& spec) {
   switch (spec.mode) {
     case CvMode::kModel: return "model";
     case CvMode::kDevice: return "device";
+    case CvMode::kExtremes: return "extremes";
     case CvMode::kKFold: return "kfold:" + std::to_string(spec.folds);
   }
   return "?";
@@ -78,6 +81,20 @@ std::vector<Fold> make_folds(const std::vector<FitRow>& rows, const CvSpec& spec
           for (size_t p = 0; p < order.size(); ++p) (static_cast<int>(p % k) == j ? f.test : f.train).push_back(order[p]);
           folds.push_back(std::move(f));
         }
+        break;
+      }
+      case CvMode::kExtremes: {
+        // The smallest and the largest model size of the device, by parameter count at 2048 tokens.
+        const auto size = [&](size_t i) { return parameter_count(*rows[i].model, 2048); };
+        const auto [lo, hi] = std::minmax_element(mine.begin(), mine.end(), [&](size_t a, size_t b) { return size(a) < size(b); });
+        const std::string small = rows[*lo].model->name, large = rows[*hi].model->name;
+        if (small == large) break;
+        Fold f{dev + ", models " + small + " and " + large, {}, {}};
+        for (size_t i : mine) {
+          const std::string& m = rows[i].model->name;
+          (m == small || m == large ? f.test : f.train).push_back(i);
+        }
+        folds.push_back(std::move(f));
         break;
       }
       case CvMode::kDevice: {

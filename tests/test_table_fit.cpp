@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <set>
 
 #include "calibrate/crossval.hpp"
 #include "common.hpp"
@@ -319,4 +320,31 @@ BOOST_AUTO_TEST_CASE(the_h100_table_is_predicted_from_the_a100_tables_within_10_
   BOOST_TEST(h100.size() == 52u);
   BOOST_TEST_MESSAGE("H100 BF16 from the A100 fits: MAPE " << 100 * mape(h100) << "%");
   BOOST_TEST(mape(h100) <= 0.10);
+}
+
+// Extrapolation in model size (issue 17): `--cv extremes` holds out each device's smallest and
+// largest model size and fits on the sizes between.
+BOOST_AUTO_TEST_CASE(extremes_hold_out_the_smallest_and_largest_model_of_each_device) {
+  BOOST_TEST((parse_cv("extremes").mode == CvMode::kExtremes));
+  BOOST_TEST(to_string(parse_cv("extremes")) == "extremes");
+  Context ctx = seed_context();
+  const std::vector<ResolvedRow> rows = seed_rows(ctx, {table("a100_80gb_bf16.md"), table("h100_80gb_bf16.md")});
+  TableFitOptions options;  // one cheap parameter: this case checks which rows are held out
+  options.parameters = {&param_of(&CostParams::compute_clock_ratio)};
+  options.covariance = false;
+  options.starts = 1;
+  std::map<std::string, std::set<std::string>> held;  // device -> held-out model sizes
+  size_t count = 0;
+  for (const auto& h : cross_validate(fit_rows(ctx, rows), parse_cv("extremes"), options)) {
+    held[rows[h.row].device->id].insert(rows[h.row].model->name);
+    ++count;
+  }
+  BOOST_TEST((held["a100_80gb"] == std::set<std::string>{"125m", "70b"}));
+  BOOST_TEST((held["h100_80gb"] == std::set<std::string>{"760m", "70b"}));  // no 125m or 350m H100 rows
+  size_t expected = 0;
+  for (const auto& r : rows) {
+    const std::string& m = r.model->name;
+    expected += r.device->id == "a100_80gb" ? (m == "125m" || m == "70b") : (m == "760m" || m == "70b");
+  }
+  BOOST_TEST(count == expected);
 }
