@@ -16,6 +16,8 @@ CvSpec parse_cv(const std::string& text) {
     s.mode = CvMode::kModel;
   } else if (text == "device") {
     s.mode = CvMode::kDevice;
+  } else if (text == "extremes") {
+    s.mode = CvMode::kExtremes;
   } else if (text.rfind("kfold:", 0) == 0) {
     s.mode = CvMode::kKFold;
     const std::string k = text.substr(6);
@@ -23,7 +25,7 @@ CvSpec parse_cv(const std::string& text) {
       throw Error("--cv '" + text + "': kfold needs a whole number of folds of at least 2, as in kfold:5");
     s.folds = std::stoi(k);
   } else {
-    throw Error("--cv '" + text + "': expected model, kfold:K or device");
+    throw Error("--cv '" + text + "': expected model, kfold:K, device or extremes");
   }
   return s;
 }
@@ -32,6 +34,7 @@ std::string to_string(const CvSpec& spec) {
   switch (spec.mode) {
     case CvMode::kModel: return "model";
     case CvMode::kDevice: return "device";
+    case CvMode::kExtremes: return "extremes";
     case CvMode::kKFold: return "kfold:" + std::to_string(spec.folds);
   }
   return "?";
@@ -80,6 +83,20 @@ std::vector<Fold> make_folds(const std::vector<FitRow>& rows, const CvSpec& spec
         }
         break;
       }
+      case CvMode::kExtremes: {
+        // The smallest and the largest model size of the device, by parameter count at 2048 tokens.
+        const auto size = [&](size_t i) { return parameter_count(*rows[i].model, 2048); };
+        const auto [lo, hi] = std::minmax_element(mine.begin(), mine.end(), [&](size_t a, size_t b) { return size(a) < size(b); });
+        const std::string small = rows[*lo].model->name, large = rows[*hi].model->name;
+        if (small == large) break;
+        Fold f{dev + ", models " + small + " and " + large, {}, {}};
+        for (size_t i : mine) {
+          const std::string& m = rows[i].model->name;
+          (m == small || m == large ? f.test : f.train).push_back(i);
+        }
+        folds.push_back(std::move(f));
+        break;
+      }
       case CvMode::kDevice: {
         Fold f{"device " + dev, {}, mine};
         for (size_t i = 0; i < rows.size(); ++i)
@@ -98,11 +115,12 @@ std::vector<HeldOutError> cross_validate(const std::vector<FitRow>& rows, const 
                                          const TableFitOptions& options,
                                          const std::function<void(int, int)>& progress) {
   const std::vector<Fold> folds = make_folds(rows, spec);
-  // Across devices only system-level parameters carry over; the held-out device keeps the
+  // Across devices the system-level parameters carry over, and the attention efficiencies by the
+  // devices' SMs x clock (table_fit.hpp, sm_clock_scale); the held-out device keeps the other
   // kernel-level ones of its own profile (its kernel runs, else its reasoned defaults).
   std::vector<const ParamInfo*> transferred;
   for (const ParamInfo* param : options.parameters)
-    if (param->level == ParamLevel::kSystem) transferred.push_back(param);
+    if (param->level == ParamLevel::kSystem || scales_by_sm_clock(*param)) transferred.push_back(param);
   std::vector<HeldOutError> out;
   int done = 0;
   for (const Fold& f : folds) {
@@ -110,7 +128,9 @@ std::vector<HeldOutError> cross_validate(const std::vector<FitRow>& rows, const 
     for (size_t i : f.train) train.push_back(rows[i]);
     const TableFitResult fit = fit_table(train, *train.front().base, options);
     for (size_t i : f.test) {
-      const CostParams p = with_fitted(*rows[i].base, fit.params, spec.mode == CvMode::kDevice ? transferred : options.parameters);
+      const std::vector<const ParamInfo*>& taken = spec.mode == CvMode::kDevice ? transferred : options.parameters;
+      const double scale = sm_clock_scale(*train.front().device, *train.front().base, *rows[i].device, *rows[i].base);
+      const CostParams p = on_device(with_fitted(*rows[i].base, fit.params, taken), taken, scale);
       HeldOutError h;
       h.row = i;
       h.error = std::exp(log_error(rows[i], p)) - 1.0;

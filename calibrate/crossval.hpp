@@ -1,6 +1,8 @@
 // Held-out accuracy: fit on some rows, predict the others, report only the held-out errors.
 //   model     per device, leave one model size out: fit on the device's other sizes
 //   kfold:K   per device, K folds of rows (a fixed shuffle, so runs repeat exactly)
+//   extremes  per device, hold out the smallest and the largest model size (by parameter count) and
+//             fit on the sizes between: how well the fit extrapolates in model size
 //   device    per device, fit on every other device's rows and predict this device's rows from
 //             its own profile's kernel-level parameters (GEMM, attention, memory-bound kernels: what
 //             kernel runs on that device measure) and the transferred system-level ones
@@ -14,14 +16,14 @@
 
 namespace tpsim {
 
-enum class CvMode { kModel, kKFold, kDevice };
+enum class CvMode { kModel, kKFold, kDevice, kExtremes };
 
 struct CvSpec {
   CvMode mode = CvMode::kModel;
   int folds = 5;  // kfold
 };
 
-CvSpec parse_cv(const std::string& text);  // "model", "kfold:5", "device"; Error otherwise
+CvSpec parse_cv(const std::string& text);  // "model", "kfold:5", "device", "extremes"; Error otherwise
 std::string to_string(const CvSpec& spec);
 
 struct HeldOutError {

@@ -195,6 +195,32 @@ std::vector<bool> LogSpaceFit::determined_at(const std::vector<double>& x0) {
   return determined;
 }
 
+std::vector<size_t> LogSpaceFit::pushing(size_t i, size_t most) {
+  // A time under a microsecond is reported as zero at its bound (fitted_report): so here too.
+  const bool zero_time = params_[i]->unit == Unit::kSeconds && std::exp(x_[i]) < kZeroBelow_s;
+  const bool at_lower = std::fabs(x_[i] - lower_x_[i]) < 1e-6 || zero_time, at_upper = std::fabs(x_[i] - upper_x_[i]) < 1e-6;
+  if (!at_lower && !at_upper) return {};
+  ceres::CRSMatrix jacobian;
+  std::vector<double> residuals;
+  ceres::Problem::EvaluateOptions eval;
+  eval.residual_blocks = log_errors_;
+  double cost = 0;
+  problem_.Evaluate(eval, &cost, &residuals, nullptr, &jacobian);
+  // d(cost)/dx_i of row j is r_j * J_ji: negative pulls x_i up (past an upper bound), positive down.
+  std::vector<std::pair<double, size_t>> pulls;
+  for (int row = 0; row < jacobian.num_rows; ++row)
+    for (int k = jacobian.rows[row]; k < jacobian.rows[row + 1]; ++k) {
+      if (static_cast<size_t>(jacobian.cols[k]) != i) continue;
+      const double g = residuals[static_cast<size_t>(row)] * jacobian.values[k];
+      const double outward = at_upper ? -g : g;
+      if (outward > 1e-12) pulls.emplace_back(outward, static_cast<size_t>(row));
+    }
+  std::stable_sort(pulls.begin(), pulls.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<size_t> out;
+  for (size_t k = 0; k < pulls.size() && k < most; ++k) out.push_back(pulls[k].second);
+  return out;
+}
+
 double LogSpaceFit::value(size_t i) const {
   return std::clamp(std::exp(x_[i]), params_[i]->lower, params_[i]->upper);
 }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/profile.hpp"
@@ -30,6 +31,11 @@ struct FittedParameter {
   // False when no residual depends on the parameter (say, a head-size effect in a table without
   // head size 64): it keeps its starting value and provenance.
   bool determined = true;
+  // At a bound: the measurements (indexes in the order they were added) whose residuals pull the
+  // parameter further past it, the strongest first (table_fit names them as rows).
+  std::vector<size_t> pushed_by;
+  // Where the parameter's physical range (its registry bounds) comes from, where the fit knows it.
+  std::string_view range_source;
 };
 
 // The smallest value a fit represents in log space: seconds may be 0 in the registry, and are
@@ -92,6 +98,9 @@ class LogSpaceFit {
   // Which parameters some log-error residual moves with at x0: a zero Jacobian column means no
   // measurement depends on that parameter. Leaves x() as it was.
   std::vector<bool> determined_at(const std::vector<double>& x0);
+  // The log errors (indexes in the order added) whose robustified gradient at x() pulls parameter i
+  // outward past the bound it sits at, strongest first, at most `most`; empty when it is at none.
+  std::vector<size_t> pushing(size_t i, size_t most);
   // The fitted value of parameter i: exp(x), clamped to its registry bounds (exp(log(bound)) can
   // land an ulp outside, which the profile reader then refuses).
   double value(size_t i) const;

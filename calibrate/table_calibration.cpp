@@ -33,8 +33,10 @@ TableCalibration calibrate_table(const TableCalibrationOptions& o, const std::ve
   c.fit = fit_table(fits, *fits.front().base, o.fit);
   // What the profile takes from the fit: everything fitted to its own rows; across devices only the
   // system-level parameters (the kernel-level ones describe the fitted devices' kernels).
+  const bool by_sm_clock = o.transfer && o.device_spec;
   for (const ParamInfo* param : o.fit.parameters)
-    if (!o.transfer || param->level == ParamLevel::kSystem) c.taken.push_back(param);
+    if (!o.transfer || param->level == ParamLevel::kSystem || (by_sm_clock && scales_by_sm_clock(*param)))
+      c.taken.push_back(param);
 
   // Held-out errors for the interval: for a transfer, each measured device predicted from the
   // others (--cv device); else leave one model size out when there are two, else 5 folds.
@@ -49,7 +51,8 @@ TableCalibration calibrate_table(const TableCalibrationOptions& o, const std::ve
 
   c.profile = base;
   c.profile.device = o.device;
-  c.profile.params = with_fitted(base.params, c.fit.params, c.taken);
+  const double scale = by_sm_clock ? sm_clock_scale(*fits.front().device, *fits.front().base, *o.device_spec, base.params) : 1.0;
+  c.profile.params = on_device(with_fitted(base.params, c.fit.params, c.taken), c.taken, scale);
   for (const auto& r : rows) add_unique(c.fitted_devices, r.gpu);
   const std::string detail = (o.transfer ? "transferred from a fit to " : "fitted to ") + std::to_string(rows.size()) +
                              " rows of " + join(c.fitted_devices, ", ") + " in " + join(o.tables, ", ") +

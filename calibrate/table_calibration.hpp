@@ -17,9 +17,13 @@ namespace tpsim {
 
 struct TableCalibrationOptions {
   std::string device;   // the device the profile is for
+  // Its datasheet: under transfer the attention efficiencies carry to it by SMs x clock
+  // (table_fit.hpp, sm_clock_scale). nullptr: they stay the base profile's.
+  const DeviceSpec* device_spec = nullptr;
   // False: the rows are the device's own and every fitted value is taken. True: the rows are other
-  // devices'; only the system-level parameters carry over (the kernel-level ones describe the
-  // fitted devices' kernels), and the interval comes from predicting each device from the others.
+  // devices'; the system-level parameters carry over, and the attention efficiencies by SMs x clock
+  // (the other kernel-level ones describe the fitted devices' kernels), and the interval comes from
+  // predicting each device from the others.
   bool transfer = false;
   TableFitOptions fit;  // the parameters to fit, the loss
   // Held-out scheme for the interval. Ignored under transfer (device); model with fewer than two

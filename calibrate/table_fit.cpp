@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "io/error.hpp"
 #include "model/simulator.hpp"
@@ -28,9 +29,75 @@ const std::vector<const ParamInfo*>& default_table_fit_parameters() {
   return params;
 }
 
+std::string_view range_source(const ParamInfo& param) {
+  using P = CostParams;
+  static const std::pair<CostParamMember, std::string_view> sources[] = {
+      {&P::compute_clock_ratio,
+       "1: the boost clock the kernel rates were measured at; 0.5: below any datasheet base/boost ratio (A100 SXM "
+       "1095/1410 MHz = 0.78, NVIDIA A100 datasheet), the floor of a power-capped 8-GPU node"},
+      {&P::recompute_fraction,
+       "1: activation checkpointing reruns the whole block forward (Composer's checkpoint_wrapper); 0.2: a rerun "
+       "of only the cheap part of a block, as selective recompute does (Korthikanti et al. 2022)"},
+      {&P::attn_fwd_efficiency,
+       "fraction of the bf16 GEMM rate: FlashAttention-2 forward reaches 50-73% of A100 peak, FlashAttention 25-40% "
+       "(Dao 2023); on H100 FlashAttention-2 about 35% of peak (Shah et al. 2024): 0.05 is below any fused kernel, "
+       "1 the GEMM rate itself"},
+      {&P::attn_bwd_efficiency,
+       "fraction of the bf16 GEMM rate: FlashAttention-2's backward runs at 0.7-0.85x its forward rate (Dao 2023, "
+       "Fig. 4-6); 0.05 is below any fused kernel, 1 the GEMM rate itself"},
+      {&P::attn_head_dim_half,
+       "0: no head-size effect; FlashAttention-2 at head size 64 runs about 0.9x its head-size-128 rate (Dao 2023, "
+       "Fig. 4-5), a half of 16; 1024: a rate proportional to the head size"},
+      {&P::xent_efficiency,
+       "fraction of the elementwise bandwidth: 1 streams the logits once like an elementwise kernel; 0.02 is a "
+       "50-fold slower row-wise reduction, below any fused cross-entropy kernel"},
+      {&P::intra_node_link_efficiency,
+       "NCCL ring bus bandwidth over NVLink: nccl-tests report about 0.75-0.85 of the per-direction datasheet "
+       "rate on DGX A100/H100 at large messages; 0.3 a ring far from saturating"},
+      {&P::inter_node_link_efficiency,
+       "NCCL ring bus bandwidth over RoCE/InfiniBand: nccl-tests report about 0.8-0.95 of line rate on tuned "
+       "fabrics at large messages; 0.2 a congested or misconfigured RoCE fabric"},
+      {&P::overlap_slowdown,
+       "0: no contention; NCCL kernels hold some of the SMs and share HBM bandwidth with overlapped compute, "
+       "which then slows (Rashidi et al. 2021, ISCA); 0.5: half speed, beyond what the SMs NCCL holds explain"},
+      {&P::block_overhead_s,
+       "0: the CPU runs ahead of the GPU; 10 ms per block and pass: more than FSDP's pre/post hooks and a "
+       "limit_all_gathers wait take on any host"},
+      {&P::microbatch_overhead_s, "0: the data loader and hooks run ahead of the GPU; 1 s: a stalled data loader"},
+      {&P::step_overhead_s, "0: nothing outside kernels; 10 s: a checkpoint-free step's logging and clipping on any host"},
+      {&P::host_kernel_issue_s,
+       "eager PyTorch spends some 10-30 us of host time per op (Python, dispatcher, launch); 0 to 1 ms"},
+      {&P::intra_node_latency_s, "NCCL ring step inside a node: a few microseconds (nccl-tests small messages); 0 to 1 ms"},
+  };
+  for (const auto& [member, text] : sources)
+    if (param.member == member) return text;
+  if (!param.member) return "a GEMM rate: above 0, at most the datasheet peak (data/devices)";
+  return "";
+}
+
 double log_error(const FitRow& row, const CostParams& params) {
   const Prediction p = predict(*row.model, *row.device, params, row.cfg);
   return std::log(p.tokens_per_s / row.measured_tokens_per_s);
+}
+
+double sm_clock_scale(const DeviceSpec& from, const CostParams& from_params, const DeviceSpec& to,
+                      const CostParams& to_params) {
+  const double from_rate = from_params.gemm_flops_per_s(DType::kBf16), to_rate = to_params.gemm_flops_per_s(DType::kBf16);
+  if (!(from.boost_clock_hz > 0 && to.boost_clock_hz > 0 && from_rate > 0 && to_rate > 0)) return 1.0;
+  const double from_sm_clock = from.compute_units * from.boost_clock_hz, to_sm_clock = to.compute_units * to.boost_clock_hz;
+  return (from_rate / to_rate) * (to_sm_clock / from_sm_clock);
+}
+
+bool scales_by_sm_clock(const ParamInfo& param) {
+  return param.member == &CostParams::attn_fwd_efficiency || param.member == &CostParams::attn_bwd_efficiency;
+}
+
+CostParams on_device(const CostParams& shared, const std::vector<const ParamInfo*>& params, double scale) {
+  CostParams p = shared;
+  if (scale == 1.0) return p;
+  for (const ParamInfo* info : params)
+    if (scales_by_sm_clock(*info)) info->value(p) = std::min(info->upper, info->value(shared) * scale);
+  return p;
 }
 
 namespace {
@@ -44,8 +111,15 @@ TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& star
     if (!row.base || !row.model || !row.device) throw Error("table fit: row " + row.where + " is incomplete");
   LogSpaceFit fit(options.parameters, start, {options.robust_scale, options.max_iterations, 1e-10});
   const size_t n = fit.size();
-  for (const FitRow& row : rows)
-    fit.add_log_error(*row.base, [&row](const CostParams& p) { return log_error(row, p); });
+  // Each row sees the shared values in its own device's terms (sm_clock_scale from the first row's).
+  std::vector<double> scale;
+  for (const FitRow& row : rows) scale.push_back(sm_clock_scale(*rows.front().device, *rows.front().base, *row.device, *row.base));
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const FitRow& row = rows[j];
+    const double s = scale[j];
+    const std::vector<const ParamInfo*>& params = options.parameters;
+    fit.add_log_error(*row.base, [&row, &params, s](const CostParams& p) { return log_error(row, on_device(p, params, s)); });
+  }
   const std::vector<double> x0 = fit.x();
   if (options.prior_width > 0)
     for (size_t i = 0; i < n; ++i) fit.add_prior(i, x0[i], options.prior_width, options.robust_scale);
@@ -73,9 +147,12 @@ TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& star
                                             : FittedParameter{info, info->value(start), -1.0, false, false};
     info->value(r.params) = f.value;
     r.fitted.push_back(f);
+    if (f.determined && f.at_bound) r.fitted.back().pushed_by = fit.pushing(i, 5);  // rows, as added
+    r.fitted.back().range_source = range_source(*info);
   }
-  for (const FitRow& row : rows) {
-    const double e = log_error(row, with_fitted(*row.base, r.params, options.parameters));
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const FitRow& row = rows[j];
+    const double e = log_error(row, on_device(with_fitted(*row.base, r.params, options.parameters), options.parameters, scale[j]));
     r.residuals.push_back(e);
     r.outliers.push_back(std::fabs(e) > options.outlier_threshold);
   }

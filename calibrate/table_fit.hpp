@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "calibrate/fit_core.hpp"
@@ -61,11 +62,35 @@ struct TableFitResult {
 };
 
 // Fits `options.parameters` to `rows`, starting from their values in `start`. Rows may come from
-// several devices: each keeps its own profile (`base`) and shares the fitted values. The result's
+// several devices: each keeps its own profile (`base`) and shares the fitted values, in the terms of
+// the first row's device (attention efficiencies reach another device's rows through on_device and
+// sm_clock_scale). The result's
 // `params` is `start` with the fitted values. Error when rows are empty or incomplete.
 TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& start, const TableFitOptions& options);
 
+// The physical range of a parameter a table fit adjusts (its registry bounds) and where it comes
+// from: kernels, datasheets or the literature. "" for a parameter without one.
+std::string_view range_source(const ParamInfo& param);
+
 // log(predicted / measured) of one row under `params` (its device's profile with fitted values).
 double log_error(const FitRow& row, const CostParams& params);
+
+// What carries across devices for the attention kernels. The runs' attention kernels (FlashAttention
+// 1 and 2, the Triton kernel; 2023) issue Ampere's mma.sync on every device and none of Hopper's
+// wgmma: their rate scales with SMs x clock, not with the tensor-core peak a cuBLAS GEMM reaches.
+// (Published FlashAttention-2 forward rates at head size 128: about 220 TFLOP/s on A100, Dao 2023;
+// about 350-370 on H100 SXM5, Shah et al. 2024, Fig. 1: a ratio of 1.6, where SMs x clock give
+// 1.59 and the tensor peaks 3.2.) The factor that turns `from`'s attention efficiencies (fractions
+// of its bf16 GEMM rate) into `to`'s: (from rate / to rate) x (to SMs x clock) / (from SMs x clock).
+// 1 when either datasheet lacks a boost clock (the efficiency then carries as it is).
+double sm_clock_scale(const DeviceSpec& from, const CostParams& from_params, const DeviceSpec& to,
+                      const CostParams& to_params);
+
+// True for the parameters that carry across devices by sm_clock_scale (attention efficiencies).
+bool scales_by_sm_clock(const ParamInfo& param);
+
+// `shared` (values fitted in `from`'s terms) as `to` takes them: the sm_clock_scale parameters
+// among `params` scaled, capped at their upper bound; the others as they are.
+CostParams on_device(const CostParams& shared, const std::vector<const ParamInfo*>& params, double scale);
 
 }  // namespace tpsim

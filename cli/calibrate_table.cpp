@@ -63,6 +63,13 @@ std::vector<ResolvedRow> fitted_rows(Context& ctx, const CalibrateTableFlags& f)
   return rows;
 }
 
+// "; pushed by file:line, ..." for a value at its bound, the rows pulling it further first.
+std::string pushed_by(const FittedParameter& p, const std::vector<ResolvedRow>& rows) {
+  std::string s;
+  for (size_t k : p.pushed_by) s += (s.empty() ? "; pushed by " : ", ") + rows.at(k).row.where();
+  return s;
+}
+
 // A brief report on stderr, in the manner of Ceres' own.
 void print_report(const TableCalibration& c, const CalibrateTableFlags& f, const std::vector<ResolvedRow>& rows,
                   const ErrorSummary& held_out) {
@@ -73,7 +80,7 @@ void print_report(const TableCalibration& c, const CalibrateTableFlags& f, const
   for (const auto& p : fit.fitted)
     if (std::find(c.taken.begin(), c.taken.end(), p.param) != c.taken.end())
       std::cerr << "  " << p.param->name << " = " << p.value << (p.stddev >= 0 ? " +- " + std::to_string(p.stddev) : "")
-                << (p.at_bound ? " (at its bound)" : "")
+                << (p.at_bound ? " (at its bound" + pushed_by(p, rows) + ")" : "")
                 << (p.determined ? "" : " (no row depends on it: kept from the base profile)") << "\n";
   std::vector<double> errs;
   int outliers = 0;
@@ -106,6 +113,7 @@ void run_calibrate_table(const CalibrateTableFlags& f, const std::string& comman
 
   TableCalibrationOptions o;
   o.device = f.device;
+  o.device_spec = &ctx.device(f.device);
   o.transfer = f.transfer;
   o.tables = f.tables;
   o.fit.parameters = table_fit_parameters(ctx, rows);

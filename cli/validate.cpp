@@ -261,8 +261,8 @@ void register_validate(CLI::App& app) {
   cmd->add_option("--device", o->device, "the GPU of tables without a GPU column (vTrain's)")
       ->transform(lower_case_ids());
   cmd->add_option("--cv", o->cv,
-                  "held-out errors only: model (leave one model size out), kfold:K, or device (fit on the other "
-                  "devices' rows)");
+                  "held-out errors only: model (leave one model size out), kfold:K, device (fit on the other "
+                  "devices' rows), or extremes (hold out each device's smallest and largest model)");
   cmd->add_option("--fit-parameters", o->fit_parameters,
                   "with --cv: the parameters each fold fits (comma-separated; default: the table-level set)");
   cmd->add_option("--robust-scale", o->robust_scale, "with --cv: Huber scale of the fit's loss on log errors")

@@ -329,9 +329,18 @@ nlohmann::json table_calibration_json(const TableCalibration& c, const TableCali
                            {"n_gpus", rows[i].n_gpus},
                            {"error", std::exp(fit.residuals[i]) - 1.0}});
   nlohmann::json jparams = nlohmann::json::array();
-  for (const auto& f : fit.fitted)
-    jparams.push_back({{"name", std::string(f.param->name)}, {"value", f.value}, {"stddev", f.stddev < 0 ? nlohmann::json() : nlohmann::json(f.stddev)},
-                       {"at_bound", f.at_bound}, {"determined_by_rows", f.determined}});
+  for (const auto& f : fit.fitted) {
+    nlohmann::json p = {{"name", std::string(f.param->name)}, {"value", f.value}, {"stddev", f.stddev < 0 ? nlohmann::json() : nlohmann::json(f.stddev)},
+                        {"at_bound", f.at_bound}, {"determined_by_rows", f.determined},
+                        {"range", {f.param->lower, f.param->upper}}, {"range_source", std::string(f.range_source)}};
+    // A value at its bound: the rows that pull it further, the strongest first.
+    if (!f.pushed_by.empty()) {
+      nlohmann::json pushed = nlohmann::json::array();
+      for (size_t k : f.pushed_by) pushed.push_back(rows.at(k).where());
+      p["pushed_by"] = pushed;
+    }
+    jparams.push_back(p);
+  }
   return {{"command", command_line},
           {"transferred", o.transfer},
           {"fitted_devices", c.fitted_devices},

@@ -53,7 +53,7 @@ DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::strin
   const std::set<std::string> known = {"device", "name", "vendor", "architecture", "peak_dense_tflops",
                                        "memory_gib", "hbm_gb_per_s", "compute_units", "gpus_per_node",
                                        "scale_up_domain_gpus", "intra_node_gb_per_s", "inter_node_gbps_per_node",
-                                       "scaled_formats"};
+                                       "scaled_formats", "boost_clock_mhz"};
   for (const auto& kv : root) {
     const std::string key = yaml::key(kv.first, origin);
     if (!known.count(key)) throw Error(yaml::where(origin, kv.first) + ": unknown key '" + key + "'");
@@ -102,6 +102,10 @@ DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::strin
     return static_cast<int>(x);
   };
   d.compute_units = count("compute_units", 1e6);
+  if (const YAML::Node n = root["boost_clock_mhz"]) {
+    sourced(n, "boost_clock_mhz", v);
+    d.boost_clock_hz = v * 1e6;
+  }
   d.gpus_per_host = count("gpus_per_node", 1e4);
   d.gpus_per_node = root["scale_up_domain_gpus"] ? count("scale_up_domain_gpus", 1e5) : d.gpus_per_host;
   if (d.gpus_per_node % d.gpus_per_host != 0)
@@ -149,6 +153,7 @@ nlohmann::json device_spec_to_json(const DeviceSpec& d) {
   j["memory_gib"] = sourced(d.memory_bytes / kGiB, "memory_gib");
   j["hbm_gb_per_s"] = sourced(d.hbm_bytes_per_s / 1e9, "hbm_gb_per_s");
   j["compute_units"] = sourced(d.compute_units, "compute_units");
+  if (d.boost_clock_hz > 0) j["boost_clock_mhz"] = sourced(d.boost_clock_hz / 1e6, "boost_clock_mhz");
   const int host = d.gpus_per_host > 0 ? d.gpus_per_host : d.gpus_per_node;
   j["gpus_per_node"] = sourced(host, "gpus_per_node");
   if (host != d.gpus_per_node) j["scale_up_domain_gpus"] = sourced(d.gpus_per_node, "scale_up_domain_gpus");

@@ -16,6 +16,10 @@ struct DeviceSpec {
   double memory_bytes = 0;
   double hbm_bytes_per_s = 0;         // datasheet memory bandwidth
   int compute_units = 0;              // SMs (NVIDIA) or CUs (AMD): what GEMM tiles are spread over
+  // The boost clock the datasheet's tensor peak is quoted at; 0 where the file gives none. With
+  // compute_units it sets the rate of kernels that do not use a newer generation's tensor-core
+  // instructions (calibrate/table_fit.hpp, sm_clock_scale).
+  double boost_clock_hz = 0;
   // The "node" of the collective model: the GPUs of one scale-up domain (NVLink / Infinity Fabric),
   // which is the server for an 8-GPU HGX or OAM board and the whole rack for GB200/GB300 NVL72
   // (72 GPUs on one NVLink switch fabric over 18 trays of 4). Everything that asks whether a group
