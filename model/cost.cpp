@@ -29,8 +29,12 @@ double wave_efficiency(double items, double units) {
 }  // namespace
 
 CostModel::CostModel(const DeviceSpec& device, const CostParams& params) : device_(device), params_(params) {
-  for (int t = 0; t < kNumDTypes; ++t)
+  // A sustained clock above the kernel runs' (a ratio over 1: the runs were throttled, or their shape
+  // was not the fastest) still leaves no GEMM faster than the datasheet's peak.
+  for (int t = 0; t < kNumDTypes; ++t) {
     rate_[t] = params.gemm_flops_per_s_by_dtype[t] * params.compute_clock_ratio;
+    if (device.peak_flops_per_s[t] > 0) rate_[t] = std::min(rate_[t], device.peak_flops_per_s[t]);
+  }
   seconds_per_byte_ = 1.0 / (params.membound_efficiency * device.hbm_bytes_per_s);
   units_ = device.compute_units;
   units_inv_ = 1.0 / units_;

@@ -4,6 +4,7 @@
 
 #include "io/devices.hpp"
 #include "model/cost.hpp"
+#include "model/profile.hpp"
 
 using namespace tpsim;
 namespace tt = boost::test_tools;
@@ -120,4 +121,20 @@ BOOST_AUTO_TEST_CASE(a_grouped_gemm_of_one_group_is_a_gemm_without_split_k) {
   BOOST_TEST(grouped.m == 512);
   BOOST_TEST(grouped.batch == 8);
   BOOST_TEST(cost.op_seconds(grouped) >= cost.op_seconds(dense) * (1.0 - 1e-12));
+}
+
+// A sustained clock above the short kernel runs' (compute_clock_ratio > 1: the runs measured a
+// throttled or not the fastest kernel) may raise a format's rate to its datasheet peak, not past it.
+BOOST_AUTO_TEST_CASE(clock_ratio_above_one_stops_at_the_datasheet_peak) {
+  const DeviceSpec d = device();  // bf16 peak 300 TFLOP/s, measured rate 250
+  CostParams p = params();
+  const Op big = gemm_op("g", 12800, 12800, 65536, DType::kBf16, 2.0, 2.0);
+  const double flops = 2.0 * 12800 * 12800 * 65536.0;
+  p.compute_clock_ratio = 1.1;  // 275 TFLOP/s: below the peak, applied in full
+  const double at_1_1 = CostModel(d, p).op_seconds(big);
+  p.compute_clock_ratio = 1.0;
+  BOOST_TEST(CostModel(d, p).op_seconds(big) / at_1_1 == 1.1, tt::tolerance(1e-4));  // + a fixed overhead
+  p.compute_clock_ratio = 1.25;  // 312.5 TFLOP/s: capped at 300
+  BOOST_TEST(CostModel(d, p).op_seconds(big) >= flops / 300e12);
+  BOOST_TEST(find_param("compute_clock_ratio")->upper > 1.0);
 }
