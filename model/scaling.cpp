@@ -71,4 +71,16 @@ ScalingPrediction predict_scaling(const ScalingRun& run, const DeviceSpec& clust
   return out;
 }
 
+TrainConfig one_gpu_config(int64_t seq_len, int64_t micro_batch, int64_t global_batch, Precision precision) {
+  TrainConfig cfg;
+  cfg.seq_len = seq_len;
+  cfg.n_gpus = 1;
+  cfg.micro_batch = micro_batch;
+  cfg.global_batch = global_batch > 0 ? global_batch : micro_batch;
+  cfg.precision = precision;
+  cfg.sharding = Sharding::kDdp;
+  cfg.checkpointing = Checkpointing::kNone;
+  return cfg;
+}
+
 }  // namespace tpsim

@@ -20,6 +20,7 @@
 
 #include "model/device.hpp"
 #include "model/profile.hpp"
+#include "model/training.hpp"
 
 namespace tpsim {
 
@@ -64,5 +65,11 @@ int64_t scaling_micro_batches(const ScalingRun& run);
 // `cluster` is the device with its cluster's gpus_per_node, links and network (io/clusters).
 // Requires gpus >= 1, throughput_1gpu > 0, scaling_micro_batches(run) > 0.
 ScalingPrediction predict_scaling(const ScalingRun& run, const DeviceSpec& cluster, const ScalingParams& params);
+
+// The one-GPU run whose throughput tpsim predicts itself for a transformer it models (tpsim scale
+// without a measured one): Composer's plain DDP on one GPU (no sharding, no activation
+// checkpointing), `micro_batch` sequences of `seq_len` per micro-batch, `global_batch` sequences per
+// optimizer step (0: one micro-batch). The same configuration `tpsim predict --gpus 1` runs.
+TrainConfig one_gpu_config(int64_t seq_len, int64_t micro_batch, int64_t global_batch, Precision precision);
 
 }  // namespace tpsim

@@ -3,7 +3,11 @@
 #define BOOST_TEST_MODULE test_scale
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "calibrate/scale_fit.hpp"
 #include "io/error.hpp"
@@ -150,4 +154,54 @@ BOOST_AUTO_TEST_CASE(bad_input_through_the_binary) {
   const Run ok = run_tpsim("scale --model resnet50 --cluster mahti --throughput-1gpu 780 --gpus 1,4,8 --format csv");
   BOOST_TEST(ok.status == 0, ok.err);
   BOOST_TEST(count_lines(ok.out) == 4);
+}
+
+namespace {
+// The cell of `column` in the first data row of a csv output.
+std::string cell(const std::string& csv, const std::string& column) {
+  const auto split = [](const std::string& line) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+    return cells;
+  };
+  std::stringstream lines(csv);
+  std::string head, row;
+  std::getline(lines, head);
+  std::getline(lines, row);
+  const std::vector<std::string> h = split(head), r = split(row);
+  const auto it = std::find(h.begin(), h.end(), column);
+  return it == h.end() || static_cast<size_t>(it - h.begin()) >= r.size() ? "" : r[static_cast<size_t>(it - h.begin())];
+}
+}  // namespace
+
+// Issue 18: without --throughput-1gpu, the one-GPU throughput of a transformer tpsim models is its
+// own prediction: Composer's plain DDP on one GPU, what `tpsim predict` gives a YAML without
+// fsdp_config at --gpus 1. The 1-GPU row equals predict's, cell for cell at the printed precision.
+BOOST_AUTO_TEST_CASE(one_gpu_throughput_is_tpsims_own_prediction) {
+  const std::filesystem::path yaml = scratch_dir() / "ddp.yaml";
+  std::ofstream(yaml) << "model:\n  name: mpt_causal_lm\n  d_model: 2048\n  n_heads: 16\n  n_layers: 24\n"
+                         "max_seq_len: 2048\nprecision: amp_bf16\n";
+  const Run p = run_tpsim("predict --config " + yaml.string() + " --model 1b --device a100_80gb --gpus 1 --micro-batch 4 --format csv");
+  BOOST_TEST_REQUIRE(p.status == 0, p.err);
+  BOOST_TEST(cell(p.out, "Sharding Strategy") == "DDP");
+  const Run s = run_tpsim("scale --model 1b --device a100_80gb --gpus 1,8 --seq 2048 --micro-batch 4 --format csv");
+  BOOST_TEST_REQUIRE(s.status == 0, s.err);
+  BOOST_TEST(count_lines(s.out) == 3);
+  BOOST_TEST(cell(s.out, "Throughput (samples/s)") == cell(p.out, "Throughput (S/s)"));
+  BOOST_TEST(cell(s.out, "Step (s)") == cell(p.out, "Step Time (s)"));
+  BOOST_TEST(s.err.find("tpsim's own prediction") != std::string::npos, s.err);
+  BOOST_TEST(s.err.find("its interval is the profile's") != std::string::npos, s.err);
+  // The same on a cluster: its device (mahti: a100_40gb) predicts the one GPU.
+  const Run m = run_tpsim("scale --model 125m --cluster mahti --gpus 1,4 --seq 2048 --micro-batch 8 --format csv");
+  BOOST_TEST_REQUIRE(m.status == 0, m.err);
+  BOOST_TEST(m.err.find("--device a100_40gb") != std::string::npos, m.err);
+  // A model that does not fit on one GPU: one line naming it.
+  const Run big = run_tpsim("scale --model 7b --cluster mahti --seq 2048 --micro-batch 1");
+  BOOST_TEST(big.status != 0);
+  BOOST_TEST(big.err.find("--model 7b: does not fit on one a100_40gb") != std::string::npos, big.err);
+  BOOST_TEST(count_lines(big.err) == 1);
+  const Run nomb = run_tpsim("scale --model 1b --device a100_80gb --seq 2048");
+  BOOST_TEST(nomb.status != 0);
+  BOOST_TEST(nomb.err.find("--micro-batch") != std::string::npos, nomb.err);
 }
