@@ -96,6 +96,29 @@ OutputTable fit_table(const ScaleFit& fit, const std::string& origin) {
   return p;
 }
 
+// The groups of a push list: how many, and the three largest with their gradients.
+std::string push_list(const std::vector<BoundPush>& pushes) {
+  if (pushes.empty()) return "none";
+  std::string out = std::to_string(pushes.size()) + (pushes.size() == 1 ? " group: " : " groups: ");
+  for (size_t i = 0; i < pushes.size() && i < 3; ++i)
+    out += (i ? "; " : "") + pushes[i].group + " (" + general(pushes[i].gradient, 2) + ")";
+  return out + (pushes.size() > 3 ? "; ..." : "");
+}
+
+// Each parameter the fit left at a bound, and which groups' residuals push it there.
+OutputTable bound_table(const ScaleFit& fit) {
+  OutputTable p;
+  p.title = "Parameters at a bound: the groups whose residuals push them there (d loss / d log value)";
+  p.columns = {"Parameter", "Bound", "Pushed there by", "Pulled back by"};
+  for (const AtBoundNote& n : fit.at_bound) {
+    const FittedParameter& f = fit.report[n.param];
+    p.add_row({Cell::str(std::string(f.param->name)),
+               Cell::str((n.upper ? "upper " : "lower ") + general(n.upper ? f.param->upper : f.param->lower, 3)),
+               Cell::str(push_list(n.pushing)), Cell::str(push_list(n.pulling))});
+  }
+  return p;
+}
+
 std::string plot_svg(const ScalingTable& t, const ScaleInputs& in, const ScaleCv& cv, const std::string& origin) {
   std::map<std::string, SpeedupSeries> groups;
   std::vector<std::string> order;
@@ -125,7 +148,9 @@ void run_cv(const ScaleFlags& f, Context& ctx) {
   const ScaleParamSet set(in.cases);
   const ScaleCv cv = cross_validate_scaling(set, in.cases, t.rows.size());
   if (cv.predicted == 0) throw Error(f.table + ": no multi-GPU row with a measurement and a one-GPU row to predict");
-  emit(ctx.render({cv_rows(t, in, cv), cv_summary(t, cv), fit_table(cv.full, f.table)}), ctx.output());
+  std::vector<OutputTable> tables = {cv_rows(t, in, cv), cv_summary(t, cv), fit_table(cv.full, f.table)};
+  if (!cv.full.at_bound.empty()) tables.push_back(bound_table(cv.full));
+  emit(ctx.render(tables), ctx.output());
   if (!f.plot.empty()) write_file_atomic(f.plot, plot_svg(t, in, cv, f.table));
 }
 
@@ -234,6 +259,7 @@ ScalingParams shipped_params(const std::string& cluster, SyncFramework fw, const
   take(cluster + ".intra_node_link_efficiency", p.intra_node_link_efficiency);
   take(cluster + ".inter_node_link_efficiency", p.inter_node_link_efficiency);
   take("overlap_slowdown", p.overlap_slowdown);
+  if (set.index(cluster + ".sync_jitter") >= 0) take(cluster + ".sync_jitter", p.sync_jitter);
   take(to_string(fw) + ".exposed_fraction", p.exposed_fraction);
   take(model + ".fixed_fraction", p.fixed_fraction);
   return p;

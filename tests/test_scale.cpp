@@ -120,13 +120,15 @@ BOOST_AUTO_TEST_CASE(one_node_ring_all_reduce_and_its_exposed_part_by_hand) {
 }
 
 // Held-out MAPE of the multi-GPU rows, each group held out of the fit that predicts it. Issue 18
-// asks for at most 4% on seed 000: reached 4.36% (linear scaling: 12.25%); asserted at what was reached.
+// asks for at most 4% on seed 000: NOT met. With the physical ranges and priors (link efficiencies
+// 0.5-0.95, DDP's exposed share 0-0.7) and the per-cluster step jitter, 4.70% (linear scaling:
+// 12.25%); the unbounded fit reached 4.36% with unphysical values. Asserted at what was reached.
 // An accuracy figure only: the sanitizer build runs the same cross-validation on seed 002 below and
 // skips this one's minutes of fits there.
 BOOST_AUTO_TEST_CASE(held_out_mape_on_seed_000, *boost::unit_test::enable_if<!TPSIM_TEST_SANITIZED>()) {
   const ScaleCv cv = held_out(kCsc);
   BOOST_TEST(cv.predicted == 124);
-  BOOST_TEST(cv.mape <= 4.4);
+  BOOST_TEST(cv.mape <= 4.75);
   BOOST_TEST(cv.linear_mape > 12.0);
 }
 
@@ -135,6 +137,40 @@ BOOST_AUTO_TEST_CASE(held_out_mape_on_seed_002_within_3_percent) {
   BOOST_TEST(cv.predicted == 11);
   BOOST_TEST(cv.mape <= 3.0);
   BOOST_TEST(cv.linear_mape > 13.0);
+}
+
+// A named cluster's link efficiencies carry the sourced range and a prior; a parameter left at a
+// bound names the groups whose residuals push it there. Rows that scale perfectly (4 GPUs, 4x)
+// want the all-reduce free: the intra-node efficiency at its upper bound 0.95 is pushed there.
+BOOST_AUTO_TEST_CASE(physical_ranges_and_the_groups_that_push_a_parameter_to_its_bound) {
+  const ScalingTable t = parse_scaling_table(std::string(kHeader) +
+                                                 "| DDP, synthetic | PyTorch 2 | mahti | 1 | 2024-01-01 | 800 |\n"
+                                                 "| DDP, synthetic | PyTorch 2 | mahti | 4 | 2024-01-01 | 3200 |\n",
+                                             "t.md");
+  const ScaleInputs in = scale_inputs(t, load_scaling_models());
+  const ScaleParamSet set(in.cases);
+  const int intra = set.index("mahti.intra_node_link_efficiency");
+  BOOST_REQUIRE(intra >= 0);
+  const ParamInfo& p = *set.params()[static_cast<size_t>(intra)];
+  BOOST_TEST(p.lower == 0.5);
+  BOOST_TEST(p.upper == 0.95);
+  BOOST_TEST(std::string(p.meaning).find("nccl-tests") != std::string::npos);
+  BOOST_TEST(set.priors()[static_cast<size_t>(intra)].width > 0);
+  const int exposed = set.index("ddp.exposed_fraction");
+  BOOST_REQUIRE(exposed >= 0);
+  BOOST_TEST(set.params()[static_cast<size_t>(exposed)]->upper == 0.7);
+  ScaleFit fit;
+  fit.values = set.start();
+  fit.values[static_cast<size_t>(intra)] = 0.95;
+  for (size_t i = 0; i < fit.values.size(); ++i) fit.report.push_back(fitted_report(*set.params()[i], fit.values[i], -1));
+  const std::vector<AtBoundNote> notes = at_bound_notes(set, in.cases, std::vector<bool>(in.cases.size(), false), fit);
+  const auto it = std::find_if(notes.begin(), notes.end(), [&](const AtBoundNote& n) { return n.param == static_cast<size_t>(intra); });
+  BOOST_REQUIRE(it != notes.end());
+  BOOST_TEST(it->upper);
+  BOOST_REQUIRE(it->pushing.size() == 1u);
+  BOOST_TEST(it->pushing[0].group == in.cases[1].group);
+  BOOST_TEST(it->pushing[0].gradient < 0.0);
+  BOOST_TEST(it->pulling.empty());
 }
 
 BOOST_AUTO_TEST_CASE(bad_input_through_the_binary) {
