@@ -41,6 +41,14 @@ struct ScaleInputs {
 };
 ScaleInputs scale_inputs(const ScalingTable& t, const std::map<std::string, ScalingModel>& models);
 
+// A fitted share's physical range and the prior centred in it (width in log space; 0: no prior).
+struct ScaleRange {
+  double lower = 0, upper = 1, center = 0, width = 0;
+};
+struct ScalePrior {
+  double center = 0, width = 0;  // width 0: none
+};
+
 // The named parameters of a fit over some clusters, frameworks and models (names and bounds for
 // fit_core; the ParamInfo live as long as the set).
 class ScaleParamSet {
@@ -51,27 +59,51 @@ class ScaleParamSet {
   ScalingParams for_case(const ScaleCase& c, const std::vector<double>& values) const;
   // The index of the parameter of this name (as ParamInfo::name spells it), or -1.
   int index(const std::string& name) const;
+  // One per parameter: the Gaussian prior in log space on the sourced value (links of a named
+  // cluster, a named framework's exposed share), or width 0.
+  const std::vector<ScalePrior>& priors() const { return priors_; }
 
  private:
-  size_t add(const std::string& name, Unit unit, double lower, double upper, double start, const char* meaning);
+  size_t add(const std::string& name, Unit unit, double lower, double upper, double start, const char* meaning,
+             double prior_width = 0);
   std::deque<std::string> names_;
   std::deque<ParamInfo> infos_;
   std::vector<const ParamInfo*> ptrs_;
   std::vector<double> start_;
-  std::map<std::string, size_t> intra_, inter_, exposed_, fixed_;
+  std::vector<ScalePrior> priors_;
+  std::map<std::string, size_t> intra_, inter_, exposed_, fixed_, jitter_;
   size_t slowdown_ = 0;
 };
 
 // The coefficient of variation (sample standard deviation / mean) of repeated measurements.
 double repeat_cv(const std::vector<double>& values);
 
+// A fitted parameter that ended at a bound, and the groups whose residuals push it there: the
+// derivative of a group's squared log errors, sum of r * dr/d(log value), is negative at an upper
+// bound (raising the value would lower its error) or positive at a lower one.
+struct BoundPush {
+  std::string group;
+  double gradient = 0;  // d(0.5 sum r^2) / d(log value) over the group's rows
+};
+struct AtBoundNote {
+  size_t param = 0;
+  bool upper = false;
+  std::vector<BoundPush> pushing, pulling;  // by |gradient|, largest first
+};
+
 struct ScaleFit {
   std::vector<double> values;
   std::vector<FittedParameter> report;
   int residuals = 0;
+  std::vector<AtBoundNote> at_bound;  // one per determined parameter at a bound
 };
 // Fits on `cases` whose index is not excluded; cases without a measurement or at one GPU do not count.
 ScaleFit fit_scaling(const ScaleParamSet& set, const std::vector<ScaleCase>& cases, const std::vector<bool>& excluded);
+
+// The notes of `fit` (fitted on the cases not excluded): for each determined parameter at a bound,
+// every group's push (scale_fit.cpp). Central differences of 0.1% in log space, as the fit's own.
+std::vector<AtBoundNote> at_bound_notes(const ScaleParamSet& set, const std::vector<ScaleCase>& cases,
+                                        const std::vector<bool>& excluded, const ScaleFit& fit);
 
 struct ScaleCvRow {
   double predicted = 0;  // 0: not predicted (missing measurement, or the one-GPU row itself)

@@ -1,6 +1,7 @@
 #include "model/scaling.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "model/cost.hpp"
 
@@ -64,11 +65,25 @@ ScalingPrediction predict_scaling(const ScalingRun& run, const DeviceSpec& clust
     out.exposed_s = std::max(least_exposed_share(run, p) * out.allreduce_s, out.allreduce_s - backward_s);
     out.slowdown_s = p.overlap_slowdown * (out.allreduce_s - out.exposed_s);
   }
-  out.step_s = out.compute_s + out.fixed_s + out.exposed_s + out.slowdown_s;
+  if (run.gpus > 1)
+    out.sync_s = p.sync_jitter * out.compute_s * std::sqrt(2.0 * std::log(static_cast<double>(run.gpus)));
+  out.step_s = out.compute_s + out.fixed_s + out.exposed_s + out.slowdown_s + out.sync_s;
   const double samples = static_cast<double>(run.per_device_batch * run.gpus * out.micro_batches);
   out.throughput = samples / out.step_s;
   out.efficiency = out.throughput / (static_cast<double>(run.gpus) * run.throughput_1gpu);
   return out;
+}
+
+TrainConfig one_gpu_config(int64_t seq_len, int64_t micro_batch, int64_t global_batch, Precision precision) {
+  TrainConfig cfg;
+  cfg.seq_len = seq_len;
+  cfg.n_gpus = 1;
+  cfg.micro_batch = micro_batch;
+  cfg.global_batch = global_batch > 0 ? global_batch : micro_batch;
+  cfg.precision = precision;
+  cfg.sharding = Sharding::kDdp;
+  cfg.checkpointing = Checkpointing::kNone;
+  return cfg;
 }
 
 }  // namespace tpsim

@@ -20,6 +20,7 @@
 
 #include "model/device.hpp"
 #include "model/profile.hpp"
+#include "model/training.hpp"
 
 namespace tpsim {
 
@@ -37,6 +38,9 @@ struct ScalingParams {
   // bucket's share (bucket_bytes / gradient bytes) and is not fitted; this is added to it.
   double exposed_fraction = 0;
   double fixed_fraction = 0;                 // of the one-GPU step; 0..1
+  // Step-time jitter of one GPU (standard deviation / mean of its compute): a synchronous step
+  // waits for the slowest of N GPUs, about sqrt(2 ln N) standard deviations above the mean.
+  double sync_jitter = 0;
 };
 
 struct ScalingRun {
@@ -53,7 +57,7 @@ struct ScalingPrediction {
   double throughput = 0;   // samples/s of all GPUs
   double efficiency = 0;   // throughput / (gpus x throughput_1gpu)
   double step_s = 0;
-  double compute_s = 0, fixed_s = 0, allreduce_s = 0, exposed_s = 0, slowdown_s = 0;
+  double compute_s = 0, fixed_s = 0, allreduce_s = 0, exposed_s = 0, slowdown_s = 0, sync_s = 0;
   int64_t micro_batches = 1;  // per GPU per optimizer step
 };
 
@@ -64,5 +68,11 @@ int64_t scaling_micro_batches(const ScalingRun& run);
 // `cluster` is the device with its cluster's gpus_per_node, links and network (io/clusters).
 // Requires gpus >= 1, throughput_1gpu > 0, scaling_micro_batches(run) > 0.
 ScalingPrediction predict_scaling(const ScalingRun& run, const DeviceSpec& cluster, const ScalingParams& params);
+
+// The one-GPU run whose throughput tpsim predicts itself for a transformer it models (tpsim scale
+// without a measured one): Composer's plain DDP on one GPU (no sharding, no activation
+// checkpointing), `micro_batch` sequences of `seq_len` per micro-batch, `global_batch` sequences per
+// optimizer step (0: one micro-batch). The same configuration `tpsim predict --gpus 1` runs.
+TrainConfig one_gpu_config(int64_t seq_len, int64_t micro_batch, int64_t global_batch, Precision precision);
 
 }  // namespace tpsim

@@ -3,7 +3,11 @@
 #define BOOST_TEST_MODULE test_scale
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "calibrate/scale_fit.hpp"
 #include "io/error.hpp"
@@ -116,13 +120,15 @@ BOOST_AUTO_TEST_CASE(one_node_ring_all_reduce_and_its_exposed_part_by_hand) {
 }
 
 // Held-out MAPE of the multi-GPU rows, each group held out of the fit that predicts it. Issue 18
-// asks for at most 4% on seed 000: reached 4.36% (linear scaling: 12.25%); asserted at what was reached.
+// asks for at most 4% on seed 000: NOT met. With the physical ranges and priors (link efficiencies
+// 0.5-0.95, DDP's exposed share 0-0.7) and the per-cluster step jitter, 4.70% (linear scaling:
+// 12.25%); the unbounded fit reached 4.36% with unphysical values. Asserted at what was reached.
 // An accuracy figure only: the sanitizer build runs the same cross-validation on seed 002 below and
 // skips this one's minutes of fits there.
 BOOST_AUTO_TEST_CASE(held_out_mape_on_seed_000, *boost::unit_test::enable_if<!TPSIM_TEST_SANITIZED>()) {
   const ScaleCv cv = held_out(kCsc);
   BOOST_TEST(cv.predicted == 124);
-  BOOST_TEST(cv.mape <= 4.4);
+  BOOST_TEST(cv.mape <= 4.75);
   BOOST_TEST(cv.linear_mape > 12.0);
 }
 
@@ -131,6 +137,40 @@ BOOST_AUTO_TEST_CASE(held_out_mape_on_seed_002_within_3_percent) {
   BOOST_TEST(cv.predicted == 11);
   BOOST_TEST(cv.mape <= 3.0);
   BOOST_TEST(cv.linear_mape > 13.0);
+}
+
+// A named cluster's link efficiencies carry the sourced range and a prior; a parameter left at a
+// bound names the groups whose residuals push it there. Rows that scale perfectly (4 GPUs, 4x)
+// want the all-reduce free: the intra-node efficiency at its upper bound 0.95 is pushed there.
+BOOST_AUTO_TEST_CASE(physical_ranges_and_the_groups_that_push_a_parameter_to_its_bound) {
+  const ScalingTable t = parse_scaling_table(std::string(kHeader) +
+                                                 "| DDP, synthetic | PyTorch 2 | mahti | 1 | 2024-01-01 | 800 |\n"
+                                                 "| DDP, synthetic | PyTorch 2 | mahti | 4 | 2024-01-01 | 3200 |\n",
+                                             "t.md");
+  const ScaleInputs in = scale_inputs(t, load_scaling_models());
+  const ScaleParamSet set(in.cases);
+  const int intra = set.index("mahti.intra_node_link_efficiency");
+  BOOST_REQUIRE(intra >= 0);
+  const ParamInfo& p = *set.params()[static_cast<size_t>(intra)];
+  BOOST_TEST(p.lower == 0.5);
+  BOOST_TEST(p.upper == 0.95);
+  BOOST_TEST(std::string(p.meaning).find("nccl-tests") != std::string::npos);
+  BOOST_TEST(set.priors()[static_cast<size_t>(intra)].width > 0);
+  const int exposed = set.index("ddp.exposed_fraction");
+  BOOST_REQUIRE(exposed >= 0);
+  BOOST_TEST(set.params()[static_cast<size_t>(exposed)]->upper == 0.7);
+  ScaleFit fit;
+  fit.values = set.start();
+  fit.values[static_cast<size_t>(intra)] = 0.95;
+  for (size_t i = 0; i < fit.values.size(); ++i) fit.report.push_back(fitted_report(*set.params()[i], fit.values[i], -1));
+  const std::vector<AtBoundNote> notes = at_bound_notes(set, in.cases, std::vector<bool>(in.cases.size(), false), fit);
+  const auto it = std::find_if(notes.begin(), notes.end(), [&](const AtBoundNote& n) { return n.param == static_cast<size_t>(intra); });
+  BOOST_REQUIRE(it != notes.end());
+  BOOST_TEST(it->upper);
+  BOOST_REQUIRE(it->pushing.size() == 1u);
+  BOOST_TEST(it->pushing[0].group == in.cases[1].group);
+  BOOST_TEST(it->pushing[0].gradient < 0.0);
+  BOOST_TEST(it->pulling.empty());
 }
 
 BOOST_AUTO_TEST_CASE(bad_input_through_the_binary) {
@@ -150,4 +190,54 @@ BOOST_AUTO_TEST_CASE(bad_input_through_the_binary) {
   const Run ok = run_tpsim("scale --model resnet50 --cluster mahti --throughput-1gpu 780 --gpus 1,4,8 --format csv");
   BOOST_TEST(ok.status == 0, ok.err);
   BOOST_TEST(count_lines(ok.out) == 4);
+}
+
+namespace {
+// The cell of `column` in the first data row of a csv output.
+std::string cell(const std::string& csv, const std::string& column) {
+  const auto split = [](const std::string& line) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+    return cells;
+  };
+  std::stringstream lines(csv);
+  std::string head, row;
+  std::getline(lines, head);
+  std::getline(lines, row);
+  const std::vector<std::string> h = split(head), r = split(row);
+  const auto it = std::find(h.begin(), h.end(), column);
+  return it == h.end() || static_cast<size_t>(it - h.begin()) >= r.size() ? "" : r[static_cast<size_t>(it - h.begin())];
+}
+}  // namespace
+
+// Issue 18: without --throughput-1gpu, the one-GPU throughput of a transformer tpsim models is its
+// own prediction: Composer's plain DDP on one GPU, what `tpsim predict` gives a YAML without
+// fsdp_config at --gpus 1. The 1-GPU row equals predict's, cell for cell at the printed precision.
+BOOST_AUTO_TEST_CASE(one_gpu_throughput_is_tpsims_own_prediction) {
+  const std::filesystem::path yaml = scratch_dir() / "ddp.yaml";
+  std::ofstream(yaml) << "model:\n  name: mpt_causal_lm\n  d_model: 2048\n  n_heads: 16\n  n_layers: 24\n"
+                         "max_seq_len: 2048\nprecision: amp_bf16\n";
+  const Run p = run_tpsim("predict --config " + yaml.string() + " --model 1b --device a100_80gb --gpus 1 --micro-batch 4 --format csv");
+  BOOST_TEST_REQUIRE(p.status == 0, p.err);
+  BOOST_TEST(cell(p.out, "Sharding Strategy") == "DDP");
+  const Run s = run_tpsim("scale --model 1b --device a100_80gb --gpus 1,8 --seq 2048 --micro-batch 4 --format csv");
+  BOOST_TEST_REQUIRE(s.status == 0, s.err);
+  BOOST_TEST(count_lines(s.out) == 3);
+  BOOST_TEST(cell(s.out, "Throughput (samples/s)") == cell(p.out, "Throughput (S/s)"));
+  BOOST_TEST(cell(s.out, "Step (s)") == cell(p.out, "Step Time (s)"));
+  BOOST_TEST(s.err.find("tpsim's own prediction") != std::string::npos, s.err);
+  BOOST_TEST(s.err.find("its interval is the profile's") != std::string::npos, s.err);
+  // The same on a cluster: its device (mahti: a100_40gb) predicts the one GPU.
+  const Run m = run_tpsim("scale --model 125m --cluster mahti --gpus 1,4 --seq 2048 --micro-batch 8 --format csv");
+  BOOST_TEST_REQUIRE(m.status == 0, m.err);
+  BOOST_TEST(m.err.find("--device a100_40gb") != std::string::npos, m.err);
+  // A model that does not fit on one GPU: one line naming it.
+  const Run big = run_tpsim("scale --model 7b --cluster mahti --seq 2048 --micro-batch 1");
+  BOOST_TEST(big.status != 0);
+  BOOST_TEST(big.err.find("--model 7b: does not fit on one a100_40gb") != std::string::npos, big.err);
+  BOOST_TEST(count_lines(big.err) == 1);
+  const Run nomb = run_tpsim("scale --model 1b --device a100_80gb --seq 2048");
+  BOOST_TEST(nomb.status != 0);
+  BOOST_TEST(nomb.err.find("--micro-batch") != std::string::npos, nomb.err);
 }
