@@ -33,8 +33,10 @@ std::string_view range_source(const ParamInfo& param) {
   using P = CostParams;
   static const std::pair<CostParamMember, std::string_view> sources[] = {
       {&P::compute_clock_ratio,
-       "1: the boost clock the kernel rates were measured at; 0.5: below any datasheet base/boost ratio (A100 SXM "
-       "1095/1410 MHz = 0.78, NVIDIA A100 datasheet), the floor of a power-capped 8-GPU node"},
+       "1.25, with each format's GEMM rate capped at its datasheet peak: the kernel runs may have been "
+       "throttled or not at the fastest shape (Milabench's A100 fp16 289 TFLOP/s is 0.93 of the 312 peak); "
+       "0.5: below any datasheet base/boost ratio (A100 SXM 1095/1410 MHz = 0.78, NVIDIA A100 datasheet), "
+       "the floor of a power-capped 8-GPU node"},
       {&P::recompute_fraction,
        "1: activation checkpointing reruns the whole block forward (Composer's checkpoint_wrapper); 0.2: a rerun "
        "of only the cheap part of a block, as selective recompute does (Korthikanti et al. 2022)"},
