@@ -33,13 +33,16 @@ struct ReplayOptions {
 
 struct Replay {
   std::vector<StepOp> ops;
-  std::vector<double> measured_s;   // each op timed alone (median)
+  std::vector<double> measured_s;   // each op timed alone (median; operands cold, TimingOptions::flush_cache)
+  std::vector<double> in_step_s;    // each op inside the sequence's runs (median); empty when the backend does not time it
   std::vector<double> predicted_s;  // CostModel::op_seconds of each op
   double sequence_s = 0;            // the sequence run end to end (median)
   double block_scale = 1;           // n_layers / layers
   // The sequence ran K blocks back to back; the other n_layers - K blocks are taken to cost what
-  // the K did, op by op (each op timed alone).
+  // the K did, op by op (each op in the step, or timed alone where the backend does not time ops
+  // inside the sequence).
   double measured_step_s = 0, predicted_step_s = 0;
+  double alone_step_s = 0;  // the same step from the ops timed alone
 };
 
 // The whole step and each op are timed: a warm-up, then at least five runs, until 0.2 s are
