@@ -31,6 +31,13 @@ Replay replay_step(const ReplayOptions& options, const std::vector<StepOp>& ops,
                    const DeviceSpec& device, const CostParams& params) {
   Replay r;
   r.ops = ops;
+  if (options.reference) {
+    const Timing now = backend.time_op(options.reference->op, options.reference->timing);
+    if (now.supported && now.median_s > 0) {
+      r.reference_now_s = now.median_s;
+      r.reference_calibrated_s = options.reference->median_s;
+    }
+  }
   std::vector<Op> sequence;
   for (const StepOp& s : ops) sequence.push_back(s.op);
   const SequenceTiming timing = backend.time_sequence(sequence, replay_timing(options.thread_clock));

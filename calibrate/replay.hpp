@@ -8,9 +8,11 @@
 // prediction alike. The tables are written from the result by io/calibration_report.hpp.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "calibrate/kernel_device.hpp"
 #include "calibrate/step_ops.hpp"
 #include "kernels/backend.hpp"
 #include "model/device.hpp"
@@ -26,6 +28,9 @@ struct ReplayOptions {
   bool gpu = false;
   int threads = 1;
   bool thread_clock = false;
+  // The profile's reference GEMM (kernel_device.hpp): timed again before the step, so that the
+  // output says how much faster or slower the device runs now than when it was calibrated.
+  std::optional<CalibratedReference> reference;
 
   // "" when the options are consistent, else one line naming the broken constraint.
   std::string check() const;
@@ -43,6 +48,8 @@ struct Replay {
   // inside the sequence).
   double measured_step_s = 0, predicted_step_s = 0;
   double alone_step_s = 0;  // the same step from the ops timed alone
+  // The reference GEMM now and at the calibration (medians); 0 without ReplayOptions::reference.
+  double reference_now_s = 0, reference_calibrated_s = 0;
 };
 
 // The whole step and each op are timed: a warm-up, then at least five runs, until 0.2 s are

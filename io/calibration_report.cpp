@@ -382,13 +382,14 @@ std::string render_replay(const Replay& r, const ReplayOptions& o, const std::st
   total.title = "Step";
   total.columns = {"Model", "SeqLen (T)", "MicroBatchSize", "Activation Checkpointing", "Precision", "Backend",
                    "Device", "Threads", "Clock", "Blocks Run", "Blocks", "Block Scale", "Ops", "Ops Alone (s)",
-                   "Measured Step Time (s)", "Predicted Step Time (s)", "Error (%)"};
+                   "Reference GEMM Now / Calibrated", "Measured Step Time (s)", "Predicted Step Time (s)", "Error (%)"};
   total.add_row({Cell::str(model.name), Cell::integer_value(o.step.seq_len), Cell::integer_value(o.step.micro_batch),
                  checkpointing_cell(o.step.checkpointing), Cell::str(precision), Cell::str(backend), Cell::str(device_id),
                  o.gpu ? Cell::empty() : Cell::integer_value(o.threads),
                  Cell::str(o.gpu ? "device events" : (o.thread_clock ? "thread CPU time" : "wall")),
                  Cell::integer_value(layers), Cell::integer_value(model.n_layers), Cell::num(r.block_scale, 3),
                  Cell::integer_value(static_cast<int64_t>(r.ops.size())), Cell::num(r.alone_step_s, 6),
+                 r.reference_calibrated_s > 0 ? Cell::num(r.reference_now_s / r.reference_calibrated_s, 3) : Cell::empty(),
                  Cell::num(r.measured_step_s, 6),
                  Cell::num(r.predicted_step_s, 6), Cell::num(error_percent(r.predicted_step_s, r.measured_step_s), 1)});
   if (out.format == Format::kCsv && out.width == 0) return render({total}, out);
@@ -396,7 +397,9 @@ std::string render_replay(const Replay& r, const ReplayOptions& o, const std::st
   if (out.format == Format::kMarkdown) {
     text += "\nMeasured: the sequence run end to end (median of its runs). Each op: alone (its operands evicted "
             "from the caches before each run, as calibrate kernels times it) and in the step (a clock read between "
-            "the sequence's ops); Ops Alone: the step from the ops timed alone.\n";
+            "the sequence's ops); Ops Alone: the step from the ops timed alone. Reference GEMM: the profile's "
+            "noise-check GEMM timed again now, over its time at the calibration (above 1: the device runs slower "
+            "now, and the step with it).\n";
     if (layers < model.n_layers)
       text += "Ran " + std::to_string(layers) + " of " + std::to_string(model.n_layers) +
               " blocks: the block ops' times are scaled by " + std::to_string(model.n_layers) + "/" +

@@ -358,9 +358,11 @@ BOOST_AUTO_TEST_CASE(a_sequence_takes_about_the_sum_of_its_ops) {
 BOOST_AUTO_TEST_CASE(a_sequence_times_each_op_inside_it_and_can_skip_the_ops_alone) {
   // What calibrate kernels and replay read on the CPU: every op's runs inside the sequence. The
   // clock read between two ops is subtracted, so the ops' medians add up to about the whole
-  // (within 25%: medians of different runs need not add exactly; a scheduler tick on a busy
-  // machine lands in one op's run and the whole's alike). Without the ops alone, their timings
-  // are left empty (no repetitions).
+  // (within 25%: medians of different runs need not add exactly). Timed by the wall clock (the
+  // suite's backend may run several threads), a descheduled thread lands in every run of the
+  // whole but in few of one op's: up to three attempts, as the test above. Without the ops alone,
+  // their timings are left empty (no repetitions).
+  constexpr int kAttempts = 3;
   auto backend = cpu_backend();
   BOOST_TEST(backend->times_in_sequence());
   const ModelConfig m{.name = "s", .d_model = 256, .n_heads = 4, .n_layers = 1, .vocab_size = 4096, .moe = {}};
@@ -369,19 +371,26 @@ BOOST_AUTO_TEST_CASE(a_sequence_times_each_op_inside_it_and_can_skip_the_ops_alo
   const std::vector<Op> list(ops.begin(), ops.end());
   TimingOptions t{2, 5, 100, 0.05, 1.0, true};
   t.sequence_ops_alone = false;
-  const SequenceTiming st = backend->time_sequence(list, t);
-  BOOST_TEST_REQUIRE(st.supported);
-  BOOST_TEST_REQUIRE(st.in_sequence.size() == list.size());
-  BOOST_TEST_REQUIRE(st.per_op.size() == list.size());
-  double sum_s = 0;
-  for (size_t i = 0; i < list.size(); ++i) {
-    BOOST_TEST(st.in_sequence[i].median_s > 0);
-    BOOST_TEST(st.in_sequence[i].repetitions >= 5);
-    BOOST_TEST(st.in_sequence[i].p10_s <= st.in_sequence[i].p90_s);
-    BOOST_TEST(st.per_op[i].repetitions == 0);
-    sum_s += st.in_sequence[i].median_s;
+  bool within = false;
+  for (int attempt = 0; attempt < kAttempts && !within; ++attempt) {
+    const SequenceTiming st = backend->time_sequence(list, t);
+    BOOST_TEST_REQUIRE(st.supported);
+    BOOST_TEST_REQUIRE(st.in_sequence.size() == list.size());
+    BOOST_TEST_REQUIRE(st.per_op.size() == list.size());
+    double sum_s = 0;
+    for (size_t i = 0; i < list.size(); ++i) {
+      BOOST_TEST(st.in_sequence[i].median_s > 0);
+      BOOST_TEST(st.in_sequence[i].repetitions >= 5);
+      BOOST_TEST(st.in_sequence[i].p10_s <= st.in_sequence[i].p90_s);
+      BOOST_TEST(st.per_op[i].repetitions == 0);
+      sum_s += st.in_sequence[i].median_s;
+    }
+    within = std::fabs(sum_s / st.total_median_s - 1.0) <= 0.25;
+    BOOST_TEST_MESSAGE("ops inside the sequence: " << sum_s * 1e3 << " ms summed, " << st.total_median_s * 1e3
+                                                   << " ms the whole");
   }
-  BOOST_TEST(sum_s == st.total_median_s, tt::tolerance(0.25));
+  BOOST_TEST(within, "the ops' medians inside the sequence did not add up to the whole within 25% in "
+                         << kAttempts << " attempts");
 }
 
 BOOST_AUTO_TEST_CASE(flushed_runs_find_their_operands_cold) {
