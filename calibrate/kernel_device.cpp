@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 
 #include "io/devices.hpp"
@@ -81,6 +82,34 @@ bool calibrated_with_thread_clock(const DeviceProfile& profile) {
   if (!profile.extra.contains("kernel_calibration")) return false;
   const auto& k = profile.extra["kernel_calibration"];
   return k.is_object() && k.value("clock", "") == "thread_cpu";
+}
+
+std::optional<CalibratedReference> calibrated_reference(const DeviceProfile& profile) {
+  if (!profile.extra.contains("kernel_calibration")) return std::nullopt;
+  const auto& k = profile.extra["kernel_calibration"];
+  if (!k.is_object() || !k.contains("noise") || !k["noise"].is_object()) return std::nullopt;
+  const auto& r = k["noise"].value("reference", nlohmann::json());
+  if (!r.is_object() || !r.contains("start") || !r.contains("end") || !r.contains("timing")) return std::nullopt;
+  const auto median = [](const nlohmann::json& t) {
+    return t.is_object() && t.contains("median_s") && t["median_s"].is_number() ? t["median_s"].get<double>() : 0.0;
+  };
+  const std::optional<DType> dtype = parse_dtype(r.value("dtype", ""));
+  const std::string shape = r.value("shape", "");
+  const long long size = std::atoll(shape.c_str());  // "384x384x384 NT"
+  const double start = median(r["start"]), end = median(r["end"]);
+  const auto& t = r["timing"];
+  if (!dtype || size < 1 || !(start > 0) || !(end > 0) || !t.is_object()) return std::nullopt;
+  CalibratedReference c;
+  c.op = reference_gemm(*dtype, size);
+  c.timing.warmup = t.value("warmup", c.timing.warmup);
+  c.timing.min_repetitions = t.value("min_repetitions", c.timing.min_repetitions);
+  c.timing.max_repetitions = t.value("max_repetitions", c.timing.max_repetitions);
+  c.timing.min_seconds = t.value("min_seconds", c.timing.min_seconds);
+  c.timing.max_seconds = t.value("max_seconds", c.timing.max_seconds);
+  c.timing.flush_cache = t.value("flush_cache", c.timing.flush_cache);
+  c.timing.thread_cpu_clock = calibrated_with_thread_clock(profile);
+  c.median_s = 0.5 * (start + end);
+  return c;
 }
 
 }  // namespace tpsim

@@ -32,4 +32,14 @@ std::optional<int> calibrated_cpu_threads(const DeviceProfile& profile);
 // Whether it timed them by the thread's CPU clock (TimingOptions::thread_cpu_clock).
 bool calibrated_with_thread_clock(const DeviceProfile& profile);
 
+// The reference GEMM of the calibration's noise verdict: its op, how it was timed and the mean
+// of its medians at the start and the end of the measurements. None when the profile's record
+// has no such timing (a profile not from calibrate kernels, or one written before the record).
+struct CalibratedReference {
+  Op op;
+  TimingOptions timing;
+  double median_s = 0;
+};
+std::optional<CalibratedReference> calibrated_reference(const DeviceProfile& profile);
+
 }  // namespace tpsim

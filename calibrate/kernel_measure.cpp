@@ -14,20 +14,81 @@
 
 namespace tpsim {
 
+namespace {
+
+// Measured / estimated seconds so far, per group: the budget estimate's correction.
+class EstimateCorrection {
+ public:
+  double factor(ShapeGroup g) const {
+    const auto& r = ratios_[static_cast<size_t>(g)];
+    if (r.empty()) return 1.0;
+    std::vector<double> v = r;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  }
+  void add(ShapeGroup g, double measured_s, double estimate_s) {
+    if (estimate_s > 0) ratios_[static_cast<size_t>(g)].push_back(measured_s / estimate_s);
+  }
+
+ private:
+  std::array<std::vector<double>, 3> ratios_;
+};
+
+// The ops of one timing: one op, or on a backend that times inside a sequence up to
+// kSequenceOps consecutive ones.
+struct Batch {
+  std::vector<size_t> index;  // into the plan
+  std::vector<double> estimate_s;
+};
+
+// Records `timing` of plan[i] (or why it could not be timed).
+void record(MeasureReport& report, const PlannedOp& p, const Timing& timing) {
+  if (!timing.supported) {
+    report.unsupported.push_back(shape_key(p.op) + ": " + timing.reason);
+  } else if (!(timing.median_s > 0) || !std::isfinite(timing.median_s)) {
+    report.unsupported.push_back(shape_key(p.op) + ": timed at " + std::to_string(timing.median_s) +
+                                 " s, below what the clock resolves");
+  } else {
+    report.measurements.push_back({p.op, p.source, p.held_out, timing});
+  }
+}
+
+// Times a batch: alone, or inside the sequence of the batch's ops (each op's runs in the sequence).
+void time_batch(Backend& backend, const std::vector<PlannedOp>& plan, const Batch& b, const TimingOptions& t,
+                MeasureReport& report, EstimateCorrection& correction) {
+  if (b.index.size() == 1 && !backend.times_in_sequence()) {
+    const PlannedOp& p = plan[b.index[0]];
+    const Timing timing = backend.time_op(p.op, t);
+    if (timing.supported && timing.median_s > 0) correction.add(group_of(p.op), timing.median_s, b.estimate_s[0]);
+    return record(report, p, timing);
+  }
+  std::vector<Op> ops;
+  for (size_t i : b.index) ops.push_back(plan[i].op);
+  TimingOptions in_sequence = t;
+  in_sequence.sequence_ops_alone = false;
+  const SequenceTiming s = backend.time_sequence(ops, in_sequence);
+  for (size_t j = 0; j < b.index.size(); ++j) {
+    const PlannedOp& p = plan[b.index[j]];
+    Timing timing;
+    if (!s.supported || s.in_sequence.size() != ops.size()) {
+      timing.supported = false;
+      timing.reason = s.supported ? "the backend did not time the op inside the sequence" : s.reason;
+    } else {
+      timing = s.in_sequence[j];
+      correction.add(group_of(p.op), timing.median_s, b.estimate_s[j]);
+    }
+    record(report, p, timing);
+  }
+}
+
+}  // namespace
+
 MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan, const MeasureOptions& options,
                            const std::function<double(const Op&)>& estimate_s) {
   validate(options.timing);
   MeasureReport report;
   const double start_s = host_seconds();
-  // Measured / estimated seconds so far, per group: the estimate's correction.
-  std::array<std::vector<double>, 3> ratios;
-  const auto correction = [&](ShapeGroup g) {
-    const auto& r = ratios[static_cast<size_t>(g)];
-    if (r.empty()) return 1.0;
-    std::vector<double> v = r;
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
+  EstimateCorrection correction;
   // A run's cost: the warm-up runs and the least repetitions, or as long as the repetitions may
   // go on when they are short.
   const TimingOptions& t = options.timing;
@@ -35,10 +96,11 @@ MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan,
     const double least = run_s * (t.warmup + t.min_repetitions);
     return std::max(least, std::min(t.min_seconds, t.max_seconds) + run_s * t.warmup);
   };
+  const size_t batch_ops = backend.times_in_sequence() ? kSequenceOps : 1;
 
   Progress progress("calibrate kernels", static_cast<int64_t>(plan.size()), options.progress);
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const PlannedOp& p = plan[i];
+  size_t i = 0;
+  while (i < plan.size()) {
     const double elapsed = host_seconds() - start_s;
     if (elapsed >= options.budget_s) {
       report.skipped_for_budget += static_cast<int64_t>(plan.size() - i);
@@ -48,28 +110,25 @@ MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan,
     std::snprintf(line, sizeof line, "calibrate kernels: %zu/%zu shapes, %.0f of %.0f s", i, plan.size(), elapsed,
                   options.budget_s);
     progress.show(line);
-    if (std::string why = backend.unsupported(p.op); !why.empty()) {
-      report.unsupported.push_back(shape_key(p.op) + ": " + why);
-      continue;
+    // The next ops the backend runs and the budget holds, up to batch_ops of them.
+    Batch b;
+    double batch_run_s = 0;
+    for (; i < plan.size() && b.index.size() < batch_ops; ++i) {
+      const PlannedOp& p = plan[i];
+      if (std::string why = backend.unsupported(p.op); !why.empty()) {
+        report.unsupported.push_back(shape_key(p.op) + ": " + why);
+        continue;
+      }
+      const double estimate = estimate_s(p.op);
+      if (elapsed + cost_s(batch_run_s + estimate * correction.factor(group_of(p.op))) > options.budget_s) {
+        ++report.skipped_for_budget;
+        continue;
+      }
+      batch_run_s += estimate * correction.factor(group_of(p.op));
+      b.index.push_back(i);
+      b.estimate_s.push_back(estimate);
     }
-    const ShapeGroup g = group_of(p.op);
-    const double estimate = estimate_s(p.op);
-    if (elapsed + cost_s(estimate * correction(g)) > options.budget_s) {
-      ++report.skipped_for_budget;
-      continue;
-    }
-    const Timing timing = backend.time_op(p.op, options.timing);
-    if (!timing.supported) {
-      report.unsupported.push_back(shape_key(p.op) + ": " + timing.reason);
-      continue;
-    }
-    if (!(timing.median_s > 0) || !std::isfinite(timing.median_s)) {
-      report.unsupported.push_back(shape_key(p.op) + ": timed at " + std::to_string(timing.median_s) +
-                                   " s, below what the clock resolves");
-      continue;
-    }
-    if (estimate > 0) ratios[static_cast<size_t>(g)].push_back(timing.median_s / estimate);
-    report.measurements.push_back({p.op, p.source, p.held_out, timing});
+    if (!b.index.empty()) time_batch(backend, plan, b, t, report, correction);
   }
   progress.finish();
   report.seconds = host_seconds() - start_s;

@@ -31,10 +31,18 @@ struct MeasureReport {
   double seconds = 0;                    // wall-clock time spent
 };
 
+// How many consecutive plan ops one sequence times on a backend that times ops inside a sequence.
+constexpr size_t kSequenceOps = 8;
+
 // Times the plan's ops in order. Before each op its cost (warm-up and the least repetitions) is
 // estimated from `estimate_s` (seconds per run, e.g. the cost model under the starting profile),
 // scaled by how far the measurements of its group so far were from their estimates; an op whose
 // estimated cost would overrun the budget is skipped, and measuring stops when the budget is spent.
+// On a backend that times ops inside a sequence (Backend::times_in_sequence: the CPU), the ops are
+// timed as a step runs them: kSequenceOps consecutive ones back to back, after the caches were
+// filled with other data (TimingOptions::flush_cache), each op's median inside the sequence its
+// measurement, so that its operands come from where a step's earlier ops left them, not from the
+// caches its own previous run filled. GPU backends time each op alone after an L2 flush.
 MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan, const MeasureOptions& options,
                            const std::function<double(const Op&)>& estimate_s);
 

@@ -118,6 +118,7 @@ KernelPlanOptions default_kernel_plan_options(bool gpu) {
     o.grid_gemm_min = 32;
     o.grid_gemm_max = 2048;
     o.grid_gemm_max_flops = 2.0 * 1024.0 * 1024.0 * 1024.0;
+    o.grid_gemm_three_halves = true;
     o.grid_attention_heads = 4;
     o.grid_attention_seq_min = 64;
     o.grid_attention_seq_max = 2048;
@@ -217,16 +218,24 @@ std::vector<PlannedOp> make_kernel_plan(const KernelPlanOptions& o) {
   // taken in turn, so that every layout meets every size class.
   const bool layouts[3][2] = {{false, true}, {false, false}, {true, false}};
   int index = 0;
-  for (DType t : o.gemm_dtypes)
-    for (int64_t m : dims)
-      for (int64_t n : dims)
-        for (int64_t k : dims) {
-          if (2.0 * d(m) * d(n) * d(k) > o.grid_gemm_max_flops) continue;
-          const auto& l = layouts[index++ % 3];
-          // fp8 only in the layout cuBLASLt takes for it (y = x W^T); operands in the GEMM's format.
-          const bool ta = t == DType::kFp8 ? false : l[0], tb = t == DType::kFp8 ? true : l[1];
-          grid.push_back(gemm_op("grid.gemm", m, n, k, t, gemm_operand_bytes(t), gemm_output_bytes(t), ta, tb));
-        }
+  std::vector<std::vector<int64_t>> grids = {dims};
+  if (o.grid_gemm_three_halves) {
+    std::vector<int64_t> halves;
+    for (int64_t x : dims)
+      if (x * 3 / 2 < o.grid_gemm_max) halves.push_back(x * 3 / 2);
+    grids.push_back(halves);
+  }
+  for (const std::vector<int64_t>& g : grids)
+    for (DType t : o.gemm_dtypes)
+      for (int64_t m : g)
+        for (int64_t n : g)
+          for (int64_t k : g) {
+            if (2.0 * d(m) * d(n) * d(k) > o.grid_gemm_max_flops) continue;
+            const auto& l = layouts[index++ % 3];
+            // fp8 only in the layout cuBLASLt takes for it (y = x W^T); operands in the GEMM's format.
+            const bool ta = t == DType::kFp8 ? false : l[0], tb = t == DType::kFp8 ? true : l[1];
+            grid.push_back(gemm_op("grid.gemm", m, n, k, t, gemm_operand_bytes(t), gemm_output_bytes(t), ta, tb));
+          }
   for (Precision p : o.precisions)
     for (int64_t seq : powers(o.grid_attention_seq_min, o.grid_attention_seq_max, 2))
       for (int64_t dh : {int64_t{64}, int64_t{128}}) {

@@ -37,6 +37,10 @@ struct KernelPlanOptions {
   int64_t grid_gemm_min = 64;
   int64_t grid_gemm_max = 4096;
   double grid_gemm_max_flops = 2.0 * 4096.0 * 4096.0 * 4096.0;
+  // And over the three-halves of those powers (48, 96, 192, ...) in m, n and k: sizes whose tiles
+  // do not divide them, which a grid of powers of two never shows the fit (a model's d_model of
+  // 384 or 448, a micro-batch of three sequences).
+  bool grid_gemm_three_halves = false;
   // Attention grid: one sequence of `grid_attention_heads` heads over the powers of two in
   // [min, max] positions, head sizes 64 and 128, forward and backward, in the precisions' formats.
   int64_t grid_attention_heads = 16;

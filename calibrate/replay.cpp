@@ -31,6 +31,13 @@ Replay replay_step(const ReplayOptions& options, const std::vector<StepOp>& ops,
                    const DeviceSpec& device, const CostParams& params) {
   Replay r;
   r.ops = ops;
+  if (options.reference) {
+    const Timing now = backend.time_op(options.reference->op, options.reference->timing);
+    if (now.supported && now.median_s > 0) {
+      r.reference_now_s = now.median_s;
+      r.reference_calibrated_s = options.reference->median_s;
+    }
+  }
   std::vector<Op> sequence;
   for (const StepOp& s : ops) sequence.push_back(s.op);
   const SequenceTiming timing = backend.time_sequence(sequence, replay_timing(options.thread_clock));
@@ -40,19 +47,25 @@ Replay replay_step(const ReplayOptions& options, const std::vector<StepOp>& ops,
   const CostModel cost(device, params);
   const int64_t layers = options.step.layers > 0 ? options.step.layers : options.model.n_layers;
   r.block_scale = static_cast<double>(options.model.n_layers) / static_cast<double>(layers);
-  double block_measured = 0, block_predicted = 0, other_predicted = 0;
+  const bool in_step = timing.in_sequence.size() == ops.size();
+  if (in_step)
+    for (const Timing& t : timing.in_sequence) r.in_step_s.push_back(t.median_s);
+  double block_measured = 0, block_predicted = 0, other_predicted = 0, block_alone = 0, other_alone = 0;
   for (size_t i = 0; i < ops.size(); ++i) {
     r.measured_s.push_back(timing.per_op[i].median_s);
     r.predicted_s.push_back(cost.op_seconds(ops[i].op));
     if (is_block_part(ops[i].part)) {
-      block_measured += r.measured_s.back();
+      block_measured += in_step ? r.in_step_s[i] : r.measured_s.back();
+      block_alone += r.measured_s.back();
       block_predicted += r.predicted_s.back();
     } else {
+      other_alone += r.measured_s.back();
       other_predicted += r.predicted_s.back();
     }
   }
   r.measured_step_s = timing.total_median_s + (r.block_scale - 1.0) * block_measured;
   r.predicted_step_s = other_predicted + r.block_scale * block_predicted;
+  r.alone_step_s = other_alone + r.block_scale * block_alone;
   if (!(r.measured_step_s > 0) || !std::isfinite(r.measured_step_s))
     throw Error("replay: the step was timed at " + std::to_string(r.measured_step_s) + " s");
   return r;

@@ -8,9 +8,11 @@
 // prediction alike. The tables are written from the result by io/calibration_report.hpp.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "calibrate/kernel_device.hpp"
 #include "calibrate/step_ops.hpp"
 #include "kernels/backend.hpp"
 #include "model/device.hpp"
@@ -26,6 +28,9 @@ struct ReplayOptions {
   bool gpu = false;
   int threads = 1;
   bool thread_clock = false;
+  // The profile's reference GEMM (kernel_device.hpp): timed again before the step, so that the
+  // output says how much faster or slower the device runs now than when it was calibrated.
+  std::optional<CalibratedReference> reference;
 
   // "" when the options are consistent, else one line naming the broken constraint.
   std::string check() const;
@@ -33,13 +38,18 @@ struct ReplayOptions {
 
 struct Replay {
   std::vector<StepOp> ops;
-  std::vector<double> measured_s;   // each op timed alone (median)
+  std::vector<double> measured_s;   // each op timed alone (median; operands cold, TimingOptions::flush_cache)
+  std::vector<double> in_step_s;    // each op inside the sequence's runs (median); empty when the backend does not time it
   std::vector<double> predicted_s;  // CostModel::op_seconds of each op
   double sequence_s = 0;            // the sequence run end to end (median)
   double block_scale = 1;           // n_layers / layers
   // The sequence ran K blocks back to back; the other n_layers - K blocks are taken to cost what
-  // the K did, op by op (each op timed alone).
+  // the K did, op by op (each op in the step, or timed alone where the backend does not time ops
+  // inside the sequence).
   double measured_step_s = 0, predicted_step_s = 0;
+  double alone_step_s = 0;  // the same step from the ops timed alone
+  // The reference GEMM now and at the calibration (medians); 0 without ReplayOptions::reference.
+  double reference_now_s = 0, reference_calibrated_s = 0;
 };
 
 // The whole step and each op are timed: a warm-up, then at least five runs, until 0.2 s are

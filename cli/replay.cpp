@@ -49,6 +49,7 @@ std::unique_ptr<Backend> replay_backend(Context& ctx, BackendKind kind, int inde
                 "wrote for this machine");
   o.threads = calibrated_cpu_threads(ctx.profile(device_id)).value_or(1);
   o.thread_clock = calibrated_with_thread_clock(ctx.profile(device_id));
+  o.reference = calibrated_reference(ctx.profile(device_id));
   set_cpu_backend_threads(o.threads);
   return make_backend(kind, index);
 }

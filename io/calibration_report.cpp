@@ -366,13 +366,17 @@ double error_percent(double predicted, double measured) { return 100.0 * (predic
 OutputTable replay_ops_table(const Replay& r) {
   OutputTable per_op;
   per_op.title = "Ops";
-  per_op.columns = {"#", "Part", "Layer", "Op", "Shape", "Measured (s)", "Predicted (s)", "Error (%)"};
+  // Error: the prediction against the op in the step where the backend timed it there, else alone.
+  per_op.columns = {"#", "Part", "Layer", "Op", "Shape", "Alone (s)", "In Step (s)", "Predicted (s)", "Error (%)"};
+  const bool in_step = r.in_step_s.size() == r.ops.size();
   for (size_t i = 0; i < r.ops.size(); ++i) {
     const StepOp& s = r.ops[i];
+    const double measured = in_step ? r.in_step_s[i] : r.measured_s[i];
     per_op.add_row({Cell::integer_value(static_cast<int64_t>(i)), Cell::str(std::string(to_string(s.part))),
                     s.layer >= 0 ? Cell::integer_value(s.layer) : Cell::empty(), Cell::str(s.op.name),
-                    Cell::str(shape_text(s.op)), Cell::num(r.measured_s[i], 6), Cell::num(r.predicted_s[i], 6),
-                    Cell::num(error_percent(r.predicted_s[i], r.measured_s[i]), 1)});
+                    Cell::str(shape_text(s.op)), Cell::num(r.measured_s[i], 6),
+                    in_step ? Cell::num(r.in_step_s[i], 6) : Cell::empty(), Cell::num(r.predicted_s[i], 6),
+                    Cell::num(error_percent(r.predicted_s[i], measured), 1)});
   }
   return per_op;
 }
@@ -386,19 +390,25 @@ std::string render_replay(const Replay& r, const ReplayOptions& o, const std::st
   OutputTable total;
   total.title = "Step";
   total.columns = {"Model", "SeqLen (T)", "MicroBatchSize", "Activation Checkpointing", "Precision", "Backend",
-                   "Device", "Threads", "Clock", "Blocks Run", "Blocks", "Block Scale", "Ops",
-                   "Measured Step Time (s)", "Predicted Step Time (s)", "Error (%)"};
+                   "Device", "Threads", "Clock", "Blocks Run", "Blocks", "Block Scale", "Ops", "Ops Alone (s)",
+                   "Reference GEMM Now / Calibrated", "Measured Step Time (s)", "Predicted Step Time (s)", "Error (%)"};
   total.add_row({Cell::str(model.name), Cell::integer_value(o.step.seq_len), Cell::integer_value(o.step.micro_batch),
                  checkpointing_cell(o.step.checkpointing), Cell::str(precision), Cell::str(backend), Cell::str(device_id),
                  o.gpu ? Cell::empty() : Cell::integer_value(o.threads),
                  Cell::str(o.gpu ? "device events" : (o.thread_clock ? "thread CPU time" : "wall")),
                  Cell::integer_value(layers), Cell::integer_value(model.n_layers), Cell::num(r.block_scale, 3),
-                 Cell::integer_value(static_cast<int64_t>(r.ops.size())), Cell::num(r.measured_step_s, 6),
+                 Cell::integer_value(static_cast<int64_t>(r.ops.size())), Cell::num(r.alone_step_s, 6),
+                 r.reference_calibrated_s > 0 ? Cell::num(r.reference_now_s / r.reference_calibrated_s, 3) : Cell::empty(),
+                 Cell::num(r.measured_step_s, 6),
                  Cell::num(r.predicted_step_s, 6), Cell::num(error_percent(r.predicted_step_s, r.measured_step_s), 1)});
   if (out.format == Format::kCsv && out.width == 0) return render({total}, out);
   std::string text = render({total, replay_ops_table(r)}, out);
   if (out.format == Format::kMarkdown) {
-    text += "\nMeasured: the sequence run end to end (median of its runs); each op's row is the op timed alone.\n";
+    text += "\nMeasured: the sequence run end to end (median of its runs). Each op: alone (its operands evicted "
+            "from the caches before each run, as calibrate kernels times it) and in the step (a clock read between "
+            "the sequence's ops); Ops Alone: the step from the ops timed alone. Reference GEMM: the profile's "
+            "noise-check GEMM timed again now, over its time at the calibration (above 1: the device runs slower "
+            "now, and the step with it).\n";
     if (layers < model.n_layers)
       text += "Ran " + std::to_string(layers) + " of " + std::to_string(model.n_layers) +
               " blocks: the block ops' times are scaled by " + std::to_string(model.n_layers) + "/" +

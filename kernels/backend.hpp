@@ -29,13 +29,19 @@ struct TimingOptions {
   int max_repetitions = 200; // and at most
   double min_seconds = 0.02; // keep repeating until this much time is measured
   double max_seconds = 1.0;  // stop repeating after this much
-  bool flush_cache = true;   // GPU: overwrite a buffer larger than L2 before each timed run
+  // Before each run (warm-up and timed), leave the op's operands cold: GPU backends overwrite a
+  // buffer larger than L2; the CPU backend writes the op's own buffers back and drops them from
+  // every cache level (cpu::CpuOp::evict_operands), which costs about what reading them once does.
+  bool flush_cache = true;
   // CPU backend running one thread: time each run by the calling thread's CPU clock
   // (CLOCK_THREAD_CPUTIME_ID, less the clock's own cost) instead of the host's monotonic clock,
   // so that time the OS gives other processes on a shared machine is not counted. On an idle
   // machine the two agree. With more threads the CPU backend reports runs unsupported; GPU
   // backends time with events and ignore it.
   bool thread_cpu_clock = false;
+  // time_sequence: also time each op on its own (SequenceTiming::per_op); false leaves per_op's
+  // timings empty where the backend times ops inside the sequence (times_in_sequence).
+  bool sequence_ops_alone = true;
 };
 
 struct Timing {
@@ -52,6 +58,9 @@ struct SequenceTiming {
   std::string reason;             // the first op the backend cannot run
   double total_median_s = 0;      // the sequence end to end, median of the timed runs
   std::vector<Timing> per_op;     // each op timed on its own
+  // Each op inside the timed runs of the sequence (after the ops before it, as in a step): median,
+  // p10, p90, runs; empty when the backend does not time ops inside the sequence.
+  std::vector<Timing> in_sequence;
 };
 
 struct CheckResult {
@@ -82,6 +91,9 @@ class Backend {
 
   // Runs the ops in order, back to back, and times the whole and each op.
   virtual SequenceTiming time_sequence(std::span<const Op> ops, const TimingOptions& options) = 0;
+  // Whether time_sequence times each op inside the sequence (SequenceTiming::in_sequence_s): the
+  // CPU backend does; the GPU backends time each op alone after an L2 flush.
+  virtual bool times_in_sequence() const { return false; }
 
   // Runs the op on fresh random inputs and compares its outputs with the plain reference kernels.
   virtual CheckResult check_op(const Op& op) = 0;

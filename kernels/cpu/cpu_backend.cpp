@@ -3,6 +3,7 @@
 // TimingOptions asks for it and one thread runs, on that thread's CPU clock).
 #include <Eigen/Core>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -117,8 +118,9 @@ class CpuBackend final : public Backend {
     return why;
   }
 
-  // options.flush_cache is a GPU option and is not applied here: an op repeats on the buffers its
-  // previous run left in the CPU's caches. time_sequence's total shows the cost of colder caches.
+  // With options.flush_cache every run finds the op's operands cold (evicted from every cache
+  // level), as in a step whose other ops have run since; without, an op repeats on the buffers its
+  // previous run left in the caches.
   Timing time_op(const Op& op, const TimingOptions& options) override {
     validate(options);
     if (std::string why = unsupported(op); !why.empty()) return unsupported_timing(why);
@@ -129,6 +131,89 @@ class CpuBackend final : public Backend {
 
   SequenceTiming time_sequence(std::span<const Op> ops, const TimingOptions& options) override {
     validate(options);
+    SequenceTiming result = check_sequence(ops, options);
+    if (!result.supported) return result;
+    // Every op keeps its own buffers, as a training step's ops do.
+    std::vector<std::unique_ptr<cpu::CpuOp>> cpu_ops;
+    for (const Op& op : ops) cpu_ops.push_back(cpu::make_cpu_op(op, next_seed()));
+    if (options.sequence_ops_alone)
+      for (size_t i = 0; i < cpu_ops.size(); ++i)
+        result.per_op[i] = summarize_timings(repeat_timed(options, [&] { return timed_run(*cpu_ops[i], options); }));
+    // The sequence as a step runs it: with flush_cache after the caches were filled with other
+    // data (as the GPU backends flush L2 once before the list), a clock read between ops: each op's
+    // time in the sequence, and the total less the reads' own cost.
+    std::vector<std::vector<double>> in_sequence(cpu_ops.size());
+    const std::vector<double> totals_s = repeat_timed(options, [&] {
+      if (options.flush_cache) evict_caches();
+      std::vector<double> marks(cpu_ops.size() + 1);
+      marks[0] = now_s(options);
+      for (size_t i = 0; i < cpu_ops.size(); ++i) {
+        cpu_ops[i]->run();
+        marks[i + 1] = now_s(options);
+      }
+      for (size_t i = 0; i < cpu_ops.size(); ++i) in_sequence[i].push_back(interval_s(options, marks[i], marks[i + 1]));
+      return interval_s(options, marks[0], marks.back(), cpu_ops.size() - 1);
+    });
+    result.total_median_s = median(totals_s);
+    // The warm-up runs' entries come first: left out, as repeat_timed leaves them out.
+    for (auto& v : in_sequence) {
+      const auto warm = static_cast<std::ptrdiff_t>(v.size() - totals_s.size());
+      result.in_sequence.push_back(summarize_timings(std::vector<double>(v.begin() + warm, v.end())));
+    }
+    return result;
+  }
+
+  bool times_in_sequence() const override { return true; }
+
+  CheckResult check_op(const Op& op) override {
+    CheckResult result;
+    if (std::string why = unsupported(op); !why.empty()) {
+      result.supported = false;
+      result.reason = why;
+      return result;
+    }
+    result.max_rel_error = cpu::make_cpu_op(op, next_seed())->check();
+    return result;
+  }
+
+ private:
+  static Timing unsupported_timing(const std::string& why) {
+    Timing t;
+    t.supported = false;
+    t.reason = why;
+    return t;
+  }
+
+  static double timed_run(cpu::CpuOp& op, const TimingOptions& options) {
+    if (options.flush_cache) op.evict_operands();
+    const double start_s = now_s(options);
+    op.run();
+    return elapsed_s(options, start_s);
+  }
+
+  // The clock TimingOptions asks for: the host's monotonic clock, or the thread's CPU clock.
+  static double now_s(const TimingOptions& options) {
+    return options.thread_cpu_clock ? thread_cpu_seconds() : host_seconds();
+  }
+  static double elapsed_s(const TimingOptions& options, double start_s) {
+    return interval_s(options, start_s, now_s(options));
+  }
+  // Seconds between two readings of the clock with `reads` more readings between them (each
+  // thread CPU clock reading costs thread_clock_cost_s, left out).
+  static double interval_s(const TimingOptions& options, double start_s, double end_s, size_t reads = 0) {
+    if (!options.thread_cpu_clock) return end_s - start_s;
+    return std::max(0.0, end_s - start_s - (1.0 + static_cast<double>(reads)) * thread_clock_cost_s());
+  }
+
+  // The thread CPU clock sees only the calling thread's work.
+  std::string clock_unsupported(const TimingOptions& options) const {
+    if (!options.thread_cpu_clock || threads_ == 1) return "";
+    return "the thread CPU clock times one thread; this backend runs " + std::to_string(threads_) +
+           " (OMP_NUM_THREADS=1, or time by the monotonic clock)";
+  }
+
+  // Whether every op of the sequence runs here and their buffers fit together; per_op sized.
+  SequenceTiming check_sequence(std::span<const Op> ops, const TimingOptions& options) const {
     SequenceTiming result;
     if (std::string why = clock_unsupported(options); !why.empty()) {
       result.supported = false;
@@ -151,61 +236,24 @@ class CpuBackend final : public Backend {
         result.reason = "the sequence's buffers: " + why;
       }
     }
-    if (!result.supported) return result;
-
-    // Every op keeps its own buffers, as a training step's ops do.
-    std::vector<std::unique_ptr<cpu::CpuOp>> cpu_ops;
-    for (const Op& op : ops) cpu_ops.push_back(cpu::make_cpu_op(op, next_seed()));
-    for (size_t i = 0; i < cpu_ops.size(); ++i)
-      result.per_op[i] = summarize_timings(repeat_timed(options, [&] { return timed_run(*cpu_ops[i], options); }));
-    const std::vector<double> totals_s = repeat_timed(options, [&] {
-      const double start_s = now_s(options);
-      for (const auto& cpu_op : cpu_ops) cpu_op->run();
-      return elapsed_s(options, start_s);
-    });
-    result.total_median_s = median(totals_s);
     return result;
   }
 
-  CheckResult check_op(const Op& op) override {
-    CheckResult result;
-    if (std::string why = unsupported(op); !why.empty()) {
-      result.supported = false;
-      result.reason = why;
-      return result;
-    }
-    result.max_rel_error = cpu::make_cpu_op(op, next_seed())->check();
-    return result;
+  // Fills the caches with other, dirty data, as a step's earlier ops leave them for the next: an
+  // in-place pass over twice the L2 and L3 the OS reports, within 32 to 64 MiB. The cap is one
+  // core's share of a large shared L3 (a Zen CCD's is 32 MiB; this development VM reports its
+  // host's 508 MiB, while one core's bandwidth falls to the memory's beyond ~16 MiB) and keeps the
+  // pass at ~2 ms, once per run of a sequence.
+  void evict_caches() {
+    if (evictor_.empty()) evictor_.assign(static_cast<size_t>(evictor_bytes() / sizeof(float)), 1.0f);
+    float* x = evictor_.data();
+    const size_t n = evictor_.size();
+    for (size_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] + 0.5f;
   }
-
- private:
-  static Timing unsupported_timing(const std::string& why) {
-    Timing t;
-    t.supported = false;
-    t.reason = why;
-    return t;
-  }
-
-  static double timed_run(cpu::CpuOp& op, const TimingOptions& options) {
-    const double start_s = now_s(options);
-    op.run();
-    return elapsed_s(options, start_s);
-  }
-
-  // The clock TimingOptions asks for: the host's monotonic clock, or the thread's CPU clock.
-  static double now_s(const TimingOptions& options) {
-    return options.thread_cpu_clock ? thread_cpu_seconds() : host_seconds();
-  }
-  static double elapsed_s(const TimingOptions& options, double start_s) {
-    if (!options.thread_cpu_clock) return host_seconds() - start_s;
-    return std::max(0.0, thread_cpu_seconds() - start_s - thread_clock_cost_s());
-  }
-
-  // The thread CPU clock sees only the calling thread's work.
-  std::string clock_unsupported(const TimingOptions& options) const {
-    if (!options.thread_cpu_clock || threads_ == 1) return "";
-    return "the thread CPU clock times one thread; this backend runs " + std::to_string(threads_) +
-           " (OMP_NUM_THREADS=1, or time by the monotonic clock)";
+  static double evictor_bytes() {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const double caches = 2.0 * static_cast<double>(std::max(0L, l2) + std::max(0L, l3));
+    return std::clamp(caches, 32.0 * (1 << 20), 64.0 * (1 << 20));
   }
 
   static std::string memory_shortfall(double bytes) {
@@ -224,6 +272,7 @@ class CpuBackend final : public Backend {
 
   int threads_;
   uint64_t seed_ = 0x5eed;
+  std::vector<float> evictor_;
 };
 
 }  // namespace

@@ -6,6 +6,10 @@
 #include <optional>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include "io/error.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
@@ -13,6 +17,10 @@
 
 namespace tpsim::cpu {
 namespace {
+
+// While make_cpu_op builds an op, the buffers allocated and not freed again: the op's own, which
+// CpuOp::evict_operands drops from the caches.
+thread_local std::vector<std::pair<const void*, size_t>>* recording = nullptr;
 
 // Buffers start on a cache line (64 bytes, also the widest SIMD load), as GPU and BLAS buffers do.
 template <class T>
@@ -22,14 +30,22 @@ struct CacheLineAllocator {
   CacheLineAllocator() = default;
   template <class U>
   CacheLineAllocator(const CacheLineAllocator<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
-  void deallocate(T* p, size_t) { ::operator delete(p, kAlign); }
+  T* allocate(size_t n) {
+    T* p = static_cast<T*>(::operator new(n * sizeof(T), kAlign));
+    if (recording) recording->emplace_back(p, n * sizeof(T));
+    return p;
+  }
+  void deallocate(T* p, size_t) {
+    if (recording)
+      std::erase_if(*recording, [p](const std::pair<const void*, size_t>& b) { return b.first == p; });
+    ::operator delete(p, kAlign);
+  }
   template <class U>
   bool operator==(const CacheLineAllocator<U>&) const { return true; }
 };
 using Floats = std::vector<float, CacheLineAllocator<float>>;
-using Ids = std::vector<int64_t>;
-using Bf16s = std::vector<uint16_t>;
+using Ids = std::vector<int64_t, CacheLineAllocator<int64_t>>;
+using Bf16s = std::vector<uint16_t, CacheLineAllocator<uint16_t>>;
 using Bytes = std::vector<uint8_t, CacheLineAllocator<uint8_t>>;
 
 size_t z(int64_t x) { return static_cast<size_t>(x); }
@@ -955,10 +971,8 @@ double op_buffer_bytes(const Op& op) {
   return 0;
 }
 
-std::unique_ptr<CpuOp> make_cpu_op(const Op& op, uint64_t seed) {
-  const std::string why = unsupported_reason(op);
-  if (!why.empty()) throw Error("op " + name_of(op) + ": " + why);
-  check_shape(op);
+namespace {
+std::unique_ptr<CpuOp> make_op_of_kind(const Op& op, uint64_t seed) {
   switch (op.kind) {
     case OpKind::kGemm: return std::make_unique<GemmOp>(op, seed);
     case OpKind::kAttentionFwd: return std::make_unique<AttentionForwardOp>(op, seed);
@@ -966,6 +980,61 @@ std::unique_ptr<CpuOp> make_cpu_op(const Op& op, uint64_t seed) {
     case OpKind::kMemoryBound: return make_memory_bound(op, seed);
   }
   throw Error("op " + name_of(op) + ": unknown op kind");
+}
+
+// Writes a cache line back if dirty and drops it from every level of the hierarchy.
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("clflushopt"))) void flush_lines_opt(const char* p, const char* end) {
+  for (; p < end; p += 64) _mm_clflushopt(const_cast<char*>(p));
+  _mm_sfence();
+}
+void flush_lines(const char* p, const char* end) {
+  static const bool opt = __builtin_cpu_supports("clflushopt");
+  if (opt) return flush_lines_opt(p, end);
+  for (; p < end; p += 64) _mm_clflush(p);
+  _mm_mfence();
+}
+#elif defined(__aarch64__)
+void flush_lines(const char* p, const char* end) {
+  for (; p < end; p += 64) asm volatile("dc civac, %0" : : "r"(p) : "memory");
+  asm volatile("dsb ish" : : : "memory");
+}
+#else
+void flush_lines(const char*, const char*) {}
+#endif
+}  // namespace
+
+bool can_evict_operands() {
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+void CpuOp::evict_operands() const {
+  for (const auto& [p, bytes] : buffers_) {
+    const auto* begin = static_cast<const char*>(p);
+    flush_lines(begin, begin + bytes);
+  }
+}
+
+std::unique_ptr<CpuOp> make_cpu_op(const Op& op, uint64_t seed) {
+  const std::string why = unsupported_reason(op);
+  if (!why.empty()) throw Error("op " + name_of(op) + ": " + why);
+  check_shape(op);
+  std::vector<std::pair<const void*, size_t>> buffers;
+  recording = &buffers;
+  std::unique_ptr<CpuOp> made;
+  try {
+    made = make_op_of_kind(op, seed);
+  } catch (...) {
+    recording = nullptr;
+    throw;
+  }
+  recording = nullptr;
+  made->buffers_ = std::move(buffers);
+  return made;
 }
 
 }  // namespace tpsim::cpu

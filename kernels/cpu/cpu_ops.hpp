@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model/ops.hpp"
 
@@ -27,7 +29,18 @@ class CpuOp {
   // Runs the fast kernel and the reference (kernels/reference.hpp) on the same inputs and returns
   // the largest relative error over the outputs (max_relative_error).
   virtual double check() = 0;
+  // Writes the op's buffers back to memory and drops them from every cache level (clflushopt per
+  // line on x86, dc civac on Arm; nothing elsewhere: can_evict_operands), so that its next run
+  // finds its operands cold, as an op of a training step does once the ops before it have run.
+  void evict_operands() const;
+
+ private:
+  friend std::unique_ptr<CpuOp> make_cpu_op(const Op& op, uint64_t seed);
+  std::vector<std::pair<const void*, size_t>> buffers_;  // what the op allocated when it was made
 };
+
+// Whether evict_operands drops lines from the caches on this architecture.
+bool can_evict_operands();
 
 // The op with its buffers, filled from `seed` (the same seed gives the same values). Error when
 // the shape is not positive or the op is not supported (unsupported_reason).
