@@ -7,6 +7,7 @@
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -989,7 +990,11 @@ __attribute__((target("clflushopt"))) void flush_lines_opt(const char* p, const 
   _mm_sfence();
 }
 void flush_lines(const char* p, const char* end) {
-  static const bool opt = __builtin_cpu_supports("clflushopt");
+  // CPUID leaf 7, EBX bit 23 (clang 14's __builtin_cpu_supports does not know "clflushopt").
+  static const bool opt = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (b & (1u << 23)) != 0;
+  }();
   if (opt) return flush_lines_opt(p, end);
   for (; p < end; p += 64) _mm_clflush(p);
   _mm_mfence();
