@@ -97,16 +97,22 @@ BOOST_AUTO_TEST_CASE(a_step_runs_forward_head_backward_embedding_and_optimizer_i
   BOOST_CHECK_THROW(training_step_ops(tiny, o), Error);
 }
 
-BOOST_AUTO_TEST_CASE(replay_of_the_tiny_model_measures_and_predicts_a_positive_step) {
-  const Run r = run("replay --backend cpu --model tiny --seq 64 --micro-batch 1 --format csv --profile " +
-                    cpu_profile().string());
-  BOOST_TEST_REQUIRE(r.status == 0, r.err);
-  const std::vector<std::string> lines = split(r.out, '\n');
+// replay's CSV: a header and the one step row, as column -> cell.
+std::map<std::string, std::string> step_row(const std::string& out) {
+  const std::vector<std::string> lines = split(out, '\n');
   BOOST_TEST_REQUIRE(lines.size() == 2u);
   const std::vector<std::string> header = split(lines[0], ','), row = split(lines[1], ',');
   BOOST_TEST_REQUIRE(header.size() == row.size());
   std::map<std::string, std::string> cell;
   for (size_t i = 0; i < header.size(); ++i) cell[header[i]] = row[i];
+  return cell;
+}
+
+BOOST_AUTO_TEST_CASE(replay_of_the_tiny_model_measures_and_predicts_a_positive_step) {
+  const Run r = run("replay --backend cpu --model tiny --seq 64 --micro-batch 1 --format csv --profile " +
+                    cpu_profile().string());
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  std::map<std::string, std::string> cell = step_row(r.out);
   for (const char* c : {"Measured Step Time (s)", "Predicted Step Time (s)", "Error (%)"})
     BOOST_TEST_REQUIRE(cell.count(c) == 1u, c);
   const double measured = std::stod(cell["Measured Step Time (s)"]);
@@ -143,12 +149,7 @@ BOOST_AUTO_TEST_CASE(replay_lands_near_the_prediction_of_a_short_calibration) {
     BOOST_TEST_CONTEXT(config) {
       const Run r = run("replay --backend cpu --model " + config + models + " --format csv --profile " + profile.string());
       BOOST_TEST_REQUIRE(r.status == 0, r.err);
-      const std::vector<std::string> lines = split(r.out, '\n');
-      BOOST_TEST_REQUIRE(lines.size() == 2u);
-      const std::vector<std::string> header = split(lines[0], ','), row = split(lines[1], ',');
-      BOOST_TEST_REQUIRE(header.size() == row.size());
-      std::map<std::string, std::string> cell;
-      for (size_t i = 0; i < header.size(); ++i) cell[header[i]] = row[i];
+      std::map<std::string, std::string> cell = step_row(r.out);
       BOOST_TEST_REQUIRE(cell.count("Ops Alone (s)") == 1u);
       BOOST_TEST(std::stod(cell["Ops Alone (s)"]) > 0);
       const double error = std::stod(cell["Error (%)"]);
