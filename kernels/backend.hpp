@@ -91,7 +91,7 @@ class Backend {
 
   // Runs the ops in order, back to back, and times the whole and each op.
   virtual SequenceTiming time_sequence(std::span<const Op> ops, const TimingOptions& options) = 0;
-  // Whether time_sequence times each op inside the sequence (SequenceTiming::in_sequence_s): the
+  // Whether time_sequence times each op inside the sequence (SequenceTiming::in_sequence): the
   // CPU backend does; the GPU backends time each op alone after an L2 flush.
   virtual bool times_in_sequence() const { return false; }
 
