@@ -23,6 +23,7 @@ std::string lt_dtype_unsupported(DType dtype, int cc) {
       return "";
     case DType::kFp16:
     case DType::kFp32: return "";
+    case DType::kFp4: return "fp4 GEMMs (NVFP4, MXFP4) are not run by this backend";
   }
   return "unknown format";
 }
@@ -45,8 +46,9 @@ LtTypes lt_types(DType dtype) {
     case DType::kFp16: return {CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F};
     case DType::kTf32: return {CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32};
     case DType::kFp32: return {CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F};
+    case DType::kFp4: break;  // refused by lt_dtype_unsupported
   }
-  throw Error("cuBLASLt: unknown format");
+  throw Error("cuBLASLt: no fp4 GEMMs in this backend");
 }
 
 cublasOperation_t op_of(const LtOperand& o) { return o.transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
@@ -85,22 +87,44 @@ LtMatmul::LtMatmul(cublasLtHandle_t handle, DType dtype, int64_t m, int64_t n, i
   cublasLtMatmulPreference_t preference = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   const uint64_t workspace = kLtWorkspaceBytes;
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
   int found = 0;
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                                &workspace, sizeof workspace);
   if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasLtMatmulAlgoGetHeuristic(handle_, desc_, layout_a_, layout_b_, layout_c_, layout_c_, preference, 1,
-                                            &result, &found);
+    status = cublasLtMatmulAlgoGetHeuristic(handle_, desc_, layout_a_, layout_b_, layout_c_, layout_c_, preference,
+                                            kMaxCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(preference);
+  shape_ = std::string(to_string(dtype)) + " GEMM m=" + std::to_string(m) + " n=" + std::to_string(n) +
+           " k=" + std::to_string(k) + (trans_a ? " A^T" : "") + (trans_b ? " B^T" : "");
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
-    reason_ = "cuBLASLt's heuristic has no algorithm for a " + std::string(to_string(dtype)) + " GEMM m=" +
-              std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-              (trans_a ? " A^T" : "") + (trans_b ? " B^T" : "");
+    reason_ = "cuBLASLt's heuristic has no algorithm for a " + shape_;
     return;
   }
   CUBLAS_CHECK(status);
-  algo_ = result.algo;
+  for (int i = 0; i < found; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) candidates_[candidate_count_++] = results[i].algo;
+  if (candidate_count_ == 0) {
+    reason_ = "cuBLASLt's heuristic has no usable algorithm for a " + shape_;
+    return;
+  }
+  algo_ = candidates_[0];
+}
+
+void LtMatmul::choose(const void* a, const void* b, void* c, void* workspace, cudaStream_t stream) {
+  if (!reason_.empty()) return;
+  const float alpha = 1.0f, beta = 0.0f;
+  for (int i = 0; i < candidate_count_; ++i) {
+    const cublasLtMatmulAlgo_t& algo = candidates_[i];
+    const cublasStatus_t status = cublasLtMatmul(handle_, desc_, &alpha, b, layout_a_, a, layout_b_, &beta, c,
+                                                 layout_c_, c, layout_c_, &algo, workspace, kLtWorkspaceBytes, stream);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) continue;
+    CUBLAS_CHECK(status);
+    algo_ = algo;
+    return;
+  }
+  reason_ = "cublasLtMatmul refused (CUBLAS_STATUS_NOT_SUPPORTED) each of the " + std::to_string(candidate_count_) +
+            " algorithms its heuristic offered for a " + shape_;
 }
 
 LtMatmul::~LtMatmul() {

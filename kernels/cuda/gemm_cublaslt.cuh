@@ -40,8 +40,12 @@ class LtMatmul {
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
 
-  // "" when the heuristic found an algorithm, else why not.
+  // "" when the heuristic found an algorithm (and, after choose(), one of them ran), else why not.
   const std::string& unsupported() const { return reason_; }
+  // Runs the heuristic's candidates in its order on these buffers until one runs, and keeps it for
+  // run(). cuBLASLt's heuristic can offer an algorithm that cublasLtMatmul then refuses with
+  // CUBLAS_STATUS_NOT_SUPPORTED; when it refuses all, unsupported() says so. Writes C.
+  void choose(const void* a, const void* b, void* c, void* workspace, cudaStream_t stream);
   // C = op(A) op(B) (row-major, ops.hpp's layouts); workspace: kLtWorkspaceBytes of device memory.
   void run(const void* a, const void* b, void* c, void* workspace, cudaStream_t stream) const;
 
@@ -50,6 +54,12 @@ class LtMatmul {
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t layout_a_ = nullptr, layout_b_ = nullptr, layout_c_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};
+  // The heuristic's usable algorithms, best first (a plain array: nvcc 13.0's front end fails on a
+  // std::vector of this type).
+  static constexpr int kMaxCandidates = 8;
+  cublasLtMatmulAlgo_t candidates_[kMaxCandidates] = {};
+  int candidate_count_ = 0;
+  std::string shape_;  // "bf16 GEMM m=... n=... k=..." for messages
   float* scales_ = nullptr;  // fp8: the A and B scale factors, on the device
   std::string reason_;
 };

@@ -89,7 +89,8 @@ std::optional<Elem> storage_of(DType d) {
     case DType::kFp16: return Elem::kF16;
     case DType::kFp32: return Elem::kF32;
     case DType::kTf32:
-    case DType::kFp8: return std::nullopt;
+    case DType::kFp8:
+    case DType::kFp4: return std::nullopt;
   }
   return std::nullopt;
 }
@@ -105,6 +106,7 @@ GemmElems gemm_elems(DType d) {
     case DType::kFp16: return {Elem::kF16, Elem::kF16};
     case DType::kTf32:
     case DType::kFp32: return {Elem::kF32, Elem::kF32};
+    case DType::kFp4: break;  // refused before any buffer is planned (lt_dtype_unsupported, gemm_tiled)
   }
   return {Elem::kF32, Elem::kF32};
 }
@@ -573,6 +575,7 @@ std::string GpuBackend::unsupported(const Op& op) const {
     case OpKind::kGemm:
       if (op.m < 1 || op.n < 1 || op.k < 1) return std::string(op.name) + ": empty GEMM " + dims(op);
 #if defined(TPSIM_HIP)
+      if (op.dtype == DType::kFp4) return "fp4 GEMMs (NVFP4, MXFP4) are not run by this backend";
       if (op.dtype == DType::kFp8 || op.dtype == DType::kTf32)
         return std::string(to_string(op.dtype)) +
                " GEMMs need hipBLASLt, which this build lacks (Debian packages no hipBLAS); the HIP backend's own "
@@ -635,11 +638,12 @@ void GpuBackend::build_gemm_launch(const Op& op, Prepared& p) {
   p.launch = [=](cudaStream_t s) { gemm_tiled(e, m, n, k, ta, tb, a, b, c, s); };
 #else
   auto plan = std::make_shared<LtMatmul>(lt_, op.dtype, m, n, k, ta, tb);
+  void* ws = lt_workspace_.get();
+  plan->choose(a, b, c, ws, stream_);
   if (!plan->unsupported().empty()) {
     p.unsupported = plan->unsupported();
     return;
   }
-  void* ws = lt_workspace_.get();
   p.launch = [=](cudaStream_t s) { plan->run(a, b, c, ws, s); };
 #endif
 }
