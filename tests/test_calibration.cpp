@@ -7,12 +7,15 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <memory>
+#include <sstream>
 #include <string>
 
 #include "calibrate/comm_calibration.hpp"
 #include "calibrate/kernel_calibration.hpp"
 #include "io/calibration_report.hpp"
 #include "io/catalog.hpp"
+#include "io/error.hpp"
 #include "kernels/comm.hpp"
 
 using namespace tpsim;
@@ -71,6 +74,46 @@ BOOST_AUTO_TEST_CASE(a_short_cpu_kernel_calibration_returns_a_typed_result) {
   BOOST_TEST(j.at("clock") == "thread_cpu");
   BOOST_TEST(j.at("measurements").size() == c.measured.measurements.size());
   BOOST_TEST(j.at("plan").at("models").at(0) == "tiny");
+}
+
+// A backend that plans fp32 GEMMs but refuses them when run, as cuBLASLt 13.1 did fp8 GEMMs on the
+// H100 and H200 (data/kernel-runs/README.md); everything else is the CPU backend's.
+class RefusesGemmsWhenRun final : public Backend {
+ public:
+  explicit RefusesGemmsWhenRun(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  BackendInfo info() const override { return inner_->info(); }
+  std::string unsupported(const Op& op) const override { return inner_->unsupported(op); }
+  Timing time_op(const Op& op, const TimingOptions& options) override {
+    if (op.kind != OpKind::kGemm) return inner_->time_op(op, options);
+    Timing t;
+    t.supported = false;
+    t.reason = "refused when run";
+    return t;
+  }
+  SequenceTiming time_sequence(std::span<const Op> ops, const TimingOptions& options) override {
+    return inner_->time_sequence(ops, options);
+  }
+  bool times_in_sequence() const override { return inner_->times_in_sequence(); }
+  CheckResult check_op(const Op& op) override { return inner_->check_op(op); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+BOOST_AUTO_TEST_CASE(a_format_refused_when_run_is_not_planned_and_is_named) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  KernelCalibrationOptions o;
+  o.budget_s = kBudgetS;
+  o.models = {catalog.get("tiny")};
+  std::ostringstream log;
+  o.log = &log;
+  RefusesGemmsWhenRun backend(make_calibration_backend(o));
+  // The CPU runs fp32 GEMMs only: with those refused, no format is left to plan.
+  BOOST_CHECK_EXCEPTION(calibrate_kernels(o, backend), Error, [](const Error& e) {
+    return std::string(e.what()).find("the backend runs no GEMM format") != std::string::npos;
+  });
+  BOOST_TEST(log.str().find("fp32 GEMMs not measured: the format probe did not run (refused when run)") !=
+             std::string::npos, log.str());
 }
 
 BOOST_AUTO_TEST_CASE(comm_options_check_names_the_broken_constraint) {
