@@ -41,7 +41,11 @@ Replay replay_step(const ReplayOptions& options, const std::vector<StepOp>& ops,
   std::vector<Op> sequence;
   for (const StepOp& s : ops) sequence.push_back(s.op);
   const SequenceTiming timing = backend.time_sequence(sequence, replay_timing(options.thread_clock));
-  if (!timing.supported) throw Error("replay: " + timing.reason);
+  if (!timing.supported)
+    throw Error("replay: " + timing.reason +
+                (timing.out_of_memory ? " (every op of the step keeps its own buffers, as no allocator reuses them here: "
+                                        "run fewer blocks with --layers K, or a smaller --micro-batch)"
+                                      : ""));
   r.sequence_s = timing.total_median_s;
 
   const CostModel cost(device, params);

@@ -56,6 +56,7 @@ struct Timing {
 struct SequenceTiming {
   bool supported = true;
   std::string reason;             // the first op the backend cannot run
+  bool out_of_memory = false;     // unsupported because every op's buffers at once exceed the device's
   double total_median_s = 0;      // the sequence end to end, median of the timed runs
   std::vector<Timing> per_op;     // each op timed on its own
   // Each op inside the timed runs of the sequence (after the ops before it, as in a step): median,

@@ -233,6 +233,7 @@ class CpuBackend final : public Backend {
     if (result.supported) {
       if (std::string why = memory_shortfall(bytes); !why.empty()) {
         result.supported = false;
+        result.out_of_memory = true;
         result.reason = "the sequence's buffers: " + why;
       }
     }

@@ -828,6 +828,7 @@ SequenceTiming GpuBackend::time_sequence(std::span<const Op> ops, const TimingOp
   const double free = free_bytes();
   if (need > 0.9 * free) {
     result.supported = false;
+    result.out_of_memory = true;
     result.reason = "the sequence's buffers need " + gib(need) + " of device memory; " + gib(free) + " is free";
     return result;
   }
