@@ -8,8 +8,9 @@
 #   cmake --build build-gpu -j --target tpsim test_kernels_gpu
 # Usage: tests/gpu/bundle.sh BUILD_DIR DEST
 set -euo pipefail
-build=$1
-dest=$2
+build=$(realpath "$1")
+dest=$(realpath -m "$2")
+cd "$(dirname "$0")/../.."
 rm -rf "$dest"
 mkdir -p "$dest/lib"
 cp "$build/cli/tpsim" "$build/tests/test_kernels_gpu" "$dest/"
@@ -21,4 +22,9 @@ done | sort -u | while read -r lib; do
     *) cp -L "$lib" "$dest/lib/" ;;
   esac
 done
+# The cuBLASLt probe, where nvcc is at hand.
+nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
+if [ -x "$nvcc" ]; then
+  "$nvcc" -O2 -arch=sm_90 -I. tests/gpu/lt_probe.cu -o "$dest/lt_probe" -lcublasLt
+fi
 du -sh "$dest"

@@ -37,6 +37,9 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to OUT/NAME.txt,
   tail -n 25 "$out/$name.txt"
 }
 
+# The cuBLASLt probe (tests/gpu/lt_probe.cu), with cuBLASLt's own log of why it refuses what it
+# refuses (CUBLASLT_LOG_MASK: errors, traces, hints, info, API).
+[ -x "$bundle/lt_probe" ] && CUBLASLT_LOG_MASK=31 CUBLASLT_LOG_FILE="$out/cublaslt.log" step probe 60 "$bundle/lt_probe"
 step suite 240 "$bundle/test_kernels_gpu" --run_test=cuda --log_level=test_suite --report_level=short
 step calibrate $((budget + 90)) "$bundle/tpsim" calibrate kernels --backend cuda --budget "$budget" --out "$out/profile.json"
 
