@@ -396,10 +396,13 @@ BOOST_AUTO_TEST_CASE(a_sequence_times_each_op_inside_it_and_can_skip_the_ops_alo
 BOOST_AUTO_TEST_CASE(flushed_runs_find_their_operands_cold) {
   // flush_cache on the CPU: each run's operands are written back and dropped from the caches
   // first. An elementwise add over 3 x 1 MiB runs from L2 (~1 MiB) and L3 when repeated, from
-  // memory when flushed: on this machine ~60 us against ~40 us. Asserted: the flushed median is
-  // not below the warm one less 10% (the two are timed apart, on a machine others share) and the
-  // flush itself is not counted (below 5 x the warm median). On an architecture without a flush
-  // instruction (can_evict_operands), both run warm.
+  // memory when flushed. On this 2-core build machine (2026-11-26): warm 22-27 us, cold 120-130 us
+  // (about 5x: 3 MiB from memory at the 20-26 GB/s one core reaches), 199 against 32 us (6.3x) in
+  // one CI-like run; the flush itself (clflushopt over the 49,152 dirty lines) takes ~210 us, so a
+  // counted flush would read ~13x. Asserted: the flushed median is not below the warm one less 10%
+  // (the two are timed apart, on a machine others share) and the flush is not counted (below 9 x
+  // the warm median). On an architecture without a flush instruction (can_evict_operands), both
+  // run warm.
   auto backend = cpu_backend();
   const double e = 512.0 * 512.0;
   const Op add = membound_op("add", MemKind::kAdd, 512, 512, DType::kFp32, 8.0 * e, 4.0 * e);
@@ -410,7 +413,7 @@ BOOST_AUTO_TEST_CASE(flushed_runs_find_their_operands_cold) {
   BOOST_TEST_REQUIRE((w.supported && c.supported));
   BOOST_TEST_MESSAGE("add 512x512: warm " << w.median_s * 1e6 << " us, operands cold " << c.median_s * 1e6 << " us");
   BOOST_TEST(c.median_s >= 0.9 * w.median_s);
-  BOOST_TEST(c.median_s <= 5.0 * w.median_s);
+  BOOST_TEST(c.median_s <= 9.0 * w.median_s);
 }
 
 BOOST_AUTO_TEST_CASE(bad_input_is_an_error) {
