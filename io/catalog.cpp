@@ -308,7 +308,23 @@ void BlockReader::resolve_attention(const YAML::Node& block) {
     if (window == 0 || window < -1) throw Error(at(*w) + ": " + label(s + ".sliding_window_size") + " must be -1 (no window) or positive");
     if (window > 0) m.sliding_window = window;
   }
-  if (const auto impl = get(attn_, "attn_impl")) out_.attn_impl = yaml::as_string(*impl, origin_, label(s + ".attn_impl"));
+  if (const auto impl = get(attn_, "attn_impl")) {
+    out_.attn_impl = yaml::as_string(*impl, origin_, label(s + ".attn_impl"));
+    // flash and triton are fused kernels, costed as causal flash attention; torch materialises the
+    // scores (ModelConfig::torch_attention), and its dropout (attn_pdrop) runs as its own kernel.
+    if (*out_.attn_impl == "torch") {
+      m.unfused_attention = true;
+      m.torch_attention = true;
+      if (const auto p = get(attn_, "attn_pdrop")) {
+        m.attention_dropout = yaml::as_double(*p, origin_, label(s + ".attn_pdrop"));
+        if (!(m.attention_dropout >= 0 && m.attention_dropout < 1))
+          throw Error(at(*p) + ": " + label(s + ".attn_pdrop") + " must be in [0, 1)");
+        std::erase(out_.ignored, label(s + ".attn_pdrop"));  // modelled here, not ignored
+      }
+    } else if (*out_.attn_impl != "flash" && *out_.attn_impl != "triton") {
+      invalid(*impl, s + ".attn_impl", "llm-foundry's MPT attention implementations are flash, triton and torch");
+    }
+  }
   const std::pair<const char*, const char*> at_default[] = {
       {"prefix_lm", "prefix-LM (partly bidirectional) attention"}, {"qk_ln", "normalised queries and keys"},
       {"qk_gn", "normalised queries and keys"}, {"kv_dim", "cross-attention"},

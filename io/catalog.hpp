@@ -36,7 +36,7 @@ struct ModelBlock {
   };
   ModelConfig model;                      // vocab_size 50368 unless given; no name
   std::optional<int64_t> max_seq_len;     // max_seq_len, 1 to kMaxSeqLen
-  std::optional<std::string> attn_impl;   // attn_config.attn_impl as written (costed as flash attention)
+  std::optional<std::string> attn_impl;   // attn_config.attn_impl as written (torch: ModelConfig::torch_attention)
   std::vector<std::string> ignored;       // known keys irrelevant to the cost, as labelled ("model.init_device")
   std::vector<Note> notes;
   // activation_checkpointing_target naming something other than whole blocks (null, [] or MPTBlock):

@@ -267,9 +267,10 @@ void read_hf_causal_lm(const YAML::Node& model, const std::string& origin, Train
 }
 
 // The model block, read strictly as a --models entry is (read_model_block); the model is named
-// after the file, and any attn_impl is costed as causal flash attention, which a note says. Returns
-// the refusal of an activation_checkpointing_target other than whole blocks, for the run to raise
-// if it checkpoints.
+// after the file, and a note says how its attn_impl is costed (flash and triton: causal flash
+// attention; torch: PyTorch's unfused attention, ModelConfig::torch_attention). Returns the
+// refusal of an activation_checkpointing_target other than whole blocks, for the run to raise if
+// it checkpoints.
 std::optional<std::string> read_mpt_causal_lm(const YAML::Node& model, const std::string& origin, TrainYaml& t) {
   ModelBlock b = read_model_block(model, origin, "model", '.');
   t.model = b.model;
@@ -278,7 +279,10 @@ std::optional<std::string> read_mpt_causal_lm(const YAML::Node& model, const std
   t.ignored.insert(t.ignored.end(), b.ignored.begin(), b.ignored.end());
   if (b.attn_impl)
     t.notes.push_back("model.attn_config.attn_impl: " + *b.attn_impl +
-                      " -- attention is costed as the profile's causal flash attention");
+                      (*b.attn_impl == "torch"
+                           ? " -- attention is costed as llm-foundry's PyTorch attention: the scores materialised, "
+                             "scaled, masked, softmaxed in fp32 and cast back, each its own kernel"
+                           : " -- attention is costed as the profile's causal flash attention"));
   for (const auto& n : b.notes) t.notes.push_back("model: " + n.text);
   return b.checkpointing_target_refusal;
 }

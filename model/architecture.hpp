@@ -79,6 +79,11 @@ struct ModelConfig {
   // --use-flash-attn: batched GEMM, fused causal softmax, dropout, batched GEMM), which attention
   // dropout then applies to. Used by the megatron path (ops.hpp unfused attention).
   bool unfused_attention = false;
+  // With unfused_attention: the core as llm-foundry's attn_impl: torch runs it
+  // (scaled_multihead_dot_product_attention: a batched matmul, the scale, the causal masked_fill,
+  // ALiBi's bias added when positions are ALiBi, softmax in fp32 under autocast, the cast back,
+  // a batched matmul; each a PyTorch kernel) instead of Megatron's fused causal softmax.
+  bool torch_attention = false;
   double attention_dropout = 0;  // probability, unfused attention only
 
   int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }

@@ -42,6 +42,7 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
   s.moe = m.moe;
   s.qk_norm = m.qk_norm;
   s.unfused_attention = m.unfused_attention;
+  s.torch_attention = m.unfused_attention && m.torch_attention;
   s.attention_dropout_per_mille = static_cast<int64_t>(std::lround(m.attention_dropout * 1000.0));
   return s;
 }
@@ -318,7 +319,7 @@ UnfusedSizes unfused_sizes(const BlockShape& s) {
 // runs their five gradients. The softmax keeps its fp32 output. (Tensor parallelism 8 over 16 heads
 // at micro-batch 1 leaves 2 local heads: vTrain's 32 such runs are this path.)
 bool fused_softmax_available(const BlockShape& s) {
-  if (s.precision == Precision::kFp32) return false;
+  if (s.precision == Precision::kFp32 || s.torch_attention) return false;
   const int64_t pow2 = std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(s.seq, 1)));
   const int64_t warp = std::min<int64_t>(pow2, 32);
   const int64_t per_block = (128 / warp) * (pow2 <= 128 ? 2 : 1);
@@ -329,13 +330,27 @@ bool fused_softmax_available(const BlockShape& s) {
 // Bytes read and written per score, kernels and bytes saved per score of the softmax as it runs.
 struct SoftmaxTraffic {
   double fwd_read, fwd_written, bwd_read, bwd_written, saved;
-  int64_t kernels;
+  int64_t kernels, bwd_kernels;
 };
 SoftmaxTraffic softmax_traffic(const BlockShape& s, double a) {
-  if (fused_softmax_available(s)) return {a, a, 2.0 * a, a, a, 1};
+  if (fused_softmax_available(s)) return {a, a, 2.0 * a, a, a, 1, 1};
   constexpr double f = 4.0;
-  if (a == f) return {3.0 * f, 3.0 * f, 4.0 * f, 3.0 * f, f, 3};  // fp32: no casts
-  return {a + 4.0 * f, 4.0 * f + a, a + 5.0 * f, 4.0 * f + a, f, 5};
+  if (s.torch_attention) {
+    // llm-foundry's attn_impl: torch, per score: the scale (a -> a), the causal masked_fill (a -> a),
+    // ALiBi's bias add (a -> a), autocast's cast up (a -> f), the softmax (f -> f), the cast down
+    // (f -> a) that the context matmul reads and saves; in fp32 no casts. Backward: the cast down's
+    // (a -> f), the softmax's (reads y and dy: 2f -> f), the cast up's (f -> a), the masked_fill's
+    // (a -> a), the scale's (a -> a); the bias add passes the gradient through. Saved: the softmax's
+    // fp32 output and the cast-down output (one tensor in fp32).
+    const bool alibi = s.positions == PositionKind::kAlibi;
+    const double bias = alibi ? 1.0 : 0.0;
+    const int64_t extra = alibi ? 1 : 0;
+    if (a == f) return {(3.0 + bias) * f, (3.0 + bias) * f, 4.0 * f, 3.0 * f, f, 3 + extra, 3};
+    return {(3.0 + bias) * a + 2.0 * f, (3.0 + bias) * a + 2.0 * f, 3.0 * a + 3.0 * f, 3.0 * a + 2.0 * f, f + a,
+            5 + extra, 5};
+  }
+  if (a == f) return {3.0 * f, 3.0 * f, 4.0 * f, 3.0 * f, f, 3, 3};  // fp32: no casts
+  return {a + 4.0 * f, 4.0 * f + a, a + 5.0 * f, 4.0 * f + a, f, 5, 5};
 }
 
 Op attention_gemm(const char* name, const UnfusedSizes& u, int64_t m, int64_t n, int64_t k, DType dt, double read,
@@ -384,7 +399,7 @@ void unfused_attention_backward(const BlockShape& s, OpSink& out) {
   }
   const SoftmaxTraffic sm = softmax_traffic(s, u.a);
   out.push(membound_op("attn.softmax.bwd", MemKind::kSoftmaxBackward, u.rows, u.seq, act, u.scores * sm.bwd_read,
-                       u.scores * sm.bwd_written, sm.kernels));
+                       u.scores * sm.bwd_written, sm.bwd_kernels));
   out.push(attention_gemm("attn.scores.dgrad", u, u.rows, u.dh, u.seq, dt, (u.scores + u.kv) * u.a, u.q * u.a, 0));
   out.push(attention_gemm("attn.scores.wgrad", u, u.rows, u.dh, u.seq, dt, (u.scores + u.q) * u.a, u.kv * u.a, 0,
                           true, false));

@@ -233,6 +233,7 @@ struct BlockShape {
   MoeConfig moe;       // experts: 0 for a dense feed-forward
   QkNorm qk_norm = QkNorm::kNone;  // RMSNorm of q and k before RoPE (Qwen3 per head, OLMo 2 whole)
   bool unfused_attention = false;  // the scores materialised (ModelConfig::unfused_attention)
+  bool torch_attention = false;    // ... by PyTorch's kernels, as llm-foundry's attn_impl: torch
   int64_t attention_dropout_per_mille = 0;  // unfused attention's dropout probability x 1000
   int64_t tp = 1;                  // tensor-parallel ranks the heads and FFN columns are split over
   bool sequence_parallel = false;  // the token-wise ops' rows split over the tp ranks too

@@ -5,6 +5,8 @@
 #define BOOST_TEST_MODULE foundry_yamls
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <algorithm>
 #include <map>
 #include <set>
@@ -14,6 +16,7 @@
 #include "io/error.hpp"
 #include "io/train_yaml.hpp"
 #include "model/architecture.hpp"
+#include "model/ops.hpp"
 
 using namespace tpsim;
 
@@ -60,13 +63,70 @@ BOOST_AUTO_TEST_CASE(mpt_yamls_read_with_their_exact_parameter_counts) {
     BOOST_TEST_CONTEXT(file) {
       const TrainYaml t = read(file);
       BOOST_TEST_REQUIRE(t.seq_len.has_value());
-      BOOST_TEST(t.model.is_mpt_default());
+      // attn_impl: torch (the two test YAMLs) materialises the scores: MPT's architecture, not the
+      // flash-attention runs the seed tables measured.
+      const bool torch = file == "pretrain/testing.yaml" || file == "pretrain/mpt-small-cpu.yaml";
+      BOOST_TEST(t.model.torch_attention == torch);
+      BOOST_TEST(t.model.is_mpt_default() == !torch);
       BOOST_TEST(parameter_count(t.model, *t.seq_len) == count);
       if (t.model.expansion_ratio == 4.0)
         BOOST_TEST(parameter_count(t.model, *t.seq_len) ==
                    mpt_default_count(t.model.d_model, t.model.n_layers, t.model.vocab_size, *t.seq_len));
     }
   }
+}
+
+// llm-foundry's attn_impl: torch (scaled_multihead_dot_product_attention): q.matmul(k) scaled, the
+// causal masked_fill, softmax in fp32 under autocast, the cast back, .matmul(v); each a PyTorch
+// kernel. testing.yaml (d 128, 2 heads, S 128) at micro-batch 2 in amp_bf16: 2 x 2 x 128 x 128 =
+// 65,536 scores; per score the softmax's kernels read and write 3 x 2 + 2 x 4 = 14 bytes forward,
+// read 3 x 2 + 3 x 4 = 18 and write 3 x 2 + 2 x 4 = 14 backward, and keep 4 + 2 = 6.
+BOOST_AUTO_TEST_CASE(attn_impl_torch_materialises_the_scores_as_llm_foundry_runs_them) {
+  const TrainYaml t = read("pretrain/testing.yaml");
+  BOOST_TEST_REQUIRE(t.model.unfused_attention);
+  const BlockShape s = block_shape(t.model, 2, 128, Precision::kAmpBf16);
+  const double scores = 2.0 * 2 * 128 * 128;
+  OpList fwd, bwd;
+  block_forward_ops(s, fwd);
+  block_backward_ops(s, bwd);
+  const auto find = [](const OpList& ops, const std::string& name) -> const Op* {
+    for (const Op& op : ops)
+      if (name == op.name) return &op;
+    return nullptr;
+  };
+  BOOST_TEST(find(fwd, "attn.flash.fwd") == nullptr);
+  const Op* scores_gemm = find(fwd, "attn.scores.fwd");
+  const Op* softmax = find(fwd, "attn.softmax.fwd");
+  const Op* softmax_bwd = find(bwd, "attn.softmax.bwd");
+  BOOST_TEST_REQUIRE((scores_gemm && softmax && softmax_bwd));
+  BOOST_TEST(softmax->bytes_read == 14.0 * scores);
+  BOOST_TEST(softmax->bytes_written == 14.0 * scores);
+  BOOST_TEST(softmax->saved_bytes == 6.0 * scores);
+  BOOST_TEST(softmax->kernels == 5);
+  BOOST_TEST(softmax_bwd->bytes_read == 18.0 * scores);
+  BOOST_TEST(softmax_bwd->bytes_written == 14.0 * scores);
+  // The same model with flash attention keeps none of the scores.
+  ModelConfig flash = t.model;
+  flash.unfused_attention = flash.torch_attention = false;
+  OpList flash_fwd;
+  block_forward_ops(block_shape(flash, 2, 128, Precision::kAmpBf16), flash_fwd);
+  BOOST_TEST(find(flash_fwd, "attn.flash.fwd") != nullptr);
+  // flash and triton are flash attention; any other implementation is an error naming the three.
+  const std::string yaml = "model:\n  name: mpt_causal_lm\n  d_model: 128\n  n_heads: 4\n  n_layers: 2\n"
+                           "  expansion_ratio: 4\n  max_seq_len: 128\n  vocab_size: 50368\n"
+                           "  attn_config: {attn_impl: IMPL}\n";
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("tpsim_attn_impl_" + std::to_string(::getpid()) + ".yaml");
+  const auto with = [&](const std::string& impl) {
+    std::string text = yaml;
+    text.replace(text.find("IMPL"), 4, impl);
+    std::ofstream(path) << text;
+    return read_train_yaml(path);
+  };
+  BOOST_TEST(!with("triton").model.unfused_attention);
+  BOOST_TEST(with("torch").model.torch_attention);
+  BOOST_TEST(contains(error_of([&] { with("sdpa"); }), "flash, triton and torch"));
+  std::filesystem::remove(path);
 }
 
 // testing-moe.yaml: d 128, 2 heads, 2 layers, expansion_ratio 1, ffn_type mb_dmoe with 4 experts,

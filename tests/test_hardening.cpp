@@ -492,10 +492,15 @@ BOOST_AUTO_TEST_CASE(empty_binary_truncated_and_directory_files_are_one_line_err
         expect_error(with(c, r.truncated.string()), r.truncated_names);
     }
   }
-  // The configuration's own file in a message about it, even when the value came from the YAML.
-  BOOST_TEST_CONTEXT("truncated training YAML") {
-    const Run r = run("predict --config " + config.string() + " --gpus 8");
-    BOOST_TEST(r.err.find("device_train_microbatch_size in " + config.string()) != std::string::npos, r.err);
+  // The configuration's own file in a message about it, even when the value came from the YAML: the
+  // training YAML cut after its model block, at a line's end, misses its batch sizes. (Its half
+  // above ends inside `attn_impl: flash`, and "flas" is refused by name: llm-foundry registers
+  // flash, triton and torch.)
+  BOOST_TEST_CONTEXT("training YAML without its batch sizes") {
+    const std::string text = slurp(kData + "/examples/mpt-7b-pretrain.yaml");
+    const fs::path no_batches = write("no-batches-train.yaml", text.substr(0, text.find("\ntrain_loader:") + 1));
+    const Run r = run("predict --config " + no_batches.string() + " --gpus 8");
+    BOOST_TEST(r.err.find("device_train_microbatch_size in " + no_batches.string()) != std::string::npos, r.err);
   }
 }
 
