@@ -7,6 +7,7 @@
 #include <set>
 
 #include "io/error.hpp"
+#include "model/interval.hpp"
 
 namespace tpsim {
 
@@ -94,7 +95,7 @@ std::vector<Fold> make_folds(const std::vector<FitRow>& rows, const CvSpec& spec
           const std::string& m = rows[i].model->name;
           (m == small || m == large ? f.test : f.train).push_back(i);
         }
-        folds.push_back(std::move(f));
+        if (!f.train.empty()) folds.push_back(std::move(f));  // two sizes: nothing between to fit
         break;
       }
       case CvMode::kDevice: {
@@ -127,6 +128,9 @@ std::vector<HeldOutError> cross_validate(const std::vector<FitRow>& rows, const 
     std::vector<FitRow> train;
     for (size_t i : f.train) train.push_back(rows[i]);
     const TableFitResult fit = fit_table(train, *train.front().base, options);
+    std::vector<DomainPoint> fitted;
+    for (const FitRow& r : train) fitted.push_back(domain_point(*r.model, r.cfg));
+    const FitDomain domain = domain_of(fitted);
     for (size_t i : f.test) {
       const std::vector<const ParamInfo*>& taken = spec.mode == CvMode::kDevice ? transferred : options.parameters;
       const double scale = sm_clock_scale(*train.front().device, *train.front().base, *rows[i].device, *rows[i].base);
@@ -136,6 +140,7 @@ std::vector<HeldOutError> cross_validate(const std::vector<FitRow>& rows, const 
       h.error = std::exp(log_error(rows[i], p)) - 1.0;
       h.fold = f.name;
       h.params = p;
+      h.doublings = doublings_outside(domain, domain_point(*rows[i].model, rows[i].cfg));
       out.push_back(std::move(h));
     }
     if (progress) progress(++done, static_cast<int>(folds.size()));

@@ -31,6 +31,9 @@ struct HeldOutError {
   double error = 0;        // predicted / measured - 1
   std::string fold;        // what was held out, e.g. "model 13b", "fold 2 of 5", "device h100_80gb"
   CostParams params;       // the parameters that predicted it
+  // How far the row lies outside the span of the rows its fold fitted (model/interval.hpp): what
+  // a profile's interval widens by.
+  double doublings = 0;
 };
 
 // `progress(done, total)` is called after each fold. Rows that no fold can predict (a device

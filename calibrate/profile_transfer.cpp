@@ -137,10 +137,14 @@ DeviceProfile transfer_profile(const TransferInput& in) {
   const std::optional<PredictionInterval> sib = prediction_interval(*in.sibling_profile);
   if (!sib) throw Error("transfer from " + from.id + ": its profile has no prediction interval to widen");
   const char* tiers[] = {"same vendor and architecture", "same vendor, another architecture", "another vendor"};
-  set_prediction_interval(out, {sib->p10 - widen, sib->p90 + widen, sib->rows,
-                                from.id + "'s held-out interval widened by " + fmt(widen) + " on each side (" +
-                                    tiers[in.choice.tier] + ", datasheet distance " + fmt(in.choice.distance) +
-                                    "): not measured on " + to.id});
+  PredictionInterval interval = *sib;  // the sibling's domain and widening beyond it carry over
+  interval.p10 = sib->p10 - widen;
+  interval.p90 = sib->p90 + widen;
+  interval.method = from.id + "'s held-out interval widened by " + fmt(widen) + " on each side (" +
+                    tiers[in.choice.tier] + ", datasheet distance " + fmt(in.choice.distance) + "): not measured on " +
+                    to.id;
+  if (interval.domain) interval.widening_method = from.id + "'s: " + sib->widening_method;
+  set_prediction_interval(out, interval);
   out.extra["transfer"] = {{"from", from.id},
                            {"tier", in.choice.tier},
                            {"tier_meaning", tiers[in.choice.tier]},

@@ -1,8 +1,10 @@
 #include "calibrate/table_calibration.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include "io/error.hpp"
+#include "model/interval.hpp"
 
 namespace tpsim {
 namespace {
@@ -46,8 +48,36 @@ TableCalibration calibrate_table(const TableCalibrationOptions& o, const std::ve
   if (c.cv.mode == CvMode::kModel && models.size() < 2) c.cv = parse_cv("kfold:5");
   TableFitOptions cv_options = o.fit;
   cv_options.covariance = false;
-  for (const auto& h : cross_validate(fits, c.cv, cv_options, o.progress)) c.held_out_errors.push_back(h.error);
+  std::vector<HeldOutError> held = cross_validate(fits, c.cv, cv_options, o.progress);
+  for (const HeldOutError& h : held) c.held_out_errors.push_back(h.error);
   if (c.held_out_errors.empty()) throw Error("--transfer: held-out errors need rows of at least two devices");
+  c.interval = held_out_interval(c.held_out_errors);
+
+  std::vector<DomainPoint> points;
+  for (const FitRow& f : fits) points.push_back(domain_point(*f.model, f.cfg));
+  c.domain = domain_of(points);
+  if (!o.transfer) {
+    const bool own = o.widening_rows.empty();
+    const std::vector<FitRow>& rows_w = own ? fits : o.widening_rows;
+    std::vector<HeldOutError> all = own ? held : cross_validate(rows_w, c.cv, cv_options, o.progress);
+    // Each device's held-out interval, which its rows beyond their fold's rows widen.
+    std::map<std::string, std::vector<double>> errors_of;
+    for (const HeldOutError& h : all) errors_of[rows_w[h.row].device->id].push_back(h.error);
+    std::map<std::string, RelativeInterval> interval_of;
+    for (const auto& [device, e] : errors_of) interval_of[device] = held_out_interval(e);
+    // Devices with fewer than three model sizes have no extremes fold.
+    if (c.cv.mode != CvMode::kExtremes)
+      for (HeldOutError& h : cross_validate(rows_w, parse_cv("extremes"), cv_options, o.progress)) all.push_back(h);
+    std::vector<double> needed, doublings;
+    for (HeldOutError& h : all) {
+      const std::string& device = rows_w[h.row].device->id;
+      if (!(h.doublings > 0) || !interval_of.count(device)) continue;
+      needed.push_back(widening_needed(h.error, h.doublings, interval_of[device]));
+      doublings.push_back(h.doublings);
+      c.beyond.push_back(std::move(h));
+    }
+    c.widening_per_doubling = widening_for_coverage(needed, doublings, kIntervalCoverage);
+  }
 
   c.profile = base;
   c.profile.device = o.device;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "calibrate/table_fit.hpp"
 #include "io/measured_table.hpp"
 #include "io/profile_io.hpp"
+#include "model/interval.hpp"
 
 namespace tpsim {
 
@@ -29,6 +31,11 @@ struct TableCalibrationOptions {
   // Held-out scheme for the interval. Ignored under transfer (device); model with fewer than two
   // model sizes among the rows becomes kfold:5.
   CvSpec interval_cv;
+  // Rows whose held-out errors set how fast the interval widens beyond the fitted rows, instead of
+  // the fitted rows' own (other devices' tables: how the fit extrapolates, measured where this
+  // table cannot show it). Each device's rows are held out within that device, each row's need
+  // measured against its own device's held-out interval. Empty: the fitted rows.
+  std::vector<FitRow> widening_rows;
   std::vector<std::string> tables;  // the tables' files, for the provenance
   std::function<void(int, int)> progress;  // (done, total) after each held-out fit
 
@@ -42,6 +49,15 @@ struct TableCalibration {
   std::vector<std::string> fitted_devices;  // the rows' devices, in order of first appearance
   CvSpec cv;                                // the held-out scheme run
   std::vector<double> held_out_errors;      // predicted / measured - 1 of each held-out row
+  RelativeInterval interval;                // their 10th and 90th percentiles
+  // The rows' span, and how fast the interval widens beyond it, from the held-out rows (of the
+  // fitted rows, or of options.widening_rows) that lie beyond their fold's fitted rows: those of
+  // `cv` and each device's smallest and largest model held out (--cv extremes) and predicted from
+  // the sizes between. The widening covers 80% of them at every distance (model/interval.hpp,
+  // widening_for_coverage). None under transfer.
+  FitDomain domain;
+  std::vector<HeldOutError> beyond;  // the held-out rows beyond their fold's rows, both schemes
+  std::optional<double> widening_per_doubling;
   DeviceProfile profile;  // the base with the taken values, marked "table-fit"; extra as the base's
 };
 

@@ -32,6 +32,7 @@ struct CalibrateTableFlags {
   std::string out;
   std::string parameters;  // comma-separated; empty: the default set
   std::string interval_cv = "model";
+  std::vector<std::string> widening_tables;  // whose held-out rows set the interval's widening
   std::string framework = "composer";  // of rows whose table has no Framework column
   bool transfer = false;  // fit the other devices' rows; carry the system-level parameters to --device
   NetworkFlags network;
@@ -98,7 +99,15 @@ void print_report(const TableCalibration& c, const CalibrateTableFlags& f, const
   const ErrorSummary fitted = summarize_errors(errs);
   std::cerr << "  fitted rows: MAPE " << 100 * fitted.mape << "%, " << outliers << " outliers; held-out ("
             << to_string(c.cv) << "): MAPE " << 100 * held_out.mape << "%, interval [" << 100 * held_out.p10 << "%, "
-            << 100 * held_out.p90 << "%]\n  wrote " << f.out << "\n";
+            << 100 * held_out.p90 << "%]\n";
+  if (c.widening_per_doubling) {
+    double most = 0;
+    for (const HeldOutError& h : c.beyond) most = std::max(most, h.doublings);
+    std::cerr << "  beyond the fitted rows (" << c.beyond.size() << " held-out rows, up to " << most
+              << " doublings outside): the interval widens by " << *c.widening_per_doubling
+              << " of log(1 + error) per doubling\n";
+  }
+  std::cerr << "  wrote " << f.out << "\n";
 }
 
 void run_calibrate_table(const CalibrateTableFlags& f, const std::string& command_line) {
@@ -123,17 +132,34 @@ void run_calibrate_table(const CalibrateTableFlags& f, const std::string& comman
   const std::vector<FitRow> fits = fit_rows(ctx, rows);
   std::vector<MeasuredRow> measured;
   for (const auto& r : rows) measured.push_back(r.row);
-  Progress progress("held-out fits for the interval (--cv " + (f.transfer ? "device" : to_string(o.interval_cv)) + ")", 0);
+  Progress progress("held-out fits for the interval (--cv " + (f.transfer ? "device" : to_string(o.interval_cv) + ", then extremes") + ")", 0);
   o.progress = [&](int done, int total) { progress.update(done, total); };
+  std::vector<ResolvedRow> widening_rows;
+  if (!f.widening_tables.empty()) {
+    if (f.transfer) throw Error("--widening-table: a transferred profile keeps its sibling's widening");
+    std::vector<std::string> warnings;
+    widening_rows = load_rows(ctx, f.widening_tables, warnings, {.framework = framework_flag(f.framework)});
+    for (const auto& w : warnings) std::cerr << "tpsim: warning: " << w << "\n";
+    o.widening_rows = fit_rows(ctx, widening_rows);
+  }
   TableCalibration c = calibrate_table(o, fits, measured, base);
   progress.finish();
 
   c.profile.extra["fit"] = table_calibration_json(c, o, measured, base.origin, command_line);
   const ErrorSummary s = summarize_errors(c.held_out_errors);
-  set_prediction_interval(c.profile, {s.p10, s.p90, s.rows,
-                                      "held-out errors of tpsim validate --cv " + to_string(c.cv) + " on " +
-                                          join(f.tables, ", ") +
-                                          (f.transfer ? " (a device predicted from the others' fit)" : "")});
+  PredictionInterval interval{s.p10, s.p90, s.rows,
+                              "held-out errors of tpsim validate --cv " + to_string(c.cv) + " on " + join(f.tables, ", ") +
+                                  (f.transfer ? " (a device predicted from the others' fit)" : "")};
+  if (c.widening_per_doubling) {
+    interval.domain = c.domain;
+    interval.widening_per_doubling = *c.widening_per_doubling;
+    interval.widening_method = "what covers 80% at every distance (0-1, 1-2, over 2 doublings) of the " +
+                               std::to_string(c.beyond.size()) + " held-out rows beyond their fold's rows of tpsim " +
+                               "validate --cv " + to_string(c.cv) + " and --cv extremes on " +
+                               join(f.widening_tables.empty() ? f.tables : f.widening_tables, ", ") +
+                               ", each against its device's own held-out interval";
+  }
+  set_prediction_interval(c.profile, interval);
   set_profile_network(c.profile, ctx.device(f.device));
   save_profile(f.out, c.profile);
   print_report(c, f, rows, s);
@@ -157,6 +183,10 @@ void register_calibrate_table(CLI::App& calibrate) {
   table->add_option("--out", o->out, "profile to write (atomically)")->required();
   table->add_option("--parameters", o->parameters, "comma-separated parameters to fit (default: the table-level set)");
   table->add_option("--interval-cv", o->interval_cv, "held-out scheme for the prediction interval")->default_val("model");
+  table->add_option("--widening-table", o->widening_tables,
+                    "measured table (repeatable) whose held-out rows, instead of the fitted rows, measure how fast "
+                    "the interval widens beyond the fitted rows (other devices' tables: extrapolation the fitted "
+                    "table cannot show)");
   table->add_flag("--transfer", o->transfer,
                   "--device has no rows: fit the other devices' rows and carry the system-level parameters over "
                   "(the interval then comes from predicting each measured device from the others)");
@@ -168,6 +198,7 @@ void register_calibrate_table(CLI::App& calibrate) {
     cmdline += " --device " + o->device + (o->transfer ? " --transfer" : "");
     if (o->framework != "composer") cmdline += " --framework " + o->framework;
     if (!o->base.empty()) cmdline += " --base " + o->base;
+    for (const auto& t : o->widening_tables) cmdline += " --widening-table " + t;
     cmdline += " --out " + o->out;
     run_calibrate_table(*o, cmdline);
   });

@@ -68,8 +68,11 @@ class Context {
   void print_warnings() const;  // to stderr, once
   // The cluster network every device of the run is on (--gpus-per-node, --inter-node-gbps): applied
   // to the devices loaded and to those loaded later. A profile fitted on another network is noted
-  // once, on stderr, when it is first used.
+  // once, on stderr, when the command ends without an error (an error is its one line alone).
   void set_network(const ClusterNetwork& network);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
 
  private:
   ModelCatalog catalog_;
@@ -84,6 +87,7 @@ class Context {
   std::optional<std::string> output_;
   ClusterNetwork network_;
   std::set<std::string> network_noted_;
+  std::vector<std::string> network_notes_;  // printed by the destructor unless an error unwinds
 };
 
 }  // namespace tpsim

@@ -140,10 +140,8 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, const RunSettings& ru
   r.query.space.parallel = parallel.axes;
   r.layout_columns = parallel.framework_given;
   for (const auto& d : r.device_ids) {
-    const std::optional<PredictionInterval> i = interval_for(*run.model, ctx.profile(d), parallel.framework);
-    std::optional<RelativeInterval> interval;
-    if (i) interval = RelativeInterval{i->p10, i->p90};
-    r.query.devices.push_back({&ctx.device(d), &ctx.profile(d).params, interval});
+    r.query.devices.push_back(
+        {&ctx.device(d), &ctx.profile(d).params, interval_model_for(*run.model, ctx.profile(d), parallel.framework)});
   }
   return r;
 }
@@ -239,7 +237,7 @@ std::vector<std::string> ranked_columns(const PlanRequest& r) {
 }
 
 // Time to train, GPU-hours and cost, each with its interval.
-void add_time_and_cost(const PlanRequest& r, const PlannedConfig& c, const std::optional<PredictionInterval>& interval,
+void add_time_and_cost(const PlanRequest& r, const PlannedConfig& c, const std::optional<RelativeInterval>& interval,
                        std::vector<Cell>& row) {
   const double t = c.prediction.tokens_per_s;
   const double lo = interval ? interval_low(t, *interval) : t, hi = interval ? interval_high(t, *interval) : t;
@@ -255,7 +253,7 @@ void add_time_and_cost(const PlanRequest& r, const PlannedConfig& c, const std::
   row.push_back(interval ? Cell::num(gpu_hours * r.price * t / lo, 0) : Cell::empty());
 }
 
-std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c, const std::optional<PredictionInterval>& interval,
+std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c, const std::optional<RelativeInterval>& interval,
                              int rank) {
   const Prediction& p = c.prediction;
   const double t = p.tokens_per_s;
@@ -375,8 +373,7 @@ OutputTable per_gpu_count_table(const PlanRequest& r, const PlanResult& plan, Co
       continue;
     }
     const PlannedConfig& c = p.pick->chosen;
-    const std::optional<PredictionInterval> interval =
-        interval_for(*r.query.model, ctx.profile(c.device->id), c.cfg.parallel.framework);
+    const std::optional<RelativeInterval> interval = interval_for(*r.query.model, ctx.profile(c.device->id), c.cfg);
     const double tps = c.prediction.tokens_per_s;
     row.resize(2);
     for (Cell cell : {Cell::integer_value(c.cfg.micro_batch), Cell::integer_value(c.cfg.grad_accum()),
@@ -433,7 +430,7 @@ OutputTable ranked_table(const PlanRequest& r, const PlanResult& plan, Context& 
   bars.series = {"GEMM", "attention", "other compute", "exposed communication", "optimizer", "overhead"};
   for (size_t i = 0; i < plan.ranked.size() && static_cast<int>(i) < top; ++i) {
     const PlannedConfig& c = plan.ranked[i];
-    ranked.add_row(ranked_row(r, c, interval_for(*r.query.model, ctx.profile(c.device->id), c.cfg.parallel.framework),
+    ranked.add_row(ranked_row(r, c, interval_for(*r.query.model, ctx.profile(c.device->id), c.cfg),
                               static_cast<int>(i) + 1));
     add_bar(bars, c, static_cast<int>(i) + 1);
   }

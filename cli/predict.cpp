@@ -143,7 +143,7 @@ void run_predict(const PredictOptions& o) {
   OutputTable t;
   t.title = "prediction";
   t.columns = prediction_columns(parallel.framework_given);
-  std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile, cfg.parallel.framework));
+  std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile, cfg));
   if (parallel.framework_given) add_layout_cells(cfg, p, row);
   t.add_row(std::move(row));
   std::cerr << no_interval_note(model, cfg.parallel.framework);

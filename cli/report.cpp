@@ -105,10 +105,19 @@ std::string layout_phrase(const Parallelism& p) {
   return out;
 }
 
-std::optional<PredictionInterval> interval_for(const ModelConfig& model, const DeviceProfile& profile,
-                                               Framework framework) {
+std::optional<IntervalModel> interval_model_for(const ModelConfig& model, const DeviceProfile& profile,
+                                                Framework framework) {
   if (!model.is_mpt_default() || framework != Framework::kComposer) return std::nullopt;
-  return prediction_interval(profile);
+  const std::optional<PredictionInterval> i = prediction_interval(profile);
+  if (!i) return std::nullopt;
+  return interval_model(*i);
+}
+
+std::optional<RelativeInterval> interval_for(const ModelConfig& model, const DeviceProfile& profile,
+                                             const TrainConfig& cfg) {
+  const std::optional<IntervalModel> m = interval_model_for(model, profile, cfg.parallel.framework);
+  if (!m) return std::nullopt;
+  return interval_at(*m, domain_point(model, cfg));
 }
 
 std::string no_interval_note(const ModelConfig& model, Framework framework) {
@@ -124,11 +133,11 @@ std::string no_interval_note(const ModelConfig& model, Framework framework) {
          "README \"Accuracy\" says how far published runs of other architectures are from tpsim\n";
 }
 
-double interval_low(double predicted, const PredictionInterval& i) { return predicted / (1.0 + i.p90); }
-double interval_high(double predicted, const PredictionInterval& i) { return predicted / (1.0 + i.p10); }
+double interval_low(double predicted, const RelativeInterval& i) { return predicted / (1.0 + i.p90); }
+double interval_high(double predicted, const RelativeInterval& i) { return predicted / (1.0 + i.p10); }
 
 std::vector<Cell> prediction_row(const std::string& model, const std::string& device, const TrainConfig& cfg,
-                                 const Prediction& p, const std::optional<PredictionInterval>& interval) {
+                                 const Prediction& p, const std::optional<RelativeInterval>& interval) {
   const bool ok = p.fits();
   const auto when_fits = [&](Cell c) { return ok ? c : Cell::empty(); };
   std::vector<Cell> row = {

@@ -45,19 +45,24 @@ std::string layout_phrase(const Parallelism& p);
 
 // A configuration that does not fit gets its memory columns and empty throughput columns.
 std::vector<Cell> prediction_row(const std::string& model, const std::string& device, const TrainConfig& cfg,
-                                 const Prediction& p, const std::optional<PredictionInterval>& interval);
+                                 const Prediction& p, const std::optional<RelativeInterval>& interval);
 
-// The profile's interval for `model`: its held-out errors were measured on MPT models (the measured
-// tables), so a model of another architecture gets none (empty Low and High) rather than a borrowed
-// one; README "Accuracy" quotes how far published runs of those architectures are from tpsim.
-// Nor does a run of another framework than Composer's, whose errors the profiles have not measured.
-std::optional<PredictionInterval> interval_for(const ModelConfig& model, const DeviceProfile& profile,
-                                               Framework framework);
+// The profile's interval for `model` trained under `cfg`: its held-out errors, widened by how far
+// the configuration lies beyond the rows the profile was fitted to (model/interval.hpp). Those errors
+// were measured on MPT models (the measured tables), so a model of another architecture gets none
+// (empty Low and High) rather than a borrowed one; README "Accuracy" quotes how far published runs
+// of those architectures are from tpsim. Nor does a run of another framework than Composer's, whose
+// errors the profiles have not measured.
+std::optional<RelativeInterval> interval_for(const ModelConfig& model, const DeviceProfile& profile,
+                                             const TrainConfig& cfg);
+// The profile's interval model for `model` under `framework` (none as for interval_for).
+std::optional<IntervalModel> interval_model_for(const ModelConfig& model, const DeviceProfile& profile,
+                                                Framework framework);
 // The one-line note saying so, printed once per such model ("" for an MPT model under Composer).
 std::string no_interval_note(const ModelConfig& model, Framework framework);
 
 // The measured value expected for a prediction: [predicted / (1 + p90), predicted / (1 + p10)].
-double interval_low(double predicted, const PredictionInterval& i);
-double interval_high(double predicted, const PredictionInterval& i);
+double interval_low(double predicted, const RelativeInterval& i);
+double interval_high(double predicted, const RelativeInterval& i);
 
 }  // namespace tpsim

@@ -204,13 +204,14 @@ void transformer_model(const ScaleFlags& f, Context& ctx, const DeviceSpec& clus
                 general(p.memory.peak_bytes / kGiB, 4) + " GiB of " + general(p.capacity_bytes / kGiB, 4) +
                 " GiB under plain DDP); give --throughput-1gpu");
   run.throughput_1gpu = p.seq_per_s;
-  const auto interval = interval_for(model, profile, Framework::kComposer);
+  const auto interval = interval_for(model, profile, cfg);
+  const auto recorded = prediction_interval(profile);
   notes.push_back("the one-GPU throughput, " + general(p.seq_per_s, 4) + " samples/s, is tpsim's own prediction (" +
                   "tpsim predict --model " + f.model + " --device " + cluster.id + " --gpus 1 --seq " +
                   std::to_string(cfg.seq_len) + " --micro-batch " + std::to_string(cfg.micro_batch) + " --precision " +
-                  std::string(to_string(cfg.precision)) + ": Composer, plain DDP, one GPU); its interval is the profile's: " +
+                  std::string(to_string(cfg.precision)) + ": Composer, plain DDP, one GPU); its interval, the profile's widened beyond its fitted rows: " +
                   (interval ? general(interval_low(p.seq_per_s, *interval), 4) + ".." +
-                                  general(interval_high(p.seq_per_s, *interval), 4) + " samples/s (" + interval->method + ")"
+                                  general(interval_high(p.seq_per_s, *interval), 4) + " samples/s (" + (recorded ? recorded->method : std::string()) + ")"
                             : std::string("none for this model (no measured table of its architecture)")));
 }
 

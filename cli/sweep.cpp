@@ -103,7 +103,7 @@ class Sweep {
   void device(const std::string& device_id);
   void point(const std::string& device_id, const std::string& name, int64_t seq, int64_t n, size_t heat_row, size_t column);
   void add_row(const std::string& name, const std::string& device_id, const TrainConfig& cfg, const Prediction& p,
-               const std::optional<PredictionInterval>& interval);
+               const std::optional<RelativeInterval>& interval);
 
   const SweepOptions& o_;
   const SweepRequest& r_;
@@ -166,13 +166,12 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
   const SearchResult r = search(model, device, profile.params, cfg, r_.space, SearchGoal::kFastest);
   evaluated_ += r.evaluated;
   if (!r.found && !r.has_leanest) return;  // every layout invalid
-  const auto interval = interval_for(model, profile, r_.space.framework);
   if (!r.found) {
-    add_row(name, device_id, r.leanest, r.leanest_prediction, interval);
+    add_row(name, device_id, r.leanest, r.leanest_prediction, interval_for(model, profile, r.leanest));
     heat_.notes[heat_row][column] = "does not fit";
     return;
   }
-  add_row(name, device_id, r.best, r.best_prediction, interval);
+  add_row(name, device_id, r.best, r.best_prediction, interval_for(model, profile, r.best));
   heat_.values[heat_row][column] = 100.0 * r.best_prediction.mfu;
   // The layout: FSDP's sharding strategy, or the model-parallel degrees.
   const std::string layout = r.best.parallel.framework == Framework::kComposer ? std::string(to_string(r.best.sharding))
@@ -185,7 +184,7 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
 }
 
 void Sweep::add_row(const std::string& name, const std::string& device_id, const TrainConfig& cfg,
-                    const Prediction& p, const std::optional<PredictionInterval>& interval) {
+                    const Prediction& p, const std::optional<RelativeInterval>& interval) {
   std::vector<Cell> row = prediction_row(name, device_id, cfg, p, interval);
   if (r_.layout_columns) add_layout_cells(cfg, p, row);
   table_.add_row(std::move(row));

@@ -19,6 +19,7 @@
 #include "cli/report.hpp"
 #include "cli/run_settings.hpp"
 #include "cli/validation.hpp"
+#include "model/interval.hpp"
 #include "model/units.hpp"
 
 namespace tpsim {
@@ -84,34 +85,86 @@ std::vector<RowResult> held_out_results(Context& ctx, const std::vector<Resolved
   for (const auto& h : held) {
     RowResult r = predict_row(rows[h.row], h.params);
     r.held_out = h.fold;
+    r.doublings = h.doublings;
     results.push_back(std::move(r));
   }
   if (results.empty()) throw Error("--cv " + to_string(spec) + ": no row can be held out (each device needs two model sizes for 'model', two devices for 'device')");
   return results;
 }
 
-std::map<std::string, PredictionInterval> intervals_by_device(Context& ctx, const std::vector<RowResult>& results,
-                                                              bool held_out) {
-  std::map<std::string, PredictionInterval> out;
+// Each device's interval: under --cv the held-out errors of this run (the same everywhere), else
+// the profile's, widened at each row beyond the rows the profile was fitted to.
+std::map<std::string, IntervalModel> intervals_by_device(Context& ctx, const std::vector<RowResult>& results,
+                                                         bool held_out) {
+  std::map<std::string, IntervalModel> out;
   if (held_out) {
     std::map<std::string, std::vector<double>> errors;
     for (const auto& r : results) errors[r.row->row.gpu].push_back(r.error);
-    for (const auto& [gpu, e] : errors) {
-      const ErrorSummary s = summarize_errors(e);
-      out[gpu] = {s.p10, s.p90, s.rows, "held-out errors of this run"};
-    }
+    for (const auto& [gpu, e] : errors) out[gpu] = {held_out_interval(e), std::nullopt, 0};
   } else {
     // The profile's interval is of Composer runs: a table of other frameworks' rows gets none.
     for (const auto& r : results)
       if (r.row->cfg.parallel.framework == Framework::kComposer)
-        if (auto i = prediction_interval(ctx.profile(r.row->row.gpu))) out[r.row->row.gpu] = *i;
+        if (auto i = prediction_interval(ctx.profile(r.row->row.gpu))) out[r.row->row.gpu] = interval_model(*i);
   }
   return out;
 }
 
+// Under --cv: how often each device's profile interval, widened by how far each held-out row lies
+// beyond the rows its fold fitted, holds the row's held-out error (the interval's aim: 80%).
+std::optional<OutputTable> coverage_table(Context& ctx, const std::vector<RowResult>& results) {
+  struct Count {
+    IntervalModel interval;
+    int rows = 0, covered = 0, beyond = 0, covered_beyond = 0;
+  };
+  std::map<std::string, Count> by_device;
+  for (const auto& r : results) {
+    if (r.row->cfg.parallel.framework != Framework::kComposer || !r.row->model->is_mpt_default()) continue;
+    const std::string& gpu = r.row->row.gpu;
+    auto it = by_device.find(gpu);
+    if (it == by_device.end()) {
+      const std::optional<PredictionInterval> i = prediction_interval(ctx.profile(gpu));
+      if (!i) continue;
+      it = by_device.emplace(gpu, Count{interval_model(*i)}).first;
+    }
+    Count& c = it->second;
+    const RelativeInterval i = widened(c.interval.held_out, c.interval.domain ? c.interval.widening_per_doubling : 0,
+                                       r.doublings);
+    const bool in = r.error >= i.p10 && r.error <= i.p90;
+    ++c.rows;
+    c.covered += in;
+    if (r.doublings > 0) {
+      ++c.beyond;
+      c.covered_beyond += in;
+    }
+  }
+  if (by_device.empty()) return std::nullopt;
+  OutputTable t;
+  t.title = "interval coverage";
+  t.columns = {"GPU", "Rows", "In Interval", "Coverage (%)", "Rows Beyond Fitted", "In Interval Beyond",
+               "Profile P10 (%)", "Profile P90 (%)", "Widening per Doubling"};
+  Count all;
+  for (const auto& [gpu, c] : by_device) {
+    const auto pct = [](int a, int b) { return b > 0 ? Cell::num(100.0 * a / b, 1) : Cell::empty(); };
+    t.add_row({Cell::str(gpu), Cell::integer_value(c.rows), Cell::integer_value(c.covered), pct(c.covered, c.rows),
+               Cell::integer_value(c.beyond), Cell::integer_value(c.covered_beyond),
+               Cell::num(100 * c.interval.held_out.p10, 2), Cell::num(100 * c.interval.held_out.p90, 2),
+               c.interval.domain ? Cell::num(c.interval.widening_per_doubling, 4) : Cell::empty()});
+    all.rows += c.rows;
+    all.covered += c.covered;
+    all.beyond += c.beyond;
+    all.covered_beyond += c.covered_beyond;
+  }
+  if (by_device.size() > 1)
+    t.add_row({Cell::str("all"), Cell::integer_value(all.rows), Cell::integer_value(all.covered),
+               Cell::num(100.0 * all.covered / all.rows, 1), Cell::integer_value(all.beyond),
+               Cell::integer_value(all.covered_beyond), Cell::empty(), Cell::empty(), Cell::empty()});
+  return t;
+}
+
 // Predicted against measured throughput on log axes, coloured by device, with y = x and the band
 // of the widest interval among the devices shown.
-std::string validation_plot(const std::vector<RowResult>& results, const std::map<std::string, PredictionInterval>& intervals,
+std::string validation_plot(const std::vector<RowResult>& results, const std::map<std::string, IntervalModel>& intervals,
                             bool held_out) {
   Scatter sc;
   sc.title = held_out ? "Held-out predictions against measured throughput" : "Predicted against measured throughput";
@@ -125,20 +178,21 @@ std::string validation_plot(const std::vector<RowResult>& results, const std::ma
     sc.points.push_back({m.tokens_per_s, r.prediction.tokens_per_s, m.gpu, note});
   }
   for (const auto& [gpu, i] : intervals) {
-    sc.band_low = std::min(sc.band_low, i.p10);
-    sc.band_high = std::max(sc.band_high, i.p90);
+    sc.band_low = std::min(sc.band_low, i.held_out.p10);
+    sc.band_high = std::max(sc.band_high, i.held_out.p90);
   }
   if (!intervals.empty()) sc.band_label = "10-90% held-out error";
   return scatter_loglog_svg(sc);
 }
 
 // Each row's interval, from its device's held-out errors: [low, high], empty without one.
-using Intervals = std::map<std::string, PredictionInterval>;
+using Intervals = std::map<std::string, IntervalModel>;
 std::pair<Cell, Cell> low_high(const Intervals& intervals, const RowResult& r) {
   const auto it = intervals.find(r.row->row.gpu);
   if (it == intervals.end()) return {Cell::empty(), Cell::empty()};
   const double p = r.prediction.tokens_per_s;
-  return {Cell::num(interval_low(p, it->second), 0), Cell::num(interval_high(p, it->second), 0)};
+  const RelativeInterval i = interval_at(it->second, domain_point(*r.row->model, r.row->cfg));
+  return {Cell::num(interval_low(p, i), 0), Cell::num(interval_high(p, i), 0)};
 }
 
 // llm-foundry's form: every row composer on data parallelism alone, with throughput measured and a
@@ -162,7 +216,8 @@ OutputTable input_columns_table(const std::vector<ResolvedRow>& rows, const std:
   const size_t n_in = t.columns.size();
   const bool step_time = !foundry_form(rows);
   for (const char* c : {"Predicted Throughput (T/s)", "Predicted MFU", "Predicted HFU", "Predicted Memory (GiB)",
-                        "Error (%)", "Predicted Throughput Low (T/s)", "Predicted Throughput High (T/s)", "Held Out"})
+                        "Error (%)", "Predicted Throughput Low (T/s)", "Predicted Throughput High (T/s)", "Held Out",
+                        "Doublings Beyond Fitted"})
     t.columns.emplace_back(c);
   if (step_time) t.columns.emplace_back("Predicted Step Time (s)");
   for (const auto& r : results) {
@@ -178,6 +233,7 @@ OutputTable input_columns_table(const std::vector<ResolvedRow>& rows, const std:
     row.push_back(low);
     row.push_back(high);
     row.push_back(r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out));
+    row.push_back(r.held_out.empty() ? Cell::empty() : Cell::num(r.doublings, 2));
     if (step_time) row.push_back(Cell::num(p.step_s, 4));
     t.add_row(std::move(row));
   }
@@ -191,7 +247,8 @@ OutputTable rows_table(const std::vector<RowResult>& results, const Intervals& i
   t.columns = {"Source", "Model", "SeqLen (T)", "# GPUs", "GPU", "MicroBatchSize", "GradAccum", "GlobalBatchSize",
                "Precision", "MP Mode", "Sharding Strategy", "Activation Checkpointing", "Throughput (T/s)",
                "Predicted Throughput (T/s)", "Error (%)", "Predicted Low (T/s)", "Predicted High (T/s)", "MFU",
-               "Predicted MFU", "HFU", "Predicted HFU", "Predicted Memory (GiB)", "Fits", "Held Out"};
+               "Predicted MFU", "HFU", "Predicted HFU", "Predicted Memory (GiB)", "Fits", "Held Out",
+               "Doublings Beyond Fitted"};
   for (const auto& r : results) {
     const MeasuredRow& m = r.row->row;
     const Prediction& p = r.prediction;
@@ -204,7 +261,8 @@ OutputTable rows_table(const std::vector<RowResult>& results, const Intervals& i
                checkpointing_cell(m.checkpointing), Cell::num(m.tokens_per_s, 0), Cell::num(p.tokens_per_s, 0),
                Cell::num(100 * r.error, 2), low, high, measured(m.mfu_percent), Cell::num(100 * p.mfu, 2),
                measured(m.hfu_percent), Cell::num(100 * p.hfu, 2), Cell::num(p.memory.peak_bytes / kGiB, 1),
-               Cell::str(p.fits() ? "yes" : "no"), r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out)});
+               Cell::str(p.fits() ? "yes" : "no"), r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out),
+               r.held_out.empty() ? Cell::empty() : Cell::num(r.doublings, 2)});
   }
   return t;
 }
@@ -234,16 +292,19 @@ void run_validate(const ValidateOptions& o) {
   }
   const Intervals intervals = intervals_by_device(ctx, results, !o.cv.empty());
   if (!o.plot.empty()) write_file_atomic(o.plot, validation_plot(results, intervals, !o.cv.empty()));
-  const OutputTable summary = summary_table(results);
+  std::vector<OutputTable> summaries = {summary_table(results)};
+  if (!o.cv.empty())
+    if (std::optional<OutputTable> coverage = coverage_table(ctx, results)) summaries.push_back(std::move(*coverage));
   if (ctx.format() == Format::kCsv) {
     emit(ctx.render({input_columns_table(rows, results, intervals, "validate")}, Format::kCsv), ctx.output());
-    std::cerr << render({summary}, Format::kMarkdown);
+    std::cerr << render(summaries, Format::kMarkdown);
     return;
   }
   // llm-foundry's tables in tpsim's columns, as always; the other forms in their own columns.
-  const OutputTable per_row =
-      foundry_form(rows) ? rows_table(results, intervals) : input_columns_table(rows, results, intervals, "rows");
-  emit(ctx.render({per_row, summary}), ctx.output());
+  std::vector<OutputTable> tables = {foundry_form(rows) ? rows_table(results, intervals)
+                                                        : input_columns_table(rows, results, intervals, "rows")};
+  tables.insert(tables.end(), summaries.begin(), summaries.end());
+  emit(ctx.render(tables), ctx.output());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "io/error.hpp"
+#include "model/interval.hpp"
 
 namespace tpsim {
 
@@ -112,16 +113,6 @@ RowResult predict_row(const ResolvedRow& r, const CostParams& params) {
   return out;
 }
 
-namespace {
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t i = static_cast<size_t>(std::floor(pos));
-  const size_t j = std::min(i + 1, v.size() - 1);
-  return v[i] + (v[j] - v[i]) * (pos - static_cast<double>(i));
-}
-}  // namespace
 
 ErrorSummary summarize_errors(const std::vector<double>& errors) {
   ErrorSummary s;
@@ -135,10 +126,10 @@ ErrorSummary summarize_errors(const std::vector<double>& errors) {
   double sum = 0;
   for (double a : abs) sum += a;
   s.mape = sum / static_cast<double>(abs.size());
-  s.median_abs = percentile(abs, 0.5);
+  s.median_abs = quantile(abs, 0.5);
   s.max_abs = *std::max_element(abs.begin(), abs.end());
-  s.p10 = percentile(errors, 0.1);
-  s.p90 = percentile(errors, 0.9);
+  s.p10 = quantile(errors, 0.1);
+  s.p90 = quantile(errors, 0.9);
   return s;
 }
 

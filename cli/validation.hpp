@@ -35,6 +35,7 @@ struct RowResult {
   // time, else (predicted - measured) / measured of throughput.
   double error = 0;
   std::string held_out;  // cross-validation: the fold that held this row out
+  double doublings = 0;  // cross-validation: how far the row lies beyond its fold's fitted rows
 };
 
 RowResult predict_row(const ResolvedRow& r, const CostParams& params);

@@ -146,7 +146,38 @@ std::optional<PredictionInterval> prediction_interval(const DeviceProfile& profi
     throw Error(where + ": \"prediction_interval\" must have -1 < p10 <= p90");
   i.rows = j.contains("rows") && j["rows"].is_number_integer() ? j["rows"].get<int64_t>() : 0;
   i.method = j.contains("method") && j["method"].is_string() ? j["method"].get<std::string>() : "";
+  if (!j.contains("domain") && !j.contains("widening")) return i;
+  if (!j.contains("domain") || !j.contains("widening"))
+    throw Error(where + ": \"prediction_interval\" needs both \"domain\" and \"widening\", or neither");
+  const json& d = j["domain"];
+  FitDomain domain;
+  const std::pair<const char*, double DomainPoint::*> axes[] = {{"parameters", &DomainPoint::parameters},
+                                                                 {"seq_len", &DomainPoint::seq_len},
+                                                                 {"gpus", &DomainPoint::gpus},
+                                                                 {"micro_batch", &DomainPoint::micro_batch}};
+  for (const auto& [name, member] : axes) {
+    if (!d.is_object() || !d.contains(name) || !d[name].is_array() || d[name].size() != 2 || !d[name][0].is_number() ||
+        !d[name][1].is_number())
+      throw Error(where + ": \"prediction_interval.domain\" needs \"" + name + "\": [lowest, highest]");
+    const double lo = d[name][0].get<double>(), hi = d[name][1].get<double>();
+    if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo > 0) || lo > hi)
+      throw Error(where + ": \"prediction_interval.domain." + name + "\" must have 0 < lowest <= highest");
+    domain.lo.*member = lo;
+    domain.hi.*member = hi;
+  }
+  const json& w = j["widening"];
+  if (!w.is_object() || !w.contains("per_doubling") || !w["per_doubling"].is_number())
+    throw Error(where + ": \"prediction_interval.widening\" needs a numeric \"per_doubling\"");
+  i.widening_per_doubling = w["per_doubling"].get<double>();
+  if (!std::isfinite(i.widening_per_doubling) || i.widening_per_doubling < 0 || i.widening_per_doubling > 10)
+    throw Error(where + ": \"prediction_interval.widening.per_doubling\" must be in [0, 10]");
+  i.widening_method = w.contains("method") && w["method"].is_string() ? w["method"].get<std::string>() : "";
+  i.domain = domain;
   return i;
+}
+
+IntervalModel interval_model(const PredictionInterval& i) {
+  return {{i.p10, i.p90}, i.domain, i.widening_per_doubling};
 }
 
 std::optional<ProfileNetwork> profile_network(const DeviceProfile& profile) {
@@ -183,11 +214,24 @@ std::string network_mismatch_note(const DeviceProfile& profile, const DeviceSpec
 }
 
 void set_prediction_interval(DeviceProfile& profile, const PredictionInterval& interval) {
-  profile.extra["prediction_interval"] = {{"p10", interval.p10},
-                                          {"p90", interval.p90},
-                                          {"rows", interval.rows},
-                                          {"method", interval.method},
-                                          {"meaning", "10th and 90th percentiles of held-out predicted/measured - 1"}};
+  json j = {{"p10", interval.p10},
+            {"p90", interval.p90},
+            {"rows", interval.rows},
+            {"method", interval.method},
+            {"meaning", "10th and 90th percentiles of held-out predicted/measured - 1"}};
+  if (interval.domain) {
+    const FitDomain& d = *interval.domain;
+    j["domain"] = {{"parameters", {d.lo.parameters, d.hi.parameters}},
+                   {"seq_len", {d.lo.seq_len, d.hi.seq_len}},
+                   {"gpus", {d.lo.gpus, d.hi.gpus}},
+                   {"micro_batch", {d.lo.micro_batch, d.hi.micro_batch}},
+                   {"meaning", "the span of the fitted rows; the interval holds within it"}};
+    j["widening"] = {{"per_doubling", interval.widening_per_doubling},
+                     {"method", interval.widening_method},
+                     {"meaning", "added to each side of log(1 + error) per doubling outside the domain, summed over "
+                                 "its axes (model/interval.hpp)"}};
+  }
+  profile.extra["prediction_interval"] = std::move(j);
 }
 
 DeviceProfile load_profile(const fs::path& path) {

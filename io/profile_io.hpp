@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "model/device.hpp"
+#include "model/interval.hpp"
 #include "model/profile.hpp"
 
 namespace tpsim {
@@ -50,11 +51,18 @@ inline constexpr int kProfileVersion = 1;
 
 // How far to trust a profile's predictions: the 10th and 90th percentiles of held-out relative
 // errors (predicted / measured - 1), stored as "prediction_interval" with how they were obtained.
+// With "domain" (the fitted rows' span: parameters, seq_len, gpus, micro_batch, each [lo, hi]) and
+// "widening" (added to each side of log(1 + error) per doubling outside it, model/interval.hpp), the
+// interval widens for configurations beyond the rows; without them it is the same everywhere.
 struct PredictionInterval {
   double p10 = 0, p90 = 0;
   int64_t rows = 0;
   std::string method;  // e.g. "tpsim validate --cv model --table data/measured/a100_80gb_bf16.md"
+  std::optional<FitDomain> domain;
+  double widening_per_doubling = 0;
+  std::string widening_method;  // how the widening was measured
 };
+IntervalModel interval_model(const PredictionInterval& interval);
 std::optional<PredictionInterval> prediction_interval(const DeviceProfile& profile);
 void set_prediction_interval(DeviceProfile& profile, const PredictionInterval& interval);
 

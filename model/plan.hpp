@@ -9,7 +9,7 @@
 //      (kDefaultHeadroomFraction: why there).
 //   2. Score: seconds per token (time) or GPU-seconds per token (cost), lowest first.
 //   3. Robustness: the configurations whose score interval (the profile's held-out p10/p90 error,
-//      score x (1 + p10) to score x (1 + p90)) overlaps the fastest's cannot be told apart by the
+//      widened beyond its fitted rows (model/interval.hpp); score x (1 + p10) to score x (1 + p90)) overlaps the fastest's cannot be told apart by the
 //      prediction. Among them, in turn: (a) headroom: one with at least twice the margin goes before
 //      one with less, and between two under it the one with more headroom goes first; (b) a
 //      power-of-two micro-batch; (c) less checkpointing (none, selective, full); (d) fewer
@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "model/interval.hpp"
 #include "model/search.hpp"
 
 namespace tpsim {
@@ -38,17 +39,12 @@ enum class Objective : uint8_t {
 // 5% of the live memory, which is at most the capacity) before the run meets an out-of-memory error.
 inline constexpr double kDefaultHeadroomFraction = 0.05;
 
-// The profile's prediction interval: the held-out 10th and 90th percentiles of predicted/measured - 1.
-struct RelativeInterval {
-  double p10 = 0, p90 = 0;
-};
-
 // One device to plan on, with the profile its predictions use and that profile's interval for the
 // planned model and framework (none: ranked by score alone).
 struct PlanDevice {
   const DeviceSpec* spec = nullptr;
   const CostParams* params = nullptr;
-  std::optional<RelativeInterval> interval;
+  std::optional<IntervalModel> interval;  // widened per configuration beyond its fit's domain
 };
 
 struct PlanQuery {
