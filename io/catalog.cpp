@@ -467,6 +467,13 @@ void BlockReader::resolve_moe(const std::string& type, const YAML::Node& where, 
 
 }  // namespace
 
+std::string attn_impl_costing(const ModelBlock& b) {
+  if (!b.attn_impl) return "";
+  return b.model.torch_attention ? " -- attention is costed as llm-foundry's PyTorch attention: the scores materialised, "
+                                   "scaled, masked, softmaxed in fp32 and cast back, each its own kernel"
+                                 : " -- attention is costed as the profile's causal flash attention";
+}
+
 ModelBlock read_model_block(const YAML::Node& block, const std::string& origin, const std::string& owner, char separator) {
   return BlockReader(origin, owner, separator).read(block);
 }

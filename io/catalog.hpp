@@ -50,6 +50,10 @@ struct ModelBlock {
 // "model 'm1' d_model" (a --models entry), "model" and '.' give "model.d_model" (a training YAML).
 ModelBlock read_model_block(const YAML::Node& block, const std::string& origin, const std::string& owner, char separator);
 
+// How the block's attn_impl is costed, for its note: " -- attention is costed as ..." (torch:
+// PyTorch's unfused attention; flash and triton: causal flash attention). "" without an attn_impl.
+std::string attn_impl_costing(const ModelBlock& block);
+
 class ModelCatalog {
  public:
   // The shipped catalogue: the MPT models first (so that 125m..70b is the range it always was),

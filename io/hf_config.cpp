@@ -565,7 +565,7 @@ void read_mpt(const std::string& text, const std::string& origin, const std::vec
     out.model = b.model;
     out.max_seq_len = b.max_seq_len;
     out.ignored.insert(out.ignored.end(), b.ignored.begin(), b.ignored.end());
-    if (b.attn_impl) out.notes.push_back("attn_config.attn_impl: " + *b.attn_impl + " -- attention is costed as the profile's causal flash attention");
+    if (b.attn_impl) out.notes.push_back("attn_config.attn_impl: " + *b.attn_impl + attn_impl_costing(b));
     for (const auto& n : b.notes) out.notes.push_back(n.where + ": " + n.text);
   });
 }

@@ -277,12 +277,7 @@ std::optional<std::string> read_mpt_causal_lm(const YAML::Node& model, const std
   t.model.name = std::filesystem::path(origin).stem().string();
   if (b.max_seq_len) t.seq_len = b.max_seq_len;
   t.ignored.insert(t.ignored.end(), b.ignored.begin(), b.ignored.end());
-  if (b.attn_impl)
-    t.notes.push_back("model.attn_config.attn_impl: " + *b.attn_impl +
-                      (*b.attn_impl == "torch"
-                           ? " -- attention is costed as llm-foundry's PyTorch attention: the scores materialised, "
-                             "scaled, masked, softmaxed in fp32 and cast back, each its own kernel"
-                           : " -- attention is costed as the profile's causal flash attention"));
+  if (b.attn_impl) t.notes.push_back("model.attn_config.attn_impl: " + *b.attn_impl + attn_impl_costing(b));
   for (const auto& n : b.notes) t.notes.push_back("model: " + n.text);
   return b.checkpointing_target_refusal;
 }

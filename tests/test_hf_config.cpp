@@ -52,6 +52,11 @@ BOOST_AUTO_TEST_CASE(the_seven_shared_configs_count_exactly) {
   const HfConfig mpt = read_hf_config_file(dir / "mpt-7b");
   BOOST_TEST(!mpt.model.learned_positions());
   BOOST_TEST(mpt.max_seq_len.value_or(0) == 2048);
+  // mosaicml/mpt-7b's attn_impl is torch: costed as PyTorch's unfused attention, and its note says so.
+  BOOST_TEST(mpt.model.torch_attention);
+  bool said = false;
+  for (const auto& n : mpt.notes) said = said || n.find("attn_impl: torch -- attention is costed as llm-foundry's PyTorch attention") != std::string::npos;
+  BOOST_TEST(said);
 }
 
 BOOST_AUTO_TEST_CASE(shipped_configs_match_their_published_counts) {
