@@ -35,6 +35,7 @@ struct ValidateOptions {
   double robust_scale = 0.05;
   double prior_width = 0;
   std::string plot;  // SVG: predicted against measured
+  bool skip_refused = false;  // rows tpsim does not model: a warning each, the others predicted
   NetworkFlags network;
 };
 
@@ -277,7 +278,12 @@ void run_validate(const ValidateOptions& o) {
     throw Error("--device: " + std::string(e.what()));
   }
   std::vector<std::string> warnings;
-  const std::vector<ResolvedRow> rows = load_rows(ctx, o.tables, warnings, read);
+  std::vector<std::string> refused;
+  const std::vector<ResolvedRow> rows = load_rows(ctx, o.tables, warnings, read, o.skip_refused ? &refused : nullptr);
+  for (const auto& why : refused) warnings.push_back(why + " -- not predicted (--skip-refused)");
+  if (rows.empty() && !refused.empty())
+    throw Error("--skip-refused: tpsim refuses every row of the tables (" + std::to_string(refused.size()) +
+                "; the first: " + refused.front() + ")");
   std::vector<std::string> devices;
   for (const auto& r : rows)
     if (std::find(devices.begin(), devices.end(), r.row.gpu) == devices.end()) devices.push_back(r.row.gpu);
@@ -329,6 +335,9 @@ void register_validate(CLI::App& app) {
   cmd->add_option("--robust-scale", o->robust_scale, "with --cv: Huber scale of the fit's loss on log errors")
       ->default_val(0.05)->check(finite_range(1e-4, 10.0));
   cmd->add_option("--plot", o->plot, "also write an SVG of predicted against measured throughput");
+  cmd->add_flag("--skip-refused", o->skip_refused,
+                "predict the rows tpsim models and warn of each it refuses (a layout or option it does not model), "
+                "instead of stopping at the first");
   cmd->add_option("--prior-width", o->prior_width, "with --cv: width of the prior on each fitted parameter's log (0: none)")
       ->default_val(0.0)->check(finite_range(0.0, 100.0));
   add_network_flags(cmd, o->network);

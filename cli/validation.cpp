@@ -9,7 +9,8 @@
 namespace tpsim {
 
 std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>& tables,
-                                   std::vector<std::string>& warnings, const MeasuredTableOptions& options) {
+                                   std::vector<std::string>& warnings, const MeasuredTableOptions& options,
+                                   std::vector<std::string>* refused) {
   if (tables.empty()) throw Error("--table: give at least one measured table");
   std::vector<ResolvedRow> rows;
   for (const auto& path : tables) {
@@ -30,11 +31,20 @@ std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>&
       } catch (const Error& e) {
         throw Error(m.where() + ": " + e.what());
       }
-      if (m.activation_cpu_offload) throw Error(m.where() + ": activation CPU offload is not modelled");
+      const auto refuse = [&](const std::string& why) {
+        if (!refused) throw Error(m.where() + ": " + why);
+        refused->push_back(m.where() + ": " + why);
+      };
+      if (m.activation_cpu_offload) {
+        refuse("activation CPU offload is not modelled");
+        continue;
+      }
       r.cfg = m.config();
       const CostParams& params = ctx.profile(m.gpu).params;
-      if (const std::string why = check_config(*r.model, *r.device, params, r.cfg); !why.empty())
-        throw Error(m.where() + ": " + why);
+      if (const std::string why = check_config(*r.model, *r.device, params, r.cfg); !why.empty()) {
+        refuse(why);
+        continue;
+      }
       if (m.grad_accum > 0 && m.grad_accum != r.cfg.grad_accum())
         warnings.push_back(m.where() + ": GradAccum " + std::to_string(m.grad_accum) + " disagrees with ceil(" +
                            std::to_string(m.global_batch) + " / " + std::to_string(r.cfg.data_parallel()) + " / " +

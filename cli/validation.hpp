@@ -24,9 +24,12 @@ struct ResolvedRow {
 // cannot model, is an Error naming the row's file and line. A row that defines its own model
 // (vTrain's) resolves to it, kept by `ctx`. `options`: the framework of rows whose table has no
 // Framework column (--framework) and the GPU of tables without a GPU column (--device). Reader
-// warnings go to `warnings`.
+// warnings go to `warnings`. With `refused`, a row whose configuration the simulator refuses (a
+// layout it does not model, activation offload) is left out and its one line ("file:line: why")
+// added there instead of raised; an unknown model or GPU is still an Error.
 std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>& tables,
-                                   std::vector<std::string>& warnings, const MeasuredTableOptions& options = {});
+                                   std::vector<std::string>& warnings, const MeasuredTableOptions& options = {},
+                                   std::vector<std::string>* refused = nullptr);
 
 struct RowResult {
   const ResolvedRow* row = nullptr;

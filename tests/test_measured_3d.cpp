@@ -4,9 +4,11 @@
 // Megatron and torchtitan figures shipped in data/measured/literature_*.csv.
 #define BOOST_TEST_MODULE measured_3d
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/validation.hpp"
@@ -365,4 +367,25 @@ BOOST_AUTO_TEST_CASE(every_published_row_is_predicted_or_refused_in_one_line) {
   }
   // The Megatron table is the one the README's errors are of: every row of it is predicted.
   BOOST_TEST(predicted["megatron"] == read_measured_table(kLiterature + "megatron.csv").rows.size());
+}
+
+// validate --skip-refused predicts the rows tpsim models and warns of each it refuses, one line each;
+// without it the first refused row is the run's one-line error.
+BOOST_AUTO_TEST_CASE(skip_refused_predicts_the_rest_and_names_each_refused_row) {
+  const std::string table = kLiterature + "megatron_cp_ep.csv";
+  const std::string args = "validate --framework megatron --models " + std::string(TPSIM_DATA) +
+                           "/models/literature_megatron.yaml --profile " + std::string(TPSIM_DATA) +
+                           "/profiles/h100_80gb.json --table " + table + " --format json";
+  const Run strict = tpsim::testing::run_tpsim(args);
+  BOOST_TEST(strict.status != 0);
+  BOOST_TEST(tpsim::testing::count_lines(strict.err) == 1, strict.err);
+  BOOST_TEST(contains(strict.err, "literature_megatron_cp_ep.csv:5: expert parallel 32"), strict.err);
+  const Run skip = tpsim::testing::run_tpsim(args + " --skip-refused");
+  BOOST_TEST_REQUIRE(skip.status == 0, skip.err);
+  const size_t refused = static_cast<size_t>(std::count(skip.err.begin(), skip.err.end(), '\n'));
+  BOOST_TEST(refused >= 1u);
+  BOOST_TEST(contains(skip.err, "literature_megatron_cp_ep.csv:5: expert parallel 32"), skip.err);
+  BOOST_TEST(contains(skip.err, "not predicted (--skip-refused)"), skip.err);
+  const auto j = nlohmann::json::parse(skip.out);
+  BOOST_TEST(j["rows"].size() + refused == read_measured_table(table).rows.size());
 }

@@ -69,14 +69,16 @@ LtMatmul::LtMatmul(cublasLtHandle_t handle, DType dtype, int64_t m, int64_t n, i
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
   if (dtype == DType::kFp8) {
-    const float ones[2] = {1.0f, 1.0f};
-    CUDA_CHECK(cudaMalloc(&scales_, sizeof ones));
-    CUDA_CHECK(cudaMemcpy(scales_, ones, sizeof ones, cudaMemcpyHostToDevice));
+    const float one = 1.0f;
+    CUDA_CHECK(cudaMalloc(&scales_, sizeof one));
+    CUDA_CHECK(cudaMemcpy(scales_, &one, sizeof one, cudaMemcpyHostToDevice));
     // A pageable copy may return before its DMA lands, and the matmuls run on a non-blocking
     // stream that does not wait for the legacy stream.
     CUDA_CHECK(cudaDeviceSynchronize());
-    const float* a_scale = scales_;  // cuBLASLt's A is our B; both scales are 1
-    const float* b_scale = scales_ + 1;
+    // Both scales are 1, read from one allocation's start: with the B scale 4 bytes after A's,
+    // cuBLASLt 13.1 refused every fp8 algorithm at run time (tests/gpu/lt_probe.cu tries the ways).
+    const float* a_scale = scales_;
+    const float* b_scale = scales_;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale));
   }

@@ -3,8 +3,10 @@
 // apart, and on the legacy stream, with the status of each. It found (2026-11-26, H100 and H200,
 // cuBLASLt 13.1.0) that every bf16/fp16/tf32/fp32 algorithm runs, and that cublasLtMatmul refuses
 // every fp8 (e4m3 A and B, bf16 C and D, fp32 scales of 1) algorithm the heuristic offers with
-// CUBLAS_STATUS_NOT_SUPPORTED (data/kernel-runs/2026-11-26/h200_141gb/probe.txt). Calls are
-// unchecked on purpose: the statuses are what it prints.
+// CUBLAS_STATUS_NOT_SUPPORTED (data/kernel-runs/2026-11-26/h200_141gb/probe.txt). The fp8 cases
+// now run once per way of giving the scales (the B scale 4 bytes after A's, as then; one pointer
+// for both; 16 bytes apart; no scale pointers; fast accumulation) to find which cuBLASLt 13 takes.
+// Calls are unchecked on purpose: the statuses are what it prints.
 // Build: nvcc -O2 -arch=sm_90 -I. tests/gpu/lt_probe.cu -o lt_probe -lcublasLt
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -30,18 +32,29 @@ int main() {
     {"fp8 144x80x144 NT", CUDA_R_8F_E4M3, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 144, 80, 144, false, true},
     {"fp8 4096^3 NT", CUDA_R_8F_E4M3, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 4096, 4096, 4096, false, true},
   };
-  for (const Case& c : cases) {
+  float* sc = nullptr;
+  { float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1}; cudaMalloc(&sc, sizeof ones); cudaMemcpy(sc, ones, sizeof ones, cudaMemcpyHostToDevice); }
+  const char* scale_ways[] = {"scales 4 B apart", "one scale pointer", "scales 16 B apart", "no scale pointers",
+                              "one scale pointer, fast accumulation"};
+  for (const Case& c : cases)
+  for (int way = 0; way < (c.ab == CUDA_R_8F_E4M3 ? 5 : 1); ++way) {
     auto p = column_major_problem(c.m, c.n, c.k, c.ta, c.tb);
     cublasLtMatmulDesc_t d; cublasLtMatmulDescCreate(&d, c.comp, CUDA_R_32F);
     cublasOperation_t oa = p.a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, ob = p.b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa);
     cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob);
     if (c.ab == CUDA_R_8F_E4M3) {
-      static float* sc = nullptr;
-      if (!sc) { float ones[2] = {1, 1}; cudaMalloc(&sc, 8); cudaMemcpy(sc, ones, 8, cudaMemcpyHostToDevice); }
-      const float* as = sc; const float* bs = sc + 1;
-      cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &as, sizeof as);
-      cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &bs, sizeof bs);
+      const float* as = sc;
+      const float* bs = way == 0 ? sc + 1 : way == 2 ? sc + 4 : sc;
+      if (way != 3) {
+        cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &as, sizeof as);
+        cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &bs, sizeof bs);
+      }
+      if (way == 4) {
+        const int8_t fast = 1;
+        cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+      }
+      printf("[%s]\n", scale_ways[way]);
     }
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatrixLayoutCreate(&la, c.ab, p.a.rows, p.a.cols, p.a.ld);
@@ -59,7 +72,7 @@ int main() {
       cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(h, d, la, lb, lc, lc, pr, 8, r, &found);
       printf("%s pref_ws=%llu: heuristic %s, %d found\n", c.name, (unsigned long long)pref_ws, cublasLtGetStatusName(hs), found);
       const float alpha = 1, beta = 0;
-      for (int i = 0; i < found; ++i) {
+      for (int i = 0; i < (c.ab == CUDA_R_8F_E4M3 ? (found < 3 ? found : 3) : found); ++i) {
         cublasStatus_t s1 = cublasLtMatmul(h, d, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &r[i].algo, ws, ws_bytes, st);
         cublasStatus_t s2 = cublasLtMatmul(h, d, &alpha, B, la, A, lb, &beta, C, lc, D, lc, &r[i].algo, ws, ws_bytes, st);
         cublasStatus_t s3 = cublasLtMatmul(h, d, &alpha, B, la, A, lb, &beta, C, lc, C, lc, &r[i].algo, ws, ws_bytes, 0);
@@ -71,6 +84,8 @@ int main() {
       cublasLtMatmulPreferenceDestroy(pr);
     }
     cudaFree(A); cudaFree(B); cudaFree(C); cudaFree(D);
+    cublasLtMatrixLayoutDestroy(la); cublasLtMatrixLayoutDestroy(lb); cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(d);
   }
   printf("cublasLt version %zu, cudart %d\n", cublasLtGetVersion(), CUDART_VERSION);
   return 0;
