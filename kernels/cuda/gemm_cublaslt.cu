@@ -75,8 +75,9 @@ LtMatmul::LtMatmul(cublasLtHandle_t handle, DType dtype, int64_t m, int64_t n, i
     // A pageable copy may return before its DMA lands, and the matmuls run on a non-blocking
     // stream that does not wait for the legacy stream.
     CUDA_CHECK(cudaDeviceSynchronize());
-    // Both scales are 1, read from one allocation's start: with the B scale 4 bytes after A's,
-    // cuBLASLt 13.1 refused every fp8 algorithm at run time (tests/gpu/lt_probe.cu tries the ways).
+    // Both scales are 1, read from one allocation's start: cuBLASLt 13.1 takes only 16-byte-aligned
+    // scale pointers, and with the B scale 4 bytes after A's it refused every fp8 algorithm at run
+    // time (tests/gpu/lt_probe.cu, data/kernel-runs/2026-11-27).
     const float* a_scale = scales_;
     const float* b_scale = scales_;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));

@@ -5,7 +5,8 @@
 // every fp8 (e4m3 A and B, bf16 C and D, fp32 scales of 1) algorithm the heuristic offers with
 // CUBLAS_STATUS_NOT_SUPPORTED (data/kernel-runs/2026-11-26/h200_141gb/probe.txt). The fp8 cases
 // now run once per way of giving the scales (the B scale 4 bytes after A's, as then; one pointer
-// for both; 16 bytes apart; no scale pointers; fast accumulation) to find which cuBLASLt 13 takes.
+// for both; 16 bytes apart; no scale pointers; fast accumulation): on 2026-11-27 (H200) every way
+// ran but the first, so cuBLASLt wants 16-byte-aligned scale pointers (data/kernel-runs/2026-11-27).
 // Calls are unchecked on purpose: the statuses are what it prints.
 // Build: nvcc -O2 -arch=sm_90 -I. tests/gpu/lt_probe.cu -o lt_probe -lcublasLt
 #include <cublasLt.h>
