@@ -113,7 +113,7 @@ double parse_min_headroom(const std::string& text) {
   return *gib * kGiB;
 }
 
-PlanRequest check_plan(const PlanOptions& o, Context& ctx, const RunSettings& run, bool sharding_any) {
+PlanRequest check_plan(const PlanOptions& o, Context& ctx, RunSettings& run, bool sharding_any) {
   PlanRequest r;
   r.device_ids = parse_name_list("--device", o.devices);
   for (const auto& d : r.device_ids) ctx.device(d);  // unknown device: Error, before any work
@@ -127,11 +127,14 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, const RunSettings& ru
   if (r.query.objective == Objective::kCost && r.price == 0) throw Error("--objective cost needs --price-per-gpu-hour");
   if (const double m = parse_min_headroom(o.min_headroom); m >= 0) r.query.min_headroom_bytes = m;
   set_asked_batch(o, run, r);
+  const ParallelSettings parallel = resolve_parallel(o.parallel, run);
+  std::string attention_note;
+  run.model = attention_as_asked(*run.model, parallel, &attention_note);
+  if (!attention_note.empty()) run.notes.push_back(attention_note);
   r.query.model = &*run.model;
   r.query.seq_len = *run.seq_len;
   r.query.precision = run.precision;
   r.query.mp_mode = run.mp_mode;
-  const ParallelSettings parallel = resolve_parallel(o.parallel, run);
   check_no_sharding_flag(parallel, "--sharding", !o.run.sharding.empty());
   const bool composer = parallel.framework == Framework::kComposer;
   r.query.space = plan_space(run, sharding_any, composer);
@@ -452,7 +455,7 @@ void run_plan(const PlanOptions& o) {
   RunFlags flags = o.run;
   const bool sharding_any = flags.sharding == "any";
   if (sharding_any) flags.sharding.clear();
-  const RunSettings run = resolve_run(ctx, flags);
+  RunSettings run = resolve_run(ctx, flags);
   const PlanRequest r = check_plan(o, ctx, run, sharding_any);
   Progress progress("plan", static_cast<int64_t>(r.query.devices.size() * r.query.gpu_counts.size()));
   const PlanResult plan = plan_runs(r.query, [&](int64_t i) { progress.update(i); });

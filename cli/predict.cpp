@@ -132,6 +132,9 @@ void run_predict(const PredictOptions& o) {
   RunSettings run = resolve_run(ctx, o.run);
   const ParallelSettings parallel = resolve_parallel(o.parallel, run);
   check_no_sharding_flag(parallel, "--sharding", !o.run.sharding.empty());
+  std::string attention_note;
+  run.model = attention_as_asked(*run.model, parallel, &attention_note);
+  if (!attention_note.empty()) run.notes.push_back(attention_note);
   const ModelConfig& model = *run.model;
   const DeviceSpec& device = ctx.device(o.device);
   ctx.check_profiles_used({o.device});

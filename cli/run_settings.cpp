@@ -5,6 +5,7 @@
 
 #include "io/error.hpp"
 #include "io/hf_config.hpp"
+#include "io/measured_table.hpp"
 #include "io/names.hpp"
 #include "io/text_format.hpp"
 #include "cli/args.hpp"
@@ -113,6 +114,9 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
                 "(--account-for-embedding-in-pipeline-split)");
   cmd->add_flag("--account-for-loss", f.account_for_loss,
                 "megatron: the loss counts as a layer of the last stage (--account-for-loss-in-pipeline-split)");
+  cmd->add_option("--attention", f.attention,
+                  "flash (a fused kernel) or unfused (the scores materialised: llm-foundry's attn_impl torch under "
+                  "composer, Megatron's core attention under megatron); default: the model's own");
   cmd->add_flag("--tp-comm-overlap", f.tp_comm_overlap,
                 "megatron: TransformerEngine's tensor-parallel communication overlap (userbuffers; needs --sp and "
                 "--tp > 1)");
@@ -202,6 +206,14 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
   a.replicate_degree = mesh_degree_flag("--replicate-degree", f.replicate_degree);
   check_torchtitan_flags(f, s);
   check_megatron_flags(f, s);
+  if (!f.attention.empty()) {
+    if (f.attention != "flash" && f.attention != "unfused")
+      throw Error("--attention '" + f.attention + "': expected flash or unfused");
+    s.unfused_attention = f.attention == "unfused";
+    if (*s.unfused_attention && s.framework == Framework::kTorchtitan)
+      throw Error("--attention unfused: torchtitan runs PyTorch's scaled_dot_product_attention, costed as flash "
+                  "attention; its unfused math fallback is not modelled");
+  }
   if (s.framework == Framework::kTorchtitan) return s;  // the degrees are its data_parallel_*_degree
   if (s.framework != Framework::kComposer) {
     for (const auto& [flag, given] : {std::pair{"--shard-degree", a.shard_degree.has_value()},
@@ -338,6 +350,29 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
   if (!s.model) throw Error("--model: no model given (name one, or give --config with a model: block)");
   if (!s.seq_len) throw Error("--seq: no sequence length given (or max_seq_len in --config)");
   return s;
+}
+
+ModelConfig attention_as_asked(const ModelConfig& model, const ParallelSettings& s, std::string* note) {
+  if (!s.unfused_attention || *s.unfused_attention == model.unfused_attention) return model;
+  ModelConfig m = model;
+  if (!*s.unfused_attention) {
+    m.unfused_attention = m.torch_attention = false;
+    m.attention_dropout = 0;  // fused into the kernel
+    if (note) *note = "--attention flash: " + model.name + "'s attention is costed as the profile's causal flash attention";
+    return m;
+  }
+  if (s.framework == Framework::kMegatron) {
+    use_megatron_core_attention(m);
+    if (note)
+      *note = "--attention unfused: " + model.name + "'s attention is costed as Megatron's core attention: the scores "
+              "materialised, its fused causal softmax, attention dropout 0.1";
+    return m;
+  }
+  m.unfused_attention = m.torch_attention = true;
+  if (note)
+    *note = "--attention unfused: " + model.name + "'s attention is costed as llm-foundry's PyTorch attention "
+            "(attn_impl: torch): the scores materialised, scaled, masked, softmaxed in fp32 and cast back";
+  return m;
 }
 
 void print_notes(const RunSettings& s) {

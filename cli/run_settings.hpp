@@ -54,6 +54,7 @@ struct ParallelFlags {
   std::string selective_ac;  // op, or a layer count N
   std::string first_stage_layers, last_stage_layers;
   bool account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false;
+  std::string attention;  // --attention flash|unfused
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);
 
@@ -69,7 +70,16 @@ struct ParallelSettings {
   Framework framework = Framework::kComposer;
   bool framework_given = false;  // --framework given: the output shows the layout columns
   ParallelAxes axes;
+  // --attention: true (unfused: the scores materialised, as the framework runs it without a fused
+  // kernel), false (flash); unset: the model's own (flash unless its YAML or config says torch).
+  std::optional<bool> unfused_attention;
 };
+
+// `model` with the attention --attention asks for, under `s.framework`: unfused is llm-foundry's
+// PyTorch attention (attn_impl: torch; ModelConfig::torch_attention) under composer and Megatron's
+// core attention (use_megatron_core_attention: its fused softmax, attention dropout 0.1) under
+// megatron; flash is the fused kernel. `note` gets what the run costs, when the flag changes it.
+ModelConfig attention_as_asked(const ModelConfig& model, const ParallelSettings& s, std::string* note = nullptr);
 ParallelSettings resolve_parallel(const ParallelFlags& f);
 
 struct RunSettings;

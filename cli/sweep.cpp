@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include "io/error.hpp"
@@ -49,6 +50,7 @@ struct SweepRequest {
   TrainConfig base;   // precision and mp_mode
   SearchSpace space;
   bool layout_columns = false;  // --framework given
+  ParallelSettings parallel;    // --attention's choice, by framework
 };
 
 SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<std::string>& model_specs) {
@@ -71,6 +73,7 @@ SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<
   r.space.framework = parallel.framework;
   r.space.parallel = parallel.axes;
   r.layout_columns = parallel.framework_given;
+  r.parallel = parallel;
   return r;
 }
 
@@ -108,6 +111,7 @@ class Sweep {
   const SweepOptions& o_;
   const SweepRequest& r_;
   Context& ctx_;
+  std::map<std::string, ModelConfig> models_;  // by name, with --attention's choice
   OutputTable table_;
   HeatMap heat_;
   Progress progress_;
@@ -115,6 +119,11 @@ class Sweep {
 };
 
 void Sweep::run() {
+  for (const auto& name : r_.models) {
+    std::string note;
+    models_.emplace(name, attention_as_asked(ctx_.catalog().get(name), r_.parallel, &note));
+    if (!note.empty()) std::cerr << "tpsim: note: " << note << "\n";
+  }
   for (const auto& device_id : r_.devices) device(device_id);
   progress_.finish();
 }
@@ -133,7 +142,7 @@ void Sweep::device(const std::string& device_id) {
   for (const auto& name : r_.models) {
     // Once per model; outside Composer the note is the framework's, once per sweep.
     if (device_id == r_.devices.front() && (r_.space.framework == Framework::kComposer || name == r_.models.front()))
-      std::cerr << no_interval_note(ctx_.catalog().get(name), r_.space.framework);
+      std::cerr << no_interval_note(models_.at(name), r_.space.framework);
     const size_t first_row = heat_.values.size();
     for (int64_t n : r_.gpus) {
       heat_.y_ticks.push_back(several ? name + ", " + std::to_string(n) + ", " + device_id : name);
@@ -151,7 +160,7 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
   progress_.update(done_++);
   const DeviceSpec& device = ctx_.device(device_id);
   const DeviceProfile& profile = ctx_.profile(device_id);
-  const ModelConfig& model = ctx_.catalog().get(name);
+  const ModelConfig& model = models_.at(name);
   TrainConfig cfg = r_.base;
   cfg.seq_len = seq;
   cfg.n_gpus = n;

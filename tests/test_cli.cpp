@@ -367,3 +367,31 @@ BOOST_AUTO_TEST_CASE(calibrate_table_records_its_network_and_predictions_note_an
   BOOST_TEST(other.err.find("tpsim: note: the a100_80gb profile") != std::string::npos, other.err);
   BOOST_TEST(other.err.find("this run's network is 200 Gbit/s per node of 8 GPUs") != std::string::npos, other.err);
 }
+
+// --attention: unfused is the framework's unfused attention (Megatron's core attention, llm-foundry's
+// attn_impl torch), slower than flash and said so once; torchtitan's and unknown values are one-line
+// errors.
+BOOST_AUTO_TEST_CASE(the_attention_flag_costs_the_frameworks_unfused_attention) {
+  for (const std::string framework : {"megatron", "composer"}) {
+    BOOST_TEST_CONTEXT(framework) {
+      const std::string p = "predict --model 1b --seq 2048 --gpus 8 --micro-batch 1 --format csv --framework " + framework;
+      const Run flash = run(p + " --attention flash");
+      const Run unfused = run(p + " --attention unfused");
+      BOOST_TEST_REQUIRE(flash.status == 0, flash.err);
+      BOOST_TEST_REQUIRE(unfused.status == 0, unfused.err);
+      BOOST_TEST(std::stod(csv_cell(unfused.out, "Step Time (s)")) > 1.05 * std::stod(csv_cell(flash.out, "Step Time (s)")));
+      BOOST_TEST(csv_cell(flash.out, "Step Time (s)") == csv_cell(run(p).out, "Step Time (s)"));  // the default
+      BOOST_TEST(unfused.err.find(framework == "megatron" ? "costed as Megatron's core attention"
+                                                          : "costed as llm-foundry's PyTorch attention") != std::string::npos,
+                 unfused.err);
+    }
+  }
+  const Run sweep = run("sweep --models 1b --seq 2048 --gpus 8 --attention unfused --format csv");
+  BOOST_TEST_REQUIRE(sweep.status == 0, sweep.err);
+  BOOST_TEST(sweep.err.find("--attention unfused: 1b's attention") != std::string::npos, sweep.err);
+  expect_one_line_error("predict --model 1b --seq 2048 --gpus 8 --micro-batch 1 --framework torchtitan --attention unfused",
+                        "torchtitan runs PyTorch's scaled_dot_product_attention");
+  expect_one_line_error("predict --model 1b --seq 2048 --gpus 8 --micro-batch 1 --attention slow",
+                        "--attention 'slow': expected flash or unfused");
+  expect_one_line_error("plan --model 1b --seq 2048 --gpus 8 --attention x", "--attention 'x'");
+}
