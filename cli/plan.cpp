@@ -82,6 +82,9 @@ void set_asked_batch(const PlanOptions& o, const RunSettings& run, PlanRequest& 
 // --micro-batch auto search the axis whatever the YAML says. `sharding_any`: --sharding any given.
 SearchSpace plan_space(const RunSettings& run, bool sharding_any, bool composer) {
   SearchSpace space;
+  // Where plan chooses the sharding, HSDP meshes too (model/search.hpp); a sharding fixed by the
+  // YAML or --sharding keeps Composer's own groups, as that run would.
+  space.hsdp_meshes = composer && (!run.sharding || sharding_any);
   if (composer && run.sharding && !sharding_any) space.shardings = {*run.sharding};
   if (!run.ckpt_asked.empty()) space.checkpointing = run.ckpt_asked;
   else if (run.checkpointing) space.checkpointing = {*run.checkpointing};
@@ -157,10 +160,18 @@ std::string batch_note(const PlanRequest& r, const TrainConfig& cfg) {
          std::to_string(cfg.global_batch) + " is the nearest multiple of " + std::to_string(cfg.n_gpus) + " GPUs";
 }
 
+// FSDP's strategy, with its HSDP mesh when it has one: "HYBRID_SHARD (shard 32 x replicate 16)".
+std::string sharding_text(Sharding sharding, const Parallelism& p) {
+  std::string s(to_string(sharding));
+  if (p.shard_degree > 0 && p.replicate_degree > 0)
+    s += " (shard " + std::to_string(p.shard_degree) + " x replicate " + std::to_string(p.replicate_degree) + ")";
+  return s;
+}
+
 // A layout in words: FSDP's sharding strategy, or the model-parallel degrees; then checkpointing.
 std::string choice_name(const Layout& l) {
   if (l.parallel.framework == Framework::kComposer)
-    return std::string(to_string(l.sharding)) + ", " + checkpointing_phrase(l.checkpointing);
+    return sharding_text(l.sharding, l.parallel) + ", " + checkpointing_phrase(l.checkpointing);
   const std::string layout = layout_phrase(l.parallel);
   return (layout.empty() ? "data parallel" : layout) + ", " + checkpointing_phrase(l.checkpointing);
 }
@@ -264,7 +275,7 @@ std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c, const
   std::vector<Cell> row = {Cell::integer_value(rank), Cell::str(c.device->id), Cell::integer_value(c.cfg.n_gpus),
                            Cell::integer_value(c.cfg.micro_batch), Cell::integer_value(c.cfg.grad_accum()),
                            Cell::integer_value(c.cfg.global_batch), Cell::integer_value(c.cfg.global_batch * c.cfg.seq_len),
-                           checkpointing_cell(c.cfg.checkpointing), Cell::str(std::string(to_string(c.cfg.sharding))),
+                           checkpointing_cell(c.cfg.checkpointing), Cell::str(sharding_text(c.cfg.sharding, c.cfg.parallel)),
                            Cell::integer_value(static_cast<int64_t>(t)),
                            interval ? Cell::integer_value(static_cast<int64_t>(lo)) : Cell::empty(),
                            interval ? Cell::integer_value(static_cast<int64_t>(hi)) : Cell::empty(),
@@ -310,7 +321,7 @@ std::string pick_reason(const Pick& p, Objective objective) {
       break;
     case PickRule::kPowerOfTwoMicroBatch: chose = "micro-batch " + std::to_string(c.cfg.micro_batch) + ", a power of two"; break;
     case PickRule::kLessCheckpointing: chose = checkpointing_phrase(c.cfg.checkpointing); break;
-    case PickRule::kFewerDegrees: chose = "fewer model-parallel degrees"; break;
+    case PickRule::kFewerDegrees: chose = "fewer parallel degrees to set"; break;
     case PickRule::kFastest: break;
   }
   std::snprintf(text, sizeof text, "%s (%s) is %s by %.1f%%, within the interval: chose %s",
@@ -380,7 +391,7 @@ OutputTable per_gpu_count_table(const PlanRequest& r, const PlanResult& plan, Co
     const double tps = c.prediction.tokens_per_s;
     row.resize(2);
     for (Cell cell : {Cell::integer_value(c.cfg.micro_batch), Cell::integer_value(c.cfg.grad_accum()),
-                      checkpointing_cell(c.cfg.checkpointing), Cell::str(std::string(to_string(c.cfg.sharding))),
+                      checkpointing_cell(c.cfg.checkpointing), Cell::str(sharding_text(c.cfg.sharding, c.cfg.parallel)),
                       Cell::integer_value(static_cast<int64_t>(tps)),
                       interval ? Cell::integer_value(static_cast<int64_t>(interval_low(tps, *interval))) : Cell::empty(),
                       interval ? Cell::integer_value(static_cast<int64_t>(interval_high(tps, *interval))) : Cell::empty(),
@@ -413,7 +424,7 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
     const PlannedConfig& c = pp.pick->chosen;
     const Prediction& p = c.prediction;
     std::vector<Cell> row = {Cell::str(c.device->id), Cell::integer_value(c.cfg.n_gpus), Cell::integer_value(c.cfg.micro_batch),
-                             checkpointing_cell(c.cfg.checkpointing), Cell::str(std::string(to_string(c.cfg.sharding))),
+                             checkpointing_cell(c.cfg.checkpointing), Cell::str(sharding_text(c.cfg.sharding, c.cfg.parallel)),
                              Cell::integer_value(static_cast<int64_t>(p.tokens_per_s)), Cell::num(100 * p.mfu, 2)};
     const double days = r.train_tokens / p.tokens_per_s / 86400.0;
     if (r.train_tokens > 0) row.push_back(Cell::num(days, 2));
@@ -497,7 +508,8 @@ constexpr const char* kRankingFooter =
     "Ranking: configurations with less headroom than --min-headroom are dropped. The rest are scored (seconds, or "
     "GPU-seconds, per token). Those whose interval (the profile's held-out p10/p90 error) overlaps the best's go "
     "first, ordered by: headroom (at least twice the margin before less; under it, more before less), a "
-    "power-of-two micro-batch, less checkpointing (none, selective, full), fewer model-parallel degrees, then the "
+    "power-of-two micro-batch, less checkpointing (none, selective, full), fewer parallel degrees to set "
+    "(model-parallel, an HSDP mesh), then the "
     "score; the rest follow by score. Without an interval (a non-MPT model, megatron, torchtitan) the order is the "
     "score's. The same rule picks each row of 'best per GPU count' and 'best per device'. docs/plan.md";
 

@@ -9,11 +9,12 @@
 //      (kDefaultHeadroomFraction: why there).
 //   2. Score: seconds per token (time) or GPU-seconds per token (cost), lowest first.
 //   3. Robustness: the configurations whose score interval (the profile's held-out p10/p90 error,
-//      widened beyond its fitted rows (model/interval.hpp); score x (1 + p10) to score x (1 + p90)) overlaps the fastest's cannot be told apart by the
-//      prediction. Among them, in turn: (a) headroom: one with at least twice the margin goes before
-//      one with less, and between two under it the one with more headroom goes first; (b) a
-//      power-of-two micro-batch; (c) less checkpointing (none, selective, full); (d) fewer
-//      model-parallel degrees above 1; (e) the score. They take the first ranks, in that order; the
+//      widened beyond its fitted rows, model/interval.hpp; score x (1 + p10) to score x (1 + p90))
+//      overlaps the fastest's cannot be told apart by the prediction. Among them, in turn: (a)
+//      headroom: one with at least twice the margin goes before one with less, and between two
+//      under it the one with more headroom goes first; (b) a power-of-two micro-batch; (c) less
+//      checkpointing (none, selective, full); (d) fewer parallel degrees to set (model-parallel
+//      ones above 1, an HSDP mesh); (e) the score. They take the first ranks, in that order; the
 //      rest follow by score. Without an interval (no profile interval for the model or framework)
 //      the group is the configurations of equal score: the ranking is by score.
 #pragma once

@@ -199,8 +199,21 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
 
 std::vector<Layout> SearchSpace::layouts(const ModelConfig& model, const DeviceSpec& device,
                                          const TrainConfig& base) const {
-  if (framework == Framework::kComposer) return layouts();
-  return parallel_layouts(*this, model, device, base);
+  if (framework != Framework::kComposer) return parallel_layouts(*this, model, device, base);
+  std::vector<Layout> out = layouts();
+  if (!hsdp_meshes || parallel.shard_degree || parallel.replicate_degree ||
+      std::find(shardings.begin(), shardings.end(), Sharding::kHybridShard) == shardings.end())
+    return out;
+  // HYBRID_SHARD's own shard group is a host's GPUs (a server or compute tray; model/parallelism).
+  const int64_t per_host = std::max(1, device.gpus_per_host > 0 ? device.gpus_per_host : device.gpus_per_node);
+  for (int64_t shard = 2 * per_host; shard < base.n_gpus; shard *= 2) {
+    if (base.n_gpus % shard != 0) continue;
+    Parallelism mesh;
+    mesh.shard_degree = shard;
+    mesh.replicate_degree = base.n_gpus / shard;
+    for (Checkpointing ckpt : checkpointing) out.push_back({Sharding::kHybridShard, ckpt, mesh});
+  }
+  return out;
 }
 
 namespace {

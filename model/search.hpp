@@ -85,6 +85,12 @@ struct SearchSpace {
   // (activation_checkpointing), so a sweep or plan searches what they can run.
   std::vector<Checkpointing> checkpointing = {Checkpointing::kNone, Checkpointing::kFull};
   std::vector<int64_t> micro_batches;  // empty: every micro-batch from 1 up to the per-device batch
+  // composer, when no HSDP degree is given: also HYBRID_SHARD on 2D meshes sharding over 2, 4, ...
+  // hosts (shard degree 2^k x GPUs per host below the GPU count, the replicas the rest), after
+  // Composer's own groups (HYBRID_SHARD's default shards within a node). What plan searches: at
+  // hundreds of GPUs a group of a few nodes holds a large model where one node cannot, and its
+  // collectives take fewer ring steps than FULL_SHARD's over every GPU.
+  bool hsdp_meshes = false;
 
   // Composer's layouts: the product of the axes, in the order ties are broken: shardings, then
   // checkpointing.

@@ -335,3 +335,35 @@ BOOST_AUTO_TEST_CASE(plan_config_honours_the_yaml_and_help_says_what_plan_does) 
   BOOST_TEST_REQUIRE(s.status == 0);
   BOOST_TEST(s.out.find("Not given: none and full") != std::string::npos);
 }
+
+// Where plan chooses the sharding it also searches HSDP meshes over 2, 4, ... nodes, names their
+// degrees, and predicts each as predict does with those degrees; a fixed sharding keeps Composer's
+// own groups.
+BOOST_AUTO_TEST_CASE(plan_searches_hsdp_meshes_and_predict_agrees) {
+  const Run r = run("plan --model 70b --seq 4096 --device h100_80gb --gpus 1024 --top 1000 --format json");
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  const auto rows = nlohmann::json::parse(r.out)["plan"];
+  const nlohmann::json* mesh = nullptr;
+  for (const auto& row : rows)
+    if (!mesh && row["Sharding Strategy"].get<std::string>().rfind("HYBRID_SHARD (shard ", 0) == 0) mesh = &row;
+  BOOST_TEST_REQUIRE(mesh != nullptr);
+  // "HYBRID_SHARD (shard S x replicate R)": S is a multiple of the node's 8 GPUs, S x R the GPUs.
+  const std::string text = (*mesh)["Sharding Strategy"];
+  const int64_t shard = std::stoll(text.substr(text.find("shard ") + 6));
+  const int64_t replicate = std::stoll(text.substr(text.find("replicate ") + 10));
+  BOOST_TEST(shard % 8 == 0);
+  BOOST_TEST(shard > 8);
+  BOOST_TEST(shard * replicate == 1024);
+  const Run p = run("predict --model 70b --seq 4096 --device h100_80gb --gpus 1024 --global-batch 1024 --sharding HYBRID_SHARD "
+                    "--shard-degree " + std::to_string(shard) + " --replicate-degree " + std::to_string(replicate) +
+                    " --micro-batch " + std::to_string((*mesh)["MicroBatchSize"].get<int64_t>()) +
+                    ((*mesh)["Activation Checkpointing"].get<bool>() ? " --ckpt" : " --no-ckpt") + " --format json");
+  BOOST_TEST_REQUIRE(p.status == 0, p.err);
+  const auto pr = nlohmann::json::parse(p.out)[0];  // one table: its rows
+  BOOST_TEST(pr["Throughput (T/s)"].get<int64_t>() == (*mesh)["Throughput (T/s)"].get<int64_t>());
+  // --sharding HYBRID_SHARD: Composer's groups (a node), no mesh.
+  const Run fixed = run("plan --model 70b --seq 4096 --device h100_80gb --gpus 1024 --sharding HYBRID_SHARD --top 1000 --format json");
+  BOOST_TEST_REQUIRE(fixed.status == 0, fixed.err);
+  for (const auto& row : nlohmann::json::parse(fixed.out)["plan"])
+    BOOST_TEST(row["Sharding Strategy"].get<std::string>() == "HYBRID_SHARD");
+}
