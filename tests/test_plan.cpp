@@ -364,6 +364,6 @@ BOOST_AUTO_TEST_CASE(plan_searches_hsdp_meshes_and_predict_agrees) {
   // --sharding HYBRID_SHARD: Composer's groups (a node), no mesh.
   const Run fixed = run("plan --model 70b --seq 4096 --device h100_80gb --gpus 1024 --sharding HYBRID_SHARD --top 1000 --format json");
   BOOST_TEST_REQUIRE(fixed.status == 0, fixed.err);
-  for (const auto& row : nlohmann::json::parse(fixed.out)["plan"])
-    BOOST_TEST(row["Sharding Strategy"].get<std::string>() == "HYBRID_SHARD");
+  const auto fixed_rows = nlohmann::json::parse(fixed.out)["plan"];
+  for (const auto& row : fixed_rows) BOOST_TEST(row["Sharding Strategy"].get<std::string>() == "HYBRID_SHARD");
 }
