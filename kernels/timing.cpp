@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "io/error.hpp"
+#include "model/interval.hpp"
 
 namespace tpsim {
 
@@ -24,12 +25,7 @@ void validate(const TimingOptions& o) {
 double percentile(std::vector<double> samples_s, double q) {
   if (samples_s.empty()) throw Error("timing: percentile of no samples");
   if (!(q >= 0.0 && q <= 1.0)) throw Error("timing: percentile " + std::to_string(q) + " outside [0, 1]");
-  std::sort(samples_s.begin(), samples_s.end());
-  const double pos = q * static_cast<double>(samples_s.size() - 1);
-  const auto lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, samples_s.size() - 1);
-  const double frac = pos - static_cast<double>(lo);
-  return samples_s[lo] + frac * (samples_s[hi] - samples_s[lo]);
+  return quantile(std::move(samples_s), q);
 }
 
 double median(std::vector<double> samples_s) { return percentile(std::move(samples_s), 0.5); }
