@@ -120,17 +120,13 @@ std::optional<OutputTable> coverage_table(Context& ctx, const std::vector<RowRes
   };
   std::map<std::string, Count> by_device;
   for (const auto& r : results) {
-    if (r.row->cfg.parallel.framework != Framework::kComposer || !r.row->model->is_mpt_default()) continue;
     const std::string& gpu = r.row->row.gpu;
-    auto it = by_device.find(gpu);
-    if (it == by_device.end()) {
-      const std::optional<PredictionInterval> i = prediction_interval(ctx.profile(gpu));
-      if (!i) continue;
-      it = by_device.emplace(gpu, Count{interval_model(*i)}).first;
-    }
-    Count& c = it->second;
-    const RelativeInterval i = widened(c.interval.held_out, c.interval.domain ? c.interval.widening_per_doubling : 0,
-                                       r.doublings);
+    // The rows the profile's interval speaks for (cli/report.hpp, interval_model_for).
+    const std::optional<IntervalModel> model =
+        interval_model_for(*r.row->model, ctx.profile(gpu), r.row->cfg.parallel.framework);
+    if (!model) continue;
+    Count& c = by_device.try_emplace(gpu, Count{*model}).first->second;
+    const RelativeInterval i = widened(c.interval.held_out, c.interval.widening_per_doubling, r.doublings);
     const bool in = r.error >= i.p10 && r.error <= i.p90;
     ++c.rows;
     c.covered += in;
