@@ -352,9 +352,19 @@ BOOST_AUTO_TEST_CASE(a_yaml_without_fsdp_config_is_predicted_as_ddp) {
 }
 
 BOOST_AUTO_TEST_CASE(calibrate_table_records_its_network_and_predictions_note_another) {
+  // The table's first twelve rows (70b on 64 and 32 GPUs, 30b and 13b on 8): what the profile records
+  // does not depend on how many rows it was fitted on, and the whole table's fit and its interval's
+  // held-out fits take minutes under the sanitizers.
+  std::ifstream full(std::string(TPSIM_DATA) + "/measured/a100_80gb_bf16.md");
+  const fs::path table = tpsim::testing::scratch_dir() / "a100_80gb_part.md";
+  {
+    std::ofstream part(table);
+    std::string line;
+    for (int i = 0; i < 14 && std::getline(full, line); ++i) part << line << '\n';
+  }
   const fs::path out = tpsim::testing::scratch_dir() / "net.json";
-  const Run fit = run("calibrate table --table " + std::string(TPSIM_DATA) +
-                      "/measured/a100_80gb_bf16.md --device a100_80gb --inter-node-gbps 800 --out " + out.string());
+  const Run fit = run("calibrate table --table " + table.string() + " --device a100_80gb --inter-node-gbps 800 --out " +
+                      out.string());
   BOOST_TEST_REQUIRE(fit.status == 0, fit.err);
   BOOST_TEST(slurp(out).find("\"inter_node_gbps\": 800.0") != std::string::npos);
   const std::string p = "predict --model 7b --seq 2048 --gpus 16 --micro-batch 2 --device a100_80gb --profile " + out.string();
