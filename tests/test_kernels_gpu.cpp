@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "io/error.hpp"
@@ -160,6 +161,25 @@ std::vector<Op> gemm_variants() {
   return v;
 }
 
+// Attention of each padded head size the tensor-core kernels have (32, 64, 128), one not a multiple
+// of 8 (element-wise tile loads), and sequences that end inside a 64-row tile; bf16 and fp16.
+std::vector<Op> attention_variants() {
+  std::vector<Op> v;
+  for (Precision p : {Precision::kAmpBf16, Precision::kAmpFp16})
+    for (const auto& [heads, head_dim, seq] : {std::tuple{2, 16, 70}, std::tuple{2, 64, 131}, std::tuple{1, 100, 150},
+                                               std::tuple{1, 128, 200}}) {
+      BlockShape s;
+      s.batch = 2;
+      s.seq = seq;
+      s.n_heads = heads;
+      s.d_model = heads * head_dim;
+      s.precision = p;
+      v.push_back(attention_op("attention.variant.fwd", OpKind::kAttentionFwd, s));
+      v.push_back(attention_op("attention.variant.bwd", OpKind::kAttentionBwd, s));
+    }
+  return v;
+}
+
 std::string describe(const Op& op) {
   return std::string(op.name) + " [" + std::string(to_string(op.dtype)) + " m=" + std::to_string(op.m) +
          " n=" + std::to_string(op.n) + " k=" + std::to_string(op.k) + "]";
@@ -169,6 +189,8 @@ std::string describe(const Op& op) {
   Backend& b = *device(kind).backend;
   int checked = 0, unsupported = 0;
   std::vector<Op> ops = gemm_variants();
+  const auto attention = attention_variants();
+  ops.insert(ops.end(), attention.begin(), attention.end());
   for (Precision p : {Precision::kAmpBf16, Precision::kAmpFp16, Precision::kAmpFp8, Precision::kFp32}) {
     const auto more = ops_to_check(p);
     ops.insert(ops.end(), more.begin(), more.end());

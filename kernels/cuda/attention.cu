@@ -1,11 +1,14 @@
 // Causal attention forward and backward: tiled, FlashAttention-2's algorithm (Dao 2023) in plain
 // CUDA C++ with fp32 arithmetic on CUDA cores, so that it runs unchanged under hipcc.
 //
+// On CUDA GPUs of compute capability 8.0 and later, bf16 and fp16 run attention_tc.cu's tensor-core
+// kernels instead (the same algorithm on WMMA fragments); these run everything else.
+//
 // Why not cuDNN's fused SDPA: it needs either the cudnn-frontend C++ headers (not shipped with the
 // toolkit here) or a hand-built backend-API operation graph whose acceptance by cuDNN can only be
 // learned on a GPU; without one to develop against, a kernel that is checked by reading is the
-// robust choice. The cost: these kernels do not use tensor cores, so on A100/H100 they reach a
-// small fraction of FlashAttention's rate; docs/backends.md says so.
+// robust choice. These kernels do not use tensor cores and reach a small fraction of
+// FlashAttention's rate; attention_tc.cu's are 3.3-5x faster on an H200 (docs/backends.md).
 //
 // Layout: q, k, v, o, dO, dQ, dK, dV [batch*heads, seq, head_dim]; lse, delta [batch*heads, seq].
 // Scores s_ij = q_i . k_j / sqrt(head_dim) for j <= i.
@@ -254,9 +257,9 @@ void forward_typed(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, 
 }
 
 template <class T>
-void backward_typed(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const T* q, const T* k, const T* v,
-                    const T* o, const T* d_o, const float* lse, T* dq, T* dk, T* dv, float* delta, float* dq_accum,
-                    cudaStream_t stream) {
+void backward_typed(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const T* q, const T* k,
+                    const T* v, const T* o, const T* d_o, const float* lse, T* dq, T* dk, T* dv, float* delta,
+                    float* dq_accum, cudaStream_t stream) {
   const dim3 grid = attention_grid(batch, heads, seq);
   const int64_t rows = batch * heads * seq;
   const int dh = static_cast<int>(head_dim);
@@ -265,6 +268,17 @@ void backward_typed(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim,
   attention_delta_kernel<T><<<static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32)), kThreads, 0, stream>>>(
       rows, dh, o, d_o, delta);
   CUDA_CHECK_LAUNCH();
+#if !defined(TPSIM_HIP)
+  if (attention_tc_runs(e, batch, heads, seq, head_dim)) {
+    attention_backward_tc(e, batch, heads, seq, head_dim, q, k, v, d_o, lse, delta, dk, dv, dq_accum, stream);
+    const int64_t count = rows * head_dim;
+    dq_store_kernel<T><<<grid_for(count, kThreads), kThreads, 0, stream>>>(count, dq_accum, dq);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+#else
+  (void)e;
+#endif
   switch (ept_for(head_dim)) {
     case 2: attention_backward_kernel<T, 2><<<grid, kThreads, 0, stream>>>(seq, dh, scale, q, k, v, d_o, lse, delta, dk, dv, dq_accum); break;
     case 4: attention_backward_kernel<T, 4><<<grid, kThreads, 0, stream>>>(seq, dh, scale, q, k, v, d_o, lse, delta, dk, dv, dq_accum); break;
@@ -284,6 +298,12 @@ bool attention_head_dim_supported(int64_t head_dim) { return head_dim >= 1 && he
 void attention_forward(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const void* q,
                        const void* k, const void* v, void* o, float* lse, cudaStream_t stream) {
   if (!attention_head_dim_supported(head_dim)) throw Error("attention: head_dim " + std::to_string(head_dim) + " > 128");
+#if !defined(TPSIM_HIP)
+  if (attention_tc_runs(e, batch, heads, seq, head_dim)) {
+    attention_forward_tc(e, batch, heads, seq, head_dim, q, k, v, o, lse, stream);
+    return;
+  }
+#endif
   switch (e) {
     case Elem::kF32:
       forward_typed(batch, heads, seq, head_dim, static_cast<const float*>(q), static_cast<const float*>(k),
@@ -307,17 +327,17 @@ void attention_backward(Elem e, int64_t batch, int64_t heads, int64_t seq, int64
   if (!attention_head_dim_supported(head_dim)) throw Error("attention: head_dim " + std::to_string(head_dim) + " > 128");
   switch (e) {
     case Elem::kF32:
-      backward_typed(batch, heads, seq, head_dim, static_cast<const float*>(q), static_cast<const float*>(k),
+      backward_typed(e, batch, heads, seq, head_dim, static_cast<const float*>(q), static_cast<const float*>(k),
                      static_cast<const float*>(v), static_cast<const float*>(o), static_cast<const float*>(d_o), lse,
                      static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv), delta, dq_accum, stream);
       break;
     case Elem::kBf16:
-      backward_typed(batch, heads, seq, head_dim, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
+      backward_typed(e, batch, heads, seq, head_dim, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
                      static_cast<const bf16*>(v), static_cast<const bf16*>(o), static_cast<const bf16*>(d_o), lse,
                      static_cast<bf16*>(dq), static_cast<bf16*>(dk), static_cast<bf16*>(dv), delta, dq_accum, stream);
       break;
     case Elem::kF16:
-      backward_typed(batch, heads, seq, head_dim, static_cast<const __half*>(q), static_cast<const __half*>(k),
+      backward_typed(e, batch, heads, seq, head_dim, static_cast<const __half*>(q), static_cast<const __half*>(k),
                      static_cast<const __half*>(v), static_cast<const __half*>(o), static_cast<const __half*>(d_o),
                      lse, static_cast<__half*>(dq), static_cast<__half*>(dk), static_cast<__half*>(dv), delta,
                      dq_accum, stream);

@@ -84,6 +84,18 @@ void attention_backward(Elem e, int64_t batch, int64_t heads, int64_t seq, int64
                         const void* k, const void* v, const void* o, const void* d_o, const float* lse, void* dq,
                         void* dk, void* dv, float* delta, float* dq_accum, cudaStream_t stream);
 
+#if !defined(TPSIM_HIP)
+// The tensor-core kernels (attention_tc.cu) run this: bf16 or fp16, head_dim up to 128, a GPU of
+// compute capability 8.0 or later. attention_forward and attention_backward use them then.
+bool attention_tc_runs(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim);
+void attention_forward_tc(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const void* q,
+                          const void* k, const void* v, void* o, float* lse, cudaStream_t stream);
+// dk, dv, and dq_accum (zeroed by the caller) += dQ; delta as attention_backward computes it.
+void attention_backward_tc(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const void* q,
+                           const void* k, const void* v, const void* d_o, const float* lse, const float* delta,
+                           void* dk, void* dv, float* dq_accum, cudaStream_t stream);
+#endif
+
 // ---- GEMM without a vendor library (gemm_tiled.cu; the HIP backend's GEMM) ----
 
 // C[m,n] = op(A)[m,k] * op(B)[k,n] row-major, fp32 accumulation; e in {fp32, bf16, fp16}.
