@@ -6,7 +6,7 @@
 #      the shipped (table-fitted) profile of the same device.
 # Each step has its own time limit and a failing step does not stop the others; every output goes
 # to OUT_DIR; no step starts after DEADLINE seconds from the start.
-# Usage: tests/gpu/device_session.sh BUNDLE_DIR OUT_DIR [BUDGET_SECONDS] [DEADLINE_SECONDS]
+# Usage: tests/gpu/device_session.sh BUNDLE_DIR OUT_DIR [BUDGET_SECONDS] [DEADLINE_SECONDS]   (also writes OUT_DIR.tgz)
 set -u
 bundle=$(cd "$1" && pwd)
 out=$2
@@ -59,3 +59,6 @@ for r in "${replays[@]}"; do
   # shellcheck disable=SC2086
   step "replay${i}_shipped" 90 "$bundle/tpsim" replay --backend cuda $r
 done
+
+# Everything in one file beside OUT_DIR too: a lent machine may hand back only a few files.
+tar czf "${out%/}.tgz" -C "$(dirname "$out")" "$(basename "$out")"
