@@ -123,6 +123,10 @@ ScaleParamSet::ScaleParamSet(const std::vector<ScaleCase>& cases) {
               : add(to_string(f) + ".exposed_fraction", Unit::kFraction, 0.0, 1.0, 0.05,
                     "share of the all-reduce exposed beyond what the backward cannot hide");
   }
+  if (frameworks.count(SyncFramework::kHorovod))
+    coordination_ = add("horovod.coordination_s", Unit::kSeconds, 0.0, 0.02, 0.002,
+                        "seconds per step of Horovod's negotiation cycles (HOROVOD_CYCLE_TIME: 1 ms by default "
+                        "since v0.21, 5 ms before; horovod/horovod CHANGELOG, #2468)");
   for (const std::string& m : models)
     fixed_[m] = add(m + ".fixed_fraction", Unit::kFraction, 0.0, 0.9, 0.02,
                     "share of the one-GPU step that every GPU repeats whatever the GPU count");
@@ -153,6 +157,7 @@ ScalingParams ScaleParamSet::for_case(const ScaleCase& c, const std::vector<doub
   p.exposed_fraction = v.at(exposed_.at(to_string(c.run.framework)));
   p.fixed_fraction = v.at(fixed_.at(c.model));
   if (jitter_.count(c.cluster_id)) p.sync_jitter = v.at(jitter_.at(c.cluster_id));
+  if (coordination_ != kNone) p.coordination_s = v.at(coordination_);
   return p;
 }
 

@@ -73,6 +73,8 @@ class ScaleParamSet {
   std::vector<ScalePrior> priors_;
   std::map<std::string, size_t> intra_, inter_, exposed_, fixed_, jitter_;
   size_t slowdown_ = 0;
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+  size_t coordination_ = kNone;  // Horovod's seconds per step, when a case runs Horovod
 };
 
 // The coefficient of variation (sample standard deviation / mean) of repeated measurements.

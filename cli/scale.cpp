@@ -263,6 +263,8 @@ ScalingParams shipped_params(const std::string& cluster, SyncFramework fw, const
   if (set.index(cluster + ".sync_jitter") >= 0) take(cluster + ".sync_jitter", p.sync_jitter);
   take(to_string(fw) + ".exposed_fraction", p.exposed_fraction);
   take(model + ".fixed_fraction", p.fixed_fraction);
+  if (fw == SyncFramework::kHorovod && set.index("horovod.coordination_s") >= 0)
+    take("horovod.coordination_s", p.coordination_s);
   return p;
 }
 

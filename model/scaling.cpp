@@ -65,9 +65,11 @@ ScalingPrediction predict_scaling(const ScalingRun& run, const DeviceSpec& clust
     out.exposed_s = std::max(least_exposed_share(run, p) * out.allreduce_s, out.allreduce_s - backward_s);
     out.slowdown_s = p.overlap_slowdown * (out.allreduce_s - out.exposed_s);
   }
-  if (run.gpus > 1)
+  if (run.gpus > 1) {
     out.sync_s = p.sync_jitter * out.compute_s * std::sqrt(2.0 * std::log(static_cast<double>(run.gpus)));
-  out.step_s = out.compute_s + out.fixed_s + out.exposed_s + out.slowdown_s + out.sync_s;
+    if (run.framework == SyncFramework::kHorovod) out.coordination_s = p.coordination_s;
+  }
+  out.step_s = out.compute_s + out.fixed_s + out.exposed_s + out.slowdown_s + out.sync_s + out.coordination_s;
   const double samples = static_cast<double>(run.per_device_batch * run.gpus * out.micro_batches);
   out.throughput = samples / out.step_s;
   out.efficiency = out.throughput / (static_cast<double>(run.gpus) * run.throughput_1gpu);

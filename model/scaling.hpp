@@ -7,7 +7,10 @@
 //             (the optimizer step, per-run start-up amortised over a fixed data set)
 // + exposed   the part of the gradient all-reduce (CostModel::collective_seconds: ring over the
 //             node's links, then the network) the backward of the last micro-batch does not hide
-// + slowdown  overlap_slowdown x the hidden part (compute shares the GPU with the collective).
+// + slowdown  overlap_slowdown x the hidden part (compute shares the GPU with the collective)
+// + coordination  Horovod's per-step seconds: its background thread negotiates which tensors are
+//             ready on every rank through the coordinator, once per cycle (HOROVOD_CYCLE_TIME, 1 ms
+//             by default since v0.21, 5 ms before), before it fuses and reduces them.
 // How much of the all-reduce can hide is the framework's: PyTorch DDP (and Lightning's DDP)
 // reduce 25 MiB buckets as the backward produces them, so at least the last bucket is exposed;
 // Horovod's tensor fusion and DeepSpeed's ZeRO (stages 0-2 reduce the same gradient bytes) expose
@@ -41,6 +44,7 @@ struct ScalingParams {
   // Step-time jitter of one GPU (standard deviation / mean of its compute): a synchronous step
   // waits for the slowest of N GPUs, about sqrt(2 ln N) standard deviations above the mean.
   double sync_jitter = 0;
+  double coordination_s = 0;  // Horovod only: seconds per step of its negotiation cycles (above)
 };
 
 struct ScalingRun {
@@ -57,7 +61,7 @@ struct ScalingPrediction {
   double throughput = 0;   // samples/s of all GPUs
   double efficiency = 0;   // throughput / (gpus x throughput_1gpu)
   double step_s = 0;
-  double compute_s = 0, fixed_s = 0, allreduce_s = 0, exposed_s = 0, slowdown_s = 0, sync_s = 0;
+  double compute_s = 0, fixed_s = 0, allreduce_s = 0, exposed_s = 0, slowdown_s = 0, sync_s = 0, coordination_s = 0;
   int64_t micro_batches = 1;  // per GPU per optimizer step
 };
 

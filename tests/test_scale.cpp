@@ -119,16 +119,43 @@ BOOST_AUTO_TEST_CASE(one_node_ring_all_reduce_and_its_exposed_part_by_hand) {
   BOOST_TEST(scaling_micro_batches(run) == 0);
 }
 
+// Horovod's negotiation cycles add their seconds to every step of more than one GPU, and to no
+// other framework's.
+BOOST_AUTO_TEST_CASE(horovod_coordination_adds_its_seconds_per_step) {
+  DeviceSpec node;
+  node.gpus_per_node = 4;
+  node.intra_node_bytes_per_s = 300e9;
+  node.inter_node_bytes_per_s = 100e9;
+  ScalingParams p;
+  p.coordination_s = 0.005;
+  ScalingRun run;
+  run.gpus = 4;
+  run.per_device_batch = 32;
+  run.throughput_1gpu = 800;
+  run.grad_bytes = 102.4e6;
+  run.framework = SyncFramework::kHorovod;
+  const ScalingPrediction h = predict_scaling(run, node, p);
+  BOOST_TEST(h.coordination_s == 0.005);
+  BOOST_TEST(h.step_s == h.compute_s + h.fixed_s + h.exposed_s + h.slowdown_s + h.sync_s + 0.005,
+             boost::test_tools::tolerance(1e-12));
+  run.framework = SyncFramework::kDeepSpeed;
+  BOOST_TEST(predict_scaling(run, node, p).coordination_s == 0.0);
+  run.framework = SyncFramework::kHorovod;
+  run.gpus = 1;
+  BOOST_TEST(predict_scaling(run, node, p).coordination_s == 0.0);
+}
+
 // Held-out MAPE of the multi-GPU rows, each group held out of the fit that predicts it. Issue 18
-// asks for at most 4% on seed 000: NOT met. With the physical ranges and priors (link efficiencies
-// 0.5-0.95, DDP's exposed share 0-0.7) and the per-cluster step jitter, 4.70% (linear scaling:
-// 12.25%); the unbounded fit reached 4.36% with unphysical values. Asserted at what was reached.
-// An accuracy figure only: the sanitizer build runs the same cross-validation on seed 002 below and
-// skips this one's minutes of fits there.
-BOOST_AUTO_TEST_CASE(held_out_mape_on_seed_000, *boost::unit_test::enable_if<!TPSIM_TEST_SANITIZED>()) {
+// asks for at most 4% on seed 000: 3.98% (linear scaling: 12.25%) with the physical ranges and
+// priors (link efficiencies 0.5-0.95, DDP's exposed share 0-0.7), the per-cluster step jitter and
+// Horovod's coordination seconds per step (4.70% without them). An accuracy figure only: the
+// sanitizer build runs the same cross-validation on seed 002 below and skips this one's minutes of
+// fits there.
+BOOST_AUTO_TEST_CASE(held_out_mape_on_seed_000_within_4_percent,
+                     *boost::unit_test::enable_if<!TPSIM_TEST_SANITIZED>()) {
   const ScaleCv cv = held_out(kCsc);
   BOOST_TEST(cv.predicted == 124);
-  BOOST_TEST(cv.mape <= 4.75);
+  BOOST_TEST(cv.mape <= 4.0);
   BOOST_TEST(cv.linear_mape > 12.0);
 }
 
