@@ -6,6 +6,20 @@
 #include "io/error.hpp"
 #include "cli/commands.hpp"
 
+namespace {
+
+// A repeatable flag takes one value per occurrence: CLI11 lets a vector option swallow every word after
+// it, so `validate --profile p.json table.csv` read the table as a second profile and then asked for a
+// table. `--profile a.json --profile b.json` repeats the flag; a stray word is an error, not a value.
+void one_value_per_flag(CLI::App* app) {
+  for (CLI::Option* opt : app->get_options()) {
+    if (opt->nonpositional() && opt->get_items_expected_max() > 1) opt->allow_extra_args(false);
+  }
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) one_value_per_flag(sub);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"tpsim: LLM training throughput simulator (llm-foundry MPT, FSDP)"};
   app.require_subcommand(1);
@@ -18,6 +32,7 @@ int main(int argc, char** argv) {
   tpsim::register_replay(app);
   tpsim::register_bench(app);
   tpsim::register_scale(app);
+  one_value_per_flag(&app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -114,6 +114,20 @@ BOOST_AUTO_TEST_CASE(validate_csv_appends_the_predictions_to_the_input_columns) 
   BOOST_TEST(count_lines(r.out) == 8);
 }
 
+// A repeatable flag takes one value: the table after --profile is a table, as the README's vTrain
+// command writes it, and two profiles need the flag twice.
+BOOST_AUTO_TEST_CASE(a_repeatable_flag_takes_one_value_and_leaves_the_positional_table) {
+  const std::string table = std::string(TPSIM_DATA) + "/measured/h100_80gb_fp8.md";
+  const Run r = run(std::string("validate --profile ") + TPSIM_DATA + "/profiles/h100_80gb.json " + table + " --format csv");
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  BOOST_TEST(count_lines(r.out) == 8);
+  const Run two = run(std::string("predict --model 7b --seq 2048 --gpus 8 --micro-batch 4 --device h100_80gb --profile ") +
+                      TPSIM_DATA + "/profiles/a100_80gb.json " + TPSIM_DATA + "/profiles/h100_80gb.json");
+  BOOST_TEST(two.status == 2);
+  BOOST_TEST(first_line(two.err).find("h100_80gb.json") != std::string::npos, two.err);
+  BOOST_TEST(count_lines(two.err) == 1u);
+}
+
 // Start-up stays cheap: the libraries only a GPU run needs and that cost most to load (cuBLASLt,
 // about 90 ms) are loaded on first use, not named in the binary's dynamic section.
 BOOST_AUTO_TEST_CASE(the_binary_does_not_load_cublaslt_at_start) {
