@@ -36,7 +36,7 @@ std::vector<std::string> prediction_columns(bool with_layout) {
 const std::vector<std::string>& layout_columns() {
   static const std::vector<std::string> c = {"Tensor Parallel", "Pipeline Parallel", "Virtual Stages",
                                              "Context Parallel", "Expert Parallel", "Data Parallel",
-                                             "Pipeline Bubble (s)"};
+                                             "Expert Tensor Parallel", "Pipeline Bubble (s)"};
   return c;
 }
 
@@ -56,6 +56,7 @@ const TerminalLayout& terminal_layout() {
                {"Context Parallel", "CP", 60, ""},
                {"Expert Parallel", "EP", 59, ""},
                {"Data Parallel", "DP", 44, ""},
+               {"Expert Tensor Parallel", "ETP", 43, ""},
                {"MicroBatchSize", "MB", 66, ""},
                {"Activation Checkpointing", "Ckpt", 52, ""},
                {"Throughput (T/s/GPU)", "Tok/s/GPU", 88, ""},
@@ -87,7 +88,8 @@ const TerminalLayout& terminal_layout() {
 
 void add_layout_cells(const TrainConfig& cfg, const Prediction& prediction, std::vector<Cell>& row) {
   const Parallelism& p = cfg.parallel;
-  for (int64_t degree : {p.tensor, p.pipeline, p.virtual_stages, p.context, p.expert, cfg.data_parallel()})
+  for (int64_t degree :
+       {p.tensor, p.pipeline, p.virtual_stages, p.context, p.expert, cfg.data_parallel(), p.expert_tensor_degree()})
     row.push_back(Cell::integer_value(degree));
   row.push_back(prediction.fits() ? Cell::num(prediction.time.pipeline_bubble_s, 4) : Cell::empty());
 }
@@ -99,6 +101,7 @@ std::string layout_phrase(const Parallelism& p) {
       {"tp", p.tensor}, {"pp", p.pipeline}, {"vp", p.virtual_stages}, {"cp", p.context}, {"ep", p.expert}};
   for (const auto& [name, degree] : degrees)
     if (degree > 1) add(std::string(name) + " " + std::to_string(degree));
+  if (p.expert_tensor > 0) add("etp " + std::to_string(p.expert_tensor));
   if (p.sequence_parallel) add("sp");
   if (p.distributed_optimizer) add("dist-opt");
   if (p.overlap_grad_reduce) add("overlapped grad reduce");

@@ -79,6 +79,9 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
   cmd->add_option("--vp", f.vp, "virtual stages per pipeline rank: interleaved 1F1B (megatron)");
   cmd->add_option("--cp", f.cp, "context parallel degree (megatron, torchtitan)");
   cmd->add_option("--ep", f.ep, "expert parallel degree (megatron, mixture-of-experts models)");
+  cmd->add_option("--etp", f.etp,
+                  "expert tensor parallel degree: the routed experts' own tensor parallelism (megatron's "
+                  "--expert-tensor-parallel-size; default the --tp degree; sweep and plan also try 1)");
   auto* sp = cmd->add_flag_function("--sp", [&f](int64_t) { f.sp = true; },
                                     "sequence parallelism on (megatron; default: on wherever --tp > 1)");
   auto* no_sp = cmd->add_flag_function("--no-sp", [&f](int64_t) { f.sp = false; }, "sequence parallelism off");
@@ -199,6 +202,7 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
   a.virtual_stages = degree_flag("--vp", f.vp);
   a.context = degree_flag("--cp", f.cp);
   a.expert = degree_flag("--ep", f.ep);
+  a.expert_tensor = degree_flag("--etp", f.etp);
   a.sequence_parallel = f.sp;
   a.distributed_optimizer = f.dist_opt;
   a.overlap_grad_reduce = f.overlap_grad_reduce;
@@ -226,6 +230,9 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
   }
   const std::pair<const char*, std::optional<int64_t>> degrees[] = {
       {"--tp", a.tensor}, {"--pp", a.pipeline}, {"--vp", a.virtual_stages}, {"--cp", a.context}, {"--ep", a.expert}};
+  if (a.expert_tensor)
+    throw Error("--etp " + std::to_string(*a.expert_tensor) +
+                ": composer runs FSDP without model parallelism; use --framework megatron");
   for (const auto& [flag, value] : degrees)
     if (value.value_or(1) > 1)
       throw Error(std::string(flag) + " " + std::to_string(*value) +
@@ -258,6 +265,7 @@ Parallelism fixed_parallelism(const ParallelSettings& s) {
   p.virtual_stages = a.virtual_stages.value_or(1);
   p.context = a.context.value_or(1);
   p.expert = a.expert.value_or(1);
+  p.expert_tensor = a.expert_tensor && *a.expert_tensor != p.tensor ? *a.expert_tensor : 0;
   p.sequence_parallel = a.sequence_parallel.value_or(p.tensor > 1);
   p.distributed_optimizer = a.distributed_optimizer.value_or(s.framework != Framework::kComposer);
   p.overlap_grad_reduce = a.overlap_grad_reduce;

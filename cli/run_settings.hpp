@@ -46,7 +46,7 @@ std::string checkpointing_phrase(Checkpointing c);
 // --account-for-embedding/loss-in-pipeline-split) and --tp-comm-overlap (TransformerEngine's
 // userbuffers; needs --sp and --tp > 1): the text as given (empty / unset: not given).
 struct ParallelFlags {
-  std::string framework, tp, pp, vp, cp, ep;
+  std::string framework, tp, pp, vp, cp, ep, etp;
   std::optional<bool> sp, dist_opt;
   bool overlap_grad_reduce = false;
   std::string shard_degree, replicate_degree;  // composer: HSDP's mesh (--shard-degree, --replicate-degree)

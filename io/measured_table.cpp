@@ -203,7 +203,8 @@ const char* const kRequired[] = {"Model", "SeqLen (T)", "# GPUs", "GPU", "MicroB
 const char* const kGeneralColumns[] = {"Framework",        "Tensor Parallel",   "Pipeline Parallel",     "Virtual Stages",
                                        "Context Parallel", "Expert Parallel",   "Data Parallel",         "Sequence Parallel",
                                        "Recompute",        "Step Time (s)",     "Distributed Optimizer", "Overlap Grad Reduce",
-                                       "Attention",        "TP Comm Overlap",   "Account For Embedding", "Account For Loss"};
+                                       "Attention",        "TP Comm Overlap",   "Account For Embedding", "Account For Loss",
+                                       "Expert Tensor Parallel"};
 
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
@@ -288,6 +289,11 @@ class RowParser {
     par.virtual_stages = cols_.optional_degree(cells, "Virtual Stages", at);
     par.context = cols_.optional_degree(cells, "Context Parallel", at);
     par.expert = cols_.optional_degree(cells, "Expert Parallel", at);
+    // Megatron-Core's expert_tensor_parallel_size; equal to tp, its default, it is the default.
+    if (cols_.has("Expert Tensor Parallel")) {
+      const int64_t etp = cols_.degree(cells, "Expert Tensor Parallel", at);
+      par.expert_tensor = etp == par.tensor ? 0 : etp;
+    }
     if (cols_.has("Sequence Parallel")) par.sequence_parallel = cols_.boolean(cells, "Sequence Parallel", at);
     if (cols_.has("Distributed Optimizer")) par.distributed_optimizer = cols_.boolean(cells, "Distributed Optimizer", at);
     if (cols_.has("Overlap Grad Reduce")) par.overlap_grad_reduce = cols_.boolean(cells, "Overlap Grad Reduce", at);

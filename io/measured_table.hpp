@@ -11,7 +11,8 @@
 // The general form adds the columns of runs beyond data parallelism (each optional; absent: 1,
 // False or the default): `Framework` (composer, megatron, torchtitan; absent: the command's
 // --framework), `Tensor Parallel`, `Pipeline Parallel`, `Virtual Stages`, `Context Parallel`,
-// `Expert Parallel`, `Data Parallel` (checked against # GPUs over the model-parallel degrees),
+// `Expert Parallel`, `Expert Tensor Parallel` (absent: the tensor-parallel degree, Megatron-Core's
+// default), `Data Parallel` (checked against # GPUs over the model-parallel degrees),
 // `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce`, `TP Comm Overlap` (Megatron-Core's
 // --tp-comm-overlap), `Account For Embedding` and `Account For Loss` (its
 // --account-for-embedding/loss-in-pipeline-split: an uneven pipeline split) (True/False), `Attention` (flash, or

@@ -49,20 +49,28 @@ std::string check_context_and_expert(const ModelConfig& model, const TrainConfig
   const MoeConfig& e = model.moe;
   if (par.expert > 1 && !e.active())
     return "expert parallel " + n(par.expert) + " needs a mixture-of-experts model; " + model.name + " is dense";
+  if (par.expert_tensor > 0 && !e.active())
+    return "expert tensor parallel " + n(par.expert_tensor) + " needs a mixture-of-experts model; " + model.name +
+           " is dense";
   if (!e.active()) return {};
   if (e.experts % par.expert != 0)
     return "expert parallel " + n(par.expert) + " does not divide the " + n(e.experts) + " experts of " + model.name;
+  const int64_t etp = par.expert_tensor_degree();
   const int64_t dp_cp = cfg.data_parallel() * par.context;
-  if (dp_cp % par.expert != 0)
+  if (par.expert_tensor == 0 && dp_cp % par.expert != 0)
     return "expert parallel " + n(par.expert) + " does not divide data x context parallel " + n(dp_cp) +
-           " (Megatron carves the expert groups out of those ranks; an expert tensor parallel degree other than tp, "
-           "which would let them span tensor parallel too, is not modelled yet)";
+           " (Megatron carves the expert groups out of those ranks; with --etp 1 they span the tensor ranks too)";
+  if ((par.tensor * dp_cp) % (etp * par.expert) != 0)
+    return "expert tensor parallel " + n(etp) + " x expert parallel " + n(par.expert) +
+           " does not divide tensor x data x context parallel " + n(par.tensor * dp_cp) +
+           " (Megatron carves the expert groups out of each stage's ranks)";
   if (par.tensor > 1 && !par.sequence_parallel)
     return "a mixture of experts with tensor parallel " + n(par.tensor) +
            " needs sequence parallelism (--sp), as Megatron-LM asserts";
-  if (e.d_expert % par.tensor != 0 || (e.shared_experts > 0 && e.d_shared % par.tensor != 0))
-    return "tensor parallel " + n(par.tensor) + " (the experts' tensor parallel degree) does not divide the expert width " +
-           n(e.d_expert % par.tensor != 0 ? e.d_expert : e.d_shared);
+  if (e.d_expert % etp != 0)
+    return "expert tensor parallel " + n(etp) + " does not divide the expert width " + n(e.d_expert);
+  if (e.shared_experts > 0 && e.d_shared % par.tensor != 0)
+    return "tensor parallel " + n(par.tensor) + " does not divide the shared expert width " + n(e.d_shared);
   return {};
 }
 
@@ -92,9 +100,10 @@ BlockShape megatron_rank_shape(const ModelConfig& model, const TrainConfig& cfg,
   BlockShape s = tensor_parallel_shape(block_shape(model, cfg.micro_batch, cfg.seq_len / par.context, cfg.precision),
                                        par.tensor, par.sequence_parallel, padded_vocab);
   if (s.moe.active()) {
-    s.moe.d_expert /= par.tensor;
+    s.moe.d_expert /= par.expert_tensor_degree();
     s.moe.d_shared /= par.tensor;
     s.ep = par.expert;
+    s.expert_tp = par.expert_tensor_degree();
   }
   return s;
 }
@@ -373,7 +382,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   // Each stage's parameters (the rank's tensor-parallel slice, and 1/ep of the routed experts), their
   // gradient reduction (grad_collective) and optimizer.
   const double routed = routed_expert_params(model_);
-  const double expert_block = routed / d(l.tp * l.ep);
+  const double expert_block = routed / d(l.etp * l.ep);
   const double block = (d(layer_parameter_count(model_)) - routed) / d(l.tp) + expert_block;
   const double table = d(vocab) * d(model_.d_model) / d(l.tp);
   const double positions = model_.learned_positions()
@@ -462,11 +471,12 @@ void MegatronEvaluator::context_and_expert_costs(Costs& c, const BlockShape& sha
   const double a = activation_bytes(cfg.precision);
   const double dm = d(model_.d_model);
   c.all_to_all_s = all_to_all_seconds(cost_, moe_dispatch_bytes(shape), l.ep_group);
-  const auto gather_scatter = [&](double tokens) {  // the time of an all-gather and a reduce-scatter
-    return cost_.collective_seconds(CollectiveKind::kAllReduce, tokens * dm * a, l.tp_group);
+  // the time of an all-gather and a reduce-scatter of `rows` rows over `group`
+  const auto gather_scatter = [&](double rows, const CommGroup& group) {
+    return cost_.collective_seconds(CollectiveKind::kAllReduce, rows * dm * a, group);
   };
-  double tp_change = gather_scatter(d(moe_routed_rows(shape.moe, shape.tokens()))) - gather_scatter(d(shape.tokens()));
-  if (shape.moe.shared_experts > 0) tp_change += gather_scatter(d(shape.tokens()));
+  double tp_change = gather_scatter(d(shape.expert_rows()), l.etp_group) - gather_scatter(d(shape.tokens()), l.tp_group);
+  if (shape.moe.shared_experts > 0) tp_change += gather_scatter(d(shape.tokens()), l.tp_group);
   const double moe_s = 2.0 * c.all_to_all_s + tp_change;
   c.cp_ep_block_fwd_s += moe_s;
   c.cp_ep_block_bwd_s += moe_s;

@@ -52,10 +52,10 @@ std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainCo
 // The shape one rank computes (context, tensor and expert parallelism; `padded_vocab`:
 // megatron_padded_vocab): the sequence's s/cp tokens (each op but the attention runs on them; the
 // attention is ring_attention's), the tensor-parallel slice (tensor_parallel_shape), and for a
-// mixture of experts each routed and shared expert's width divided by the expert tensor parallel
-// degree, Megatron-Core's default of the tensor-parallel degree (megatron/training/arguments.py sets
-// expert_tensor_parallel_size = tensor_model_parallel_size when it is not given; tpsim has no
-// --expert-tensor-parallel-size), and the routed experts split over ep (BlockShape::ep).
+// mixture of experts each routed expert's width divided by the expert tensor parallel degree
+// (--etp, Megatron-Core's --expert-tensor-parallel-size; when it is not given, the tensor-parallel
+// degree, as megatron/training/arguments.py sets it) and each shared expert's by tp, and the routed
+// experts split over ep (BlockShape::ep, BlockShape::expert_tp).
 BlockShape megatron_rank_shape(const ModelConfig& model, const TrainConfig& cfg, int64_t padded_vocab);
 
 // What one rank of `rank_shape` holds for each of the token dispatcher's all-to-alls of a block:

@@ -446,7 +446,7 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
 }
 
 Ffn expert_ffn(const BlockShape& s) {
-  const int64_t rows = moe_routed_rows(s.moe, s.tokens());
+  const int64_t rows = s.expert_rows();
   return {&kExpertFfn, rows, s.moe.d_expert, s.moe.experts / s.ep, false, false, s.d_model, rows};
 }
 Ffn shared_ffn(const BlockShape& s) {
@@ -461,7 +461,7 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   const DType act = activation_dtype(s.precision);
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens()), td = t * d(s.d_model), te = t * d(e.experts), tk = t * d(e.top_k);
-  const double rd = d(moe_routed_rows(s.moe, s.tokens())) * d(s.d_model);
+  const double rd = d(s.expert_rows()) * d(s.d_model);
   // The router: logits t x experts (kept in bf16 under fp8, as TransformerEngine recipes leave it),
   // keeping its input x for its weight gradient (and for the shared experts).
   Op router = gemm_op("moe.router.fwd", s.tokens(), e.experts, s.d_model, other_gemm_dtype(s.precision), a, a,
@@ -499,7 +499,7 @@ void moe_backward(const BlockShape& s, OpSink& out) {
   const DType dt = other_gemm_dtype(s.precision);
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens()), td = t * d(s.d_model), te = t * d(e.experts), tk = t * d(e.top_k);
-  const double rd = d(moe_routed_rows(s.moe, s.tokens())) * d(s.d_model);
+  const double rd = d(s.expert_rows()) * d(s.d_model);
   int64_t sums = 1;  // input gradients summed into dx: the router's and the experts'
   if (e.shared_experts > 0) {
     if (e.shared_gate) {
@@ -585,6 +585,12 @@ void attention_recompute_ops(const BlockShape& s, OpSink& out) {
   Op op = attention_op("attn.flash.recompute", OpKind::kAttentionFwd, s);
   op.saved_bytes = 0;
   out.push(op);
+}
+
+int64_t BlockShape::expert_rows() const {
+  const int64_t rows = moe_routed_rows(moe, tokens());
+  const int64_t etp = expert_tensor_parallel();
+  return etp == tp ? rows : rows * etp / tp;
 }
 
 int64_t moe_routed_rows(const MoeConfig& e, int64_t tokens) {

@@ -242,8 +242,15 @@ struct BlockShape {
   // this rank's grouped GEMMs run moe.experts / ep experts over as many rows in all as without it
   // (the ep ranks' tokens routed to them, balanced).
   int64_t ep = 1;
+  // Tensor-parallel ranks each routed expert's width is split over (Megatron-Core's expert tensor
+  // parallel degree; 0: tp, its default). The ETP ranks gather the rows their EP peers route to them,
+  // so the rank's experts run over the routed rows of tokens() * expert_tp / tp tokens (expert_rows):
+  // all of them at expert_tp = tp, its own tokens/tp at expert_tp = 1, the same FLOPs either way.
+  int64_t expert_tp = 0;
 
   int64_t tokens() const { return batch * seq; }
+  int64_t expert_tensor_parallel() const { return expert_tp > 0 ? expert_tp : tp; }
+  int64_t expert_rows() const;  // the routed rows this rank's experts compute (above)
   // Rows of the token-wise ops (norms, residual adds) and of what the column-parallel linears keep of
   // their input: every token, or with sequence parallelism this rank's tokens/tp (Megatron gathers
   // the input before each column-parallel GEMM and keeps only its own part for the backward).

@@ -132,12 +132,14 @@ MegatronLayout megatron_layout(const Parallelism& par, int64_t n_gpus, int64_t g
   l.vp = par.virtual_stages;
   l.dp = n_gpus / par.model_parallel();
   l.ep = par.expert;
+  l.etp = par.expert_tensor_degree();
   l.tp_group = strided_group(l.tp, 1, gpus_per_node);
   l.cp_group = strided_group(l.cp, l.tp, gpus_per_node);
   // cp = 1: the dp replicas, tp apart, as before context parallelism.
   l.dp_group = strided_group(l.dp * l.cp, l.tp, gpus_per_node);
-  l.ep_group = strided_group(l.ep, l.tp, gpus_per_node);
-  l.expert_dp_group = strided_group(l.dp * l.cp / l.ep, l.tp * l.ep, gpus_per_node);
+  l.etp_group = strided_group(l.etp, 1, gpus_per_node);
+  l.ep_group = strided_group(l.ep, l.etp, gpus_per_node);
+  l.expert_dp_group = strided_group(l.expert_grad_ranks(), l.etp * l.ep, gpus_per_node);
   const int64_t stage_stride = l.tp * l.cp * l.dp;
   // Some stage boundary falls between nodes once the stages span more than one node; the schedule
   // then waits on the slowest link every micro-batch.

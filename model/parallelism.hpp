@@ -77,26 +77,27 @@ CommGroup strided_group(int64_t ranks, int64_t stride, int64_t gpus_per_node, in
 // with pipeline stages outermost (some stage boundary crosses nodes once the stages span several).
 // The expert layers see the same ranks through a second generator (parallel_state.py's
 // expert_decoder_rank_generator: tp = expert tensor parallel, ep, dp = expert data parallel, pp, with
-// cp folded away): expert-tensor ranks innermost (Megatron-Core's default expert tensor parallel is
-// the tensor-parallel degree, megatron/training/arguments.py), then the ep ranks, then the
-// expert-data-parallel ranks, dp*cp/ep of them: expert groups are carved out of the data x context
-// ranks.
+// cp folded away): expert-tensor ranks innermost (etp of them; Megatron-Core's default expert tensor
+// parallel is the tensor-parallel degree, megatron/training/arguments.py), then the ep ranks, then
+// the expert-data-parallel ranks, tp*cp*dp/(etp*ep) of them: expert groups are carved out of each
+// stage's tensor x context x data ranks (with etp = tp, out of its data x context ranks).
 struct MegatronLayout {
-  int64_t tp = 1, cp = 1, pp = 1, vp = 1, dp = 1, ep = 1;
+  int64_t tp = 1, cp = 1, pp = 1, vp = 1, dp = 1, ep = 1, etp = 1;
   CommGroup tp_group;        // the activations' all-reduces (or all-gathers and reduce-scatters)
   CommGroup cp_group;        // ring attention's K/V exchange: cp ranks tp apart
   // The gradients' all-reduce (or the distributed optimizer's reduce-scatter) of every parameter but
   // the routed experts': the data-parallel group with context (dp*cp ranks tp apart; Megatron's DDP
   // reduces over get_data_parallel_group(with_context_parallel=True)). cp = 1: the dp replicas.
   CommGroup dp_group;
-  CommGroup ep_group;        // the token dispatcher's all-to-alls: ep ranks tp apart
-  CommGroup expert_dp_group; // the routed experts' gradients: dp*cp/ep ranks tp*ep apart
+  CommGroup etp_group;       // the routed experts' rows gathered and scattered: etp consecutive ranks
+  CommGroup ep_group;        // the token dispatcher's all-to-alls: ep ranks etp apart
+  CommGroup expert_dp_group; // the routed experts' gradients: tp*cp*dp/(etp*ep) ranks etp*ep apart
   CommGroup embedding_group; // first and last stage: the tied word embedding's gradient all-reduce
   bool stage_link_crosses_nodes = false;  // pipeline sends between stages go over the network
   int64_t stage_link_sharers = 1;         // GPUs of a node sending over its NICs at once
 
   int64_t grad_ranks() const { return dp * cp; }             // the dense parameters' gradient group
-  int64_t expert_grad_ranks() const { return dp * cp / ep; }  // the routed experts' (expert data parallel)
+  int64_t expert_grad_ranks() const { return tp * cp * dp / (etp * ep); }  // the routed experts' (expert data parallel)
 };
 MegatronLayout megatron_layout(const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node);
 

@@ -27,10 +27,11 @@ namespace {
 std::string degree_text(const char* name, int64_t v) { return name + std::string(" ") + std::to_string(v); }
 
 // The FFN widths tensor parallelism splits by columns: the dense FFN's, or each routed and shared
-// expert's.
-std::vector<int64_t> ffn_widths(const ModelConfig& m) {
+// expert's; the routed experts' only where their own degree (expert tensor parallel) is tp's.
+std::vector<int64_t> ffn_widths(const ModelConfig& m, bool with_routed = true) {
   if (!m.moe.active()) return {m.d_ffn()};
-  std::vector<int64_t> w = {m.moe.d_expert};
+  std::vector<int64_t> w;
+  if (with_routed) w.push_back(m.moe.d_expert);
   if (m.moe.shared_experts > 0) w.push_back(m.moe.d_shared);
   return w;
 }
@@ -39,13 +40,19 @@ std::vector<int64_t> ffn_widths(const ModelConfig& m) {
 std::string check_degrees(const ModelConfig& model, const TrainConfig& cfg) {
   const Parallelism& p = cfg.parallel;
   const std::string tp = degree_text("tensor parallel", p.tensor);
-  if (p.tensor < 1 || p.pipeline < 1 || p.virtual_stages < 1 || p.context < 1 || p.expert < 1)
+  if (p.tensor < 1 || p.pipeline < 1 || p.virtual_stages < 1 || p.context < 1 || p.expert < 1 || p.expert_tensor < 0)
     return "parallel degrees must be at least 1";
   if (model.n_heads % p.tensor != 0 || model.kv_heads() % p.tensor != 0)
     return tp + " does not divide the " + std::to_string(model.n_heads) + " query heads and " +
            std::to_string(model.kv_heads()) + " key/value heads of " + model.name;
-  for (int64_t w : ffn_widths(model))
+  for (int64_t w : ffn_widths(model, p.expert_tensor == 0))
     if (w % p.tensor != 0) return tp + " does not divide the FFN width " + std::to_string(w) + " of " + model.name;
+  if (p.expert_tensor > 0 && !model.moe.active())
+    return degree_text("expert tensor parallel", p.expert_tensor) + " needs a mixture-of-experts model; " + model.name +
+           " is dense";
+  if (p.expert_tensor > 0 && model.moe.d_expert % p.expert_tensor != 0)
+    return degree_text("expert tensor parallel", p.expert_tensor) + " does not divide the expert width " +
+           std::to_string(model.moe.d_expert) + " of " + model.name;
   if (!p.uneven_pipeline() && (p.pipeline > model.n_layers || model.n_layers % p.pipeline != 0))
     return degree_text("pipeline parallel", p.pipeline) + " does not divide the " + std::to_string(model.n_layers) +
            " layers of " + model.name + " into equal stages";
@@ -78,9 +85,13 @@ std::string check_layout(const ModelConfig& model, const TrainConfig& cfg) {
     return "tensor x pipeline x context parallel = " + std::to_string(model_parallel) +
            " does not divide the GPU count " + std::to_string(cfg.n_gpus);
   const int64_t dp = cfg.data_parallel();
-  if ((dp * p.context) % p.expert != 0)
+  if (p.expert_tensor == 0 && (dp * p.context) % p.expert != 0)
     return degree_text("expert parallel", p.expert) + " does not divide data x context parallel " +
            std::to_string(dp * p.context);
+  if ((p.tensor * dp * p.context) % (p.expert_tensor_degree() * p.expert) != 0)
+    return degree_text("expert tensor parallel", p.expert_tensor_degree()) + " x " +
+           degree_text("expert parallel", p.expert) + " does not divide tensor x data x context parallel " +
+           std::to_string(p.tensor * dp * p.context);
   if (cfg.global_batch % dp != 0)
     return "global batch " + std::to_string(cfg.global_batch) + " is not a multiple of data parallel " +
            std::to_string(dp);
@@ -143,6 +154,17 @@ std::vector<int64_t> searched_expert(const ModelConfig& model) {
   return model.moe.active() ? divisors(model.moe.experts) : std::vector<int64_t>{1};
 }
 
+// Expert tensor parallel degrees under tensor parallel `tp` (0: tp's, Megatron-Core's default): the
+// given one, else for a mixture of experts under megatron with tp > 1 also 1, the experts whole on
+// each rank with EP spanning the tensor ranks (what NVIDIA's Megatron-Bridge recipes for
+// fine-grained experts run). A given degree equal to tp is the default.
+std::vector<int64_t> searched_expert_tensor(const ParallelAxes& a, const ModelConfig& model, Framework framework,
+                                            int64_t tp) {
+  if (a.expert_tensor) return {*a.expert_tensor == tp ? 0 : *a.expert_tensor};
+  if (framework == Framework::kMegatron && model.moe.active() && tp > 1) return {0, 1};
+  return {0};
+}
+
 // The micro-batches a megatron layout can run, ascending: the divisors of the per-replica batch,
 // and under interleaved 1F1B only those leaving a multiple of the pipeline stages of micro-batches.
 std::vector<int64_t> megatron_micro_batches(const TrainConfig& cfg) {
@@ -175,23 +197,25 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
       for (int64_t vp : axis(a.virtual_stages, pp > 1 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1}))
         for (int64_t cp : axis(a.context, searched_context(base, tp)))
           for (int64_t ep : axis(a.expert, searched_expert(model)))
-            for (bool sp : axis(a.sequence_parallel, {tp > 1}))
-              for (bool dist_opt : axis(a.distributed_optimizer, {true})) {
-                p.tensor = tp, p.pipeline = pp, p.virtual_stages = vp, p.context = cp, p.expert = ep;
-                p.sequence_parallel = sp;
-                p.distributed_optimizer = dist_opt;
-                if (!check_layout(model, cfg).empty()) continue;
-                // Megatron's data parallelism replicates parameters and gradients (DDP, FSDP's
-                // NO_SHARD); the distributed optimizer shards the optimizer state (ZeRO-1).
-                // torchtitan's FSDP2 shards all of them (FULL_SHARD; model/torchtitan.hpp).
-                p.async_tensor_parallel = a.async_tensor_parallel && tp > 1;
-                p.tp_comm_overlap = a.tp_comm_overlap && tp > 1 && sp;
-                const Sharding sharding = s.framework == Framework::kTorchtitan ? Sharding::kFullShard : Sharding::kNoShard;
-                for (Checkpointing ckpt : s.checkpointing) {
-                  p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers : 0;
-                  out.push_back({sharding, ckpt, p});
+            for (int64_t etp : searched_expert_tensor(a, model, s.framework, tp))
+              for (bool sp : axis(a.sequence_parallel, {tp > 1}))
+                for (bool dist_opt : axis(a.distributed_optimizer, {true})) {
+                  p.tensor = tp, p.pipeline = pp, p.virtual_stages = vp, p.context = cp, p.expert = ep;
+                  p.expert_tensor = etp;
+                  p.sequence_parallel = sp;
+                  p.distributed_optimizer = dist_opt;
+                  if (!check_layout(model, cfg).empty()) continue;
+                  // Megatron's data parallelism replicates parameters and gradients (DDP, FSDP's
+                  // NO_SHARD); the distributed optimizer shards the optimizer state (ZeRO-1).
+                  // torchtitan's FSDP2 shards all of them (FULL_SHARD; model/torchtitan.hpp).
+                  p.async_tensor_parallel = a.async_tensor_parallel && tp > 1;
+                  p.tp_comm_overlap = a.tp_comm_overlap && tp > 1 && sp;
+                  const Sharding sharding = s.framework == Framework::kTorchtitan ? Sharding::kFullShard : Sharding::kNoShard;
+                  for (Checkpointing ckpt : s.checkpointing) {
+                    p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers : 0;
+                    out.push_back({sharding, ckpt, p});
+                  }
                 }
-              }
   return out;
 }
 
@@ -367,6 +391,7 @@ Rejection Searcher::no_layout(const TrainConfig& base) const {
   p.framework = space_.framework;
   p.tensor = a.tensor.value_or(1), p.pipeline = a.pipeline.value_or(1), p.virtual_stages = a.virtual_stages.value_or(1);
   p.context = a.context.value_or(1), p.expert = a.expert.value_or(1);
+  p.expert_tensor = a.expert_tensor && *a.expert_tensor != p.tensor ? *a.expert_tensor : 0;
   p.sequence_parallel = a.sequence_parallel.value_or(p.tensor > 1);
   p.distributed_optimizer = a.distributed_optimizer.value_or(true);
   p.overlap_grad_reduce = a.overlap_grad_reduce;

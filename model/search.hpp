@@ -49,7 +49,7 @@ struct Layout {
 TrainConfig with_layout(TrainConfig base, const Layout& layout);
 
 // The model-parallel axes of a megatron (or torchtitan) search. Each is searched when unset and
-// fixed to its value when set (the flags --tp, --pp, --vp, --cp, --ep, --sp, --dist-opt).
+// fixed to its value when set (the flags --tp, --pp, --vp, --cp, --ep, --etp, --sp, --dist-opt).
 //   tensor: powers of two up to the GPUs of a node dividing the query and K/V heads and the FFN
 //     width (Megatron-LM's column/row-parallel split; TP beyond a node crosses the slow network);
 //   pipeline: the divisors of the layer count (Megatron-LM's even split of layers over stages);
@@ -58,12 +58,15 @@ TrainConfig with_layout(TrainConfig base, const Layout& layout);
 //     sequence into 2cp equal chunks with at least 4096 tokens per rank (search.cpp
 //     searched_context);
 //   expert: the divisors of the experts of a mixture-of-experts model (1 for a dense one);
+//   expert_tensor: tp's (Megatron-Core's default), and under megatron for a mixture of experts with
+//     tensor > 1 also 1 (the expert groups then span the tensor ranks);
 //   sequence_parallel: on wherever tensor > 1 (Megatron-LM's recommended setting);
 //   distributed_optimizer: on (ZeRO-1, Megatron-LM's --use-distributed-optimizer).
 // A layout keeps tensor x pipeline x context dividing the GPU count and data parallel (the rest)
 // dividing the global batch; check_layout says what else it must satisfy.
 struct ParallelAxes {
   std::optional<int64_t> tensor, pipeline, virtual_stages, context, expert;
+  std::optional<int64_t> expert_tensor;  // megatron's --etp; unset: tp's, and 1 too for experts under tp > 1
   std::optional<bool> sequence_parallel, distributed_optimizer;
   bool overlap_grad_reduce = false;  // Megatron-LM's --overlap-grad-reduce: not searched, as given
   // composer: HSDP's mesh degrees (--shard-degree, --replicate-degree; Parallelism's), as given in

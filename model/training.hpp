@@ -110,6 +110,10 @@ struct Parallelism {
   int64_t virtual_stages = 1;  // interleaved 1F1B: model chunks per pipeline rank (1: plain 1F1B)
   int64_t context = 1;   // CP: the sequence split across ranks (ring attention)
   int64_t expert = 1;    // EP: experts split across ranks (carved out of data x context parallelism)
+  // ETP: the routed experts' own tensor-parallel degree (Megatron-Core's --expert-tensor-parallel-size);
+  // 0: the tensor-parallel degree, Megatron-Core's default. The expert groups (ETP x EP ranks) are
+  // carved out of each stage's tensor x context x data ranks, so ETP 1 lets EP span the tensor ranks.
+  int64_t expert_tensor = 0;
   bool sequence_parallel = false;      // TP's norms, dropout and residuals split along the sequence
   bool distributed_optimizer = false;  // megatron: optimizer state and fp32 master weights sharded over DP (ZeRO-1)
   bool overlap_grad_reduce = false;    // megatron: gradient buckets reduced during the backward
@@ -144,9 +148,10 @@ struct Parallelism {
     return first_stage_layers > 0 || last_stage_layers > 0 || account_for_embedding || account_for_loss;
   }
   int64_t model_parallel() const { return tensor * context * pipeline; }
+  int64_t expert_tensor_degree() const { return expert_tensor > 0 ? expert_tensor : tensor; }
   bool is_data_parallel_only() const {
-    return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && !sequence_parallel &&
-           !uneven_pipeline() && !tp_comm_overlap;
+    return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
+           !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap;
   }
   bool operator==(const Parallelism&) const = default;
 };

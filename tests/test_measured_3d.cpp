@@ -372,19 +372,35 @@ BOOST_AUTO_TEST_CASE(every_published_row_is_predicted_or_refused_in_one_line) {
 // validate --skip-refused predicts the rows tpsim models and warns of each it refuses, one line each;
 // without it the first refused row is the run's one-line error.
 BOOST_AUTO_TEST_CASE(skip_refused_predicts_the_rest_and_names_each_refused_row) {
-  const std::string table = kLiterature + "megatron_cp_ep.csv";
+  // The literature's Qwen3-235B row with its experts split over the tensor ranks (expert tensor
+  // parallel 2, tp's): its 32 expert ranks no longer fit in the 16 data-parallel ones.
+  const std::string table = (tpsim::testing::scratch_dir() / "literature_megatron_cp_ep_etp2.csv").string();
+  {
+    std::ifstream in(kLiterature + "megatron_cp_ep.csv");
+    std::ofstream out(table);
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      if (n == 5) {
+        const std::string from = ",32,1,16,", to = ",32,2,16,";  // Expert Parallel, Expert Tensor Parallel, Data Parallel
+        BOOST_TEST_REQUIRE(contains(line, "qwen3-235b-a22b"));
+        BOOST_TEST_REQUIRE(contains(line, from));
+        line.replace(line.find(from), from.size(), to);
+      }
+      out << line << "\n";
+    }
+  }
   const std::string args = "validate --framework megatron --models " + std::string(TPSIM_DATA) +
                            "/models/literature_megatron.yaml --profile " + std::string(TPSIM_DATA) +
                            "/profiles/h100_80gb.json --table " + table + " --format json";
   const Run strict = tpsim::testing::run_tpsim(args);
   BOOST_TEST(strict.status != 0);
   BOOST_TEST(tpsim::testing::count_lines(strict.err) == 1, strict.err);
-  BOOST_TEST(contains(strict.err, "literature_megatron_cp_ep.csv:5: expert parallel 32"), strict.err);
+  BOOST_TEST(contains(strict.err, "literature_megatron_cp_ep_etp2.csv:5: expert parallel 32"), strict.err);
   const Run skip = tpsim::testing::run_tpsim(args + " --skip-refused");
   BOOST_TEST_REQUIRE(skip.status == 0, skip.err);
   const size_t refused = static_cast<size_t>(std::count(skip.err.begin(), skip.err.end(), '\n'));
   BOOST_TEST(refused >= 1u);
-  BOOST_TEST(contains(skip.err, "literature_megatron_cp_ep.csv:5: expert parallel 32"), skip.err);
+  BOOST_TEST(contains(skip.err, "literature_megatron_cp_ep_etp2.csv:5: expert parallel 32"), skip.err);
   BOOST_TEST(contains(skip.err, "not predicted (--skip-refused)"), skip.err);
   const auto j = nlohmann::json::parse(skip.out);
   BOOST_TEST(j["rows"].size() + refused == read_measured_table(table).rows.size());

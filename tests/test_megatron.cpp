@@ -487,6 +487,61 @@ BOOST_FIXTURE_TEST_CASE(expert_parallelism_splits_the_experts_and_dispatches_by_
     if (std::string(op.name) == "moe.experts.up_proj.fwd") BOOST_TEST(op.batch == 2);
 }
 
+BOOST_FIXTURE_TEST_CASE(expert_tensor_parallelism_keeps_the_experts_whole_across_the_tensor_ranks, Fixture) {
+  // Mixtral on one node of 8, tp 2 (sequence parallel), dp 4, ep 4, micro-batch 1 of 4096 tokens.
+  // Megatron-Core's default (expert tensor parallel = tp 2): each rank holds 8/4 experts at half their
+  // width and gathers its tp peer's routed rows, 4096 x top 2; the expert groups (2 x 4 ranks) take
+  // the whole stage, so the expert-data-parallel group is 1. With --etp 1 the rank holds its 2 experts
+  // whole and runs only its own 2048 tokens' 4096 routed rows: the same FLOPs, twice the expert
+  // parameters, no gather over the tensor ranks, and expert groups of 4 ranks, 2 of them.
+  const ModelConfig& m = mixtral();
+  TrainConfig c = megatron(8, 2, 1, 8, 1);
+  c.precision = Precision::kAmpBf16;
+  c.seq_len = 4096;
+  c.parallel.sequence_parallel = true;
+  c.parallel.expert = 4;
+  TrainConfig whole = c;
+  whole.parallel.expert_tensor = 1;
+  BOOST_TEST_REQUIRE(check_config(m, device, profile.params, c).empty());
+  BOOST_TEST_REQUIRE(check_config(m, device, profile.params, whole).empty());
+  const BlockShape split = megatron_rank_shape(m, c, 32000), own = megatron_rank_shape(m, whole, 32000);
+  BOOST_TEST(split.moe.d_expert == 14336 / 2);
+  BOOST_TEST(own.moe.d_expert == 14336);
+  BOOST_TEST(split.expert_rows() == 4096 * 2);
+  BOOST_TEST(own.expert_rows() == 2048 * 2);
+  BOOST_TEST(moe_dispatch_bytes(split) == moe_dispatch_bytes(own));  // each rank's own 2048 tokens' rows
+  for (auto build : {block_forward_ops, block_backward_ops})
+    BOOST_TEST(flops_of(build, split) == flops_of(build, own), tt::tolerance(1e-12));
+  const MegatronLayout ls = megatron_layout(c.parallel, 8, 8), lo = megatron_layout(whole.parallel, 8, 8);
+  BOOST_TEST((ls.etp_group.ranks == 2 && lo.etp_group.ranks == 1));
+  BOOST_TEST((ls.expert_grad_ranks() == 1 && lo.expert_grad_ranks() == 2));
+  BOOST_TEST((lo.ep_group.ranks == 4 && lo.expert_dp_group.ranks == 2));
+  // Parameters: the routed experts' 32 x 8 x 3 x 4096 x 14336 weights over etp x ep ranks, the rest
+  // over tp; 18 bytes each (bf16 weight, fp32 gradient and Adam state) without the distributed optimizer.
+  const double routed = 32.0 * 8.0 * 3.0 * 4096.0 * 14336.0;
+  MegatronEvaluator e(m, device, profile.params);
+  BOOST_TEST(e.memory(whole).sharded_state_bytes - e.memory(c).sharded_state_bytes ==
+                 18.0 * (routed / 4.0 - routed / 8.0),
+             tt::tolerance(1e-9));
+  // The default spelled out (--etp equal to --tp) is the default, byte for byte.
+  TrainConfig spelled = c;
+  spelled.parallel.expert_tensor = 2;
+  BOOST_TEST(predict(m, device, profile.params, spelled).step_s == predict(m, device, profile.params, c).step_s);
+  // Expert groups beyond a stage's ranks: etp 2 x ep 8 > tp 2 x dp 4.
+  TrainConfig wide = c;
+  wide.parallel.expert = 8;
+  BOOST_TEST(contains(check_config(m, device, profile.params, wide), "expert parallel 8 does not divide data x context parallel 4"));
+  wide.parallel.expert_tensor = 1;
+  BOOST_TEST(check_config(m, device, profile.params, wide).empty());
+  wide.parallel.expert_tensor = 4;
+  BOOST_TEST(contains(check_config(m, device, profile.params, wide),
+                      "expert tensor parallel 4 x expert parallel 8 does not divide tensor x data x context parallel 8"));
+  TrainConfig dense = megatron(8, 2, 1, 8, 1);
+  dense.parallel.sequence_parallel = true;
+  dense.parallel.expert_tensor = 1;
+  BOOST_TEST(contains(check_config(gpt_1024(), device, profile.params, dense), "needs a mixture-of-experts model"));
+}
+
 BOOST_AUTO_TEST_CASE(fused_softmax_falls_back_to_pytorch_in_fp32_where_its_kernel_cannot_run) {
   // Megatron's fused causal softmax needs batch x local heads to be a multiple of 4: 16 heads over
   // tp 8 at micro-batch 1 leave 2, and the softmax runs as five fp32 PyTorch kernels (cast, scale,

@@ -435,8 +435,9 @@ BOOST_AUTO_TEST_CASE(megatron_searches_context_parallelism_on_long_sequences) {
   BOOST_TEST((values_of(space.layouts(model, d, base), cp_of) == std::vector<int64_t>{16}));
 }
 
-// Expert parallel degrees: the divisors of the experts that divide data x context parallel; only
-// for a mixture of experts. Mixtral (8 experts) on 8 H100s.
+// Expert parallel degrees: the divisors of the experts whose groups (expert tensor x expert
+// parallel ranks) divide a stage's tensor x data x context ranks; only for a mixture of experts.
+// Expert tensor parallel: tp's (0), and 1 too where tp > 1. Mixtral (8 experts) on 8 H100s.
 BOOST_AUTO_TEST_CASE(megatron_searches_expert_parallelism_for_mixtures_of_experts) {
   const ModelCatalog catalog = ModelCatalog::load_default();
   const DeviceSpec d = load_device("h100_80gb");
@@ -449,11 +450,27 @@ BOOST_AUTO_TEST_CASE(megatron_searches_expert_parallelism_for_mixtures_of_expert
   const auto ep_of = [](const Parallelism& p) { return p.expert; };
   const std::vector<Layout> layouts = space.layouts(catalog.get("mixtral-8x7b"), d, base);
   BOOST_TEST((values_of(layouts, ep_of) == std::vector<int64_t>{1, 2, 4, 8}));
+  size_t whole_experts_under_tp = 0;
   for (const Layout& l : layouts) {
     const Parallelism& p = l.parallel;
-    BOOST_TEST((base.n_gpus / p.model_parallel() * p.context) % p.expert == 0);
+    const int64_t stage_ranks = base.n_gpus / p.model_parallel() * p.context * p.tensor;
+    BOOST_TEST(stage_ranks % (p.expert_tensor_degree() * p.expert) == 0);
+    if (p.expert_tensor == 0) BOOST_TEST((base.n_gpus / p.model_parallel() * p.context) % p.expert == 0);
+    BOOST_TEST((p.expert_tensor == 0 || (p.expert_tensor == 1 && p.tensor > 1)));
+    if (p.expert_tensor == 1) ++whole_experts_under_tp;
     BOOST_TEST(p.sequence_parallel == (p.tensor > 1));  // Megatron needs it for MoE with tp
   }
+  BOOST_TEST(whole_experts_under_tp > 0u);
+  // tp 8 leaves one data-parallel rank: ep 8 only with the experts whole (etp 1) across the tensor ranks.
+  space.parallel.tensor = 8;
+  const std::vector<Layout> tp8 = space.layouts(catalog.get("mixtral-8x7b"), d, base);
+  BOOST_TEST(std::any_of(tp8.begin(), tp8.end(), [](const Layout& l) {
+    return l.parallel.expert == 8 && l.parallel.expert_tensor == 1;
+  }));
+  BOOST_TEST(std::none_of(tp8.begin(), tp8.end(), [](const Layout& l) {
+    return l.parallel.expert > 1 && l.parallel.expert_tensor == 0;
+  }));
+  space.parallel.tensor.reset();
   BOOST_TEST((values_of(space.layouts(catalog.get("7b"), d, base), ep_of) == std::vector<int64_t>{1}));
 }
 
