@@ -53,7 +53,7 @@ struct ParallelFlags {
   bool async_tp = false;
   std::string selective_ac;  // op, or a layer count N
   std::string first_stage_layers, last_stage_layers;
-  bool account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false;
+  bool account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, grad_reduce_bf16 = false;
   std::string attention;  // --attention flash|unfused
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);
@@ -64,7 +64,7 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);
 // error ("composer runs FSDP without model parallelism; use --framework megatron"); --async-tp and
 // --selective-ac-option are errors outside torchtitan, --dist-opt, --no-dist-opt and
 // --overlap-grad-reduce under it (FSDP2 shards the optimizer state and overlaps its reductions); the
-// uneven split's flags and --tp-comm-overlap are errors outside megatron, and --tp-comm-overlap with
+// uneven split's flags, --tp-comm-overlap and --grad-reduce-in-bf16 are errors outside megatron, and --tp-comm-overlap with
 // --tp 1 or --no-sp.
 struct ParallelSettings {
   Framework framework = Framework::kComposer;

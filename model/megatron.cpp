@@ -13,10 +13,12 @@ namespace {
 
 double d(int64_t x) { return static_cast<double>(x); }
 
-// Bytes per element of the gradients Megatron-LM reduces: fp32 main gradients under bf16
+// Bytes per element of the gradients Megatron-LM keeps and reduces: fp32 main gradients under bf16
 // (accumulate_allreduce_grads_in_fp32, which --bf16 turns on) and fp32, the parameters' fp16
-// otherwise (megatron/training/arguments.py).
-double megatron_grad_bytes(Precision p) { return p == Precision::kAmpFp16 ? 2.0 : 4.0; }
+// under fp16 (megatron/training/arguments.py), bf16 with --grad-reduce-in-bf16.
+double megatron_grad_bytes(const TrainConfig& cfg) {
+  return cfg.precision == Precision::kAmpFp16 || cfg.parallel.grad_reduce_bf16 ? 2.0 : 4.0;
+}
 
 // The routed experts' weights of one block (architecture.cpp ffn_params: each expert's 2 or 3
 // matrices of d x d_expert, no biases): what expert parallelism splits. 0 for a dense block.
@@ -258,6 +260,9 @@ std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& de
   if (par.tp_comm_overlap && (par.tensor < 2 || !par.sequence_parallel))
     return "TransformerEngine's tensor-parallel communication overlap (--tp-comm-overlap) needs tensor parallel > 1 "
            "and sequence parallelism";
+  if (par.grad_reduce_bf16 && (cfg.precision == Precision::kAmpFp16 || cfg.precision == Precision::kFp32))
+    return "--grad-reduce-in-bf16 needs bf16 parameters; precision " + std::string(to_string(cfg.precision)) +
+           " keeps its own";
   if (par.tp_comm_overlap && device.compute_units <= kUserbuffersMaxSms)
     return "tensor-parallel communication overlap needs the SM count of device " + device.id + " (compute_units)";
   if (std::string why = check_tensor_pipeline_config(model, cfg, "Megatron-LM"); !why.empty()) return why;
@@ -391,7 +396,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   const double final_norm = d(model_.d_model) * (model_.norm == NormKind::kLayerNorm && model_.norm_bias ? 2.0 : 1.0);
   megatron_chunk_layers(model_.n_layers, par, c.chunk_layers);  // check_config has accepted the split
   c.stage_layers = stage_layers_of(c.chunk_layers, l.pp);
-  const double gb = megatron_grad_bytes(cfg.precision);
+  const double gb = megatron_grad_bytes(cfg);
   c.stage_params.assign(static_cast<size_t>(l.pp), 0.0);
   c.reduce_s.assign(c.stage_params.size(), 0.0);
   c.gather_s.assign(c.stage_params.size(), 0.0);
@@ -636,7 +641,7 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
     per_layer = c.saved.block - c.saved.block_attention_only;
     rebuilt = c.saved.block_attention_only;
   }
-  const double weights_and_grads = 2.0 + megatron_grad_bytes(cfg.precision);
+  const double weights_and_grads = 2.0 + megatron_grad_bytes(cfg);
   MemoryBreakdown worst;
   for (int64_t s = 0; s < l.pp; ++s) {
     const int64_t warmup = l.vp > 1 ? (l.pp - s - 1) * 2 + (l.vp - 1) * l.pp + 1 : l.pp - s;

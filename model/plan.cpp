@@ -19,12 +19,13 @@ double score_of(const Prediction& p, int64_t n_gpus, Objective objective) {
 
 bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
-// The degrees a run sets beyond plain data parallelism: each model-parallel one above 1, and an HSDP
-// mesh (its shard and replicate degrees, set together).
+// The degrees a run sets beyond plain data parallelism: each model-parallel one above 1, an expert
+// tensor parallel degree other than tp's, and an HSDP mesh (its shard and replicate degrees, set
+// together).
 int model_parallel_degrees(const Parallelism& p) {
   int n = 0;
   for (int64_t d : {p.tensor, p.pipeline, p.virtual_stages, p.context, p.expert}) n += d > 1 ? 1 : 0;
-  return n + (p.shard_degree > 0 && p.replicate_degree > 0 ? 1 : 0);
+  return n + (p.expert_tensor > 0 ? 1 : 0) + (p.shard_degree > 0 && p.replicate_degree > 0 ? 1 : 0);
 }
 
 // Under twice the margin: a second error of the memory model's size would eat the rest.

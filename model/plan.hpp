@@ -14,7 +14,7 @@
 //      headroom: one with at least twice the margin goes before one with less, and between two
 //      under it the one with more headroom goes first; (b) a power-of-two micro-batch; (c) less
 //      checkpointing (none, selective, full); (d) fewer parallel degrees to set (model-parallel
-//      ones above 1, an HSDP mesh); (e) the score. They take the first ranks, in that order; the
+//      ones above 1, an expert tensor parallel degree other than tp's, an HSDP mesh); (e) the score. They take the first ranks, in that order; the
 //      rest follow by score. Without an interval (no profile interval for the model or framework)
 //      the group is the configurations of equal score: the ranking is by score.
 #pragma once

@@ -69,6 +69,7 @@ struct ParallelAxes {
   std::optional<int64_t> expert_tensor;  // megatron's --etp; unset: tp's, and 1 too for experts under tp > 1
   std::optional<bool> sequence_parallel, distributed_optimizer;
   bool overlap_grad_reduce = false;  // Megatron-LM's --overlap-grad-reduce: not searched, as given
+  bool grad_reduce_bf16 = false;     // Megatron-LM's --grad-reduce-in-bf16: not searched, as given
   // composer: HSDP's mesh degrees (--shard-degree, --replicate-degree; Parallelism's), as given in
   // every layout (not searched); unset: Composer's default groups.
   std::optional<int64_t> shard_degree, replicate_degree;

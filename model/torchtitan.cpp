@@ -38,6 +38,8 @@ std::string check_torchtitan_config(const ModelConfig& model, const DeviceSpec& 
     return "context parallel " + n(par.context) + " needs SDPA's flash attention; model " + model.name +
            " has unfused attention (unfused_attention)";
   if (par.expert > 1) return "expert parallelism (" + n(par.expert) + ") is not modelled yet under torchtitan";
+  if (par.grad_reduce_bf16)
+    return "--grad-reduce-in-bf16 is megatron's; torchtitan's FSDP2 reduces in its mixed_precision_reduce dtype";
   if (par.expert_tensor > 0)
     return "expert tensor parallelism (" + n(par.expert_tensor) + ") is Megatron-Core's; use --framework megatron";
   if (model.moe.active()) return "mixture-of-experts models under torchtitan are not modelled yet";

@@ -117,6 +117,9 @@ struct Parallelism {
   bool sequence_parallel = false;      // TP's norms, dropout and residuals split along the sequence
   bool distributed_optimizer = false;  // megatron: optimizer state and fp32 master weights sharded over DP (ZeRO-1)
   bool overlap_grad_reduce = false;    // megatron: gradient buckets reduced during the backward
+  // megatron: main gradients kept and reduced in bf16 (Megatron-LM's --grad-reduce-in-bf16,
+  // Megatron-Bridge's ddp.grad_reduce_in_fp32 = False), not fp32 as --bf16 otherwise makes them.
+  bool grad_reduce_bf16 = false;
   // composer: HSDP's 2D device mesh (replicate, shard), fsdp_config.data_parallel_shard_degree and
   // data_parallel_replicate_degree (Composer's _create_device_mesh): parameters sharded over
   // shard_degree consecutive ranks, gradients all-reduced over replicate_degree ranks that far
@@ -151,7 +154,7 @@ struct Parallelism {
   int64_t expert_tensor_degree() const { return expert_tensor > 0 ? expert_tensor : tensor; }
   bool is_data_parallel_only() const {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
-           !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap;
+           !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16;
   }
   bool operator==(const Parallelism&) const = default;
 };

@@ -542,6 +542,33 @@ BOOST_FIXTURE_TEST_CASE(expert_tensor_parallelism_keeps_the_experts_whole_across
   BOOST_TEST(contains(check_config(gpt_1024(), device, profile.params, dense), "needs a mixture-of-experts model"));
 }
 
+BOOST_FIXTURE_TEST_CASE(bf16_gradient_reduction_halves_the_gradients_bytes, Fixture) {
+  // Under bf16 Megatron-LM keeps fp32 main gradients: 18 bytes a parameter without the distributed
+  // optimizer (bf16 weight, fp32 gradient, fp32 master and Adam's two moments). --grad-reduce-in-bf16
+  // keeps them in bf16: 16 bytes, and the gradients' all-reduce after the backward (not overlapped:
+  // tp 1, pp 1, dp 8, so it is the step's only communication) moves half the bytes.
+  const ModelConfig m = gpt_1024();
+  TrainConfig c = megatron(8, 1, 1, 8, 1);
+  c.precision = Precision::kAmpBf16;
+  TrainConfig half = c;
+  half.parallel.grad_reduce_bf16 = true;
+  BOOST_TEST_REQUIRE(check_config(m, device, profile.params, half).empty());
+  MegatronEvaluator e(m, device, profile.params);
+  const double params = e.memory(c).sharded_state_bytes / 18.0;
+  BOOST_TEST(e.memory(half).sharded_state_bytes == 16.0 * params, tt::tolerance(1e-12));
+  const CostModel cost(device, profile.params);
+  const CommGroup dp = megatron_layout(c.parallel, 8, device.gpus_per_node).dp_group;
+  const Prediction fp32 = predict(m, device, profile.params, c), bf16 = predict(m, device, profile.params, half);
+  BOOST_TEST(fp32.time.exposed_comm_s == cost.collective_seconds(CollectiveKind::kAllReduce, 4.0 * params, dp),
+             tt::tolerance(1e-9));
+  BOOST_TEST(bf16.time.exposed_comm_s == cost.collective_seconds(CollectiveKind::kAllReduce, 2.0 * params, dp),
+             tt::tolerance(1e-9));
+  // fp16 already reduces in its own 2 bytes; fp32 parameters have no bf16 to keep.
+  TrainConfig fp16 = half;
+  fp16.precision = Precision::kAmpFp16;
+  BOOST_TEST(contains(check_config(m, device, profile.params, fp16), "--grad-reduce-in-bf16 needs bf16 parameters"));
+}
+
 BOOST_AUTO_TEST_CASE(fused_softmax_falls_back_to_pytorch_in_fp32_where_its_kernel_cannot_run) {
   // Megatron's fused causal softmax needs batch x local heads to be a multiple of 4: 16 heads over
   // tp 8 at micro-batch 1 leave 2, and the softmax runs as five fp32 PyTorch kernels (cast, scale,
