@@ -160,14 +160,6 @@ std::string batch_note(const PlanRequest& r, const TrainConfig& cfg) {
          std::to_string(cfg.global_batch) + " is the nearest multiple of " + std::to_string(cfg.n_gpus) + " GPUs";
 }
 
-// FSDP's strategy, with its HSDP mesh when it has one: "HYBRID_SHARD (shard 32 x replicate 16)".
-std::string sharding_text(Sharding sharding, const Parallelism& p) {
-  std::string s(to_string(sharding));
-  if (p.shard_degree > 0 && p.replicate_degree > 0)
-    s += " (shard " + std::to_string(p.shard_degree) + " x replicate " + std::to_string(p.replicate_degree) + ")";
-  return s;
-}
-
 // A layout in words: FSDP's sharding strategy, or the model-parallel degrees; then checkpointing.
 std::string choice_name(const Layout& l) {
   if (l.parallel.framework == Framework::kComposer)

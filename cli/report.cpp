@@ -94,6 +94,13 @@ void add_layout_cells(const TrainConfig& cfg, const Prediction& prediction, std:
   row.push_back(prediction.fits() ? Cell::num(prediction.time.pipeline_bubble_s, 4) : Cell::empty());
 }
 
+std::string sharding_text(Sharding sharding, const Parallelism& p) {
+  std::string s(to_string(sharding));
+  if (p.shard_degree > 0 && p.replicate_degree > 0)
+    s += " (shard " + std::to_string(p.shard_degree) + " x replicate " + std::to_string(p.replicate_degree) + ")";
+  return s;
+}
+
 std::string layout_phrase(const Parallelism& p) {
   std::string out;
   const auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
@@ -161,7 +168,7 @@ std::vector<Cell> prediction_row(const std::string& model, const std::string& de
       Cell::integer_value(cfg.global_batch * cfg.seq_len),
       Cell::str(std::string(to_string(cfg.precision))),
       Cell::str(std::string(to_string(cfg.mp_mode))),
-      Cell::str(std::string(to_string(cfg.sharding))),
+      Cell::str(sharding_text(cfg.sharding, cfg.parallel)),
       checkpointing_cell(cfg.checkpointing),  // True / False as llm-foundry writes them; selective
       Cell::flag(false),
       Cell::integer_value(p.n_params),

@@ -42,6 +42,9 @@ void add_layout_cells(const TrainConfig& cfg, const Prediction& prediction, std:
 // The layout in a few words, for notes and labels: "tp 2, pp 4, vp 2, sp, dist-opt" (the degrees
 // above 1 and the switches on); "" for data parallelism alone.
 std::string layout_phrase(const Parallelism& p);
+// FSDP's strategy, with its HSDP mesh when it has one: "HYBRID_SHARD (shard 32 x replicate 16)"
+// (the Sharding Strategy cell of predict, sweep and plan).
+std::string sharding_text(Sharding sharding, const Parallelism& p);
 
 // A configuration that does not fit gets its memory columns and empty throughput columns.
 std::vector<Cell> prediction_row(const std::string& model, const std::string& device, const TrainConfig& cfg,

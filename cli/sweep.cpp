@@ -1,6 +1,7 @@
 // tpsim sweep: for every (device, model, sequence length, GPU count), the fastest configuration
 // that fits in memory, searched over micro-batch, activation checkpointing (none and full, as
-// llm-foundry runs them; --ckpt KIND one kind, --ckpt any selective too) and sharding strategy.
+// llm-foundry runs them; --ckpt KIND one kind, --ckpt any selective too) and sharding strategy
+// (HYBRID_SHARD also on HSDP meshes of 2, 4, ... hosts, as plan searches it).
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -72,6 +73,8 @@ SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<
   check_no_sharding_flag(parallel, "--shardings", o.shardings != kDefaultShardings);
   r.space.framework = parallel.framework;
   r.space.parallel = parallel.axes;
+  // Composer's HYBRID_SHARD also on 2D meshes of a few hosts, as plan searches it (model/search.hpp).
+  r.space.hsdp_meshes = parallel.framework == Framework::kComposer;
   r.layout_columns = parallel.framework_given;
   r.parallel = parallel;
   return r;
@@ -183,8 +186,9 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
   add_row(name, device_id, r.best, r.best_prediction, interval_for(model, profile, r.best));
   heat_.values[heat_row][column] = 100.0 * r.best_prediction.mfu;
   // The layout: FSDP's sharding strategy, or the model-parallel degrees.
-  const std::string layout = r.best.parallel.framework == Framework::kComposer ? std::string(to_string(r.best.sharding))
-                                                                               : layout_phrase(r.best.parallel);
+  const std::string layout = r.best.parallel.framework == Framework::kComposer
+                                 ? sharding_text(r.best.sharding, r.best.parallel)
+                                 : layout_phrase(r.best.parallel);
   heat_.notes[heat_row][column] = "micro-batch " + std::to_string(r.best.micro_batch) +
                                   (r.best.checkpointing != Checkpointing::kNone
                                        ? ", " + checkpointing_phrase(r.best.checkpointing) + ", "
@@ -234,7 +238,9 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--global-batch-tokens", o->tokens,
                   "tokens per optimizer step (1Mi = 2^20, 4M = 4e6); rounded to whole sequences per GPU")
       ->default_val("1Mi");
-  cmd->add_option("--shardings", o->shardings, "sharding strategies to search")
+  cmd->add_option("--shardings", o->shardings,
+                  "sharding strategies to search (HYBRID_SHARD also on HSDP meshes sharding over 2, 4, ... hosts; "
+                  "the Sharding Strategy cell names the mesh)")
       ->default_val("FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD");
   add_ckpt_flags(cmd, o->ckpt, /*any=*/true);
   cmd->get_option("--ckpt")->description(

@@ -367,3 +367,36 @@ BOOST_AUTO_TEST_CASE(plan_searches_hsdp_meshes_and_predict_agrees) {
   const auto fixed_rows = nlohmann::json::parse(fixed.out)["plan"];
   for (const auto& row : fixed_rows) BOOST_TEST(row["Sharding Strategy"].get<std::string>() == "HYBRID_SHARD");
 }
+
+// sweep searches the same meshes: for 70b at 4096 tokens on 1024 H100s its fastest configuration is a
+// mesh, named as plan names it, as fast as plan's fastest (plan also ranks by headroom; sweep takes
+// the fastest that fits), and predict with its degrees gives the same throughput.
+BOOST_AUTO_TEST_CASE(sweep_searches_hsdp_meshes_as_plan_does) {
+  const std::string at = " --seq 4096 --device h100_80gb --gpus 1024 --global-batch-tokens 4Mi --format json";
+  const Run s = run("sweep --models 70b" + at);
+  BOOST_TEST_REQUIRE(s.status == 0, s.err);
+  const auto best = nlohmann::json::parse(s.out)[0];
+  const std::string text = best["Sharding Strategy"];
+  BOOST_TEST_REQUIRE(text.rfind("HYBRID_SHARD (shard ", 0) == 0u, text);
+  const Run p = run("plan --model 70b --top 1000" + at);
+  BOOST_TEST_REQUIRE(p.status == 0, p.err);
+  int64_t fastest = 0;
+  for (const auto& row : nlohmann::json::parse(p.out)["plan"])
+    fastest = std::max(fastest, row["Throughput (T/s)"].get<int64_t>());
+  BOOST_TEST(best["Throughput (T/s)"].get<int64_t>() >= fastest);
+  const int64_t shard = std::stoll(text.substr(text.find("shard ") + 6));
+  const int64_t replicate = std::stoll(text.substr(text.find("replicate ") + 10));
+  const Run one = run("predict --model 70b --seq 4096 --device h100_80gb --gpus 1024 --global-batch " +
+                      std::to_string(best["GlobalBatchSize"].get<int64_t>()) + " --sharding HYBRID_SHARD --shard-degree " +
+                      std::to_string(shard) + " --replicate-degree " + std::to_string(replicate) + " --micro-batch " +
+                      std::to_string(best["MicroBatchSize"].get<int64_t>()) +
+                      (best["Activation Checkpointing"].get<bool>() ? " --ckpt" : " --no-ckpt") + " --format json");
+  BOOST_TEST_REQUIRE(one.status == 0, one.err);
+  const auto pr = nlohmann::json::parse(one.out)[0];
+  BOOST_TEST(pr["Sharding Strategy"].get<std::string>() == text);
+  BOOST_TEST(pr["Throughput (T/s)"].get<int64_t>() == best["Throughput (T/s)"].get<int64_t>());
+  // Without HYBRID_SHARD among --shardings, no mesh.
+  const Run flat = run("sweep --models 70b --shardings FULL_SHARD,SHARD_GRAD_OP" + at);
+  BOOST_TEST_REQUIRE(flat.status == 0, flat.err);
+  BOOST_TEST(nlohmann::json::parse(flat.out)[0]["Sharding Strategy"].get<std::string>().find('(') == std::string::npos);
+}
