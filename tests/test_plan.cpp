@@ -381,8 +381,8 @@ BOOST_AUTO_TEST_CASE(sweep_searches_hsdp_meshes_as_plan_does) {
   const Run p = run("plan --model 70b --top 1000" + at);
   BOOST_TEST_REQUIRE(p.status == 0, p.err);
   int64_t fastest = 0;
-  for (const auto& row : nlohmann::json::parse(p.out)["plan"])
-    fastest = std::max(fastest, row["Throughput (T/s)"].get<int64_t>());
+  const auto plan_rows = nlohmann::json::parse(p.out)["plan"];  // kept: a range-for over a temporary's member dangles
+  for (const auto& row : plan_rows) fastest = std::max(fastest, row["Throughput (T/s)"].get<int64_t>());
   BOOST_TEST(best["Throughput (T/s)"].get<int64_t>() >= fastest);
   const int64_t shard = std::stoll(text.substr(text.find("shard ") + 6));
   const int64_t replicate = std::stoll(text.substr(text.find("replicate ") + 10));
