@@ -393,7 +393,11 @@ BOOST_AUTO_TEST_CASE(a_sequence_times_each_op_inside_it_and_can_skip_the_ops_alo
                          << kAttempts << " attempts");
 }
 
-BOOST_AUTO_TEST_CASE(flushed_runs_find_their_operands_cold) {
+// A figure of the caches: in the Release build only. Under AddressSanitizer every load and store of
+// the add checks its shadow byte first, the warm run takes ~75 us instead of ~25, and the memory
+// latency a flushed run pays hides behind that work (CI at 2665c82: cold 75.3 us against warm 75.7);
+// the flush code itself is exercised there by the calibration cases.
+BOOST_AUTO_TEST_CASE(flushed_runs_find_their_operands_cold, *boost::unit_test::enable_if<!TPSIM_TEST_SANITIZED>()) {
   // flush_cache on the CPU: each run's operands are written back and dropped from the caches
   // first. An elementwise add over 3 x 1 MiB runs from L2 (~1 MiB) and L3 when repeated, from
   // memory when flushed. On this 2-core build machine (2026-11-26): warm 22-27 us, cold 120-130 us
