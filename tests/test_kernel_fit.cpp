@@ -169,7 +169,10 @@ BOOST_AUTO_TEST_CASE(a_fit_recovers_known_kernel_parameters_from_timings_with_no
 
 BOOST_AUTO_TEST_CASE(a_short_cpu_calibration_writes_a_profile_that_loads) {
   const fs::path out = fs::temp_directory_path() / ("tpsim_kernels_" + std::to_string(::getpid()) + ".json");
-  const Run r = run(std::string("calibrate kernels --backend cpu --budget ") + TPSIM_TEST_BUDGET_S + " --out " + out.string());
+  // Under the sanitizers the instrumented GEMMs are slow enough that 10 s sometimes leaves too few
+  // of them to fit the fp32 rate (CI at a102b4f: the rate kept its base value); twice that there.
+  const std::string budget = TPSIM_TEST_SANITIZED ? "20" : TPSIM_TEST_BUDGET_S;
+  const Run r = run("calibrate kernels --backend cpu --budget " + budget + " --out " + out.string());
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
   BOOST_TEST(r.out.empty());
   const DeviceProfile p = load_profile(out);
@@ -190,7 +193,7 @@ BOOST_AUTO_TEST_CASE(a_short_cpu_calibration_writes_a_profile_that_loads) {
   BOOST_TEST(k.at("threads").get<int>() == 1);
   BOOST_TEST(k.at("clock").get<std::string>() == "thread_cpu");
   BOOST_TEST(k.at("backend").at("device_name").get<std::string>().size() > 0u);
-  BOOST_TEST(k.at("wall_s").get<double>() < std::stod(TPSIM_TEST_BUDGET_S) + 2.0);
+  BOOST_TEST(k.at("wall_s").get<double>() < std::stod(budget) + 2.0);
   const auto& ms = k.at("measurements");
   BOOST_TEST_REQUIRE(ms.size() > 10u);
   for (const auto& m : ms) {
