@@ -270,7 +270,7 @@ Parallelism fixed_parallelism(const ParallelSettings& s) {
   p.virtual_stages = a.virtual_stages.value_or(1);
   p.context = a.context.value_or(1);
   p.expert = a.expert.value_or(1);
-  p.expert_tensor = a.expert_tensor && *a.expert_tensor != p.tensor ? *a.expert_tensor : 0;
+  if (a.expert_tensor) p.set_expert_tensor(*a.expert_tensor);
   p.sequence_parallel = a.sequence_parallel.value_or(p.tensor > 1);
   p.distributed_optimizer = a.distributed_optimizer.value_or(s.framework != Framework::kComposer);
   p.overlap_grad_reduce = a.overlap_grad_reduce;

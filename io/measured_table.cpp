@@ -290,10 +290,7 @@ class RowParser {
     par.context = cols_.optional_degree(cells, "Context Parallel", at);
     par.expert = cols_.optional_degree(cells, "Expert Parallel", at);
     // Megatron-Core's expert_tensor_parallel_size; equal to tp, its default, it is the default.
-    if (cols_.has("Expert Tensor Parallel")) {
-      const int64_t etp = cols_.degree(cells, "Expert Tensor Parallel", at);
-      par.expert_tensor = etp == par.tensor ? 0 : etp;
-    }
+    if (cols_.has("Expert Tensor Parallel")) par.set_expert_tensor(cols_.degree(cells, "Expert Tensor Parallel", at));
     if (cols_.has("Sequence Parallel")) par.sequence_parallel = cols_.boolean(cells, "Sequence Parallel", at);
     if (cols_.has("Distributed Optimizer")) par.distributed_optimizer = cols_.boolean(cells, "Distributed Optimizer", at);
     if (cols_.has("Overlap Grad Reduce")) par.overlap_grad_reduce = cols_.boolean(cells, "Overlap Grad Reduce", at);

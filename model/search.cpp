@@ -392,7 +392,7 @@ Rejection Searcher::no_layout(const TrainConfig& base) const {
   p.framework = space_.framework;
   p.tensor = a.tensor.value_or(1), p.pipeline = a.pipeline.value_or(1), p.virtual_stages = a.virtual_stages.value_or(1);
   p.context = a.context.value_or(1), p.expert = a.expert.value_or(1);
-  p.expert_tensor = a.expert_tensor && *a.expert_tensor != p.tensor ? *a.expert_tensor : 0;
+  if (a.expert_tensor) p.set_expert_tensor(*a.expert_tensor);
   p.sequence_parallel = a.sequence_parallel.value_or(p.tensor > 1);
   p.distributed_optimizer = a.distributed_optimizer.value_or(true);
   p.overlap_grad_reduce = a.overlap_grad_reduce;

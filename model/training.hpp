@@ -152,6 +152,8 @@ struct Parallelism {
   }
   int64_t model_parallel() const { return tensor * context * pipeline; }
   int64_t expert_tensor_degree() const { return expert_tensor > 0 ? expert_tensor : tensor; }
+  // A given expert tensor parallel degree (set tensor first); tp's own is the default, stored as 0.
+  void set_expert_tensor(int64_t etp) { expert_tensor = etp == tensor ? 0 : etp; }
   bool is_data_parallel_only() const {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
            !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16;
