@@ -156,6 +156,10 @@ MemKind activation_backward_kind(Activation act) {
   return MemKind::kGeluBackward;
 }
 
+bool fused_swiglu(const BlockShape& s) {
+  return s.fused_swiglu && s.ffn == FfnKind::kGlu && s.activation == Activation::kSilu;
+}
+
 // The routed experts' linear layers run their GEMMs grouped, one group per expert: the GEMM `g`
 // (built as one dense GEMM over all rows, which keeps the dense path a plain gemm_op) made grouped
 // along m (forward, data gradient) or k (weight gradient).
@@ -175,7 +179,11 @@ double quantized_bytes(Precision p) {
 }
 
 // Forward of a linear layer. `input_saved_elsewhere`: another op already keeps the input alive.
-void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, OpSink& out) {
+// `shares_quantized_input`: under fp8 (or MXFP8/NVFP4) the input was cast, and its low-precision
+// copy kept, by the linear this one is fused with (Megatron-Core's fc1: the gate and up projections
+// as one TransformerEngine linear).
+void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, OpSink& out,
+                    bool shares_quantized_input = false) {
   const double a = activation_bytes(s.precision);
   const DType act = activation_dtype(s.precision);
   const double t = d(l.rows);
@@ -186,9 +194,14 @@ void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsew
     // TransformerEngine: cast (and transpose, for the weight gradient) the input and the weight to
     // fp8 (or MXFP8/NVFP4 with their block scales), computing amax on the way; the low-precision
     // copy of the input is what it keeps for backward.
-    out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
-                         2.0 * q * (t * d(l.k) + w), 2));
-    saved = d(l.saved_rows) * d(l.k) * q;
+    if (shares_quantized_input) {  // only the weight is cast
+      out.push(membound_op(l.names.cast_in, MemKind::kCast, l.n, l.k, act, w * a, 2.0 * q * w, 1));
+      saved = 0.0;
+    } else {
+      out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
+                           2.0 * q * (t * d(l.k) + w), 2));
+      saved = d(l.saved_rows) * d(l.k) * q;
+    }
     Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, q, a, false, true);
     if (l.groups != 1) g = grouped(g, l, false, q, a);
     g.saved_bytes = saved;
@@ -411,7 +424,12 @@ void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
   const double rf = d(f.rows) * d(f.width);
   const MemKind kind = activation_kind(s.activation);
   const char* act_name = f.names->act_fwd[static_cast<int>(s.activation)];
-  if (s.ffn == FfnKind::kGlu) {
+  if (fused_swiglu(s)) {
+    linear_forward(s, f.gate(), f.input_saved_elsewhere, out);
+    linear_forward(s, f.up(), /*input_saved_elsewhere=*/true, out, /*shares_quantized_input=*/true);
+    // One kernel reads [gate | up] and writes silu(gate) * up, keeping [gate | up] for its backward.
+    out.push(membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1, 2.0 * rf * a));
+  } else if (s.ffn == FfnKind::kGlu) {
     linear_forward(s, f.gate(), f.input_saved_elsewhere, out);
     linear_forward(s, f.up(), /*input_saved_elsewhere=*/true, out);  // the gate keeps x
     // The activation keeps its input (the gate's output); the product keeps both its factors.
@@ -433,8 +451,10 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
   const char* act_name = f.names->act_bwd[static_cast<int>(s.activation)];
   linear_backward(s, f.down(), out);
   if (s.ffn == FfnKind::kGlu) {
+    // The product's backward; fused, the same kernel recomputes silu(gate) from the kept [gate | up]
+    // and writes both halves' gradients (swiglu_back): the product's bytes, and no silu kernel.
     out.push(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a, 2.0 * rf * a));
-    out.push(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a));
+    if (!fused_swiglu(s)) out.push(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a));
     linear_backward(s, f.up(), out);
     linear_backward(s, f.gate(), out);
     const double rd = d(f.rows) * d(f.d_model);

@@ -238,6 +238,12 @@ struct BlockShape {
   int64_t tp = 1;                  // tensor-parallel ranks the heads and FFN columns are split over
   bool sequence_parallel = false;  // the token-wise ops' rows split over the tp ranks too
   bool fp32_vocab_parallel_xent = false;  // Megatron's cross-entropy: PyTorch kernels over fp32 logits
+  // Megatron-Core's fused SwiGLU (bias_activation_fusion, which Megatron-LM's --swiglu and every
+  // Megatron-Bridge Llama-family provider turn on; megatron/core/fusions/fused_bias_swiglu.py): one
+  // fc1 linear of the gate and up widths together, whose output [gate | up] is all the activation
+  // keeps (SwiGLUFunction saves its input and recomputes silu in the backward), one forward and one
+  // backward kernel for silu(gate) * up. Applies to a GLU with SiLU (dense, routed and shared experts).
+  bool fused_swiglu = false;
   // Expert-parallel ranks the routed experts are split over (Megatron-LM's --expert-model-parallel-size):
   // this rank's grouped GEMMs run moe.experts / ep experts over as many rows in all as without it
   // (the ep ranks' tokens routed to them, balanced).

@@ -622,6 +622,62 @@ BOOST_AUTO_TEST_CASE(megatron_cross_entropy_streams_fp32_logits) {
              tt::tolerance(1e-12));
 }
 
+BOOST_AUTO_TEST_CASE(megatron_fuses_swiglu_and_keeps_only_fc1s_output) {
+  // Megatron-Core's SwiGLUFunction keeps its input [gate | up] (t x 2f) and recomputes silu(gate) in
+  // the backward: no silu kernel either way, and not the t x f gate the eager activation keeps.
+  // Under fp8 the gate and up projections are one TransformerEngine linear (fc1): x is cast and its
+  // fp8 copy kept once. Llama 3 8B at tp 2 with sequence parallelism, 2 x 4,096 tokens.
+  const ModelConfig m = test::llama(4096, 32, 8, 32, 14336, 128256);
+  for (const Precision p : {Precision::kAmpBf16, Precision::kAmpFp8}) {
+    BlockShape eager = tensor_parallel_shape(block_shape(m, 2, 4096, p), 2, true, 128256);
+    BlockShape fused = eager;
+    fused.fused_swiglu = true;
+    OpList ef, eb, ff, fb;
+    block_forward_ops(eager, ef);
+    block_backward_ops(eager, eb);
+    block_forward_ops(fused, ff);
+    block_backward_ops(fused, fb);
+    const double t = 2.0 * 4096, f = 14336.0 / 2, x_fp8 = t / 2 * 4096;  // the rank's t/tp rows of x, 1 byte
+    const double fewer = 2.0 * t * f + (p == Precision::kAmpFp8 ? x_fp8 : 0.0);
+    BOOST_TEST(total_saved_bytes(ef) - total_saved_bytes(ff) == fewer, tt::tolerance(1e-12));
+    BOOST_TEST(op_named(ff, "ffn.mul.fwd").saved_bytes == 2.0 * 2.0 * t * f, tt::tolerance(1e-12));
+    BOOST_TEST(total_flops(ef) == total_flops(ff), tt::tolerance(1e-12));
+    BOOST_TEST(total_flops(eb) == total_flops(fb), tt::tolerance(1e-12));
+    const auto kernels = [](const OpList& ops) {
+      int64_t k = 0;
+      for (const Op& op : ops) k += op.kernels;
+      return k;
+    };
+    BOOST_TEST(kernels(ef) - kernels(ff) == (p == Precision::kAmpFp8 ? 2 : 1));  // silu (and x's second cast)
+    BOOST_TEST(kernels(eb) - kernels(fb) == 1);                                   // silu's backward
+    for (const OpList* ops : {&ff, &fb})
+      for (const Op& op : *ops) BOOST_TEST(std::string_view(op.name).find("silu") == std::string_view::npos);
+  }
+  // MegatronEvaluator builds the fused block: Llama 3 8B at tp 2, pp 1, micro-batch 1 of 4,096, no
+  // recompute, on 8 GPUs keeps 2 bytes x t x f less per layer than the same block unfused.
+  Fixture fx;
+  TrainConfig c{.seq_len = 4096, .global_batch = 8, .micro_batch = 1, .n_gpus = 8, .precision = Precision::kAmpBf16};
+  c.parallel.framework = Framework::kMegatron;
+  c.parallel.tensor = 2;
+  c.parallel.sequence_parallel = true;
+  MegatronEvaluator ev(m, load_device("h100_80gb"), fx.profile.params);
+  BlockShape eager = megatron_rank_shape(m, c, megatron_padded_vocab(m.vocab_size, 2));
+  BlockShape fused = eager;
+  fused.fused_swiglu = true;
+  OpList e, f;
+  block_forward_ops(eager, e);
+  block_forward_ops(fused, f);
+  BOOST_TEST(total_saved_bytes(e) - total_saved_bytes(f) == 2.0 * 4096 * (14336 / 2), tt::tolerance(1e-12));
+  // One micro-batch in flight without a pipeline: 32 fused blocks, the embedding's and the head's.
+  fused.fp32_vocab_parallel_xent = true;
+  OpList embed, head;
+  embedding_forward_ops(fused, embed);
+  head_forward_ops(fused, head);
+  BOOST_TEST(ev.memory(c).activation_bytes ==
+                 32.0 * total_saved_bytes(f) + total_saved_bytes(embed) + total_saved_bytes(head),
+             tt::tolerance(1e-12));
+}
+
 // Uneven pipeline splits (Megatron-Core's --decoder-first/last-pipeline-num-layers and
 // --account-for-embedding/loss-in-pipeline-split) and TransformerEngine's TP communication overlap.
 
