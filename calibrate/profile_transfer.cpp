@@ -36,7 +36,8 @@ std::string scaled_figure(const ParamInfo& info, const DeviceSpec& to, const Dev
            fmt(to.intra_node_bytes_per_s / from.intra_node_bytes_per_s);
   if (name == "inter_node_link_efficiency")
     return "a fraction of the network: the rate per GPU scales by its ratio " + fmt(nic_per_gpu(to) / nic_per_gpu(from));
-  if (name == "attn_fwd_efficiency" || name == "attn_bwd_efficiency")
+  if (name == "attn_fwd_efficiency" || name == "attn_bwd_efficiency" || name == "attn_native_fwd_efficiency" ||
+      name == "attn_native_bwd_efficiency")
     return "a fraction of the bf16 GEMM rate: the rate scales with it";
   return "no datasheet figure changes it";
 }

@@ -99,6 +99,17 @@ DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::s
       p.sources[name] = {SourceKind::kDatasheet, "no fp4 rate (not in this profile: written before the parameter existed)", -1};
       continue;
     }
+    if (!params.contains(name) && (info.member == &CostParams::attn_native_fwd_efficiency ||
+                                   info.member == &CostParams::attn_native_bwd_efficiency)) {
+      // Added with the native attention kernels (Megatron-Core's TransformerEngine): a profile written
+      // before them knows none, 0, and the fitted kernel's rate stands in.
+      info.value(p.params) = 0;
+      p.sources[name] = {SourceKind::kAssumed,
+                         "none known (not in this profile: written before the parameter existed); the fitted kernel's "
+                         "rate stands in",
+                         -1};
+      continue;
+    }
     if (!params.contains(name)) throw Error(origin + ": missing parameter \"" + name + "\"");
     const json& e = params[name];
     if (!e.is_object() || !e.contains("value") || !e["value"].is_number())

@@ -153,7 +153,9 @@ double CostModel::attention_efficiency(const Op& op) const {
   }
   const double blocks = nb * static_cast<double>(op.batch) * static_cast<double>(op.heads);
   const double waves = wave_efficiency(blocks, units_);
-  const double base = op.kind == OpKind::kAttentionFwd ? params_.attn_fwd_efficiency : params_.attn_bwd_efficiency;
+  const bool fwd = op.kind == OpKind::kAttentionFwd;
+  const double native = !op.native_kernel ? 0.0 : fwd ? params_.attn_native_fwd_efficiency : params_.attn_native_bwd_efficiency;
+  const double base = native > 0 ? native : fwd ? params_.attn_fwd_efficiency : params_.attn_bwd_efficiency;
   return base * head_factor * causal * waves;
 }
 

@@ -355,6 +355,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   BlockShape shape = megatron_rank_shape(model_, cfg, vocab);
   shape.fp32_vocab_parallel_xent = true;  // Megatron's loss: ops.hpp
   shape.fused_swiglu = true;              // bias_activation_fusion: ops.hpp
+  shape.native_attention = true;          // TransformerEngine's cuDNN fused attention: ops.hpp
   static_cast<MicroBatchOpCosts&>(c) = cost_micro_batch_ops(cost_, shape);
   context_and_expert_costs(c, shape, cfg);
   c.attention_again = cfg.checkpointing == Checkpointing::kSelective ? c.block_fwd.attention : 0.0;

@@ -86,6 +86,7 @@ struct Op {
   double bytes_read;
   double bytes_written;
   double saved_bytes;    // activation bytes kept alive until the backward pass (forward ops)
+  bool native_kernel;    // attention: the architecture's native fused kernel (BlockShape::native_attention)
 };
 
 // ---- the op builders: every Op in the program is made by these three ----
@@ -105,6 +106,7 @@ inline Op blank_op(const char* name, OpKind kind, OpCategory category) {
   op.batch = op.heads = op.seq = op.head_dim = 0;
   op.kernels = 1;
   op.flops = op.bytes_read = op.bytes_written = op.saved_bytes = 0;
+  op.native_kernel = false;
   return op;
 }
 
@@ -244,6 +246,9 @@ struct BlockShape {
   // keeps (SwiGLUFunction saves its input and recomputes silu in the backward), one forward and one
   // backward kernel for silu(gate) * up. Applies to a GLU with SiLU (dense, routed and shared experts).
   bool fused_swiglu = false;
+  // Flash attention by the architecture's native fused kernel (CostParams::attn_native_*): what
+  // TransformerEngine's DotProductAttention runs under Megatron-Core (cuDNN's fused attention).
+  bool native_attention = false;
   // Expert-parallel ranks the routed experts are split over (Megatron-LM's --expert-model-parallel-size):
   // this rank's grouped GEMMs run moe.experts / ep experts over as many rows in all as without it
   // (the ep ranks' tokens routed to them, balanced).
@@ -315,6 +320,7 @@ inline Op attention_op(const char* name, OpKind kind, const BlockShape& s) {
   op.heads = s.n_heads;
   op.seq = s.seq;
   op.head_dim = dh;
+  op.native_kernel = s.native_attention;
   double forward_flops = 2.0 * b * h * seq * seq * static_cast<double>(dh);
   if (s.window > 0) {
     forward_flops *= sliding_window_fraction(s.seq, s.window);

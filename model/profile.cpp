@@ -52,6 +52,11 @@ const std::array kRegistry = {
            "causal flash-attention forward rate / bf16 GEMM rate at head size 128"),
     scalar("attn_bwd_efficiency", &CostParams::attn_bwd_efficiency, Unit::kFraction, 0.05, 1.0, K,
            "causal flash-attention backward rate / bf16 GEMM rate at head size 128"),
+    scalar("attn_native_fwd_efficiency", &CostParams::attn_native_fwd_efficiency, Unit::kFraction, 0, 1.0, K,
+           "causal forward rate of the architecture's native fused attention kernel (cuDNN, under "
+           "TransformerEngine) / bf16 GEMM rate at head size 128; 0: none beyond the fitted kernel"),
+    scalar("attn_native_bwd_efficiency", &CostParams::attn_native_bwd_efficiency, Unit::kFraction, 0, 1.0, K,
+           "backward rate of that kernel / bf16 GEMM rate at head size 128; 0: none beyond the fitted kernel"),
     scalar("attn_head_dim_half", &CostParams::attn_head_dim_half, Unit::kElements, 0, 1024, K,
            "head size at which attention efficiency halves"),
     scalar("attn_block", &CostParams::attn_block, Unit::kElements, 16, 512, K,

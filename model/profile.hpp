@@ -34,6 +34,12 @@ struct CostParams {
   double attn_fwd_efficiency = 0.6;
   double attn_bwd_efficiency = 0.5;
   double attn_head_dim_half = 32;  // efficiency ~ dh / (dh + half), normalised to 1 at dh = 128
+  // The architecture's native fused attention kernel (cuDNN's, which TransformerEngine runs under
+  // Megatron-Core; on Hopper it issues wgmma, as FlashAttention-3 does), as the same fraction; 0:
+  // none known faster than the kernel the efficiencies above describe (fitted to tables whose runs
+  // used FlashAttention-2-era kernels), which then stands in.
+  double attn_native_fwd_efficiency = 0;
+  double attn_native_bwd_efficiency = 0;
   double attn_block = 128;         // query/key block size of the kernel
 
   // Memory-bound kernels (norms, activations, residuals, casts, cross-entropy, optimizer).

@@ -340,6 +340,22 @@ BOOST_AUTO_TEST_CASE(profiles_name_every_parameter_and_refuse_gaps) {
   version.replace(version.find("\"version\": 1"), 12, "\"version\": 9");
   BOOST_TEST(contains(error_of([&] { parse_profile_json(version, "p.json"); }), "version 9 is not supported"));
   BOOST_TEST(contains(error_of([&] { parse_profile_json("{\"format\": ", "p.json"); }), "not valid JSON"));
+  // A profile written before the native attention kernels existed knows none: 0, and says so.
+  std::string before = good;
+  for (const char* name : {"\"attn_native_fwd_efficiency\": {", "\"attn_native_bwd_efficiency\": {"}) {
+    const size_t from = before.find(name);
+    BOOST_TEST_REQUIRE(from != std::string::npos);
+    before.erase(from, before.find("},", from) + 2 - from);
+  }
+  const DeviceProfile old = parse_profile_json(before, "p.json");
+  BOOST_TEST(p.params.attn_native_fwd_efficiency > 0);
+  BOOST_TEST(old.params.attn_native_fwd_efficiency == 0.0);
+  BOOST_TEST(old.params.attn_native_bwd_efficiency == 0.0);
+  BOOST_TEST(contains(old.sources.at("attn_native_fwd_efficiency").detail, "written before the parameter existed"));
+  std::string other = before;  // any other parameter missing is still an error
+  const size_t at2 = other.find("\"xent_efficiency\": {");
+  other.erase(at2, other.find("},", at2) + 2 - at2);
+  BOOST_TEST(contains(error_of([&] { parse_profile_json(other, "p.json"); }), "missing parameter \"xent_efficiency\""));
 }
 
 BOOST_AUTO_TEST_CASE(registry_ids_reach_distinct_values_and_keep_the_file_spelling) {

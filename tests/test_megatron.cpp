@@ -678,6 +678,47 @@ BOOST_AUTO_TEST_CASE(megatron_fuses_swiglu_and_keeps_only_fc1s_output) {
              tt::tolerance(1e-12));
 }
 
+BOOST_AUTO_TEST_CASE(transformer_engine_runs_the_architectures_native_attention_kernel) {
+  // Megatron-Core's attention is TransformerEngine's cuDNN fused kernel: on the H100 at the rate
+  // the FlashAttention-3 paper measured for it (attn_native_*), not the FlashAttention-2-era rate
+  // the H100 profile was fitted to; where a profile knows no native kernel (0), the fitted rate.
+  const DeviceSpec h100 = load_device("h100_80gb");
+  const DeviceProfile prof = load_shipped_profile("h100_80gb");
+  BOOST_TEST(prof.params.attn_native_fwd_efficiency == 0.685);
+  BOOST_TEST(prof.params.attn_native_bwd_efficiency == 0.66);
+  BOOST_TEST(load_shipped_profile("a100_80gb").params.attn_native_fwd_efficiency == 0.0);
+  const ModelConfig m = test::llama(4096, 32, 8, 32, 14336, 128256);
+  BlockShape s = tensor_parallel_shape(block_shape(m, 1, 8192, Precision::kAmpBf16), 4, true, 128256);
+  const CostModel cost(h100, prof.params);
+  for (const OpKind kind : {OpKind::kAttentionFwd, OpKind::kAttentionBwd}) {
+    s.native_attention = false;
+    const Op fitted = attention_op("a", kind, s);
+    s.native_attention = true;
+    const Op native = attention_op("a", kind, s);
+    BOOST_TEST(native.native_kernel);
+    BOOST_TEST(native.flops == fitted.flops);
+    const bool fwd = kind == OpKind::kAttentionFwd;
+    const double ratio = fwd ? 0.685 / prof.params.attn_fwd_efficiency : 0.66 / prof.params.attn_bwd_efficiency;
+    const double o = prof.params.gemm_overhead_s;  // compute-bound at 8,192 tokens: seconds = overhead + flops / rate
+    BOOST_TEST((cost.op_seconds(fitted) - o) / (cost.op_seconds(native) - o) == ratio, tt::tolerance(1e-9));
+    CostParams none = prof.params;
+    none.attn_native_fwd_efficiency = none.attn_native_bwd_efficiency = 0;
+    BOOST_TEST(CostModel(h100, none).op_seconds(native) == cost.op_seconds(fitted));
+  }
+  // The evaluator asks for it: the same step with the native rates zeroed spends more on attention
+  // and the same on GEMMs.
+  TrainConfig c{.seq_len = 8192, .global_batch = 8, .micro_batch = 1, .n_gpus = 8, .precision = Precision::kAmpBf16};
+  c.parallel.framework = Framework::kMegatron;
+  c.parallel.tensor = 4;
+  c.parallel.sequence_parallel = true;
+  CostParams none = prof.params;
+  none.attn_native_fwd_efficiency = none.attn_native_bwd_efficiency = 0;
+  const Prediction with = MegatronEvaluator(m, h100, prof.params).predict(c);
+  const Prediction without = MegatronEvaluator(m, h100, none).predict(c);
+  BOOST_TEST(with.time.attention_s < 0.5 * without.time.attention_s);
+  BOOST_TEST(with.time.gemm_s == without.time.gemm_s, tt::tolerance(1e-12));
+}
+
 // Uneven pipeline splits (Megatron-Core's --decoder-first/last-pipeline-num-layers and
 // --account-for-embedding/loss-in-pipeline-split) and TransformerEngine's TP communication overlap.
 
