@@ -1,6 +1,8 @@
 // tpsim predict: one configuration, one row.
+#include <cstdio>
 #include <iostream>
 #include <memory>
+#include <string>
 
 #include "io/error.hpp"
 #include "model/search.hpp"
@@ -13,6 +15,29 @@
 
 namespace tpsim {
 namespace {
+
+// What fills the memory of a configuration that does not fit, so that the user sees what to change
+// (sharding for the state, checkpointing or a smaller micro-batch for the activations).
+std::string does_not_fit_line(const Prediction& p, const std::string& device) {
+  const MemoryBreakdown& m = p.memory;
+  const auto gib = [](double bytes) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f", bytes / kGiB);
+    return std::string(b);
+  };
+  std::string line = "tpsim: does not fit: predicted peak " + gib(m.peak_bytes) + " GiB of " + gib(p.capacity_bytes) +
+                     " GiB on " + device + ": parameters, gradients and optimizer state " + gib(m.sharded_state_bytes) +
+                     ", activations " + gib(m.activation_bytes);
+  if (m.gathered_params_bytes > 0) line += ", parameters in the compute precision " + gib(m.gathered_params_bytes);
+  line += ", backward buffers " + gib(m.transient_bytes);
+  if (m.live_bytes > 0) {
+    char b[96];
+    std::snprintf(b, sizeof b, " (x %.2f for fragmentation, plus %s reserved)", (m.peak_bytes - m.reserve_bytes) / m.live_bytes,
+                  gib(m.reserve_bytes).c_str());
+    line += b;
+  }
+  return line + "\n";
+}
 
 struct PredictOptions {
   CommonOptions common;
@@ -155,9 +180,7 @@ void run_predict(const PredictOptions& o) {
               << "flops_per_batch does; " << model.name << " attends within " << model.sliding_window
               << " (the step time is costed with the window)\n";
   emit(ctx.render({t}), ctx.output());
-  if (!p.fits())
-    std::cerr << "tpsim: does not fit: predicted peak " << p.memory.peak_bytes / kGiB << " GiB of "
-              << p.capacity_bytes / kGiB << " GiB on " << device.id << "\n";
+  if (!p.fits()) std::cerr << does_not_fit_line(p, device.id);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The tpsim command line, run as a user runs it: outputs, and one-line errors with non-zero exits.
 #define BOOST_TEST_MODULE cli
 #include <boost/test/unit_test.hpp>
+#include <regex>
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -364,6 +365,16 @@ BOOST_AUTO_TEST_CASE(a_yaml_without_fsdp_config_is_predicted_as_ddp) {
   BOOST_TEST(ddp.err.find("no fsdp_config -- predicted as plain PyTorch DDP") != std::string::npos, ddp.err);
   // Issue 16 item 1: an mpt-3b-sized model at micro-batch 8 on 8 H100s does not fit under DDP.
   BOOST_TEST(csv_cell(ddp.out, "Fits") == "no");
+  // The line says what fills the memory, and its parts add up to the peak (to the printed 0.1 GiB).
+  const std::regex parts("does not fit: predicted peak ([0-9.]+) GiB of ([0-9.]+) GiB on h100_80gb: parameters, "
+                         "gradients and optimizer state ([0-9.]+), activations ([0-9.]+), parameters in the compute "
+                         "precision ([0-9.]+), backward buffers ([0-9.]+) \\(x ([0-9.]+) for fragmentation, plus "
+                         "([0-9.]+) reserved\\)");
+  std::smatch g;
+  BOOST_TEST_REQUIRE(std::regex_search(ddp.err, g, parts), ddp.err);
+  const auto v = [&](int i) { return std::stod(g[i].str()); };
+  BOOST_TEST(v(1) > v(2));
+  BOOST_TEST(std::abs((v(3) + v(4) + v(5) + v(6)) * v(7) + v(8) - v(1)) < 0.3);
   const Run fsdp = run("predict --config " + yaml.string() + " --gpus 8 --format csv --sharding FULL_SHARD");
   BOOST_TEST(csv_cell(fsdp.out, "Fits") == "yes");
   expect_one_line_error("predict --config " + yaml.string() + " --gpus 8 --shard-degree 8",
