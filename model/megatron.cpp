@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "model/metrics.hpp"
 #include "model/ops.hpp"
@@ -396,7 +398,10 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
                                ? d(model_.max_positions > 0 ? model_.max_positions : cfg.seq_len) * d(model_.d_model)
                                : 0.0;
   const double final_norm = d(model_.d_model) * (model_.norm == NormKind::kLayerNorm && model_.norm_bias ? 2.0 : 1.0);
-  megatron_chunk_layers(model_.n_layers, par, c.chunk_layers);  // check_config has accepted the split
+  if (const std::string why = megatron_chunk_layers(model_.n_layers, par, c.chunk_layers); !why.empty()) {
+    slot.reset();  // no half-built entry left in the memo
+    throw std::invalid_argument("MegatronEvaluator: " + why + " (check_megatron_config refuses the layout)");
+  }
   c.stage_layers = stage_layers_of(c.chunk_layers, l.pp);
   const double gb = megatron_grad_bytes(cfg);
   c.stage_params.assign(static_cast<size_t>(l.pp), 0.0);

@@ -655,12 +655,13 @@ BOOST_AUTO_TEST_CASE(megatron_fuses_swiglu_and_keeps_only_fc1s_output) {
   }
   // MegatronEvaluator builds the fused block: Llama 3 8B at tp 2, pp 1, micro-batch 1 of 4,096, no
   // recompute, on 8 GPUs keeps 2 bytes x t x f less per layer than the same block unfused.
-  Fixture fx;
   TrainConfig c{.seq_len = 4096, .global_batch = 8, .micro_batch = 1, .n_gpus = 8, .precision = Precision::kAmpBf16};
   c.parallel.framework = Framework::kMegatron;
   c.parallel.tensor = 2;
   c.parallel.sequence_parallel = true;
-  MegatronEvaluator ev(m, load_device("h100_80gb"), fx.profile.params);
+  const DeviceSpec h100 = load_device("h100_80gb");  // the evaluator keeps references
+  const DeviceProfile prof = load_shipped_profile("h100_80gb");
+  MegatronEvaluator ev(m, h100, prof.params);
   BlockShape eager = megatron_rank_shape(m, c, megatron_padded_vocab(m.vocab_size, 2));
   BlockShape fused = eager;
   fused.fused_swiglu = true;
@@ -755,6 +756,21 @@ BOOST_AUTO_TEST_CASE(an_uneven_split_gives_each_chunk_megatron_cores_layers) {
   BOOST_TEST(l405.front() == 1);
   BOOST_TEST(l405.back() == 1);
   BOOST_TEST(std::count(l405.begin(), l405.end(), 2) == 62);
+}
+
+BOOST_AUTO_TEST_CASE(the_evaluator_refuses_a_split_the_check_refuses) {
+  // Called without check_megatron_config, an uneven split is an exception, not a read past the chunks;
+  // the evaluator stays usable for the next configuration.
+  Fixture f;
+  TrainConfig c = megatron(8, 1, 8, 8, 1);
+  c.parallel.virtual_stages = 4;  // 24 layers over 32 chunks
+  const ModelConfig m = gpt_1024();  // the evaluator keeps a reference
+  MegatronEvaluator ev(m, f.device, f.profile.params);
+  BOOST_TEST(!check_megatron_config(m, f.device, c).empty());
+  BOOST_CHECK_THROW(ev.predict(c), std::invalid_argument);
+  BOOST_CHECK_THROW(ev.predict(c), std::invalid_argument);
+  c.parallel.virtual_stages = 1;
+  BOOST_TEST(ev.predict(c).step_s > 0);
 }
 
 BOOST_AUTO_TEST_CASE(uneven_splits_that_cannot_run_are_one_line_errors) {
