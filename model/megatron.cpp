@@ -353,6 +353,10 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   const Parallelism& par = cfg.parallel;
   c.layout = megatron_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const MegatronLayout& l = c.layout;
+  if (const std::string why = megatron_chunk_layers(model_.n_layers, par, c.chunk_layers); !why.empty()) {
+    slot.reset();  // no half-built entry left in the memo
+    throw std::invalid_argument("MegatronEvaluator: " + why + " (check_megatron_config refuses the layout)");
+  }
   const int64_t vocab = megatron_padded_vocab(model_.vocab_size, l.tp);
   BlockShape shape = megatron_rank_shape(model_, cfg, vocab);
   shape.fp32_vocab_parallel_xent = true;  // Megatron's loss: ops.hpp
@@ -388,8 +392,18 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
     c.p2p_s = 0;
   }
 
-  // Each stage's parameters (the rank's tensor-parallel slice, and 1/ep of the routed experts), their
-  // gradient reduction (grad_collective) and optimizer.
+  stage_costs(c, cfg, vocab);
+  c.saved = {c.block_fwd.saved_bytes, c.embed_fwd.saved_bytes, c.head_fwd.saved_bytes, attention_only_saved_bytes(shape),
+             block_backward_buffer_bytes(tensor_parallel_slice(model_, l.tp, shape.moe), shape.tokens(), cfg.precision)};
+  return c;
+}
+
+// Each stage's parameters (the rank's tensor-parallel slice, and 1/(etp*ep) of the routed experts),
+// their gradient reduction (grad_collective), the distributed optimizer's gather, the optimizer and,
+// with tied embeddings across stages, the embedding's gradient sum.
+void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vocab) const {
+  const Parallelism& par = cfg.parallel;
+  const MegatronLayout& l = c.layout;
   const double routed = routed_expert_params(model_);
   const double expert_block = routed / d(l.etp * l.ep);
   const double block = (d(layer_parameter_count(model_)) - routed) / d(l.tp) + expert_block;
@@ -398,10 +412,6 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
                                ? d(model_.max_positions > 0 ? model_.max_positions : cfg.seq_len) * d(model_.d_model)
                                : 0.0;
   const double final_norm = d(model_.d_model) * (model_.norm == NormKind::kLayerNorm && model_.norm_bias ? 2.0 : 1.0);
-  if (const std::string why = megatron_chunk_layers(model_.n_layers, par, c.chunk_layers); !why.empty()) {
-    slot.reset();  // no half-built entry left in the memo
-    throw std::invalid_argument("MegatronEvaluator: " + why + " (check_megatron_config refuses the layout)");
-  }
   c.stage_layers = stage_layers_of(c.chunk_layers, l.pp);
   const double gb = megatron_grad_bytes(cfg);
   c.stage_params.assign(static_cast<size_t>(l.pp), 0.0);
@@ -435,9 +445,6 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   c.embedding_sync_s = l.pp > 1 && model_.tie_embeddings
                            ? cost_.collective_seconds(CollectiveKind::kAllReduce, table * gb, l.embedding_group)
                            : 0.0;
-  c.saved = {c.block_fwd.saved_bytes, c.embed_fwd.saved_bytes, c.head_fwd.saved_bytes, attention_only_saved_bytes(shape),
-             block_backward_buffer_bytes(tensor_parallel_slice(model_, l.tp, shape.moe), shape.tokens(), cfg.precision)};
-  return c;
 }
 
 // TransformerEngine's tensor-parallel communication overlap (Megatron-Core's --tp-comm-overlap,

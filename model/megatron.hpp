@@ -184,6 +184,7 @@ class MegatronEvaluator {
   const Costs& costs(const TrainConfig& cfg);
   void context_and_expert_costs(Costs& c, const BlockShape& shape, const TrainConfig& cfg) const;
   void tp_comm_overlap_costs(Costs& c, const BlockShape& shape, double td_bytes) const;
+  void stage_costs(Costs& c, const TrainConfig& cfg, int64_t vocab) const;
   // The host's time beyond the GPU's per block forward and backward (with its recompute) and per
   // micro-batch on the first and last chunk.
   struct HostTime {
