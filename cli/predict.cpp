@@ -1,10 +1,10 @@
 // tpsim predict: one configuration, one row.
-#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "io/error.hpp"
+#include "io/text_format.hpp"
 #include "model/search.hpp"
 #include "model/units.hpp"
 #include "cli/args.hpp"
@@ -20,22 +20,15 @@ namespace {
 // (sharding for the state, checkpointing or a smaller micro-batch for the activations).
 std::string does_not_fit_line(const Prediction& p, const std::string& device) {
   const MemoryBreakdown& m = p.memory;
-  const auto gib = [](double bytes) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.1f", bytes / kGiB);
-    return std::string(b);
-  };
+  const auto gib = [](double bytes) { return fixed(bytes / kGiB, 1); };
   std::string line = "tpsim: does not fit: predicted peak " + gib(m.peak_bytes) + " GiB of " + gib(p.capacity_bytes) +
                      " GiB on " + device + ": parameters, gradients and optimizer state " + gib(m.sharded_state_bytes) +
                      ", activations " + gib(m.activation_bytes);
   if (m.gathered_params_bytes > 0) line += ", parameters in the compute precision " + gib(m.gathered_params_bytes);
   line += ", backward buffers " + gib(m.transient_bytes);
-  if (m.live_bytes > 0) {
-    char b[96];
-    std::snprintf(b, sizeof b, " (x %.2f for fragmentation, plus %s reserved)", (m.peak_bytes - m.reserve_bytes) / m.live_bytes,
-                  gib(m.reserve_bytes).c_str());
-    line += b;
-  }
+  if (m.live_bytes > 0)
+    line += " (x " + fixed((m.peak_bytes - m.reserve_bytes) / m.live_bytes, 2) + " for fragmentation, plus " +
+            gib(m.reserve_bytes) + " reserved)";
   return line + "\n";
 }
 
