@@ -200,7 +200,7 @@ void LinearSeconds::push(const Op& op) {
   const double s = cost_.op_seconds(op);
   if (name.starts_with("attn.Wqkv.")) qkv += s;
   else if (name.starts_with("attn.out_proj.")) out += s;
-  else if (name.starts_with("ffn.gate_proj.")) gate += s;
+  else if (name.starts_with("ffn.gate_proj.") || name.starts_with("ffn.fc1.")) gate += s;  // fc1: both halves
   else if (name.starts_with("ffn.up_proj.")) up += s;
   else if (name.starts_with("ffn.down_proj.")) down += s;
 }
@@ -362,6 +362,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   shape.fp32_vocab_parallel_xent = true;  // Megatron's loss: ops.hpp
   shape.fused_swiglu = true;              // bias_activation_fusion: ops.hpp
   shape.native_attention = true;          // TransformerEngine's cuDNN fused attention: ops.hpp
+  shape.per_expert_launches = true;       // TransformerEngine's GroupedLinear, one GEMM per expert: ops.hpp
   static_cast<MicroBatchOpCosts&>(c) = cost_micro_batch_ops(cost_, shape);
   context_and_expert_costs(c, shape, cfg);
   c.attention_again = cfg.checkpointing == Checkpointing::kSelective ? c.block_fwd.attention : 0.0;

@@ -100,6 +100,7 @@ Linear out_proj(const BlockShape& s) {
 // (the activation's indexed by Activation) and sizes.
 struct FfnNames {
   LinearNames gate, up, down;
+  LinearNames fc1;  // the gate and up projections as one linear (BlockShape::fused_swiglu)
   const char* act_fwd[3];
   const char* act_bwd[3];
   const char* mul_fwd;
@@ -110,6 +111,7 @@ struct FfnNames {
   {TPSIM_LINEAR(stem ".gate_proj"),                                                                     \
    TPSIM_LINEAR(stem ".up_proj"),                                                                       \
    TPSIM_LINEAR(stem ".down_proj"),                                                                     \
+   TPSIM_LINEAR(stem ".fc1"),                                                                           \
    {stem ".gelu.fwd", stem ".silu.fwd", stem ".relu.fwd"},                                              \
    {stem ".gelu.bwd", stem ".silu.bwd", stem ".relu.bwd"},                                              \
    stem ".mul.fwd",                                                                                     \
@@ -133,6 +135,9 @@ struct Ffn {
   Linear gate() const { return {names->gate, rows, width, d_model, groups, bias, input_rows}; }
   Linear up() const { return {names->up, rows, width, d_model, groups, bias, input_rows}; }
   Linear down() const { return {names->down, rows, d_model, width, groups, bias, rows}; }
+  // Megatron-Core's linear_fc1 of a gated unit: [gate | up] = x [W_gate | W_up]^T, one GEMM (one per
+  // expert) of twice the width, one cast of x and of the weight under fp8.
+  Linear fc1() const { return {names->fc1, rows, 2 * width, d_model, groups, bias, input_rows}; }
 };
 
 Ffn dense_ffn(const BlockShape& s) {
@@ -163,8 +168,17 @@ bool fused_swiglu(const BlockShape& s) {
 // The routed experts' linear layers run their GEMMs grouped, one group per expert: the GEMM `g`
 // (built as one dense GEMM over all rows, which keeps the dense path a plain gemm_op) made grouped
 // along m (forward, data gradient) or k (weight gradient).
-Op grouped(const Op& g, const Linear& l, bool split_k, double in, double out) {
-  return grouped_gemm_op(g.name, l.groups, g.m, g.n, g.k, split_k, g.dtype, in, out, g.trans_a, g.trans_b);
+// Launched one per expert where the shape says so (BlockShape::per_expert_launches).
+Op grouped(const BlockShape& s, const Op& g, const Linear& l, bool split_k, double in, double out) {
+  Op op = grouped_gemm_op(g.name, l.groups, g.m, g.n, g.k, split_k, g.dtype, in, out, g.trans_a, g.trans_b);
+  if (s.per_expert_launches) op.kernels = l.groups;
+  return op;
+}
+
+// The launches of a low-precision cast of `kernels` kernels over a linear layer's operands: per
+// expert on the per-expert path.
+int64_t cast_launches(const BlockShape& s, const Linear& l, int64_t kernels) {
+  return s.per_expert_launches ? kernels * l.groups : kernels;
 }
 
 // Bytes per element of a block linear layer's quantized operands, block scales included: fp8 1;
@@ -179,11 +193,7 @@ double quantized_bytes(Precision p) {
 }
 
 // Forward of a linear layer. `input_saved_elsewhere`: another op already keeps the input alive.
-// `shares_quantized_input`: under fp8 (or MXFP8/NVFP4) the input was cast, and its low-precision
-// copy kept, by the linear this one is fused with (Megatron-Core's fc1: the gate and up projections
-// as one TransformerEngine linear).
-void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, OpSink& out,
-                    bool shares_quantized_input = false) {
+void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const DType act = activation_dtype(s.precision);
   const double t = d(l.rows);
@@ -194,22 +204,17 @@ void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsew
     // TransformerEngine: cast (and transpose, for the weight gradient) the input and the weight to
     // fp8 (or MXFP8/NVFP4 with their block scales), computing amax on the way; the low-precision
     // copy of the input is what it keeps for backward.
-    if (shares_quantized_input) {  // only the weight is cast
-      out.push(membound_op(l.names.cast_in, MemKind::kCast, l.n, l.k, act, w * a, 2.0 * q * w, 1));
-      saved = 0.0;
-    } else {
-      out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
-                           2.0 * q * (t * d(l.k) + w), 2));
-      saved = d(l.saved_rows) * d(l.k) * q;
-    }
+    out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
+                         2.0 * q * (t * d(l.k) + w), cast_launches(s, l, 2)));
+    saved = d(l.saved_rows) * d(l.k) * q;
     Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, q, a, false, true);
-    if (l.groups != 1) g = grouped(g, l, false, q, a);
+    if (l.groups != 1) g = grouped(s, g, l, false, q, a);
     g.saved_bytes = saved;
     out.push(g);
     return;
   }
   Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, a, a, false, true);  // y = x W^T
-  if (l.groups != 1) g = grouped(g, l, false, a, a);
+  if (l.groups != 1) g = grouped(s, g, l, false, a, a);
   g.saved_bytes = saved;
   out.push(g);
 }
@@ -222,14 +227,15 @@ void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
   const double q = quantized_bytes(s.precision);
   const double in_bytes = q > 0 ? q : a;
   if (q > 0)  // cast-transpose of the output gradient
-    out.push(membound_op(l.names.cast_grad, MemKind::kCast, l.rows, l.n, act, t * d(l.n) * a, 2.0 * q * t * d(l.n)));
+    out.push(membound_op(l.names.cast_grad, MemKind::kCast, l.rows, l.n, act, t * d(l.n) * a, 2.0 * q * t * d(l.n),
+                         cast_launches(s, l, 1)));
   // dX[t,K] = dY[t,N] W[N,K];  dW[N,K] = dY^T[N,t] X[t,K]; the parameter gradient is written in
   // the parameter dtype (bf16 under FSDP mixed precision). Grouped: each expert's rows.
   Op dgrad = gemm_op(l.names.dgrad, l.rows, l.k, l.n, dt, in_bytes, a);              // dX = dY W
   Op wgrad = gemm_op(l.names.wgrad, l.n, l.k, l.rows, dt, in_bytes, a, true, false);  // dW = dY^T X
   if (l.groups != 1) {
-    dgrad = grouped(dgrad, l, false, in_bytes, a);
-    wgrad = grouped(wgrad, l, true, in_bytes, a);
+    dgrad = grouped(s, dgrad, l, false, in_bytes, a);
+    wgrad = grouped(s, wgrad, l, true, in_bytes, a);
   }
   out.push(dgrad);
   out.push(wgrad);
@@ -425,8 +431,7 @@ void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
   const MemKind kind = activation_kind(s.activation);
   const char* act_name = f.names->act_fwd[static_cast<int>(s.activation)];
   if (fused_swiglu(s)) {
-    linear_forward(s, f.gate(), f.input_saved_elsewhere, out);
-    linear_forward(s, f.up(), /*input_saved_elsewhere=*/true, out, /*shares_quantized_input=*/true);
+    linear_forward(s, f.fc1(), f.input_saved_elsewhere, out);
     // One kernel reads [gate | up] and writes silu(gate) * up, keeping [gate | up] for its backward.
     out.push(membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1, 2.0 * rf * a));
   } else if (s.ffn == FfnKind::kGlu) {
@@ -450,11 +455,15 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
   const MemKind kind = activation_backward_kind(s.activation);
   const char* act_name = f.names->act_bwd[static_cast<int>(s.activation)];
   linear_backward(s, f.down(), out);
-  if (s.ffn == FfnKind::kGlu) {
-    // The product's backward; fused, the same kernel recomputes silu(gate) from the kept [gate | up]
-    // and writes both halves' gradients (swiglu_back): the product's bytes, and no silu kernel.
+  if (fused_swiglu(s)) {
+    // The same kernel recomputes silu(gate) from the kept [gate | up] and writes both halves'
+    // gradients (swiglu_back): the product's bytes, no silu kernel; then fc1's backward, whose one
+    // data-gradient GEMM sums over both halves.
     out.push(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a, 2.0 * rf * a));
-    if (!fused_swiglu(s)) out.push(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a));
+    linear_backward(s, f.fc1(), out);
+  } else if (s.ffn == FfnKind::kGlu) {
+    out.push(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a, 2.0 * rf * a));
+    out.push(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a));
     linear_backward(s, f.up(), out);
     linear_backward(s, f.gate(), out);
     const double rd = d(f.rows) * d(f.d_model);

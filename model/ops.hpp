@@ -249,6 +249,14 @@ struct BlockShape {
   // Flash attention by the architecture's native fused kernel (CostParams::attn_native_*): what
   // TransformerEngine's DotProductAttention runs under Megatron-Core (cuDNN's fused attention).
   bool native_attention = false;
+  // The routed experts' GEMMs launched one per expert, as TransformerEngine's GroupedLinear runs them
+  // under Megatron-Core on its per-expert path (TransformerEngine's docs/features/mixture_of_experts:
+  // the token counts read on the host, the input split and quantized per expert, one cuBLAS GEMM per
+  // expert on a pool of streams): each grouped GEMM, and each of its low-precision casts, stands for
+  // as many kernel launches as the rank has experts. The device time stays the grouped op's (the
+  // streams spread the experts' tiles over the device); the host issues every launch. The single
+  // cuBLASLt grouped GEMM (cuBLAS 13.3 and later: bf16, and on Blackwell MXFP8 and NVFP4) is one.
+  bool per_expert_launches = false;
   // Expert-parallel ranks the routed experts are split over (Megatron-LM's --expert-model-parallel-size):
   // this rank's grouped GEMMs run moe.experts / ep experts over as many rows in all as without it
   // (the ep ranks' tokens routed to them, balanced).

@@ -648,8 +648,11 @@ BOOST_AUTO_TEST_CASE(megatron_fuses_swiglu_and_keeps_only_fc1s_output) {
       for (const Op& op : ops) k += op.kernels;
       return k;
     };
-    BOOST_TEST(kernels(ef) - kernels(ff) == (p == Precision::kAmpFp8 ? 2 : 1));  // silu (and x's second cast)
-    BOOST_TEST(kernels(eb) - kernels(fb) == 1);                                   // silu's backward
+    // Fused: fc1 is one GEMM (and under fp8 one cast of x and W) where the eager block runs up's
+    // apart; no silu; the backward's one fc1 data gradient sums both halves (no dx_sum).
+    BOOST_TEST(kernels(ef) - kernels(ff) == (p == Precision::kAmpFp8 ? 4 : 2));  // silu, up's GEMM (and cast)
+    BOOST_TEST(kernels(eb) - kernels(fb) == (p == Precision::kAmpFp8 ? 5 : 4));  // silu, up's 2 GEMMs (cast), dx_sum
+    BOOST_TEST(op_named(ff, "ffn.fc1.fwd").n == 14336);  // gate and up widths of the rank's 7,168 each
     for (const OpList* ops : {&ff, &fb})
       for (const Op& op : *ops) BOOST_TEST(std::string_view(op.name).find("silu") == std::string_view::npos);
   }
@@ -677,6 +680,52 @@ BOOST_AUTO_TEST_CASE(megatron_fuses_swiglu_and_keeps_only_fc1s_output) {
   BOOST_TEST(ev.memory(c).activation_bytes ==
                  32.0 * total_saved_bytes(f) + total_saved_bytes(embed) + total_saved_bytes(head),
              tt::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(transformer_engine_launches_the_routed_experts_gemms_one_per_expert) {
+  // TransformerEngine's GroupedLinear on its per-expert path: one cuBLAS GEMM per local expert, and
+  // under fp8 each expert's operands quantized by their own kernels. The device time of a grouped
+  // GEMM is unchanged (the streams spread the experts' tiles); the launches are the host's to issue.
+  // Mixtral 8x7B at expert parallel 2 (4 local experts), 2 x 4,096 tokens.
+  const DeviceSpec h100 = load_device("h100_80gb");
+  const DeviceProfile prof = load_shipped_profile("h100_80gb");
+  const CostModel cost(h100, prof.params);
+  for (const Precision p : {Precision::kAmpBf16, Precision::kAmpFp8}) {
+    BlockShape grouped = block_shape(mixtral(), 2, 4096, p);
+    grouped.ep = 2;
+    grouped.fused_swiglu = true;
+    BlockShape per_expert = grouped;
+    per_expert.per_expert_launches = true;
+    for (const bool forward : {true, false}) {
+      OpList g, e;
+      (forward ? block_forward_ops : block_backward_ops)(grouped, g);
+      (forward ? block_forward_ops : block_backward_ops)(per_expert, e);
+      BOOST_TEST_REQUIRE(g.size() == e.size());
+      int64_t expert_gemms = 0, expert_casts = 0;
+      for (int n = 0; n < g.size(); ++n) {
+        const Op* const gi = g.begin() + n;
+        const Op* const ei = e.begin() + n;
+        BOOST_TEST(std::string_view(gi->name) == std::string_view(ei->name));
+        BOOST_TEST(gi->flops == ei->flops);
+        BOOST_TEST(gi->bytes_read + gi->bytes_written == ei->bytes_read + ei->bytes_written);
+        const bool routed = std::string_view(gi->name).starts_with("moe.expert");
+        if (gi->kind == OpKind::kGemm && gi->batch == 4) {
+          ++expert_gemms;
+          BOOST_TEST(gi->kernels == 1);
+          BOOST_TEST(ei->kernels == 4);
+          BOOST_TEST(cost.op_seconds(*gi) == cost.op_seconds(*ei), tt::tolerance(1e-12));
+        } else if (routed && gi->mem == MemKind::kCast) {
+          ++expert_casts;
+          BOOST_TEST(ei->kernels == 4 * gi->kernels);
+        } else {
+          BOOST_TEST(ei->kernels == gi->kernels);
+        }
+      }
+      // fc1 and fc2: their forwards, or their data and weight gradients.
+      BOOST_TEST(expert_gemms == (forward ? 2 : 4));
+      BOOST_TEST(expert_casts == (p == Precision::kAmpFp8 ? 2 : 0));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(transformer_engine_runs_the_architectures_native_attention_kernel) {
