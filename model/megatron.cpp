@@ -363,6 +363,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   shape.fused_swiglu = true;              // bias_activation_fusion: ops.hpp
   shape.native_attention = true;          // TransformerEngine's cuDNN fused attention: ops.hpp
   shape.per_expert_launches = true;       // TransformerEngine's GroupedLinear, one GEMM per expert: ops.hpp
+  shape.fp8_weight_cache = true;          // set_is_first_microbatch: the weights cast once a step: ops.hpp
   static_cast<MicroBatchOpCosts&>(c) = cost_micro_batch_ops(cost_, shape);
   context_and_expert_costs(c, shape, cfg);
   c.attention_again = cfg.checkpointing == Checkpointing::kSelective ? c.block_fwd.attention : 0.0;
@@ -556,7 +557,8 @@ void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, c
   StepBreakdown& t = p.time;
   t.gemm_s = per_layer_m * (c.block_fwd.gemm * (1.0 + recompute) + c.block_bwd.gemm);
   t.attention_s = per_layer_m * (c.block_fwd.attention * (1.0 + recompute) + c.block_bwd.attention + c.attention_again);
-  t.other_compute_s = per_layer_m * (c.block_fwd.other * (1.0 + recompute) + c.block_bwd.other);
+  t.other_compute_s = per_layer_m * (c.block_fwd.other * (1.0 + recompute) + c.block_bwd.other) +
+                      d(c.stage_layers[critical]) * c.block_fwd.per_step_s;
   double comm = per_layer_m * (c.tp_block_fwd_s * (1.0 + recompute) + c.tp_block_bwd_s);
   comm += per_layer_m * (c.cp_ep_block_fwd_s * (1.0 + recompute) + c.cp_ep_block_bwd_s + c.ring_again_s);
   if (first) {
@@ -609,7 +611,8 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
     double reduce = c.reduce_s[i];
     if (cfg.parallel.overlap_grad_reduce) reduce = std::max(reduce - stage_backward, 0.0);
     if (s == 0 || s == l.pp - 1) reduce += c.embedding_sync_s;
-    const double end = pipe.stage_end_s[i] + reduce;
+    // The step's one cast of the stage's low-precision weights (the first micro-batch's).
+    const double end = pipe.stage_end_s[i] + d(c.stage_layers[i]) * c.block_fwd.per_step_s + reduce;
     if (end > flushed) {
       flushed = end;
       critical = i;

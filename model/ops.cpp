@@ -74,9 +74,13 @@ struct LinearNames {
   const char* bgrad;
   const char* cast_in;
   const char* cast_grad;
+  const char* cast_weight;  // the weight's own cast (BlockShape::fp8_weight_cache)
 };
-#define TPSIM_LINEAR(stem) \
-  { stem ".fwd", stem ".dgrad", stem ".wgrad", stem ".bgrad", stem ".fp8_cast", stem ".fp8_cast_grad" }
+#define TPSIM_LINEAR(stem)                                                                              \
+  {                                                                                                     \
+    stem ".fwd", stem ".dgrad", stem ".wgrad", stem ".bgrad", stem ".fp8_cast", stem ".fp8_cast_grad", \
+        stem ".fp8_cast_weight"                                                                         \
+  }
 
 // A linear layer y[rows, n] = x[rows, k] W^T over `rows` tokens; `groups` > 1: one weight per group
 // (the routed experts), run as grouped GEMMs.
@@ -204,8 +208,17 @@ void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsew
     // TransformerEngine: cast (and transpose, for the weight gradient) the input and the weight to
     // fp8 (or MXFP8/NVFP4 with their block scales), computing amax on the way; the low-precision
     // copy of the input is what it keeps for backward.
-    out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
-                         2.0 * q * (t * d(l.k) + w), cast_launches(s, l, 2)));
+    if (s.fp8_weight_cache) {  // the input every micro-batch; the weight once a step, into the cache
+      out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a, 2.0 * q * t * d(l.k),
+                           cast_launches(s, l, 1)));
+      Op weight = membound_op(l.names.cast_weight, MemKind::kCast, l.groups * l.n, l.k, act, w * a, 2.0 * q * w,
+                              cast_launches(s, l, 1));
+      weight.per_step = true;
+      out.push(weight);
+    } else {
+      out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
+                           2.0 * q * (t * d(l.k) + w), cast_launches(s, l, 2)));
+    }
     saved = d(l.saved_rows) * d(l.k) * q;
     Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, q, a, false, true);
     if (l.groups != 1) g = grouped(s, g, l, false, q, a);

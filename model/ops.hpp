@@ -87,6 +87,7 @@ struct Op {
   double bytes_written;
   double saved_bytes;    // activation bytes kept alive until the backward pass (forward ops)
   bool native_kernel;    // attention: the architecture's native fused kernel (BlockShape::native_attention)
+  bool per_step;         // runs once per optimizer step, not per micro-batch (BlockShape::fp8_weight_cache)
 };
 
 // ---- the op builders: every Op in the program is made by these three ----
@@ -107,6 +108,7 @@ inline Op blank_op(const char* name, OpKind kind, OpCategory category) {
   op.kernels = 1;
   op.flops = op.bytes_read = op.bytes_written = op.saved_bytes = 0;
   op.native_kernel = false;
+  op.per_step = false;
   return op;
 }
 
@@ -257,6 +259,13 @@ struct BlockShape {
   // streams spread the experts' tiles over the device); the host issues every launch. The single
   // cuBLASLt grouped GEMM (cuBLAS 13.3 and later: bf16, and on Blackwell MXFP8 and NVFP4) is one.
   bool per_expert_launches = false;
+  // The linears' low-precision weights made once a step, not each micro-batch: Megatron-Core's
+  // forward_step calls set_is_first_microbatch() on a step's first micro-batch, when TransformerEngine
+  // casts (and transposes) the weights into its cache for the later micro-batches and the backward;
+  // under fp8_param_gather (every Megatron-Bridge fp8 recipe but blockwise) the weights are fp8
+  // parameters the optimizer writes once a step. Each micro-batch casts only the linear's input; the
+  // weight's cast is an op marked per_step.
+  bool fp8_weight_cache = false;
   // Expert-parallel ranks the routed experts are split over (Megatron-LM's --expert-model-parallel-size):
   // this rank's grouped GEMMs run moe.experts / ep experts over as many rows in all as without it
   // (the ep ranks' tokens routed to them, balanced).

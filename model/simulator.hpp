@@ -74,6 +74,9 @@ struct CategoryTotals {
   double gemm = 0, attention = 0, other = 0;
   double saved_bytes = 0;
   double kernels = 0;  // kernel launches
+  // Seconds of the ops that run once per optimizer step (Op::per_step), kept out of the
+  // per-micro-batch sums above.
+  double per_step_s = 0;
   double total() const { return gemm + attention + other; }
   void add(const CategoryTotals& o, double times) {
     gemm += o.gemm * times;
@@ -89,6 +92,10 @@ class CategorySeconds final : public OpSink {
 
   void push(const Op& op) override {
     const double s = cost_.op_seconds(op);
+    if (op.per_step) {
+      out_.per_step_s += s;
+      return;
+    }
     out_.saved_bytes += op.saved_bytes;
     out_.kernels += static_cast<double>(op.kernels);
     switch (op.category) {

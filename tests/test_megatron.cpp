@@ -728,6 +728,47 @@ BOOST_AUTO_TEST_CASE(transformer_engine_launches_the_routed_experts_gemms_one_pe
   }
 }
 
+BOOST_AUTO_TEST_CASE(transformer_engine_casts_the_fp8_weights_once_a_step) {
+  // Megatron-Core's first micro-batch of a step sets is_first_microbatch: TransformerEngine casts
+  // (and transposes) each linear's weight into its fp8 cache then, and every later micro-batch casts
+  // only its input. Llama 3 8B at tp 2, 2 x 4,096 tokens: the rank's linear weights are
+  // (4096 x (4096 + 2 x 1024) + 4096 x 4096 + 3 x 4096 x 14336) / 2 = 109,051,904 elements.
+  const ModelConfig m = test::llama(4096, 32, 8, 32, 14336, 128256);
+  const double weights = (4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096 + 3.0 * 4096 * 14336) / 2;
+  BOOST_TEST(weights == 109051904.0);
+  const DeviceSpec h100 = load_device("h100_80gb");
+  const DeviceProfile prof = load_shipped_profile("h100_80gb");
+  const CostModel cost(h100, prof.params);
+  BlockShape every = tensor_parallel_shape(block_shape(m, 2, 4096, Precision::kAmpFp8), 2, true, 128256);
+  every.fused_swiglu = true;
+  BlockShape cached = every;
+  cached.fp8_weight_cache = true;
+  OpList e, c;
+  block_forward_ops(every, e);
+  block_forward_ops(cached, c);
+  double e_bytes = 0, c_bytes = 0, once_written = 0, once_read = 0;
+  for (const Op& op : e) e_bytes += op.bytes_read + op.bytes_written;
+  for (const Op& op : c) {
+    c_bytes += op.bytes_read + op.bytes_written;
+    if (!op.per_step) continue;
+    BOOST_TEST(std::string_view(op.name).ends_with(".fp8_cast_weight"));
+    once_written += op.bytes_written;
+    once_read += op.bytes_read;
+  }
+  BOOST_TEST(once_read == 2.0 * weights, tt::tolerance(1e-12));     // bf16 weights read
+  BOOST_TEST(once_written == 2.0 * weights, tt::tolerance(1e-12));  // fp8 and its transpose
+  BOOST_TEST(c_bytes == e_bytes, tt::tolerance(1e-12));             // the same bytes, split
+  const CategoryTotals ct = costed(cost, block_forward_ops, cached), et = costed(cost, block_forward_ops, every);
+  double once_s = 0;
+  for (const Op& op : c)
+    if (op.per_step) once_s += cost.op_seconds(op);
+  BOOST_TEST(ct.per_step_s == once_s, tt::tolerance(1e-12));
+  BOOST_TEST(ct.per_step_s > 0.0);
+  BOOST_TEST(ct.other + ct.per_step_s == et.other, tt::tolerance(1e-12));  // the same casts, the weights' once a step
+  BOOST_TEST(ct.gemm == et.gemm, tt::tolerance(1e-12));
+  BOOST_TEST(et.per_step_s == 0.0);
+}
+
 BOOST_AUTO_TEST_CASE(transformer_engine_runs_the_architectures_native_attention_kernel) {
   // Megatron-Core's attention is TransformerEngine's cuDNN fused kernel: on the H100 at the rate
   // the FlashAttention-3 paper measured for it (attn_native_*), not the FlashAttention-2-era rate
