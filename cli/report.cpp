@@ -113,6 +113,7 @@ std::string layout_phrase(const Parallelism& p) {
   if (p.distributed_optimizer) add("dist-opt");
   if (p.overlap_grad_reduce) add("overlapped grad reduce");
   if (p.grad_reduce_bf16) add("bf16 grad reduce");
+  if (p.fp8_param_gather) add("fp8 params");
   return out;
 }
 

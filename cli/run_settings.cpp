@@ -96,6 +96,9 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
   cmd->add_flag("--grad-reduce-in-bf16", f.grad_reduce_bf16,
                 "main gradients kept and reduced in bf16, not fp32 (megatron's --grad-reduce-in-bf16; "
                 "Megatron-Bridge's ddp.grad_reduce_in_fp32 False)");
+  cmd->add_flag("--fp8-param-gather", f.fp8_param_gather,
+                "megatron under fp8: the weights are fp8 parameters, not bf16 ones with TransformerEngine's fp8 "
+                "copy beside them (megatron's --fp8-param-gather; Megatron-Bridge's fp8 recipes set it)");
   cmd->add_option("--shard-degree", f.shard_degree,
                   "composer HSDP: parameters sharded over N consecutive GPUs (fsdp_config's "
                   "data_parallel_shard_degree; -1: the GPUs the replicate degree leaves); torchtitan: its "
@@ -152,7 +155,8 @@ void check_megatron_flags(const ParallelFlags& f, ParallelSettings& s) {
                                                 {"--account-for-embedding", f.account_for_embedding},
                                                 {"--account-for-loss", f.account_for_loss},
                                                 {"--tp-comm-overlap", f.tp_comm_overlap},
-                                                {"--grad-reduce-in-bf16", f.grad_reduce_bf16}};
+                                                {"--grad-reduce-in-bf16", f.grad_reduce_bf16},
+                                                {"--fp8-param-gather", f.fp8_param_gather}};
   for (const auto& [flag, on] : given)
     if (on && s.framework != Framework::kMegatron)
       throw Error(std::string(flag) + ": Megatron-Core's option; use --framework megatron");
@@ -211,6 +215,7 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
   a.distributed_optimizer = f.dist_opt;
   a.overlap_grad_reduce = f.overlap_grad_reduce;
   a.grad_reduce_bf16 = f.grad_reduce_bf16;
+  a.fp8_param_gather = f.fp8_param_gather;
   a.shard_degree = mesh_degree_flag("--shard-degree", f.shard_degree);
   a.replicate_degree = mesh_degree_flag("--replicate-degree", f.replicate_degree);
   check_torchtitan_flags(f, s);
@@ -275,6 +280,7 @@ Parallelism fixed_parallelism(const ParallelSettings& s) {
   p.distributed_optimizer = a.distributed_optimizer.value_or(s.framework != Framework::kComposer);
   p.overlap_grad_reduce = a.overlap_grad_reduce;
   p.grad_reduce_bf16 = a.grad_reduce_bf16;
+  p.fp8_param_gather = a.fp8_param_gather;
   p.shard_degree = a.shard_degree.value_or(0);
   p.replicate_degree = a.replicate_degree.value_or(0);
   p.async_tensor_parallel = a.async_tensor_parallel;

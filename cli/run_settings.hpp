@@ -53,7 +53,8 @@ struct ParallelFlags {
   bool async_tp = false;
   std::string selective_ac;  // op, or a layer count N
   std::string first_stage_layers, last_stage_layers;
-  bool account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, grad_reduce_bf16 = false;
+  bool account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, grad_reduce_bf16 = false,
+       fp8_param_gather = false;
   std::string attention;  // --attention flash|unfused
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);

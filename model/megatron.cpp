@@ -265,6 +265,10 @@ std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& de
   if (par.grad_reduce_bf16 && (cfg.precision == Precision::kAmpFp16 || cfg.precision == Precision::kFp32))
     return "--grad-reduce-in-bf16 needs bf16 parameters; precision " + std::string(to_string(cfg.precision)) +
            " keeps its own";
+  if (par.fp8_param_gather && block_gemm_dtype(cfg.precision) != DType::kFp8 &&
+      block_gemm_dtype(cfg.precision) != DType::kFp4)
+    return "--fp8-param-gather needs low-precision weights (amp_fp8, mxfp8 or nvfp4); precision " +
+           std::string(to_string(cfg.precision)) + " has none";
   if (par.tp_comm_overlap && device.compute_units <= kUserbuffersMaxSms)
     return "tensor-parallel communication overlap needs the SM count of device " + device.id + " (compute_units)";
   if (std::string why = check_tensor_pipeline_config(model, cfg, "Megatron-LM"); !why.empty()) return why;
@@ -676,7 +680,11 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
     if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.saved.embed;
     if (s == l.pp - 1) mb.activation_bytes += c.saved.head;
     mb.transient_bytes = c.saved.block_backward_buffers;
-    mb.live_bytes = mb.sharded_state_bytes + mb.activation_bytes + mb.transient_bytes;
+    // TransformerEngine's fp8 copies (and transposes) of the stage's weights beside the bf16 ones,
+    // kept all step; as fp8 parameters (fp8_param_gather) they are the weights the 2 bytes count.
+    if (!par.fp8_param_gather)
+      mb.gathered_params_bytes = d(c.stage_layers[static_cast<size_t>(s)]) * c.block_fwd.per_step_written_bytes;
+    mb.live_bytes = mb.sharded_state_bytes + mb.gathered_params_bytes + mb.activation_bytes + mb.transient_bytes;
     mb.reserve_bytes = params_.memory_reserve_bytes;
     mb.peak_bytes = mb.live_bytes * params_.memory_fragmentation + mb.reserve_bytes;
     if (mb.peak_bytes > worst.peak_bytes) worst = mb;

@@ -187,6 +187,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
   p.framework = s.framework;
   p.overlap_grad_reduce = a.overlap_grad_reduce;
   p.grad_reduce_bf16 = a.grad_reduce_bf16;
+  p.fp8_param_gather = a.fp8_param_gather;
   p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
   p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
   if (s.framework == Framework::kTorchtitan) {  // its data_parallel_*_degree, as given (TorchtitanMesh)

@@ -74,9 +74,9 @@ struct CategoryTotals {
   double gemm = 0, attention = 0, other = 0;
   double saved_bytes = 0;
   double kernels = 0;  // kernel launches
-  // Seconds of the ops that run once per optimizer step (Op::per_step), kept out of the
-  // per-micro-batch sums above.
-  double per_step_s = 0;
+  // Ops that run once per optimizer step (Op::per_step), kept out of the per-micro-batch sums
+  // above: their seconds and the bytes they write (what stays allocated: the fp8 weight cache).
+  double per_step_s = 0, per_step_written_bytes = 0;
   double total() const { return gemm + attention + other; }
   void add(const CategoryTotals& o, double times) {
     gemm += o.gemm * times;
@@ -94,6 +94,7 @@ class CategorySeconds final : public OpSink {
     const double s = cost_.op_seconds(op);
     if (op.per_step) {
       out_.per_step_s += s;
+      out_.per_step_written_bytes += op.bytes_written;
       return;
     }
     out_.saved_bytes += op.saved_bytes;

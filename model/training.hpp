@@ -120,6 +120,11 @@ struct Parallelism {
   // megatron: main gradients kept and reduced in bf16 (Megatron-LM's --grad-reduce-in-bf16,
   // Megatron-Bridge's ddp.grad_reduce_in_fp32 = False), not fp32 as --bf16 otherwise makes them.
   bool grad_reduce_bf16 = false;
+  // megatron: the linears' weights are fp8 parameters (Megatron-LM's --fp8-param-gather; set by
+  // Megatron-Bridge's fp8 recipes but blockwise): they take the 2 bytes of bf16 weights as fp8 and
+  // its transpose. Without it TransformerEngine caches an fp8 copy and its transpose of each weight
+  // beside the bf16 one, 2 bytes a parameter more (BlockShape::fp8_weight_cache).
+  bool fp8_param_gather = false;
   // composer: HSDP's 2D device mesh (replicate, shard), fsdp_config.data_parallel_shard_degree and
   // data_parallel_replicate_degree (Composer's _create_device_mesh): parameters sharded over
   // shard_degree consecutive ranks, gradients all-reduced over replicate_degree ranks that far

@@ -767,6 +767,24 @@ BOOST_AUTO_TEST_CASE(transformer_engine_casts_the_fp8_weights_once_a_step) {
   BOOST_TEST(ct.other + ct.per_step_s == et.other, tt::tolerance(1e-12));  // the same casts, the weights' once a step
   BOOST_TEST(ct.gemm == et.gemm, tt::tolerance(1e-12));
   BOOST_TEST(et.per_step_s == 0.0);
+  BOOST_TEST(ct.per_step_written_bytes == 2.0 * weights, tt::tolerance(1e-12));
+  // The memory of MegatronEvaluator's rank (tp 2, pp 1, 32 layers on 8 GPUs): TransformerEngine's
+  // fp8 copies and transposes of its weights beside the bf16 ones, 32 x 2 x 109,051,904 bytes; none
+  // when the weights are fp8 parameters (--fp8-param-gather) or under bf16.
+  TrainConfig cfg{.seq_len = 4096, .global_batch = 16, .micro_batch = 2, .n_gpus = 8, .precision = Precision::kAmpFp8};
+  cfg.parallel.framework = Framework::kMegatron;
+  cfg.parallel.tensor = 2;
+  cfg.parallel.sequence_parallel = true;
+  MegatronEvaluator ev(m, h100, prof.params);
+  const MemoryBreakdown cached_weights = ev.memory(cfg);
+  BOOST_TEST(cached_weights.gathered_params_bytes == 32.0 * 2.0 * weights, tt::tolerance(1e-12));
+  cfg.parallel.fp8_param_gather = true;
+  const MemoryBreakdown fp8_params = ev.memory(cfg);
+  BOOST_TEST(fp8_params.gathered_params_bytes == 0.0);
+  BOOST_TEST(cached_weights.live_bytes - fp8_params.live_bytes == 32.0 * 2.0 * weights, tt::tolerance(1e-12));
+  cfg.parallel.fp8_param_gather = false;
+  cfg.precision = Precision::kAmpBf16;
+  BOOST_TEST(ev.memory(cfg).gathered_params_bytes == 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(transformer_engine_runs_the_architectures_native_attention_kernel) {
