@@ -221,8 +221,11 @@ BOOST_AUTO_TEST_CASE(gemm_layouts_and_ragged_attention_blocks_match_the_referenc
     for (bool tb : {false, true}) {
       // No dimension a multiple of a SIMD width or Eigen's blocks.
       const Op g = gemm_op("gemm.ragged", 37, 29, 53, DType::kFp32, 4.0, 4.0, ta, tb);
+      // Wider than two column panels, the last one ragged (cpu_kernels.hpp kGemmPanelColumns).
+      const Op wide = gemm_op("gemm.wide", 3, 2 * cpu::kGemmPanelColumns + 37, 5, DType::kFp32, 4.0, 4.0, ta, tb);
       BOOST_TEST_CONTEXT("trans_a " << ta << " trans_b " << tb) {
         BOOST_TEST(backend->check_op(g).max_rel_error <= kGemmRelTol);
+        BOOST_TEST(backend->check_op(wide).max_rel_error <= kGemmRelTol);
       }
     }
   // A sequence that ends inside a 64-token block, an odd head size and one sequence.

@@ -85,10 +85,21 @@ void gemm_eigen(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, con
   const MapCR A(a, trans_a ? k : m, trans_a ? m : k);
   const MapCR B(b, trans_b ? n : k, trans_b ? k : n);
   MapR C(c, m, n);
-  if (!trans_a && !trans_b) C.noalias() = A * B;
-  else if (!trans_a) C.noalias() = A * B.transpose();
-  else if (!trans_b) C.noalias() = A.transpose() * B;
-  else C.noalias() = A.transpose() * B.transpose();
+  // C in column panels of at most kGemmPanelColumns, each its own product. Eigen's one-thread GEMM
+  // (3.4) falls from 100-125 to 35-50 GFLOP/s on this project's machine once C is about 16,380
+  // columns wide at k >= 512 (a step between 16,350 and 16,383 columns at m = k = 512, every
+  // layout; measured 2026-11-28, docs/backends.md); panels of 8,192 or fewer run at the narrow
+  // rate, and narrower products are unchanged. Each element of C is still one dot product over k.
+  const int64_t panels = (n + kGemmPanelColumns - 1) / kGemmPanelColumns;
+  const int64_t width = panels <= 1 ? n : ((n + panels - 1) / panels + 15) / 16 * 16;
+  for (int64_t j = 0; j < n; j += width) {
+    const int64_t w = std::min(width, n - j);
+    auto Cj = C.middleCols(j, w);
+    if (!trans_a && !trans_b) Cj.noalias() = A * B.middleCols(j, w);
+    else if (!trans_a) Cj.noalias() = A * B.middleRows(j, w).transpose();
+    else if (!trans_b) Cj.noalias() = A.transpose() * B.middleCols(j, w);
+    else Cj.noalias() = A.transpose() * B.middleRows(j, w).transpose();
+  }
 }
 
 void attention_forward_cpu(int64_t batch, int64_t heads, int64_t seq, int64_t dh, const float* q, const float* k,

@@ -15,7 +15,9 @@ int threads();
 // OpenMP's default: OMP_NUM_THREADS when set, else every hardware thread this process may run on.
 int default_threads();
 
-// C[m,n] = op(A)[m,k] * op(B)[k,n], row-major, Eigen's blocked GEMM over all threads.
+// C[m,n] = op(A)[m,k] * op(B)[k,n], row-major, Eigen's blocked GEMM over all threads, in column
+// panels of at most kGemmPanelColumns (cpu_kernels.cpp says why).
+inline constexpr int64_t kGemmPanelColumns = 8192;
 void gemm_eigen(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, const float* a, const float* b,
                 float* c);
 
