@@ -435,7 +435,20 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
     const double experts = layers_per_stage * expert_block, dense = p - experts;
     if (par.distributed_optimizer) {
       c.reduce_s[i] = grad_collective(cost_, CollectiveKind::kReduceScatter, dense * gb, experts * gb, l);
-      c.gather_s[i] = grad_collective(cost_, CollectiveKind::kAllGather, dense * 2.0, experts * 2.0, l);
+      // The updated weights, 2 bytes each; fp8 parameters (fp8_param_gather under per-tensor fp8)
+      // sit in a torch.uint8 buffer of their raw bytes (Megatron-Core's distributed_data_parallel.py,
+      // _allocate_buffers_for_parameters: "it is necessary to use torch.uint8"), 1 byte each: the
+      // quantized linears' weights, as many per layer as the per-step weight casts write fp8 and
+      // transpose bytes for (half of per_step_written_bytes); the routed experts' are all of them.
+      // MXFP8 and NVFP4 weights are costed at 2 bytes (their gather is not read here).
+      double gather_dense = dense * 2.0, gather_experts = experts * 2.0;
+      if (par.fp8_param_gather && cfg.precision == Precision::kAmpFp8) {
+        const double fp8_layer = c.block_fwd.per_step_written_bytes / 2.0;
+        const double fp8_experts_layer = std::min(expert_block, fp8_layer);
+        gather_experts -= layers_per_stage * fp8_experts_layer;
+        gather_dense -= layers_per_stage * (fp8_layer - fp8_experts_layer);
+      }
+      c.gather_s[i] = grad_collective(cost_, CollectiveKind::kAllGather, gather_dense, gather_experts, l);
     } else {
       c.reduce_s[i] = grad_collective(cost_, CollectiveKind::kAllReduce, dense * gb, experts * gb, l);
     }

@@ -782,7 +782,19 @@ BOOST_AUTO_TEST_CASE(transformer_engine_casts_the_fp8_weights_once_a_step) {
   const MemoryBreakdown fp8_params = ev.memory(cfg);
   BOOST_TEST(fp8_params.gathered_params_bytes == 0.0);
   BOOST_TEST(cached_weights.live_bytes - fp8_params.live_bytes == 32.0 * 2.0 * weights, tt::tolerance(1e-12));
+  // The distributed optimizer's all-gather of the updated weights over dp 4 (one node: the ring's
+  // time is affine in the bytes): fp8 parameters are gathered as their raw byte, the other weights
+  // at 2 bytes, so the step is shorter by the all-gather of one byte per quantized weight element.
+  cfg.parallel.distributed_optimizer = true;
+  const double fp8_gather_step = ev.predict(cfg).step_s;
   cfg.parallel.fp8_param_gather = false;
+  const double bf16_gather_step = ev.predict(cfg).step_s;
+  const CommGroup dp = megatron_layout(cfg.parallel, cfg.n_gpus, h100.gpus_per_node).dp_group;
+  BOOST_TEST(dp.ranks == 4);
+  const double one_byte = cost.collective_seconds(CollectiveKind::kAllGather, 64.0 * weights, dp) -
+                          cost.collective_seconds(CollectiveKind::kAllGather, 32.0 * weights, dp);
+  BOOST_TEST(one_byte > 0.0);
+  BOOST_TEST(bf16_gather_step - fp8_gather_step == one_byte, tt::tolerance(1e-9));
   cfg.precision = Precision::kAmpBf16;
   BOOST_TEST(ev.memory(cfg).gathered_params_bytes == 0.0);
 }
