@@ -114,6 +114,7 @@ std::string layout_phrase(const Parallelism& p) {
   if (p.overlap_grad_reduce) add("overlapped grad reduce");
   if (p.grad_reduce_bf16) add("bf16 grad reduce");
   if (p.fp8_param_gather) add("fp8 params");
+  if (p.pipeline_scatter_gather) add("scatter-gather p2p");
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <string_view>
 
 #include "io/error.hpp"
 #include "io/hf_config.hpp"
@@ -99,6 +100,10 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
   cmd->add_flag("--fp8-param-gather", f.fp8_param_gather,
                 "megatron under fp8: the weights are fp8 parameters, not bf16 ones with TransformerEngine's fp8 "
                 "copy beside them (megatron's --fp8-param-gather; Megatron-Bridge's fp8 recipes set it)");
+  cmd->add_flag("--pipeline-scatter-gather", f.pipeline_scatter_gather,
+                "megatron: each tensor-parallel rank sends 1/tp of the activations to the next pipeline stage, "
+                "which all-gathers them (legacy Megatron-LM's and Megatron-DeepSpeed's default, "
+                "--scatter-gather-tensors-in-pipeline; Megatron-Core ignores it); no effect under --sp");
   cmd->add_option("--shard-degree", f.shard_degree,
                   "composer HSDP: parameters sharded over N consecutive GPUs (fsdp_config's "
                   "data_parallel_shard_degree; -1: the GPUs the replicate degree leaves); torchtitan: its "
@@ -156,10 +161,13 @@ void check_megatron_flags(const ParallelFlags& f, ParallelSettings& s) {
                                                 {"--account-for-loss", f.account_for_loss},
                                                 {"--tp-comm-overlap", f.tp_comm_overlap},
                                                 {"--grad-reduce-in-bf16", f.grad_reduce_bf16},
-                                                {"--fp8-param-gather", f.fp8_param_gather}};
+                                                {"--fp8-param-gather", f.fp8_param_gather},
+                                                {"--pipeline-scatter-gather", f.pipeline_scatter_gather}};
   for (const auto& [flag, on] : given)
     if (on && s.framework != Framework::kMegatron)
-      throw Error(std::string(flag) + ": Megatron-Core's option; use --framework megatron");
+      throw Error(std::string(flag) + (std::string_view(flag) == "--pipeline-scatter-gather" ? ": Megatron-LM's option"
+                                                                                         : ": Megatron-Core's option") +
+                  "; use --framework megatron");
   if (f.tp_comm_overlap && f.sp == false)
     throw Error("--tp-comm-overlap: TransformerEngine's TP communication overlap needs sequence parallelism (--no-sp given)");
   if (f.tp_comm_overlap && s.axes.tensor == 1)
@@ -216,6 +224,7 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
   a.overlap_grad_reduce = f.overlap_grad_reduce;
   a.grad_reduce_bf16 = f.grad_reduce_bf16;
   a.fp8_param_gather = f.fp8_param_gather;
+  a.pipeline_scatter_gather = f.pipeline_scatter_gather;
   a.shard_degree = mesh_degree_flag("--shard-degree", f.shard_degree);
   a.replicate_degree = mesh_degree_flag("--replicate-degree", f.replicate_degree);
   check_torchtitan_flags(f, s);
@@ -281,6 +290,7 @@ Parallelism fixed_parallelism(const ParallelSettings& s) {
   p.overlap_grad_reduce = a.overlap_grad_reduce;
   p.grad_reduce_bf16 = a.grad_reduce_bf16;
   p.fp8_param_gather = a.fp8_param_gather;
+  p.pipeline_scatter_gather = a.pipeline_scatter_gather;
   p.shard_degree = a.shard_degree.value_or(0);
   p.replicate_degree = a.replicate_degree.value_or(0);
   p.async_tensor_parallel = a.async_tensor_parallel;

@@ -204,7 +204,8 @@ const char* const kGeneralColumns[] = {"Framework",        "Tensor Parallel",   
                                        "Context Parallel", "Expert Parallel",   "Data Parallel",         "Sequence Parallel",
                                        "Recompute",        "Step Time (s)",     "Distributed Optimizer", "Overlap Grad Reduce",
                                        "Attention",        "TP Comm Overlap",   "Account For Embedding", "Account For Loss",
-                                       "Expert Tensor Parallel", "Grad Reduce In BF16", "FP8 Param Gather"};
+                                       "Expert Tensor Parallel", "Grad Reduce In BF16", "FP8 Param Gather",
+                                       "Pipeline Scatter Gather"};
 
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
@@ -297,6 +298,8 @@ class RowParser {
     if (cols_.has("TP Comm Overlap")) par.tp_comm_overlap = cols_.boolean(cells, "TP Comm Overlap", at);
     if (cols_.has("Grad Reduce In BF16")) par.grad_reduce_bf16 = cols_.boolean(cells, "Grad Reduce In BF16", at);
     if (cols_.has("FP8 Param Gather")) par.fp8_param_gather = cols_.boolean(cells, "FP8 Param Gather", at);
+    if (cols_.has("Pipeline Scatter Gather"))
+      par.pipeline_scatter_gather = cols_.boolean(cells, "Pipeline Scatter Gather", at);
     if (cols_.has("Account For Embedding")) par.account_for_embedding = cols_.boolean(cells, "Account For Embedding", at);
     if (cols_.has("Account For Loss")) par.account_for_loss = cols_.boolean(cells, "Account For Loss", at);
     const int64_t model_parallel = par.model_parallel();
@@ -359,7 +362,8 @@ class RowParser {
   MeasuredTableOptions options_;
 };
 
-// vTrain's single-node table, as VIA-Research/vTrain's data/ground_truth_single.csv has it.
+// vTrain's tables, as VIA-Research/vTrain's data/ground_truth_single.csv and ground_truth_multi.csv
+// have them (the multi-node one also states each model's size, 'Parameters (billion)').
 const char* const kVtrainColumns[] = {"# GPUs", "global batch", "micro batch", "hidden size", "attention heads",
                                       "# layers", "sequence length", "tensor parallelism", "data parallelism",
                                       "pipeline parallelism", "iteration time (ms)"};
@@ -395,6 +399,7 @@ class VtrainParser {
     r.seq_len = get("sequence length");
     r.architecture = vtrain_gpt_model(get("hidden size"), get("attention heads"), get("# layers"));
     r.model = r.architecture->name;
+    if (cols_.has(kVtrainParameters)) check_parameters(cells, at, *r.architecture, r.seq_len);
     r.gpu = device_;
     Parallelism& par = r.parallel;
     par.framework = Framework::kMegatron;
@@ -408,12 +413,34 @@ class VtrainParser {
     if (!(r.measured_step_s > 0)) throw Error(at + ": 'iteration time (ms)' must be positive");
     r.tokens_per_s = static_cast<double>(r.global_batch) * static_cast<double>(r.seq_len) / r.measured_step_s;
     r.precision = Precision::kAmpFp16;
+    par.pipeline_scatter_gather = true;  // Megatron-DeepSpeed's default (and DeepSpeed's pipeline engine's)
     r.sharding = Sharding::kNoShard;  // DDP without the distributed optimizer
     r.checkpointing = Checkpointing::kFull;
     return r;
   }
 
  private:
+  static constexpr const char* kVtrainParameters = "Parameters (billion)";
+
+  // The stated size must be the row's GPT model's to the digits written (3.6 is 3.55 to 3.65
+  // billion): another count means another architecture than the one tpsim would cost.
+  void check_parameters(const std::vector<std::string>& cells, const std::string& at, const ModelConfig& m,
+                        int64_t seq_len) const {
+    const std::string& written = cols_.text(cells, kVtrainParameters, at);
+    const double stated = cols_.number(cells, kVtrainParameters, at);
+    const size_t dot = written.find('.');
+    const int decimals = dot == std::string::npos ? 0 : static_cast<int>(written.size() - dot - 1);
+    const double half_unit = 0.5 * std::pow(10.0, -decimals);
+    const double counted = static_cast<double>(parameter_count(m, seq_len)) * 1e-9;
+    if (std::abs(counted - stated) > half_unit * (1 + 1e-9)) {
+      std::ostringstream msg;
+      msg.precision(4);
+      msg << at << ": '" << kVtrainParameters << "' is " << written << " but the GPT model of this row's hidden size, "
+          << "heads and layers (vocabulary 50257, sequence " << seq_len << ") has " << counted << " billion";
+      throw Error(msg.str());
+    }
+  }
+
   Columns cols_;
   std::string device_;
 };

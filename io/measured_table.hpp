@@ -14,7 +14,8 @@
 // `Expert Parallel`, `Expert Tensor Parallel` (absent: the tensor-parallel degree, Megatron-Core's
 // default), `Data Parallel` (checked against # GPUs over the model-parallel degrees),
 // `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce`, `Grad Reduce In BF16`
-// (Megatron-LM's --grad-reduce-in-bf16), `FP8 Param Gather` (--fp8-param-gather), `TP Comm Overlap` (Megatron-Core's --tp-comm-overlap), `Account For Embedding` and `Account For Loss` (its
+// (Megatron-LM's --grad-reduce-in-bf16), `FP8 Param Gather` (--fp8-param-gather), `Pipeline Scatter Gather` (legacy Megatron-LM's
+// --scatter-gather-tensors-in-pipeline), `TP Comm Overlap` (Megatron-Core's --tp-comm-overlap), `Account For Embedding` and `Account For Loss` (its
 // --account-for-embedding/loss-in-pipeline-split: an uneven pipeline split) (True/False), `Attention` (flash, or
 // unfused: Megatron-LM's core attention, run without --use-flash-attn as every Megatron run before
 // 2023 was; see use_megatron_core_attention), `Recompute`
@@ -24,8 +25,10 @@
 // when the command names the device (--device); llm-foundry's tables always have it. `MP Mode` and `Sharding Strategy` are required of composer rows only: megatron rows
 // are DDP (NO_SHARD, with or without the distributed optimizer), torchtitan rows FSDP2 (FULL_SHARD).
 //
-// vTrain's CSV (VIA-Research/vTrain, data/ground_truth_single.csv) is recognised by its column
-// `iteration time (ms)` and read as it is: each row defines its own GPT model (vtrain_gpt_model).
+// vTrain's CSVs (VIA-Research/vTrain, data/ground_truth_single.csv and ground_truth_multi.csv) are
+// recognised by their column `iteration time (ms)` and read as they are: each row defines its own
+// GPT model (vtrain_gpt_model); the multi-node table's `Parameters (billion)` must be that model's
+// count to the digits written, else the row is an error.
 #pragma once
 
 #include <cstdint>

@@ -126,6 +126,19 @@ double ring_step_seconds(const CostModel& cost, double bytes, const CommGroup& r
   return std::max(intra, bytes / nic) + p.inter_node_latency_s;
 }
 
+double pipeline_send_seconds(const CostModel& cost, const MegatronLayout& l, const Parallelism& par, double td_bytes) {
+  if (l.pp <= 1) return 0.0;
+  const DeviceSpec& dev = cost.device();
+  const CostParams& p = cost.params();
+  const bool scatter_gather = par.pipeline_scatter_gather && !par.sequence_parallel;
+  const double bytes = td_bytes / (par.sequence_parallel || scatter_gather ? d(l.tp) : 1.0);
+  const double send = l.stage_link_crosses_nodes
+                          ? bytes / (dev.inter_node_bytes_per_s * p.inter_node_link_efficiency / d(l.stage_link_sharers)) +
+                                p.inter_node_latency_s
+                          : bytes / (dev.intra_node_bytes_per_s * p.intra_node_link_efficiency) + p.intra_node_latency_s;
+  return send + (scatter_gather ? cost.collective_seconds(CollectiveKind::kAllGather, td_bytes, l.tp_group) : 0.0);
+}
+
 double all_to_all_seconds(const CostModel& cost, double bytes, const CommGroup& g) {
   if (g.ranks <= 1 || bytes <= 0) return 0.0;
   const DeviceSpec& dev = cost.device();
@@ -386,17 +399,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   c.tp_head_fwd_s = (par.sequence_parallel ? sync / 2.0 : 0.0) + 3.0 * per_token;
   c.tp_head_bwd_s = sync;
 
-  // Point-to-point: one micro-batch's activations (its tp-th part under sequence parallelism).
-  const double p2p_bytes = td_bytes / (par.sequence_parallel ? d(l.tp) : 1.0);
-  if (l.stage_link_crosses_nodes) {
-    const double nic = device_.inter_node_bytes_per_s * params_.inter_node_link_efficiency / d(l.stage_link_sharers);
-    c.p2p_s = p2p_bytes / nic + params_.inter_node_latency_s;
-  } else if (l.pp > 1) {
-    c.p2p_s = p2p_bytes / (device_.intra_node_bytes_per_s * params_.intra_node_link_efficiency) +
-              params_.intra_node_latency_s;
-  } else {
-    c.p2p_s = 0;
-  }
+  c.p2p_s = pipeline_send_seconds(cost_, l, par, td_bytes);
 
   stage_costs(c, cfg, vocab);
   c.saved = {c.block_fwd.saved_bytes, c.embed_fwd.saved_bytes, c.head_fwd.saved_bytes, attention_only_saved_bytes(shape),

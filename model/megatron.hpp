@@ -93,6 +93,15 @@ RingAttention ring_attention(const CostModel& cost, const BlockShape& local, int
 // that the groups_per_node rings crossing each node share.
 double ring_step_seconds(const CostModel& cost, double bytes, const CommGroup& ring);
 
+// Seconds of one pipeline hop of a micro-batch's activations (or their gradients), `td_bytes` (its
+// t x d values): over NVLink between stages on one node, else over the NICs the node's
+// stage_link_sharers share. Under sequence parallelism each tensor-parallel rank holds and sends its
+// tp-th part; under the legacy scatter-gather (Parallelism::pipeline_scatter_gather, without
+// sequence parallelism) it sends its tp-th part too, and the receivers all-gather the parts over
+// their tensor-parallel group before the next stage can run. One stage: nothing.
+double pipeline_send_seconds(const CostModel& cost, const MegatronLayout& layout, const Parallelism& par,
+                             double td_bytes);
+
 // Seconds of an all-to-all in which each of the group's ranks sends `bytes` (its whole buffer, an
 // equal part to every member, its own part staying) at once (NCCL's grouped send/recv, as
 // torch.distributed.all_to_all_single runs): (m-1)/n of it over the GPU's link to the m members on

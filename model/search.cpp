@@ -188,6 +188,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
   p.overlap_grad_reduce = a.overlap_grad_reduce;
   p.grad_reduce_bf16 = a.grad_reduce_bf16;
   p.fp8_param_gather = a.fp8_param_gather;
+  p.pipeline_scatter_gather = a.pipeline_scatter_gather;
   p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
   p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
   if (s.framework == Framework::kTorchtitan) {  // its data_parallel_*_degree, as given (TorchtitanMesh)
@@ -397,6 +398,9 @@ Rejection Searcher::no_layout(const TrainConfig& base) const {
   p.sequence_parallel = a.sequence_parallel.value_or(p.tensor > 1);
   p.distributed_optimizer = a.distributed_optimizer.value_or(true);
   p.overlap_grad_reduce = a.overlap_grad_reduce;
+  p.grad_reduce_bf16 = a.grad_reduce_bf16;
+  p.fp8_param_gather = a.fp8_param_gather;
+  p.pipeline_scatter_gather = a.pipeline_scatter_gather;
   p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
   p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
   p.tp_comm_overlap = a.tp_comm_overlap;

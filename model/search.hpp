@@ -71,6 +71,7 @@ struct ParallelAxes {
   bool overlap_grad_reduce = false;  // Megatron-LM's --overlap-grad-reduce: not searched, as given
   bool grad_reduce_bf16 = false;     // Megatron-LM's --grad-reduce-in-bf16: not searched, as given
   bool fp8_param_gather = false;     // Megatron-LM's --fp8-param-gather: not searched, as given
+  bool pipeline_scatter_gather = false;  // legacy Megatron-LM's --scatter-gather-tensors-in-pipeline: as given
   // composer: HSDP's mesh degrees (--shard-degree, --replicate-degree; Parallelism's), as given in
   // every layout (not searched); unset: Composer's default groups.
   std::optional<int64_t> shard_degree, replicate_degree;

@@ -103,6 +103,8 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
   const Parallelism& par = cfg.parallel;
   if (par.fp8_param_gather && par.framework != Framework::kMegatron)
     return "--fp8-param-gather is Megatron-Core's option; use --framework megatron";
+  if (par.pipeline_scatter_gather && par.framework != Framework::kMegatron)
+    return "--pipeline-scatter-gather is Megatron-LM's option; use --framework megatron";
   for (int64_t degree : {par.tensor, par.pipeline, par.virtual_stages, par.context, par.expert})
     if (degree < 1 || degree > kMaxGpus)
       return "parallel degree " + std::to_string(degree) + " is outside 1.." + std::to_string(kMaxGpus);

@@ -151,6 +151,11 @@ struct Parallelism {
   // --tp-comm-overlap, userbuffers): each block's all-gathers and reduce-scatters pipelined with the
   // GEMMs they feed or follow (model/megatron.hpp tensor_parallel_seconds).
   bool tp_comm_overlap = false;
+  // megatron: legacy Megatron-LM's and Megatron-DeepSpeed's --scatter-gather-tensors-in-pipeline (on
+  // by default there; Narayanan et al. 2021, section 4.1; Megatron-Core has no such option): without
+  // sequence parallelism each tensor-parallel rank sends 1/tp of a micro-batch's activations to its
+  // peer in the next stage, and the receivers all-gather them over the tensor-parallel group.
+  bool pipeline_scatter_gather = false;
 
   bool uneven_pipeline() const {
     return first_stage_layers > 0 || last_stage_layers > 0 || account_for_embedding || account_for_loss;
@@ -161,7 +166,8 @@ struct Parallelism {
   void set_expert_tensor(int64_t etp) { expert_tensor = etp == tensor ? 0 : etp; }
   bool is_data_parallel_only() const {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
-           !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16;
+           !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16 &&
+           !pipeline_scatter_gather;
   }
   bool operator==(const Parallelism&) const = default;
 };

@@ -197,6 +197,7 @@ BOOST_AUTO_TEST_CASE(vtrains_table_is_read_as_it_is) {
   BOOST_TEST(!r.parallel.sequence_parallel);
   BOOST_TEST(!r.parallel.distributed_optimizer);
   BOOST_TEST(!r.parallel.overlap_grad_reduce);  // no DDP gradient bucketing
+  BOOST_TEST(r.parallel.pipeline_scatter_gather);  // Megatron-DeepSpeed's default
   BOOST_TEST((r.checkpointing == Checkpointing::kFull));
   BOOST_TEST((r.precision == Precision::kAmpFp16));
   BOOST_TEST((r.sharding == Sharding::kNoShard));
@@ -235,6 +236,33 @@ BOOST_AUTO_TEST_CASE(vtrains_gpu_count_must_be_the_product_of_its_degrees) {
   BOOST_TEST(contains(error_of([&] { parse_measured_table(partial + "2,16,8,1024,16,24,1024,1,1,2,1\n", "v.csv",
                                                           on_device("a100_80gb")); }),
                       "v.csv:1: required column 'hidden size' is missing (of vTrain's table)"));
+}
+
+BOOST_AUTO_TEST_CASE(vtrains_multi_node_table_states_each_models_size) {
+  // ground_truth_multi.csv's header and two of its rows. The sizes are the rows' GPT models to the
+  // digits written: 30 x (12 x 3,072^2 + 13 x 3,072) + (50,257 + 2,048) x 3,072 + 2 x 3,072 =
+  // 3,398,584,320 + 160,680,960 + 6,144 = 3,559,271,424 (3.6), and 96 blocks of 12,288 with 2,048
+  // positions 174.6 billion (175).
+  const std::string header =
+      "Parameters (billion),# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
+      "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n";
+  const std::string rows = "3.6,64,512,8,3072,32,30,2048,1,64,1,3566.5\n175,512,1536,2,12288,96,96,2048,8,8,8,55109.6\n";
+  const MeasuredTable t = parse_measured_table(header + rows, "m.csv", on_device("a100_80gb"));
+  BOOST_TEST_REQUIRE(t.rows.size() == 2u);
+  BOOST_TEST(parameter_count(*t.rows[0].architecture, 2048) == 3559271424);
+  BOOST_TEST(t.rows[1].model == "gpt-h12288-a96-l96");
+  BOOST_TEST(t.rows[1].parallel.pipeline == 8);
+  BOOST_TEST(t.rows[1].measured_step_s == 55.1096, boost::test_tools::tolerance(1e-12));
+  // Another size is another model than the one tpsim would cost: an error naming the row.
+  const std::string e = error_of([&] {
+    parse_measured_table(header + replaced(rows, "3.6,64", "3.7,64"), "m.csv", on_device("a100_80gb"));
+  });
+  BOOST_TEST(contains(e, "m.csv:2: 'Parameters (billion)' is 3.7 but the GPT model of this row's hidden size"), e);
+  BOOST_TEST(contains(e, "has 3.559 billion"), e);
+  // The shipped copy of the whole table reads, every row's size agreeing.
+  const MeasuredTable shipped = read_measured_table(std::string(TPSIM_DATA) + "/measured/vtrain_multi_node.csv",
+                                                    on_device("a100_80gb"));
+  BOOST_TEST(shipped.rows.size() == 109u);
 }
 
 BOOST_AUTO_TEST_CASE(vtrains_table_needs_device) {
