@@ -126,16 +126,19 @@ double ring_step_seconds(const CostModel& cost, double bytes, const CommGroup& r
   return std::max(intra, bytes / nic) + p.inter_node_latency_s;
 }
 
-double pipeline_send_seconds(const CostModel& cost, const MegatronLayout& l, const Parallelism& par, double td_bytes) {
-  if (l.pp <= 1) return 0.0;
+double stage_hop_seconds(const CostModel& cost, const MegatronLayout& l, double bytes) {
   const DeviceSpec& dev = cost.device();
   const CostParams& p = cost.params();
+  return l.stage_link_crosses_nodes
+             ? bytes / (dev.inter_node_bytes_per_s * p.inter_node_link_efficiency / d(l.stage_link_sharers)) +
+                   p.inter_node_latency_s
+             : bytes / (dev.intra_node_bytes_per_s * p.intra_node_link_efficiency) + p.intra_node_latency_s;
+}
+
+double pipeline_send_seconds(const CostModel& cost, const MegatronLayout& l, const Parallelism& par, double td_bytes) {
+  if (l.pp <= 1) return 0.0;
   const bool scatter_gather = par.pipeline_scatter_gather && !par.sequence_parallel;
-  const double bytes = td_bytes / (par.sequence_parallel || scatter_gather ? d(l.tp) : 1.0);
-  const double send = l.stage_link_crosses_nodes
-                          ? bytes / (dev.inter_node_bytes_per_s * p.inter_node_link_efficiency / d(l.stage_link_sharers)) +
-                                p.inter_node_latency_s
-                          : bytes / (dev.intra_node_bytes_per_s * p.intra_node_link_efficiency) + p.intra_node_latency_s;
+  const double send = stage_hop_seconds(cost, l, td_bytes / (par.sequence_parallel || scatter_gather ? d(l.tp) : 1.0));
   return send + (scatter_gather ? cost.collective_seconds(CollectiveKind::kAllGather, td_bytes, l.tp_group) : 0.0);
 }
 

@@ -93,6 +93,10 @@ RingAttention ring_attention(const CostModel& cost, const BlockShape& local, int
 // that the groups_per_node rings crossing each node share.
 double ring_step_seconds(const CostModel& cost, double bytes, const CommGroup& ring);
 
+// Seconds of one send of `bytes` from each rank of a stage to its peer in the next: over NVLink
+// between stages on one node, else over the NICs the node's stage_link_sharers share.
+double stage_hop_seconds(const CostModel& cost, const MegatronLayout& layout, double bytes);
+
 // Seconds of one pipeline hop of a micro-batch's activations (or their gradients), `td_bytes` (its
 // t x d values): over NVLink between stages on one node, else over the NICs the node's
 // stage_link_sharers share. Under sequence parallelism each tensor-parallel rank holds and sends its

@@ -385,11 +385,7 @@ Prediction TorchtitanEvaluator::predict_pipeline(const Costs& c, const TrainConf
   // Point-to-point: one micro-batch's activations, sequence-sharded (Shard(1)) under tensor parallelism.
   const double p2p_bytes =
       d(cfg.micro_batch) * d(cfg.seq_len / l.cp) * d(model_.d_model) * activation_bytes(cfg.precision) / d(l.tp);
-  const double p2p_s = l.stage_link_crosses_nodes
-                           ? p2p_bytes / (device_.inter_node_bytes_per_s * params_.inter_node_link_efficiency /
-                                          d(l.stage_link_sharers)) + params_.inter_node_latency_s
-                           : p2p_bytes / (device_.intra_node_bytes_per_s * params_.intra_node_link_efficiency) +
-                                 params_.intra_node_latency_s;
+  const double p2p_s = stage_hop_seconds(cost_, l, p2p_bytes);
   PipelineCosts pc;
   pc.stages = l.pp;
   pc.virtual_stages = l.vp;
