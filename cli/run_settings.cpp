@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <iostream>
-#include <string_view>
 
 #include "io/error.hpp"
 #include "io/hf_config.hpp"
@@ -155,19 +154,23 @@ void check_torchtitan_flags(const ParallelFlags& f, ParallelSettings& s) {
 
 // megatron's own flags: the uneven pipeline split and TransformerEngine's TP communication overlap.
 void check_megatron_flags(const ParallelFlags& f, ParallelSettings& s) {
-  const std::pair<const char*, bool> given[] = {{"--first-stage-layers", !f.first_stage_layers.empty()},
-                                                {"--last-stage-layers", !f.last_stage_layers.empty()},
-                                                {"--account-for-embedding", f.account_for_embedding},
-                                                {"--account-for-loss", f.account_for_loss},
-                                                {"--tp-comm-overlap", f.tp_comm_overlap},
-                                                {"--grad-reduce-in-bf16", f.grad_reduce_bf16},
-                                                {"--fp8-param-gather", f.fp8_param_gather},
-                                                {"--pipeline-scatter-gather", f.pipeline_scatter_gather}};
-  for (const auto& [flag, on] : given)
-    if (on && s.framework != Framework::kMegatron)
-      throw Error(std::string(flag) + (std::string_view(flag) == "--pipeline-scatter-gather" ? ": Megatron-LM's option"
-                                                                                         : ": Megatron-Core's option") +
-                  "; use --framework megatron");
+  struct Given {
+    const char* flag;
+    bool on;
+    const char* owner;
+  };
+  const char* const core = "Megatron-Core's";
+  const Given given[] = {{"--first-stage-layers", !f.first_stage_layers.empty(), core},
+                         {"--last-stage-layers", !f.last_stage_layers.empty(), core},
+                         {"--account-for-embedding", f.account_for_embedding, core},
+                         {"--account-for-loss", f.account_for_loss, core},
+                         {"--tp-comm-overlap", f.tp_comm_overlap, core},
+                         {"--grad-reduce-in-bf16", f.grad_reduce_bf16, core},
+                         {"--fp8-param-gather", f.fp8_param_gather, core},
+                         {"--pipeline-scatter-gather", f.pipeline_scatter_gather, "Megatron-LM's"}};
+  for (const Given& g : given)
+    if (g.on && s.framework != Framework::kMegatron)
+      throw Error(std::string(g.flag) + ": " + g.owner + " option; use --framework megatron");
   if (f.tp_comm_overlap && f.sp == false)
     throw Error("--tp-comm-overlap: TransformerEngine's TP communication overlap needs sequence parallelism (--no-sp given)");
   if (f.tp_comm_overlap && s.axes.tensor == 1)
