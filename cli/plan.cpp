@@ -443,13 +443,16 @@ OutputTable ranked_table(const PlanRequest& r, const PlanResult& plan, Context& 
   return ranked;
 }
 
-// The notes on stderr: the YAML's, what the YAML fixed, the interval, why rank 1 is not the fastest.
+// The notes on stderr: the YAML's, what the YAML fixed, the interval, why rank 1 is not the fastest,
+// and whether it runs with full checkpointing close to full memory.
 void print_plan_notes(const PlanRequest& r, const RunSettings& run, const PlanResult& plan) {
   print_notes(run);
   if (!r.yaml_note.empty()) std::cerr << "tpsim: note: " << r.yaml_note << "\n";
   std::cerr << no_interval_note(*run.model, r.query.space.framework);
   if (!plan.ranked.empty() && plan.top.rule != PickRule::kFastest)
     std::cerr << "tpsim: note: rank 1: " << pick_reason(plan.top, r.query.objective) << "\n";
+  if (!plan.ranked.empty() && checkpointed_near_full(plan.top.chosen.cfg, plan.top.chosen.prediction))
+    std::cerr << "tpsim: note: rank 1: " << near_full_note(plan.top.chosen.prediction) << "\n";
 }
 
 void run_plan(const PlanOptions& o) {

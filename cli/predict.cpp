@@ -5,6 +5,7 @@
 
 #include "io/error.hpp"
 #include "io/text_format.hpp"
+#include "model/plan.hpp"
 #include "model/search.hpp"
 #include "model/units.hpp"
 #include "cli/args.hpp"
@@ -174,6 +175,7 @@ void run_predict(const PredictOptions& o) {
               << " (the step time is costed with the window)\n";
   emit(ctx.render({t}), ctx.output());
   if (!p.fits()) std::cerr << does_not_fit_line(p, device.id);
+  if (checkpointed_near_full(cfg, p)) std::cerr << "tpsim: note: " << near_full_note(p) << "\n";
 }
 
 }  // namespace

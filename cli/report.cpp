@@ -1,5 +1,7 @@
 #include "cli/report.hpp"
 #include "io/measured_table.hpp"
+#include "io/text_format.hpp"
+#include "model/plan.hpp"
 #include "model/units.hpp"
 
 namespace tpsim {
@@ -144,6 +146,16 @@ std::string no_interval_note(const ModelConfig& model, Framework framework) {
            "materialised), and the profiles' held-out errors are of flash-attention runs\n";
   return "tpsim: note: " + model.name + ": no Throughput Low/High: the profiles' held-out errors are of MPT models; " +
          "README \"Accuracy\" says how far published runs of other architectures are from tpsim\n";
+}
+
+std::string near_full_evidence() {
+  return "in the measured tables such runs ran 9-38% slower than predicted (the caching allocator near full "
+         "memory is not modelled; README \"Accuracy\")";
+}
+
+std::string near_full_note(const Prediction& p) {
+  return fixed((p.capacity_bytes - p.memory.peak_bytes) / kGiB, 1) + " GiB free at the predicted peak with full " +
+         "checkpointing (less than " + fixed(kCheckpointedTightHeadroomBytes / kGiB, 0) + " GiB): " + near_full_evidence();
 }
 
 double interval_low(double predicted, const RelativeInterval& i) { return predicted / (1.0 + i.p90); }

@@ -63,6 +63,11 @@ std::optional<IntervalModel> interval_model_for(const ModelConfig& model, const 
                                                 Framework framework);
 // The one-line note saying so, printed once per such model ("" for an MPT model under Composer).
 std::string no_interval_note(const ModelConfig& model, Framework framework);
+// The note (without "tpsim: note: ") for a fitting configuration with full checkpointing and little
+// memory free (checkpointed_near_full, model/plan.hpp: measured runs that close ran slower than predicted).
+std::string near_full_note(const Prediction& p);
+// What the measured tables say of such configurations, for a note naming several.
+std::string near_full_evidence();
 
 // The measured value expected for a prediction: [predicted / (1 + p90), predicted / (1 + p10)].
 double interval_low(double predicted, const RelativeInterval& i);

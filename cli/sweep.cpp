@@ -12,7 +12,10 @@
 #include "io/files.hpp"
 #include "io/plots.hpp"
 #include "io/progress.hpp"
+#include "io/text_format.hpp"
+#include "model/plan.hpp"
 #include "model/search.hpp"
+#include "model/units.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
@@ -104,6 +107,9 @@ class Sweep {
   const OutputTable& table() const { return table_; }
   const HeatMap& heat() const { return heat_; }
   int64_t evaluated() const { return evaluated_; }
+  // The rows run with full checkpointing close to full memory (checkpointed_near_full), as
+  // "13b at 4096 on 8 x h100_80gb".
+  const std::vector<std::string>& near_full() const { return near_full_; }
 
  private:
   void device(const std::string& device_id);
@@ -119,6 +125,7 @@ class Sweep {
   HeatMap heat_;
   Progress progress_;
   int64_t done_ = 0, evaluated_ = 0;
+  std::vector<std::string> near_full_;
 };
 
 void Sweep::run() {
@@ -184,6 +191,8 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
     return;
   }
   add_row(name, device_id, r.best, r.best_prediction, interval_for(model, profile, r.best));
+  if (checkpointed_near_full(r.best, r.best_prediction))
+    near_full_.push_back(name + " at " + std::to_string(seq) + " on " + std::to_string(n) + " x " + device_id);
   heat_.values[heat_row][column] = 100.0 * r.best_prediction.mfu;
   // The layout: FSDP's sharding strategy, or the model-parallel degrees.
   const std::string layout = r.best.parallel.framework == Framework::kComposer
@@ -216,6 +225,12 @@ void run_sweep(const SweepOptions& o) {
   sweep.run();
   if (!o.plot.empty()) write_file_atomic(o.plot, heat_map_svg(sweep.heat()));
   emit(ctx.render({sweep.table()}), ctx.output());
+  if (const auto& tight = sweep.near_full(); !tight.empty()) {
+    std::cerr << "tpsim: note: " << tight.size() << " of these run full checkpointing with under "
+              << fixed(kCheckpointedTightHeadroomBytes / kGiB, 0) << " GiB free at the predicted peak (" << tight.front();
+    for (size_t i = 1; i < std::min<size_t>(tight.size(), 3); ++i) std::cerr << ", " << tight[i];
+    std::cerr << (tight.size() > 3 ? ", ...): " : "): ") << near_full_evidence() << "; plan leaves a margin\n";
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cerr << "evaluated " << sweep.evaluated() << " configurations in " << seconds << " s\n";
 }

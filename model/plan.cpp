@@ -140,4 +140,9 @@ PlanResult plan_runs(const PlanQuery& query, const std::function<void(int64_t)>&
   return out;
 }
 
+bool checkpointed_near_full(const TrainConfig& cfg, const Prediction& p) {
+  return p.fits() && cfg.checkpointing == Checkpointing::kFull &&
+         p.capacity_bytes - p.memory.peak_bytes < kCheckpointedTightHeadroomBytes;
+}
+
 }  // namespace tpsim
