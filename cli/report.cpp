@@ -148,14 +148,25 @@ std::string no_interval_note(const ModelConfig& model, Framework framework) {
          "README \"Accuracy\" says how far published runs of other architectures are from tpsim\n";
 }
 
+namespace {
 std::string near_full_evidence() {
   return "in the measured tables such runs ran 9-38% slower than predicted (the caching allocator near full "
          "memory is not modelled; README \"Accuracy\")";
 }
+}  // namespace
 
 std::string near_full_note(const Prediction& p) {
   return fixed((p.capacity_bytes - p.memory.peak_bytes) / kGiB, 1) + " GiB free at the predicted peak with full " +
          "checkpointing (less than " + fixed(kCheckpointedTightHeadroomBytes / kGiB, 0) + " GiB): " + near_full_evidence();
+}
+
+std::string near_full_rows_note(const std::vector<std::string>& rows) {
+  std::string named;
+  for (size_t i = 0; i < rows.size() && i < 3; ++i) named += (i ? ", " : "") + rows[i];
+  if (rows.size() > 3) named += ", ...";
+  return std::to_string(rows.size()) + " of these run full checkpointing with under " +
+         fixed(kCheckpointedTightHeadroomBytes / kGiB, 0) + " GiB free at the predicted peak (" + named +
+         "): " + near_full_evidence() + "; plan leaves a margin";
 }
 
 double interval_low(double predicted, const RelativeInterval& i) { return predicted / (1.0 + i.p90); }

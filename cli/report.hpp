@@ -66,8 +66,8 @@ std::string no_interval_note(const ModelConfig& model, Framework framework);
 // The note (without "tpsim: note: ") for a fitting configuration with full checkpointing and little
 // memory free (checkpointed_near_full, model/plan.hpp: measured runs that close ran slower than predicted).
 std::string near_full_note(const Prediction& p);
-// What the measured tables say of such configurations, for a note naming several.
-std::string near_full_evidence();
+// The same for several (a sweep's rows, named as "13b at 4096 on 8 x h100_80gb"): how many, the first three.
+std::string near_full_rows_note(const std::vector<std::string>& rows);
 
 // The measured value expected for a prediction: [predicted / (1 + p90), predicted / (1 + p10)].
 double interval_low(double predicted, const RelativeInterval& i);

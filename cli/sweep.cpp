@@ -12,10 +12,8 @@
 #include "io/files.hpp"
 #include "io/plots.hpp"
 #include "io/progress.hpp"
-#include "io/text_format.hpp"
 #include "model/plan.hpp"
 #include "model/search.hpp"
-#include "model/units.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
@@ -225,12 +223,7 @@ void run_sweep(const SweepOptions& o) {
   sweep.run();
   if (!o.plot.empty()) write_file_atomic(o.plot, heat_map_svg(sweep.heat()));
   emit(ctx.render({sweep.table()}), ctx.output());
-  if (const auto& tight = sweep.near_full(); !tight.empty()) {
-    std::cerr << "tpsim: note: " << tight.size() << " of these run full checkpointing with under "
-              << fixed(kCheckpointedTightHeadroomBytes / kGiB, 0) << " GiB free at the predicted peak (" << tight.front();
-    for (size_t i = 1; i < std::min<size_t>(tight.size(), 3); ++i) std::cerr << ", " << tight[i];
-    std::cerr << (tight.size() > 3 ? ", ...): " : "): ") << near_full_evidence() << "; plan leaves a margin\n";
-  }
+  if (!sweep.near_full().empty()) std::cerr << "tpsim: note: " << near_full_rows_note(sweep.near_full()) << "\n";
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cerr << "evaluated " << sweep.evaluated() << " configurations in " << seconds << " s\n";
 }
