@@ -133,6 +133,10 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
   cmd->add_flag("--tp-comm-overlap", f.tp_comm_overlap,
                 "megatron: TransformerEngine's tensor-parallel communication overlap (userbuffers; needs --sp and "
                 "--tp > 1)");
+  cmd->add_flag("--overlap-moe-expert-parallel-comm", f.moe_a2a_overlap,
+                "megatron: Megatron-Core's combined 1F1B, each micro-batch's expert-parallel all-to-alls hidden behind "
+                "another's compute (Megatron-Bridge's moe_a2a_overlap; needs --ep > 1, no full recompute, and --vp > 1 "
+                "with --pp > 1)");
 }
 
 namespace {
@@ -165,6 +169,7 @@ void check_megatron_flags(const ParallelFlags& f, ParallelSettings& s) {
                          {"--account-for-embedding", f.account_for_embedding, core},
                          {"--account-for-loss", f.account_for_loss, core},
                          {"--tp-comm-overlap", f.tp_comm_overlap, core},
+                         {"--overlap-moe-expert-parallel-comm", f.moe_a2a_overlap, core},
                          {"--grad-reduce-in-bf16", f.grad_reduce_bf16, core},
                          {"--fp8-param-gather", f.fp8_param_gather, core},
                          {"--pipeline-scatter-gather", f.pipeline_scatter_gather, "Megatron-LM's"}};
@@ -181,6 +186,7 @@ void check_megatron_flags(const ParallelFlags& f, ParallelSettings& s) {
   a.account_for_embedding = f.account_for_embedding;
   a.account_for_loss = f.account_for_loss;
   a.tp_comm_overlap = f.tp_comm_overlap;
+  a.moe_a2a_overlap = f.moe_a2a_overlap;
 }
 
 std::optional<int64_t> degree_flag(const std::string& flag, const std::string& text) {
@@ -301,6 +307,7 @@ Parallelism fixed_parallelism(const ParallelSettings& s) {
   p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
   p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
   p.tp_comm_overlap = a.tp_comm_overlap;
+  p.moe_a2a_overlap = a.moe_a2a_overlap;
   return p;
 }
 

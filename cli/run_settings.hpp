@@ -54,7 +54,7 @@ struct ParallelFlags {
   std::string selective_ac;  // op, or a layer count N
   std::string first_stage_layers, last_stage_layers;
   bool account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, grad_reduce_bf16 = false,
-       fp8_param_gather = false, pipeline_scatter_gather = false;
+       fp8_param_gather = false, pipeline_scatter_gather = false, moe_a2a_overlap = false;
   std::string attention;  // --attention flash|unfused
 };
 void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);

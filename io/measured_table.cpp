@@ -205,7 +205,7 @@ const char* const kGeneralColumns[] = {"Framework",        "Tensor Parallel",   
                                        "Recompute",        "Step Time (s)",     "Distributed Optimizer", "Overlap Grad Reduce",
                                        "Attention",        "TP Comm Overlap",   "Account For Embedding", "Account For Loss",
                                        "Expert Tensor Parallel", "Grad Reduce In BF16", "FP8 Param Gather",
-                                       "Pipeline Scatter Gather"};
+                                       "Pipeline Scatter Gather", "MoE A2A Overlap"};
 
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
@@ -296,6 +296,7 @@ class RowParser {
     if (cols_.has("Distributed Optimizer")) par.distributed_optimizer = cols_.boolean(cells, "Distributed Optimizer", at);
     if (cols_.has("Overlap Grad Reduce")) par.overlap_grad_reduce = cols_.boolean(cells, "Overlap Grad Reduce", at);
     if (cols_.has("TP Comm Overlap")) par.tp_comm_overlap = cols_.boolean(cells, "TP Comm Overlap", at);
+    if (cols_.has("MoE A2A Overlap")) par.moe_a2a_overlap = cols_.boolean(cells, "MoE A2A Overlap", at);
     if (cols_.has("Grad Reduce In BF16")) par.grad_reduce_bf16 = cols_.boolean(cells, "Grad Reduce In BF16", at);
     if (cols_.has("FP8 Param Gather")) par.fp8_param_gather = cols_.boolean(cells, "FP8 Param Gather", at);
     if (cols_.has("Pipeline Scatter Gather"))

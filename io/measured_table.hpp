@@ -15,7 +15,8 @@
 // default), `Data Parallel` (checked against # GPUs over the model-parallel degrees),
 // `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce`, `Grad Reduce In BF16`
 // (Megatron-LM's --grad-reduce-in-bf16), `FP8 Param Gather` (--fp8-param-gather), `Pipeline Scatter Gather` (legacy Megatron-LM's
-// --scatter-gather-tensors-in-pipeline), `TP Comm Overlap` (Megatron-Core's --tp-comm-overlap), `Account For Embedding` and `Account For Loss` (its
+// --scatter-gather-tensors-in-pipeline), `TP Comm Overlap` (Megatron-Core's --tp-comm-overlap), `MoE A2A Overlap`
+// (its --overlap-moe-expert-parallel-comm, Megatron-Bridge's moe_a2a_overlap), `Account For Embedding` and `Account For Loss` (its
 // --account-for-embedding/loss-in-pipeline-split: an uneven pipeline split) (True/False), `Attention` (flash, or
 // unfused: Megatron-LM's core attention, run without --use-flash-attn as every Megatron run before
 // 2023 was; see use_megatron_core_attention), `Recompute`

@@ -285,6 +285,17 @@ std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& de
       block_gemm_dtype(cfg.precision) != DType::kFp4)
     return "--fp8-param-gather needs low-precision weights (amp_fp8, mxfp8 or nvfp4); precision " +
            std::string(to_string(cfg.precision)) + " has none";
+  if (par.moe_a2a_overlap) {
+    const std::string what = "the expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-comm)";
+    if (!model.moe.active() || par.expert < 2)
+      return what + " needs a mixture-of-experts model with expert parallel > 1, as Megatron-Core asserts";
+    if (cfg.checkpointing == Checkpointing::kFull)
+      return what + " does not run with full recompute, as Megatron-Core asserts";
+    if (cfg.precision == Precision::kFp32) return what + " needs bf16 or fp16 weights, as Megatron-Core asserts";
+    if (par.pipeline > 1 && par.virtual_stages < 2)
+      return what + " with pipeline parallel " + std::to_string(par.pipeline) +
+             " runs Megatron-Core's interleaved schedule: it needs virtual stages (--vp) of at least 2";
+  }
   if (par.tp_comm_overlap && device.compute_units <= kUserbuffersMaxSms)
     return "tensor-parallel communication overlap needs the SM count of device " + device.id + " (compute_units)";
   if (std::string why = check_tensor_pipeline_config(model, cfg, "Megatron-LM"); !why.empty()) return why;
@@ -302,8 +313,10 @@ std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainCo
     return "tensor parallel " + n(par.tensor) + " does not divide the feed-forward width " + n(model.d_ffn());
   if (par.pipeline > model.n_layers)
     return "pipeline parallel " + n(par.pipeline) + " is more stages than the " + n(model.n_layers) + " layers";
-  if (par.framework != Framework::kMegatron && (par.uneven_pipeline() || par.tp_comm_overlap))
-    return std::string(par.tp_comm_overlap ? "tensor-parallel communication overlap" : "uneven pipeline splits") +
+  if (par.framework != Framework::kMegatron && (par.uneven_pipeline() || par.tp_comm_overlap || par.moe_a2a_overlap))
+    return std::string(par.tp_comm_overlap    ? "tensor-parallel communication overlap"
+                       : par.moe_a2a_overlap ? "the expert-parallel all-to-all overlap"
+                                             : "uneven pipeline splits") +
            " are Megatron-Core's (framework megatron), not " + std::string(framework) + "'s";
   if (par.virtual_stages > 1 && par.pipeline < 2)
     return "virtual stages (" + n(par.virtual_stages) + ") need pipeline parallelism of at least 2";
@@ -340,6 +353,9 @@ struct MegatronEvaluator::Costs : MicroBatchOpCosts {
   // reduce-scatter of t tokens to those of the routed (and shared) experts' rows.
   RingAttention ring;
   double all_to_all_s = 0;            // one of the dispatcher's four
+  // Combined 1F1B's split of a block: the GPU seconds of its experts' ops (routed and shared) and the
+  // change in its MLP's tensor-parallel collectives that the experts bring (expert_tp_change_s).
+  double expert_fwd_s = 0, expert_bwd_s = 0, expert_tp_change_s = 0;
   double cp_ep_block_fwd_s = 0, cp_ep_block_bwd_s = 0;
   double ring_again_s = 0;            // selective: the forward ring's exposed exchange again
   std::vector<double> stage_params;   // local parameters per stage
@@ -352,6 +368,26 @@ struct MegatronEvaluator::Costs : MicroBatchOpCosts {
   std::vector<int64_t> chunk_layers;  // per model chunk, in model order (megatron_chunk_layers)
   std::vector<int64_t> stage_layers;  // per stage: its chunks' layers
 };
+
+namespace {
+
+// The GPU seconds of a block's expert ops, routed and shared (per micro-batch; the fp8 weights'
+// once-a-step casts left out): Megatron-Core's combined 1F1B schedules them as the layer's "mlp"
+// node, everything else before the dispatch and after the combine as its "attn" node.
+class ExpertSeconds final : public OpSink {
+ public:
+  explicit ExpertSeconds(const CostModel& cost) : cost_(cost) {}
+  void push(const Op& op) override {
+    const std::string_view name = op.name;
+    if (!op.per_step && (name.starts_with("moe.experts.") || name.starts_with("moe.shared"))) seconds += cost_.op_seconds(op);
+  }
+  double seconds = 0;
+
+ private:
+  const CostModel& cost_;
+};
+
+}  // namespace
 
 MegatronEvaluator::MegatronEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
     : model_(model), device_(device), params_(params), cost_(device, params) {}
@@ -385,6 +421,13 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   shape.per_expert_launches = true;       // TransformerEngine's GroupedLinear, one GEMM per expert: ops.hpp
   shape.fp8_weight_cache = true;          // set_is_first_microbatch: the weights cast once a step: ops.hpp
   static_cast<MicroBatchOpCosts&>(c) = cost_micro_batch_ops(cost_, shape);
+  c.expert_fwd_s = c.expert_bwd_s = 0;
+  if (par.moe_a2a_overlap) {
+    ExpertSeconds fwd(cost_), bwd(cost_);
+    block_forward_ops(shape, fwd);
+    block_backward_ops(shape, bwd);
+    c.expert_fwd_s = fwd.seconds, c.expert_bwd_s = bwd.seconds;
+  }
   context_and_expert_costs(c, shape, cfg);
   c.attention_again = cfg.checkpointing == Checkpointing::kSelective ? c.block_fwd.attention : 0.0;
   c.ring_again_s = cfg.checkpointing == Checkpointing::kSelective ? c.ring.fwd_exposed_s : 0.0;
@@ -511,6 +554,7 @@ void MegatronEvaluator::context_and_expert_costs(Costs& c, const BlockShape& sha
   c.cp_ep_block_fwd_s = c.ring.fwd_exposed_s;
   c.cp_ep_block_bwd_s = c.ring.bwd_exposed_s;
   c.all_to_all_s = 0;
+  c.expert_tp_change_s = 0;
   if (!shape.moe.active()) return;
   const double a = activation_bytes(cfg.precision);
   const double dm = d(model_.d_model);
@@ -521,6 +565,7 @@ void MegatronEvaluator::context_and_expert_costs(Costs& c, const BlockShape& sha
   };
   double tp_change = gather_scatter(d(shape.expert_rows()), l.etp_group) - gather_scatter(d(shape.tokens()), l.tp_group);
   if (shape.moe.shared_experts > 0) tp_change += gather_scatter(d(shape.tokens()), l.tp_group);
+  c.expert_tp_change_s = tp_change;
   const double moe_s = 2.0 * c.all_to_all_s + tp_change;
   c.cp_ep_block_fwd_s += moe_s;
   c.cp_ep_block_bwd_s += moe_s;
@@ -551,8 +596,33 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
   };
   const double f_pass = pass(c.block_fwd, c.tp_block_fwd_s + c.cp_ep_block_fwd_s, tp_launches, host.block_fwd);
   const double block_f = f_pass + params_.block_overhead_s;
-  const double block_b = pass(c.block_bwd, c.tp_block_bwd_s + c.cp_ep_block_bwd_s, tp_launches, host.block_bwd) +
-                         recompute * f_pass + c.attention_again + c.ring_again_s + params_.block_overhead_s;
+  const double b_pass = pass(c.block_bwd, c.tp_block_bwd_s + c.cp_ep_block_bwd_s, tp_launches, host.block_bwd);
+  const double block_b = b_pass + recompute * f_pass + c.attention_again + c.ring_again_s + params_.block_overhead_s;
+  pair_hidden_s_ = 0;
+  if (c.key.parallel.moe_a2a_overlap) {
+    // Combined 1F1B merges a layer's forward of one micro-batch with its backward of another
+    // (megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
+    //   communication stream: combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd
+    //   compute stream:       attn_fwd    | mlp_bwd, mlp_fwd           | attn_bwd
+    // three phases, each as long as the longer of its two streams; the compute that runs beside an
+    // all-to-all slows by overlap_slowdown (the SMs the collective holds). "mlp" is the experts with
+    // their (expert) tensor-parallel collectives, "attn" the rest of the block.
+    const double a2a = c.all_to_all_s, tp_mlp_f = c.tp_block_fwd_s / 2.0, tp_mlp_b = c.tp_block_bwd_s / 2.0;
+    const double gpu_f = c.block_fwd.total() + c.tp_block_fwd_s + c.cp_ep_block_fwd_s;
+    const double gpu_b = c.block_bwd.total() + c.tp_block_bwd_s + c.cp_ep_block_bwd_s + c.attention_again + c.ring_again_s;
+    const double mlp_f = std::max(c.expert_fwd_s + tp_mlp_f + c.expert_tp_change_s, 0.0);
+    const double mlp_b = std::max(c.expert_bwd_s + tp_mlp_b + c.expert_tp_change_s, 0.0);
+    const double attn_f = std::max(gpu_f - mlp_f - 2.0 * a2a, 0.0), attn_b = std::max(gpu_b - mlp_b - 2.0 * a2a, 0.0);
+    const double beside = std::min(attn_f, a2a) + std::min(mlp_f + mlp_b, 2.0 * a2a) + std::min(attn_b, a2a);
+    const double merged_gpu = std::max(attn_f, a2a) + std::max(mlp_f + mlp_b, 2.0 * a2a) + std::max(attn_b, a2a) +
+                              params_.overlap_slowdown * beside;
+    double unused = 0;
+    CategoryTotals both = c.block_fwd;
+    both.kernels += c.block_bwd.kernels;
+    both.gemm = merged_gpu, both.attention = both.other = 0;  // pass() sums them as the GPU's time
+    const double merged = pass(both, 0.0, 2.0 * tp_launches, unused);
+    pair_hidden_s_ = std::max(f_pass + b_pass + c.attention_again + c.ring_again_s - merged, 0.0);
+  }
   host.block_bwd += recompute * host.block_fwd;
   fwd_s_.resize(static_cast<size_t>(chunks));
   bwd_s_.resize(static_cast<size_t>(chunks));
@@ -572,7 +642,7 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
 // micro-batches, the collectives it waits for (`tail_s` of them after its flush), the overheads, and
 // the pipeline's idle time (the bubble) as the rest of the step.
 void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, const HostTime& host, size_t critical,
-                                  double tail_s, Prediction& p) const {
+                                  double tail_s, double merged_saving_s, Prediction& p) const {
   const MegatronLayout& l = c.layout;
   const double md = d(m);
   const double per_layer_m = d(c.stage_layers[critical]) * md;
@@ -594,7 +664,8 @@ void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, c
     t.other_compute_s += md * (c.head_fwd.other + c.head_bwd.other);
     comm += md * (c.tp_head_fwd_s + c.tp_head_bwd_s);
   }
-  t.exposed_comm_s = comm + tail_s;
+  // Combined 1F1B's merged steps hide all-to-alls (merged_saving_s on this stage).
+  t.exposed_comm_s = std::max(comm + tail_s - merged_saving_s, 0.0);
   t.optimizer_s = p.timeline.optimizer_s;
   t.overhead_s = md * params_.microbatch_overhead_s + 2.0 * per_layer_m * params_.block_overhead_s +
                  per_layer_m * (host.block_fwd + host.block_bwd) + md * ((first ? host.first : 0.0) + (last ? host.last : 0.0)) +
@@ -619,6 +690,9 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
   pc.fwd_s = fwd_s_;
   pc.bwd_s = bwd_s_;
   pc.p2p_s = c.p2p_s;
+  pc.combined_1f1b = cfg.parallel.moe_a2a_overlap;
+  pc.pair_layers = c.chunk_layers;
+  pc.pair_hidden_s = pair_hidden_s_;
   const PipelineTimeline& pipe = pipeline_.simulate(pc);
 
   // After its flush each stage reduces its gradients (overlapped with the last micro-batch's
@@ -651,7 +725,12 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
   p.timeline.optimizer_s = optimizer;
   p.n_params = parameter_count(model_, cfg.seq_len);
   p.active_params = active_parameter_count(model_, cfg.seq_len);
-  breakdown(c, m, recompute, host, critical, flushed - pipe.stage_end_s[critical], p);
+  double apart = 0;  // the critical stage's compute with no step merged
+  for (int64_t k = 0; k < l.vp; ++k) {
+    const size_t chunk = static_cast<size_t>(k * l.pp) + critical;
+    apart += d(m) * (fwd_s_[chunk] + bwd_s_[chunk]);
+  }
+  breakdown(c, m, recompute, host, critical, flushed - pipe.stage_end_s[critical], apart - pipe.stage_busy_s[critical], p);
 
   p.memory = memory(cfg);
   complete_prediction(model_, device_, cfg, p);
@@ -662,7 +741,8 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
 // gradients (megatron_grad_bytes) and the fp32 master weights and Adam moments (12 bytes, divided by
 // dp under the distributed optimizer: Megatron-LM's docs give 18 and 6 + 12/dp bytes per parameter
 // for bf16); the activations of the chunk-micro-batches in flight (1F1B: the first stage holds p of
-// them, stage s p - s; interleaved: Megatron's warm-up count plus one), each the saved bytes of its
+// them, stage s p - s; interleaved: Megatron's warm-up count plus one; combined 1F1B one more), each
+// the saved bytes of its
 // layers (full recompute: only each layer's input; selective: without the attention-only bytes); the
 // embedding's saved bytes on the first stage and one micro-batch's logits on the last; and the
 // transient buffers of one block's backward (with full recompute, the rebuilt block beside them).
@@ -685,7 +765,8 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
   const double weights_and_grads = 2.0 + megatron_grad_bytes(cfg);
   MemoryBreakdown worst;
   for (int64_t s = 0; s < l.pp; ++s) {
-    const int64_t warmup = l.vp > 1 ? (l.pp - s - 1) * 2 + (l.vp - 1) * l.pp + 1 : l.pp - s;
+    // in flight: the warm-up's forwards plus one (pipeline_warmup; combined 1F1B's is one longer)
+    const int64_t warmup = (l.vp > 1 ? (l.pp - s - 1) * 2 + (l.vp - 1) * l.pp + 1 : l.pp - s) + (par.moe_a2a_overlap ? 1 : 0);
     const double in_flight = d(std::min(warmup, m * l.vp));
     // The layers of the chunk-micro-batches in flight: the stage's first forwards, virtual
     // micro-batch k on its chunk (k / pp) % vp (pipeline.hpp), of equal layers when the split is even.

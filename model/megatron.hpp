@@ -205,7 +205,7 @@ class MegatronEvaluator {
   };
   HostTime chunk_seconds(const Costs& c, double recompute);
   void breakdown(const Costs& c, int64_t m, double recompute, const HostTime& host, size_t critical, double tail_s,
-                 Prediction& p) const;
+                 double merged_saving_s, Prediction& p) const;
 
   const ModelConfig& model_;
   const DeviceSpec& device_;
@@ -214,6 +214,7 @@ class MegatronEvaluator {
   std::unique_ptr<Costs> memo_[4];
   size_t next_ = 0;
   std::vector<double> fwd_s_, bwd_s_;  // per model chunk, reused
+  double pair_hidden_s_ = 0;           // combined 1F1B: what merging a layer's forward and backward saves
   PipelineSimulator pipeline_;         // its buffers reused
 };
 

@@ -44,15 +44,24 @@ std::string check_pipeline(const PipelineCosts& c) {
   if (std::any_of(c.fwd_s.begin(), c.fwd_s.end(), bad) || std::any_of(c.bwd_s.begin(), c.bwd_s.end(), bad))
     return "pipeline chunk times must be finite and at least 0";
   if (bad(c.p2p_s)) return "pipeline send time must be finite and at least 0";
+  if (c.combined_1f1b) {
+    if (c.stages > 1 && c.virtual_stages == 1)
+      return "combined 1F1B with pipeline parallelism runs the interleaved schedule: virtual stages must be at least 2";
+    if (c.pair_layers.size() != chunks) return "combined 1F1B needs the layers of every model chunk";
+    if (std::any_of(c.pair_layers.begin(), c.pair_layers.end(), [](int64_t n) { return n < 0; }) || bad(c.pair_hidden_s))
+      return "combined 1F1B's paired layers and hidden time must be at least 0";
+  }
   return {};
 }
 
-int64_t pipeline_warmup(int64_t stages, int64_t virtual_stages, int64_t micro_batches, int64_t stage) {
+int64_t pipeline_warmup(int64_t stages, int64_t virtual_stages, int64_t micro_batches, int64_t stage,
+                        bool combined_1f1b) {
   const int64_t total = micro_batches * virtual_stages;
-  if (virtual_stages == 1) return std::min(stages - stage - 1, total);
+  const int64_t extra = combined_1f1b ? 1 : 0;  // F and B of different micro-batches in every merged step
+  if (virtual_stages == 1) return std::min(stages - stage - 1 + extra, total);
   // Megatron: (v - 1) * microbatch_group_size_per_vp_stage (default p) forwards on every stage,
   // then two more per stage behind, so that later stages can start 1F1B at once.
-  return std::min(2 * (stages - stage - 1) + (virtual_stages - 1) * stages, total);
+  return std::min(2 * (stages - stage - 1) + (virtual_stages - 1) * stages + extra, total);
 }
 
 // Stage s's ops in order, by position: `w` warm-up forwards (virtual micro-batches 0..w-1), then
@@ -96,6 +105,7 @@ void PipelineSimulator::run_positions(int64_t from, int64_t to) {
       }
       free_s_[s] = std::max(free_s_[s], ready) + fwd_s[f.local * p_ + s];
       end_s_[s * ring_ + (pos & mask)] = free_s_[s];
+      last_fwd_chunk_[s] = f.local * p_ + s;
       f.advance(p_, v_);
     }
     for (int64_t s = last; s >= 0; --s) {
@@ -109,7 +119,13 @@ void PipelineSimulator::run_positions(int64_t from, int64_t to) {
       } else {
         ready = end_at(0, pos, backward_position(0, b.k - p_)) + hop;
       }
-      free_s_[s] = std::max(free_s_[s], ready) + bwd_s[(v_ - 1 - b.local) * p_ + s];
+      const int64_t chunk = (v_ - 1 - b.local) * p_ + s;
+      double seconds = bwd_s[chunk];
+      if (c_->combined_1f1b && b.k < total_ - warmup_[s]) {  // merged with the forward just before it
+        const int64_t pairs = std::min(c_->pair_layers[chunk], c_->pair_layers[last_fwd_chunk_[s]]);
+        seconds = std::max(seconds - static_cast<double>(pairs) * c_->pair_hidden_s, 0.0);
+      }
+      free_s_[s] = std::max(free_s_[s], ready) + seconds;
       end_s_[s * ring_ + (pos & mask)] = free_s_[s];
       b.advance(p_, v_);
     }
@@ -149,13 +165,30 @@ void PipelineSimulator::jump(int64_t until, int64_t positions, double shift) {
   }
 }
 
+// What combined 1F1B's merged steps save on stage s: backward k (k < m v - w) merged with forward
+// k + w. Their chunks repeat every p v virtual micro-batches: whole cycles, then the rest.
+double PipelineSimulator::merged_saving(int64_t s) const {
+  if (!c_->combined_1f1b) return 0.0;
+  const int64_t w = warmup_[s], merged = total_ - w, cycle = p_ * v_;
+  const auto saving = [&](int64_t k) {
+    const int64_t bwd_chunk = (v_ - 1 - (k / p_) % v_) * p_ + s, fwd_chunk = (((k + w) / p_) % v_) * p_ + s;
+    const int64_t pairs = std::min(c_->pair_layers[bwd_chunk], c_->pair_layers[fwd_chunk]);
+    return std::min(static_cast<double>(pairs) * c_->pair_hidden_s, c_->bwd_s[bwd_chunk]);
+  };
+  double per_cycle = 0, rest = 0;
+  if (merged >= cycle)
+    for (int64_t k = 0; k < cycle; ++k) per_cycle += saving(k);
+  for (int64_t k = 0; k < merged % cycle; ++k) rest += saving(k);
+  return static_cast<double>(merged / cycle) * per_cycle + rest;
+}
+
 void PipelineSimulator::summarize() {
   t_.step_s = 0;
   double busiest = 0;
   for (int64_t s = 0; s < p_; ++s) {
     double per_micro = 0;
     for (int64_t local = 0; local < v_; ++local) per_micro += c_->fwd_s[local * p_ + s] + c_->bwd_s[local * p_ + s];
-    t_.stage_busy_s[s] = static_cast<double>(m_) * per_micro;
+    t_.stage_busy_s[s] = static_cast<double>(m_) * per_micro - merged_saving(s);
     t_.stage_end_s[s] = free_s_[s];
     t_.peak_in_flight[s] = std::min(warmup_[s] + 1, total_);  // the warm-up, then one more forward
     t_.step_s = std::max(t_.step_s, free_s_[s]);
@@ -181,20 +214,23 @@ const PipelineTimeline& PipelineSimulator::simulate(const PipelineCosts& c) {
   warmup_.resize(p_);
   fwd_at_.assign(p_, Cursor{});
   bwd_at_.assign(p_, Cursor{});
+  last_fwd_chunk_.assign(p_, 0);
   free_s_.assign(p_, 0.0);
   end_s_.resize(p_ * ring_);
   // How far back an op reads its input, at most: 1F1B's inputs lie at most one position back (the
   // neighbour's warm-up is one longer); interleaving's two, except across the wrap from stage p - 1
   // to stage 0 in the warm-up and cool-down, p back (stage 0's forward k reads stage p - 1's k - p;
   // stage p - 1's cool-down backward at m v + k reads stage 0's at m v + k - p).
-  window_ = v_ == 1 ? 2 : std::max<int64_t>(2, p_);
+  // Combined 1F1B's extra warm-up forward on every stage keeps the neighbours' distances and puts a
+  // last chunk's backward two positions further from its own forward: 3 back.
+  window_ = std::max<int64_t>(v_ == 1 ? 2 : std::max<int64_t>(2, p_), c.combined_1f1b ? 3 : 0);
   reach_ = 0;
   block_.resize(p_ * window_);
   t_.stage_end_s.resize(p_);
   t_.stage_busy_s.resize(p_);
   t_.peak_in_flight.resize(p_);
   t_.ops_simulated = 0;
-  for (int64_t s = 0; s < p_; ++s) warmup_[s] = pipeline_warmup(p_, v_, m_, s);
+  for (int64_t s = 0; s < p_; ++s) warmup_[s] = pipeline_warmup(p_, v_, m_, s, c.combined_1f1b);
 
   // Positions where every stage is in its steady state: past stage 0's warm-up (the longest) and
   // before its cool-down.

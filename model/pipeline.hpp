@@ -55,6 +55,18 @@ struct PipelineCosts {
   // chunk c runs on stage c % p (with v = 1, chunk c is stage c). Backward includes any recompute.
   std::span<const double> fwd_s, bwd_s;
   double p2p_s = 0;  // one activation (forward) or gradient (backward) send between adjacent stages
+  // Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm; pipeline_parallel/
+  // combined_1f1b.py): every stage runs one more warm-up forward (get_pp_rank_microbatches; with
+  // p = 1, the first micro-batch's forward alone), and each steady-state backward is merged with the
+  // forward run just before it, of another micro-batch, layer by layer, the one's expert-parallel
+  // all-to-alls hidden behind the other's compute. Costed as the forward, then the backward shortened
+  // by pair_hidden_s per layer the two chunks pair (the fewer of pair_layers[forward's chunk] and
+  // pair_layers[backward's chunk]). The forward's output counts as ready at the forward's own end
+  // (in Megatron, at the merged step's end): only the fill and drain can tell. Interleaved only when
+  // p > 1 (Megatron requires virtual stages there).
+  bool combined_1f1b = false;
+  std::span<const int64_t> pair_layers;  // per model chunk, with combined_1f1b
+  double pair_hidden_s = 0;              // per paired layer, at most that layer's backward
   // Identical micro-batches reach a periodic steady state; skip it exactly instead of running every
   // op. false: run every op (the slow reference the tests use).
   bool skip_steady_state = true;
@@ -82,8 +94,10 @@ struct PipelineTimeline {
 std::string check_pipeline(const PipelineCosts& c);
 
 // Forwards stage `stage` runs before its first backward (Megatron's get_pp_rank_microbatches):
-// 1F1B: p - s - 1; interleaved: 2 (p - s - 1) + (v - 1) p; at most the stage's m v ops of each kind.
-int64_t pipeline_warmup(int64_t stages, int64_t virtual_stages, int64_t micro_batches, int64_t stage);
+// 1F1B: p - s - 1; interleaved: 2 (p - s - 1) + (v - 1) p; one more under combined 1F1B; at most
+// the stage's m v ops of each kind.
+int64_t pipeline_warmup(int64_t stages, int64_t virtual_stages, int64_t micro_batches, int64_t stage,
+                        bool combined_1f1b = false);
 
 // Reusable buffers: a simulator called again with no larger a pipeline allocates nothing.
 // Not thread-safe; use one per thread.
@@ -117,6 +131,7 @@ class PipelineSimulator {
   void run_positions(int64_t from, int64_t to);
   bool shifted_by(int64_t until, int64_t lag, double* shift) const;
   void jump(int64_t until, int64_t positions, double shift);
+  double merged_saving(int64_t s) const;
   void summarize();
 
   int64_t slot(int64_t s, int64_t pos) const { return s * ring_ + (pos & (ring_ - 1)); }
@@ -132,6 +147,7 @@ class PipelineSimulator {
   int64_t reach_ = 0;   // the farthest back an op has read its input, so far
   std::vector<int64_t> warmup_;
   std::vector<Cursor> fwd_at_, bwd_at_;
+  std::vector<int64_t> last_fwd_chunk_;  // per stage: the chunk of its latest forward (combined 1F1B)
   std::vector<double> free_s_;
   std::vector<double> end_s_;   // op ends, stage s's position pos at slot(s, pos)
   std::vector<double> block_;   // the last window_ positions of every stage, while they are moved

@@ -216,6 +216,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                   const Sharding sharding = s.framework == Framework::kTorchtitan ? Sharding::kFullShard : Sharding::kNoShard;
                   for (Checkpointing ckpt : s.checkpointing) {
                     p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers : 0;
+                    p.moe_a2a_overlap = a.moe_a2a_overlap && ep > 1 && ckpt != Checkpointing::kFull && (pp == 1 || vp > 1);
                     out.push_back({sharding, ckpt, p});
                   }
                 }
@@ -404,6 +405,7 @@ Rejection Searcher::no_layout(const TrainConfig& base) const {
   p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
   p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
   p.tp_comm_overlap = a.tp_comm_overlap;
+  p.moe_a2a_overlap = a.moe_a2a_overlap;
   r.layout.sharding = Sharding::kNoShard;
   TrainConfig cfg = with_layout(base, r.layout);
   cfg.micro_batch = 0;

@@ -77,10 +77,12 @@ struct ParallelAxes {
   std::optional<int64_t> shard_degree, replicate_degree;
   bool async_tensor_parallel = false;  // torchtitan: async TP wherever tensor > 1, as given
   int64_t selective_ac_layers = 0;     // torchtitan: of its selective checkpointing layouts (0: 'op'), as given
-  // megatron: an uneven pipeline split (Parallelism's fields) in every layout, as given; and
-  // TransformerEngine's TP communication overlap wherever tensor > 1 with sequence parallelism.
+  // megatron: an uneven pipeline split (Parallelism's fields) in every layout, as given;
+  // TransformerEngine's TP communication overlap wherever tensor > 1 with sequence parallelism; and
+  // the combined 1F1B's all-to-all overlap wherever expert > 1 without full recompute, with pipeline
+  // parallelism only interleaved (Megatron-Core's conditions).
   int64_t first_stage_layers = 0, last_stage_layers = 0;
-  bool account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false;
+  bool account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, moe_a2a_overlap = false;
 };
 
 struct SearchSpace {

@@ -156,6 +156,10 @@ struct Parallelism {
   // sequence parallelism each tensor-parallel rank sends 1/tp of a micro-batch's activations to its
   // peer in the next stage, and the receivers all-gather them over the tensor-parallel group.
   bool pipeline_scatter_gather = false;
+  // megatron: Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm; Megatron-Bridge's
+  // moe_a2a_overlap): the expert-parallel all-to-alls of one micro-batch hidden behind another's
+  // compute (model/megatron.hpp, model/pipeline.hpp).
+  bool moe_a2a_overlap = false;
 
   bool uneven_pipeline() const {
     return first_stage_layers > 0 || last_stage_layers > 0 || account_for_embedding || account_for_loss;
@@ -167,7 +171,7 @@ struct Parallelism {
   bool is_data_parallel_only() const {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
            !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16 &&
-           !pipeline_scatter_gather;
+           !pipeline_scatter_gather && !moe_a2a_overlap;
   }
   bool operator==(const Parallelism&) const = default;
 };

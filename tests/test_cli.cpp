@@ -233,6 +233,11 @@ BOOST_AUTO_TEST_CASE(parallel_layouts_that_cannot_run_are_one_line) {
        "--grad-reduce-in-bf16 needs bf16 parameters; precision amp_fp16 keeps its own"},
       {p + "--fp8-param-gather", "--fp8-param-gather: Megatron-Core's option; use --framework megatron"},
       {p + "--pipeline-scatter-gather", "--pipeline-scatter-gather: Megatron-LM's option; use --framework megatron"},
+      {p + "--overlap-moe-expert-parallel-comm",
+       "--overlap-moe-expert-parallel-comm: Megatron-Core's option; use --framework megatron"},
+      {p + "--framework megatron --overlap-moe-expert-parallel-comm",
+       "the expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-comm) needs a mixture-of-experts model "
+       "with expert parallel > 1"},
       {p + "--framework megatron --fp8-param-gather",
        "--fp8-param-gather needs low-precision weights (amp_fp8, mxfp8 or nvfp4); precision amp_bf16 has none"},
       {p + "--framework megatron --tp 1 --sp", "sequence parallelism needs tensor parallelism"},

@@ -77,6 +77,19 @@ BOOST_AUTO_TEST_CASE(the_general_form_reads_every_new_column) {
   BOOST_TEST(cfg.per_device_batch() == 128);
 }
 
+BOOST_AUTO_TEST_CASE(the_moe_a2a_overlap_column_is_megatron_cores_combined_1f1b) {
+  const std::string header = replaced(replaced(kHeader, "| Notes |", "| MoE A2A Overlap | Notes |"), "| --- |\n", "| --- | --- |\n");
+  const MeasuredTable t =
+      parse_measured_table(header + replaced(kRow, "| run 12 |", "| True | run 12 |"), "g.md", on_device("h100_80gb"));
+  BOOST_TEST(t.rows.at(0).parallel.moe_a2a_overlap);
+  BOOST_TEST(!parse_measured_table(kHeader + kRow, "g.md", on_device("h100_80gb")).rows.at(0).parallel.moe_a2a_overlap);
+  BOOST_TEST(contains(error_of([&] {
+                        parse_measured_table(header + replaced(kRow, "| run 12 |", "| often | run 12 |"), "g.md",
+                                             on_device("h100_80gb"));
+                      }),
+                      "column 'MoE A2A Overlap'"));
+}
+
 BOOST_AUTO_TEST_CASE(absent_columns_take_the_defaults_and_the_commands_framework) {
   // Only llm-foundry's columns: data parallelism alone under the command's framework.
   const std::string header =

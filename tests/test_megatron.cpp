@@ -1057,3 +1057,76 @@ BOOST_FIXTURE_TEST_CASE(tp_comm_overlap_that_cannot_run_is_a_one_line_error, Fix
   BOOST_TEST(why(c).find('\n') == std::string::npos);
   BOOST_TEST(!why(c).empty());
 }
+
+BOOST_FIXTURE_TEST_CASE(combined_1f1b_hides_all_to_alls_behind_another_micro_batchs_compute, Fixture) {
+  // Mixtral on one node of 8 at ep 8, 8 micro-batches of 4096 tokens, no pipelining: Megatron-Core's
+  // combined 1F1B runs the first forward alone, then each backward merged with the next
+  // micro-batch's forward, then the last backward. A merged layer hides at most its four
+  // all-to-alls, so the step saves at most 7 x 32 x 4 of them, and it does save some.
+  const ModelConfig& m = mixtral();
+  TrainConfig off = megatron(8, 1, 1, 64, 1);
+  off.precision = Precision::kAmpBf16;
+  off.seq_len = 4096;
+  off.parallel.expert = 8;
+  TrainConfig on = off;
+  on.parallel.moe_a2a_overlap = true;
+  BOOST_TEST_REQUIRE(check_config(m, device, profile.params, on).empty());
+  MegatronEvaluator e(m, device, profile.params);
+  const Prediction a = e.predict(off), b = e.predict(on);
+  const CostModel cost(device, profile.params);
+  const BlockShape s = megatron_rank_shape(m, on, 32000);
+  const double a2a = all_to_all_seconds(cost, moe_dispatch_bytes(s), megatron_layout(on.parallel, 8, 8).ep_group);
+  BOOST_TEST(a2a > 0);
+  BOOST_TEST(b.step_s < a.step_s);
+  BOOST_TEST(a.step_s - b.step_s <= 7.0 * 32.0 * 4.0 * a2a * (1 + 1e-9));
+  BOOST_TEST(b.time.exposed_comm_s < a.time.exposed_comm_s);
+  BOOST_TEST(a.time.exposed_comm_s - b.time.exposed_comm_s == a.step_s - b.step_s, tt::tolerance(1e-9));
+  // The merged step's forward holds one more micro-batch's activations.
+  const MemoryBreakdown ma = e.memory(off), mb = e.memory(on);
+  BlockShape as_run = s;  // the shape's flags as MegatronEvaluator sets them
+  as_run.fp32_vocab_parallel_xent = as_run.fused_swiglu = as_run.native_attention = true;
+  as_run.per_expert_launches = as_run.fp8_weight_cache = true;
+  OpList embed;
+  embedding_forward_ops(as_run, embed);
+  BOOST_TEST(mb.activation_bytes - ma.activation_bytes == 32.0 * saved_of(as_run) + total_saved_bytes(embed),
+             tt::tolerance(1e-9));
+
+  // With pipeline parallelism the combined schedule is the interleaved one's: 2 stages x 2 chunks
+  // of 8 layers, 8 micro-batches.
+  TrainConfig pp_off = off;
+  pp_off.parallel.pipeline = 2;
+  pp_off.parallel.virtual_stages = 2;
+  pp_off.n_gpus = 16;
+  pp_off.global_batch = 64;
+  TrainConfig pp_on = pp_off;
+  pp_on.parallel.moe_a2a_overlap = true;
+  BOOST_TEST_REQUIRE(check_config(m, device, profile.params, pp_on).empty());
+  BOOST_TEST(e.predict(pp_on).step_s < e.predict(pp_off).step_s);
+}
+
+BOOST_FIXTURE_TEST_CASE(combined_1f1b_that_cannot_run_is_a_one_line_error, Fixture) {
+  // Megatron-Core's TransformerConfig asserts: expert parallelism, no full recompute, bf16 or fp16
+  // weights, and with pipeline parallelism the interleaved schedule.
+  const auto why = [&](const ModelConfig& m, const TrainConfig& c) { return check_config(m, device, profile.params, c); };
+  TrainConfig c = megatron(8, 1, 1, 8, 1);
+  c.precision = Precision::kAmpBf16;
+  c.parallel.moe_a2a_overlap = true;
+  BOOST_TEST(contains(why(gpt_1024(), c), "needs a mixture-of-experts model with expert parallel > 1"));
+  BOOST_TEST(contains(why(mixtral(), c), "needs a mixture-of-experts model with expert parallel > 1"));
+  c.parallel.expert = 8;
+  BOOST_TEST(why(mixtral(), c).empty());
+  c.checkpointing = Checkpointing::kFull;
+  BOOST_TEST(contains(why(mixtral(), c), "does not run with full recompute"));
+  c.checkpointing = Checkpointing::kSelective;
+  BOOST_TEST(why(mixtral(), c).empty());
+  c.precision = Precision::kFp32;
+  BOOST_TEST(contains(why(mixtral(), c), "needs bf16 or fp16 weights"));
+  c = megatron(16, 1, 2, 16, 1);
+  c.precision = Precision::kAmpBf16;
+  c.parallel.expert = 8;
+  c.parallel.moe_a2a_overlap = true;
+  BOOST_TEST(contains(why(mixtral(), c), "needs virtual stages (--vp) of at least 2"));
+  c.parallel.framework = Framework::kTorchtitan;
+  BOOST_TEST(!why(mixtral(), c).empty());
+  BOOST_TEST(why(mixtral(), c).find('\n') == std::string::npos);
+}

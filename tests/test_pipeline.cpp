@@ -36,15 +36,18 @@ std::vector<std::pair<int64_t, int64_t>> schedule_table(int64_t m, int64_t v, in
 struct RefOp {
   bool forward;
   int64_t chunk, micro;
+  int64_t merged_with = -1;  // combined 1F1B: a backward merged with the forward of this chunk before it
 };
 
 // One stage's ops in Megatron's order: the warm-up forwards, then one forward and one backward
 // (1F1B), then the cool-down backwards. Backwards take the chunks in reverse
 // (get_model_chunk_id(..., forward=False)).
-std::vector<RefOp> stage_order(int64_t p, int64_t v, int64_t m, int64_t s) {
+// Combined 1F1B (Megatron-Core's combined_1f1b.py): one more warm-up forward, and each backward of
+// the 1F1B phase merged with the forward just before it.
+std::vector<RefOp> stage_order(int64_t p, int64_t v, int64_t m, int64_t s, bool combined = false) {
   const auto table = schedule_table(m, v, p);
   const auto total = static_cast<int64_t>(table.size());
-  int64_t warmup = v == 1 ? p - s - 1 : 2 * (p - s - 1) + (v - 1) * p;
+  int64_t warmup = (v == 1 ? p - s - 1 : 2 * (p - s - 1) + (v - 1) * p) + (combined ? 1 : 0);
   warmup = std::min(warmup, total);
   const auto fwd = [&](int64_t k) { return RefOp{true, table[k].second * p + s, table[k].first}; };
   const auto bwd = [&](int64_t k) { return RefOp{false, (v - 1 - table[k].second) * p + s, table[k].first}; };
@@ -53,6 +56,7 @@ std::vector<RefOp> stage_order(int64_t p, int64_t v, int64_t m, int64_t s) {
   for (int64_t k = 0; k < total - warmup; ++k) {
     order.push_back(fwd(k + warmup));
     order.push_back(bwd(k));
+    if (combined) order.back().merged_with = order[order.size() - 2].chunk;
   }
   for (int64_t k = total - warmup; k < total; ++k) order.push_back(bwd(k));
   return order;
@@ -67,7 +71,14 @@ PipelineTimeline reference(const PipelineCosts& c) {
     return ((forward ? 0 : chunks) + chunk) * m + micro;
   };
   std::vector<std::vector<RefOp>> orders;
-  for (int64_t s = 0; s < p; ++s) orders.push_back(stage_order(p, v, m, s));
+  for (int64_t s = 0; s < p; ++s) orders.push_back(stage_order(p, v, m, s, c.combined_1f1b));
+  // An op's seconds: a merged backward saves pair_hidden_s per layer the two chunks pair.
+  const auto seconds = [&](const RefOp& op) {
+    if (op.forward) return c.fwd_s[op.chunk];
+    if (op.merged_with < 0) return c.bwd_s[op.chunk];
+    const int64_t pairs = std::min(c.pair_layers[op.chunk], c.pair_layers[op.merged_with]);
+    return std::max(c.bwd_s[op.chunk] - static_cast<double>(pairs) * c.pair_hidden_s, 0.0);
+  };
   std::vector<double> end(2 * chunks * m, 0.0);
   std::vector<int> seen(end.size(), 0);
   for (const auto& order : orders)
@@ -83,7 +94,7 @@ PipelineTimeline reference(const PipelineCosts& c) {
         if (op.forward && op.chunk > 0) ready = end[id(true, op.chunk - 1, op.micro)] + hop;
         if (!op.forward && op.chunk < chunks - 1) ready = end[id(false, op.chunk + 1, op.micro)] + hop;
         if (!op.forward && op.chunk == chunks - 1) ready = end[id(true, op.chunk, op.micro)];
-        const double e = std::max(free, ready) + (op.forward ? c.fwd_s[op.chunk] : c.bwd_s[op.chunk]);
+        const double e = std::max(free, ready) + seconds(op);
         double& slot = end[id(op.forward, op.chunk, op.micro)];
         if (e != slot) changed = true;
         slot = e;
@@ -99,7 +110,7 @@ PipelineTimeline reference(const PipelineCosts& c) {
     double busy = 0;
     int64_t held = 0, peak = 0;
     for (const RefOp& op : orders[s]) {
-      busy += op.forward ? c.fwd_s[op.chunk] : c.bwd_s[op.chunk];
+      busy += seconds(op);
       held += op.forward ? 1 : -1;
       peak = std::max(peak, held);
     }
@@ -353,4 +364,83 @@ BOOST_AUTO_TEST_CASE(uneven_stages_by_hand_and_against_the_reference) {
   const PipelineTimeline fast = simulate_pipeline(big);
   check_same(fast, reference(big));
   BOOST_TEST(fast.ops_simulated < 2 * 64 * 64);
+}
+
+BOOST_AUTO_TEST_CASE(combined_1f1b_merges_each_steady_backward_with_the_forward_before_it) {
+  // One more warm-up forward on every stage (get_pp_rank_microbatches under
+  // overlap_moe_expert_parallel_comm).
+  BOOST_TEST(pipeline_warmup(4, 2, 8, 0, true) == 11);  // 2*3 + 4 + 1
+  BOOST_TEST(pipeline_warmup(4, 2, 8, 3, true) == 5);
+  BOOST_TEST(pipeline_warmup(1, 1, 8, 0, true) == 1);  // no pipelining: the first forward alone
+  BOOST_TEST(pipeline_warmup(2, 2, 2, 0, true) == 4);  // capped at m v
+
+  // No pipelining, by hand: F0, then (F1, B0) ... (F7, B6) merged, then B7:
+  // 8 (f + b) less 7 merged backwards' 4 layers x 0.25 s.
+  const std::vector<double> fwd{1.0}, bwd{2.0};
+  const std::vector<int64_t> layers{4};
+  PipelineCosts c;
+  c.micro_batches = 8;
+  c.fwd_s = fwd;
+  c.bwd_s = bwd;
+  c.combined_1f1b = true;
+  c.pair_layers = layers;
+  c.pair_hidden_s = 0.25;
+  const PipelineTimeline t = simulate_pipeline(c);
+  BOOST_TEST(t.step_s == 8 * 3.0 - 7 * 1.0, tt::tolerance(kExact));
+  BOOST_TEST(t.stage_busy_s[0] == 17.0, tt::tolerance(kExact));
+  BOOST_TEST(t.peak_in_flight[0] == 2);  // the merged step's forward beside the backward's micro-batch
+  c.pair_hidden_s = 1.0;  // more than a backward: it cannot take less than nothing
+  BOOST_TEST(simulate_pipeline(c).step_s == 8 * 3.0 - 7 * 2.0, tt::tolerance(kExact));
+
+  // With pipeline parallelism only interleaved, as Megatron-Core asserts.
+  const std::vector<double> four(4, 1.0);
+  const std::vector<int64_t> four_layers(4, 2);
+  PipelineCosts plain;
+  plain.stages = 4;
+  plain.micro_batches = 8;
+  plain.fwd_s = plain.bwd_s = four;
+  plain.combined_1f1b = true;
+  plain.pair_layers = four_layers;
+  BOOST_TEST(check_pipeline(plain).find("virtual stages must be at least 2") != std::string::npos);
+  plain.stages = 2, plain.virtual_stages = 2;
+  plain.pair_layers = layers;
+  BOOST_TEST(check_pipeline(plain).find("layers of every model chunk") != std::string::npos);
+
+  // Against the reference on random interleaved pipelines, unequal chunks and layers, with and
+  // without the steady-state skip.
+  std::mt19937_64 rng(20261128);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  PipelineSimulator sim;
+  int skipped = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    const auto p = static_cast<int64_t>(1 + rng() % 8);
+    const int64_t v = p == 1 ? 1 : static_cast<int64_t>(2 + rng() % 3);
+    const int64_t m = p * std::max<int64_t>(1, static_cast<int64_t>(1 + rng() % 64) / p);
+    std::vector<double> f(p * v), b(p * v);
+    std::vector<int64_t> l(p * v);
+    for (auto& x : f) x = 0.1 + u(rng);
+    for (auto& x : b) x = 0.2 + 2 * u(rng);
+    for (auto& x : l) x = static_cast<int64_t>(1 + rng() % 4);
+    PipelineCosts r;
+    r.stages = p;
+    r.virtual_stages = v;
+    r.micro_batches = m;
+    r.fwd_s = f;
+    r.bwd_s = b;
+    r.p2p_s = trial % 3 == 0 ? 0.0 : 0.2 * u(rng);
+    r.combined_1f1b = true;
+    r.pair_layers = l;
+    r.pair_hidden_s = 0.3 * u(rng);
+    BOOST_TEST_CONTEXT("p=" << p << " v=" << v << " m=" << m) {
+      const PipelineTimeline want = reference(r);
+      r.skip_steady_state = false;
+      const PipelineTimeline full = sim.simulate(r);
+      check_same(full, want);
+      r.skip_steady_state = true;
+      const PipelineTimeline& fast = sim.simulate(r);
+      check_same(fast, want);
+      skipped += fast.ops_simulated < full.ops_simulated ? 1 : 0;
+    }
+  }
+  BOOST_TEST(skipped > 100);
 }
