@@ -395,24 +395,19 @@ MegatronEvaluator::MegatronEvaluator(const ModelConfig& model, const DeviceSpec&
 MegatronEvaluator::~MegatronEvaluator() = default;
 
 const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg) {
-  TrainConfig key = cfg;
-  key.global_batch = 0;
-  for (const auto& c : memo_)
-    if (c && c->key.seq_len == key.seq_len && c->key.micro_batch == key.micro_batch && c->key.n_gpus == key.n_gpus &&
-        c->key.precision == key.precision && c->key.checkpointing == key.checkpointing && c->key.parallel == key.parallel)
-      return *c;
-  std::unique_ptr<Costs>& slot = memo_[next_];
-  next_ = (next_ + 1) % std::size(memo_);
-  if (!slot) slot = std::make_unique<Costs>();
-  Costs& c = *slot;
-  c.key = key;
+  const auto same = [&cfg](const TrainConfig& k) {
+    return k.seq_len == cfg.seq_len && k.micro_batch == cfg.micro_batch && k.n_gpus == cfg.n_gpus &&
+           k.precision == cfg.precision && k.checkpointing == cfg.checkpointing && k.parallel == cfg.parallel;
+  };
+  if (const Costs* done = memo_.find(same)) return *done;
+  Costs& c = memo_.start();
+  c.key = cfg;
+  c.key.global_batch = 0;
   const Parallelism& par = cfg.parallel;
   c.layout = megatron_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const MegatronLayout& l = c.layout;
-  if (const std::string why = megatron_chunk_layers(model_.n_layers, par, c.chunk_layers); !why.empty()) {
-    slot.reset();  // no half-built entry left in the memo
+  if (const std::string why = megatron_chunk_layers(model_.n_layers, par, c.chunk_layers); !why.empty())
     throw std::invalid_argument("MegatronEvaluator: " + why + " (check_megatron_config refuses the layout)");
-  }
   const int64_t vocab = megatron_padded_vocab(model_.vocab_size, l.tp);
   BlockShape shape = megatron_rank_shape(model_, cfg, vocab);
   shape.fp32_vocab_parallel_xent = true;  // Megatron's loss: ops.hpp
@@ -450,6 +445,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   stage_costs(c, cfg, vocab);
   c.saved = {c.block_fwd.saved_bytes, c.embed_fwd.saved_bytes, c.head_fwd.saved_bytes, attention_only_saved_bytes(shape),
              block_backward_buffer_bytes(tensor_parallel_slice(model_, l.tp, shape.moe), shape.tokens(), cfg.precision)};
+  memo_.commit();
   return c;
 }
 

@@ -33,6 +33,7 @@
 
 #include "model/ops.hpp"
 #include "model/pipeline.hpp"
+#include "model/recent_costs.hpp"
 #include "model/simulator.hpp"
 
 namespace tpsim {
@@ -211,8 +212,7 @@ class MegatronEvaluator {
   const DeviceSpec& device_;
   const CostParams& params_;
   CostModel cost_;
-  std::unique_ptr<Costs> memo_[4];
-  size_t next_ = 0;
+  RecentCosts<Costs> memo_;
   std::vector<double> fwd_s_, bwd_s_;  // per model chunk, reused
   double pair_hidden_s_ = 0;           // combined 1F1B: what merging a layer's forward and backward saves
   PipelineSimulator pipeline_;         // its buffers reused

@@ -149,18 +149,15 @@ TorchtitanEvaluator::TorchtitanEvaluator(const ModelConfig& model, const DeviceS
 TorchtitanEvaluator::~TorchtitanEvaluator() = default;
 
 const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& cfg) {
-  TrainConfig key = cfg;
-  key.global_batch = 0;
-  for (const auto& c : memo_)
-    if (c && c->key.seq_len == key.seq_len && c->key.micro_batch == key.micro_batch && c->key.n_gpus == key.n_gpus &&
-        c->key.precision == key.precision && c->key.mp_mode == key.mp_mode &&
-        c->key.checkpointing == key.checkpointing && c->key.parallel == key.parallel)
-      return *c;
-  std::unique_ptr<Costs>& slot = memo_[next_];
-  next_ = (next_ + 1) % std::size(memo_);
-  if (!slot) slot = std::make_unique<Costs>();
-  Costs& c = *slot;
-  c.key = key;
+  const auto same = [&cfg](const TrainConfig& k) {
+    return k.seq_len == cfg.seq_len && k.micro_batch == cfg.micro_batch && k.n_gpus == cfg.n_gpus &&
+           k.precision == cfg.precision && k.mp_mode == cfg.mp_mode && k.checkpointing == cfg.checkpointing &&
+           k.parallel == cfg.parallel;
+  };
+  if (const Costs* done = memo_.find(same)) return *done;
+  Costs& c = memo_.start();
+  c.key = cfg;
+  c.key.global_batch = 0;
   const Parallelism& par = cfg.parallel;
   c.layout = megatron_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const MegatronLayout& l = c.layout;
@@ -193,6 +190,7 @@ const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& 
 
   checkpointing_costs(c, cfg, shape, ag);
   fsdp_costs(c, cfg);
+  memo_.commit();
   return c;
 }
 

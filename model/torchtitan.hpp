@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "model/pipeline.hpp"
+#include "model/recent_costs.hpp"
 #include "model/simulator.hpp"
 
 namespace tpsim {
@@ -137,8 +138,7 @@ class TorchtitanEvaluator {
   const DeviceSpec& device_;
   const CostParams& params_;
   CostModel cost_;
-  std::unique_ptr<Costs> memo_[4];
-  size_t next_ = 0;
+  RecentCosts<Costs> memo_;
   std::vector<double> fwd_s_, bwd_s_;  // per model chunk, reused
   PipelineSimulator pipeline_;         // its buffers reused
 };

@@ -1130,3 +1130,21 @@ BOOST_FIXTURE_TEST_CASE(combined_1f1b_that_cannot_run_is_a_one_line_error, Fixtu
   BOOST_TEST(!why(mixtral(), c).empty());
   BOOST_TEST(why(mixtral(), c).find('\n') == std::string::npos);
 }
+
+BOOST_AUTO_TEST_CASE(recent_costs_keep_the_last_four_committed_costings) {
+  struct Entry {
+    int key = 0;
+  };
+  RecentCosts<Entry> memo;
+  const auto is = [](int k) { return [k](int key) { return key == k; }; };
+  for (int k = 1; k <= 5; ++k) {
+    memo.start().key = k;
+    memo.commit();
+  }
+  BOOST_TEST(!memo.find(is(1)));  // the oldest, replaced by the fifth
+  for (int k = 2; k <= 5; ++k) BOOST_TEST(memo.find(is(k))->key == k);
+  memo.start().key = 6;  // a costing that threw before its commit
+  BOOST_TEST(!memo.find(is(6)));
+  BOOST_TEST(!memo.find(is(2)));  // its slot was the oldest's
+  BOOST_TEST(memo.find(is(3)));
+}
