@@ -258,13 +258,8 @@ BOOST_AUTO_TEST_CASE(matches_the_reference_on_random_stages) {
     const double spread = trial % 3 == 0 ? 0.0 : 1.0;  // a third with equal stages (ties everywhere)
     for (auto& x : fwd) x = 0.1 + spread * u(rng);
     for (auto& x : bwd) x = trial % 7 == 0 ? 0.0 : 0.2 + 2 * spread * u(rng);
-    PipelineCosts c;
-    c.stages = p;
-    c.virtual_stages = v;
-    c.micro_batches = m;
-    c.fwd_s = fwd;
-    c.bwd_s = bwd;
-    c.p2p_s = trial % 4 == 0 ? 0.0 : (trial % 4 == 1 ? 2.0 : 0.1) * u(rng);
+    PipelineCosts c{.stages = p, .virtual_stages = v, .micro_batches = m, .fwd_s = fwd, .bwd_s = bwd,
+                    .p2p_s = trial % 4 == 0 ? 0.0 : (trial % 4 == 1 ? 2.0 : 0.1) * u(rng)};
     BOOST_TEST_CONTEXT("p=" << p << " v=" << v << " m=" << m << " p2p=" << c.p2p_s) {
       const PipelineTimeline want = reference(c);
       c.skip_steady_state = false;
@@ -289,13 +284,7 @@ BOOST_AUTO_TEST_CASE(long_pipelines_skip_the_steady_state_exactly) {
     std::vector<double> fwd(p * v), bwd(p * v);
     for (auto& x : fwd) x = u(rng) / static_cast<double>(v);
     for (auto& x : bwd) x = 2 * u(rng) / static_cast<double>(v);
-    PipelineCosts c;
-    c.stages = p;
-    c.virtual_stages = v;
-    c.micro_batches = m;
-    c.fwd_s = fwd;
-    c.bwd_s = bwd;
-    c.p2p_s = 0.02;
+    PipelineCosts c{.stages = p, .virtual_stages = v, .micro_batches = m, .fwd_s = fwd, .bwd_s = bwd, .p2p_s = 0.02};
     const PipelineTimeline& skipped = fast.simulate(c);
     c.skip_steady_state = false;
     const PipelineTimeline& full = slow.simulate(c);
@@ -421,16 +410,9 @@ BOOST_AUTO_TEST_CASE(combined_1f1b_merges_each_steady_backward_with_the_forward_
     for (auto& x : f) x = 0.1 + u(rng);
     for (auto& x : b) x = 0.2 + 2 * u(rng);
     for (auto& x : l) x = static_cast<int64_t>(1 + rng() % 4);
-    PipelineCosts r;
-    r.stages = p;
-    r.virtual_stages = v;
-    r.micro_batches = m;
-    r.fwd_s = f;
-    r.bwd_s = b;
-    r.p2p_s = trial % 3 == 0 ? 0.0 : 0.2 * u(rng);
-    r.combined_1f1b = true;
-    r.pair_layers = l;
-    r.pair_hidden_s = 0.3 * u(rng);
+    PipelineCosts r{.stages = p, .virtual_stages = v, .micro_batches = m, .fwd_s = f, .bwd_s = b,
+                    .p2p_s = trial % 3 == 0 ? 0.0 : 0.2 * u(rng), .combined_1f1b = true, .pair_layers = l,
+                    .pair_hidden_s = 0.3 * u(rng)};
     BOOST_TEST_CONTEXT("p=" << p << " v=" << v << " m=" << m) {
       const PipelineTimeline want = reference(r);
       r.skip_steady_state = false;
