@@ -583,10 +583,13 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
   const double issue = params_.host_kernel_issue_s;
   const double tp_launches = l.tp > 1 ? 2.0 : 0.0;
   HostTime host;
-  const auto pass = [issue](const CategoryTotals& t, double comm_s, double launches, double& host_extra) {
-    const double gpu = t.total() + comm_s, host_s = (t.kernels + launches) * issue;
+  const auto smooth_max = [](double gpu, double host_s) {
     const double g2 = gpu * gpu, h2 = host_s * host_s;
-    const double s = std::sqrt(std::sqrt(g2 * g2 + h2 * h2));
+    return std::sqrt(std::sqrt(g2 * g2 + h2 * h2));
+  };
+  const auto pass = [issue, &smooth_max](const CategoryTotals& t, double comm_s, double launches, double& host_extra) {
+    const double gpu = t.total() + comm_s;
+    const double s = smooth_max(gpu, (t.kernels + launches) * issue);
     host_extra += s - gpu;
     return s;
   };
@@ -612,11 +615,8 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
     const double beside = std::min(attn_f, a2a) + std::min(mlp_f + mlp_b, 2.0 * a2a) + std::min(attn_b, a2a);
     const double merged_gpu = std::max(attn_f, a2a) + std::max(mlp_f + mlp_b, 2.0 * a2a) + std::max(attn_b, a2a) +
                               params_.overlap_slowdown * beside;
-    double unused = 0;
-    CategoryTotals both = c.block_fwd;
-    both.kernels += c.block_bwd.kernels;
-    both.gemm = merged_gpu, both.attention = both.other = 0;  // pass() sums them as the GPU's time
-    const double merged = pass(both, 0.0, 2.0 * tp_launches, unused);
+    const double merged =
+        smooth_max(merged_gpu, (c.block_fwd.kernels + c.block_bwd.kernels + 2.0 * tp_launches) * issue);
     pair_hidden_s_ = std::max(f_pass + b_pass + c.attention_again + c.ring_again_s - merged, 0.0);
   }
   host.block_bwd += recompute * host.block_fwd;
@@ -721,12 +721,7 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
   p.timeline.optimizer_s = optimizer;
   p.n_params = parameter_count(model_, cfg.seq_len);
   p.active_params = active_parameter_count(model_, cfg.seq_len);
-  double apart = 0;  // the critical stage's compute with no step merged
-  for (int64_t k = 0; k < l.vp; ++k) {
-    const size_t chunk = static_cast<size_t>(k * l.pp) + critical;
-    apart += d(m) * (fwd_s_[chunk] + bwd_s_[chunk]);
-  }
-  breakdown(c, m, recompute, host, critical, flushed - pipe.stage_end_s[critical], apart - pipe.stage_busy_s[critical], p);
+  breakdown(c, m, recompute, host, critical, flushed - pipe.stage_end_s[critical], pipe.stage_merged_s[critical], p);
 
   p.memory = memory(cfg);
   complete_prediction(model_, device_, cfg, p);

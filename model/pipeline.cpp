@@ -188,7 +188,8 @@ void PipelineSimulator::summarize() {
   for (int64_t s = 0; s < p_; ++s) {
     double per_micro = 0;
     for (int64_t local = 0; local < v_; ++local) per_micro += c_->fwd_s[local * p_ + s] + c_->bwd_s[local * p_ + s];
-    t_.stage_busy_s[s] = static_cast<double>(m_) * per_micro - merged_saving(s);
+    t_.stage_merged_s[s] = merged_saving(s);
+    t_.stage_busy_s[s] = static_cast<double>(m_) * per_micro - t_.stage_merged_s[s];
     t_.stage_end_s[s] = free_s_[s];
     t_.peak_in_flight[s] = std::min(warmup_[s] + 1, total_);  // the warm-up, then one more forward
     t_.step_s = std::max(t_.step_s, free_s_[s]);
@@ -228,6 +229,7 @@ const PipelineTimeline& PipelineSimulator::simulate(const PipelineCosts& c) {
   block_.resize(p_ * window_);
   t_.stage_end_s.resize(p_);
   t_.stage_busy_s.resize(p_);
+  t_.stage_merged_s.resize(p_);
   t_.peak_in_flight.resize(p_);
   t_.ops_simulated = 0;
   for (int64_t s = 0; s < p_; ++s) warmup_[s] = pipeline_warmup(p_, v_, m_, s, c.combined_1f1b);

@@ -82,6 +82,7 @@ struct PipelineTimeline {
   // optimizer start then).
   std::vector<double> stage_end_s;
   std::vector<double> stage_busy_s;  // per stage: compute seconds
+  std::vector<double> stage_merged_s;  // per stage: what combined 1F1B's merged steps saved (0 without)
   double bubble_s = 0;               // step_s minus the busiest stage's compute
   // Per stage: the most chunk-micro-batches whose forward is done and whose backward is not (what
   // its activation memory holds at its peak). 1F1B: min(p - s, m); interleaved: Megatron's warm-up
