@@ -83,6 +83,7 @@ int64_t pipeline_warmup(int64_t stages, int64_t virtual_stages, int64_t micro_ba
 // from stage to stage (by 2 across the wrap from stage p - 1 to stage 0, which puts that input
 // strictly earlier). So each op runs once, when its input is known, and no stage ever waits in a
 // queue.
+template <bool kCombined>
 void PipelineSimulator::run_positions(int64_t from, int64_t to) {
   const int64_t mask = ring_ - 1, last = p_ - 1;
   const double hop = p_ > 1 ? c_->p2p_s : 0;  // chunks c and c +- 1 share a stage only when p = 1
@@ -105,7 +106,6 @@ void PipelineSimulator::run_positions(int64_t from, int64_t to) {
       }
       free_s_[s] = std::max(free_s_[s], ready) + fwd_s[f.local * p_ + s];
       end_s_[s * ring_ + (pos & mask)] = free_s_[s];
-      last_fwd_chunk_[s] = f.local * p_ + s;
       f.advance(p_, v_);
     }
     for (int64_t s = last; s >= 0; --s) {
@@ -119,12 +119,8 @@ void PipelineSimulator::run_positions(int64_t from, int64_t to) {
       } else {
         ready = end_at(0, pos, backward_position(0, b.k - p_)) + hop;
       }
-      const int64_t chunk = (v_ - 1 - b.local) * p_ + s;
-      double seconds = bwd_s[chunk];
-      if (c_->combined_1f1b && b.k < total_ - warmup_[s]) {  // merged with the forward just before it
-        const int64_t pairs = std::min(c_->pair_layers[chunk], c_->pair_layers[last_fwd_chunk_[s]]);
-        seconds = std::max(seconds - static_cast<double>(pairs) * c_->pair_hidden_s, 0.0);
-      }
+      double seconds = bwd_s[(v_ - 1 - b.local) * p_ + s];
+      if (kCombined && b.k < total_ - warmup_[s]) seconds -= merged_saving(s, b.k);
       free_s_[s] = std::max(free_s_[s], ready) + seconds;
       end_s_[s * ring_ + (pos & mask)] = free_s_[s];
       b.advance(p_, v_);
@@ -165,16 +161,19 @@ void PipelineSimulator::jump(int64_t until, int64_t positions, double shift) {
   }
 }
 
-// What combined 1F1B's merged steps save on stage s: backward k (k < m v - w) merged with forward
-// k + w. Their chunks repeat every p v virtual micro-batches: whole cycles, then the rest.
+// What combined 1F1B saves on stage s's backward of virtual micro-batch k (k < m v - w), merged with
+// the forward of k + w: pair_hidden_s per layer the two chunks pair, at most the backward itself.
+double PipelineSimulator::merged_saving(int64_t s, int64_t k) const {
+  const int64_t bwd_chunk = (v_ - 1 - (k / p_) % v_) * p_ + s, fwd_chunk = (((k + warmup_[s]) / p_) % v_) * p_ + s;
+  const int64_t pairs = std::min(c_->pair_layers[bwd_chunk], c_->pair_layers[fwd_chunk]);
+  return std::min(static_cast<double>(pairs) * c_->pair_hidden_s, c_->bwd_s[bwd_chunk]);
+}
+
+// All that stage s's merged steps save. Their chunks repeat every p v virtual micro-batches: whole
+// cycles, then the rest.
 double PipelineSimulator::merged_saving(int64_t s) const {
-  if (!c_->combined_1f1b) return 0.0;
-  const int64_t w = warmup_[s], merged = total_ - w, cycle = p_ * v_;
-  const auto saving = [&](int64_t k) {
-    const int64_t bwd_chunk = (v_ - 1 - (k / p_) % v_) * p_ + s, fwd_chunk = (((k + w) / p_) % v_) * p_ + s;
-    const int64_t pairs = std::min(c_->pair_layers[bwd_chunk], c_->pair_layers[fwd_chunk]);
-    return std::min(static_cast<double>(pairs) * c_->pair_hidden_s, c_->bwd_s[bwd_chunk]);
-  };
+  const int64_t merged = total_ - warmup_[s], cycle = p_ * v_;
+  const auto saving = [&](int64_t k) { return merged_saving(s, k); };
   double per_cycle = 0, rest = 0;
   if (merged >= cycle)
     for (int64_t k = 0; k < cycle; ++k) per_cycle += saving(k);
@@ -188,7 +187,7 @@ void PipelineSimulator::summarize() {
   for (int64_t s = 0; s < p_; ++s) {
     double per_micro = 0;
     for (int64_t local = 0; local < v_; ++local) per_micro += c_->fwd_s[local * p_ + s] + c_->bwd_s[local * p_ + s];
-    t_.stage_merged_s[s] = merged_saving(s);
+    t_.stage_merged_s[s] = c_->combined_1f1b ? merged_saving(s) : 0.0;
     t_.stage_busy_s[s] = static_cast<double>(m_) * per_micro - t_.stage_merged_s[s];
     t_.stage_end_s[s] = free_s_[s];
     t_.peak_in_flight[s] = std::min(warmup_[s] + 1, total_);  // the warm-up, then one more forward
@@ -215,7 +214,6 @@ const PipelineTimeline& PipelineSimulator::simulate(const PipelineCosts& c) {
   warmup_.resize(p_);
   fwd_at_.assign(p_, Cursor{});
   bwd_at_.assign(p_, Cursor{});
-  last_fwd_chunk_.assign(p_, 0);
   free_s_.assign(p_, 0.0);
   end_s_.resize(p_ * ring_);
   // How far back an op reads its input, at most: 1F1B's inputs lie at most one position back (the
@@ -241,7 +239,10 @@ const PipelineTimeline& PipelineSimulator::simulate(const PipelineCosts& c) {
   for (int64_t until = 0; until < len_;) {
     const int64_t from = until;
     until = std::min(until + round, len_);
-    run_positions(from, until);
+    if (c.combined_1f1b)
+      run_positions<true>(from, until);
+    else
+      run_positions<false>(from, until);
     for (int64_t lag = 1; !skipped && lag <= lags_; ++lag) {
       // The older state and the inputs of every op after it are steady: from there on, every op is
       // the one `lag` periods before it, with its inputs as far back, and a cost alike.

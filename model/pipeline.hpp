@@ -129,10 +129,12 @@ class PipelineSimulator {
     const int64_t w = warmup_[s];
     return pos < w || (pos < 2 * total_ - w && (pos - w) % 2 == 0);
   }
+  template <bool kCombined>  // combined 1F1B's merged backwards, or none (the loop without the test)
   void run_positions(int64_t from, int64_t to);
   bool shifted_by(int64_t until, int64_t lag, double* shift) const;
   void jump(int64_t until, int64_t positions, double shift);
-  double merged_saving(int64_t s) const;
+  double merged_saving(int64_t s, int64_t k) const;  // backward k's
+  double merged_saving(int64_t s) const;              // the stage's, all step (combined 1F1B only)
   void summarize();
 
   int64_t slot(int64_t s, int64_t pos) const { return s * ring_ + (pos & (ring_ - 1)); }
@@ -148,7 +150,6 @@ class PipelineSimulator {
   int64_t reach_ = 0;   // the farthest back an op has read its input, so far
   std::vector<int64_t> warmup_;
   std::vector<Cursor> fwd_at_, bwd_at_;
-  std::vector<int64_t> last_fwd_chunk_;  // per stage: the chunk of its latest forward (combined 1F1B)
   std::vector<double> free_s_;
   std::vector<double> end_s_;   // op ends, stage s's position pos at slot(s, pos)
   std::vector<double> block_;   // the last window_ positions of every stage, while they are moved
