@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 #include "io/error.hpp"
@@ -16,23 +17,43 @@ namespace tpsim {
 
 namespace {
 
-// Measured / estimated seconds so far, per group: the budget estimate's correction.
-class EstimateCorrection {
+// The median of the last `window` ratios measured / estimated (1 before any).
+class RecentRatio {
  public:
-  double factor(ShapeGroup g) const {
-    const auto& r = ratios_[static_cast<size_t>(g)];
-    if (r.empty()) return 1.0;
-    std::vector<double> v = r;
+  explicit RecentRatio(size_t window) : window_(window) {}
+  double factor() const {
+    if (ratios_.empty()) return 1.0;
+    std::vector<double> v(ratios_.end() - static_cast<std::ptrdiff_t>(std::min(window_, ratios_.size())), ratios_.end());
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
     return v[v.size() / 2];
   }
-  void add(ShapeGroup g, double measured_s, double estimate_s) {
-    if (estimate_s > 0) ratios_[static_cast<size_t>(g)].push_back(measured_s / estimate_s);
+  void add(double measured_s, double estimate_s) {
+    if (estimate_s > 0 && std::isfinite(measured_s / estimate_s)) ratios_.push_back(measured_s / estimate_s);
   }
 
  private:
-  std::array<std::vector<double>, 3> ratios_;
+  size_t window_;
+  std::vector<double> ratios_;
 };
+
+// Measured / estimated seconds per run so far, per group: the estimate's correction. Every ratio
+// counts: the group's ops keep their cost-model error for the whole plan.
+class EstimateCorrection {
+ public:
+  double factor(ShapeGroup g) const { return ratios_[static_cast<size_t>(g)].factor(); }
+  void add(ShapeGroup g, double measured_s, double estimate_s) {
+    ratios_[static_cast<size_t>(g)].add(measured_s, estimate_s);
+  }
+
+ private:
+  std::array<RecentRatio, 3> ratios_{RecentRatio(SIZE_MAX), RecentRatio(SIZE_MAX), RecentRatio(SIZE_MAX)};
+};
+
+// The wall-clock seconds a timing took over its estimated cost: what the per-run correction does not
+// see. The CPU backend times with the thread's CPU clock, so a loaded host (CI runs suites side by
+// side) stretches the wall time a batch takes beyond its timed runs, and a sequence's runs each
+// first fill the caches. The recent batches only: the load changes while the plan runs.
+constexpr size_t kWallWindow = 8;
 
 // The ops of one timing: one op, or on a backend that times inside a sequence up to
 // kSequenceOps consecutive ones.
@@ -92,6 +113,7 @@ MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan,
   MeasureReport report;
   const double start_s = host_seconds();
   EstimateCorrection correction;
+  RecentRatio wall(kWallWindow);
   // A run's cost: the warm-up runs and the least repetitions, or as long as the repetitions may
   // go on when they are short.
   const TimingOptions& t = options.timing;
@@ -123,7 +145,7 @@ MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan,
         continue;
       }
       const double estimate = estimate_s(p.op);
-      if (elapsed + cost_s(batch_run_s + estimate * correction.factor(group_of(p.op))) > options.budget_s) {
+      if (elapsed + cost_s(batch_run_s + estimate * correction.factor(group_of(p.op))) * wall.factor() > options.budget_s) {
         ++report.skipped_for_budget;
         continue;
       }
@@ -131,7 +153,10 @@ MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan,
       b.index.push_back(i);
       b.estimate_s.push_back(estimate);
     }
-    if (!b.index.empty()) time_batch(backend, plan, b, t, report, correction);
+    if (b.index.empty()) continue;
+    const double batch_start_s = host_seconds();
+    time_batch(backend, plan, b, t, report, correction);
+    wall.add(host_seconds() - batch_start_s, cost_s(batch_run_s));
   }
   progress.finish();
   report.seconds = host_seconds() - start_s;
