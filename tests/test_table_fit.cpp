@@ -257,6 +257,26 @@ BOOST_AUTO_TEST_CASE(a_real_table_with_a_tenth_of_its_rows_corrupted_keeps_its_h
   BOOST_TEST(mape(corrupted_clean_rows) - mape(clean_all) <= kMaxMapeIncrease);
 }
 
+// Issue 17, beyond the fitted models: llm-foundry measured H100 rows of 125m and 350m in the same
+// campaign and image as its H100 table, which has none (data/measured/h100_80gb_bf16_small.md). No
+// fit saw them: the shipped profile predicts them from larger models only (7.5% MAPE, every row
+// slow, on 2026-11-29; the worst, 125m at 1,024 tokens, 15.3%).
+BOOST_AUTO_TEST_CASE(the_shipped_h100_profile_predicts_the_models_below_its_table) {
+  constexpr double kMapeMax = 0.10, kRowMax = 0.20;
+  Context ctx = seed_context();
+  const std::vector<ResolvedRow> rows = seed_rows(ctx, {table("h100_80gb_bf16_small.md")});
+  BOOST_TEST_REQUIRE(rows.size() == 16u);
+  std::vector<double> errors;
+  for (const ResolvedRow& r : rows) {
+    BOOST_TEST((r.model->name == "125m" || r.model->name == "350m"));
+    const Prediction p = predict(*r.model, *r.device, ctx.profile(r.row.gpu).params, r.cfg);
+    errors.push_back(p.tokens_per_s / r.row.tokens_per_s - 1);
+    BOOST_TEST(std::abs(errors.back()) <= kRowMax, r.row.where() << ": " << 100 * errors.back() << "%");
+  }
+  BOOST_TEST_MESSAGE("H100 125m and 350m from the shipped profile: MAPE " << 100 * mape(errors) << "%");
+  BOOST_TEST(mape(errors) <= kMapeMax);
+}
+
 // Issue 17: what carries across devices. The attention kernels of the seed's runs scale with SMs x
 // clock (table_fit.hpp): from A100 to H100 SXM5 their efficiency, a fraction of each device's bf16
 // GEMM rate, is multiplied by (293 / 784) x (132 x 1830 MHz) / (108 x 1410 MHz) = 0.593.
