@@ -257,24 +257,28 @@ BOOST_AUTO_TEST_CASE(a_real_table_with_a_tenth_of_its_rows_corrupted_keeps_its_h
   BOOST_TEST(mape(corrupted_clean_rows) - mape(clean_all) <= kMaxMapeIncrease);
 }
 
-// Issue 17, beyond the fitted models: llm-foundry measured H100 rows of 125m and 350m in the same
-// campaign and image as its H100 table, which has none (data/measured/h100_80gb_bf16_small.md). No
-// fit saw them: the shipped profile predicts them from larger models only (7.5% MAPE, every row
-// slow, on 2026-11-29; the worst, 125m at 1,024 tokens, 15.3%).
-BOOST_AUTO_TEST_CASE(the_shipped_h100_profile_predicts_the_models_below_its_table) {
-  constexpr double kMapeMax = 0.10, kRowMax = 0.20;
+// Issue 17, beyond the fitted models: llm-foundry's H100 rows of 125m and 350m, from the same campaign
+// and image as its H100 table, which has none (data/measured/h100_80gb_bf16_small.md). Fitted without
+// them, the H100 profile predicted them 7.5% slow on average (its cross-entropy at 0.11 of the
+// bandwidth: the table could not tell it from the rest of the step). Each held out by model size
+// from a fit with the other and the published table: 2.1% (125m) and 1.7% (350m) on 2026-11-29.
+// An accuracy figure only, as the corrupted-table case below.
+BOOST_AUTO_TEST_CASE(the_h100_rows_of_125m_and_350m_are_predicted_held_out,
+                     *boost::unit_test::enable_if<!TPSIM_TEST_SANITIZED>()) {
+  constexpr double kMapeMax = 0.04;
   Context ctx = seed_context();
-  const std::vector<ResolvedRow> rows = seed_rows(ctx, {table("h100_80gb_bf16_small.md")});
-  BOOST_TEST_REQUIRE(rows.size() == 16u);
-  std::vector<double> errors;
-  for (const ResolvedRow& r : rows) {
-    BOOST_TEST((r.model->name == "125m" || r.model->name == "350m"));
-    const Prediction p = predict(*r.model, *r.device, ctx.profile(r.row.gpu).params, r.cfg);
-    errors.push_back(p.tokens_per_s / r.row.tokens_per_s - 1);
-    BOOST_TEST(std::abs(errors.back()) <= kRowMax, r.row.where() << ": " << 100 * errors.back() << "%");
+  const std::vector<ResolvedRow> rows = seed_rows(ctx, {table("h100_80gb_bf16.md"), table("h100_80gb_bf16_small.md")});
+  TableFitOptions options;
+  options.parameters = table_fit_parameters(ctx, rows);
+  options.covariance = false;
+  std::map<std::string, std::vector<double>> errors;
+  for (const auto& h : cross_validate(fit_rows(ctx, rows), parse_cv("model"), options))
+    errors[rows[h.row].model->name].push_back(h.error);
+  for (const std::string model : {"125m", "350m"}) {
+    BOOST_TEST_REQUIRE(errors[model].size() == 8u);
+    BOOST_TEST_MESSAGE("H100 " << model << " held out: MAPE " << 100 * mape(errors[model]) << "%");
+    BOOST_TEST(mape(errors[model]) <= kMapeMax, model);
   }
-  BOOST_TEST_MESSAGE("H100 125m and 350m from the shipped profile: MAPE " << 100 * mape(errors) << "%");
-  BOOST_TEST(mape(errors) <= kMapeMax);
 }
 
 // Issue 17: what carries across devices. The attention kernels of the seed's runs scale with SMs x
