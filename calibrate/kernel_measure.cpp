@@ -23,7 +23,8 @@ class RecentRatio {
   explicit RecentRatio(size_t window) : window_(window) {}
   double factor() const {
     if (ratios_.empty()) return 1.0;
-    std::vector<double> v(ratios_.end() - static_cast<std::ptrdiff_t>(std::min(window_, ratios_.size())), ratios_.end());
+    const auto first = ratios_.end() - static_cast<std::ptrdiff_t>(std::min(window_, ratios_.size()));
+    std::vector<double> v(first, ratios_.end());
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
     return v[v.size() / 2];
   }
@@ -145,7 +146,8 @@ MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan,
         continue;
       }
       const double estimate = estimate_s(p.op);
-      if (elapsed + cost_s(batch_run_s + estimate * correction.factor(group_of(p.op))) * wall.factor() > options.budget_s) {
+      const double cost = cost_s(batch_run_s + estimate * correction.factor(group_of(p.op))) * wall.factor();
+      if (elapsed + cost > options.budget_s) {
         ++report.skipped_for_budget;
         continue;
       }
