@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the shipped profiles in this folder from the reasoned defaults (defaults/) and the
-# seed's measured tables (../measured/). Each profile records the command that made it.
-#   a100_40gb, a100_80gb, h100_80gb: fitted to their own tables (H100 with its FP8 table too)
+# measured tables (../measured/). Each profile records the command that made it.
+#   a100_40gb, a100_80gb, h100_80gb: fitted to their own tables (H100 with its FP8 table and llm-foundry's 125m and 350m H100 runs too)
 #   every other device: no table; transferred from its nearest measured sibling (same vendor and
 #     architecture first, then the nearest datasheet), changing only what the datasheets change,
 #     with the sibling's interval widened by that distance (tpsim calibrate transfer; docs/hardware.md)
