@@ -287,7 +287,8 @@ void add_bar(StackedBars& bars, const PlannedConfig& c, int rank) {
                                                                               : layout_phrase(c.cfg.parallel);
   bars.bars.push_back("#" + std::to_string(rank) + " " + c.device->id + " x" + std::to_string(c.cfg.n_gpus) + " mb" +
                       std::to_string(c.cfg.micro_batch) + " " + layout + kCkpt[static_cast<int>(c.cfg.checkpointing)]);
-  bars.values.push_back({t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s});
+  bars.values.push_back({t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s,
+                         t.allocator_s});
 }
 
 // A configuration in a few words: "128 x h100_80gb, micro-batch 5, FULL_SHARD, checkpointing".
@@ -433,7 +434,7 @@ OutputTable ranked_table(const PlanRequest& r, const PlanResult& plan, Context& 
   ranked.columns = ranked_columns(r);
   bars.title = "Step time of the ranked configurations";
   bars.y_label = "seconds per optimizer step";
-  bars.series = {"GEMM", "attention", "other compute", "exposed communication", "optimizer", "overhead"};
+  bars.series = {"GEMM", "attention", "other compute", "exposed communication", "optimizer", "overhead", "allocator retries"};
   for (size_t i = 0; i < plan.ranked.size() && static_cast<int>(i) < top; ++i) {
     const PlannedConfig& c = plan.ranked[i];
     ranked.add_row(ranked_row(r, c, interval_for(*r.query.model, ctx.profile(c.device->id), c.cfg),
@@ -451,7 +452,7 @@ void print_plan_notes(const PlanRequest& r, const RunSettings& run, const PlanRe
   std::cerr << no_interval_note(*run.model, r.query.space.framework);
   if (!plan.ranked.empty() && plan.top.rule != PickRule::kFastest)
     std::cerr << "tpsim: note: rank 1: " << pick_reason(plan.top, r.query.objective) << "\n";
-  if (!plan.ranked.empty() && checkpointed_near_full(plan.top.chosen.cfg, plan.top.chosen.prediction))
+  if (!plan.ranked.empty() && checkpointed_near_full(plan.top.chosen.prediction))
     std::cerr << "tpsim: note: rank 1: " << near_full_note(plan.top.chosen.prediction) << "\n";
 }
 

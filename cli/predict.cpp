@@ -175,7 +175,7 @@ void run_predict(const PredictOptions& o) {
               << " (the step time is costed with the window)\n";
   emit(ctx.render({t}), ctx.output());
   if (!p.fits()) std::cerr << does_not_fit_line(p, device.id);
-  if (checkpointed_near_full(cfg, p)) std::cerr << "tpsim: note: " << near_full_note(p) << "\n";
+  if (checkpointed_near_full(p)) std::cerr << "tpsim: note: " << near_full_note(p) << "\n";
 }
 
 }  // namespace

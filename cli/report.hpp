@@ -64,7 +64,8 @@ std::optional<IntervalModel> interval_model_for(const ModelConfig& model, const 
 // The one-line note saying so, printed once per such model ("" for an MPT model under Composer).
 std::string no_interval_note(const ModelConfig& model, Framework framework);
 // The note (without "tpsim: note: ") for a fitting configuration with full checkpointing and little
-// memory free (checkpointed_near_full, model/plan.hpp: measured runs that close ran slower than predicted).
+// memory free (checkpointed_near_full, model/plan.hpp): the share of its step the allocator's retries
+// take, and what that rests on.
 std::string near_full_note(const Prediction& p);
 // The same for several (a sweep's rows, named as "13b at 4096 on 8 x h100_80gb"): how many, the first three.
 std::string near_full_rows_note(const std::vector<std::string>& rows);

@@ -189,7 +189,7 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
     return;
   }
   add_row(name, device_id, r.best, r.best_prediction, interval_for(model, profile, r.best));
-  if (checkpointed_near_full(r.best, r.best_prediction))
+  if (checkpointed_near_full(r.best_prediction))
     near_full_.push_back(name + " at " + std::to_string(seq) + " on " + std::to_string(n) + " x " + device_id);
   heat_.values[heat_row][column] = 100.0 * r.best_prediction.mfu;
   // The layout: FSDP's sharding strategy, or the model-parallel degrees.

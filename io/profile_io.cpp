@@ -110,6 +110,14 @@ DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::s
                          -1};
       continue;
     }
+    if (!params.contains(name) && (info.member == &CostParams::allocator_headroom_bytes ||
+                                   info.member == &CostParams::allocator_retry_slowdown)) {
+      // Added with the allocator's retries near full memory: a profile written before keeps the
+      // values fitted to the seed tables' runs (CostParams) and says so.
+      p.sources[name] = {SourceKind::kTableFit,
+                         "the seed tables' value (not in this profile: written before the parameter existed)", -1};
+      continue;
+    }
     if (!params.contains(name)) throw Error(origin + ": missing parameter \"" + name + "\"");
     const json& e = params[name];
     if (!e.is_object() || !e.contains("value") || !e["value"].is_number())

@@ -155,4 +155,10 @@ MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfi
   return with_peak(m, params);
 }
 
+double allocator_retry_fraction(double free_bytes, const CostParams& params) {
+  if (!(free_bytes >= 0) || free_bytes >= params.allocator_headroom_bytes) return 0.0;
+  const double short_gib = (params.allocator_headroom_bytes - free_bytes) / kGiB;
+  return params.allocator_retry_slowdown * short_gib * short_gib;
+}
+
 }  // namespace tpsim

@@ -65,4 +65,12 @@ ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len)
 MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfig& cfg, const SavedActivations& saved,
                                 const FsdpLayout& layout, const CostParams& params);
 
+// The share of a step's time that the caching allocator's retries add to a run with full
+// activation checkpointing and `free_bytes` free at its predicted peak (CostParams'
+// allocator_headroom_bytes and allocator_retry_slowdown); 0 with the headroom free, or none at all.
+double allocator_retry_fraction(double free_bytes, const CostParams& params);
+// The least free memory at the predicted peak among the measured runs that term was fitted to (30b
+// at 8,192 tokens on A100 80GB and H100, 1.29 GiB under the headroom): closer to full it extrapolates.
+inline constexpr double kAllocatorEvidenceLeastFreeBytes = 2.7 * kGiB;
+
 }  // namespace tpsim

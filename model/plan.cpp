@@ -140,9 +140,6 @@ PlanResult plan_runs(const PlanQuery& query, const std::function<void(int64_t)>&
   return out;
 }
 
-bool checkpointed_near_full(const TrainConfig& cfg, const Prediction& p) {
-  return p.fits() && cfg.checkpointing == Checkpointing::kFull &&
-         p.capacity_bytes - p.memory.peak_bytes < kCheckpointedTightHeadroomBytes;
-}
+bool checkpointed_near_full(const Prediction& p) { return p.fits() && p.time.allocator_s > 0; }
 
 }  // namespace tpsim

@@ -41,19 +41,12 @@ enum class Objective : uint8_t {
 // 5% of the live memory, which is at most the capacity) before the run meets an out-of-memory error.
 inline constexpr double kDefaultHeadroomFraction = 0.05;
 
-// Full activation checkpointing close to full memory. In the seed tables every run with full
-// checkpointing and less than 4 GiB free at the predicted peak ran slower than predicted, held out
-// by 9-38% (A100 40GB 13b on 8 GPUs, 3.2-3.3 GiB free; A100 80GB and H100 30b at 8,192 tokens,
-// 2.7 GiB), and every one with 5.1 GiB or more as predicted; runs without checkpointing ran as
-// predicted down to 2.3 GiB free (one, at 2.2, 22% slower). The cost model has no caching
-// allocator (docs/model.md "Known simplifications"): `predict`, `sweep` and `plan` say so inside
-// this margin, and plan's headroom rule (twice the default margin, 4 GiB of an A100 40GB) ranks
-// such picks later.
-inline constexpr double kCheckpointedTightHeadroomBytes = 4.0 * kGiB;
-
-// True for a configuration that fits with full checkpointing and less than
-// kCheckpointedTightHeadroomBytes free at its predicted peak.
-bool checkpointed_near_full(const TrainConfig& cfg, const Prediction& p);
+// Full activation checkpointing close to full memory: a fitting prediction whose step includes the
+// caching allocator's retries (StepBreakdown::allocator_s, model/memory.hpp). That term rests on
+// seven measured runs of two models (docs/model.md "The allocator near full memory"): `predict`,
+// `sweep` and `plan` say so, and plan's headroom rule (twice the default margin, 4 GiB of an A100
+// 40GB) ranks such picks later.
+bool checkpointed_near_full(const Prediction& p);
 
 // One device to plan on, with the profile its predictions use and that profile's interval for the
 // planned model and framework (none: ranked by score alone).

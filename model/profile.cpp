@@ -94,6 +94,11 @@ const std::array kRegistry = {
            "allocator footprint / live bytes"),
     scalar("memory_reserve_bytes", &CostParams::memory_reserve_bytes, Unit::kBytes, 0, 64.0 * kGiB, S,
            "memory not available to tensors (context, NCCL, workspaces)"),
+    scalar("allocator_headroom_bytes", &CostParams::allocator_headroom_bytes, Unit::kBytes, 0, 64.0 * kGiB, S,
+           "free memory at the predicted peak under which full checkpointing meets the allocator's retries"),
+    scalar("allocator_retry_slowdown", &CostParams::allocator_retry_slowdown, Unit::kFraction, 0, 10.0, S,
+           "step time the allocator's retries add, as a fraction, at 1 GiB under that headroom (it grows "
+           "with the square of the shortfall)"),
 };
 }  // namespace
 

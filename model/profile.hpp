@@ -79,6 +79,13 @@ struct CostParams {
   // Memory: peak = live bytes * fragmentation + reserve.
   double memory_fragmentation = 1.05;        // caching-allocator overhead over live tensors
   double memory_reserve_bytes = 3.0 * kGiB;  // CUDA context, NCCL buffers, cuBLAS workspaces
+  // The caching allocator near full memory under full activation checkpointing (Composer FSDP):
+  // with less than allocator_headroom_bytes free at the predicted peak, each block's recompute in
+  // the backward allocates among cached segments that no longer fit it, and the allocator frees its
+  // cache (a device synchronisation) and retries. The step then runs longer by
+  // allocator_retry_slowdown * (shortfall in GiB)^2 of its time: the fraction at 1 GiB short.
+  double allocator_headroom_bytes = 4.0 * kGiB;
+  double allocator_retry_slowdown = 0.19;
 
   double gemm_flops_per_s(DType t) const { return gemm_flops_per_s_by_dtype[static_cast<size_t>(t)]; }
   double& gemm_flops_per_s(DType t) { return gemm_flops_per_s_by_dtype[static_cast<size_t>(t)]; }

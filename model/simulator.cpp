@@ -286,6 +286,12 @@ Prediction Evaluator::predict(const TrainConfig& cfg) {
 
   // Memory, from the full micro-batch's saved activations.
   p.memory = estimate_memory(memory_counts_, cfg, saved_activations(full_compute), layout, params);
+  // Full checkpointing near full memory: the allocator's retries stall the whole step.
+  if (cfg.checkpointing == Checkpointing::kFull) {
+    p.time.allocator_s = p.step_s * allocator_retry_fraction(device_.memory_bytes - p.memory.peak_bytes, params);
+    p.step_s += p.time.allocator_s;
+    p.timeline.step_s = p.step_s;
+  }
   complete_prediction(model, device_, cfg, p);
   return p;
 }

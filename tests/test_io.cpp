@@ -352,6 +352,20 @@ BOOST_AUTO_TEST_CASE(profiles_name_every_parameter_and_refuse_gaps) {
   BOOST_TEST(old.params.attn_native_fwd_efficiency == 0.0);
   BOOST_TEST(old.params.attn_native_bwd_efficiency == 0.0);
   BOOST_TEST(contains(old.sources.at("attn_native_fwd_efficiency").detail, "written before the parameter existed"));
+  // Nor the allocator's retries near full memory: the seed tables' values, and says so.
+  std::string no_allocator = good;
+  for (const char* name : {"\"allocator_headroom_bytes\": {", "\"allocator_retry_slowdown\": {"}) {
+    const size_t from = no_allocator.find(name);
+    BOOST_TEST_REQUIRE(from != std::string::npos);
+    const size_t to = no_allocator.find('}', from) + 1;
+    const size_t comma = no_allocator.find_first_not_of(" \n", to);
+    if (no_allocator[comma] == ',') no_allocator.erase(from, comma + 1 - from);  // then the next entry's indent stays
+    else no_allocator.erase(no_allocator.rfind(',', from), to - no_allocator.rfind(',', from));  // the last entry
+  }
+  const DeviceProfile no_term = parse_profile_json(no_allocator, "p.json");
+  BOOST_TEST(no_term.params.allocator_headroom_bytes == 4.0 * kGiB);
+  BOOST_TEST(no_term.params.allocator_retry_slowdown == 0.19);
+  BOOST_TEST(contains(no_term.sources.at("allocator_retry_slowdown").detail, "written before the parameter existed"));
   std::string other = before;  // any other parameter missing is still an error
   const size_t at2 = other.find("\"xent_efficiency\": {");
   other.erase(at2, other.find("},", at2) + 2 - at2);

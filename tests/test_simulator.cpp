@@ -57,7 +57,7 @@ BOOST_FIXTURE_TEST_CASE(predictions_are_finite_and_positive_over_the_sweep_range
                 const Prediction p = predict(m, d, prof.params, c);
                 const StepBreakdown& b = p.time;
                 const double parts = b.gemm_s + b.attention_s + b.other_compute_s + b.exposed_comm_s +
-                                     b.optimizer_s + b.overhead_s;
+                                     b.optimizer_s + b.overhead_s + b.allocator_s;
                 const bool ok = finite_positive(p.step_s) && finite_positive(p.tokens_per_s) &&
                                 finite_positive(p.mfu) && finite_positive(p.hfu) &&
                                 finite_positive(p.memory.peak_bytes) && std::isfinite(parts) &&

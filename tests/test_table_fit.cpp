@@ -261,7 +261,7 @@ BOOST_AUTO_TEST_CASE(a_real_table_with_a_tenth_of_its_rows_corrupted_keeps_its_h
 // and image as its H100 table, which has none (data/measured/h100_80gb_bf16_small.md). Fitted without
 // them, the H100 profile predicted them 7.5% slow on average (its cross-entropy at 0.11 of the
 // bandwidth: the table could not tell it from the rest of the step). Each held out by model size
-// from a fit with the other and the published table: 2.1% (125m) and 1.7% (350m) on 2026-11-29.
+// from a fit with the other and the published table: 2.0% (125m) and 1.8% (350m) on 2026-11-29.
 // An accuracy figure only, as the corrupted-table case above.
 BOOST_AUTO_TEST_CASE(the_h100_rows_of_125m_and_350m_are_predicted_held_out,
                      *boost::unit_test::enable_if<!TPSIM_TEST_SANITIZED>()) {
