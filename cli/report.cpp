@@ -76,8 +76,7 @@ const TerminalLayout& terminal_layout() {
                  "Precision", "MP Mode", "Activation CPUOffload", "NumParams", "Throughput Low (T/s)",
                  "Throughput High (T/s)", "Capacity (GiB)", "Pipeline Bubble (s)", "Headroom (GiB)", "Time Low (days)",
                  "Time High (days)", "GPU-hours", "Cost Low ($)", "Cost High ($)", "Global Batch", "Predicted HFU",
-                 "Predicted Low (T/s)", "Predicted High (T/s)", "Predicted Throughput Low (T/s)",
-                 "Predicted Throughput High (T/s)", "Predicted Memory (GiB)"};
+                 "Predicted Throughput Low (T/s)", "Predicted Throughput High (T/s)", "Predicted Memory (GiB)"};
     l.total = "Step Time (s)";
     l.parts = {"GEMM (s)",      "Attention (s)", "Other Compute (s)", "Exposed Comm (s)",
                "Optimizer (s)", "Overhead (s)",  "Allocator (s)"};

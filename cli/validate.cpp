@@ -243,9 +243,9 @@ OutputTable rows_table(const std::vector<RowResult>& results, const Intervals& i
   t.title = "rows";
   t.columns = {"Source", "Model", "SeqLen (T)", "# GPUs", "GPU", "MicroBatchSize", "GradAccum", "GlobalBatchSize",
                "Precision", "MP Mode", "Sharding Strategy", "Activation Checkpointing", "Throughput (T/s)",
-               "Predicted Throughput (T/s)", "Error (%)", "Predicted Low (T/s)", "Predicted High (T/s)", "MFU",
-               "Predicted MFU", "HFU", "Predicted HFU", "Predicted Memory (GiB)", "Fits", "Held Out",
-               "Doublings Beyond Fitted"};
+               "Predicted Throughput (T/s)", "Error (%)", "Predicted Throughput Low (T/s)",
+               "Predicted Throughput High (T/s)", "MFU", "Predicted MFU", "HFU", "Predicted HFU",
+               "Predicted Memory (GiB)", "Fits", "Held Out", "Doublings Beyond Fitted"};
   for (const auto& r : results) {
     const MeasuredRow& m = r.row->row;
     const Prediction& p = r.prediction;
