@@ -1,10 +1,15 @@
 #include "calibrate/crossval.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
+#include <system_error>
+#include <thread>
 
 #include "io/error.hpp"
 #include "model/interval.hpp"
@@ -122,15 +127,15 @@ std::vector<HeldOutError> cross_validate(const std::vector<FitRow>& rows, const 
   std::vector<const ParamInfo*> transferred;
   for (const ParamInfo* param : options.parameters)
     if (param->level == ParamLevel::kSystem || scales_by_sm_clock(*param)) transferred.push_back(param);
-  std::vector<HeldOutError> out;
-  int done = 0;
-  for (const Fold& f : folds) {
+  // Each fold's fit and its held-out predictions, independent of every other fold's.
+  const auto run_fold = [&](const Fold& f) {
     std::vector<FitRow> train;
     for (size_t i : f.train) train.push_back(rows[i]);
     const TableFitResult fit = fit_table(train, *train.front().base, options);
     std::vector<DomainPoint> fitted;
     for (const FitRow& r : train) fitted.push_back(domain_point(*r.model, r.cfg));
     const FitDomain domain = domain_of(fitted);
+    std::vector<HeldOutError> held;
     for (size_t i : f.test) {
       const std::vector<const ParamInfo*>& taken = spec.mode == CvMode::kDevice ? transferred : options.parameters;
       const double scale = sm_clock_scale(*train.front().device, *train.front().base, *rows[i].device, *rows[i].base);
@@ -141,10 +146,45 @@ std::vector<HeldOutError> cross_validate(const std::vector<FitRow>& rows, const 
       h.fold = f.name;
       h.params = p;
       h.doublings = doublings_outside(domain, domain_point(*rows[i].model, rows[i].cfg));
-      out.push_back(std::move(h));
+      held.push_back(std::move(h));
     }
-    if (progress) progress(++done, static_cast<int>(folds.size()));
+    return held;
+  };
+  // The folds on up to options.threads threads, each taking the next fold not yet taken; what a fold
+  // throws is rethrown after all have stopped (the first fold's in fold order, whatever the threads).
+  std::vector<std::vector<HeldOutError>> per_fold(folds.size());
+  std::vector<std::exception_ptr> failed(folds.size());
+  std::atomic<size_t> next{0};
+  std::mutex progress_mutex;
+  int done = 0;
+  const auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < folds.size();) {
+      try {
+        per_fold[k] = run_fold(folds[k]);
+        const std::lock_guard<std::mutex> lock(progress_mutex);
+        if (progress) progress(++done, static_cast<int>(folds.size()));
+      } catch (...) {
+        failed[k] = std::current_exception();
+        next = folds.size();  // no new folds: one has failed
+      }
+    }
+  };
+  const size_t at_once = std::min(folds.size(), static_cast<size_t>(std::max(options.threads, 1)));
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < at_once; ++t) {
+    try {
+      threads.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // the system gives no more threads: the ones started fit every fold, to the same errors
+    }
   }
+  work();
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
+  std::vector<HeldOutError> out;
+  for (std::vector<HeldOutError>& held : per_fold)
+    for (HeldOutError& h : held) out.push_back(std::move(h));
   std::sort(out.begin(), out.end(), [](const HeldOutError& a, const HeldOutError& b) { return a.row < b.row; });
   return out;
 }

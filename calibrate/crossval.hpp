@@ -36,8 +36,10 @@ struct HeldOutError {
   double doublings = 0;
 };
 
-// `progress(done, total)` is called after each fold. Rows that no fold can predict (a device
-// with a single model size under `model`, a single device under `device`) are left out.
+// `progress(done, total)` is called after each fold (from the thread that fitted it, one call at a
+// time). Rows that no fold can predict (a device with a single model size under `model`, a single
+// device under `device`) are left out. The folds are fitted options.threads at a time; the errors,
+// in row order, are the same for any thread count.
 std::vector<HeldOutError> cross_validate(const std::vector<FitRow>& rows, const CvSpec& spec,
                                          const TableFitOptions& options,
                                          const std::function<void(int, int)>& progress = {});

@@ -35,6 +35,7 @@ struct CalibrateTableFlags {
   std::vector<std::string> widening_tables;  // whose held-out rows set the interval's widening
   std::string framework = "composer";  // of rows whose table has no Framework column
   bool transfer = false;  // fit the other devices' rows; carry the system-level parameters to --device
+  std::string threads;    // --threads: held-out folds fitted at once (empty: one per core)
   NetworkFlags network;
 };
 
@@ -127,6 +128,7 @@ void run_calibrate_table(const CalibrateTableFlags& f, const std::string& comman
   o.tables = f.tables;
   o.fit.parameters = table_fit_parameters(ctx, rows);
   if (!f.parameters.empty()) o.fit.parameters = parse_parameter_list("--parameters", f.parameters);
+  o.fit.threads = fold_threads(f.threads);
   if (!f.transfer) o.interval_cv = parse_cv(f.interval_cv);
   const DeviceProfile& base = ctx.base_profile(f.device);
   const std::vector<FitRow> fits = fit_rows(ctx, rows);
@@ -191,6 +193,7 @@ void register_calibrate_table(CLI::App& calibrate) {
                   "--device has no rows: fit the other devices' rows and carry the system-level parameters over "
                   "(the interval then comes from predicting each measured device from the others)");
   table->add_option("--models", o->common.models_file, "YAML file of more models");
+  add_fold_threads_flag(table, o->threads);
   add_network_flags(table, o->network);
   table->callback([o] {
     std::string cmdline = "tpsim calibrate table";

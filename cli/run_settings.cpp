@@ -1,7 +1,9 @@
 #include "cli/run_settings.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <thread>
 
 #include "io/error.hpp"
 #include "io/hf_config.hpp"
@@ -417,6 +419,15 @@ ModelConfig attention_as_asked(const ModelConfig& model, const ParallelSettings&
 
 void print_notes(const RunSettings& s) {
   for (const auto& n : s.notes) std::cerr << "tpsim: note: " << n << "\n";
+}
+
+void add_fold_threads_flag(CLI::App* cmd, std::string& threads) {
+  cmd->add_option("--threads", threads, "held-out folds fitted at once (default: one per core)");
+}
+
+int fold_threads(const std::string& flag) {
+  if (!flag.empty()) return static_cast<int>(parse_count("--threads", flag, 4096));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 void add_network_flags(CLI::App* cmd, NetworkFlags& f) {

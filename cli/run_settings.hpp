@@ -122,6 +122,11 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f);
 // The notes, on stderr, each once.
 void print_notes(const RunSettings& s);
 
+// --threads N (validate --cv, calibrate table): the held-out folds fitted at once, each on a
+// thread of its own; unset, one per core. The errors do not depend on it.
+void add_fold_threads_flag(CLI::App* cmd, std::string& threads);
+int fold_threads(const std::string& flag);  // checked: a one-line error naming --threads
+
 // --inter-node-gbps N (per node, per direction) and --gpus-per-node N: the cluster's network, over
 // the device files' (every command that predicts: predict, sweep, plan, validate, calibrate table).
 struct NetworkFlags {

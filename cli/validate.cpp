@@ -34,6 +34,7 @@ struct ValidateOptions {
   std::string fit_parameters;  // comma-separated; empty: the table-level default set
   double robust_scale = 0.05;
   double prior_width = 0;
+  std::string threads;  // --threads: folds fitted at once (empty: one per core)
   std::string plot;  // SVG: predicted against measured
   bool skip_refused = false;  // rows tpsim does not model: a warning each, the others predicted
   NetworkFlags network;
@@ -78,6 +79,7 @@ std::vector<RowResult> held_out_results(Context& ctx, const std::vector<Resolved
   options.robust_scale = o.robust_scale;
   options.prior_width = o.prior_width;
   options.covariance = false;
+  options.threads = fold_threads(o.threads);
   Progress progress("held-out fits (--cv " + to_string(spec) + ")", 0);
   const std::vector<HeldOutError> held =
       cross_validate(fits, spec, options, [&](int done, int total) { progress.update(done, total); });
@@ -265,6 +267,7 @@ OutputTable rows_table(const std::vector<RowResult>& results, const Intervals& i
 }
 
 void run_validate(const ValidateOptions& o) {
+  fold_threads(o.threads);  // checked up front, with --cv or without
   Context ctx(o.common);
   apply_network_flags(ctx, o.network);
   const MeasuredTableOptions read{.framework = framework_flag(o.framework), .device = o.device};
@@ -336,6 +339,7 @@ void register_validate(CLI::App& app) {
                 "instead of stopping at the first");
   cmd->add_option("--prior-width", o->prior_width, "with --cv: width of the prior on each fitted parameter's log (0: none)")
       ->default_val(0.0)->check(finite_range(0.0, 100.0));
+  add_fold_threads_flag(cmd, o->threads);
   add_network_flags(cmd, o->network);
   add_common_options(cmd, o->common);
   cmd->callback([o] { run_validate(*o); });

@@ -145,6 +145,41 @@ BOOST_AUTO_TEST_CASE(cross_validation_modes_parse_and_hold_every_row_out) {
   BOOST_CHECK_THROW(parse_cv("loo"), Error);
 }
 
+// Cross-validation fits its folds on several threads at once: every row's held-out error, its fold
+// and the parameters that predicted it are those of the folds fitted one at a time, to the bit.
+BOOST_AUTO_TEST_CASE(folds_fitted_at_once_give_the_errors_of_folds_fitted_one_at_a_time) {
+  Context ctx = seed_context();
+  std::vector<ResolvedRow> rows;
+  for (auto& r : seed_rows(ctx, {table("a100_80gb_bf16.md")}))
+    if (r.model->name == "1b" || r.model->name == "3b") rows.push_back(std::move(r));
+  BOOST_TEST_REQUIRE(rows.size() >= 8u);
+  TableFitOptions options;
+  options.parameters = table_fit_parameters(ctx, rows);
+  options.covariance = false;
+  const std::vector<FitRow> fits = fit_rows(ctx, rows);
+  const auto one = cross_validate(fits, parse_cv("kfold:4"), options);
+  options.threads = 3;  // fewer threads than folds: one thread fits two
+  int calls = 0, last = 0;
+  const auto many = cross_validate(fits, parse_cv("kfold:4"), options, [&](int done, int total) {
+    ++calls;
+    BOOST_TEST(done == last + 1);
+    BOOST_TEST(total == 4);
+    last = done;
+  });
+  BOOST_TEST(calls == 4);
+  BOOST_TEST_REQUIRE(one.size() == rows.size());
+  BOOST_TEST_REQUIRE(many.size() == one.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    BOOST_TEST_CONTEXT("row " << one[i].row) {
+      BOOST_TEST(many[i].row == one[i].row);
+      BOOST_TEST(many[i].fold == one[i].fold);
+      BOOST_TEST(many[i].error == one[i].error);  // exactly: the same fit, on another thread
+      BOOST_TEST(many[i].doublings == one[i].doublings);
+      for (const ParamInfo* param : options.parameters) BOOST_TEST(param->value(many[i].params) == param->value(one[i].params));
+    }
+  }
+}
+
 // Leave-one-model-size-out errors of one seed table's clean rows, computed once for the suite (the
 // accuracy targets and the corrupted-rows case both need them; each run is some seconds of fits).
 const std::vector<HeldOutError>& clean_held_out(Context& ctx, const char* name) {
