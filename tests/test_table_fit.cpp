@@ -149,9 +149,10 @@ BOOST_AUTO_TEST_CASE(cross_validation_modes_parse_and_hold_every_row_out) {
 // and the parameters that predicted it are those of the folds fitted one at a time, to the bit.
 BOOST_AUTO_TEST_CASE(folds_fitted_at_once_give_the_errors_of_folds_fitted_one_at_a_time) {
   Context ctx = seed_context();
+  // Two model sizes' rows; under the sanitizers, where each fit takes seconds, one size's.
   std::vector<ResolvedRow> rows;
   for (auto& r : seed_rows(ctx, {table("a100_80gb_bf16.md")}))
-    if (r.model->name == "1b" || r.model->name == "3b") rows.push_back(std::move(r));
+    if (r.model->name == "1b" || (!TPSIM_TEST_SANITIZED && r.model->name == "3b")) rows.push_back(std::move(r));
   BOOST_TEST_REQUIRE(rows.size() >= 8u);
   TableFitOptions options;
   options.parameters = table_fit_parameters(ctx, rows);
