@@ -449,7 +449,8 @@ OutputTable ranked_table(const PlanRequest& r, const PlanResult& plan, Context& 
 void print_plan_notes(const PlanRequest& r, const RunSettings& run, const PlanResult& plan) {
   print_notes(run);
   if (!r.yaml_note.empty()) std::cerr << "tpsim: note: " << r.yaml_note << "\n";
-  std::cerr << no_interval_note(*run.model, r.query.space.framework);
+  std::cerr << no_interval_note(*run.model, r.query.space.framework)
+            << unaligned_gemm_note(*run.model, r.query.space.framework);
   if (!plan.ranked.empty() && plan.top.rule != PickRule::kFastest)
     std::cerr << "tpsim: note: rank 1: " << pick_reason(plan.top, r.query.objective) << "\n";
   if (!plan.ranked.empty() && checkpointed_near_full(plan.top.chosen.prediction))

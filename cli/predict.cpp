@@ -168,7 +168,7 @@ void run_predict(const PredictOptions& o) {
   std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile, cfg));
   if (parallel.framework_given) add_layout_cells(cfg, p, row);
   t.add_row(std::move(row));
-  std::cerr << no_interval_note(model, cfg.parallel.framework);
+  std::cerr << no_interval_note(model, cfg.parallel.framework) << unaligned_gemm_note(model, cfg.parallel.framework);
   if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
     std::cerr << "tpsim: note: MFU and HFU count attention over all " << cfg.seq_len << " tokens, as llm-foundry's "
               << "flops_per_batch does; " << model.name << " attends within " << model.sliding_window

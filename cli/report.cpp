@@ -150,6 +150,16 @@ std::string no_interval_note(const ModelConfig& model, Framework framework) {
          "README \"Accuracy\" says how far published runs of other architectures are from tpsim\n";
 }
 
+std::string unaligned_gemm_note(const ModelConfig& model, Framework framework) {
+  const auto widths = unaligned_gemm_widths(model, framework == Framework::kMegatron);
+  if (widths.empty()) return "";
+  std::string named;
+  for (const auto& [what, width] : widths) named += (named.empty() ? "" : ", ") + what + " " + std::to_string(width);
+  return "tpsim: note: " + model.name + ": GEMM width" + (widths.size() > 1 ? "s" : "") + " not a multiple of 8 (" +
+         named + "): cuBLAS runs such GEMMs on slower kernels, which tpsim does not cost (docs/model.md " +
+         "\"Known simplifications\"), so the step will take longer than predicted\n";
+}
+
 namespace {
 std::string near_full_evidence() {
   return "the caching allocator's retries near full memory, a term fitted to seven measured runs of two models "

@@ -63,6 +63,10 @@ std::optional<IntervalModel> interval_model_for(const ModelConfig& model, const 
                                                 Framework framework);
 // The one-line note saying so, printed once per such model ("" for an MPT model under Composer).
 std::string no_interval_note(const ModelConfig& model, Framework framework);
+// The one-line note naming the model's GEMM widths that are not a multiple of 8 (unaligned_gemm_widths,
+// model/architecture.hpp: slower kernels than tpsim costs), "" when there are none; Megatron pads the
+// vocabulary, the other frameworks keep the model's.
+std::string unaligned_gemm_note(const ModelConfig& model, Framework framework);
 // The note (without "tpsim: note: ") for a fitting configuration with full checkpointing and little
 // memory free (checkpointed_near_full, model/plan.hpp): the share of its step the allocator's retries
 // take, and what that rests on.

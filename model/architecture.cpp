@@ -30,6 +30,24 @@ int64_t ModelConfig::d_ffn() const {
   return static_cast<int64_t>(expansion_ratio * static_cast<double>(d_model) + 0.5);
 }
 
+std::vector<std::pair<std::string, int64_t>> unaligned_gemm_widths(const ModelConfig& m, bool vocab_padded) {
+  std::vector<std::pair<std::string, int64_t>> widths;
+  const auto check = [&](const char* what, int64_t w) {
+    if (w > 0 && w % 8 != 0) widths.emplace_back(what, w);
+  };
+  if (!vocab_padded) check("output layer", m.vocab_size);
+  check("hidden size", m.d_model);
+  check("query width", m.q_dim());
+  if (m.kv_dim() != m.q_dim()) check("key/value width", m.kv_dim());
+  if (m.moe.active()) {
+    check("expert width", m.moe.d_expert);
+    if (m.moe.shared_experts > 0) check("shared expert width", m.moe.d_shared);
+  } else {
+    check("feed-forward width", m.d_ffn());
+  }
+  return widths;
+}
+
 bool ModelConfig::is_mpt_default() const {
   return kv_heads() == n_heads && d_head() * n_heads == d_model && norm == NormKind::kLayerNorm && norm_bias &&
          qkv_bias && linear_bias && ffn == FfnKind::kMlp && activation == Activation::kGelu && tie_embeddings &&

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace tpsim {
 
@@ -100,6 +102,13 @@ struct ModelConfig {
 // Empty when the architecture can be modelled, else the reason (heads that do not divide d_model,
 // query heads not a multiple of the key/value heads, ...).
 std::string check_architecture(const ModelConfig& m);
+
+// The GEMM widths of the model that are not a multiple of 8 (in bf16 and fp16 a row of such a
+// width is not 16-byte aligned, and cuBLAS runs the GEMM on slower kernels than the cost model's,
+// which does not cost the difference: docs/model.md "Known simplifications"), each named as a note
+// names it ("output layer", "hidden size", ...). `vocab_padded`: the framework pads the vocabulary
+// (Megatron), so the output layer is aligned whatever the model's vocabulary.
+std::vector<std::pair<std::string, int64_t>> unaligned_gemm_widths(const ModelConfig& m, bool vocab_padded);
 
 // Parameters of one transformer block, every expert included: attention (Q: d x q_dim, K and V:
 // d x kv_dim each, out: q_dim x d, with their biases), the two norms, and the feed-forward (dense:

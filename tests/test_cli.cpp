@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/report.hpp"
+#include "model/architecture.hpp"
 #include "tests/run_tpsim.hpp"
 
 namespace fs = std::filesystem;
@@ -478,6 +479,43 @@ BOOST_AUTO_TEST_CASE(full_checkpointing_near_full_memory_pays_the_allocators_ret
   const Run roomy_sweep = run("sweep --models 125m --seq 4096 --format csv");
   BOOST_TEST(roomy_sweep.err.find("close to full memory") == std::string::npos, roomy_sweep.err);
 }
+// A GEMM width that is not a multiple of 8 (GPT-2's 50,257-column output layer) is not costed
+// slower, and predict, sweep and plan say so once per model; Megatron pads the vocabulary (no note);
+// an MPT model has nothing to say.
+BOOST_AUTO_TEST_CASE(unaligned_gemm_widths_are_noted) {
+  const std::string note = "tpsim: note: gpt2: GEMM width not a multiple of 8 (output layer 50257): cuBLAS runs such "
+                           "GEMMs on slower kernels, which tpsim does not cost";
+  const Run p = run("predict --model gpt2 --seq 1024 --gpus 8 --micro-batch 8 --format csv");
+  BOOST_TEST_REQUIRE(p.status == 0, p.err);
+  BOOST_TEST(p.err.find(note) != std::string::npos, p.err);
+  const Run s = run("sweep --models gpt2,125m --seq 512,1024 --format csv");
+  BOOST_TEST_REQUIRE(s.status == 0, s.err);
+  const size_t at = s.err.find(note);
+  BOOST_TEST(at != std::string::npos, s.err);
+  BOOST_TEST(s.err.find(note, at + 1) == std::string::npos, s.err);  // once, for both lengths
+  BOOST_TEST(s.err.find("125m: GEMM width") == std::string::npos, s.err);
+  const Run pl = run("plan --model gpt2 --seq 1024 --gpus 8 --format csv");
+  BOOST_TEST_REQUIRE(pl.status == 0, pl.err);
+  BOOST_TEST(pl.err.find(note) != std::string::npos, pl.err);
+  const Run padded = run("predict --model gpt2 --seq 1024 --gpus 8 --micro-batch 8 --framework megatron --format csv");
+  BOOST_TEST_REQUIRE(padded.status == 0, padded.err);
+  BOOST_TEST(padded.err.find("not a multiple of 8") == std::string::npos, padded.err);
+  const Run mpt = run("predict --model 125m --seq 1024 --gpus 8 --micro-batch 8 --format csv");
+  BOOST_TEST(mpt.err.find("not a multiple of 8") == std::string::npos, mpt.err);
+
+  tpsim::ModelConfig odd;
+  odd.d_model = 1020;
+  odd.n_heads = 10;
+  odd.vocab_size = 32000;
+  odd.expansion_ratio = 4.1;  // 4182
+  const auto widths = tpsim::unaligned_gemm_widths(odd, false);
+  BOOST_TEST_REQUIRE(widths.size() == 3u);
+  BOOST_TEST(widths[0].first == "hidden size");
+  BOOST_TEST(widths[1].first == "query width");
+  BOOST_TEST(widths[2].first == "feed-forward width");
+  BOOST_TEST(widths[2].second == 4182);
+}
+
 // --attention: unfused is the framework's unfused attention (Megatron's core attention, llm-foundry's
 // attn_impl torch), slower than flash and said so once; torchtitan's and unknown values are one-line
 // errors.
