@@ -313,7 +313,7 @@ BOOST_AUTO_TEST_CASE(vtrains_single_node_times_are_composed_from_a_few_numbers_p
   // (hidden, tensor parallel, micro-batch, pipeline) group is a*m*L/p + b*m + c*L/p + d for its m
   // micro-batches and L layers over p stages, to a part in 10^5 (independently timed runs scatter
   // by far more); a, the time of one layer and micro-batch, is the same at every pipeline and data
-  // parallel degree; and two of those per-layer times fall as the work per kernel grows.
+  // parallel degree; and three of those per-layer times fall as the work in the same kernels grows.
   const std::filesystem::path shared = std::filesystem::path(TPSIM_DATA).parent_path().parent_path() / "shared";
   const std::filesystem::path file = shared / "validation" / "vtrain-single-node.csv";
   if (!std::filesystem::exists(file)) {
