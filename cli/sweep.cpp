@@ -148,10 +148,13 @@ void Sweep::device(const std::string& device_id) {
                   " matmuls");
   const bool several = r_.gpus.size() * r_.devices.size() > 1;
   for (const auto& name : r_.models) {
-    // Once per model; outside Composer the note is the framework's, once per sweep.
-    if (device_id == r_.devices.front() && (r_.space.framework == Framework::kComposer || name == r_.models.front()))
-      std::cerr << no_interval_note(models_.at(name), r_.space.framework);
-    if (device_id == r_.devices.front()) std::cerr << unaligned_gemm_note(models_.at(name), r_.space.framework);
+    // Once per model; outside Composer the interval note is the framework's, once per sweep.
+    if (device_id == r_.devices.front()) {
+      const ModelConfig& model = models_.at(name);
+      if (r_.space.framework == Framework::kComposer || name == r_.models.front())
+        std::cerr << no_interval_note(model, r_.space.framework);
+      std::cerr << unaligned_gemm_note(model, r_.space.framework);
+    }
     const size_t first_row = heat_.values.size();
     for (int64_t n : r_.gpus) {
       heat_.y_ticks.push_back(several ? name + ", " + std::to_string(n) + ", " + device_id : name);
