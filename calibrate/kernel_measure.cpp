@@ -76,13 +76,16 @@ void record(MeasureReport& report, const PlannedOp& p, const Timing& timing) {
 }
 
 // Times a batch: alone, or inside the sequence of the batch's ops (each op's runs in the sequence).
-void time_batch(Backend& backend, const std::vector<PlannedOp>& plan, const Batch& b, const TimingOptions& t,
-                MeasureReport& report, EstimateCorrection& correction) {
+// Returns the seconds one run of the batch took as timed (an op that was not timed at its estimate).
+double time_batch(Backend& backend, const std::vector<PlannedOp>& plan, const Batch& b, const TimingOptions& t,
+                  MeasureReport& report, EstimateCorrection& correction) {
   if (b.index.size() == 1 && !backend.times_in_sequence()) {
     const PlannedOp& p = plan[b.index[0]];
     const Timing timing = backend.time_op(p.op, t);
-    if (timing.supported && timing.median_s > 0) correction.add(group_of(p.op), timing.median_s, b.estimate_s[0]);
-    return record(report, p, timing);
+    const bool timed = timing.supported && timing.median_s > 0 && std::isfinite(timing.median_s);
+    if (timed) correction.add(group_of(p.op), timing.median_s, b.estimate_s[0]);
+    record(report, p, timing);
+    return timed ? timing.median_s : b.estimate_s[0];
   }
   std::vector<Op> ops;
   for (size_t i : b.index) ops.push_back(plan[i].op);
@@ -92,6 +95,7 @@ void time_batch(Backend& backend, const std::vector<PlannedOp>& plan, const Batc
   in_sequence.sequence_ops_alone = false;
   in_sequence.max_repetitions = std::max(in_sequence.min_repetitions, std::min(in_sequence.max_repetitions, 20));
   const SequenceTiming s = backend.time_sequence(ops, in_sequence);
+  double run_s = 0;
   for (size_t j = 0; j < b.index.size(); ++j) {
     const PlannedOp& p = plan[b.index[j]];
     Timing timing;
@@ -102,8 +106,11 @@ void time_batch(Backend& backend, const std::vector<PlannedOp>& plan, const Batc
       timing = s.in_sequence[j];
       correction.add(group_of(p.op), timing.median_s, b.estimate_s[j]);
     }
+    const bool timed = timing.supported && timing.median_s > 0 && std::isfinite(timing.median_s);
+    run_s += timed ? timing.median_s : b.estimate_s[j];
     record(report, p, timing);
   }
+  return run_s;
 }
 
 }  // namespace
@@ -156,9 +163,11 @@ MeasureReport measure_plan(Backend& backend, const std::vector<PlannedOp>& plan,
       b.estimate_s.push_back(estimate);
     }
     if (b.index.empty()) continue;
+    // The wall ratio is taken over the cost of the runs as timed: over the estimate it would also
+    // hold the per-run correction this batch taught, and count it twice in the batches after.
     const double batch_start_s = host_seconds();
-    time_batch(backend, plan, b, t, report, correction);
-    wall.add(host_seconds() - batch_start_s, cost_s(batch_run_s));
+    const double timed_run_s = time_batch(backend, plan, b, t, report, correction);
+    wall.add(host_seconds() - batch_start_s, cost_s(timed_run_s));
   }
   progress.finish();
   report.seconds = host_seconds() - start_s;

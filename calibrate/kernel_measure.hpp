@@ -37,8 +37,9 @@ constexpr size_t kSequenceOps = 8;
 // Times the plan's ops in order. Before each op its cost (warm-up and the least repetitions) is
 // estimated from `estimate_s` (seconds per run, e.g. the cost model under the starting profile),
 // scaled by how far the measurements of its group so far were from their estimates and by how far
-// the wall-clock time of the last timings was from their estimated cost (a loaded host); an op whose
-// estimated cost would overrun the budget is skipped, and measuring stops when the budget is spent.
+// the wall-clock time of the last timings was from the cost of their runs as timed (a loaded host,
+// a sequence's cache filling); an op whose estimated cost would overrun the budget is skipped, and
+// measuring stops when the budget is spent.
 // On a backend that times ops inside a sequence (Backend::times_in_sequence: the CPU), the ops are
 // timed as a step runs them: kSequenceOps consecutive ones back to back, after the caches were
 // filled with other data (TimingOptions::flush_cache), each op's median inside the sequence its
