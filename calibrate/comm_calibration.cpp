@@ -59,7 +59,7 @@ constexpr int64_t kCpuPeakGemmSide = 1024;
 
 // The spec of this machine's CPU when the base profile carries none, built as tpsim calibrate
 // kernels builds it (calibrate/kernel_device.hpp: the CPU backend's report and its measured copy
-// bandwidth), with the fp32 peak one large GEMM reaches in place of its plan's fastest GEMM.
+// bandwidth), with the fp32 peak one large GEMM reaches in place of its kernel fit's rate.
 DeviceSpec measured_cpu_spec(const std::string& id) {
   set_cpu_backend_threads(1);
   const std::unique_ptr<Backend> backend = make_backend(BackendKind::kCpu);

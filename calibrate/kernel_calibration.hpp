@@ -72,7 +72,7 @@ struct KernelCalibration {
   BackendInfo info;
   std::string device_id;
   bool datasheet = false;  // the device has a datasheet file; else `spec` is measured and embedded
-  DeviceSpec spec;         // the datasheet's, or the measured one with the fastest GEMMs as peaks
+  DeviceSpec spec;         // the datasheet's, or the measured one (peaks: fitted large-GEMM rates)
   std::string base_profile;  // the --base file, or the default profile's origin
   double budget_s = 0;
   KernelPlanOptions plan_options;  // as planned: the formats the backend runs, the precisions

@@ -186,7 +186,10 @@ BOOST_AUTO_TEST_CASE(a_short_cpu_calibration_writes_a_profile_that_loads) {
   BOOST_TEST(p.device_spec->peak(DType::kFp32) > 0);
   BOOST_TEST(p.device_spec->sources.at("hbm_gb_per_s").rfind("kernel run:", 0) == 0u);
   BOOST_TEST((p.sources.at("gemm_fp32_flops_per_s").kind == SourceKind::kKernel));
-  BOOST_TEST(p.sources.at("gemm_fp32_flops_per_s").stddev >= 0);
+  // Fitted, not held flat above a cap at the fastest GEMM (its standard deviation then read 0 and
+  // its value 3x what the cost model used): a measured device's peak is at least its fitted rate.
+  BOOST_TEST(p.sources.at("gemm_fp32_flops_per_s").stddev > 0);
+  BOOST_TEST(p.device_spec->peak(DType::kFp32) >= p.params.gemm_flops_per_s(DType::kFp32) * (1 - 1e-9));
   BOOST_TEST(p.params.gemm_flops_per_s(DType::kBf16) == 0.0);
   // System-level values are the CPU base's.
   BOOST_TEST((p.sources.at("overlap_slowdown").kind == SourceKind::kAssumed));
