@@ -268,7 +268,7 @@ KernelCalibration calibrate_kernels(const KernelCalibrationOptions& o, Backend& 
   const std::vector<PlannedOp> plan = make_kernel_plan(c.plan_options);
   c.planned_shapes = plan.size();
   // CostModel keeps references to its spec and parameters: both must outlive it.
-  const CostParams estimate = estimate_params(base.params, c.plan_options.gemm_dtypes);
+  const CostParams estimate = at_kernel_run_clock(estimate_params(base.params, c.plan_options.gemm_dtypes));
   const CostModel estimator(c.spec, estimate);
   measure(c, backend, plan, estimator, started_s, o);
   if (!datasheet) set_measured_peaks(c.spec, c.measured, c.plan_options.gemm_dtypes, c.info);
@@ -291,7 +291,8 @@ KernelCalibration calibrate_kernels(const KernelCalibrationOptions& o, Backend& 
   c.fit_s = host_seconds() - fit_start_s;
   c.date = utc_timestamp();
   c.profile = fitted_profile(c, base, static_cast<int64_t>(samples.size()), held_out);
-  const CostModel fitted_model(c.spec, c.profile.params);
+  const CostParams at_run_clock = at_kernel_run_clock(c.profile.params);
+  const CostModel fitted_model(c.spec, at_run_clock);
   for (const auto& m : c.measured.measurements) c.predicted_s.push_back(fitted_model.op_seconds(m.op));
   c.wall_s = host_seconds() - started_s;
   return c;

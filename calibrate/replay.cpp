@@ -48,7 +48,9 @@ Replay replay_step(const ReplayOptions& options, const std::vector<StepOp>& ops,
                                       : ""));
   r.sequence_s = timing.total_median_s;
 
-  const CostModel cost(device, params);
+  // One step on one device, as short as the kernel runs: costed at their clock, not a long run's.
+  const CostParams at_run_clock = at_kernel_run_clock(params);
+  const CostModel cost(device, at_run_clock);
   const int64_t layers = options.step.layers > 0 ? options.step.layers : options.model.n_layers;
   r.block_scale = static_cast<double>(options.model.n_layers) / static_cast<double>(layers);
   const bool in_step = timing.in_sequence.size() == ops.size();

@@ -60,8 +60,9 @@ TimingOptions replay_timing(bool thread_cpu_clock);
 // not fit the model.
 std::vector<StepOp> replay_ops(const ReplayOptions& options);
 
-// Times `ops` (replay_ops) on `backend` and costs them on `device` under `params`. Error when the
-// sequence cannot be timed or the step's time is not positive.
+// Times `ops` (replay_ops) on `backend` and costs them on `device` under `params` at the kernel
+// runs' clock (model/cost.hpp at_kernel_run_clock: one step is a short run, not a long training
+// run's sustained clock). Error when the sequence cannot be timed or the step's time is not positive.
 Replay replay_step(const ReplayOptions& options, const std::vector<StepOp>& ops, Backend& backend,
                    const DeviceSpec& device, const CostParams& params);
 

@@ -13,6 +13,7 @@
 #include "calibrate/replay.hpp"
 #include "io/calibration_report.hpp"
 #include "io/error.hpp"
+#include "io/text_format.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
@@ -82,6 +83,9 @@ void run_replay(const ReplayFlags& f) {
   std::cerr << "tpsim replay: " << o.model.name << ", seq " << o.step.seq_len << ", micro-batch " << o.step.micro_batch
             << ", " << o.step.layers << " of " << o.model.n_layers << " blocks" << (o.step.checkpointing != Checkpointing::kNone ? ", " + checkpointing_phrase(o.step.checkpointing) : "")
             << ", " << precision_text << ", " << ops.size() << " ops on " << info.device_name << "\n";
+  if (profile.params.compute_clock_ratio != 1.0)
+    std::cerr << "  costed at the kernel runs' clock: the profile's compute_clock_ratio "
+              << fixed(profile.params.compute_clock_ratio, 3) << " is a long training run's, not one step's\n";
   const Replay r = replay_step(o, ops, *backend, device, profile.params);
   emit(render_replay(r, o, precision_text, info.backend, device_id, ctx.output_options()), ctx.output());
 }

@@ -22,6 +22,14 @@ struct CommGroup {
   int64_t groups_per_node = 1;
 };
 
+// The parameters a short run of kernels on one device is costed with. compute_clock_ratio is a
+// long training run's sustained clock over the clock such runs see, so for them it is 1:
+// calibrate kernels fits its rates to them, and replay times one step of them.
+inline CostParams at_kernel_run_clock(CostParams params) {
+  params.compute_clock_ratio = 1.0;
+  return params;
+}
+
 class CostModel {
  public:
   CostModel(const DeviceSpec& device, const CostParams& params);

@@ -131,7 +131,11 @@ BOOST_AUTO_TEST_CASE(a_fit_recovers_known_kernel_parameters_from_timings_with_no
   truth.xent_efficiency = 0.3;
   truth.kernel_overhead_s = 3e-6;
 
-  const CostModel cost(device, truth);
+  // Kernel runs, timed at their own clock: the start's sustained clock ratio (0.9, a training
+  // run's) must not leak into the fitted rates (it once did: rates 1/0.9 too fast), and stays.
+  BOOST_TEST_REQUIRE(start.compute_clock_ratio == 0.9);
+  const CostParams truth_at_run_clock = at_kernel_run_clock(truth);
+  const CostModel cost(device, truth_at_run_clock);
   std::mt19937_64 rng(11);
   std::normal_distribution<double> noise(0.0, kNoise);
   std::vector<KernelSample> samples;

@@ -12,9 +12,14 @@
 #include <sstream>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
+#include "calibrate/kernel_measure.hpp"
+#include "calibrate/replay.hpp"
 #include "calibrate/step_ops.hpp"
 #include "io/catalog.hpp"
 #include "io/error.hpp"
+#include "io/profile_io.hpp"
 #include "kernels/backend.hpp"
 #include "tests/run_tpsim.hpp"
 
@@ -135,6 +140,45 @@ BOOST_AUTO_TEST_CASE(replay_of_the_tiny_model_measures_and_predicts_a_positive_s
   BOOST_TEST(md.out.find("In Step (s)") != std::string::npos);
   BOOST_TEST(md.out.find("block recompute") != std::string::npos);
   BOOST_TEST(md.out.find("scaled by 4/2") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_replay_is_costed_at_the_kernel_runs_clock_not_a_training_runs) {
+  // A profile's compute_clock_ratio is a long training run's sustained clock over the kernel runs':
+  // one replayed step is a short run, and its prediction must not move with it (a GPU profile
+  // carries 0.9, and replay once costed its GEMMs 1/0.9 slower than the kernels it was fitted to).
+  const DeviceProfile p = load_profile(cpu_profile());
+  BOOST_TEST_REQUIRE(p.device_spec.has_value());
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  ReplayOptions o;
+  o.model = catalog.get("tiny");
+  o.step.seq_len = 64;
+  o.step.micro_batch = 1;
+  o.step.layers = 1;
+  o.step.precision = Precision::kFp32;
+  o.thread_clock = true;
+  const std::vector<StepOp> ops = replay_ops(o);
+  set_cpu_backend_threads(1);
+  const std::unique_ptr<Backend> backend = make_backend(BackendKind::kCpu);
+  CostParams sustained = p.params, short_run = p.params;
+  sustained.compute_clock_ratio = 0.5;
+  short_run.compute_clock_ratio = 1.0;
+  const Replay a = replay_step(o, ops, *backend, *p.device_spec, sustained);
+  const Replay b = replay_step(o, ops, *backend, *p.device_spec, short_run);
+  BOOST_TEST(a.predicted_step_s > 0);
+  BOOST_TEST(a.predicted_step_s == b.predicted_step_s);
+  BOOST_TEST(a.predicted_s == b.predicted_s, boost::test_tools::per_element());
+  // The command says so when the profile's ratio is not 1.
+  const fs::path slow = scratch_dir() / "cpu_clock_0.9.json";
+  {
+    nlohmann::json j = nlohmann::json::parse(slurp(cpu_profile()));
+    j.at("parameters").at("compute_clock_ratio").at("value") = 0.9;
+    std::ofstream(slow) << j.dump(2);
+  }
+  const Run r = run("replay --backend cpu --model tiny --seq 64 --micro-batch 1 --layers 1 --format csv --profile " +
+                    slow.string());
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  BOOST_TEST(r.err.find("costed at the kernel runs' clock: the profile's compute_clock_ratio 0.900") != std::string::npos,
+             r.err);
 }
 
 // An accuracy figure of timed kernels: in the Release build only. Under the sanitizers every kernel
