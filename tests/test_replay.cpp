@@ -14,7 +14,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "calibrate/kernel_measure.hpp"
 #include "calibrate/replay.hpp"
 #include "calibrate/step_ops.hpp"
 #include "io/catalog.hpp"
@@ -142,6 +141,31 @@ BOOST_AUTO_TEST_CASE(replay_of_the_tiny_model_measures_and_predicts_a_positive_s
   BOOST_TEST(md.out.find("scaled by 4/2") != std::string::npos);
 }
 
+// A backend that times every op at 0.1 ms without running it: what replay_step costs, not what it
+// measures, is under test.
+class TimesEveryOpAtATenthOfAMillisecond final : public Backend {
+ public:
+  BackendInfo info() const override { return {"fake", "times without running", "-", "-", 1, 0}; }
+  std::string unsupported(const Op&) const override { return ""; }
+  Timing time_op(const Op&, const TimingOptions&) override { return tenth(); }
+  SequenceTiming time_sequence(std::span<const Op> ops, const TimingOptions&) override {
+    SequenceTiming s;
+    s.total_median_s = 1e-4 * static_cast<double>(ops.size());
+    s.per_op.assign(ops.size(), tenth());
+    s.in_sequence.assign(ops.size(), tenth());
+    return s;
+  }
+  CheckResult check_op(const Op&) override { return {}; }
+
+ private:
+  static Timing tenth() {
+    Timing t;
+    t.median_s = t.p10_s = t.p90_s = 1e-4;
+    t.repetitions = 5;
+    return t;
+  }
+};
+
 BOOST_AUTO_TEST_CASE(a_replay_is_costed_at_the_kernel_runs_clock_not_a_training_runs) {
   // A profile's compute_clock_ratio is a long training run's sustained clock over the kernel runs':
   // one replayed step is a short run, and its prediction must not move with it (a GPU profile
@@ -155,15 +179,13 @@ BOOST_AUTO_TEST_CASE(a_replay_is_costed_at_the_kernel_runs_clock_not_a_training_
   o.step.micro_batch = 1;
   o.step.layers = 1;
   o.step.precision = Precision::kFp32;
-  o.thread_clock = true;
   const std::vector<StepOp> ops = replay_ops(o);
-  set_cpu_backend_threads(1);
-  const std::unique_ptr<Backend> backend = make_backend(BackendKind::kCpu);
+  TimesEveryOpAtATenthOfAMillisecond backend;
   CostParams sustained = p.params, short_run = p.params;
   sustained.compute_clock_ratio = 0.5;
   short_run.compute_clock_ratio = 1.0;
-  const Replay a = replay_step(o, ops, *backend, *p.device_spec, sustained);
-  const Replay b = replay_step(o, ops, *backend, *p.device_spec, short_run);
+  const Replay a = replay_step(o, ops, backend, *p.device_spec, sustained);
+  const Replay b = replay_step(o, ops, backend, *p.device_spec, short_run);
   BOOST_TEST(a.predicted_step_s > 0);
   BOOST_TEST(a.predicted_step_s == b.predicted_step_s);
   BOOST_TEST(a.predicted_s == b.predicted_s, boost::test_tools::per_element());
