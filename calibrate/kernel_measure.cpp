@@ -63,11 +63,14 @@ struct Batch {
   std::vector<double> estimate_s;
 };
 
+// Whether the backend ran the op and timed it at a positive, finite time.
+bool timed(const Timing& t) { return t.supported && t.median_s > 0 && std::isfinite(t.median_s); }
+
 // Records `timing` of plan[i] (or why it could not be timed).
 void record(MeasureReport& report, const PlannedOp& p, const Timing& timing) {
   if (!timing.supported) {
     report.unsupported.push_back(shape_key(p.op) + ": " + timing.reason);
-  } else if (!(timing.median_s > 0) || !std::isfinite(timing.median_s)) {
+  } else if (!timed(timing)) {
     report.unsupported.push_back(shape_key(p.op) + ": timed at " + std::to_string(timing.median_s) +
                                  " s, below what the clock resolves");
   } else {
@@ -82,10 +85,9 @@ double time_batch(Backend& backend, const std::vector<PlannedOp>& plan, const Ba
   if (b.index.size() == 1 && !backend.times_in_sequence()) {
     const PlannedOp& p = plan[b.index[0]];
     const Timing timing = backend.time_op(p.op, t);
-    const bool timed = timing.supported && timing.median_s > 0 && std::isfinite(timing.median_s);
-    if (timed) correction.add(group_of(p.op), timing.median_s, b.estimate_s[0]);
+    if (timed(timing)) correction.add(group_of(p.op), timing.median_s, b.estimate_s[0]);
     record(report, p, timing);
-    return timed ? timing.median_s : b.estimate_s[0];
+    return timed(timing) ? timing.median_s : b.estimate_s[0];
   }
   std::vector<Op> ops;
   for (size_t i : b.index) ops.push_back(plan[i].op);
@@ -106,8 +108,7 @@ double time_batch(Backend& backend, const std::vector<PlannedOp>& plan, const Ba
       timing = s.in_sequence[j];
       correction.add(group_of(p.op), timing.median_s, b.estimate_s[j]);
     }
-    const bool timed = timing.supported && timing.median_s > 0 && std::isfinite(timing.median_s);
-    run_s += timed ? timing.median_s : b.estimate_s[j];
+    run_s += timed(timing) ? timing.median_s : b.estimate_s[j];
     record(report, p, timing);
   }
   return run_s;
