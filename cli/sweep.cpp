@@ -28,14 +28,12 @@ struct SweepOptions {
   std::vector<std::string> models = {"125m..70b"};
   std::string seq = "512..65536", gpus = "8", devices = "h100_80gb";
   std::string precision = "amp_bf16", mp_mode = "DEFAULT", tokens = "1Mi";
-  std::string shardings = "FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD";
+  std::optional<std::string> shardings;  // unset: every strategy of the framework
   std::optional<std::string> ckpt;  // unset: none and full, as llm-foundry can run them
   std::string plot;  // SVG: MFU over model size and sequence length
   ParallelFlags parallel;  // megatron: the axes given are fixed, the others searched
   NetworkFlags network;
 };
-
-constexpr const char* kDefaultShardings = "FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD";
 
 // Sequences per step for a token budget: the nearest multiple of the GPU count, at least one
 // sequence per GPU.
@@ -66,12 +64,15 @@ SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<
   r.tokens = parse_tokens("--global-batch-tokens", o.tokens);
   r.base.precision = parse_precision_flag("--precision", o.precision);
   r.base.mp_mode = parse_mp_mode_flag("--mp-mode", o.mp_mode);
-  r.space.shardings.clear();
-  for (const auto& s : parse_name_list("--shardings", o.shardings))
-    r.space.shardings.push_back(parse_sharding_flag("--shardings", s));
+  if (o.shardings) {  // else SearchSpace's default: every strategy
+    r.space.shardings.clear();
+    for (const auto& s : parse_name_list("--shardings", *o.shardings))
+      r.space.shardings.push_back(parse_sharding_flag("--shardings", s));
+  }
   if (o.ckpt) r.space.checkpointing = parse_ckpt_flag(*o.ckpt, /*any_allowed=*/true);
   const ParallelSettings parallel = resolve_parallel(o.parallel);
-  check_no_sharding_flag(parallel, "--shardings", o.shardings != kDefaultShardings);
+  // Given is given, whatever its value: the full list under megatron is as foreign as one strategy.
+  check_no_sharding_flag(parallel, "--shardings", o.shardings.has_value());
   r.space.framework = parallel.framework;
   r.space.parallel = parallel.axes;
   // Composer's HYBRID_SHARD also on 2D meshes of a few hosts, as plan searches it (model/search.hpp).
@@ -253,7 +254,7 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--shardings", o->shardings,
                   "sharding strategies to search (HYBRID_SHARD also on HSDP meshes sharding over 2, 4, ... hosts; "
                   "the Sharding Strategy cell names the mesh)")
-      ->default_val("FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD");
+      ->default_str("FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD");
   add_ckpt_flags(cmd, o->ckpt, /*any=*/true);
   cmd->get_option("--ckpt")->description(
       "search only this activation checkpointing: none, selective, full (a bare --ckpt); any: all three. Not given: "

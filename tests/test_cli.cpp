@@ -251,6 +251,11 @@ BOOST_AUTO_TEST_CASE(parallel_layouts_that_cannot_run_are_one_line) {
       {p + "--framework deepspeed", "--framework 'deepspeed': expected composer, megatron or torchtitan"},
       {"sweep --models 125m --seq 2048 --tp 2", "--tp 2: composer runs FSDP"},
       {"sweep --models 125m --seq 2048 --framework megatron --shardings NO_SHARD", "--shardings: --framework megatron"},
+      // Given is given, whatever its value: the list of every strategy (the default's text) as well.
+      {"sweep --models 125m --seq 2048 --framework megatron --shardings FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD",
+       "--shardings: --framework megatron"},
+      {"sweep --models 125m --seq 2048 --framework torchtitan --shardings FULL_SHARD,SHARD_GRAD_OP,NO_SHARD,HYBRID_SHARD",
+       "--shardings: --framework torchtitan"},
       {"plan --model 7b --seq 2048 --gpus 8 --pp 2", "--pp 2: composer runs FSDP"},
   };
   for (const auto& [args, message] : cases) {
