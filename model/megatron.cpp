@@ -210,20 +210,22 @@ std::string megatron_chunk_layers(int64_t n_layers, const Parallelism& par, std:
 }
 
 void LinearSeconds::push(const Op& op) {
-  if (op.category != OpCategory::kGemm) return;
-  const std::string_view name = op.name;
-  if (!name.ends_with(suffix_)) return;
+  if (op.category != OpCategory::kGemm || op.pass != pass_) return;
   const double s = cost_.op_seconds(op);
-  if (name.starts_with("attn.Wqkv.")) qkv += s;
-  else if (name.starts_with("attn.out_proj.")) out += s;
-  else if (name.starts_with("ffn.gate_proj.") || name.starts_with("ffn.fc1.")) gate += s;  // fc1: both halves
-  else if (name.starts_with("ffn.up_proj.")) up += s;
-  else if (name.starts_with("ffn.down_proj.")) down += s;
+  switch (op.role) {
+    case OpRole::kQkv: qkv += s; break;
+    case OpRole::kAttnOut: out += s; break;
+    case OpRole::kFfnGate:
+    case OpRole::kFfnFc1: gate += s; break;  // fc1: both halves
+    case OpRole::kFfnUp: up += s; break;
+    case OpRole::kFfnDown: down += s; break;
+    default: break;
+  }
 }
 
 LinearSeconds linear_seconds(const CostModel& cost, void (*build)(const BlockShape&, OpSink&), const BlockShape& s,
-                             std::string_view suffix) {
-  LinearSeconds sink(cost, suffix);
+                             OpPass pass) {
+  LinearSeconds sink(cost, pass);
   build(s, sink);
   return sink;
 }
@@ -236,8 +238,8 @@ void tensor_parallel_seconds(const CostModel& cost, const BlockShape& shape, con
     fwd = bwd = 2.0 * ag + 2.0 * rs;
     return;
   }
-  const LinearSeconds f = linear_seconds(cost, block_forward_ops, shape, ".fwd");
-  const LinearSeconds b = linear_seconds(cost, block_backward_ops, shape, ".dgrad");
+  const LinearSeconds f = linear_seconds(cost, block_forward_ops, shape, OpPass::kForward);
+  const LinearSeconds b = linear_seconds(cost, block_backward_ops, shape, OpPass::kDataGrad);
   const auto hidden = [](double comm, double gemm) { return std::max(comm - gemm, 0.0); };
   // Forward: gather -> QKV, out projection -> scatter, gather -> gate/up, down -> scatter.
   fwd = hidden(ag, f.qkv) + hidden(rs, f.out) + hidden(ag, f.gate + f.up) + hidden(rs, f.down);
@@ -378,8 +380,8 @@ class ExpertSeconds final : public OpSink {
  public:
   explicit ExpertSeconds(const CostModel& cost) : cost_(cost) {}
   void push(const Op& op) override {
-    const std::string_view name = op.name;
-    if (!op.per_step && (name.starts_with("moe.experts.") || name.starts_with("moe.shared"))) seconds += cost_.op_seconds(op);
+    if (!op.per_step && (op.role == OpRole::kRoutedExpert || op.role == OpRole::kSharedExpert))
+      seconds += cost_.op_seconds(op);
   }
   double seconds = 0;
 
@@ -520,8 +522,8 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
 void MegatronEvaluator::tp_comm_overlap_costs(Costs& c, const BlockShape& shape, double td_bytes) const {
   double ag = 0, rs = 0;
   tensor_parallel_seconds(cost_, shape, c.layout.tp_group, true, td_bytes, c.tp_block_fwd_s, c.tp_block_bwd_s, ag, rs);
-  const UserbuffersSmCost sm = userbuffers_sm_seconds(linear_seconds(cost_, block_forward_ops, shape, ".fwd"),
-                                                      linear_seconds(cost_, block_backward_ops, shape, ".dgrad"),
+  const UserbuffersSmCost sm = userbuffers_sm_seconds(linear_seconds(cost_, block_forward_ops, shape, OpPass::kForward),
+                                                      linear_seconds(cost_, block_backward_ops, shape, OpPass::kDataGrad),
                                                       device_.compute_units);
   c.block_fwd.gemm += sm.fwd_s;
   c.block_bwd.gemm += sm.bwd_s;

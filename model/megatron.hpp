@@ -133,21 +133,21 @@ double all_to_all_seconds(const CostModel& cost, double bytes, const CommGroup& 
 std::string megatron_chunk_layers(int64_t n_layers, const Parallelism& par, std::vector<int64_t>& layers);
 
 // The seconds of a block's linears' GEMMs in one pass (the ops block_forward_ops or
-// block_backward_ops build, costed): the forward GEMMs (suffix ".fwd") or the input-gradient GEMMs
-// (".dgrad"), which the tensor-parallel collectives feed or follow. Shared by Megatron's
+// block_backward_ops build, costed, by their OpRole): the forward GEMMs (OpPass::kForward) or the
+// input-gradient GEMMs (kDataGrad), which the tensor-parallel collectives feed or follow. Shared by Megatron's
 // --tp-comm-overlap and torchtitan's async TP.
 class LinearSeconds final : public OpSink {
  public:
-  LinearSeconds(const CostModel& cost, std::string_view suffix) : cost_(cost), suffix_(suffix) {}
+  LinearSeconds(const CostModel& cost, OpPass pass) : cost_(cost), pass_(pass) {}
   double qkv = 0, out = 0, gate = 0, up = 0, down = 0;
   void push(const Op& op) override;
 
  private:
   const CostModel& cost_;
-  std::string_view suffix_;
+  OpPass pass_;
 };
 LinearSeconds linear_seconds(const CostModel& cost, void (*build)(const BlockShape&, OpSink&), const BlockShape& s,
-                             std::string_view suffix);
+                             OpPass pass);
 
 // The sequence-parallel tensor-parallel collectives of one block and micro-batch: `ag` and `rs`, one
 // all-gather and one reduce-scatter of the t x d activations (`td_bytes`) over `group`; `fwd` and

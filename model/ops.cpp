@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <bit>
-#include <cassert>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
 namespace tpsim {
@@ -12,10 +13,19 @@ namespace {
 double d(int64_t x) { return static_cast<double>(x); }
 int64_t count(double x) { return static_cast<int64_t>(x + 0.5); }
 
+// `op` marked as part of `role` (and, for a linear layer's GEMM, which of its three).
+Op tagged(Op op, OpRole role, OpPass pass = OpPass::kNone) {
+  op.role = role;
+  op.pass = pass;
+  return op;
+}
+
 }  // namespace
 
 void OpList::push(const Op& op) {
-  assert(size_ < kCapacity);
+  if (size_ == kCapacity) [[unlikely]]
+    throw std::length_error("OpList: more than " + std::to_string(kCapacity) + " ops in one list (pushing " +
+                            std::string(op.name ? op.name : "an unnamed op") + "); raise OpList::kCapacity");
   ops_[size_++] = op;
 }
 
@@ -75,11 +85,12 @@ struct LinearNames {
   const char* cast_in;
   const char* cast_grad;
   const char* cast_weight;  // the weight's own cast (BlockShape::fp8_weight_cache)
+  OpRole role;              // of every op of the layer
 };
-#define TPSIM_LINEAR(stem)                                                                              \
+#define TPSIM_LINEAR(stem, role)                                                                              \
   {                                                                                                     \
     stem ".fwd", stem ".dgrad", stem ".wgrad", stem ".bgrad", stem ".fp8_cast", stem ".fp8_cast_grad", \
-        stem ".fp8_cast_weight"                                                                         \
+        stem ".fp8_cast_weight", role                                                                   \
   }
 
 // A linear layer y[rows, n] = x[rows, k] W^T over `rows` tokens; `groups` > 1: one weight per group
@@ -94,10 +105,10 @@ struct Linear {
 };
 
 Linear qkv(const BlockShape& s) {
-  return {TPSIM_LINEAR("attn.Wqkv"), s.tokens(), s.q_dim() + 2 * s.kv_dim(), s.d_model, 1, s.qkv_bias, s.row_tokens()};
+  return {TPSIM_LINEAR("attn.Wqkv", OpRole::kQkv), s.tokens(), s.q_dim() + 2 * s.kv_dim(), s.d_model, 1, s.qkv_bias, s.row_tokens()};
 }
 Linear out_proj(const BlockShape& s) {
-  return {TPSIM_LINEAR("attn.out_proj"), s.tokens(), s.d_model, s.q_dim(), 1, s.bias, s.tokens()};
+  return {TPSIM_LINEAR("attn.out_proj", OpRole::kAttnOut), s.tokens(), s.d_model, s.q_dim(), 1, s.bias, s.tokens()};
 }
 
 // One feed-forward network (dense, the routed experts, or the shared experts): its ops' names
@@ -110,20 +121,27 @@ struct FfnNames {
   const char* mul_fwd;
   const char* mul_bwd;
   const char* dx_sum;  // GLU backward: the gate's and up's input gradients summed
+  OpRole role;         // of its activation, product and sum
 };
-#define TPSIM_FFN(stem)                                                                                 \
-  {TPSIM_LINEAR(stem ".gate_proj"),                                                                     \
-   TPSIM_LINEAR(stem ".up_proj"),                                                                       \
-   TPSIM_LINEAR(stem ".down_proj"),                                                                     \
-   TPSIM_LINEAR(stem ".fc1"),                                                                           \
+// The dense feed-forward's linears each have a role of their own; every op of the routed or the
+// shared experts has the experts' role.
+#define TPSIM_FFN(stem, gate_role, up_role, fc1_role, down_role, role)                                  \
+  {TPSIM_LINEAR(stem ".gate_proj", gate_role),                                                          \
+   TPSIM_LINEAR(stem ".up_proj", up_role),                                                              \
+   TPSIM_LINEAR(stem ".down_proj", down_role),                                                          \
+   TPSIM_LINEAR(stem ".fc1", fc1_role),                                                                 \
    {stem ".gelu.fwd", stem ".silu.fwd", stem ".relu.fwd"},                                              \
    {stem ".gelu.bwd", stem ".silu.bwd", stem ".relu.bwd"},                                              \
    stem ".mul.fwd",                                                                                     \
    stem ".mul.bwd",                                                                                     \
-   stem ".dx_sum.bwd"}
-constexpr FfnNames kDenseFfn = TPSIM_FFN("ffn");
-constexpr FfnNames kExpertFfn = TPSIM_FFN("moe.experts");
-constexpr FfnNames kSharedFfn = TPSIM_FFN("moe.shared");
+   stem ".dx_sum.bwd",                                                                                  \
+   role}
+#define TPSIM_EXPERTS(stem, role) TPSIM_FFN(stem, role, role, role, role, role)
+constexpr FfnNames kDenseFfn =
+    TPSIM_FFN("ffn", OpRole::kFfnGate, OpRole::kFfnUp, OpRole::kFfnFc1, OpRole::kFfnDown, OpRole::kOther);
+constexpr FfnNames kExpertFfn = TPSIM_EXPERTS("moe.experts", OpRole::kRoutedExpert);
+constexpr FfnNames kSharedFfn = TPSIM_EXPERTS("moe.shared", OpRole::kSharedExpert);
+#undef TPSIM_EXPERTS
 #undef TPSIM_FFN
 #undef TPSIM_LINEAR
 
@@ -209,27 +227,29 @@ void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsew
     // fp8 (or MXFP8/NVFP4 with their block scales), computing amax on the way; the low-precision
     // copy of the input is what it keeps for backward.
     if (s.fp8_weight_cache) {  // the input every micro-batch; the weight once a step, into the cache
-      out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a, 2.0 * q * t * d(l.k),
-                           cast_launches(s, l, 1)));
+      out.push(tagged(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a,
+                                  2.0 * q * t * d(l.k), cast_launches(s, l, 1)),
+                      l.names.role));
       Op weight = membound_op(l.names.cast_weight, MemKind::kCast, l.groups * l.n, l.k, act, w * a, 2.0 * q * w,
                               cast_launches(s, l, 1));
       weight.per_step = true;
-      out.push(weight);
+      out.push(tagged(weight, l.names.role));
     } else {
-      out.push(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
-                           2.0 * q * (t * d(l.k) + w), cast_launches(s, l, 2)));
+      out.push(tagged(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
+                                  2.0 * q * (t * d(l.k) + w), cast_launches(s, l, 2)),
+                      l.names.role));
     }
     saved = d(l.saved_rows) * d(l.k) * q;
     Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, q, a, false, true);
     if (l.groups != 1) g = grouped(s, g, l, false, q, a);
     g.saved_bytes = saved;
-    out.push(g);
+    out.push(tagged(g, l.names.role, OpPass::kForward));
     return;
   }
   Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, a, a, false, true);  // y = x W^T
   if (l.groups != 1) g = grouped(s, g, l, false, a, a);
   g.saved_bytes = saved;
-  out.push(g);
+  out.push(tagged(g, l.names.role, OpPass::kForward));
 }
 
 void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
@@ -240,8 +260,9 @@ void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
   const double q = quantized_bytes(s.precision);
   const double in_bytes = q > 0 ? q : a;
   if (q > 0)  // cast-transpose of the output gradient
-    out.push(membound_op(l.names.cast_grad, MemKind::kCast, l.rows, l.n, act, t * d(l.n) * a, 2.0 * q * t * d(l.n),
-                         cast_launches(s, l, 1)));
+    out.push(tagged(membound_op(l.names.cast_grad, MemKind::kCast, l.rows, l.n, act, t * d(l.n) * a,
+                                2.0 * q * t * d(l.n), cast_launches(s, l, 1)),
+                    l.names.role));
   // dX[t,K] = dY[t,N] W[N,K];  dW[N,K] = dY^T[N,t] X[t,K]; the parameter gradient is written in
   // the parameter dtype (bf16 under FSDP mixed precision). Grouped: each expert's rows.
   Op dgrad = gemm_op(l.names.dgrad, l.rows, l.k, l.n, dt, in_bytes, a);              // dX = dY W
@@ -250,9 +271,11 @@ void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
     dgrad = grouped(s, dgrad, l, false, in_bytes, a);
     wgrad = grouped(s, wgrad, l, true, in_bytes, a);
   }
-  out.push(dgrad);
-  out.push(wgrad);
-  if (l.bias) out.push(membound_op(l.names.bgrad, MemKind::kBiasGrad, l.rows, l.n, act, t * d(l.n) * a, d(l.n) * a));
+  out.push(tagged(dgrad, l.names.role, OpPass::kDataGrad));
+  out.push(tagged(wgrad, l.names.role, OpPass::kWeightGrad));
+  if (l.bias)
+    out.push(tagged(membound_op(l.names.bgrad, MemKind::kBiasGrad, l.rows, l.n, act, t * d(l.n) * a, d(l.n) * a),
+                    l.names.role));
 }
 
 Op norm_forward(const char* name, const BlockShape& s) {
@@ -446,17 +469,21 @@ void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
   if (fused_swiglu(s)) {
     linear_forward(s, f.fc1(), f.input_saved_elsewhere, out);
     // One kernel reads [gate | up] and writes silu(gate) * up, keeping [gate | up] for its backward.
-    out.push(membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1, 2.0 * rf * a));
+    out.push(tagged(membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1,
+                                2.0 * rf * a),
+                    f.names->role));
   } else if (s.ffn == FfnKind::kGlu) {
     linear_forward(s, f.gate(), f.input_saved_elsewhere, out);
     linear_forward(s, f.up(), /*input_saved_elsewhere=*/true, out);  // the gate keeps x
     // The activation keeps its input (the gate's output); the product keeps both its factors.
-    out.push(membound_op(act_name, kind, f.rows, f.width, act, rf * a, rf * a, 1, rf * a));
-    out.push(membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1, 2.0 * rf * a));
+    out.push(tagged(membound_op(act_name, kind, f.rows, f.width, act, rf * a, rf * a, 1, rf * a), f.names->role));
+    out.push(tagged(membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1,
+                                2.0 * rf * a),
+                    f.names->role));
   } else {
     linear_forward(s, f.up(), f.input_saved_elsewhere, out);
     // The activation keeps its input for backward.
-    out.push(membound_op(act_name, kind, f.rows, f.width, act, rf * a, rf * a, 1, rf * a));
+    out.push(tagged(membound_op(act_name, kind, f.rows, f.width, act, rf * a, rf * a, 1, rf * a), f.names->role));
   }
   linear_forward(s, f.down(), /*input_saved_elsewhere=*/false, out);
 }
@@ -472,17 +499,22 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
     // The same kernel recomputes silu(gate) from the kept [gate | up] and writes both halves'
     // gradients (swiglu_back): the product's bytes, no silu kernel; then fc1's backward, whose one
     // data-gradient GEMM sums over both halves.
-    out.push(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a, 2.0 * rf * a));
+    out.push(tagged(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a,
+                                2.0 * rf * a),
+                    f.names->role));
     linear_backward(s, f.fc1(), out);
   } else if (s.ffn == FfnKind::kGlu) {
-    out.push(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a, 2.0 * rf * a));
-    out.push(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a));
+    out.push(tagged(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a,
+                                2.0 * rf * a),
+                    f.names->role));
+    out.push(tagged(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a), f.names->role));
     linear_backward(s, f.up(), out);
     linear_backward(s, f.gate(), out);
     const double rd = d(f.rows) * d(f.d_model);
-    out.push(membound_op(f.names->dx_sum, MemKind::kAdd, f.rows, f.d_model, act, 2.0 * rd * a, rd * a));
+    out.push(tagged(membound_op(f.names->dx_sum, MemKind::kAdd, f.rows, f.d_model, act, 2.0 * rd * a, rd * a),
+                    f.names->role));
   } else {
-    out.push(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a));
+    out.push(tagged(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a), f.names->role));
     linear_backward(s, f.up(), out);
   }
 }
@@ -509,12 +541,12 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   Op router = gemm_op("moe.router.fwd", s.tokens(), e.experts, s.d_model, other_gemm_dtype(s.precision), a, a,
                       false, true);
   router.saved_bytes = td * a;
-  out.push(router);
+  out.push(tagged(router, OpRole::kRouter, OpPass::kForward));
   // Softmax in fp32 and top-k: keeps the probabilities and the chosen indices.
   Op topk = membound_op("moe.router.topk.fwd", MemKind::kRouter, s.tokens(), e.experts, act, te * a,
                         te * 4.0 + tk * (4.0 + 8.0), 1, te * 4.0 + tk * 8.0);
   topk.k = e.top_k;
-  out.push(topk);
+  out.push(tagged(topk, OpRole::kRouter));
   Op permute = membound_op("moe.permute.fwd", MemKind::kPermute, s.tokens(), s.d_model, act, td * a + tk * 8.0, rd * a);
   permute.k = e.top_k;
   out.push(permute);
@@ -528,11 +560,14 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   ffn_forward(s, shared_ffn(s), out);
   if (e.shared_gate) {
     // Qwen2-MoE: sigmoid(x w) scales the shared experts' output; keeps that output and the gate.
-    out.push(gemm_op("moe.shared_gate.fwd", s.tokens(), 1, s.d_model, other_gemm_dtype(s.precision), a, a, false, true));
-    out.push(membound_op("moe.shared_gate.mul.fwd", MemKind::kMul, s.tokens(), s.d_model, act, td * a + t * a, td * a,
-                         1, td * a + t * a));
+    out.push(tagged(gemm_op("moe.shared_gate.fwd", s.tokens(), 1, s.d_model, other_gemm_dtype(s.precision), a, a,
+                            false, true),
+                    OpRole::kSharedExpert, OpPass::kForward));
+    out.push(tagged(membound_op("moe.shared_gate.mul.fwd", MemKind::kMul, s.tokens(), s.d_model, act, td * a + t * a,
+                                td * a, 1, td * a + t * a),
+                    OpRole::kSharedExpert));
   }
-  out.push(residual_add("moe.shared_add.fwd", s));
+  out.push(tagged(residual_add("moe.shared_add.fwd", s), OpRole::kSharedExpert));
 }
 
 void moe_backward(const BlockShape& s, OpSink& out) {
@@ -545,10 +580,13 @@ void moe_backward(const BlockShape& s, OpSink& out) {
   int64_t sums = 1;  // input gradients summed into dx: the router's and the experts'
   if (e.shared_experts > 0) {
     if (e.shared_gate) {
-      out.push(membound_op("moe.shared_gate.mul.bwd", MemKind::kMulBackward, s.tokens(), s.d_model, act,
-                           (2.0 * td + t) * a, td * a + t * a));
-      out.push(gemm_op("moe.shared_gate.dgrad", s.tokens(), s.d_model, 1, dt, a, a));
-      out.push(gemm_op("moe.shared_gate.wgrad", 1, s.d_model, s.tokens(), dt, a, a, true, false));
+      out.push(tagged(membound_op("moe.shared_gate.mul.bwd", MemKind::kMulBackward, s.tokens(), s.d_model, act,
+                                  (2.0 * td + t) * a, td * a + t * a),
+                      OpRole::kSharedExpert));
+      out.push(tagged(gemm_op("moe.shared_gate.dgrad", s.tokens(), s.d_model, 1, dt, a, a), OpRole::kSharedExpert,
+                      OpPass::kDataGrad));
+      out.push(tagged(gemm_op("moe.shared_gate.wgrad", 1, s.d_model, s.tokens(), dt, a, a, true, false),
+                      OpRole::kSharedExpert, OpPass::kWeightGrad));
       ++sums;
     }
     ffn_backward(s, shared_ffn(s), out);
@@ -570,9 +608,11 @@ void moe_backward(const BlockShape& s, OpSink& out) {
   Op topk = membound_op("moe.router.topk.bwd", MemKind::kRouterBackward, s.tokens(), e.experts, act,
                         tk * (4.0 + 8.0) + te * 4.0, te * a);
   topk.k = e.top_k;
-  out.push(topk);
-  out.push(gemm_op("moe.router.dgrad", s.tokens(), s.d_model, e.experts, dt, a, a));
-  out.push(gemm_op("moe.router.wgrad", e.experts, s.d_model, s.tokens(), dt, a, a, true, false));
+  out.push(tagged(topk, OpRole::kRouter));
+  out.push(tagged(gemm_op("moe.router.dgrad", s.tokens(), s.d_model, e.experts, dt, a, a), OpRole::kRouter,
+                  OpPass::kDataGrad));
+  out.push(tagged(gemm_op("moe.router.wgrad", e.experts, s.d_model, s.tokens(), dt, a, a, true, false),
+                  OpRole::kRouter, OpPass::kWeightGrad));
   out.push(membound_op("moe.dx_sum.bwd", MemKind::kAdd, s.tokens(), s.d_model, act, 2.0 * d(sums) * td * a,
                        d(sums) * td * a, sums));
 }

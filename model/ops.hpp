@@ -69,6 +69,25 @@ enum class MemKind : uint8_t {
   kDropoutBackward,   // dx = dy * mask / (1 - p)
 };
 
+// What an op is part of, for the rules that treat some ops apart (the tensor-parallel
+// collectives each hidden behind the GEMM it feeds, the combined 1F1B's expert node): a typed
+// field, so that renaming an op changes no timing.
+enum class OpRole : uint8_t {
+  kOther,
+  kQkv,      // attention's QKV projection (its GEMMs, casts and bias gradient)
+  kAttnOut,  // attention's out projection
+  kFfnGate,  // the dense feed-forward's gate projection
+  kFfnUp,    // ... its up projection
+  kFfnFc1,   // ... gate and up as one linear (BlockShape::fused_swiglu)
+  kFfnDown,  // ... its down projection
+  kRouter,   // a mixture of experts' router: its GEMM and top-k
+  kRoutedExpert,  // every op of the routed experts (their linears, activation, product)
+  kSharedExpert,  // every op of the shared experts, their gate and the sum into the block's output
+};
+
+// Which of a linear layer's GEMMs an op is (kNone for every other op).
+enum class OpPass : uint8_t { kNone, kForward, kDataGrad, kWeightGrad };
+
 // Plain data; every field is set by the builders below (blank_op and those built on it). No
 // default member initialisers, so that OpList's storage is not initialised op by op on every
 // evaluation.
@@ -88,6 +107,8 @@ struct Op {
   double saved_bytes;    // activation bytes kept alive until the backward pass (forward ops)
   bool native_kernel;    // attention: the architecture's native fused kernel (BlockShape::native_attention)
   bool per_step;         // runs once per optimizer step, not per micro-batch (BlockShape::fp8_weight_cache)
+  OpRole role;
+  OpPass pass;
 };
 
 // ---- the op builders: every Op in the program is made by these three ----
@@ -109,6 +130,8 @@ inline Op blank_op(const char* name, OpKind kind, OpCategory category) {
   op.flops = op.bytes_read = op.bytes_written = op.saved_bytes = 0;
   op.native_kernel = false;
   op.per_step = false;
+  op.role = OpRole::kOther;
+  op.pass = OpPass::kNone;
   return op;
 }
 
@@ -202,6 +225,7 @@ class OpList final : public OpSink {
   // The largest block: a mixture-of-experts backward with shared experts, a shared gate and fp8
   // casts is about 60 ops.
   static constexpr int kCapacity = 96;
+  // Throws std::length_error past kCapacity, in every build.
   void push(const Op& op) override;
   const Op* begin() const { return ops_.data(); }
   const Op* end() const { return ops_.data() + size_; }

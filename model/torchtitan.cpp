@@ -216,7 +216,7 @@ void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, 
   const double op_kept = row_td + a * t * d(shape.q_dim() + shape.kv_dim() + shape.q_dim()) +
                          attention_only_saved_bytes(shape) + a * t * d(shape.d_ffn) + (glu ? td : 0.0) +
                          (tp ? 2.0 * row_td : 0.0);
-  const LinearSeconds f = linear_seconds(cost_, block_forward_ops, shape, ".fwd");
+  const LinearSeconds f = linear_seconds(cost_, block_forward_ops, shape, OpPass::kForward);
   const double kv_share = d(shape.kv_dim()) / d(shape.q_dim() + 2 * shape.kv_dim());
   c.recompute = {};
   c.recompute_comm_s = c.recompute_tp_bytes = c.recompute_cp_bytes = 0;

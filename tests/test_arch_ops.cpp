@@ -126,6 +126,67 @@ BOOST_AUTO_TEST_CASE(the_largest_blocks_fit_an_op_list) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(an_op_list_past_its_capacity_throws_in_every_build) {
+  OpList list;
+  const Op op = blank_op("filler", OpKind::kMemoryBound, OpCategory::kOther);
+  for (int i = 0; i < OpList::kCapacity; ++i) list.push(op);
+  BOOST_TEST(list.size() == OpList::kCapacity);
+  BOOST_CHECK_THROW(list.push(op), std::length_error);
+  BOOST_TEST(list.size() == OpList::kCapacity);  // nothing written past the end
+}
+
+// The role of every op of the block shapes that have each role, against what its name says: the
+// rules that treat ops apart read the role, so an op left untagged (or a name and a role that
+// disagree) is a timing wrong with no error anywhere else.
+BOOST_AUTO_TEST_CASE(every_block_op_carries_the_role_its_name_says) {
+  auto expected = [](const std::string& name) {
+    auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
+    if (starts("attn.Wqkv.")) return OpRole::kQkv;
+    if (starts("attn.out_proj.")) return OpRole::kAttnOut;
+    if (starts("ffn.gate_proj.")) return OpRole::kFfnGate;
+    if (starts("ffn.up_proj.")) return OpRole::kFfnUp;
+    if (starts("ffn.fc1.")) return OpRole::kFfnFc1;
+    if (starts("ffn.down_proj.")) return OpRole::kFfnDown;
+    if (starts("moe.router.")) return OpRole::kRouter;
+    if (starts("moe.experts.")) return OpRole::kRoutedExpert;
+    if (starts("moe.shared")) return OpRole::kSharedExpert;
+    return OpRole::kOther;
+  };
+  auto expected_pass = [](const Op& op) {
+    if (op.kind != OpKind::kGemm || op.role == OpRole::kOther) return OpPass::kNone;  // attention's own GEMMs too
+    const std::string name = op.name;
+    if (name.ends_with(".fwd")) return OpPass::kForward;
+    if (name.ends_with(".dgrad")) return OpPass::kDataGrad;
+    if (name.ends_with(".wgrad")) return OpPass::kWeightGrad;
+    return OpPass::kNone;
+  };
+  ModelConfig qwen2_moe = llama(2048, 16, 16, 24, 5632, 151936);
+  qwen2_moe.moe = {.experts = 60, .top_k = 4, .d_expert = 1408, .shared_experts = 1, .d_shared = 5632,
+                   .shared_gate = true, .capacity_factor = 0, .output_bias = true};
+  int roles_seen[16] = {};
+  for (const ModelConfig& m : {llama3_8b(), mixtral_8x7b(), qwen2_moe, tpsim::test::gpt2()})
+    for (Precision p : {Precision::kAmpBf16, Precision::kAmpFp8})
+      for (bool fused : {false, true}) {
+        BlockShape s = block_shape(m, 1, 2048, p);
+        s.fused_swiglu = fused;
+        s.fp8_weight_cache = fused && p == Precision::kAmpFp8;
+        OpList fwd, bwd;
+        block_forward_ops(s, fwd);
+        block_backward_ops(s, bwd);
+        for (const OpList* list : {&fwd, &bwd})
+          for (const Op& op : *list) {
+            BOOST_TEST_CONTEXT(m.name << " " << op.name) {
+              BOOST_TEST((op.role == expected(op.name)));
+              BOOST_TEST((op.pass == expected_pass(op)));
+            }
+            ++roles_seen[static_cast<int>(op.role)];
+          }
+      }
+  for (OpRole r : {OpRole::kQkv, OpRole::kAttnOut, OpRole::kFfnGate, OpRole::kFfnUp, OpRole::kFfnFc1, OpRole::kFfnDown,
+                   OpRole::kRouter, OpRole::kRoutedExpert, OpRole::kSharedExpert})
+    BOOST_TEST(roles_seen[static_cast<int>(r)] > 0);
+}
+
 BOOST_AUTO_TEST_CASE(grouped_query_attention_saves_less_k_and_v_at_the_same_flops) {
   const ModelConfig gqa = llama3_8b();
   ModelConfig mha = gqa;

@@ -995,8 +995,8 @@ BOOST_FIXTURE_TEST_CASE(tp_comm_overlap_hides_each_collective_up_to_its_gemm, Fi
   const BlockShape s = tensor_parallel_shape(block_shape(gpt_1024(), 2, 1024, Precision::kAmpBf16), 4, true,
                                              megatron_padded_vocab(50257, 4));
   const CostModel base(device, profile.params);
-  const LinearSeconds f = linear_seconds(base, block_forward_ops, s, ".fwd");
-  const LinearSeconds b = linear_seconds(base, block_backward_ops, s, ".dgrad");
+  const LinearSeconds f = linear_seconds(base, block_forward_ops, s, OpPass::kForward);
+  const LinearSeconds b = linear_seconds(base, block_backward_ops, s, OpPass::kDataGrad);
   const double td = static_cast<double>(s.tokens()) * 1024.0 * 2.0;
   for (double link_slowdown : {1.0, 1e3}) {  // the link as it is, and so slow that every GEMM is shorter
     DeviceSpec slow = device;
@@ -1029,8 +1029,8 @@ BOOST_FIXTURE_TEST_CASE(tp_comm_overlap_trades_exposed_collectives_for_slower_ge
   const Prediction a = e.predict(off), b = e.predict(on);
   const BlockShape s = megatron_rank_shape(m, on, megatron_padded_vocab(m.vocab_size, 4));
   const CostModel cost(device, profile.params);
-  const UserbuffersSmCost sm = userbuffers_sm_seconds(linear_seconds(cost, block_forward_ops, s, ".fwd"),
-                                                      linear_seconds(cost, block_backward_ops, s, ".dgrad"),
+  const UserbuffersSmCost sm = userbuffers_sm_seconds(linear_seconds(cost, block_forward_ops, s, OpPass::kForward),
+                                                      linear_seconds(cost, block_backward_ops, s, OpPass::kDataGrad),
                                                       device.compute_units);
   BOOST_TEST(sm.fwd_s > 0);
   BOOST_TEST(b.time.gemm_s - a.time.gemm_s == 24.0 * 4.0 * (sm.fwd_s + sm.bwd_s), tt::tolerance(1e-6));
