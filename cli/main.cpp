@@ -21,7 +21,7 @@ void one_value_per_flag(CLI::App* app) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tpsim: LLM training throughput simulator (llm-foundry MPT, FSDP)"};
+  CLI::App app{"tpsim: LLM training throughput simulator (llm-foundry/Composer, Megatron-Core, torchtitan)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tpsim 0.1.0");
   tpsim::register_predict(app);

@@ -140,14 +140,14 @@ std::optional<RelativeInterval> interval_for(const ModelConfig& model, const Dev
 std::string no_interval_note(const ModelConfig& model, Framework framework) {
   if (framework != Framework::kComposer)
     return "tpsim: note: no Throughput Low/High under " + std::string(to_string(framework)) +
-           ": the profiles' held-out errors are of Composer FSDP runs; README \"Megatron runs\" gives the held-out " +
+           ": the profiles' held-out errors are of Composer FSDP runs; docs/accuracy.md gives the held-out " +
            "error on measured Megatron runs\n";
   if (model.is_mpt_default()) return "";
   if (model.unfused_attention)
     return "tpsim: note: " + model.name + ": no Throughput Low/High: its attention runs unfused (the scores " +
            "materialised), and the profiles' held-out errors are of flash-attention runs\n";
   return "tpsim: note: " + model.name + ": no Throughput Low/High: the profiles' held-out errors are of MPT models; " +
-         "README \"Accuracy\" says how far published runs of other architectures are from tpsim\n";
+         "docs/accuracy.md says how far published runs of other architectures are from tpsim\n";
 }
 
 std::string unaligned_gemm_note(const ModelConfig& model, Framework framework) {

@@ -53,7 +53,7 @@ std::vector<Cell> prediction_row(const std::string& model, const std::string& de
 // The profile's interval for `model` trained under `cfg`: its held-out errors, widened by how far
 // the configuration lies beyond the rows the profile was fitted to (model/interval.hpp). Those errors
 // were measured on MPT models (the measured tables), so a model of another architecture gets none
-// (empty Low and High) rather than a borrowed one; README "Accuracy" quotes how far published runs
+// (empty Low and High) rather than a borrowed one; docs/accuracy.md quotes how far published runs
 // of those architectures are from tpsim. Nor does a run of another framework than Composer's, whose
 // errors the profiles have not measured.
 std::optional<RelativeInterval> interval_for(const ModelConfig& model, const DeviceProfile& profile,

@@ -566,7 +566,7 @@ ModelConfig vtrain_gpt_model(int64_t hidden, int64_t heads, int64_t layers) {
   m.tie_embeddings = true;
   // Megatron-DeepSpeed's core attention unless --use-flash-attn is given (it is opt-in there). The
   // residuals say so too: with flash attention costed, the 1,024-wide models (where attention is
-  // the larger share) come out 7% fast and the 2,048-wide 1% slow (README, "Megatron runs").
+  // the larger share) come out 7% fast and the 2,048-wide 1% slow (docs/accuracy.md, "Megatron: vTrain's 1,440 single-node runs").
   use_megatron_core_attention(m);
   return m;
 }

@@ -14,7 +14,7 @@
 //
 // Every architecture: llm-foundry's ComposerMPTCausalLM.flops_per_batch
 // (llmfoundry/models/mpt/modeling_mpt.py) is the same formula with n_params = n_active_params,
-// mpt_get_active_params (../shared/llm-foundry/llmfoundry/models/utils/mpt_param_count.py): the
+// mpt_get_active_params (llm-foundry's llmfoundry/models/utils/mpt_param_count.py): the
 // routed experts' weights counted top_k / experts, and the token embedding left out when untied (a
 // lookup table, not a matmul). tpsim passes active_parameter_count() (model/architecture.hpp),
 // which equals parameter_count() for a dense model with tied embeddings, so MPT rows do not move.

@@ -42,7 +42,7 @@ inline std::vector<MeasuredRow> all_seed_rows() {
   return rows;
 }
 
-// A Llama-family model (../shared/hf-configs: Llama 3, Mistral, Qwen2, Mixtral), field by field as
+// A Llama-family model (tests/data/hf-configs: Llama 3, Mistral, Qwen2, Mixtral), field by field as
 // its config.json gives it: GQA, RoPE, RMSNorm, no biases, SwiGLU of width ffn, untied embeddings.
 inline ModelConfig llama(int64_t d, int64_t heads, int64_t kv, int64_t layers, int64_t ffn, int64_t vocab) {
   ModelConfig m;

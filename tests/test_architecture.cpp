@@ -40,7 +40,7 @@ BOOST_AUTO_TEST_CASE(architecture_checks_name_the_problem) {
 }
 
 BOOST_AUTO_TEST_CASE(alibi_and_rope_drop_the_learned_positions_as_llm_foundry_counts) {
-  // mosaicml/mpt-7b's config.json (../shared/hf-configs/mpt-7b) as a --models entry: ALiBi turns the
+  // mosaicml/mpt-7b's config.json (tests/data/hf-configs/mpt-7b) as a --models entry: ALiBi turns the
   // learned positions off though learned_pos_emb says true; no_bias; vocabulary 50432. Its published
   // count (mpt_get_total_params, the sum of parameter sizes) is 6,649,286,656.
   ModelCatalog catalog;
@@ -62,7 +62,7 @@ BOOST_AUTO_TEST_CASE(alibi_and_rope_drop_the_learned_positions_as_llm_foundry_co
 using tpsim::test::llama;
 
 BOOST_AUTO_TEST_CASE(parameter_counts_match_the_published_hugging_face_counts) {
-  // ../shared/hf-configs/published_parameter_counts.json; the counts do not depend on the run's
+  // tests/data/hf-configs/published_parameter_counts.json; the counts do not depend on the run's
   // sequence length (no learned positions, or GPT-2's fixed table of 1024).
   for (int64_t seq : {2048, 8192}) {
     BOOST_TEST(parameter_count(llama(4096, 32, 8, 32, 14336, 128256), seq) == 8030261248LL);    // Llama-3-8B

@@ -116,7 +116,7 @@ BOOST_AUTO_TEST_CASE(validate_csv_appends_the_predictions_to_the_input_columns) 
   BOOST_TEST(count_lines(r.out) == 8);
 }
 
-// A repeatable flag takes one value: the table after --profile is a table, as the README's vTrain
+// A repeatable flag takes one value: the table after --profile is a table, as docs/accuracy.md's vTrain
 // command writes it, and two profiles need the flag twice.
 BOOST_AUTO_TEST_CASE(a_repeatable_flag_takes_one_value_and_leaves_the_positional_table) {
   const std::string table = std::string(TPSIM_DATA) + "/measured/h100_80gb_fp8.md";

@@ -780,7 +780,7 @@ BOOST_AUTO_TEST_CASE(usage_errors_and_input_errors_both_exit_non_zero) {
     BOOST_TEST_CONTEXT("usage: tpsim " << args) {
       const Run r = run(args);
       BOOST_TEST(r.status != 0);
-      BOOST_TEST(r.status == 2);  // README: exit status 2
+      BOOST_TEST(r.status == 2);  // docs/commands.md: exit status 2
       BOOST_TEST(r.out.empty());
       BOOST_TEST(lines(r.err) == 1, r.err);
       BOOST_TEST(r.err.rfind("tpsim: error: ", 0) == 0u, r.err);

@@ -17,21 +17,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// ../shared beside the repository, where the workplace keeps the public configs and llm-foundry.
-fs::path shared_dir() { return fs::path(TPSIM_DATA).parent_path().parent_path() / "shared"; }
+// The publishers' configs (tests/data/hf-configs) and llm-foundry's YAMLs (tests/data/llm-foundry),
+// with their sources and licences beside them.
+fs::path test_data() { return fs::path(TPSIM_TEST_DATA); }
 fs::path shipped(const std::string& name) { return fs::path(TPSIM_DATA) / "models" / "hf" / (name + ".json"); }
 
 int64_t count_of(const fs::path& p, int64_t seq = 2048) { return parameter_count(read_hf_config_file(p).model, seq); }
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(the_seven_shared_configs_count_exactly) {
-  // ../shared/hf-configs/published_parameter_counts.json, each held exactly; skipped, visibly, without it.
-  const fs::path dir = shared_dir() / "hf-configs";
-  if (!fs::is_directory(dir)) {
-    BOOST_TEST_MESSAGE("skipped: no " << dir.string());
-    return;
-  }
+BOOST_AUTO_TEST_CASE(the_seven_published_configs_count_exactly) {
+  // tests/data/hf-configs/published_parameter_counts.json, each held exactly.
+  const fs::path dir = test_data() / "hf-configs";
+  BOOST_TEST_REQUIRE(fs::is_directory(dir));
   const std::vector<std::pair<std::string, int64_t>> published = {
       {"llama-3-8b", 8030261248LL},    {"llama-3.1-70b", 70553706496LL}, {"mistral-7b", 7241732096LL},
       {"mixtral-8x7b", 46702792704LL}, {"qwen2.5-7b", 7615616512LL},     {"gpt2", 124439808LL},
@@ -214,11 +212,8 @@ BOOST_AUTO_TEST_CASE(hf_causal_lm_prefers_a_local_folder_then_the_cache) {
 }
 
 BOOST_AUTO_TEST_CASE(llm_foundrys_own_hf_causal_lm_yamls_predict_or_name_what_they_cannot) {
-  const fs::path dir = shared_dir() / "llm-foundry" / "yamls";
-  if (!fs::is_directory(dir)) {
-    BOOST_TEST_MESSAGE("skipped: no " << dir.string());
-    return;
-  }
+  const fs::path dir = test_data() / "llm-foundry";
+  BOOST_TEST_REQUIRE(fs::is_directory(dir));
   BOOST_TEST(parameter_count(read_train_yaml(dir / "pretrain" / "hf-llama-3.1-8B.yaml").model, 8192) == 8030261248LL);
   // config_overrides: n_positions: ${variables.max_seq_len} (2048): GPT-2 with a learned table of 2048 rows.
   BOOST_TEST(parameter_count(read_train_yaml(dir / "pretrain" / "gpt2-small.yaml").model, 2048) == 124439808LL + 1024 * 768);

@@ -308,18 +308,14 @@ std::array<double, 4> least_squares(const std::vector<std::array<double, 4>>& x,
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(vtrains_single_node_times_are_composed_from_a_few_numbers_per_kernel_shape) {
-  // What README "Megatron runs" says of ../shared/validation/vtrain-single-node.csv, held to the
-  // file itself (skipped, visibly, without it): at data parallelism 1, every iteration time of a
+  // What docs/accuracy.md says of vTrain's single-node table (tests/data/vtrain), held to the
+  // file itself: at data parallelism 1, every iteration time of a
   // (hidden, tensor parallel, micro-batch, pipeline) group is a*m*L/p + b*m + c*L/p + d for its m
   // micro-batches and L layers over p stages, to a part in 10^5 (independently timed runs scatter
   // by far more); a, the time of one layer and micro-batch, is the same at every pipeline and data
   // parallel degree; and three of those per-layer times fall as the work in the same kernels grows.
-  const std::filesystem::path shared = std::filesystem::path(TPSIM_DATA).parent_path().parent_path() / "shared";
-  const std::filesystem::path file = shared / "validation" / "vtrain-single-node.csv";
-  if (!std::filesystem::exists(file)) {
-    BOOST_TEST_MESSAGE("skipped: no " << file.string());
-    return;
-  }
+  const std::filesystem::path file = std::filesystem::path(TPSIM_TEST_DATA) / "vtrain" / "vtrain-single-node.csv";
+  BOOST_TEST_REQUIRE(std::filesystem::exists(file));
   const MeasuredTable t = read_measured_table(file, on_device("a100_80gb"));
   BOOST_TEST_REQUIRE(t.rows.size() == 1440u);
   using Group = std::array<int64_t, 5>;  // hidden, tp, micro-batch, pp, dp
@@ -465,8 +461,9 @@ std::vector<LiteratureRow> each_row_alone(const std::string& table) {
 }
 }  // namespace
 
-// Not an accuracy check (README, "Published figures, held out", reports the errors): every shipped
-// row parses, and is either predicted or refused with one line naming what tpsim does not model.
+// Not an accuracy check (docs/accuracy.md, "Published Megatron and torchtitan figures", reports
+// the errors): every shipped row parses, and is either predicted or refused with one line naming
+// what tpsim does not model.
 BOOST_AUTO_TEST_CASE(every_published_row_is_predicted_or_refused_in_one_line) {
   std::map<std::string, size_t> predicted;
   for (const std::string name : {"megatron", "megatron_cp_ep", "torchtitan"}) {
@@ -490,7 +487,7 @@ BOOST_AUTO_TEST_CASE(every_published_row_is_predicted_or_refused_in_one_line) {
       }
     }
   }
-  // The Megatron table is the one the README's errors are of: every row of it is predicted.
+  // The Megatron table is the one docs/accuracy.md's errors are of: every row of it is predicted.
   BOOST_TEST(predicted["megatron"] == read_measured_table(kLiterature + "megatron.csv").rows.size());
 }
 

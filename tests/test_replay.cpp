@@ -212,9 +212,8 @@ BOOST_AUTO_TEST_CASE(replay_lands_near_the_prediction_of_a_short_calibration,
   // machine: the tiny model's step ops and a spread of the grid), then two steps it never timed
   // whole: tiny at a sequence length of 128, and r256 (data/models/replay_cpu.yaml: 2 blocks,
   // vocabulary 4096) at 384. Asserted within 20%: the full calibration lands within 10% on a quiet
-  // machine (README), this one fits a fifth of the shapes, and on a shared 2-core host the speed
-  // of the core drifts by up to ~15% between a calibration and a replay minutes apart. Before
-  // the ops were timed in sequence, the tiny step ran 28-34% slower than predicted (README).
+  // machine (docs/accuracy.md, "Kernel calibration and replay"), this one fits a fifth of the shapes, and on a shared 2-core host the speed
+  // of the core drifts by up to ~15% between a calibration and a replay minutes apart.
   constexpr double kTolerancePercent = 20;
   const fs::path profile = scratch_dir() / "cpu15.json";
   const Run c = run("calibrate kernels --backend cpu --budget 15 --out " + profile.string());

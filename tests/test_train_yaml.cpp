@@ -147,13 +147,9 @@ BOOST_AUTO_TEST_CASE(no_fsdp_config_is_plain_ddp) {
 }
 
 BOOST_AUTO_TEST_CASE(llm_foundrys_own_mpt_yamls_read) {
-  // ../shared/llm-foundry beside the repository, where the workplace keeps it; skipped, visibly, without it.
-  const std::filesystem::path dir =
-      std::filesystem::path(TPSIM_DATA).parent_path().parent_path() / "shared" / "llm-foundry" / "yamls" / "pretrain";
-  if (!std::filesystem::is_directory(dir)) {
-    BOOST_TEST_MESSAGE("skipped: no " << dir.string());
-    return;
-  }
+  // llm-foundry's own YAMLs, copied with their licence (tests/data/llm-foundry).
+  const std::filesystem::path dir = std::filesystem::path(TPSIM_TEST_DATA) / "llm-foundry" / "pretrain";
+  BOOST_TEST_REQUIRE(std::filesystem::is_directory(dir));
   int read = 0;
   for (const char* name : {"mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b",
                            "mpt-small-cpu", "testing"}) {

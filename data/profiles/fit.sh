@@ -12,7 +12,7 @@ m=data/measured
 # The interval's widening beyond the fitted rows is measured on the other devices' tables (how the
 # fit extrapolates in model size, GPUs, sequence and micro-batch, held out per device): the fitted
 # table alone has too few rows far from the others, and the coverage validate --cv extremes then
-# reports on the fitted table is held out (README "Interval coverage").
+# reports on the fitted table is held out (docs/accuracy.md "Interval coverage").
 a40=$m/a100_40gb_bf16.md a80=$m/a100_80gb_bf16.md h=$m/h100_80gb_bf16.md h8=$m/h100_80gb_fp8.md
 "$tpsim" calibrate table --table $a40 --device a100_40gb --widening-table $a80 --widening-table $h \
   --widening-table $h8 --out data/profiles/a100_40gb.json
