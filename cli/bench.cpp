@@ -219,6 +219,7 @@ void run_bench(const BenchOptions& o) {
              Cell::num(torchtitan_sweep, 3), Cell::str("s"), Cell::str("-"), Cell::str("-")});
   emit(ctx.render({t}), ctx.output());
   if (sink < 0) std::cerr << sink;  // keeps the loop from being optimised away
+  ctx.print_notes();
 }
 
 }  // namespace

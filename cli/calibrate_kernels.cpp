@@ -68,6 +68,7 @@ void run_calibrate_kernels(const CalibrateKernelsFlags& f, const std::string& co
   c.profile.extra["kernel_calibration"] = kernel_calibration_json(c, command_line);
   save_profile(f.out, c.profile);
   print_kernel_calibration(std::cerr, c, f.out, host_seconds() - o.started_s);
+  ctx.print_notes();
 }
 
 }  // namespace

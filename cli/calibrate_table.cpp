@@ -165,6 +165,7 @@ void run_calibrate_table(const CalibrateTableFlags& f, const std::string& comman
   set_profile_network(c.profile, ctx.device(f.device));
   save_profile(f.out, c.profile);
   print_report(c, f, rows, s);
+  ctx.print_notes();
 }
 
 }  // namespace

@@ -53,6 +53,7 @@ void run_calibrate_transfer(const CalibrateTransferFlags& f, const std::string& 
             << p.extra["transfer"]["tier_meaning"].get<std::string>() << ", datasheet distance "
             << in.choice.distance << "), interval [" << 100 * iv->p10 << "%, " << 100 * iv->p90 << "%]\n  wrote "
             << f.out << "\n";
+  ctx.print_notes();
 }
 
 }  // namespace

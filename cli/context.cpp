@@ -84,9 +84,9 @@ const DeviceSpec& Context::device(const std::string& id) {
   return it->second;
 }
 
-Context::~Context() {
-  if (std::uncaught_exceptions() > 0) return;
-  for (const std::string& note : network_notes_) std::cerr << "tpsim: note: " << note << "\n";
+void Context::print_notes() {
+  for (const std::string& note : notes_) std::cerr << "tpsim: note: " << note << "\n";
+  notes_.clear();
 }
 
 void Context::set_network(const ClusterNetwork& network) {
@@ -99,7 +99,7 @@ const DeviceProfile& Context::profile(const std::string& device_id) {
   if (it == profiles_.end()) it = profiles_.emplace(device_id, load_shipped_profile(device_id)).first;
   if (profile_network(it->second) && network_noted_.insert(device_id).second) {
     const std::string note = network_mismatch_note(it->second, device(device_id));
-    if (!note.empty()) network_notes_.push_back(note);
+    if (!note.empty()) notes_.push_back(note);
   }
   return it->second;
 }

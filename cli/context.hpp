@@ -68,9 +68,12 @@ class Context {
   void print_warnings() const;  // to stderr, once
   // The cluster network every device of the run is on (--gpus-per-node, --inter-node-gbps): applied
   // to the devices loaded and to those loaded later. A profile fitted on another network is noted
-  // once, on stderr, when the command ends without an error (an error is its one line alone).
+  // once (print_notes).
   void set_network(const ClusterNetwork& network);
-  ~Context();
+  // The notes collected while the command ran (a profile fitted on another network), to stderr:
+  // each command calls it as its last step, so that a run that ends in an error prints its one
+  // line alone.
+  void print_notes();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
@@ -87,7 +90,7 @@ class Context {
   std::optional<std::string> output_;
   ClusterNetwork network_;
   std::set<std::string> network_noted_;
-  std::vector<std::string> network_notes_;  // printed by the destructor unless an error unwinds
+  std::vector<std::string> notes_;  // print_notes()
 };
 
 }  // namespace tpsim

@@ -481,6 +481,7 @@ void run_plan(const PlanOptions& o) {
               << " fits on the devices and GPU counts given"
               << (plan.dropped.empty() ? "" : " with the --min-headroom margin") << (o.explain ? "" : " (--explain says why)")
               << "\n";
+  ctx.print_notes();
 }
 
 // plan's texts of the shared run flags: what plan does with each (it searches; the flags restrict).

@@ -176,6 +176,7 @@ void run_predict(const PredictOptions& o) {
   emit(ctx.render({t}), ctx.output());
   if (!p.fits()) std::cerr << does_not_fit_line(p, device.id);
   if (checkpointed_near_full(p)) std::cerr << "tpsim: note: " << near_full_note(p) << "\n";
+  ctx.print_notes();
 }
 
 }  // namespace

@@ -88,6 +88,7 @@ void run_replay(const ReplayFlags& f) {
               << fixed(profile.params.compute_clock_ratio, 3) << " is a long training run's, not one step's\n";
   const Replay r = replay_step(o, ops, *backend, device, profile.params);
   emit(render_replay(r, o, precision_text, info.backend, device_id, ctx.output_options()), ctx.output());
+  ctx.print_notes();
 }
 
 }  // namespace

@@ -321,6 +321,7 @@ void run_scale(const ScaleFlags& f) {
     if (f.cv || !f.plot.empty()) throw Error("--cv and --plot need --table FILE");
     run_predict(f, ctx);
   }
+  ctx.print_notes();
 }
 
 }  // namespace

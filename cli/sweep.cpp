@@ -231,6 +231,7 @@ void run_sweep(const SweepOptions& o) {
   if (!sweep.near_full().empty()) std::cerr << "tpsim: note: " << near_full_rows_note(sweep.near_full()) << "\n";
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cerr << "evaluated " << sweep.evaluated() << " configurations in " << seconds << " s\n";
+  ctx.print_notes();
 }
 
 }  // namespace

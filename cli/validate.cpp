@@ -303,6 +303,7 @@ void run_validate(const ValidateOptions& o) {
   if (ctx.format() == Format::kCsv) {
     emit(ctx.render({input_columns_table(rows, results, intervals, "validate")}, Format::kCsv), ctx.output());
     std::cerr << render(summaries, Format::kMarkdown);
+    ctx.print_notes();
     return;
   }
   // llm-foundry's tables in tpsim's columns, as always; the other forms in their own columns.
@@ -310,6 +311,7 @@ void run_validate(const ValidateOptions& o) {
                                                         : input_columns_table(rows, results, intervals, "rows")};
   tables.insert(tables.end(), summaries.begin(), summaries.end());
   emit(ctx.render(tables), ctx.output());
+  ctx.print_notes();
 }
 
 }  // namespace
