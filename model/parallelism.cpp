@@ -124,8 +124,8 @@ CommGroup strided_group(int64_t ranks, int64_t stride, int64_t gpus_per_node, in
   return g;
 }
 
-MegatronLayout megatron_layout(const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node) {
-  MegatronLayout l;
+ModelParallelLayout model_parallel_layout(const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node) {
+  ModelParallelLayout l;
   l.tp = par.tensor;
   l.cp = par.context;
   l.pp = par.pipeline;

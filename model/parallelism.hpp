@@ -81,7 +81,7 @@ CommGroup strided_group(int64_t ranks, int64_t stride, int64_t gpus_per_node, in
 // parallel is the tensor-parallel degree, megatron/training/arguments.py), then the ep ranks, then
 // the expert-data-parallel ranks, tp*cp*dp/(etp*ep) of them: expert groups are carved out of each
 // stage's tensor x context x data ranks (with etp = tp, out of its data x context ranks).
-struct MegatronLayout {
+struct ModelParallelLayout {
   int64_t tp = 1, cp = 1, pp = 1, vp = 1, dp = 1, ep = 1, etp = 1;
   CommGroup tp_group;        // the activations' all-reduces (or all-gathers and reduce-scatters)
   CommGroup cp_group;        // ring attention's K/V exchange: cp ranks tp apart
@@ -99,6 +99,6 @@ struct MegatronLayout {
   int64_t grad_ranks() const { return dp * cp; }             // the dense parameters' gradient group
   int64_t expert_grad_ranks() const { return tp * cp * dp / (etp * ep); }  // the routed experts' (expert data parallel)
 };
-MegatronLayout megatron_layout(const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node);
+ModelParallelLayout model_parallel_layout(const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node);
 
 }  // namespace tpsim

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string_view>
 
-#include "model/megatron.hpp"
+#include "model/model_parallel.hpp"
 #include "model/metrics.hpp"
 #include "model/ops.hpp"
 #include "model/parallelism.hpp"
@@ -118,7 +118,7 @@ ContextParallelAttention torchtitan_context_parallel(const CostModel& cost, cons
 // Everything of a configuration but its global batch, costed once.
 struct TorchtitanEvaluator::Costs : MicroBatchOpCosts {
   TrainConfig key;  // global_batch unused
-  MegatronLayout layout;
+  ModelParallelLayout layout;
   TorchtitanMesh mesh;
   ContextParallelAttention cp;
   double cp_block_bytes = 0;  // forward and backward: the K/V gathers' buffers and the dK/dV hops
@@ -159,12 +159,12 @@ const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& 
   c.key = cfg;
   c.key.global_batch = 0;
   const Parallelism& par = cfg.parallel;
-  c.layout = megatron_layout(par, cfg.n_gpus, device_.gpus_per_node);
-  const MegatronLayout& l = c.layout;
+  c.layout = model_parallel_layout(par, cfg.n_gpus, device_.gpus_per_node);
+  const ModelParallelLayout& l = c.layout;
   resolve_torchtitan_mesh(cfg, device_.gpus_per_node, &c.mesh);
   // The rank's s/cp tokens of each sequence, its tensor-parallel slice; torchtitan does not pad the
   // vocabulary: DTensor splits it in ceil(V / tp) rows.
-  const BlockShape shape = megatron_rank_shape(model_, cfg, model_.vocab_size);
+  const BlockShape shape = rank_shape(model_, cfg, model_.vocab_size);
   static_cast<MicroBatchOpCosts&>(c) = cost_micro_batch_ops(cost_, shape);
   // Context parallelism: the block's one attention (step 0) becomes the ring's cp steps.
   c.cp = torchtitan_context_parallel(cost_, shape, l.cp, l.cp_group);
@@ -198,7 +198,7 @@ const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& 
 void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, const BlockShape& shape,
                                               double ag) {
   const Parallelism& par = cfg.parallel;
-  const MegatronLayout& l = c.layout;
+  const ModelParallelLayout& l = c.layout;
   const double a = activation_bytes(cfg.precision);
   const double td = d(shape.tokens()) * d(model_.d_model) * a;
   const bool tp = l.tp > 1;
@@ -260,7 +260,7 @@ void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, 
 // FSDP2's parameters, collectives and casts per block and root, and each stage's parameters and
 // optimizer.
 void TorchtitanEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg) {
-  const MegatronLayout& l = c.layout;
+  const ModelParallelLayout& l = c.layout;
   const TorchtitanMesh& mesh = c.mesh;
   // FSDP2: each block's and the root's tensor-parallel slice, sharded over dp_shard x cp ranks.
   const double shard = d(mesh.shard_ranks());
@@ -367,7 +367,7 @@ Prediction TorchtitanEvaluator::predict_fsdp(const Costs& c, const TrainConfig& 
 // gradients once, block by block through its last backward (what that backward does not cover, and
 // at least the last block's, exposed).
 Prediction TorchtitanEvaluator::predict_pipeline(const Costs& c, const TrainConfig& cfg) {
-  const MegatronLayout& l = c.layout;
+  const ModelParallelLayout& l = c.layout;
   const int64_t chunks = l.pp * l.vp, m = cfg.per_device_batch() / cfg.micro_batch;
   const double layers_per_chunk = d(model_.n_layers) / d(chunks), layers_per_stage = d(model_.n_layers) / d(l.pp);
   const double block_f = c.block_fwd.total() + c.tp_block_fwd_s + params_.block_overhead_s;
@@ -459,7 +459,7 @@ Prediction TorchtitanEvaluator::predict(const TrainConfig& cfg) {
 // compute and reduce dtypes, as Composer's estimate has them).
 MemoryBreakdown TorchtitanEvaluator::memory(const TrainConfig& cfg) {
   const Costs& c = costs(cfg);
-  const MegatronLayout& l = c.layout;
+  const ModelParallelLayout& l = c.layout;
   const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
   const double layers_per_chunk = d(model_.n_layers) / d(l.pp * l.vp), layers_per_stage = d(model_.n_layers) / d(l.pp);
   const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
@@ -488,7 +488,7 @@ MemoryBreakdown TorchtitanEvaluator::memory(const TrainConfig& cfg) {
 
 TorchtitanTraffic TorchtitanEvaluator::traffic(const TrainConfig& cfg) {
   const Costs& c = costs(cfg);
-  const MegatronLayout& l = c.layout;
+  const ModelParallelLayout& l = c.layout;
   const double m = d(cfg.per_device_batch() / cfg.micro_batch);
   const double L = d(model_.n_layers) / d(l.pp);
   const double root = c.stage_root_params[0];

@@ -5,7 +5,7 @@
 // One-stop PyTorch native solution for production ready LLM pre-training", arXiv 2410.06511).
 //
 // Ranks: torchtitan's device mesh is ["pp", "dp_replicate", "dp_shard", "cp", "tp"], tensor parallel
-// innermost, pipeline outermost: Megatron-LM's tp-cp-dp-pp order, so megatron_layout places the
+// innermost, pipeline outermost: Megatron-LM's tp-cp-dp-pp order, so model_parallel_layout places the
 // groups (parallelism.hpp).
 //
 // Each rank computes the tensor-parallel slice of its blocks (ops.hpp tensor_parallel_shape, the
@@ -37,7 +37,7 @@
 // torch.distributed.tensor.experimental.context_parallel): every sequence is cut into 2cp chunks
 // and rank i of the cp group holds chunks i and 2cp-1-i (the causal load balancing PyTorch enables
 // by default, Megatron's as well), so every op but the attention runs on s/cp tokens
-// (megatron_rank_shape) and the attention is a ring of cp causal-sized steps (ring_attention's
+// (rank_shape) and the attention is a ring of cp causal-sized steps (ring_attention's
 // compute). What differs from Megatron's ring is the K/V exchange: torchtitan's default
 // context_parallel_rotate_method "allgather" gathers every rank's K/V once, before the first step
 // (torch/distributed/tensor/experimental/_attention.py, _AllGatherRotater), instead of passing it

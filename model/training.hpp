@@ -137,7 +137,7 @@ struct Parallelism {
   // torchtitan: activation_checkpoint.selective_ac_option under Checkpointing::kSelective: 0 is 'op'
   // (per-op selective checkpointing), N >= 1 checkpoints every N-th block in full.
   int64_t selective_ac_layers = 0;
-  // megatron: Megatron-Core's uneven pipeline splits (model/megatron.hpp megatron_chunk_layers).
+  // megatron: Megatron-Core's uneven pipeline splits (model/megatron.hpp split_layers).
   // first_stage_layers and last_stage_layers (--decoder-first-pipeline-num-layers and
   // --decoder-last-pipeline-num-layers; 0: not given) fix the first and last stage's layers and split
   // the rest evenly over the stages between; account_for_embedding and account_for_loss

@@ -106,7 +106,7 @@ BOOST_AUTO_TEST_CASE(rank_groups_follow_megatrons_order) {
   par.framework = Framework::kMegatron;
   par.tensor = 4;
   par.pipeline = 4;
-  const MegatronLayout l = megatron_layout(par, 64, 8);
+  const ModelParallelLayout l = model_parallel_layout(par, 64, 8);
   BOOST_TEST(l.dp == 4);
   BOOST_TEST(l.tp_group.ranks == 4);
   BOOST_TEST(l.tp_group.nodes == 1);
@@ -115,21 +115,21 @@ BOOST_AUTO_TEST_CASE(rank_groups_follow_megatrons_order) {
   BOOST_TEST(l.dp_group.groups_per_node == 4);
   BOOST_TEST(l.stage_link_crosses_nodes);
   // One node: everything inside it.
-  const MegatronLayout one = megatron_layout(par, 16, 8);
+  const ModelParallelLayout one = model_parallel_layout(par, 16, 8);
   BOOST_TEST(one.dp == 1);
   BOOST_TEST(one.stage_link_crosses_nodes);  // stages 4 ranks apart: pp 4 spans two nodes
   par.pipeline = 2;
-  BOOST_TEST(!megatron_layout(par, 8, 8).stage_link_crosses_nodes);
+  BOOST_TEST(!model_parallel_layout(par, 8, 8).stage_link_crosses_nodes);
   // pp 4, dp 2 on one node of 8: the tied embedding's group pairs ranks 0 and 6 (and 1 and 7), six
   // apart but inside the node (vTrain's single-node rows were costed across nodes before).
   Parallelism deep;
   deep.framework = Framework::kMegatron;
   deep.pipeline = 4;
-  const MegatronLayout d8 = megatron_layout(deep, 8, 8);
+  const ModelParallelLayout d8 = model_parallel_layout(deep, 8, 8);
   BOOST_TEST(d8.embedding_group.ranks == 2);
   BOOST_TEST(d8.embedding_group.nodes == 1);
   // On 16 GPUs (dp 4) the pairs are 12 apart: ranks 0-3 with 12-15, across two nodes.
-  const MegatronLayout d16 = megatron_layout(deep, 16, 8);
+  const ModelParallelLayout d16 = model_parallel_layout(deep, 16, 8);
   BOOST_TEST(d16.embedding_group.nodes == 2);
   BOOST_TEST(d16.embedding_group.groups_per_node == 4);
   // tp 2, cp 2, ep 4 on 64 GPUs (dp 16): the context ranks 2 apart; the gradient group all dp x cp =
@@ -141,7 +141,7 @@ BOOST_AUTO_TEST_CASE(rank_groups_follow_megatrons_order) {
   moe.tensor = 2;
   moe.context = 2;
   moe.expert = 4;
-  const MegatronLayout m = megatron_layout(moe, 64, 8);
+  const ModelParallelLayout m = model_parallel_layout(moe, 64, 8);
   BOOST_TEST(m.dp == 16);
   BOOST_TEST((m.cp_group.ranks == 2 && m.cp_group.nodes == 1));
   BOOST_TEST((m.dp_group.ranks == 32 && m.dp_group.nodes == 8 && m.dp_group.groups_per_node == 2));
@@ -159,7 +159,7 @@ BOOST_AUTO_TEST_CASE(legacy_scatter_gather_sends_a_tp_th_of_the_activations_and_
   par.framework = Framework::kMegatron;
   par.tensor = 8;
   par.pipeline = 2;
-  const MegatronLayout l = megatron_layout(par, 16, 8);
+  const ModelParallelLayout l = model_parallel_layout(par, 16, 8);
   BOOST_TEST_REQUIRE(l.stage_link_crosses_nodes);
   BOOST_TEST_REQUIRE(l.stage_link_sharers == 8);
   const double td = 2.0 * 2048 * 8192 * 2;
@@ -182,7 +182,7 @@ BOOST_AUTO_TEST_CASE(legacy_scatter_gather_sends_a_tp_th_of_the_activations_and_
   // One stage: no hop.
   par.pipeline = 1;
   par.pipeline_scatter_gather = true;
-  BOOST_TEST(pipeline_send_seconds(cost, megatron_layout(par, 16, 8), par, td) == 0.0);
+  BOOST_TEST(pipeline_send_seconds(cost, model_parallel_layout(par, 16, 8), par, td) == 0.0);
   // A whole step: legacy Megatron's GPT of Narayanan et al.'s 39.1B shape on 16 GPUs is faster with
   // the option, and the option is refused outside megatron.
   ModelConfig m = gpt_1024();
@@ -365,8 +365,8 @@ BOOST_AUTO_TEST_CASE(context_parallelism_halves_a_ranks_flops) {
   TrainConfig c = megatron(4, 2, 1, 8, 2);
   c.seq_len = 4096;
   const int64_t vocab = megatron_padded_vocab(m.vocab_size, 2);
-  const BlockShape whole = megatron_rank_shape(m, c, vocab);
-  const BlockShape half = megatron_rank_shape(m, with_cp_ep(c, 2, 1), vocab);
+  const BlockShape whole = rank_shape(m, c, vocab);
+  const BlockShape half = rank_shape(m, with_cp_ep(c, 2, 1), vocab);
   BOOST_TEST(half.seq == 2048);
   BOOST_TEST(half.tokens() * 2 == whole.tokens());
   for (auto build : {block_forward_ops, block_backward_ops})
@@ -386,9 +386,9 @@ BOOST_FIXTURE_TEST_CASE(the_ring_exchanges_k_and_v_per_step_behind_the_steps_att
   c.precision = Precision::kAmpBf16;
   c.seq_len = 8192;
   const TrainConfig cp4 = with_cp_ep(c, 4, 1);
-  const BlockShape local = megatron_rank_shape(m, cp4, megatron_padded_vocab(m.vocab_size, 1));
+  const BlockShape local = rank_shape(m, cp4, megatron_padded_vocab(m.vocab_size, 1));
   const CostModel cost(device, profile.params);
-  const MegatronLayout l = megatron_layout(cp4.parallel, 4, device.gpus_per_node);
+  const ModelParallelLayout l = model_parallel_layout(cp4.parallel, 4, device.gpus_per_node);
   BOOST_TEST(l.cp_group.ranks == 4);
   BOOST_TEST(l.cp_group.nodes == 1);
   const RingAttention r = ring_attention(cost, local, 4, l.cp_group);
@@ -403,7 +403,7 @@ BOOST_FIXTURE_TEST_CASE(the_ring_exchanges_k_and_v_per_step_behind_the_steps_att
   BOOST_TEST(r.fwd_exposed_s == 3.0 * std::max(r.step_fwd_comm_s - r.step_fwd_s, 0.0), tt::tolerance(1e-12));
   BOOST_TEST(r.bwd_exposed_s == 3.0 * std::max(r.step_bwd_comm_s - r.step_bwd_s, 0.0), tt::tolerance(1e-12));
   // cp 1: one attention, nothing exchanged.
-  const RingAttention one = ring_attention(cost, megatron_rank_shape(m, c, m.vocab_size), 1, CommGroup{});
+  const RingAttention one = ring_attention(cost, rank_shape(m, c, m.vocab_size), 1, CommGroup{});
   BOOST_TEST(one.fwd_exposed_s + one.bwd_exposed_s + one.kv_bytes_per_step == 0.0);
   // Across nodes the exchange waits for the hop between nodes, on NICs shared by the rings crossing
   // them: cp 4 of ranks 8 apart on nodes of 8 puts every member on its own node, 8 rings per node.
@@ -431,7 +431,7 @@ BOOST_FIXTURE_TEST_CASE(context_parallelism_halves_activations_and_reduces_over_
   BOOST_TEST(e.memory(with_cp_ep(c, 2, 1)).sharded_state_bytes == e.memory(c).sharded_state_bytes,
              tt::tolerance(1e-12));
   // Megatron's order tp-cp-ep-dp-pp: cp ranks 2 apart; the gradient group all dp x cp = 4 ranks, 2 apart.
-  const MegatronLayout l = megatron_layout(with_cp_ep(c, 2, 1).parallel, 8, 8);
+  const ModelParallelLayout l = model_parallel_layout(with_cp_ep(c, 2, 1).parallel, 8, 8);
   BOOST_TEST(l.cp_group.ranks == 2);
   BOOST_TEST(l.dp_group.ranks == 4);
   BOOST_TEST(l.grad_ranks() == 4);
@@ -441,7 +441,7 @@ BOOST_FIXTURE_TEST_CASE(context_parallelism_halves_activations_and_reduces_over_
   const TrainConfig cp2 = with_cp_ep(c, 2, 1);
   const Prediction p2 = predict(m, device, profile.params, cp2);
   const CostModel cost(device, profile.params);
-  const RingAttention r = ring_attention(cost, megatron_rank_shape(m, cp2, megatron_padded_vocab(m.vocab_size, 2)), 2,
+  const RingAttention r = ring_attention(cost, rank_shape(m, cp2, megatron_padded_vocab(m.vocab_size, 2)), 2,
                                          l.cp_group);
   BOOST_TEST(p2.time.attention_s == 24.0 * 4.0 * (r.fwd_compute_s + r.bwd_compute_s), tt::tolerance(1e-9));
   const StepBreakdown& b = p2.time;
@@ -500,9 +500,9 @@ BOOST_FIXTURE_TEST_CASE(expert_parallelism_splits_the_experts_and_dispatches_by_
     BOOST_TEST_CONTEXT("ep " << ep) {
       const TrainConfig cfg = with_cp_ep(c, 1, ep);
       BOOST_TEST_REQUIRE(check_config(m, device, profile.params, cfg).empty());
-      const BlockShape s = megatron_rank_shape(m, cfg, 32000);
+      const BlockShape s = rank_shape(m, cfg, 32000);
       BOOST_TEST(moe_dispatch_bytes(s) == 4096.0 * 2.0 * 4096.0 * 2.0, tt::tolerance(1e-12));
-      const MegatronLayout l = megatron_layout(cfg.parallel, 8, 8);
+      const ModelParallelLayout l = model_parallel_layout(cfg.parallel, 8, 8);
       BOOST_TEST(l.ep_group.ranks == ep);
       BOOST_TEST(l.expert_grad_ranks() == 8 / ep);
       const double e_ep = static_cast<double>(ep);
@@ -530,7 +530,7 @@ BOOST_FIXTURE_TEST_CASE(expert_parallelism_splits_the_experts_and_dispatches_by_
                  std::max(7.0 / 16.0 * buffer / link, 8.0 * buffer / 2.0 / nic) + p.inter_node_latency_s,
              tt::tolerance(1e-12));
   // The experts' GEMMs: 8/ep groups over the same routed rows, the same FLOPs.
-  const BlockShape s1 = megatron_rank_shape(m, c, 32000), s4 = megatron_rank_shape(m, with_cp_ep(c, 1, 4), 32000);
+  const BlockShape s1 = rank_shape(m, c, 32000), s4 = rank_shape(m, with_cp_ep(c, 1, 4), 32000);
   BOOST_TEST(flops_of(block_forward_ops, s1) == flops_of(block_forward_ops, s4), tt::tolerance(1e-12));
   OpList ops;
   block_forward_ops(s4, ops);
@@ -555,7 +555,7 @@ BOOST_FIXTURE_TEST_CASE(expert_tensor_parallelism_keeps_the_experts_whole_across
   whole.parallel.expert_tensor = 1;
   BOOST_TEST_REQUIRE(check_config(m, device, profile.params, c).empty());
   BOOST_TEST_REQUIRE(check_config(m, device, profile.params, whole).empty());
-  const BlockShape split = megatron_rank_shape(m, c, 32000), own = megatron_rank_shape(m, whole, 32000);
+  const BlockShape split = rank_shape(m, c, 32000), own = rank_shape(m, whole, 32000);
   BOOST_TEST(split.moe.d_expert == 14336 / 2);
   BOOST_TEST(own.moe.d_expert == 14336);
   BOOST_TEST(split.expert_rows() == 4096 * 2);
@@ -563,7 +563,7 @@ BOOST_FIXTURE_TEST_CASE(expert_tensor_parallelism_keeps_the_experts_whole_across
   BOOST_TEST(moe_dispatch_bytes(split) == moe_dispatch_bytes(own));  // each rank's own 2048 tokens' rows
   for (auto build : {block_forward_ops, block_backward_ops})
     BOOST_TEST(flops_of(build, split) == flops_of(build, own), tt::tolerance(1e-12));
-  const MegatronLayout ls = megatron_layout(c.parallel, 8, 8), lo = megatron_layout(whole.parallel, 8, 8);
+  const ModelParallelLayout ls = model_parallel_layout(c.parallel, 8, 8), lo = model_parallel_layout(whole.parallel, 8, 8);
   BOOST_TEST((ls.etp_group.ranks == 2 && lo.etp_group.ranks == 1));
   BOOST_TEST((ls.expert_grad_ranks() == 1 && lo.expert_grad_ranks() == 2));
   BOOST_TEST((lo.ep_group.ranks == 4 && lo.expert_dp_group.ranks == 2));
@@ -608,7 +608,7 @@ BOOST_FIXTURE_TEST_CASE(bf16_gradient_reduction_halves_the_gradients_bytes, Fixt
   const double params = e.memory(c).sharded_state_bytes / 18.0;
   BOOST_TEST(e.memory(half).sharded_state_bytes == 16.0 * params, tt::tolerance(1e-12));
   const CostModel cost(device, profile.params);
-  const CommGroup dp = megatron_layout(c.parallel, 8, device.gpus_per_node).dp_group;
+  const CommGroup dp = model_parallel_layout(c.parallel, 8, device.gpus_per_node).dp_group;
   const Prediction fp32 = predict(m, device, profile.params, c), bf16 = predict(m, device, profile.params, half);
   BOOST_TEST(fp32.time.exposed_comm_s == cost.collective_seconds(CollectiveKind::kAllReduce, 4.0 * params, dp),
              tt::tolerance(1e-9));
@@ -716,7 +716,7 @@ BOOST_AUTO_TEST_CASE(megatron_fuses_swiglu_and_keeps_only_fc1s_output) {
   const DeviceSpec h100 = load_device("h100_80gb");  // the evaluator keeps references
   const DeviceProfile prof = load_shipped_profile("h100_80gb");
   MegatronEvaluator ev(m, h100, prof.params);
-  BlockShape eager = megatron_rank_shape(m, c, megatron_padded_vocab(m.vocab_size, 2));
+  BlockShape eager = rank_shape(m, c, megatron_padded_vocab(m.vocab_size, 2));
   BlockShape fused = eager;
   fused.fused_swiglu = true;
   OpList e, f;
@@ -840,7 +840,7 @@ BOOST_AUTO_TEST_CASE(transformer_engine_casts_the_fp8_weights_once_a_step) {
   const double fp8_gather_step = ev.predict(cfg).step_s;
   cfg.parallel.fp8_param_gather = false;
   const double bf16_gather_step = ev.predict(cfg).step_s;
-  const CommGroup dp = megatron_layout(cfg.parallel, cfg.n_gpus, h100.gpus_per_node).dp_group;
+  const CommGroup dp = model_parallel_layout(cfg.parallel, cfg.n_gpus, h100.gpus_per_node).dp_group;
   BOOST_TEST(dp.ranks == 4);
   const double one_byte = cost.collective_seconds(CollectiveKind::kAllGather, 64.0 * weights, dp) -
                           cost.collective_seconds(CollectiveKind::kAllGather, 32.0 * weights, dp);
@@ -903,7 +903,7 @@ std::vector<int64_t> chunks_of(int64_t n_layers, int64_t pp, int64_t vp, int64_t
   p.first_stage_layers = first, p.last_stage_layers = last;
   p.account_for_embedding = emb, p.account_for_loss = loss;
   std::vector<int64_t> layers;
-  const std::string w = megatron_chunk_layers(n_layers, p, layers);
+  const std::string w = split_layers(n_layers, p, layers);
   if (why) *why = w;
   return layers;
 }
@@ -1027,7 +1027,7 @@ BOOST_FIXTURE_TEST_CASE(tp_comm_overlap_trades_exposed_collectives_for_slower_ge
   BOOST_TEST_REQUIRE(check_config(m, device, profile.params, on).empty());
   MegatronEvaluator e(m, device, profile.params);
   const Prediction a = e.predict(off), b = e.predict(on);
-  const BlockShape s = megatron_rank_shape(m, on, megatron_padded_vocab(m.vocab_size, 4));
+  const BlockShape s = rank_shape(m, on, megatron_padded_vocab(m.vocab_size, 4));
   const CostModel cost(device, profile.params);
   const UserbuffersSmCost sm = userbuffers_sm_seconds(linear_seconds(cost, block_forward_ops, s, OpPass::kForward),
                                                       linear_seconds(cost, block_backward_ops, s, OpPass::kDataGrad),
@@ -1074,8 +1074,8 @@ BOOST_FIXTURE_TEST_CASE(combined_1f1b_hides_all_to_alls_behind_another_micro_bat
   MegatronEvaluator e(m, device, profile.params);
   const Prediction a = e.predict(off), b = e.predict(on);
   const CostModel cost(device, profile.params);
-  const BlockShape s = megatron_rank_shape(m, on, 32000);
-  const double a2a = all_to_all_seconds(cost, moe_dispatch_bytes(s), megatron_layout(on.parallel, 8, 8).ep_group);
+  const BlockShape s = rank_shape(m, on, 32000);
+  const double a2a = all_to_all_seconds(cost, moe_dispatch_bytes(s), model_parallel_layout(on.parallel, 8, 8).ep_group);
   BOOST_TEST(a2a > 0);
   BOOST_TEST(b.step_s < a.step_s);
   BOOST_TEST(a.step_s - b.step_s <= 7.0 * 32.0 * 4.0 * a2a * (1 + 1e-9));

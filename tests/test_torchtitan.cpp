@@ -275,8 +275,8 @@ BOOST_FIXTURE_TEST_CASE(context_parallel_two_halves_a_ranks_gemm_flops_and_activ
   const TrainConfig one = titan(4, 1, 1, 16, 2), two = with_context(titan(8, 1, 1, 16, 2), 2);
   BOOST_REQUIRE(why(one).empty());
   BOOST_REQUIRE(why(two).empty());
-  const BlockShape full = megatron_rank_shape(model, one, model.vocab_size);
-  const BlockShape half = megatron_rank_shape(model, two, model.vocab_size);
+  const BlockShape full = rank_shape(model, one, model.vocab_size);
+  const BlockShape half = rank_shape(model, two, model.vocab_size);
   BOOST_TEST(half.tokens() * 2 == full.tokens());
   for (auto build : {block_forward_ops, block_backward_ops, head_forward_ops, head_backward_ops})
     BOOST_TEST(2.0 * category_flops(build, half, OpCategory::kGemm) == category_flops(build, full, OpCategory::kGemm),
@@ -301,7 +301,7 @@ BOOST_FIXTURE_TEST_CASE(context_parallel_all_gathers_kv_and_rings_fp32_dkv, Fixt
   // fp32 dK/dV passed around the ring cp times in the backward.
   const TrainConfig c = with_context(titan(8, 1, 1, 16, 2), 4);  // dp 2; 2048 / 4 = 512 tokens per rank
   BOOST_REQUIRE(why(c).empty());
-  const BlockShape local = megatron_rank_shape(model, c, model.vocab_size);
+  const BlockShape local = rank_shape(model, c, model.vocab_size);
   const double t = 2.0 * 512, kv = 512;  // micro-batch x local tokens; 8 K/V heads of 64
   BOOST_REQUIRE(local.tokens() == 1024);
   const CostModel cost(device, profile.params);

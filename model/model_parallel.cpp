@@ -1,0 +1,217 @@
+#include "model/model_parallel.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "model/pipeline.hpp"
+
+namespace tpsim {
+namespace {
+
+double d(int64_t x) { return static_cast<double>(x); }
+
+}  // namespace
+
+BlockShape rank_shape(const ModelConfig& model, const TrainConfig& cfg, int64_t padded_vocab) {
+  const Parallelism& par = cfg.parallel;
+  BlockShape s = tensor_parallel_shape(block_shape(model, cfg.micro_batch, cfg.seq_len / par.context, cfg.precision),
+                                       par.tensor, par.sequence_parallel, padded_vocab);
+  if (s.moe.active()) {
+    s.moe.d_expert /= par.expert_tensor_degree();
+    s.moe.d_shared /= par.tensor;
+    s.ep = par.expert;
+    s.expert_tp = par.expert_tensor_degree();
+  }
+  return s;
+}
+
+double moe_dispatch_bytes(const BlockShape& s) {
+  return d(moe_routed_rows(s.moe, s.row_tokens())) * d(s.d_model) * activation_bytes(s.precision);
+}
+
+double ring_step_seconds(const CostModel& cost, double bytes, const CommGroup& ring) {
+  if (ring.ranks <= 1 || bytes <= 0) return 0.0;
+  const DeviceSpec& dev = cost.device();
+  const CostParams& p = cost.params();
+  const double intra = bytes / (dev.intra_node_bytes_per_s * p.intra_node_link_efficiency);
+  if (ring.nodes <= 1) return intra + p.intra_node_latency_s;
+  const double nic = dev.inter_node_bytes_per_s * p.inter_node_link_efficiency / d(ring.groups_per_node);
+  return std::max(intra, bytes / nic) + p.inter_node_latency_s;
+}
+
+double stage_hop_seconds(const CostModel& cost, const ModelParallelLayout& l, double bytes) {
+  const DeviceSpec& dev = cost.device();
+  const CostParams& p = cost.params();
+  return l.stage_link_crosses_nodes
+             ? bytes / (dev.inter_node_bytes_per_s * p.inter_node_link_efficiency / d(l.stage_link_sharers)) +
+                   p.inter_node_latency_s
+             : bytes / (dev.intra_node_bytes_per_s * p.intra_node_link_efficiency) + p.intra_node_latency_s;
+}
+
+double pipeline_send_seconds(const CostModel& cost, const ModelParallelLayout& l, const Parallelism& par, double td_bytes) {
+  if (l.pp <= 1) return 0.0;
+  const bool scatter_gather = par.pipeline_scatter_gather && !par.sequence_parallel;
+  const double send = stage_hop_seconds(cost, l, td_bytes / (par.sequence_parallel || scatter_gather ? d(l.tp) : 1.0));
+  return send + (scatter_gather ? cost.collective_seconds(CollectiveKind::kAllGather, td_bytes, l.tp_group) : 0.0);
+}
+
+double all_to_all_seconds(const CostModel& cost, double bytes, const CommGroup& g) {
+  if (g.ranks <= 1 || bytes <= 0) return 0.0;
+  const DeviceSpec& dev = cost.device();
+  const CostParams& p = cost.params();
+  const double n = d(g.ranks), nodes = d(g.nodes);
+  const double on_node = n / nodes;  // members per node
+  double seconds = (on_node - 1.0) / n * bytes / (dev.intra_node_bytes_per_s * p.intra_node_link_efficiency);
+  if (g.nodes <= 1) return seconds + p.intra_node_latency_s;
+  // Each node's members send (nodes-1)/nodes of their buffers off the node, groups_per_node groups at once.
+  const double off_node = d(g.groups_per_node) * on_node * bytes * (nodes - 1.0) / nodes;
+  seconds = std::max(seconds, off_node / (dev.inter_node_bytes_per_s * p.inter_node_link_efficiency));
+  return seconds + p.inter_node_latency_s;
+}
+
+std::string split_layers(int64_t n_layers, const Parallelism& par, std::vector<int64_t>& layers) {
+  const int64_t pp = par.pipeline, vp = par.virtual_stages, chunks = pp * vp;
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  layers.clear();
+  if (!par.uneven_pipeline()) {
+    if (n_layers % chunks != 0)
+      return "pipeline parallel " + n(pp) + " x virtual stages " + n(vp) + " does not divide the " + n(n_layers) +
+             " layers evenly (uneven splits: --first-stage-layers, --last-stage-layers, --account-for-embedding, "
+             "--account-for-loss)";
+    layers.assign(static_cast<size_t>(chunks), n_layers / chunks);
+    return {};
+  }
+  if (pp < 2) return "an uneven pipeline split needs pipeline parallel of at least 2";
+  if (chunks > n_layers) return "pipeline parallel " + n(pp) + " x virtual stages " + n(vp) + " is more model chunks than the " + n(n_layers) + " layers";
+  const int64_t first = par.first_stage_layers, last = par.last_stage_layers;
+  const bool fixed = first > 0 || last > 0;
+  if (fixed && (par.account_for_embedding || par.account_for_loss))
+    return "first or last stage layers cannot be combined with counting the embedding or loss as layers (Megatron-Core "
+           "refuses both)";
+  layers.assign(static_cast<size_t>(chunks), 0);
+  if (fixed) {
+    const int64_t between = pp - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);  // stages that split the rest
+    const int64_t rest = n_layers - first - last;
+    if (rest < 0 || (between == 0 && rest != 0))
+      return "first stage layers " + n(first) + " and last stage layers " + n(last) + " do not sum to the " +
+             n(n_layers) + " layers with " + n(between) + " stages between them";
+    if (first % vp != 0 || last % vp != 0)
+      return "virtual stages " + n(vp) + " do not divide the first or last stage's layers (" + n(first) + ", " +
+             n(last) + ")";
+    if (between > 0 && rest % (between * vp) != 0)
+      return "the " + n(rest) + " layers between the first and last stage do not split evenly over " + n(between) +
+             " stages x virtual stages " + n(vp);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t s = c % pp;
+      layers[static_cast<size_t>(c)] = s == 0 && first > 0        ? first / vp
+                                       : s == pp - 1 && last > 0 ? last / vp
+                                                                 : rest / (between * vp);
+    }
+  } else {
+    const int64_t counted = n_layers + (par.account_for_embedding ? 1 : 0) + (par.account_for_loss ? 1 : 0);
+    if (counted % chunks != 0)
+      return "the " + n(n_layers) + " layers with the embedding or loss counted as layers (" + n(counted) +
+             ") do not split evenly over pipeline parallel " + n(pp) + " x virtual stages " + n(vp);
+    layers.assign(static_cast<size_t>(chunks), counted / chunks);
+    if (par.account_for_embedding) --layers.front();
+    if (par.account_for_loss) --layers.back();
+  }
+  for (int64_t c = 0; c < chunks; ++c)
+    if (layers[static_cast<size_t>(c)] < 1)
+      return "the uneven pipeline split leaves model chunk " + n(c) + " (stage " + n(c % pp) + ") with no layers";
+  return {};
+}
+
+void LinearSeconds::push(const Op& op) {
+  if (op.category != OpCategory::kGemm || op.pass != pass_) return;
+  const double s = cost_.op_seconds(op);
+  switch (op.role) {
+    case OpRole::kQkv: qkv += s; break;
+    case OpRole::kAttnOut: out += s; break;
+    case OpRole::kFfnGate:
+    case OpRole::kFfnFc1: gate += s; break;  // fc1: both halves
+    case OpRole::kFfnUp: up += s; break;
+    case OpRole::kFfnDown: down += s; break;
+    default: break;
+  }
+}
+
+LinearSeconds linear_seconds(const CostModel& cost, void (*build)(const BlockShape&, OpSink&), const BlockShape& s,
+                             OpPass pass) {
+  LinearSeconds sink(cost, pass);
+  build(s, sink);
+  return sink;
+}
+
+void tensor_parallel_seconds(const CostModel& cost, const BlockShape& shape, const CommGroup& group, bool overlapped,
+                             double td_bytes, double& fwd, double& bwd, double& ag, double& rs) {
+  ag = cost.collective_seconds(CollectiveKind::kAllGather, td_bytes, group);
+  rs = cost.collective_seconds(CollectiveKind::kReduceScatter, td_bytes, group);
+  if (!overlapped) {
+    fwd = bwd = 2.0 * ag + 2.0 * rs;
+    return;
+  }
+  const LinearSeconds f = linear_seconds(cost, block_forward_ops, shape, OpPass::kForward);
+  const LinearSeconds b = linear_seconds(cost, block_backward_ops, shape, OpPass::kDataGrad);
+  const auto hidden = [](double comm, double gemm) { return std::max(comm - gemm, 0.0); };
+  // Forward: gather -> QKV, out projection -> scatter, gather -> gate/up, down -> scatter.
+  fwd = hidden(ag, f.qkv) + hidden(rs, f.out) + hidden(ag, f.gate + f.up) + hidden(rs, f.down);
+  // Backward: gather -> down's dgrad, gate/up's dgrad -> scatter, gather -> out's dgrad, QKV's -> scatter.
+  bwd = hidden(ag, b.down) + hidden(rs, b.gate + b.up) + hidden(ag, b.out) + hidden(rs, b.qkv);
+}
+
+RingAttention ring_attention(const CostModel& cost, const BlockShape& local, int64_t cp, const CommGroup& ring) {
+  RingAttention r;
+  r.step_fwd_s = cost.op_seconds(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, local));
+  r.step_bwd_s = cost.op_seconds(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, local));
+  const double steps = d(cp);
+  r.fwd_compute_s = steps * r.step_fwd_s;
+  r.bwd_compute_s = steps * r.step_bwd_s;
+  if (cp <= 1) return r;
+  r.kv_bytes_per_step = 2.0 * d(local.tokens()) * d(local.kv_dim()) * activation_bytes(local.precision);
+  r.step_fwd_comm_s = ring_step_seconds(cost, r.kv_bytes_per_step, ring);
+  r.step_bwd_comm_s = ring_step_seconds(cost, 2.0 * r.kv_bytes_per_step, ring);
+  r.fwd_exposed_s = (steps - 1.0) * std::max(r.step_fwd_comm_s - r.step_fwd_s, 0.0);
+  r.bwd_exposed_s = (steps - 1.0) * std::max(r.step_bwd_comm_s - r.step_bwd_s, 0.0);
+  return r;
+}
+
+std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainConfig& cfg, std::string_view framework) {
+  const Parallelism& par = cfg.parallel;
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  if (model.n_heads % par.tensor != 0)
+    return "tensor parallel " + n(par.tensor) + " does not divide the " + n(model.n_heads) + " attention heads";
+  if (model.kv_heads() % par.tensor != 0)
+    return "tensor parallel " + n(par.tensor) + " does not divide the " + n(model.kv_heads()) + " key/value heads";
+  if (!model.moe.active() && model.d_ffn() % par.tensor != 0)
+    return "tensor parallel " + n(par.tensor) + " does not divide the feed-forward width " + n(model.d_ffn());
+  if (par.pipeline > model.n_layers)
+    return "pipeline parallel " + n(par.pipeline) + " is more stages than the " + n(model.n_layers) + " layers";
+  if (par.framework != Framework::kMegatron && (par.uneven_pipeline() || par.tp_comm_overlap || par.moe_a2a_overlap))
+    return std::string(par.tp_comm_overlap    ? "tensor-parallel communication overlap"
+                       : par.moe_a2a_overlap ? "the expert-parallel all-to-all overlap"
+                                             : "uneven pipeline splits") +
+           " are Megatron-Core's (framework megatron), not " + std::string(framework) + "'s";
+  if (par.virtual_stages > 1 && par.pipeline < 2)
+    return "virtual stages (" + n(par.virtual_stages) + ") need pipeline parallelism of at least 2";
+  std::vector<int64_t> chunk_layers;
+  if (std::string why = split_layers(model.n_layers, par, chunk_layers); !why.empty()) return why;
+  if (cfg.per_device_batch() % cfg.micro_batch != 0)
+    return "micro-batch " + n(cfg.micro_batch) + " does not divide the " + n(cfg.per_device_batch()) +
+           " sequences per data-parallel rank (" + std::string(framework) + " needs whole micro-batches)";
+  const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
+  if (par.virtual_stages > 1 && m % par.pipeline != 0)
+    return "interleaved 1F1B needs the " + n(m) + " micro-batches to be a multiple of pipeline parallel " +
+           n(par.pipeline);
+  PipelineCosts pipeline;  // the schedule's own limits (stages, chunks, micro-batches)
+  pipeline.stages = par.pipeline;
+  pipeline.virtual_stages = par.virtual_stages;
+  pipeline.micro_batches = m;
+  const std::vector<double> zero(static_cast<size_t>(std::min<int64_t>(par.pipeline * par.virtual_stages, 1 << 12)), 0.0);
+  pipeline.fwd_s = pipeline.bwd_s = zero;
+  if (std::string why = check_pipeline(pipeline); !why.empty()) return why;
+  return {};
+}
+
+}  // namespace tpsim
