@@ -101,20 +101,6 @@ MeasuredTable parse_measured_table(const std::string& text, const std::string& o
                                    const MeasuredTableOptions& options = {});
 MeasuredTable read_measured_table(const std::filesystem::path& path, const MeasuredTableOptions& options = {});
 
-// The model of a vTrain row: Megatron's GPT as vTrain's runs built it (VIA-Research/vTrain at
-// f8dda84, src/predictor.py's parameter list and src/model/gpt_model.py): learned positions, as
-// many as the sequence length (vTrain's `max_length`; Megatron-LM's examples/pretrain_gpt.sh sets
-// --max-position-embeddings to --seq-length, 1024), LayerNorm with biases, a GELU MLP of 4h with
-// biases, embeddings tied to the output layer, GPT-2's vocabulary of 50257 (Megatron pads it to a
-// multiple of 128 x TP, 50304 at TP 1: 0.1% more logit work, not modelled here). Named
-// gpt-h<hidden>-a<heads>-l<layers>.
-ModelConfig vtrain_gpt_model(int64_t hidden, int64_t heads, int64_t layers);
-
-// Megatron-LM's core attention, its attention before --use-flash-attn (Megatron-LM's
-// megatron/model/transformer.py CoreAttention; Megatron-DeepSpeed's default): the scores
-// materialised, its fused causal softmax, and the dropout of its default --attention-dropout 0.1.
-void use_megatron_core_attention(ModelConfig& m);
-
 // The `Activation Checkpointing` cell of a row tpsim prints, and reads back: llm-foundry's boolean
 // (True / False) for full and none, as its collect_results.py writes them, and `selective`, which
 // llm-foundry cannot run and has no spelling for.
