@@ -584,4 +584,32 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
   return worst;
 }
 
+namespace {
+
+std::unique_ptr<FrameworkEvaluator> make_megatron_evaluator(const ModelConfig& model, const DeviceSpec& device,
+                                                          const CostParams& params) {
+  return std::make_unique<MegatronEvaluator>(model, device, params);
+}
+
+}  // namespace
+
+const FrameworkDef& megatron_framework() {
+  static const FrameworkDef def = {
+      .id = Framework::kMegatron,
+      .name = "megatron",
+      .sharding_strategies = false,
+      .sharding = Sharding::kNoShard,
+      .model_parallel = true,
+      .whole_micro_batches = true,
+      .batch_per_gpu = false,
+      .distributed_optimizer = true,
+      .data_parallel_degrees = false,
+      .padded_vocab = true,
+      .expert_tensor_parallel = true,
+      .check = check_megatron_config,
+      .make_evaluator = make_megatron_evaluator,
+  };
+  return def;
+}
+
 }  // namespace tpsim

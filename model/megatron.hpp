@@ -33,6 +33,7 @@
 
 #include "model/model_parallel.hpp"
 #include "model/ops.hpp"
+#include "model/framework.hpp"
 #include "model/pipeline.hpp"
 #include "model/recent_costs.hpp"
 #include "model/simulator.hpp"
@@ -69,12 +70,12 @@ struct MegatronStageState {
   double state_bytes = 0;
 };
 
-class MegatronEvaluator {
+class MegatronEvaluator final : public FrameworkEvaluator {
  public:
   MegatronEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params);
-  ~MegatronEvaluator();
-  Prediction predict(const TrainConfig& cfg);  // requires check_config(...) to be empty
-  MemoryBreakdown memory(const TrainConfig& cfg);
+  ~MegatronEvaluator() override;
+  Prediction predict(const TrainConfig& cfg) override;  // requires check_config(...) to be empty
+  MemoryBreakdown memory(const TrainConfig& cfg) override;
 
  private:
   struct Costs;

@@ -11,6 +11,7 @@
 #include "model/architecture.hpp"
 #include "model/cost.hpp"
 #include "model/device.hpp"
+#include "model/framework.hpp"
 #include "model/memory.hpp"
 #include "model/parallelism.hpp"
 #include "model/profile.hpp"
@@ -18,9 +19,6 @@
 #include "model/training.hpp"
 
 namespace tpsim {
-
-class MegatronEvaluator;
-class TorchtitanEvaluator;
 
 // Where the step's time goes; the parts sum to the step time.
 struct StepBreakdown {
@@ -131,37 +129,12 @@ struct MicroBatchOpCosts {
 };
 MicroBatchOpCosts cost_micro_batch_ops(const CostModel& cost, const BlockShape& shape);
 
-struct ComputeCosts : MicroBatchOpCosts {
-  int64_t micro_batch = -1, seq_len = -1;
-  Precision precision = Precision::kAmpBf16;
-  // Of block_fwd's saved bytes, what only the attention kernel keeps (selective checkpointing drops
-  // it). block_fwd.attention is the attention forward's seconds, which selective checkpointing runs
-  // again before each block's backward.
-  double block_attention_only_bytes = 0;
-  double block_backward_buffer_bytes = 0;  // memory.hpp block_backward_buffer_bytes
-};
-
-// The costs of one configuration that depend only on its FSDP layout: the casts around a block's
-// collectives, the collectives' seconds, and the optimizer over the local shard.
-struct FsdpCosts {
-  Sharding sharding = Sharding::kFullShard;
-  int64_t n_gpus = -1, seq_len = -1;
-  Precision precision = Precision::kAmpBf16;
-  MpMode mp_mode = MpMode::kDefault;
-  FsdpLayout layout;
-  CategoryTotals cast, reduce_casts, optimizer;
-  double block_gather_s = 0, root_gather_s = 0, block_reduce_s = 0, root_reduce_s = 0;
-  int64_t shard_degree = 0, replicate_degree = 0;  // Parallelism's HSDP degrees, as given
-};
-
-// Predicts many configurations of one model on one device and profile, as a search does. The ops
-// of a micro-batch are built and costed once per (micro-batch, sequence length, precision) and
-// shared by every sharding strategy, checkpointing choice and GPU count predicted after it; FSDP's
-// casts, collectives and optimizer once per layout. The compute memo is indexed by micro-batch
-// size, so that a configuration's smaller last micro-batch finds the costs the search computed
-// when it scanned that size; the last four FSDP layouts are remembered. The results are those of
-// predict(). The referenced model, device and params must outlive the Evaluator and not change
-// while it is used; one Evaluator per thread.
+// Predicts many configurations of one model on one device and profile, as a search does: each
+// configuration goes to the evaluator of its framework (framework_def(f).make_evaluator, made on its
+// first configuration), which shares what it costed across the configurations after it (the ops of
+// a micro-batch shape, a layout's collectives). The results are those of predict(). The referenced
+// model, device and params must outlive the Evaluator and not change while it is used; one
+// Evaluator per thread.
 class Evaluator {
  public:
   Evaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params);
@@ -173,25 +146,12 @@ class Evaluator {
   bool fits(const MemoryBreakdown& m) const;  // within the device's memory, as Prediction::fits()
 
  private:
-  const ComputeCosts& compute_costs(int64_t micro_batch, int64_t seq_len, Precision precision);
-  const FsdpCosts& fsdp_costs(const TrainConfig& cfg);
+  FrameworkEvaluator& framework(Framework f);
 
   const ModelConfig& model_;
   const DeviceSpec& device_;
   const CostParams& params_;
-  CostModel cost_;
-  double block_params_;
-  // The parameter counts at sequence length counts_seq_ (learned positions make them depend on it).
-  void update_counts(int64_t seq_len);
-  int64_t counts_seq_ = -1, n_params_ = 0, active_params_ = 0;
-  ModelMemoryCounts memory_counts_;
-  std::vector<ComputeCosts> memo_;  // slot: micro-batch size modulo 1024, grown as used
-  std::array<FsdpCosts, 4> fsdp_memo_{};
-  size_t fsdp_next_ = 0;
-  std::unique_ptr<MegatronEvaluator> megatron_;  // made on the first megatron configuration
-  MegatronEvaluator& megatron();
-  std::unique_ptr<TorchtitanEvaluator> torchtitan_;  // made on the first torchtitan configuration
-  TorchtitanEvaluator& torchtitan();
+  std::array<std::unique_ptr<FrameworkEvaluator>, 3> evaluators_;  // by Framework
 };
 
 }  // namespace tpsim

@@ -509,4 +509,32 @@ TorchtitanTraffic TorchtitanEvaluator::traffic(const TrainConfig& cfg) {
   return t;
 }
 
+namespace {
+
+std::unique_ptr<FrameworkEvaluator> make_torchtitan_evaluator(const ModelConfig& model, const DeviceSpec& device,
+                                                          const CostParams& params) {
+  return std::make_unique<TorchtitanEvaluator>(model, device, params);
+}
+
+}  // namespace
+
+const FrameworkDef& torchtitan_framework() {
+  static const FrameworkDef def = {
+      .id = Framework::kTorchtitan,
+      .name = "torchtitan",
+      .sharding_strategies = false,
+      .sharding = Sharding::kFullShard,
+      .model_parallel = true,
+      .whole_micro_batches = true,
+      .batch_per_gpu = false,
+      .distributed_optimizer = true,
+      .data_parallel_degrees = true,
+      .padded_vocab = false,
+      .expert_tensor_parallel = false,
+      .check = check_torchtitan_config,
+      .make_evaluator = make_torchtitan_evaluator,
+  };
+  return def;
+}
+
 }  // namespace tpsim

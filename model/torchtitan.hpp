@@ -52,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "model/framework.hpp"
 #include "model/pipeline.hpp"
 #include "model/recent_costs.hpp"
 #include "model/simulator.hpp"
@@ -117,12 +118,12 @@ struct TorchtitanTraffic {
   double cp_bytes = 0;
 };
 
-class TorchtitanEvaluator {
+class TorchtitanEvaluator final : public FrameworkEvaluator {
  public:
   TorchtitanEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params);
-  ~TorchtitanEvaluator();
-  Prediction predict(const TrainConfig& cfg);  // requires check_config(...) to be empty
-  MemoryBreakdown memory(const TrainConfig& cfg);
+  ~TorchtitanEvaluator() override;
+  Prediction predict(const TrainConfig& cfg) override;  // requires check_config(...) to be empty
+  MemoryBreakdown memory(const TrainConfig& cfg) override;
   TorchtitanTraffic traffic(const TrainConfig& cfg);  // of the most loaded stage (the first)
 
  private:

@@ -1,0 +1,252 @@
+#include "model/composer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/cost.hpp"
+#include "model/ops.hpp"
+#include "model/parallelism.hpp"
+
+namespace tpsim {
+namespace {
+
+struct MicroBatchResult {
+  MicroBatchCosts costs;
+  CategoryTotals categories;  // compute of one micro-batch by category
+};
+
+// Costs of one micro-batch: its shared compute costs, FSDP's casts and collectives for the
+// configuration's sharding, and the recompute its checkpointing adds.
+MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, const CostParams& params,
+                                   const TrainConfig& cfg, double n_layers) {
+  const double L = n_layers;
+  const FsdpLayout& layout = q.layout;
+  MicroBatchResult r;
+  const CategoryTotals &f = k.block_fwd, &b = k.block_bwd, &cast = q.cast, &red = q.reduce_casts;
+
+  const double recompute = cfg.checkpointing == Checkpointing::kFull ? params.recompute_fraction : 0.0;
+  // Selective checkpointing runs each block's attention forward (block_fwd's only attention op)
+  // again before its backward.
+  const double attention_again = cfg.checkpointing == Checkpointing::kSelective ? f.attention : 0.0;
+  // Casts of a block's weights: before each gather, or (DDP) autocast's in each forward.
+  const bool cast_in_forward = layout.gather_in_forward || layout.ddp;
+  const double casts_per_block = (cast_in_forward ? 1.0 : 0.0) + (layout.gather_in_backward ? 1.0 : 0.0);
+  MicroBatchCosts& c = r.costs;
+  c.block_fwd_s = f.total() + (cast_in_forward ? cast.total() : 0.0);
+  c.block_bwd_s = b.total() + recompute * f.total() + attention_again + red.total() + (layout.gather_in_backward ? cast.total() : 0.0);
+  c.embed_fwd_s = k.embed_fwd.total();
+  c.embed_bwd_s = k.embed_bwd.total();
+  c.head_s = k.head_fwd.total() + k.head_bwd.total();
+  c.overhead_s = params.microbatch_overhead_s;
+  c.block_overhead_s = params.block_overhead_s;
+
+  r.categories.add(f, L * (1.0 + recompute));
+  r.categories.add(b, L);
+  r.categories.attention += L * attention_again;  // + 0 without selective checkpointing
+  r.categories.add(cast, L * casts_per_block);
+  r.categories.add(red, L);
+  r.categories.add(k.embed_fwd, 1);
+  r.categories.add(k.embed_bwd, 1);
+  r.categories.add(k.head_fwd, 1);
+  r.categories.add(k.head_bwd, 1);
+
+  if (layout.gather_in_forward) {
+    c.block_gather_fwd_s = q.block_gather_s;
+    c.root_gather_s = q.root_gather_s;
+  }
+  if (layout.gather_in_backward) c.block_gather_bwd_s = q.block_gather_s;
+  c.block_reduce_s = q.block_reduce_s;
+  c.root_reduce_s = q.root_reduce_s;
+  return r;
+}
+
+SavedActivations saved_activations(const ComputeCosts& k) {
+  return {k.block_fwd.saved_bytes, k.embed_fwd.saved_bytes, k.head_fwd.saved_bytes, k.block_attention_only_bytes,
+          k.block_backward_buffer_bytes};
+}
+
+}  // namespace
+
+std::string check_composer_config(const ModelConfig&, const DeviceSpec& device, const TrainConfig& cfg) {
+  if (!cfg.parallel.is_data_parallel_only() || cfg.parallel.distributed_optimizer || cfg.parallel.overlap_grad_reduce)
+    return "composer runs FSDP without tensor, pipeline, context or expert parallelism (framework megatron runs them)";
+  HsdpMesh mesh;
+  if (std::string why = resolve_hsdp_mesh(cfg.parallel, cfg.sharding, cfg.n_gpus, &mesh); !why.empty()) return why;
+  const int64_t host = device.gpus_per_host > 0 ? device.gpus_per_host : device.gpus_per_node;  // HYBRID_SHARD's shard
+  if (!mesh.mesh && cfg.sharding == Sharding::kHybridShard && cfg.n_gpus > host && cfg.n_gpus % host != 0)
+    return "HYBRID_SHARD needs whole nodes: " + std::to_string(cfg.n_gpus) + " GPUs is not a multiple of " +
+           std::to_string(host) + " per node";
+  return {};
+}
+
+ComposerEvaluator::ComposerEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
+    : model_(model),
+      device_(device),
+      params_(params),
+      cost_(device, params),
+      block_params_(static_cast<double>(layer_parameter_count(model))) {}
+
+const ComputeCosts& ComposerEvaluator::compute_costs(int64_t micro_batch, int64_t seq_len, Precision precision) {
+  constexpr size_t kComputeMemoSlots = 1024;
+  const size_t slot = static_cast<size_t>(micro_batch) % kComputeMemoSlots;
+  if (slot >= memo_.size()) memo_.resize(slot + 1);
+  ComputeCosts& k = memo_[slot];
+  if (k.micro_batch == micro_batch && k.seq_len == seq_len && k.precision == precision) return k;
+  const BlockShape shape = block_shape(model_, micro_batch, seq_len, precision);
+  k.micro_batch = micro_batch;
+  k.seq_len = seq_len;
+  k.precision = precision;
+  static_cast<MicroBatchOpCosts&>(k) = cost_micro_batch_ops(cost_, shape);
+  k.block_attention_only_bytes = attention_only_saved_bytes(shape);
+  k.block_backward_buffer_bytes = block_backward_buffer_bytes(model_, shape.tokens(), precision);
+  return k;
+}
+
+const FsdpCosts& ComposerEvaluator::fsdp_costs(const TrainConfig& cfg) {
+  for (const FsdpCosts& q : fsdp_memo_)
+    if (q.sharding == cfg.sharding && q.n_gpus == cfg.n_gpus && q.seq_len == cfg.seq_len &&
+        q.precision == cfg.precision && q.mp_mode == cfg.mp_mode && q.shard_degree == cfg.parallel.shard_degree &&
+        q.replicate_degree == cfg.parallel.replicate_degree)
+      return q;
+  FsdpCosts& q = fsdp_memo_[fsdp_next_];
+  fsdp_next_ = (fsdp_next_ + 1) % fsdp_memo_.size();
+  q.sharding = cfg.sharding;
+  q.n_gpus = cfg.n_gpus;
+  q.seq_len = cfg.seq_len;
+  q.precision = cfg.precision;
+  q.mp_mode = cfg.mp_mode;
+  q.shard_degree = cfg.parallel.shard_degree;
+  q.replicate_degree = cfg.parallel.replicate_degree;
+  q.layout = composer_layout(cfg.sharding, cfg.parallel, cfg.n_gpus, device_.gpus_per_node, device_.gpus_per_host);
+  const FsdpLayout& layout = q.layout;
+  const double block_params = block_params_;
+  const double root_params = static_cast<double>(embedding_parameter_count(model_, cfg.seq_len));
+  const double total_params = block_params * static_cast<double>(model_.n_layers) + root_params;
+  const double shard = static_cast<double>(layout.shard_ranks);
+  // DDP: autocast's copies in the compute dtype; gradients reduced in the parameters' fp32.
+  const double gb = gathered_param_bytes(cfg.precision, layout.ddp ? MpMode::kDefault : cfg.mp_mode);
+  const double rb = layout.ddp ? 4.0 : reduced_grad_bytes(cfg.precision, cfg.mp_mode);
+  // FSDP's casts for one block: before each gather, and around the gradient reduction.
+  q.cast = costed(cost_, fsdp_pre_gather_ops, block_params, shard, gb);
+  q.reduce_casts = costed(cost_, fsdp_pre_reduce_ops, block_params, shard, std::min(gb, 4.0), rb);
+  q.optimizer = costed(cost_, optimizer_ops, total_params / shard);
+  // Collectives of one block and of the root unit.
+  const auto gather = [&](double bytes) {
+    return cost_.collective_seconds(CollectiveKind::kAllGather, bytes, layout.shard_group);
+  };
+  const auto reduce = [&](double bytes) {
+    if (layout.bucket_bytes > 0) {  // DDP: equal buckets of at most bucket_bytes, one all-reduce each
+      const double buckets = std::ceil(bytes / layout.bucket_bytes);
+      return buckets > 0 ? buckets * cost_.collective_seconds(layout.grad_reduce, bytes / buckets, layout.shard_group) : 0.0;
+    }
+    double s = cost_.collective_seconds(layout.grad_reduce, bytes, layout.shard_group);
+    if (layout.replica_group.ranks > 1)
+      s += cost_.collective_seconds(CollectiveKind::kAllReduce, bytes / shard, layout.replica_group);
+    return s;
+  };
+  q.block_gather_s = layout.gather_in_forward || layout.gather_in_backward ? gather(block_params * gb) : 0.0;
+  q.root_gather_s = layout.gather_in_forward ? gather(root_params * gb) : 0.0;
+  q.block_reduce_s = reduce(block_params * rb);
+  q.root_reduce_s = reduce(root_params * rb);
+  return q;
+}
+
+Prediction ComposerEvaluator::predict(const TrainConfig& cfg) {
+  const ModelConfig& model = model_;
+  const CostParams& params = params_;
+  const FsdpCosts& fsdp = fsdp_costs(cfg);
+  const FsdpLayout& layout = fsdp.layout;
+  const double L = static_cast<double>(model.n_layers);
+
+  const int64_t n_micro = cfg.grad_accum();
+  const int64_t last = cfg.last_micro_batch();
+  // The tail's costs first: the full micro-batch's memo entry, which may share the tail's slot, is
+  // then held by reference until the memory estimate below (no copy of it per prediction).
+  MicroBatchResult tail;
+  if (last != cfg.micro_batch) tail = micro_batch_costs(compute_costs(last, cfg.seq_len, cfg.precision), fsdp, params, cfg, L);
+  const ComputeCosts& full_compute = compute_costs(cfg.micro_batch, cfg.seq_len, cfg.precision);
+  const MicroBatchResult full = micro_batch_costs(full_compute, fsdp, params, cfg, L);
+  if (last == cfg.micro_batch) tail = full;
+
+  StepCosts step;
+  step.n_layers = model.n_layers;
+  step.n_micro = n_micro;
+  step.full = full.costs;
+  // DDP synchronises the gradients on the last micro-batch only: the others run under no_sync.
+  if (layout.ddp && n_micro > 1) step.full.block_reduce_s = step.full.root_reduce_s = 0;
+  step.last = tail.costs;
+  step.optimizer_s = fsdp.optimizer.total();
+  step.step_overhead_s = params.step_overhead_s;
+  step.overlap_slowdown = params.overlap_slowdown;
+
+  Prediction p;
+  p.timeline = simulate_step(step);
+  p.step_s = p.timeline.step_s;
+  update_counts(cfg.seq_len);
+  p.n_params = n_params_;
+  p.active_params = active_params_;
+
+  // Breakdown: compute by category over all micro-batches; the rest from the timeline.
+  const double n_full = static_cast<double>(n_micro - 1);
+  p.time.gemm_s = full.categories.gemm * n_full + tail.categories.gemm;
+  p.time.attention_s = full.categories.attention * n_full + tail.categories.attention;
+  p.time.other_compute_s = full.categories.other * n_full + tail.categories.other;
+  p.time.optimizer_s = p.timeline.optimizer_s;
+  p.time.overhead_s = p.timeline.overhead_s;
+  p.time.exposed_comm_s = p.timeline.exposed_comm_s;
+
+  // Memory, from the full micro-batch's saved activations.
+  p.memory = estimate_memory(memory_counts_, cfg, saved_activations(full_compute), layout, params);
+  // Full checkpointing near full memory: the allocator's retries stall the whole step.
+  if (cfg.checkpointing == Checkpointing::kFull) {
+    p.time.allocator_s = p.step_s * allocator_retry_fraction(device_.memory_bytes - p.memory.peak_bytes, params);
+    p.step_s += p.time.allocator_s;
+    p.timeline.step_s = p.step_s;
+  }
+  complete_prediction(model, device_, cfg, p);
+  return p;
+}
+
+MemoryBreakdown ComposerEvaluator::memory(const TrainConfig& cfg) {
+  const ComputeCosts& k = compute_costs(cfg.micro_batch, cfg.seq_len, cfg.precision);
+  update_counts(cfg.seq_len);
+  return estimate_memory(memory_counts_, cfg, saved_activations(k), fsdp_costs(cfg).layout, params_);
+}
+
+void ComposerEvaluator::update_counts(int64_t seq_len) {
+  if (counts_seq_ == seq_len) return;
+  counts_seq_ = seq_len;
+  n_params_ = parameter_count(model_, seq_len);
+  active_params_ = active_parameter_count(model_, seq_len);
+  memory_counts_ = model_memory_counts(model_, seq_len);
+}
+
+namespace {
+
+std::unique_ptr<FrameworkEvaluator> make_composer_evaluator(const ModelConfig& model, const DeviceSpec& device,
+                                                            const CostParams& params) {
+  return std::make_unique<ComposerEvaluator>(model, device, params);
+}
+
+}  // namespace
+
+const FrameworkDef& composer_framework() {
+  static const FrameworkDef def = {
+      .id = Framework::kComposer,
+      .name = "composer",
+      .sharding_strategies = true,
+      .sharding = Sharding::kFullShard,
+      .model_parallel = false,
+      .whole_micro_batches = false,
+      .batch_per_gpu = true,
+      .distributed_optimizer = false,
+      .data_parallel_degrees = false,
+      .padded_vocab = false,
+      .expert_tensor_parallel = false,
+      .check = check_composer_config,
+      .make_evaluator = make_composer_evaluator,
+  };
+  return def;
+}
+
+}  // namespace tpsim

@@ -1,0 +1,72 @@
+// One training framework as tpsim models it: its conventions (the defaults a run under it takes),
+// its rules (what it can run), and an evaluator of its step. Composer (model/composer), Megatron-Core
+// (model/megatron) and torchtitan (model/torchtitan) each define one; framework_def(f) returns it.
+// Code outside those three asks the definition, never which framework it is: a fourth framework is
+// a fourth definition (docs/architecture.md, "Where a change goes").
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "model/training.hpp"
+
+namespace tpsim {
+
+struct ModelConfig;
+struct DeviceSpec;
+struct CostParams;
+struct Prediction;
+struct MemoryBreakdown;
+
+// Predicts the steps of one model on one device and profile under one framework, remembering what
+// it costed for the configurations that follow (a search asks for many). The referenced model,
+// device and params must outlive it; one per thread.
+class FrameworkEvaluator {
+ public:
+  virtual ~FrameworkEvaluator() = default;
+  virtual Prediction predict(const TrainConfig& cfg) = 0;  // requires check_config(...) to be empty
+  // The peak memory predict(cfg) would report, without laying out the schedule (a search's bound).
+  virtual MemoryBreakdown memory(const TrainConfig& cfg) = 0;
+};
+
+struct FrameworkDef {
+  Framework id;
+  std::string_view name;  // as --framework and a table's Framework column take it
+  // Its data parallelism: composer lets the run choose among FSDP's sharding strategies (and DDP);
+  // otherwise `sharding` is what it always runs (Megatron-Core's DDP: NO_SHARD, --dist-opt sharding
+  // the optimizer; torchtitan's FSDP2: FULL_SHARD over the data-parallel ranks).
+  bool sharding_strategies;
+  Sharding sharding;  // fixed without sharding_strategies; the default with them
+  // Tensor, pipeline, context and expert parallelism; without them, data parallelism only.
+  bool model_parallel;
+  // Micro-batches of one size that divide each data-parallel replica's batch; else (composer) the
+  // last micro-batch of a step may be smaller.
+  bool whole_micro_batches;
+  // The global batch divides evenly over the GPUs (llm-foundry's device_train_batch_size); else only
+  // over the data-parallel replicas.
+  bool batch_per_gpu;
+  bool distributed_optimizer;  // sharded optimizer state by default (Megatron-Core's --use-distributed-optimizer, FSDP2)
+  bool data_parallel_degrees;  // HSDP's shard and replicate degrees are given as is (torchtitan's data_parallel_*_degree)
+  bool padded_vocab;           // the vocabulary padded to a multiple of 128 x tp (Megatron-LM)
+  // The expert tensor-parallel degree a search tries besides tp (Megatron-Core's --etp 1).
+  bool expert_tensor_parallel;
+  // Empty when it can run `cfg` (after check_config's general rules), else why not, naming the value.
+  std::string (*check)(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg);
+  std::unique_ptr<FrameworkEvaluator> (*make_evaluator)(const ModelConfig& model, const DeviceSpec& device,
+                                                        const CostParams& params);
+};
+
+const FrameworkDef& framework_def(Framework f);
+
+// The sharding a run under `f` takes: what was asked under a framework with sharding strategies
+// (its default when nothing was), else the one it runs.
+Sharding framework_sharding(Framework f, std::optional<Sharding> asked = std::nullopt);
+
+// The three definitions (model/composer.cpp, model/megatron.cpp, model/torchtitan.cpp).
+const FrameworkDef& composer_framework();
+const FrameworkDef& megatron_framework();
+const FrameworkDef& torchtitan_framework();
+
+}  // namespace tpsim
