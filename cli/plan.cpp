@@ -19,6 +19,7 @@
 #include "io/plots.hpp"
 #include "io/progress.hpp"
 #include "io/text_format.hpp"
+#include "model/framework.hpp"
 #include "model/plan.hpp"
 #include "model/units.hpp"
 
@@ -139,7 +140,7 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, RunSettings& run, boo
   r.query.precision = run.precision;
   r.query.mp_mode = run.mp_mode;
   check_no_sharding_flag(parallel, "--sharding", !o.run.sharding.empty());
-  const bool composer = parallel.framework == Framework::kComposer;
+  const bool composer = framework_def(parallel.framework).sharding_strategies;
   r.query.space = plan_space(run, sharding_any, composer);
   r.yaml_note = yaml_note(run, r.query.space, composer);
   r.query.space.framework = parallel.framework;
@@ -162,7 +163,7 @@ std::string batch_note(const PlanRequest& r, const TrainConfig& cfg) {
 
 // A layout in words: FSDP's sharding strategy, or the model-parallel degrees; then checkpointing.
 std::string choice_name(const Layout& l) {
-  if (l.parallel.framework == Framework::kComposer)
+  if (framework_def(l.parallel.framework).sharding_strategies)
     return sharding_text(l.sharding, l.parallel) + ", " + checkpointing_phrase(l.checkpointing);
   const std::string layout = layout_phrase(l.parallel);
   return (layout.empty() ? "data parallel" : layout) + ", " + checkpointing_phrase(l.checkpointing);
@@ -283,8 +284,9 @@ void add_bar(StackedBars& bars, const PlannedConfig& c, int rank) {
   static const char* kShort[] = {"full", "grad-op", "no-shard", "hybrid"};
   static const char* kCkpt[] = {"", " selective ckpt", " ckpt"};  // none, selective, full
   const StepBreakdown& t = c.prediction.time;
-  const std::string layout = c.cfg.parallel.framework == Framework::kComposer ? kShort[static_cast<int>(c.cfg.sharding)]
-                                                                              : layout_phrase(c.cfg.parallel);
+  const std::string layout = framework_def(c.cfg.parallel.framework).sharding_strategies
+                                 ? kShort[static_cast<int>(c.cfg.sharding)]
+                                 : layout_phrase(c.cfg.parallel);
   bars.bars.push_back("#" + std::to_string(rank) + " " + c.device->id + " x" + std::to_string(c.cfg.n_gpus) + " mb" +
                       std::to_string(c.cfg.micro_batch) + " " + layout + kCkpt[static_cast<int>(c.cfg.checkpointing)]);
   bars.values.push_back({t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s,

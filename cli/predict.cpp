@@ -5,6 +5,7 @@
 
 #include "io/error.hpp"
 #include "io/text_format.hpp"
+#include "model/framework.hpp"
 #include "model/plan.hpp"
 #include "model/search.hpp"
 #include "model/units.hpp"
@@ -133,9 +134,7 @@ TrainConfig predict_config(const PredictOptions& o, RunSettings& run, const Para
   cfg.parallel = fixed_parallelism(parallel);
   // Megatron's data parallelism replicates parameters and gradients, torchtitan's FSDP2 shards them
   // (model/search.cpp).
-  cfg.sharding = parallel.framework == Framework::kComposer ? run.sharding.value_or(Sharding::kFullShard)
-                 : parallel.framework == Framework::kTorchtitan ? Sharding::kFullShard
-                                                                : Sharding::kNoShard;
+  cfg.sharding = framework_sharding(parallel.framework, run.sharding);
   cfg.checkpointing = run.checkpointing.value_or(Checkpointing::kNone);
   if (const std::string why = check_layout(model, cfg); !why.empty()) throw Error(why);  // batch 0: degrees only
   if (!o.run.global_batch.empty() || run.global_batch) set_batch_from_global(o, run, model, device, params, cfg);

@@ -1,6 +1,7 @@
 #include "cli/report.hpp"
 #include "io/measured_table.hpp"
 #include "io/text_format.hpp"
+#include "model/framework.hpp"
 #include "model/memory.hpp"
 #include "model/plan.hpp"
 #include "model/units.hpp"
@@ -124,7 +125,7 @@ std::string layout_phrase(const Parallelism& p) {
 
 std::optional<IntervalModel> interval_model_for(const ModelConfig& model, const DeviceProfile& profile,
                                                 Framework framework) {
-  if (!model.is_mpt_default() || framework != Framework::kComposer) return std::nullopt;
+  if (!model.is_mpt_default() || !framework_def(framework).profile_intervals) return std::nullopt;
   const std::optional<PredictionInterval> i = prediction_interval(profile);
   if (!i) return std::nullopt;
   return interval_model(*i);
@@ -138,7 +139,7 @@ std::optional<RelativeInterval> interval_for(const ModelConfig& model, const Dev
 }
 
 std::string no_interval_note(const ModelConfig& model, Framework framework) {
-  if (framework != Framework::kComposer)
+  if (!framework_def(framework).profile_intervals)
     return "tpsim: note: no Throughput Low/High under " + std::string(to_string(framework)) +
            ": the profiles' held-out errors are of Composer FSDP runs; docs/accuracy.md gives the held-out " +
            "error on measured Megatron runs\n";
@@ -151,7 +152,7 @@ std::string no_interval_note(const ModelConfig& model, Framework framework) {
 }
 
 std::string unaligned_gemm_note(const ModelConfig& model, Framework framework) {
-  const auto widths = unaligned_gemm_widths(model, framework == Framework::kMegatron);
+  const auto widths = unaligned_gemm_widths(model, framework_def(framework).padded_vocab);
   if (widths.empty()) return "";
   std::string named;
   for (const auto& [what, width] : widths) named += (named.empty() ? "" : ", ") + what + " " + std::to_string(width);

@@ -244,12 +244,13 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
     if (f.attention != "flash" && f.attention != "unfused")
       throw Error("--attention '" + f.attention + "': expected flash or unfused");
     s.unfused_attention = f.attention == "unfused";
-    if (*s.unfused_attention && s.framework == Framework::kTorchtitan)
+    if (*s.unfused_attention && !framework_def(s.framework).unfused_attention)
       throw Error("--attention unfused: torchtitan runs PyTorch's scaled_dot_product_attention, costed as flash "
                   "attention; its unfused math fallback is not modelled");
   }
-  if (s.framework == Framework::kTorchtitan) return s;  // the degrees are its data_parallel_*_degree
-  if (s.framework != Framework::kComposer) {
+  const FrameworkDef& def = framework_def(s.framework);
+  if (def.data_parallel_degrees) return s;  // torchtitan's data_parallel_*_degree, as given
+  if (!def.sharding_strategies) {
     for (const auto& [flag, given] : {std::pair{"--shard-degree", a.shard_degree.has_value()},
                                       std::pair{"--replicate-degree", a.replicate_degree.has_value()}})
       if (given)
@@ -276,7 +277,7 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
 ParallelSettings resolve_parallel(const ParallelFlags& f, const RunSettings& run) {
   ParallelSettings s = resolve_parallel(f);
   if (!run.shard_degree && !run.replicate_degree) return s;
-  if (s.framework != Framework::kComposer)
+  if (!framework_def(s.framework).sharding_strategies)
     throw Error(run.config_origin + ": fsdp_config's data_parallel_shard_degree and data_parallel_replicate_degree " +
                 "are Composer's HSDP; --framework " + std::string(to_string(s.framework)) +
                 " has its own data parallelism");
@@ -297,7 +298,7 @@ Parallelism fixed_parallelism(const ParallelSettings& s) {
   p.expert = a.expert.value_or(1);
   if (a.expert_tensor) p.set_expert_tensor(*a.expert_tensor);
   p.sequence_parallel = a.sequence_parallel.value_or(p.tensor > 1);
-  p.distributed_optimizer = a.distributed_optimizer.value_or(s.framework != Framework::kComposer);
+  p.distributed_optimizer = a.distributed_optimizer.value_or(framework_def(s.framework).distributed_optimizer);
   p.overlap_grad_reduce = a.overlap_grad_reduce;
   p.grad_reduce_bf16 = a.grad_reduce_bf16;
   p.fp8_param_gather = a.fp8_param_gather;

@@ -12,6 +12,7 @@
 #include "io/files.hpp"
 #include "io/plots.hpp"
 #include "io/progress.hpp"
+#include "model/framework.hpp"
 #include "model/plan.hpp"
 #include "model/search.hpp"
 #include "cli/args.hpp"
@@ -76,7 +77,7 @@ SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<
   r.space.framework = parallel.framework;
   r.space.parallel = parallel.axes;
   // Composer's HYBRID_SHARD also on 2D meshes of a few hosts, as plan searches it (model/search.hpp).
-  r.space.hsdp_meshes = parallel.framework == Framework::kComposer;
+  r.space.hsdp_meshes = framework_def(parallel.framework).sharding_strategies;
   r.layout_columns = parallel.framework_given;
   r.parallel = parallel;
   return r;
@@ -152,7 +153,7 @@ void Sweep::device(const std::string& device_id) {
     // Once per model; outside Composer the interval note is the framework's, once per sweep.
     if (device_id == r_.devices.front()) {
       const ModelConfig& model = models_.at(name);
-      if (r_.space.framework == Framework::kComposer || name == r_.models.front())
+      if (framework_def(r_.space.framework).profile_intervals || name == r_.models.front())
         std::cerr << no_interval_note(model, r_.space.framework);
       std::cerr << unaligned_gemm_note(model, r_.space.framework);
     }
@@ -198,7 +199,7 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
     near_full_.push_back(name + " at " + std::to_string(seq) + " on " + std::to_string(n) + " x " + device_id);
   heat_.values[heat_row][column] = 100.0 * r.best_prediction.mfu;
   // The layout: FSDP's sharding strategy, or the model-parallel degrees.
-  const std::string layout = r.best.parallel.framework == Framework::kComposer
+  const std::string layout = framework_def(r.best.parallel.framework).sharding_strategies
                                  ? sharding_text(r.best.sharding, r.best.parallel)
                                  : layout_phrase(r.best.parallel);
   heat_.notes[heat_row][column] = "micro-batch " + std::to_string(r.best.micro_batch) +

@@ -19,6 +19,7 @@
 #include "cli/report.hpp"
 #include "cli/run_settings.hpp"
 #include "cli/validation.hpp"
+#include "model/framework.hpp"
 #include "model/interval.hpp"
 #include "model/units.hpp"
 
@@ -107,7 +108,7 @@ std::map<std::string, IntervalModel> intervals_by_device(Context& ctx, const std
   } else {
     // The profile's interval is of Composer runs: a table of other frameworks' rows gets none.
     for (const auto& r : results)
-      if (r.row->cfg.parallel.framework == Framework::kComposer)
+      if (framework_def(r.row->cfg.parallel.framework).profile_intervals)
         if (auto i = prediction_interval(ctx.profile(r.row->row.gpu))) out[r.row->row.gpu] = interval_model(*i);
   }
   return out;

@@ -8,6 +8,7 @@
 #include "io/error.hpp"
 #include "io/files.hpp"
 #include "io/text_format.hpp"
+#include "model/framework.hpp"
 
 namespace tpsim {
 namespace {
@@ -225,7 +226,7 @@ class RowParser {
       if (col == "Activation Checkpointing" && cols_.has("Recompute")) continue;
       // Of composer rows only, which a table without a Framework column has under --framework composer.
       if ((col == "MP Mode" || col == "Sharding Strategy") &&
-          (cols_.has("Framework") || options.framework != Framework::kComposer))
+          (cols_.has("Framework") || !framework_def(options.framework).sharding_strategies))
         continue;
       cols_.require(col, col == "GPU"                ? " (a table in the general form may leave it to --device)"
                          : col == "Throughput (T/s)" ? " (or give 'Step Time (s)')"
@@ -320,8 +321,8 @@ class RowParser {
   // parallelism is DDP: every replica holds its whole shard (NO_SHARD), the distributed optimizer
   // aside; torchtitan's is FSDP2 (FULL_SHARD).
   void read_sharding(const std::vector<std::string>& cells, const std::string& at, MeasuredRow& r) const {
-    const bool composer = r.parallel.framework == Framework::kComposer;
-    if (!composer) r.sharding = r.parallel.framework == Framework::kMegatron ? Sharding::kNoShard : Sharding::kFullShard;
+    const bool composer = framework_def(r.parallel.framework).sharding_strategies;
+    if (!composer) r.sharding = framework_sharding(r.parallel.framework);
     for (const char* col : {"MP Mode", "Sharding Strategy"})
       if (composer && !cols_.has(col)) throw Error(at + ": a composer row needs the column '" + std::string(col) + "'");
     if (cols_.has("MP Mode")) {

@@ -242,6 +242,8 @@ const FrameworkDef& composer_framework() {
       .distributed_optimizer = false,
       .data_parallel_degrees = false,
       .padded_vocab = false,
+      .unfused_attention = true,
+      .profile_intervals = true,
       .expert_tensor_parallel = false,
       .check = check_composer_config,
       .make_evaluator = make_composer_evaluator,

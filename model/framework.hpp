@@ -50,6 +50,11 @@ struct FrameworkDef {
   bool distributed_optimizer;  // sharded optimizer state by default (Megatron-Core's --use-distributed-optimizer, FSDP2)
   bool data_parallel_degrees;  // HSDP's shard and replicate degrees are given as is (torchtitan's data_parallel_*_degree)
   bool padded_vocab;           // the vocabulary padded to a multiple of 128 x tp (Megatron-LM)
+  // Unfused attention (the scores materialised) can be asked of it (--attention unfused).
+  bool unfused_attention;
+  // The shipped profiles' held-out errors are of runs under it, so its predictions get their
+  // interval (Throughput Low/High); the others' errors are stated in docs/accuracy.md instead.
+  bool profile_intervals;
   // The expert tensor-parallel degree a search tries besides tp (Megatron-Core's --etp 1).
   bool expert_tensor_parallel;
   // Empty when it can run `cfg` (after check_config's general rules), else why not, naming the value.

@@ -605,6 +605,8 @@ const FrameworkDef& megatron_framework() {
       .distributed_optimizer = true,
       .data_parallel_degrees = false,
       .padded_vocab = true,
+      .unfused_attention = true,
+      .profile_intervals = false,
       .expert_tensor_parallel = true,
       .check = check_megatron_config,
       .make_evaluator = make_megatron_evaluator,

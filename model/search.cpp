@@ -1,3 +1,4 @@
+#include "model/framework.hpp"
 #include "model/search.hpp"
 
 #include <algorithm>
@@ -74,7 +75,7 @@ std::string check_degrees(const ModelConfig& model, const TrainConfig& cfg) {
 
 std::string check_layout(const ModelConfig& model, const TrainConfig& cfg) {
   const Parallelism& p = cfg.parallel;
-  if (p.framework == Framework::kComposer) {
+  if (!framework_def(p.framework).model_parallel) {
     if (!p.is_data_parallel_only() || p.distributed_optimizer || p.overlap_grad_reduce)
       return "composer runs FSDP without model parallelism; use --framework megatron";
     return {};
@@ -161,7 +162,7 @@ std::vector<int64_t> searched_expert(const ModelConfig& model) {
 std::vector<int64_t> searched_expert_tensor(const ParallelAxes& a, const ModelConfig& model, Framework framework,
                                             int64_t tp) {
   if (a.expert_tensor) return {*a.expert_tensor == tp ? 0 : *a.expert_tensor};
-  if (framework == Framework::kMegatron && model.moe.active() && tp > 1) return {0, 1};
+  if (framework_def(framework).expert_tensor_parallel && model.moe.active() && tp > 1) return {0, 1};
   return {0};
 }
 
@@ -191,7 +192,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
   p.pipeline_scatter_gather = a.pipeline_scatter_gather;
   p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
   p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
-  if (s.framework == Framework::kTorchtitan) {  // its data_parallel_*_degree, as given (TorchtitanMesh)
+  if (framework_def(s.framework).data_parallel_degrees) {  // torchtitan's, as given (TorchtitanMesh)
     p.shard_degree = a.shard_degree.value_or(0);
     p.replicate_degree = a.replicate_degree.value_or(0);
   }
@@ -213,7 +214,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                   // torchtitan's FSDP2 shards all of them (FULL_SHARD; model/torchtitan.hpp).
                   p.async_tensor_parallel = a.async_tensor_parallel && tp > 1;
                   p.tp_comm_overlap = a.tp_comm_overlap && tp > 1 && sp;
-                  const Sharding sharding = s.framework == Framework::kTorchtitan ? Sharding::kFullShard : Sharding::kNoShard;
+                  const Sharding sharding = framework_sharding(s.framework);
                   for (Checkpointing ckpt : s.checkpointing) {
                     p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers : 0;
                     p.moe_a2a_overlap = a.moe_a2a_overlap && ep > 1 && ckpt != Checkpointing::kFull && (pp == 1 || vp > 1);
@@ -227,7 +228,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
 
 std::vector<Layout> SearchSpace::layouts(const ModelConfig& model, const DeviceSpec& device,
                                          const TrainConfig& base) const {
-  if (framework != Framework::kComposer) return parallel_layouts(*this, model, device, base);
+  if (framework_def(framework).model_parallel) return parallel_layouts(*this, model, device, base);
   std::vector<Layout> out = layouts();
   if (!hsdp_meshes || parallel.shard_degree || parallel.replicate_degree ||
       std::find(shardings.begin(), shardings.end(), Sharding::kHybridShard) == shardings.end())
@@ -324,7 +325,7 @@ class Searcher {
 SearchResult Searcher::run(const TrainConfig& base) {
   layouts_ = space_.layouts(model_, device_, base);
   fit_upto_.assign(layouts_.size(), 0);
-  if (layouts_.empty() && space_.framework != Framework::kComposer) reject(no_layout(base));
+  if (layouts_.empty() && framework_def(space_.framework).model_parallel) reject(no_layout(base));
   for (size_t i = 0; i < layouts_.size(); ++i) {
     const Layout& layout = layouts_[i];
     bool skipped = false;
@@ -357,7 +358,7 @@ void Searcher::search_layout(const TrainConfig& layout_cfg, size_t index) {
   const int64_t per_device = layout_cfg.per_device_batch();
   // The micro-batches, ascending: every one from 1 (composer, whose last micro-batch may be
   // smaller), or the divisors of the per-replica batch (megatron: check_layout).
-  const bool every = layout_cfg.parallel.framework == Framework::kComposer;
+  const bool every = !framework_def(layout_cfg.parallel.framework).whole_micro_batches;
   const std::vector<int64_t> listed = every ? std::vector<int64_t>{} : megatron_micro_batches(layout_cfg);
   const auto micro_batch_at = [&](int64_t k) { return every ? k : listed[static_cast<size_t>(k - 1)]; };
   const int64_t count = every ? per_device : static_cast<int64_t>(listed.size());
@@ -499,7 +500,7 @@ int64_t largest_fitting_micro_batch(const ModelConfig& model, const DeviceSpec& 
   Evaluator evaluator(model, device, params);
   TrainConfig c = cfg;
   // Composer: every micro-batch up to the per-device batch; megatron: its divisors (check_layout).
-  const bool every = cfg.parallel.framework == Framework::kComposer;
+  const bool every = !framework_def(cfg.parallel.framework).whole_micro_batches;
   const std::vector<int64_t> listed = every ? std::vector<int64_t>{} : megatron_micro_batches(cfg);
   const auto micro_batch_at = [&](int64_t k) { return every ? k : listed[static_cast<size_t>(k - 1)]; };
   const int64_t count = every ? cfg.per_device_batch() : static_cast<int64_t>(listed.size());

@@ -530,6 +530,8 @@ const FrameworkDef& torchtitan_framework() {
       .distributed_optimizer = true,
       .data_parallel_degrees = true,
       .padded_vocab = false,
+      .unfused_attention = false,
+      .profile_intervals = false,
       .expert_tensor_parallel = false,
       .check = check_torchtitan_config,
       .make_evaluator = make_torchtitan_evaluator,
