@@ -145,11 +145,15 @@ namespace {
 
 // torchtitan's own flags, and megatron's that do not apply to it.
 void check_torchtitan_flags(const ParallelFlags& f, ParallelSettings& s) {
-  const bool titan = s.framework == Framework::kTorchtitan;
-  if (!titan && (f.async_tp || !f.selective_ac.empty()))
+  const FrameworkDef& def = framework_def(s.framework);
+  if ((f.async_tp && !def.owns(FrameworkOption::kAsyncTensorParallel)) ||
+      (!f.selective_ac.empty() && !def.owns(FrameworkOption::kSelectiveAcLayers)))
     throw Error(std::string(f.async_tp ? "--async-tp" : "--selective-ac-option") +
-                ": torchtitan's option; use --framework torchtitan");
-  if (titan && (f.dist_opt || f.overlap_grad_reduce))
+                ": torchtitan's option; use --framework " +
+                std::string(option_owner(FrameworkOption::kAsyncTensorParallel).name));
+  // A framework that shards the optimizer itself, with no flag for it (torchtitan's FSDP2).
+  if (def.distributed_optimizer && !def.owns(FrameworkOption::kDistributedOptimizer) &&
+      (f.dist_opt || f.overlap_grad_reduce))
     throw Error(std::string(f.dist_opt ? (*f.dist_opt ? "--dist-opt" : "--no-dist-opt") : "--overlap-grad-reduce") +
                 ": megatron's option; torchtitan's FSDP2 shards the optimizer state and reduces gradients during the "
                 "backward");
@@ -164,20 +168,24 @@ void check_megatron_flags(const ParallelFlags& f, ParallelSettings& s) {
     const char* flag;
     bool on;
     const char* owner;
+    FrameworkOption option;
   };
   const char* const core = "Megatron-Core's";
-  const Given given[] = {{"--first-stage-layers", !f.first_stage_layers.empty(), core},
-                         {"--last-stage-layers", !f.last_stage_layers.empty(), core},
-                         {"--account-for-embedding", f.account_for_embedding, core},
-                         {"--account-for-loss", f.account_for_loss, core},
-                         {"--tp-comm-overlap", f.tp_comm_overlap, core},
-                         {"--overlap-moe-expert-parallel-comm", f.moe_a2a_overlap, core},
-                         {"--grad-reduce-in-bf16", f.grad_reduce_bf16, core},
-                         {"--fp8-param-gather", f.fp8_param_gather, core},
-                         {"--pipeline-scatter-gather", f.pipeline_scatter_gather, "Megatron-LM's"}};
+  using O = FrameworkOption;
+  const Given given[] = {{"--first-stage-layers", !f.first_stage_layers.empty(), core, O::kUnevenPipeline},
+                         {"--last-stage-layers", !f.last_stage_layers.empty(), core, O::kUnevenPipeline},
+                         {"--account-for-embedding", f.account_for_embedding, core, O::kUnevenPipeline},
+                         {"--account-for-loss", f.account_for_loss, core, O::kUnevenPipeline},
+                         {"--tp-comm-overlap", f.tp_comm_overlap, core, O::kTpCommOverlap},
+                         {"--overlap-moe-expert-parallel-comm", f.moe_a2a_overlap, core, O::kMoeA2aOverlap},
+                         {"--grad-reduce-in-bf16", f.grad_reduce_bf16, core, O::kGradReduceBf16},
+                         {"--fp8-param-gather", f.fp8_param_gather, core, O::kFp8ParamGather},
+                         {"--pipeline-scatter-gather", f.pipeline_scatter_gather, "Megatron-LM's",
+                          O::kPipelineScatterGather}};
   for (const Given& g : given)
-    if (g.on && s.framework != Framework::kMegatron)
-      throw Error(std::string(g.flag) + ": " + g.owner + " option; use --framework megatron");
+    if (g.on && !framework_def(s.framework).owns(g.option))
+      throw Error(std::string(g.flag) + ": " + g.owner + " option; use --framework " +
+                  std::string(option_owner(g.option).name));
   if (f.tp_comm_overlap && f.sp == false)
     throw Error("--tp-comm-overlap: TransformerEngine's TP communication overlap needs sequence parallelism (--no-sp given)");
   if (f.tp_comm_overlap && s.axes.tensor == 1)
@@ -315,12 +323,9 @@ Parallelism fixed_parallelism(const ParallelSettings& s) {
 }
 
 void check_no_sharding_flag(const ParallelSettings& s, const std::string& flag, bool given) {
-  if (given && s.framework == Framework::kTorchtitan)
-    throw Error(flag + ": --framework torchtitan shards with FSDP2 over its data-parallel ranks (FULL_SHARD); "
-                "the sharding strategies are composer's");
-  if (given && s.framework != Framework::kComposer)
-    throw Error(flag + ": --framework " + std::string(to_string(s.framework)) +
-                " has no FSDP sharding strategies (its data parallelism is DDP; --dist-opt shards the optimizer)");
+  const FrameworkDef& def = framework_def(s.framework);
+  if (given && !def.sharding_strategies)
+    throw Error(flag + ": --framework " + std::string(def.name) + " " + std::string(def.no_sharding_strategies));
 }
 
 namespace {
@@ -404,7 +409,7 @@ ModelConfig attention_as_asked(const ModelConfig& model, const ParallelSettings&
     if (note) *note = "--attention flash: " + model.name + "'s attention is costed as the profile's causal flash attention";
     return m;
   }
-  if (s.framework == Framework::kMegatron) {
+  if (framework_def(s.framework).core_attention) {
     use_megatron_core_attention(m);
     if (note)
       *note = "--attention unfused: " + model.name + "'s attention is costed as Megatron's core attention: the scores "

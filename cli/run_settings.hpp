@@ -68,7 +68,7 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);
 // uneven split's flags, --tp-comm-overlap and --grad-reduce-in-bf16 are errors outside megatron, and --tp-comm-overlap with
 // --tp 1 or --no-sp.
 struct ParallelSettings {
-  Framework framework = Framework::kComposer;
+  Framework framework = kDefaultFramework;
   bool framework_given = false;  // --framework given: the output shows the layout columns
   ParallelAxes axes;
   // --attention: true (unfused: the scores materialised, as the framework runs it without a fused

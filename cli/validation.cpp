@@ -5,6 +5,7 @@
 
 #include "io/error.hpp"
 #include "model/interval.hpp"
+#include "model/framework.hpp"
 
 namespace tpsim {
 
@@ -73,21 +74,24 @@ std::vector<FitRow> fit_rows(Context& ctx, const std::vector<ResolvedRow>& rows)
 
 std::vector<const ParamInfo*> table_fit_parameters(Context& ctx, const std::vector<ResolvedRow>& rows) {
   std::vector<const ParamInfo*> params = default_table_fit_parameters();
-  // Megatron rows: the host's kernel-issue time bounds their small passes (megatron.hpp), and each
-  // tensor-parallel collective waits for every rank of its group (the per-step latency of a ring
-  // inside a node); Composer's recompute share and overlap slowdown do not enter them, so a table of
-  // Megatron rows alone does not fit those (the rows cannot tell them).
-  const auto is = [&](Framework f) {
-    return std::any_of(rows.begin(), rows.end(), [f](const ResolvedRow& r) { return r.cfg.parallel.framework == f; });
-  };
-  if (is(Framework::kMegatron)) {
-    params.push_back(&param_of(&CostParams::host_kernel_issue_s));
-    params.push_back(&param_of(&CostParams::intra_node_latency_s));
-    if (!is(Framework::kComposer))
-      std::erase_if(params, [](const ParamInfo* p) {
-        return p->member == &CostParams::recompute_fraction || p->member == &CostParams::overlap_slowdown;
-      });
-  }
+  // Each framework's rows inform what FrameworkDef::fit_adds names beyond the default set (Megatron's:
+  // the host's kernel-issue time that bounds their small passes, the per-step latency of a ring
+  // inside a node that each tensor-parallel collective waits for); a default parameter is left out
+  // when every framework among the rows lists it in fit_uninformed (Composer's recompute share and
+  // overlap slowdown do not enter Megatron's rows, so those rows alone cannot tell them).
+  std::vector<const FrameworkDef*> present;
+  for (const ResolvedRow& r : rows)
+    if (const FrameworkDef* def = &framework_def(r.cfg.parallel.framework);
+        std::find(present.begin(), present.end(), def) == present.end())
+      present.push_back(def);
+  std::erase_if(params, [&](const ParamInfo* p) {
+    return !present.empty() && std::all_of(present.begin(), present.end(), [&](const FrameworkDef* def) {
+      return std::find(def->fit_uninformed.begin(), def->fit_uninformed.end(), p->member) != def->fit_uninformed.end();
+    });
+  });
+  for (Framework f : kAllFrameworks)  // in the enum's order, whatever the rows' order
+    if (std::find(present.begin(), present.end(), &framework_def(f)) != present.end())
+      for (double CostParams::*member : framework_def(f).fit_adds) params.push_back(&param_of(member));
   const ParamInfo& fp8_rate = gemm_rate_param(DType::kFp8);
   for (const auto& r : rows) {
     if (r.cfg.precision != Precision::kAmpFp8) continue;

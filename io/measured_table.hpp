@@ -93,7 +93,7 @@ struct MeasuredTable {
 
 // What the command says of rows whose table leaves it out.
 struct MeasuredTableOptions {
-  Framework framework = Framework::kComposer;  // rows of a table without a Framework column (--framework)
+  Framework framework = kDefaultFramework;  // rows of a table without a Framework column (--framework)
   std::string device;  // the GPU of rows of a table without a GPU column (--device); empty: such a table is an Error
 };
 

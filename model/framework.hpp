@@ -9,14 +9,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "model/profile.hpp"
 #include "model/training.hpp"
 
 namespace tpsim {
 
 struct ModelConfig;
 struct DeviceSpec;
-struct CostParams;
 struct Prediction;
 struct MemoryBreakdown;
 
@@ -30,6 +31,21 @@ class FrameworkEvaluator {
   // The peak memory predict(cfg) would report, without laying out the schedule (a search's bound).
   virtual MemoryBreakdown memory(const TrainConfig& cfg) = 0;
 };
+
+// Options only one framework has (its own flags); asked of another, a run is refused naming the
+// owner (option_owner).
+enum class FrameworkOption : uint8_t {
+  kUnevenPipeline,         // first/last stage layers, embedding or loss counted as layers (Megatron-Core)
+  kTpCommOverlap,          // TransformerEngine's userbuffers (Megatron-Core's --tp-comm-overlap)
+  kMoeA2aOverlap,          // --overlap-moe-expert-parallel-comm
+  kGradReduceBf16,         // --grad-reduce-in-bf16
+  kFp8ParamGather,         // --fp8-param-gather
+  kPipelineScatterGather,  // Megatron-LM's legacy scatter-gather between stages
+  kDistributedOptimizer,   // --dist-opt / --no-dist-opt, --overlap-grad-reduce
+  kAsyncTensorParallel,    // torchtitan's enable_async_tensor_parallel
+  kSelectiveAcLayers,      // torchtitan's selective_ac_option as a layer period
+};
+constexpr uint32_t option_bit(FrameworkOption o) { return 1u << static_cast<unsigned>(o); }
 
 struct FrameworkDef {
   Framework id;
@@ -55,6 +71,19 @@ struct FrameworkDef {
   // The shipped profiles' held-out errors are of runs under it, so its predictions get their
   // interval (Throughput Low/High); the others' errors are stated in docs/accuracy.md instead.
   bool profile_intervals;
+  // --micro-batch auto is Composer's: the per-device batch, halved on each out-of-memory; else the
+  // largest micro-batch that fits.
+  bool auto_micro_batch_halves;
+  // Unfused attention under it is Megatron-LM's core attention (its fused softmax, dropout 0.1);
+  // else llm-foundry's PyTorch attention.
+  bool core_attention;
+  // Why --sharding does not apply to it, after "--framework NAME " (without sharding_strategies).
+  std::string_view no_sharding_strategies;
+  uint32_t options;  // option_bit of each FrameworkOption it owns
+  bool owns(FrameworkOption o) const { return (options & option_bit(o)) != 0; }
+  // The cost parameters a table fit frees beyond the default set when rows of it are fitted, and
+  // those of the default set its rows cannot inform (left fixed unless another framework's rows do).
+  std::vector<double CostParams::*> fit_adds, fit_uninformed;
   // The expert tensor-parallel degree a search tries besides tp (Megatron-Core's --etp 1).
   bool expert_tensor_parallel;
   // Empty when it can run `cfg` (after check_config's general rules), else why not, naming the value.
@@ -64,6 +93,9 @@ struct FrameworkDef {
 };
 
 const FrameworkDef& framework_def(Framework f);
+
+// The framework that owns option `o`.
+const FrameworkDef& option_owner(FrameworkOption o);
 
 // The sharding a run under `f` takes: what was asked under a framework with sharding strategies
 // (its default when nothing was), else the one it runs.

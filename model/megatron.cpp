@@ -607,6 +607,15 @@ const FrameworkDef& megatron_framework() {
       .padded_vocab = true,
       .unfused_attention = true,
       .profile_intervals = false,
+      .auto_micro_batch_halves = false,
+      .core_attention = true,
+      .no_sharding_strategies = "has no FSDP sharding strategies (its data parallelism is DDP; --dist-opt shards the optimizer)",
+      .options = option_bit(FrameworkOption::kUnevenPipeline) | option_bit(FrameworkOption::kTpCommOverlap) |
+                 option_bit(FrameworkOption::kMoeA2aOverlap) | option_bit(FrameworkOption::kGradReduceBf16) |
+                 option_bit(FrameworkOption::kFp8ParamGather) | option_bit(FrameworkOption::kPipelineScatterGather) |
+                 option_bit(FrameworkOption::kDistributedOptimizer),
+      .fit_adds = {&CostParams::host_kernel_issue_s, &CostParams::intra_node_latency_s},
+      .fit_uninformed = {&CostParams::recompute_fraction, &CostParams::overlap_slowdown},
       .expert_tensor_parallel = true,
       .check = check_megatron_config,
       .make_evaluator = make_megatron_evaluator,

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "model/pipeline.hpp"
+#include "model/framework.hpp"
 
 namespace tpsim {
 namespace {
@@ -188,7 +189,10 @@ std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainCo
     return "tensor parallel " + n(par.tensor) + " does not divide the feed-forward width " + n(model.d_ffn());
   if (par.pipeline > model.n_layers)
     return "pipeline parallel " + n(par.pipeline) + " is more stages than the " + n(model.n_layers) + " layers";
-  if (par.framework != Framework::kMegatron && (par.uneven_pipeline() || par.tp_comm_overlap || par.moe_a2a_overlap))
+  const FrameworkDef& def = framework_def(par.framework);
+  if ((par.uneven_pipeline() && !def.owns(FrameworkOption::kUnevenPipeline)) ||
+      (par.tp_comm_overlap && !def.owns(FrameworkOption::kTpCommOverlap)) ||
+      (par.moe_a2a_overlap && !def.owns(FrameworkOption::kMoeA2aOverlap)))
     return std::string(par.tp_comm_overlap    ? "tensor-parallel communication overlap"
                        : par.moe_a2a_overlap ? "the expert-parallel all-to-all overlap"
                                              : "uneven pipeline splits") +

@@ -86,7 +86,7 @@ struct ParallelAxes {
 };
 
 struct SearchSpace {
-  Framework framework = Framework::kComposer;
+  Framework framework = kDefaultFramework;
   ParallelAxes parallel;  // megatron, torchtitan
   std::vector<Sharding> shardings = {kAllShardings.begin(), kAllShardings.end()};  // composer
   // Without selective by default: llm-foundry and Composer checkpoint whole blocks

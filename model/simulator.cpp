@@ -37,10 +37,12 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
     return "global batch " + std::to_string(cfg.global_batch) + " is not a multiple of the GPU count " +
            std::to_string(cfg.n_gpus);
   const Parallelism& par = cfg.parallel;
-  if (par.fp8_param_gather && par.framework != Framework::kMegatron)
-    return "--fp8-param-gather is Megatron-Core's option; use --framework megatron";
-  if (par.pipeline_scatter_gather && par.framework != Framework::kMegatron)
-    return "--pipeline-scatter-gather is Megatron-LM's option; use --framework megatron";
+  const FrameworkDef& def = framework_def(par.framework);
+  const auto use = [](FrameworkOption o) { return "use --framework " + std::string(option_owner(o).name); };
+  if (par.fp8_param_gather && !def.owns(FrameworkOption::kFp8ParamGather))
+    return "--fp8-param-gather is Megatron-Core's option; " + use(FrameworkOption::kFp8ParamGather);
+  if (par.pipeline_scatter_gather && !def.owns(FrameworkOption::kPipelineScatterGather))
+    return "--pipeline-scatter-gather is Megatron-LM's option; " + use(FrameworkOption::kPipelineScatterGather);
   for (int64_t degree : {par.tensor, par.pipeline, par.virtual_stages, par.context, par.expert})
     if (degree < 1 || degree > kMaxGpus)
       return "parallel degree " + std::to_string(degree) + " is outside 1.." + std::to_string(kMaxGpus);
@@ -71,9 +73,11 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
       return "the " + device.id + " profile has no achieved " + std::string(to_string(t)) + " GEMM rate";
   }
   if (device.gpus_per_node <= 0) return "device " + device.id + " has no gpus_per_node";
-  if (par.framework != Framework::kTorchtitan && (par.async_tensor_parallel || par.selective_ac_layers != 0))
-    return "async tensor parallelism and selective_ac_option are torchtitan's (framework torchtitan runs them)";
-  return framework_def(cfg.parallel.framework).check(model, device, cfg);
+  if ((par.async_tensor_parallel && !def.owns(FrameworkOption::kAsyncTensorParallel)) ||
+      (par.selective_ac_layers != 0 && !def.owns(FrameworkOption::kSelectiveAcLayers)))
+    return "async tensor parallelism and selective_ac_option are torchtitan's (framework " +
+           std::string(option_owner(FrameworkOption::kAsyncTensorParallel).name) + " runs them)";
+  return def.check(model, device, cfg);
 }
 
 Evaluator::Evaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)

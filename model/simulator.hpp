@@ -151,7 +151,7 @@ class Evaluator {
   const ModelConfig& model_;
   const DeviceSpec& device_;
   const CostParams& params_;
-  std::array<std::unique_ptr<FrameworkEvaluator>, 3> evaluators_;  // by Framework
+  std::array<std::unique_ptr<FrameworkEvaluator>, kAllFrameworks.size()> evaluators_;  // by Framework
 };
 
 }  // namespace tpsim

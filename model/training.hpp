@@ -96,6 +96,9 @@ DType mfu_dtype(Precision p);
 //               sequence-parallel tensor parallelism (async as an option), 1F1B or interleaved 1F1B
 //               pipeline parallelism and float8 all-gathers (model/torchtitan.hpp).
 enum class Framework : uint8_t { kComposer, kMegatron, kTorchtitan };
+inline constexpr std::array<Framework, 3> kAllFrameworks = {Framework::kComposer, Framework::kMegatron,
+                                                           Framework::kTorchtitan};
+inline constexpr Framework kDefaultFramework = Framework::kComposer;  // a run that names none
 std::string_view to_string(Framework f);                 // "composer", "megatron", "torchtitan"
 std::optional<Framework> parse_framework(std::string_view s);
 

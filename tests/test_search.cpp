@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "common.hpp"
+#include "model/framework.hpp"
 #include "model/plan.hpp"
 #include "model/search.hpp"
 
@@ -97,6 +98,31 @@ void for_each_case(Check check, const SearchSpace& space = SearchSpace{}) {
 }
 
 }  // namespace
+
+// The framework definitions the rest of the program asks (model/framework.hpp): each is found
+// under its own id, every framework-only option has exactly one owner, and the data parallelism
+// each runs is the one its documentation names.
+BOOST_AUTO_TEST_CASE(every_framework_is_found_under_its_id_and_every_option_has_one_owner) {
+  for (Framework f : kAllFrameworks) {
+    BOOST_TEST((framework_def(f).id == f));
+    BOOST_TEST(framework_def(f).name == to_string(f));
+    BOOST_TEST(parse_framework(framework_def(f).name).has_value());
+    // Without sharding strategies the definition says why --sharding does not apply.
+    BOOST_TEST(framework_def(f).sharding_strategies == framework_def(f).no_sharding_strategies.empty());
+  }
+  for (int o = 0; o <= static_cast<int>(FrameworkOption::kSelectiveAcLayers); ++o) {
+    const auto option = static_cast<FrameworkOption>(o);
+    int owners = 0;
+    for (Framework f : kAllFrameworks) owners += framework_def(f).owns(option) ? 1 : 0;
+    BOOST_TEST_CONTEXT("option " << o) { BOOST_TEST(owners == 1); }
+    BOOST_TEST(option_owner(option).owns(option));
+  }
+  BOOST_TEST((framework_sharding(Framework::kComposer) == Sharding::kFullShard));
+  BOOST_TEST((framework_sharding(Framework::kComposer, Sharding::kHybridShard) == Sharding::kHybridShard));
+  BOOST_TEST((framework_sharding(Framework::kMegatron, Sharding::kHybridShard) == Sharding::kNoShard));
+  BOOST_TEST((framework_sharding(Framework::kTorchtitan) == Sharding::kFullShard));
+  BOOST_TEST((kDefaultFramework == Framework::kComposer));
+}
 
 BOOST_AUTO_TEST_CASE(the_fastest_is_the_brute_force_fastest_and_prediction_for_prediction_the_same) {
   for_each_case([](const ModelConfig& model, const DeviceSpec& d, const CostParams& params, const TrainConfig& base,
