@@ -230,31 +230,28 @@ std::unique_ptr<FrameworkEvaluator> make_composer_evaluator(const ModelConfig& m
 
 }  // namespace
 
-const FrameworkDef& composer_framework() {
-  static const FrameworkDef def = {
-      .id = Framework::kComposer,
-      .name = "composer",
-      .sharding_strategies = true,
-      .sharding = Sharding::kFullShard,
-      .model_parallel = false,
-      .whole_micro_batches = false,
-      .batch_per_gpu = true,
-      .distributed_optimizer = false,
-      .data_parallel_degrees = false,
-      .padded_vocab = false,
-      .unfused_attention = true,
-      .profile_intervals = true,
-      .auto_micro_batch_halves = true,
-      .core_attention = false,
-      .no_sharding_strategies = "",
-      .options = 0,
-      .fit_adds = {},
-      .fit_uninformed = {},
-      .expert_tensor_parallel = false,
-      .check = check_composer_config,
-      .make_evaluator = make_composer_evaluator,
-  };
-  return def;
-}
+constinit const FrameworkDef kComposerFramework = {
+    .id = Framework::kComposer,
+    .name = "composer",
+    .sharding_strategies = true,
+    .sharding = Sharding::kFullShard,
+    .model_parallel = false,
+    .whole_micro_batches = false,
+    .batch_per_gpu = true,
+    .distributed_optimizer = false,
+    .data_parallel_degrees = false,
+    .padded_vocab = false,
+    .unfused_attention = true,
+    .profile_intervals = true,
+    .auto_micro_batch_halves = true,
+    .core_attention = false,
+    .no_sharding_strategies = "",
+    .options = 0,
+    .fit_adds = {},
+    .fit_uninformed = {},
+    .expert_tensor_parallel = false,
+    .check = check_composer_config,
+    .make_evaluator = make_composer_evaluator,
+};
 
 }  // namespace tpsim

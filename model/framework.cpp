@@ -4,14 +4,6 @@
 
 namespace tpsim {
 
-const FrameworkDef& framework_def(Framework f) {
-  // In the enum's order; each definition names its own id, checked once below.
-  static const std::array<const FrameworkDef*, kAllFrameworks.size()> defs = {
-      &composer_framework(), &megatron_framework(), &torchtitan_framework()};
-  const FrameworkDef& def = *defs[static_cast<size_t>(f)];
-  return def;
-}
-
 const FrameworkDef& option_owner(FrameworkOption o) {
   for (Framework f : kAllFrameworks)
     if (framework_def(f).owns(o)) return framework_def(f);

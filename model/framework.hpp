@@ -5,11 +5,12 @@
 // a fourth definition (docs/architecture.md, "Where a change goes").
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
+#include <span>
 
 #include "model/profile.hpp"
 #include "model/training.hpp"
@@ -83,7 +84,7 @@ struct FrameworkDef {
   bool owns(FrameworkOption o) const { return (options & option_bit(o)) != 0; }
   // The cost parameters a table fit frees beyond the default set when rows of it are fitted, and
   // those of the default set its rows cannot inform (left fixed unless another framework's rows do).
-  std::vector<double CostParams::*> fit_adds, fit_uninformed;
+  std::span<const CostParamMember> fit_adds, fit_uninformed;
   // The expert tensor-parallel degree a search tries besides tp (Megatron-Core's --etp 1).
   bool expert_tensor_parallel;
   // Empty when it can run `cfg` (after check_config's general rules), else why not, naming the value.
@@ -92,7 +93,16 @@ struct FrameworkDef {
                                                         const CostParams& params);
 };
 
-const FrameworkDef& framework_def(Framework f);
+// The three definitions (model/composer.cpp, model/megatron.cpp, model/torchtitan.cpp), constant-
+// initialized, so that asking one costs an indexed load wherever it is asked (the searches ask
+// millions of times).
+extern const FrameworkDef kComposerFramework;
+extern const FrameworkDef kMegatronFramework;
+extern const FrameworkDef kTorchtitanFramework;
+inline constexpr std::array<const FrameworkDef*, kAllFrameworks.size()> kFrameworkDefs = {
+    &kComposerFramework, &kMegatronFramework, &kTorchtitanFramework};  // in the enum's order (test_search)
+
+inline const FrameworkDef& framework_def(Framework f) { return *kFrameworkDefs[static_cast<size_t>(f)]; }
 
 // The framework that owns option `o`.
 const FrameworkDef& option_owner(FrameworkOption o);
@@ -100,10 +110,5 @@ const FrameworkDef& option_owner(FrameworkOption o);
 // The sharding a run under `f` takes: what was asked under a framework with sharding strategies
 // (its default when nothing was), else the one it runs.
 Sharding framework_sharding(Framework f, std::optional<Sharding> asked = std::nullopt);
-
-// The three definitions (model/composer.cpp, model/megatron.cpp, model/torchtitan.cpp).
-const FrameworkDef& composer_framework();
-const FrameworkDef& megatron_framework();
-const FrameworkDef& torchtitan_framework();
 
 }  // namespace tpsim

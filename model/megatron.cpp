@@ -591,36 +591,39 @@ std::unique_ptr<FrameworkEvaluator> make_megatron_evaluator(const ModelConfig& m
   return std::make_unique<MegatronEvaluator>(model, device, params);
 }
 
+// Megatron rows: the host's kernel-issue time bounds their small passes, and each tensor-parallel
+// collective waits for every rank of its group (the per-step latency of a ring inside a node);
+// Composer's recompute share and overlap slowdown do not enter them.
+constexpr CostParamMember kMegatronFitAdds[] = {&CostParams::host_kernel_issue_s, &CostParams::intra_node_latency_s};
+constexpr CostParamMember kMegatronFitUninformed[] = {&CostParams::recompute_fraction, &CostParams::overlap_slowdown};
+
 }  // namespace
 
-const FrameworkDef& megatron_framework() {
-  static const FrameworkDef def = {
-      .id = Framework::kMegatron,
-      .name = "megatron",
-      .sharding_strategies = false,
-      .sharding = Sharding::kNoShard,
-      .model_parallel = true,
-      .whole_micro_batches = true,
-      .batch_per_gpu = false,
-      .distributed_optimizer = true,
-      .data_parallel_degrees = false,
-      .padded_vocab = true,
-      .unfused_attention = true,
-      .profile_intervals = false,
-      .auto_micro_batch_halves = false,
-      .core_attention = true,
-      .no_sharding_strategies = "has no FSDP sharding strategies (its data parallelism is DDP; --dist-opt shards the optimizer)",
-      .options = option_bit(FrameworkOption::kUnevenPipeline) | option_bit(FrameworkOption::kTpCommOverlap) |
-                 option_bit(FrameworkOption::kMoeA2aOverlap) | option_bit(FrameworkOption::kGradReduceBf16) |
-                 option_bit(FrameworkOption::kFp8ParamGather) | option_bit(FrameworkOption::kPipelineScatterGather) |
-                 option_bit(FrameworkOption::kDistributedOptimizer),
-      .fit_adds = {&CostParams::host_kernel_issue_s, &CostParams::intra_node_latency_s},
-      .fit_uninformed = {&CostParams::recompute_fraction, &CostParams::overlap_slowdown},
-      .expert_tensor_parallel = true,
-      .check = check_megatron_config,
-      .make_evaluator = make_megatron_evaluator,
-  };
-  return def;
-}
+constinit const FrameworkDef kMegatronFramework = {
+    .id = Framework::kMegatron,
+    .name = "megatron",
+    .sharding_strategies = false,
+    .sharding = Sharding::kNoShard,
+    .model_parallel = true,
+    .whole_micro_batches = true,
+    .batch_per_gpu = false,
+    .distributed_optimizer = true,
+    .data_parallel_degrees = false,
+    .padded_vocab = true,
+    .unfused_attention = true,
+    .profile_intervals = false,
+    .auto_micro_batch_halves = false,
+    .core_attention = true,
+    .no_sharding_strategies = "has no FSDP sharding strategies (its data parallelism is DDP; --dist-opt shards the optimizer)",
+    .options = option_bit(FrameworkOption::kUnevenPipeline) | option_bit(FrameworkOption::kTpCommOverlap) |
+               option_bit(FrameworkOption::kMoeA2aOverlap) | option_bit(FrameworkOption::kGradReduceBf16) |
+               option_bit(FrameworkOption::kFp8ParamGather) | option_bit(FrameworkOption::kPipelineScatterGather) |
+               option_bit(FrameworkOption::kDistributedOptimizer),
+    .fit_adds = kMegatronFitAdds,
+    .fit_uninformed = kMegatronFitUninformed,
+    .expert_tensor_parallel = true,
+    .check = check_megatron_config,
+    .make_evaluator = make_megatron_evaluator,
+};
 
 }  // namespace tpsim

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 
 namespace tpsim {
 namespace {
@@ -13,12 +14,14 @@ namespace {
 double d(int64_t x) { return static_cast<double>(x); }
 int64_t count(double x) { return static_cast<int64_t>(x + 0.5); }
 
-// `op` marked as part of `role` (and, for a linear layer's GEMM, which of its three).
-Op tagged(Op op, OpRole role, OpPass pass = OpPass::kNone) {
+// `op` marked in place as part of `role` (and, for a linear layer's GEMM, which of its three), for
+// pushing as it is: a temporary lives to the end of the push's expression, and nothing is copied.
+const Op& tagged(Op&& op, OpRole role, OpPass pass = OpPass::kNone) {
   op.role = role;
   op.pass = pass;
   return op;
 }
+const Op& tagged(Op& op, OpRole role, OpPass pass = OpPass::kNone) { return tagged(std::move(op), role, pass); }
 
 }  // namespace
 

@@ -518,31 +518,28 @@ std::unique_ptr<FrameworkEvaluator> make_torchtitan_evaluator(const ModelConfig&
 
 }  // namespace
 
-const FrameworkDef& torchtitan_framework() {
-  static const FrameworkDef def = {
-      .id = Framework::kTorchtitan,
-      .name = "torchtitan",
-      .sharding_strategies = false,
-      .sharding = Sharding::kFullShard,
-      .model_parallel = true,
-      .whole_micro_batches = true,
-      .batch_per_gpu = false,
-      .distributed_optimizer = true,
-      .data_parallel_degrees = true,
-      .padded_vocab = false,
-      .unfused_attention = false,
-      .profile_intervals = false,
-      .auto_micro_batch_halves = false,
-      .core_attention = false,
-      .no_sharding_strategies = "shards with FSDP2 over its data-parallel ranks (FULL_SHARD); the sharding strategies are composer's",
-      .options = option_bit(FrameworkOption::kAsyncTensorParallel) | option_bit(FrameworkOption::kSelectiveAcLayers),
-      .fit_adds = {},
-      .fit_uninformed = {},
-      .expert_tensor_parallel = false,
-      .check = check_torchtitan_config,
-      .make_evaluator = make_torchtitan_evaluator,
-  };
-  return def;
-}
+constinit const FrameworkDef kTorchtitanFramework = {
+    .id = Framework::kTorchtitan,
+    .name = "torchtitan",
+    .sharding_strategies = false,
+    .sharding = Sharding::kFullShard,
+    .model_parallel = true,
+    .whole_micro_batches = true,
+    .batch_per_gpu = false,
+    .distributed_optimizer = true,
+    .data_parallel_degrees = true,
+    .padded_vocab = false,
+    .unfused_attention = false,
+    .profile_intervals = false,
+    .auto_micro_batch_halves = false,
+    .core_attention = false,
+    .no_sharding_strategies = "shards with FSDP2 over its data-parallel ranks (FULL_SHARD); the sharding strategies are composer's",
+    .options = option_bit(FrameworkOption::kAsyncTensorParallel) | option_bit(FrameworkOption::kSelectiveAcLayers),
+    .fit_adds = {},
+    .fit_uninformed = {},
+    .expert_tensor_parallel = false,
+    .check = check_torchtitan_config,
+    .make_evaluator = make_torchtitan_evaluator,
+};
 
 }  // namespace tpsim
