@@ -221,15 +221,6 @@ void ComposerEvaluator::update_counts(int64_t seq_len) {
   memory_counts_ = model_memory_counts(model_, seq_len);
 }
 
-namespace {
-
-std::unique_ptr<FrameworkEvaluator> make_composer_evaluator(const ModelConfig& model, const DeviceSpec& device,
-                                                            const CostParams& params) {
-  return std::make_unique<ComposerEvaluator>(model, device, params);
-}
-
-}  // namespace
-
 constinit const FrameworkDef kComposerFramework = {
     .id = Framework::kComposer,
     .name = "composer",
@@ -251,7 +242,7 @@ constinit const FrameworkDef kComposerFramework = {
     .fit_uninformed = {},
     .expert_tensor_parallel = false,
     .check = check_composer_config,
-    .make_evaluator = make_composer_evaluator,
+    .make_evaluator = make_evaluator<ComposerEvaluator>,
 };
 
 }  // namespace tpsim

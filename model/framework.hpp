@@ -104,6 +104,13 @@ inline constexpr std::array<const FrameworkDef*, kAllFrameworks.size()> kFramewo
 
 inline const FrameworkDef& framework_def(Framework f) { return *kFrameworkDefs[static_cast<size_t>(f)]; }
 
+// FrameworkDef::make_evaluator for an evaluator constructed from (model, device, params).
+template <class E>
+std::unique_ptr<FrameworkEvaluator> make_evaluator(const ModelConfig& model, const DeviceSpec& device,
+                                                   const CostParams& params) {
+  return std::make_unique<E>(model, device, params);
+}
+
 // The framework that owns option `o`.
 const FrameworkDef& option_owner(FrameworkOption o);
 

@@ -196,14 +196,8 @@ MegatronEvaluator::MegatronEvaluator(const ModelConfig& model, const DeviceSpec&
 MegatronEvaluator::~MegatronEvaluator() = default;
 
 const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg) {
-  const auto same = [&cfg](const TrainConfig& k) {
-    return k.seq_len == cfg.seq_len && k.micro_batch == cfg.micro_batch && k.n_gpus == cfg.n_gpus &&
-           k.precision == cfg.precision && k.checkpointing == cfg.checkpointing && k.parallel == cfg.parallel;
-  };
-  if (const Costs* done = memo_.find(same)) return *done;
-  Costs& c = memo_.start();
-  c.key = cfg;
-  c.key.global_batch = 0;
+  if (const Costs* done = memo_.find(cfg)) return *done;
+  Costs& c = memo_.start(cfg);
   const Parallelism& par = cfg.parallel;
   c.layout = model_parallel_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const ModelParallelLayout& l = c.layout;
@@ -576,9 +570,7 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
     // kept all step; as fp8 parameters (fp8_param_gather) they are the weights the 2 bytes count.
     if (!par.fp8_param_gather)
       mb.gathered_params_bytes = d(c.stage_layers[static_cast<size_t>(s)]) * c.block_fwd.per_step_written_bytes;
-    mb.live_bytes = mb.sharded_state_bytes + mb.gathered_params_bytes + mb.activation_bytes + mb.transient_bytes;
-    mb.reserve_bytes = params_.memory_reserve_bytes;
-    mb.peak_bytes = mb.live_bytes * params_.memory_fragmentation + mb.reserve_bytes;
+    mb = with_peak(mb, params_);
     if (mb.peak_bytes > worst.peak_bytes) worst = mb;
   }
   return worst;
@@ -586,10 +578,6 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
 
 namespace {
 
-std::unique_ptr<FrameworkEvaluator> make_megatron_evaluator(const ModelConfig& model, const DeviceSpec& device,
-                                                          const CostParams& params) {
-  return std::make_unique<MegatronEvaluator>(model, device, params);
-}
 
 // Megatron rows: the host's kernel-issue time bounds their small passes, and each tensor-parallel
 // collective waits for every rank of its group (the per-step latency of a ring inside a node);
@@ -623,7 +611,7 @@ constinit const FrameworkDef kMegatronFramework = {
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,
     .check = check_megatron_config,
-    .make_evaluator = make_megatron_evaluator,
+    .make_evaluator = make_evaluator<MegatronEvaluator>,
 };
 
 }  // namespace tpsim

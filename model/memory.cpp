@@ -54,13 +54,6 @@ KeptActivations kept_activations(const MemoryInputs& in, const TrainConfig& cfg)
   return {static_cast<double>(in.n_layers) * per_block + in.embed_saved_bytes, rebuilt};
 }
 
-MemoryBreakdown with_peak(MemoryBreakdown m, const CostParams& params) {
-  m.live_bytes = m.sharded_state_bytes + m.gathered_params_bytes + m.activation_bytes + m.transient_bytes;
-  m.reserve_bytes = params.memory_reserve_bytes;
-  m.peak_bytes = m.live_bytes * params.memory_fragmentation + m.reserve_bytes;
-  return m;
-}
-
 // Plain PyTorch DDP under Composer's amp: every GPU holds the fp32 parameters, their fp32 gradients
 // and Adam's two moments (16 bytes per parameter), and DDP's gradient buckets, a second fp32 copy of
 // every gradient (gradient_as_bucket_view is False in Composer's prepare_ddp_module; PyTorch's

@@ -35,6 +35,15 @@ struct MemoryBreakdown {
   double peak_bytes = 0;             // live * fragmentation + reserve
 };
 
+// `m` with its live bytes (the sum of its four parts), the profile's reserve, and its peak: what
+// every framework's memory estimate ends with.
+inline MemoryBreakdown with_peak(MemoryBreakdown m, const CostParams& params) {
+  m.live_bytes = m.sharded_state_bytes + m.gathered_params_bytes + m.activation_bytes + m.transient_bytes;
+  m.reserve_bytes = params.memory_reserve_bytes;
+  m.peak_bytes = m.live_bytes * params.memory_fragmentation + m.reserve_bytes;
+  return m;
+}
+
 // What one micro-batch's forward keeps for the backward (the sums of its ops' saved_bytes), and
 // the gradient buffers of one block's backward: what depends on the micro-batch, not the layout.
 struct SavedActivations {

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <memory>
 
+#include "model/training.hpp"
+
 namespace tpsim {
 
 // `Costs` has a member `key` (the configuration). Entries are replaced oldest first; an entry counts
@@ -32,6 +34,18 @@ class RecentCosts {
   }
   // The entry start() returned is complete.
   void commit() { committed_[current_] = true; }
+
+  // The committed entry costed for `cfg` (the same in all but its global batch), or nullptr.
+  const Costs* find(const TrainConfig& cfg) const {
+    return find([&cfg](const TrainConfig& k) { return same_but_global_batch(k, cfg); });
+  }
+  // start() for `cfg`, its key set (global batch 0: a costing holds for every global batch).
+  Costs& start(const TrainConfig& cfg) {
+    Costs& c = start();
+    c.key = cfg;
+    c.key.global_batch = 0;
+    return c;
+  }
 
  private:
   std::array<std::unique_ptr<Costs>, N> slots_;

@@ -149,15 +149,8 @@ TorchtitanEvaluator::TorchtitanEvaluator(const ModelConfig& model, const DeviceS
 TorchtitanEvaluator::~TorchtitanEvaluator() = default;
 
 const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& cfg) {
-  const auto same = [&cfg](const TrainConfig& k) {
-    return k.seq_len == cfg.seq_len && k.micro_batch == cfg.micro_batch && k.n_gpus == cfg.n_gpus &&
-           k.precision == cfg.precision && k.mp_mode == cfg.mp_mode && k.checkpointing == cfg.checkpointing &&
-           k.parallel == cfg.parallel;
-  };
-  if (const Costs* done = memo_.find(same)) return *done;
-  Costs& c = memo_.start();
-  c.key = cfg;
-  c.key.global_batch = 0;
+  if (const Costs* done = memo_.find(cfg)) return *done;
+  Costs& c = memo_.start(cfg);
   const Parallelism& par = cfg.parallel;
   c.layout = model_parallel_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const ModelParallelLayout& l = c.layout;
@@ -478,9 +471,7 @@ MemoryBreakdown TorchtitanEvaluator::memory(const TrainConfig& cfg) {
     if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.embed_fwd.saved_bytes;
     if (s == l.pp - 1) mb.activation_bytes += c.head_fwd.saved_bytes;
     mb.transient_bytes = c.backward_buffers + (l.pp == 1 ? c.block_params * (gb + rb) : c.stage_params[i] * rb);
-    mb.live_bytes = mb.sharded_state_bytes + mb.gathered_params_bytes + mb.activation_bytes + mb.transient_bytes;
-    mb.reserve_bytes = params_.memory_reserve_bytes;
-    mb.peak_bytes = mb.live_bytes * params_.memory_fragmentation + mb.reserve_bytes;
+    mb = with_peak(mb, params_);
     if (mb.peak_bytes > worst.peak_bytes) worst = mb;
   }
   return worst;
@@ -509,15 +500,6 @@ TorchtitanTraffic TorchtitanEvaluator::traffic(const TrainConfig& cfg) {
   return t;
 }
 
-namespace {
-
-std::unique_ptr<FrameworkEvaluator> make_torchtitan_evaluator(const ModelConfig& model, const DeviceSpec& device,
-                                                          const CostParams& params) {
-  return std::make_unique<TorchtitanEvaluator>(model, device, params);
-}
-
-}  // namespace
-
 constinit const FrameworkDef kTorchtitanFramework = {
     .id = Framework::kTorchtitan,
     .name = "torchtitan",
@@ -539,7 +521,7 @@ constinit const FrameworkDef kTorchtitanFramework = {
     .fit_uninformed = {},
     .expert_tensor_parallel = false,
     .check = check_torchtitan_config,
-    .make_evaluator = make_torchtitan_evaluator,
+    .make_evaluator = make_evaluator<TorchtitanEvaluator>,
 };
 
 }  // namespace tpsim

@@ -202,6 +202,13 @@ struct TrainConfig {
   int64_t last_micro_batch() const { return per_device_batch() - (grad_accum() - 1) * micro_batch; }
 };
 
+// The same configuration but perhaps for its global batch (what a search varies for one costing).
+inline bool same_but_global_batch(const TrainConfig& a, const TrainConfig& b) {
+  return a.seq_len == b.seq_len && a.micro_batch == b.micro_batch && a.n_gpus == b.n_gpus &&
+         a.precision == b.precision && a.mp_mode == b.mp_mode && a.sharding == b.sharding &&
+         a.checkpointing == b.checkpointing && a.parallel == b.parallel;
+}
+
 // Upper bounds that keep every count and byte total exact and finite.
 inline constexpr int64_t kMaxSeqLen = 1 << 24;
 inline constexpr int64_t kMaxGpus = 1 << 20;
