@@ -178,16 +178,12 @@ std::string shape_key(const Op& op) {
   return "?";
 }
 
-std::vector<PlannedOp> make_kernel_plan(const KernelPlanOptions& o) {
-  if (o.held_out_every < 2) throw Error("kernel plan: held_out_every " + std::to_string(o.held_out_every) + " must be >= 2");
-  std::vector<PlannedOp> plan;
-  std::set<std::string> seen;
-  const auto add = [&](const Op& op, PlanSource source) {
-    if (seen.insert(shape_key(op)).second) plan.push_back({op, source, false});
-  };
+namespace {
 
-  // The sweep: a step's ops for every configuration (its blocks are alike: one of each is enough),
-  // then the optimizer and FSDP's casts over a device's shard.
+// The sweep: a step's ops for every configuration (its blocks are alike: one of each is enough),
+// then the optimizer and FSDP's casts over a device's shard; each passed to `add`.
+template <typename Add>
+void add_sweep_ops(const KernelPlanOptions& o, const Add& add) {
   for (const ModelConfig& m : o.models)
     for (Precision p : o.precisions)
       for (int64_t seq : o.seq_lens)
@@ -198,7 +194,7 @@ std::vector<PlannedOp> make_kernel_plan(const KernelPlanOptions& o) {
           so.layers = 1;
           so.precision = p;
           for (const StepOp& s : training_step_ops(m, so))
-            if (s.part != StepPart::kOptimizer) add(s.op, PlanSource::kSweep);
+            if (s.part != StepPart::kOptimizer) add(s.op);
           const double shard = static_cast<double>(o.shard_ranks);
           const double block_params = static_cast<double>(layer_parameter_count(m));
           OpVector v;
@@ -208,10 +204,13 @@ std::vector<PlannedOp> make_kernel_plan(const KernelPlanOptions& o) {
             fsdp_pre_gather_ops(block_params, shard, gb, v);
             fsdp_pre_reduce_ops(block_params, shard, std::min(gb, 4.0), reduced_grad_bytes(p, MpMode::kDefault), v);
           }
-          for (const Op& op : v.ops) add(op, PlanSource::kSweep);
+          for (const Op& op : v.ops) add(op);
         }
+}
 
-  // The grid, collected apart and then ordered by hash.
+// The grid of GEMMs, attentions and memory-bound ops beside the sweep's, ordered by the hash of
+// their shapes.
+std::vector<Op> grid_ops(const KernelPlanOptions& o) {
   std::vector<Op> grid;
   const std::vector<int64_t> dims = powers(o.grid_gemm_min, o.grid_gemm_max, 2);
   // The three layouts the step's GEMMs use (forward NT, data gradient NN, weight gradient TN),
@@ -264,18 +263,34 @@ std::vector<PlannedOp> make_kernel_plan(const KernelPlanOptions& o) {
   }
   std::stable_sort(grid.begin(), grid.end(),
                    [](const Op& x, const Op& y) { return fnv1a(shape_key(x)) < fnv1a(shape_key(y)); });
-  for (const Op& op : grid) add(op, PlanSource::kGrid);
+  return grid;
+}
 
-  // Held out: within each group, every held_out_every-th shape in hash order.
+// Held out: within each group, every held_out_every-th shape in hash order.
+void mark_held_out(std::vector<PlannedOp>& plan, int held_out_every) {
   for (ShapeGroup g : {ShapeGroup::kGemm, ShapeGroup::kAttention, ShapeGroup::kMemoryBound}) {
     std::vector<std::pair<uint64_t, size_t>> order;
     for (size_t i = 0; i < plan.size(); ++i)
       if (group_of(plan[i].op) == g) order.emplace_back(fnv1a(shape_key(plan[i].op)), i);
     std::sort(order.begin(), order.end());
     for (size_t j = 0; j < order.size(); ++j)
-      plan[order[j].second].held_out = static_cast<int>(j % static_cast<size_t>(o.held_out_every)) ==
-                                       o.held_out_every - 1;
+      plan[order[j].second].held_out = static_cast<int>(j % static_cast<size_t>(held_out_every)) ==
+                                       held_out_every - 1;
   }
+}
+
+}  // namespace
+
+std::vector<PlannedOp> make_kernel_plan(const KernelPlanOptions& o) {
+  if (o.held_out_every < 2) throw Error("kernel plan: held_out_every " + std::to_string(o.held_out_every) + " must be >= 2");
+  std::vector<PlannedOp> plan;
+  std::set<std::string> seen;
+  const auto add = [&](const Op& op, PlanSource source) {
+    if (seen.insert(shape_key(op)).second) plan.push_back({op, source, false});
+  };
+  add_sweep_ops(o, [&](const Op& op) { add(op, PlanSource::kSweep); });
+  for (const Op& op : grid_ops(o)) add(op, PlanSource::kGrid);
+  mark_held_out(plan, o.held_out_every);
   return plan;
 }
 

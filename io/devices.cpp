@@ -46,10 +46,9 @@ DeviceSpec parse_device_yaml(const std::string& text, const std::string& origin)
 }
 
 namespace {
-DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::string& origin) {
-  const YAML::Node root = yaml::parse(text, origin);
-  if (!root.IsMap()) throw Error(origin + ": a device file must be a YAML map");
-  DeviceSpec d;
+
+// Every key of a device file is one tpsim reads.
+void check_device_keys(const YAML::Node& root, const std::string& origin) {
   const std::set<std::string> known = {"device", "name", "vendor", "architecture", "peak_dense_tflops",
                                        "memory_gib", "hbm_gb_per_s", "compute_units", "gpus_per_node",
                                        "scale_up_domain_gpus", "intra_node_gb_per_s", "inter_node_gbps_per_node",
@@ -58,6 +57,26 @@ DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::strin
     const std::string key = yaml::key(kv.first, origin);
     if (!known.count(key)) throw Error(yaml::where(origin, kv.first) + ": unknown key '" + key + "'");
   }
+}
+
+// scaled_formats: {value: [mxfp8, ...], source: "..."}, the block-scaled formats the tensor cores run.
+void read_scaled_formats(const YAML::Node& f, const std::string& origin, DeviceSpec& d) {
+  if (!f.IsMap() || !f["value"] || !f["source"] || !f["value"].IsSequence())
+    throw Error(yaml::where(origin, f) + ": scaled_formats must be {value: [mxfp8, ...], source: \"...\"}");
+  for (const auto& e : f["value"]) {
+    const std::string name = yaml::as_string(e, origin, "scaled_formats");
+    const auto fmt = parse_scaled_format(name);
+    if (!fmt) throw Error(yaml::where(origin, e) + ": unknown scaled format '" + name + "' (mxfp8, mxfp4, nvfp4)");
+    d.scaled_formats[static_cast<int>(*fmt)] = true;
+  }
+  d.sources["scaled_formats"] = yaml::as_string(f["source"], origin, "scaled_formats.source");
+}
+
+DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::string& origin) {
+  const YAML::Node root = yaml::parse(text, origin);
+  if (!root.IsMap()) throw Error(origin + ": a device file must be a YAML map");
+  DeviceSpec d;
+  check_device_keys(root, origin);
   const auto need = [&](const char* key) {
     const YAML::Node n = root[key];
     if (!n) throw Error(origin + ": missing required key " + key);
@@ -116,17 +135,7 @@ DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::strin
   sourced(need("inter_node_gbps_per_node"), "inter_node_gbps_per_node", v);
   // The file gives a host's NICs; the collective model's node is the scale-up domain.
   d.inter_node_bytes_per_s = v * 1e9 / 8.0 * (d.gpus_per_node / d.gpus_per_host);
-  if (const YAML::Node f = root["scaled_formats"]) {
-    if (!f.IsMap() || !f["value"] || !f["source"] || !f["value"].IsSequence())
-      throw Error(yaml::where(origin, f) + ": scaled_formats must be {value: [mxfp8, ...], source: \"...\"}");
-    for (const auto& e : f["value"]) {
-      const std::string name = yaml::as_string(e, origin, "scaled_formats");
-      const auto fmt = parse_scaled_format(name);
-      if (!fmt) throw Error(yaml::where(origin, e) + ": unknown scaled format '" + name + "' (mxfp8, mxfp4, nvfp4)");
-      d.scaled_formats[static_cast<int>(*fmt)] = true;
-    }
-    d.sources["scaled_formats"] = yaml::as_string(f["source"], origin, "scaled_formats.source");
-  }
+  if (const YAML::Node f = root["scaled_formats"]) read_scaled_formats(f, origin, d);
   return d;
 }
 }  // namespace

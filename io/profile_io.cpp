@@ -57,13 +57,10 @@ DeviceProfile parse_profile_json(const std::string& text, const std::string& ori
 }
 
 namespace {
-DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw Error(origin + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
-  }
+
+// The header a profile must have: a JSON object of format "tpsim-profile", this version, a device
+// id and a parameters object.
+void check_profile_header(const json& j, const std::string& origin) {
   if (!j.is_object()) throw Error(origin + ": a profile must be a JSON object");
   if (string_field(j, "format", origin) != "tpsim-profile")
     throw Error(origin + ": not a tpsim profile (\"format\" is not \"tpsim-profile\")");
@@ -75,7 +72,78 @@ DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::s
   if (!j.contains("device")) throw Error(origin + ": missing \"device\"");
   if (!j["device"].is_string()) throw Error(origin + ": \"device\" must be a string (a device id), not a " + std::string(j["device"].type_name()));
   if (!j.contains("parameters") || !j["parameters"].is_object()) throw Error(origin + ": missing \"parameters\" object");
+}
 
+// A parameter added after some profiles were written: absent from such a profile, its value and
+// source are set here (true); false for every other parameter, which a profile must carry.
+bool absent_parameter_default(const ParamInfo& info, const std::string& name, DeviceProfile& p) {
+  if (info.member == &CostParams::host_kernel_issue_s) {
+    // Added with the Megatron path (Composer's predictions do not use it): a profile written before
+    // it existed keeps its reasoned default and says so.
+    p.sources[name] = {SourceKind::kAssumed,
+                       "eager PyTorch's host time per op, ~10-30 us (not in this profile: written before the parameter existed)",
+                       -1};
+    return true;
+  }
+  if (!info.member && info.dtype == DType::kFp4) {
+    // Added with the fp4 formats: a profile written before it has no fp4 rate (no device it
+    // described had fp4 tensor cores), which is 0, unsupported.
+    p.params.gemm_flops_per_s(DType::kFp4) = 0;
+    p.sources[name] = {SourceKind::kDatasheet, "no fp4 rate (not in this profile: written before the parameter existed)", -1};
+    return true;
+  }
+  if ((info.member == &CostParams::attn_native_fwd_efficiency ||
+                                 info.member == &CostParams::attn_native_bwd_efficiency)) {
+    // Added with the native attention kernels (Megatron-Core's TransformerEngine): a profile written
+    // before them knows none, 0, and the fitted kernel's rate stands in.
+    info.value(p.params) = 0;
+    p.sources[name] = {SourceKind::kAssumed,
+                       "none known (not in this profile: written before the parameter existed); the fitted kernel's "
+                       "rate stands in",
+                       -1};
+    return true;
+  }
+  if ((info.member == &CostParams::allocator_headroom_bytes ||
+                                 info.member == &CostParams::allocator_retry_slowdown)) {
+    // Added with the allocator's retries near full memory: a profile written before keeps the
+    // values fitted to the seed tables' runs (CostParams) and says so.
+    p.sources[name] = {SourceKind::kTableFit,
+                       "the seed tables' value (not in this profile: written before the parameter existed)", -1};
+    return true;
+  }
+  return false;
+}
+
+// The entry `e` of parameter `name` into `p`: its value within the registry's bounds and its source.
+void read_parameter(const json& e, const ParamInfo& info, const std::string& name, const std::string& origin,
+                    DeviceProfile& p) {
+  if (!e.is_object() || !e.contains("value") || !e["value"].is_number())
+    throw Error(origin + ": parameter \"" + name + "\" needs a numeric \"value\"");
+  const double v = e["value"].get<double>();
+  if (!std::isfinite(v) || v < info.lower || v > info.upper)
+    throw Error(origin + ": parameter \"" + name + "\" = " + e["value"].dump() + " is outside its physical range [" +
+                json(info.lower).dump() + ", " + json(info.upper).dump() + "] " + std::string(to_string(info.unit)));
+  info.value(p.params) = v;
+  ParamSource src;
+  const std::string kind = string_field(e, "source", origin + ": parameter \"" + name + "\"");
+  const std::optional<SourceKind> parsed = parse_source_kind(kind);
+  if (!parsed)
+    throw Error(origin + ": parameter \"" + name + "\" has source \"" + kind +
+                "\"; expected datasheet, kernel, table-fit, comm, assumed or derived");
+  src.kind = *parsed;
+  src.detail = string_field(e, "detail", origin + ": parameter \"" + name + "\"");
+  if (e.contains("stddev") && e["stddev"].is_number()) src.stddev = e["stddev"].get<double>();
+  p.sources[name] = src;
+}
+
+DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw Error(origin + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+  }
+  check_profile_header(j, origin);
   DeviceProfile p;
   p.origin = origin;
   p.device = j["device"].get<std::string>();
@@ -84,59 +152,9 @@ DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::s
     if (!find_param(key)) throw Error(origin + ": unknown parameter \"" + key + "\"");
   for (const ParamInfo& info : cost_param_registry()) {
     const std::string name(info.name);
-    if (!params.contains(name) && info.member == &CostParams::host_kernel_issue_s) {
-      // Added with the Megatron path (Composer's predictions do not use it): a profile written before
-      // it existed keeps its reasoned default and says so.
-      p.sources[name] = {SourceKind::kAssumed,
-                         "eager PyTorch's host time per op, ~10-30 us (not in this profile: written before the parameter existed)",
-                         -1};
-      continue;
-    }
-    if (!params.contains(name) && !info.member && info.dtype == DType::kFp4) {
-      // Added with the fp4 formats: a profile written before it has no fp4 rate (no device it
-      // described had fp4 tensor cores), which is 0, unsupported.
-      p.params.gemm_flops_per_s(DType::kFp4) = 0;
-      p.sources[name] = {SourceKind::kDatasheet, "no fp4 rate (not in this profile: written before the parameter existed)", -1};
-      continue;
-    }
-    if (!params.contains(name) && (info.member == &CostParams::attn_native_fwd_efficiency ||
-                                   info.member == &CostParams::attn_native_bwd_efficiency)) {
-      // Added with the native attention kernels (Megatron-Core's TransformerEngine): a profile written
-      // before them knows none, 0, and the fitted kernel's rate stands in.
-      info.value(p.params) = 0;
-      p.sources[name] = {SourceKind::kAssumed,
-                         "none known (not in this profile: written before the parameter existed); the fitted kernel's "
-                         "rate stands in",
-                         -1};
-      continue;
-    }
-    if (!params.contains(name) && (info.member == &CostParams::allocator_headroom_bytes ||
-                                   info.member == &CostParams::allocator_retry_slowdown)) {
-      // Added with the allocator's retries near full memory: a profile written before keeps the
-      // values fitted to the seed tables' runs (CostParams) and says so.
-      p.sources[name] = {SourceKind::kTableFit,
-                         "the seed tables' value (not in this profile: written before the parameter existed)", -1};
-      continue;
-    }
+    if (!params.contains(name) && absent_parameter_default(info, name, p)) continue;
     if (!params.contains(name)) throw Error(origin + ": missing parameter \"" + name + "\"");
-    const json& e = params[name];
-    if (!e.is_object() || !e.contains("value") || !e["value"].is_number())
-      throw Error(origin + ": parameter \"" + name + "\" needs a numeric \"value\"");
-    const double v = e["value"].get<double>();
-    if (!std::isfinite(v) || v < info.lower || v > info.upper)
-      throw Error(origin + ": parameter \"" + name + "\" = " + e["value"].dump() + " is outside its physical range [" +
-                  json(info.lower).dump() + ", " + json(info.upper).dump() + "] " + std::string(to_string(info.unit)));
-    info.value(p.params) = v;
-    ParamSource src;
-    const std::string kind = string_field(e, "source", origin + ": parameter \"" + name + "\"");
-    const std::optional<SourceKind> parsed = parse_source_kind(kind);
-    if (!parsed)
-      throw Error(origin + ": parameter \"" + name + "\" has source \"" + kind +
-                  "\"; expected datasheet, kernel, table-fit, comm, assumed or derived");
-    src.kind = *parsed;
-    src.detail = string_field(e, "detail", origin + ": parameter \"" + name + "\"");
-    if (e.contains("stddev") && e["stddev"].is_number()) src.stddev = e["stddev"].get<double>();
-    p.sources[name] = src;
+    read_parameter(params[name], info, name, origin, p);
   }
   if (j.contains("device_spec")) {
     p.device_spec = parse_device_json(j["device_spec"], origin + " (device_spec)");
