@@ -38,16 +38,20 @@ double collective_bytes(double bytes, int64_t ranks) {
 struct Start {
   DeviceProfile base;
   DeviceSpec device;
-  bool embed_spec = false;  // the output carries the device spec (no datasheet file describes it)
+  bool embed_spec = false;        // the output carries the device spec (no datasheet file describes it)
   bool measure_cpu_spec = false;  // the spec is still to be measured here (measured_cpu_spec)
-  std::string device_note;  // how the spec was obtained, for the report
+  std::string device_note;        // how the spec was obtained, for the report
 };
 
 // Threads and timing of the CPU probes below: one thread, as an MPI rank copies a message with one
 // thread, timed by that thread's CPU clock so that time a shared machine gives other processes is
 // not counted (kernels/backend.hpp).
 TimingOptions cpu_probe_timing() {
-  return {.warmup = 1, .min_repetitions = 5, .max_repetitions = 50, .min_seconds = 0.01, .max_seconds = 0.25,
+  return {.warmup = 1,
+          .min_repetitions = 5,
+          .max_repetitions = 50,
+          .min_seconds = 0.01,
+          .max_seconds = 0.25,
           .thread_cpu_clock = true};
 }
 
@@ -66,14 +70,15 @@ DeviceSpec measured_cpu_spec(const std::string& id) {
   const BackendInfo info = backend->info();
   const TimingOptions timing = cpu_probe_timing();
   DeviceSpec spec = measured_device_spec(id, info, measure_copy_bandwidth(*backend, kCpuCopyBytes, timing), false);
-  const Op gemm = gemm_op("calibrate_comm.peak_gemm", kCpuPeakGemmSide, kCpuPeakGemmSide, kCpuPeakGemmSide,
-                         DType::kFp32, 4.0, 4.0);
+  const Op gemm =
+      gemm_op("calibrate_comm.peak_gemm", kCpuPeakGemmSide, kCpuPeakGemmSide, kCpuPeakGemmSide, DType::kFp32, 4.0, 4.0);
   const Timing t = backend->time_op(gemm, timing);
   if (!t.supported) throw Error("the CPU's fp32 GEMM: " + t.reason);
   spec.peak_flops_per_s[static_cast<int>(DType::kFp32)] = gemm.flops / t.median_s;
-  spec.sources["peak_dense_tflops.fp32"] =
-      "kernel run: one fp32 GEMM of " + std::to_string(kCpuPeakGemmSide) + "^3 on one thread by tpsim calibrate comm (" +
-      info.device_name + ", " + utc_timestamp().substr(0, 10) + "); measured, not a datasheet peak (there is none)";
+  spec.sources["peak_dense_tflops.fp32"] = "kernel run: one fp32 GEMM of " + std::to_string(kCpuPeakGemmSide) +
+                                           "^3 on one thread by tpsim calibrate comm (" + info.device_name + ", " +
+                                           utc_timestamp().substr(0, 10) +
+                                           "); measured, not a datasheet peak (there is none)";
   return spec;
 }
 
@@ -149,8 +154,9 @@ Start load_start(const CommCalibrationOptions& o) {
   Start s;
   if (o.base_path.empty()) {
     if (backend != BackendKind::kCpu)
-      throw Error("--backend cuda needs --base PROFILE: the GPU's profile (data/profiles/<id>.json), whose device "
-                  "datasheet gives the link bandwidths");
+      throw Error(
+          "--backend cuda needs --base PROFILE: the GPU's profile (data/profiles/<id>.json), whose device "
+          "datasheet gives the link bandwidths");
     s.base = load_default_profile("cpu");
   } else {
     s.base = load_profile(o.base_path);
@@ -302,7 +308,8 @@ void fit(const CommCalibrationOptions& o, const Setup& u, CommCalibration& c) {
   const std::string detail = "tpsim calibrate comm, backend " + std::string(to_string(o.backend)) + " (" + u.library +
                              "), " + std::to_string(c.ranks) + " ranks on " + std::to_string(u.nodes) +
                              (u.nodes == 1 ? " node" : " nodes") + ", " + c.date;
-  for (const FittedParameter& f : c.fit.fitted) c.profile.sources[std::string(f.param->name)] = {SourceKind::kComm, detail, f.stddev};
+  for (const FittedParameter& f : c.fit.fitted)
+    c.profile.sources[std::string(f.param->name)] = {SourceKind::kComm, detail, f.stddev};
 }
 
 }  // namespace

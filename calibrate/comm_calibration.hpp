@@ -36,8 +36,8 @@ constexpr double kMaxCommBytes = 64.0 * kGiB;
 
 struct CommCalibrationOptions {
   BackendKind backend = BackendKind::kCpu;  // cpu: MPI on host buffers; cuda: NCCL on GPU buffers
-  std::string base_path;  // the profile to start from; "": data/profiles/defaults/cpu.json (cpu only)
-  std::string out_path;   // the profile rank 0 writes; its folder must exist
+  std::string base_path;                    // the profile to start from; "": data/profiles/defaults/cpu.json (cpu only)
+  std::string out_path;                     // the profile rank 0 writes; its folder must exist
   // Full-buffer sizes in bytes. Empty: default_comm_sizes(backend).
   std::vector<double> sizes_bytes;
   double budget_s = 30;  // seconds of timed collectives to aim for, all sizes and kinds
@@ -90,10 +90,10 @@ struct CommCalibration {
   int64_t ranks = 0;
   int64_t nodes = 0;
   std::map<std::string, int64_t> ranks_per_node;
-  std::string node0;  // rank 0's node
+  std::string node0;         // rank 0's node
   std::string base_profile;  // the base profile's origin
-  DeviceSpec device;  // the links' bandwidths the efficiencies are relative to
-  std::string device_note;  // how the spec was obtained
+  DeviceSpec device;         // the links' bandwidths the efficiencies are relative to
+  std::string device_note;   // how the spec was obtained
   std::vector<CommMeasurement> measurements;
   std::vector<std::string> skipped;  // "kind of N bytes: why", for collectives a communicator cannot run
   CommFitOptions fit_options;
@@ -102,7 +102,7 @@ struct CommCalibration {
   // The same per collective kind, in kCommCalibrationKinds' order: the formula is one for all
   // three, the libraries' algorithms are not.
   std::vector<std::pair<CollectiveKind, ResidualSummary>> residuals_by_kind;
-  std::string date;  // utc_timestamp() of the fit
+  std::string date;       // utc_timestamp() of the fit
   DeviceProfile profile;  // the base with the fitted values, each marked "comm"; extra as the base's
 };
 

@@ -10,9 +10,7 @@
 
 namespace tpsim {
 
-std::string_view to_string(LinkTier tier) {
-  return tier == LinkTier::kIntraNode ? "intra_node" : "inter_node";
-}
+std::string_view to_string(LinkTier tier) { return tier == LinkTier::kIntraNode ? "intra_node" : "inter_node"; }
 
 TierParameters tier_parameters(LinkTier tier) {
   if (tier == LinkTier::kIntraNode)
@@ -43,7 +41,8 @@ std::vector<double> start_from_measurements(const std::vector<CommMeasurement>& 
       // Bus bandwidth of the tier's link, as the cost model's bandwidth term counts it.
       const double bus = tiers[t] == LinkTier::kIntraNode ? passes * (n - 1.0) / n * m.bytes / m.median_s
                                                           : passes * (nodes - 1.0) / nodes * m.bytes / m.median_s;
-      const double link = tiers[t] == LinkTier::kIntraNode ? device.intra_node_bytes_per_s : device.inter_node_bytes_per_s;
+      const double link =
+          tiers[t] == LinkTier::kIntraNode ? device.intra_node_bytes_per_s : device.inter_node_bytes_per_s;
       efficiency = std::max(efficiency, bus / link);
     }
     x.push_back(fit.to_x(2 * t, efficiency));
@@ -73,7 +72,8 @@ CommFitResult fit_comm(const std::vector<CommMeasurement>& ms, const DeviceSpec&
     if (!has[static_cast<int>(tier)]) continue;
     const double link = tier == LinkTier::kIntraNode ? device.intra_node_bytes_per_s : device.inter_node_bytes_per_s;
     if (!(link > 0))
-      throw Error("collective fit: device " + device.id + " has no " + std::string(to_string(tier)) + " link bandwidth");
+      throw Error("collective fit: device " + device.id + " has no " + std::string(to_string(tier)) +
+                  " link bandwidth");
     r.tiers.push_back(tier);
     params.push_back(tier_parameters(tier).efficiency);
     params.push_back(tier_parameters(tier).latency_s);

@@ -44,9 +44,9 @@ TierParameters tier_parameters(LinkTier tier);
 // One timed collective.
 struct CommMeasurement {
   CollectiveKind kind = CollectiveKind::kAllGather;
-  double bytes = 0;    // the full buffer as the cost model counts it (as actually run, after rounding)
-  int64_t ranks = 0;   // ranks in the group
-  int64_t nodes = 0;   // nodes they span
+  double bytes = 0;   // the full buffer as the cost model counts it (as actually run, after rounding)
+  int64_t ranks = 0;  // ranks in the group
+  int64_t nodes = 0;  // nodes they span
   double median_s = 0, p10_s = 0, p90_s = 0;
   int repetitions = 0;
 
@@ -62,14 +62,14 @@ struct CommFitOptions {
 };
 
 struct CommFitResult {
-  CostParams params;                     // the start with the fitted values
-  std::vector<LinkTier> tiers;           // the tiers the measurements cover, in enum order
-  std::vector<FittedParameter> fitted;   // per tier: efficiency, then latency
-  std::vector<double> residuals;         // log(predicted / measured median), per measurement
+  CostParams params;                        // the start with the fitted values
+  std::vector<LinkTier> tiers;              // the tiers the measurements cover, in enum order
+  std::vector<FittedParameter> fitted;      // per tier: efficiency, then latency
+  std::vector<double> residuals;            // log(predicted / measured median), per measurement
   double initial_cost = 0, final_cost = 0;  // Ceres cost (robustified, 1/2 sum) of the kept start
   int iterations = 0;
   bool converged = false;
-  std::string summary;                   // Ceres' brief report
+  std::string summary;  // Ceres' brief report
 };
 
 // log(CostModel(device, params).collective_seconds(...) / m.median_s).

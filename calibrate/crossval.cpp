@@ -84,7 +84,8 @@ std::vector<Fold> make_folds(const std::vector<FitRow>& rows, const CvSpec& spec
         if (k < 2) break;
         for (int j = 0; j < k; ++j) {
           Fold f{dev + ", fold " + std::to_string(j + 1) + " of " + std::to_string(k), {}, {}};
-          for (size_t p = 0; p < order.size(); ++p) (static_cast<int>(p % k) == j ? f.test : f.train).push_back(order[p]);
+          for (size_t p = 0; p < order.size(); ++p)
+            (static_cast<int>(p % k) == j ? f.test : f.train).push_back(order[p]);
           folds.push_back(std::move(f));
         }
         break;
@@ -92,7 +93,8 @@ std::vector<Fold> make_folds(const std::vector<FitRow>& rows, const CvSpec& spec
       case CvMode::kExtremes: {
         // The smallest and the largest model size of the device, by parameter count at 2048 tokens.
         const auto size = [&](size_t i) { return parameter_count(*rows[i].model, 2048); };
-        const auto [lo, hi] = std::minmax_element(mine.begin(), mine.end(), [&](size_t a, size_t b) { return size(a) < size(b); });
+        const auto [lo, hi] =
+            std::minmax_element(mine.begin(), mine.end(), [&](size_t a, size_t b) { return size(a) < size(b); });
         const std::string small = rows[*lo].model->name, large = rows[*hi].model->name;
         if (small == large) break;
         Fold f{dev + ", models " + small + " and " + large, {}, {}};

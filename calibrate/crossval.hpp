@@ -27,10 +27,10 @@ CvSpec parse_cv(const std::string& text);  // "model", "kfold:5", "device", "ext
 std::string to_string(const CvSpec& spec);
 
 struct HeldOutError {
-  size_t row = 0;          // index into the rows given
-  double error = 0;        // predicted / measured - 1
-  std::string fold;        // what was held out, e.g. "model 13b", "fold 2 of 5", "device h100_80gb"
-  CostParams params;       // the parameters that predicted it
+  size_t row = 0;     // index into the rows given
+  double error = 0;   // predicted / measured - 1
+  std::string fold;   // what was held out, e.g. "model 13b", "fold 2 of 5", "device h100_80gb"
+  CostParams params;  // the parameters that predicted it
   // How far the row lies outside the span of the rows its fold fitted (model/interval.hpp): what
   // a profile's interval widens by.
   double doublings = 0;

@@ -7,9 +7,7 @@
 
 namespace tpsim {
 
-double log_floor(const ParamInfo& param) {
-  return param.unit == Unit::kSeconds ? 1e-7 : std::max(param.lower, 1e-12);
-}
+double log_floor(const ParamInfo& param) { return param.unit == Unit::kSeconds ? 1e-7 : std::max(param.lower, 1e-12); }
 
 ceres::Solver::Options fit_solver_options(int max_iterations, double tolerance) {
   ceres::Solver::Options o;
@@ -198,7 +196,8 @@ std::vector<bool> LogSpaceFit::determined_at(const std::vector<double>& x0) {
 std::vector<size_t> LogSpaceFit::pushing(size_t i, size_t most) {
   // A time under a microsecond is reported as zero at its bound (fitted_report): so here too.
   const bool zero_time = params_[i]->unit == Unit::kSeconds && std::exp(x_[i]) < kZeroBelow_s;
-  const bool at_lower = std::fabs(x_[i] - lower_x_[i]) < 1e-6 || zero_time, at_upper = std::fabs(x_[i] - upper_x_[i]) < 1e-6;
+  const bool at_lower = std::fabs(x_[i] - lower_x_[i]) < 1e-6 || zero_time,
+             at_upper = std::fabs(x_[i] - upper_x_[i]) < 1e-6;
   if (!at_lower && !at_upper) return {};
   ceres::CRSMatrix jacobian;
   std::vector<double> residuals;
@@ -221,9 +220,7 @@ std::vector<size_t> LogSpaceFit::pushing(size_t i, size_t most) {
   return out;
 }
 
-double LogSpaceFit::value(size_t i) const {
-  return std::clamp(std::exp(x_[i]), params_[i]->lower, params_[i]->upper);
-}
+double LogSpaceFit::value(size_t i) const { return std::clamp(std::exp(x_[i]), params_[i]->lower, params_[i]->upper); }
 
 std::vector<double> LogSpaceFit::stddevs(double final_cost) {
   const size_t n = size();

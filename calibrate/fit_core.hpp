@@ -60,7 +60,7 @@ using VectorLogErrorFn = std::function<double(const std::vector<double>&)>;
 struct LogSpaceOptions {
   double robust_scale = 0.05;  // Huber loss scale on the log errors
   int max_iterations = 100;
-  double tolerance = 1e-10;    // function and parameter tolerance
+  double tolerance = 1e-10;  // function and parameter tolerance
 };
 
 // A least-squares problem over `params` of a CostParams, in log space within their bounds.

@@ -50,7 +50,8 @@ std::vector<DType> measured_formats(Backend& backend, const std::optional<Device
   std::vector<DType> out;
   for (DType t : {DType::kFp8, DType::kBf16, DType::kFp16, DType::kTf32, DType::kFp32}) {
     if (datasheet && !datasheet->supports(t)) continue;
-    const Op probe = gemm_op("format probe", 256, 256, 256, t, gemm_operand_bytes(t), gemm_output_bytes(t), false, true);
+    const Op probe =
+        gemm_op("format probe", 256, 256, 256, t, gemm_operand_bytes(t), gemm_output_bytes(t), false, true);
     if (!backend.unsupported(probe).empty()) continue;
     const Timing run = backend.time_op(probe, once);
     if (run.supported) {
@@ -177,7 +178,8 @@ void raise_measured_peaks(DeviceSpec& spec, const KernelFitResult& fit, const Ba
 // fills the calibration's measurements and noise verdict.
 void measure(KernelCalibration& c, Backend& backend, const std::vector<PlannedOp>& plan, const CostModel& estimator,
              double started_s, const KernelCalibrationOptions& o) {
-  const DType reference_dtype = has_format(c.plan_options, DType::kBf16) ? DType::kBf16 : c.plan_options.gemm_dtypes.front();
+  const DType reference_dtype =
+      has_format(c.plan_options, DType::kBf16) ? DType::kBf16 : c.plan_options.gemm_dtypes.front();
   c.reference = reference_gemm(reference_dtype, o.gpu() ? kGpuReferenceGemm : kCpuReferenceGemm);
   c.reference_timing = reference_timing_for(c.timing);
   c.reference_start = backend.time_op(c.reference, c.reference_timing);
@@ -209,16 +211,18 @@ DeviceProfile fitted_profile(const KernelCalibration& c, const DeviceProfile& ba
   if (!c.datasheet) out.device_spec = c.spec;
   else out.device_spec.reset();
   out.params = c.fit.params;
-  const std::string detail = "tpsim calibrate kernels --backend " + c.info.backend + " on " + c.info.device_name + ", " +
-                             c.date + ", fitted to " + std::to_string(samples - held_out) + " measurements (" +
+  const std::string detail = "tpsim calibrate kernels --backend " + c.info.backend + " on " + c.info.device_name +
+                             ", " + c.date + ", fitted to " + std::to_string(samples - held_out) + " measurements (" +
                              std::to_string(held_out) + " more held out)";
   for (const auto& f : c.fit.fitted) out.sources[std::string(f.param->name)] = {SourceKind::kKernel, detail, f.stddev};
   for (int t = 0; t < kNumDTypes; ++t) {
     const std::string name(gemm_rate_param(DType(t)).name);
     if (!c.datasheet && !has_format(c.plan_options, DType(t))) {
       out.params.gemm_flops_per_s(DType(t)) = 0;
-      out.sources[name] = {SourceKind::kKernel, "the " + c.info.backend + " backend does not run " + std::string(kDTypeNames[t]) +
-                                         " GEMMs (0: unsupported)", -1};
+      out.sources[name] = {
+          SourceKind::kKernel,
+          "the " + c.info.backend + " backend does not run " + std::string(kDTypeNames[t]) + " GEMMs (0: unsupported)",
+          -1};
     }
   }
   return out;

@@ -53,7 +53,7 @@ struct KernelCalibrationOptions {
   // anything is measured; none: the device's reasoned default (data/profiles/defaults/<id>.json),
   // on a device without one cpu.json for the CPU and an Error for a GPU.
   std::optional<DeviceProfile> base;
-  std::string base_path;  // where `base` was read from, for the note and the record
+  std::string base_path;        // where `base` was read from, for the note and the record
   std::ostream* log = nullptr;  // notes as the run goes (a --base of another device); nullptr: none
   bool progress = false;        // a progress line on stderr while measuring (on a terminal only)
 
@@ -63,7 +63,9 @@ struct KernelCalibrationOptions {
   // Whether the CPU kernels are timed by the thread's CPU clock: on a shared machine the time other
   // processes take from the core is not the kernel's.
   bool thread_clock() const { return !gpu() && (clock.empty() ? threads == 1 : clock == "cpu"); }
-  double budget_or_default_s() const { return budget_s > 0 ? budget_s : (gpu() ? kGpuKernelBudgetS : kCpuKernelBudgetS); }
+  double budget_or_default_s() const {
+    return budget_s > 0 ? budget_s : (gpu() ? kGpuKernelBudgetS : kCpuKernelBudgetS);
+  }
 };
 
 struct KernelCalibration {
@@ -71,8 +73,8 @@ struct KernelCalibration {
   int threads = 1;  // CPU threads the kernels ran on (timing.thread_cpu_clock: timed by the thread's clock)
   BackendInfo info;
   std::string device_id;
-  bool datasheet = false;  // the device has a datasheet file; else `spec` is measured and embedded
-  DeviceSpec spec;         // the datasheet's, or the measured one (peaks: fitted large-GEMM rates)
+  bool datasheet = false;    // the device has a datasheet file; else `spec` is measured and embedded
+  DeviceSpec spec;           // the datasheet's, or the measured one (peaks: fitted large-GEMM rates)
   std::string base_profile;  // the --base file, or the default profile's origin
   double budget_s = 0;
   KernelPlanOptions plan_options;  // as planned: the formats the backend runs, the precisions
@@ -90,8 +92,8 @@ struct KernelCalibration {
   Timing reference_start, reference_end;
   NoiseOptions noise_options;
   NoiseVerdict noise;
-  std::string date;   // utc_timestamp() of the fit
-  double wall_s = 0;  // from options.started_s to the end of the fit
+  std::string date;       // utc_timestamp() of the fit
+  double wall_s = 0;      // from options.started_s to the end of the fit
   DeviceProfile profile;  // the base with the fitted values, each marked "kernel"; extra as the base's
 };
 

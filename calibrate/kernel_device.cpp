@@ -51,7 +51,8 @@ DeviceSpec measured_device_spec(const std::string& id, const BackendInfo& info, 
   DeviceSpec d;
   d.id = id;
   d.name = info.device_name;
-  const std::string run = "kernel run: " + copy.method + " on " + info.device_name + ", " + utc_timestamp().substr(0, 10);
+  const std::string run =
+      "kernel run: " + copy.method + " on " + info.device_name + ", " + utc_timestamp().substr(0, 10);
   d.memory_bytes = info.memory_bytes;
   d.sources["memory_gib"] = gpu ? "the " + info.backend + " runtime's total device memory"
                                 : "MemTotal in /proc/meminfo on the measuring machine";

@@ -37,9 +37,8 @@ StageFit fit_stage(const std::vector<const KernelSample*>& samples, const std::v
                    const DeviceSpec& device, const CostParams& base, const KernelFitOptions& options) {
   LogSpaceFit fit(params, base, {options.robust_scale, options.max_iterations, 1e-10});
   for (const KernelSample* s : samples)
-    fit.add_log_error(base, [s, &device](const CostParams& p) {
-      return std::log(predicted_s(s->op, device, p) / s->measured_s);
-    });
+    fit.add_log_error(
+        base, [s, &device](const CostParams& p) { return std::log(predicted_s(s->op, device, p) / s->measured_s); });
   const ceres::Solver::Summary best =
       fit.solve(fit.seeded_starts(fit.x(), std::max(1, options.starts), options.start_spread, kStartSeed));
   StageFit r;
@@ -150,7 +149,7 @@ struct StageState {
 void fit_memory_bound(const StageShapes& in, const DeviceSpec& device, const KernelFitOptions& options,
                       StageState& st) {
   std::vector<const ParamInfo*> params = {&param_of(&CostParams::membound_efficiency),
-                                           &param_of(&CostParams::kernel_overhead_s)};
+                                          &param_of(&CostParams::kernel_overhead_s)};
   if (!in.xent.empty()) params.push_back(&param_of(&CostParams::xent_efficiency));
   if (in.membound.size() > params.size()) {
     const StageFit f = fit_stage(in.membound, params, device, st.params, options);
@@ -178,7 +177,8 @@ void fit_gemm(const StageShapes& in, const DeviceSpec& device, const KernelFitOp
     const double peak = device.peak_flops_per_s[static_cast<int>(t)];
     st.params.gemm_flops_per_s(t) = peak > 0 ? std::min(1.1 * fastest, 0.99 * peak) : 1.1 * fastest;
   }
-  for (CostParamMember m : {&CostParams::gemm_k_half, &CostParams::gemm_tile_intensity_half, &CostParams::gemm_overhead_s})
+  for (CostParamMember m :
+       {&CostParams::gemm_k_half, &CostParams::gemm_tile_intensity_half, &CostParams::gemm_overhead_s})
     params.push_back(&param_of(m));
   if (in.gemm.size() > params.size() + 2) {
     double best_cost = 0;
@@ -253,8 +253,8 @@ void fit_attention(const StageShapes& in, const DeviceSpec& device, const Kernel
 
 }  // namespace
 
-KernelFitResult fit_kernels(const std::vector<KernelSample>& samples, const DeviceSpec& device,
-                            const CostParams& start, const KernelFitOptions& options) {
+KernelFitResult fit_kernels(const std::vector<KernelSample>& samples, const DeviceSpec& device, const CostParams& start,
+                            const KernelFitOptions& options) {
   if (samples.empty()) throw Error("kernel fit: no measurements to fit");
   for (const KernelSample& s : samples)
     if (!(s.measured_s > 0) || !std::isfinite(s.measured_s))
@@ -286,7 +286,8 @@ KernelFitResult fit_kernels(const std::vector<KernelSample>& samples, const Devi
     result.fitted.push_back(f);
   }
   const CostParams& p = st.params;
-  for (const KernelSample& s : samples) result.log_residuals.push_back(std::log(predicted_s(s.op, device, p) / s.measured_s));
+  for (const KernelSample& s : samples)
+    result.log_residuals.push_back(std::log(predicted_s(s.op, device, p) / s.measured_s));
   result.errors = kernel_errors(samples, device, p);
   result.params = st.params;
   result.params.compute_clock_ratio = start.compute_clock_ratio;

@@ -58,18 +58,18 @@ struct GroupErrors {
 };
 
 struct KernelFitResult {
-  CostParams params;                     // the start with every fitted value (its clock ratio kept)
-  std::vector<FittedParameter> fitted;   // in registry order; determined = measured here
-  std::vector<double> log_residuals;     // per sample, log(predicted / measured), held out or not
-  std::vector<GroupErrors> errors;       // GEMM, attention, memory-bound
-  std::vector<std::string> report;       // a line per stage: what was fitted, Ceres' brief report
+  CostParams params;                    // the start with every fitted value (its clock ratio kept)
+  std::vector<FittedParameter> fitted;  // in registry order; determined = measured here
+  std::vector<double> log_residuals;    // per sample, log(predicted / measured), held out or not
+  std::vector<GroupErrors> errors;      // GEMM, attention, memory-bound
+  std::vector<std::string> report;      // a line per stage: what was fitted, Ceres' brief report
 };
 
 // Fits at the kernel runs' own clock (model/cost.hpp at_kernel_run_clock): the rates are those the
 // runs reached, and the result keeps the start's compute_clock_ratio for training.
 // Error when `samples` is empty or a measurement is not positive.
-KernelFitResult fit_kernels(const std::vector<KernelSample>& samples, const DeviceSpec& device,
-                            const CostParams& start, const KernelFitOptions& options);
+KernelFitResult fit_kernels(const std::vector<KernelSample>& samples, const DeviceSpec& device, const CostParams& start,
+                            const KernelFitOptions& options);
 
 // |predicted / measured - 1| medians of `samples` under `params` at the kernel runs' clock, per group.
 std::vector<GroupErrors> kernel_errors(const std::vector<KernelSample>& samples, const DeviceSpec& device,

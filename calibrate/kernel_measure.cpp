@@ -223,7 +223,8 @@ NoiseVerdict judge_noise(const std::vector<Timing>& timings, const Timing* refer
     v.reference_end_s = reference_end->median_s;
     v.reference_drift = v.reference_end_s / v.reference_start_s - 1.0;
     if (std::abs(v.reference_drift) > options.max_reference_drift) {
-      std::snprintf(line, sizeof line, "the reference GEMM took %.3g s at the start and %.3g s at the end (%+.1f%%, beyond %.0f%%)",
+      std::snprintf(line, sizeof line,
+                    "the reference GEMM took %.3g s at the start and %.3g s at the end (%+.1f%%, beyond %.0f%%)",
                     v.reference_start_s, v.reference_end_s, 100 * v.reference_drift, 100 * options.max_reference_drift);
       v.reasons.emplace_back(line);
     }
@@ -234,8 +235,8 @@ NoiseVerdict judge_noise(const std::vector<Timing>& timings, const Timing* refer
 
 Op reference_gemm(DType dtype, int64_t size) {
   // Bytes as the plan's GEMMs count them (kernel_plan.cpp): fp8 reads one byte and writes bf16.
-  return gemm_op("reference_gemm", size, size, size, dtype, gemm_operand_bytes(dtype), gemm_output_bytes(dtype),
-                 false, true);
+  return gemm_op("reference_gemm", size, size, size, dtype, gemm_operand_bytes(dtype), gemm_output_bytes(dtype), false,
+                 true);
 }
 
 void set_cpu_backend_threads(int threads) {

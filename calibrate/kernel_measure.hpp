@@ -81,13 +81,13 @@ struct NoiseOptions {
 
 struct NoiseVerdict {
   bool noisy = false;
-  int64_t shapes = 0;           // timings the spread is taken over
-  double median_spread = 0;     // median over shapes of (p90 - p10) / median
-  double p90_spread = 0;        // the 90th percentile of the same
+  int64_t shapes = 0;        // timings the spread is taken over
+  double median_spread = 0;  // median over shapes of (p90 - p10) / median
+  double p90_spread = 0;     // the 90th percentile of the same
   bool reference_timed = false;
   double reference_start_s = 0, reference_end_s = 0;  // the reference GEMM's medians
-  double reference_drift = 0;   // reference_end_s / reference_start_s - 1
-  std::vector<std::string> reasons;  // why noisy, one line each; empty when trusted
+  double reference_drift = 0;                         // reference_end_s / reference_start_s - 1
+  std::vector<std::string> reasons;                   // why noisy, one line each; empty when trusted
 };
 
 // The verdict on `timings` (one per measured shape) and, when both are given, the reference

@@ -252,8 +252,8 @@ std::vector<Op> grid_ops(const KernelPlanOptions& o) {
       // Bytes as ops.cpp counts them for the model's ops of these kinds.
       grid.push_back(membound_op("grid.add", MemKind::kAdd, m, n, act, 2.0 * x * a, x * a));
       grid.push_back(membound_op("grid.gelu", MemKind::kGelu, m, n, act, x * a, x * a));
-      grid.push_back(membound_op("grid.layer_norm", MemKind::kLayerNorm, m, n, act, x * a + 2.0 * d(n) * a,
-                                 x * a + d(m) * 8.0));
+      grid.push_back(
+          membound_op("grid.layer_norm", MemKind::kLayerNorm, m, n, act, x * a + 2.0 * d(n) * a, x * a + d(m) * 8.0));
       // Cross-entropy rows as wide as a small vocabulary.
       const int64_t vn = std::min<int64_t>(e, 8192), vm = e / vn;
       grid.push_back(
@@ -274,15 +274,15 @@ void mark_held_out(std::vector<PlannedOp>& plan, int held_out_every) {
       if (group_of(plan[i].op) == g) order.emplace_back(fnv1a(shape_key(plan[i].op)), i);
     std::sort(order.begin(), order.end());
     for (size_t j = 0; j < order.size(); ++j)
-      plan[order[j].second].held_out = static_cast<int>(j % static_cast<size_t>(held_out_every)) ==
-                                       held_out_every - 1;
+      plan[order[j].second].held_out = static_cast<int>(j % static_cast<size_t>(held_out_every)) == held_out_every - 1;
   }
 }
 
 }  // namespace
 
 std::vector<PlannedOp> make_kernel_plan(const KernelPlanOptions& o) {
-  if (o.held_out_every < 2) throw Error("kernel plan: held_out_every " + std::to_string(o.held_out_every) + " must be >= 2");
+  if (o.held_out_every < 2)
+    throw Error("kernel plan: held_out_every " + std::to_string(o.held_out_every) + " must be >= 2");
   std::vector<PlannedOp> plan;
   std::set<std::string> seen;
   const auto add = [&](const Op& op, PlanSource source) {

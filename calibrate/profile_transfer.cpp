@@ -30,12 +30,14 @@ DType stand_in(DType t, const CostParams& p) {
 std::string scaled_figure(const ParamInfo& info, const DeviceSpec& to, const DeviceSpec& from) {
   const std::string name(info.name);
   if (name == "membound_efficiency" || name == "xent_efficiency")
-    return "a fraction of HBM bandwidth: the rate scales by the HBM ratio " + fmt(to.hbm_bytes_per_s / from.hbm_bytes_per_s);
+    return "a fraction of HBM bandwidth: the rate scales by the HBM ratio " +
+           fmt(to.hbm_bytes_per_s / from.hbm_bytes_per_s);
   if (name == "intra_node_link_efficiency")
     return "a fraction of the scale-up link: the rate scales by its ratio " +
            fmt(to.intra_node_bytes_per_s / from.intra_node_bytes_per_s);
   if (name == "inter_node_link_efficiency")
-    return "a fraction of the network: the rate per GPU scales by its ratio " + fmt(nic_per_gpu(to) / nic_per_gpu(from));
+    return "a fraction of the network: the rate per GPU scales by its ratio " +
+           fmt(nic_per_gpu(to) / nic_per_gpu(from));
   if (name == "attn_fwd_efficiency" || name == "attn_bwd_efficiency" || name == "attn_native_fwd_efficiency" ||
       name == "attn_native_bwd_efficiency")
     return "a fraction of the bf16 GEMM rate: the rate scales with it";
@@ -56,14 +58,16 @@ void transfer_gemm_rate(const TransferInput& in, const ParamInfo& info, DevicePr
   if (!(sp.gemm_flops_per_s(t) > 0 && in.sibling->supports(t))) base = stand_in(t, sp);
   const double fraction = sp.gemm_flops_per_s(base) / in.sibling->peak(base);
   if (!(fraction > 0) || !std::isfinite(fraction))
-    throw Error("transfer from " + from + ": it has no achieved " + std::string(to_string(base)) + " GEMM rate to scale");
+    throw Error("transfer from " + from + ": it has no achieved " + std::string(to_string(base)) +
+                " GEMM rate to scale");
   rate = fraction * in.target->peak(t);
   const auto src = in.sibling_profile->sources.find(std::string(gemm_rate_param(base).name));
   const std::string how = src == in.sibling_profile->sources.end() ? "?" : std::string(to_string(src->second.kind));
   std::string detail = "transfer from " + from + ": its achieved fraction " + fmt(fraction) + " of its " +
                        std::string(to_string(base)) + " peak (" + how + ") x " + in.target->id + "'s datasheet " + tn +
                        " peak " + fmt(in.target->peak(t) / 1e12, 5) + " TFLOP/s";
-  if (base != t) detail += " (" + from + " has no " + tn + " rate: the " + std::string(to_string(base)) + " fraction stands in)";
+  if (base != t)
+    detail += " (" + from + " has no " + tn + " rate: the " + std::string(to_string(base)) + " fraction stands in)";
   else detail += " (peak ratio " + fmt(in.target->peak(t) / in.sibling->peak(t)) + ")";
   const double sd = src == in.sibling_profile->sources.end() ? -1 : src->second.stddev;
   out.sources[name] = {SourceKind::kDerived, detail, sd > 0 ? sd * rate / sp.gemm_flops_per_s(base) : -1};
@@ -87,7 +91,8 @@ double interval_widening(int tier, double distance) { return kTierWidening[tier]
 bool measured_on_own_tables(const DeviceProfile& p) {
   if (!p.extra.contains("fit") || p.extra.contains("transfer")) return false;
   const auto& fit = p.extra["fit"];
-  if (!fit.contains("fitted_devices") || !fit["fitted_devices"].is_array() || fit["fitted_devices"].size() != 1) return false;
+  if (!fit.contains("fitted_devices") || !fit["fitted_devices"].is_array() || fit["fitted_devices"].size() != 1)
+    return false;
   if (fit.contains("command") && fit["command"].is_string() &&
       fit["command"].get<std::string>().find("--transfer") != std::string::npos)
     return false;
@@ -100,7 +105,9 @@ SiblingChoice nearest_sibling(const DeviceSpec& target, const std::vector<Device
   bool any = false;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const SiblingChoice c{i, sibling_tier(target, candidates[i]), datasheet_distance(target, candidates[i])};
-    const auto key = [&](const SiblingChoice& s) { return std::make_tuple(s.tier, s.distance, candidates[s.index].id); };
+    const auto key = [&](const SiblingChoice& s) {
+      return std::make_tuple(s.tier, s.distance, candidates[s.index].id);
+    };
     if (!any || key(c) < key(best)) best = c;
     any = true;
   }
@@ -146,14 +153,17 @@ DeviceProfile transfer_profile(const TransferInput& in) {
                     to.id;
   if (interval.domain) interval.widening_method = from.id + "'s: " + sib->widening_method;
   set_prediction_interval(out, interval);
-  out.extra["transfer"] = {{"from", from.id},
-                           {"tier", in.choice.tier},
-                           {"tier_meaning", tiers[in.choice.tier]},
-                           {"datasheet_distance", in.choice.distance},
-                           {"interval_widening", widen},
-                           {"rule", "GEMM rates: the sibling's achieved fraction of its peak x this device's peak; "
-                                    "fractions of datasheet figures and everything else kept (calibrate/profile_transfer.hpp)"}};
-  out.extra["notes"] = "Transferred from " + from.id + " (fitted to its own tables); no table has measured " + to.id + ".";
+  out.extra["transfer"] = {
+      {"from", from.id},
+      {"tier", in.choice.tier},
+      {"tier_meaning", tiers[in.choice.tier]},
+      {"datasheet_distance", in.choice.distance},
+      {"interval_widening", widen},
+      {"rule",
+       "GEMM rates: the sibling's achieved fraction of its peak x this device's peak; "
+       "fractions of datasheet figures and everything else kept (calibrate/profile_transfer.hpp)"}};
+  out.extra["notes"] =
+      "Transferred from " + from.id + " (fitted to its own tables); no table has measured " + to.id + ".";
   set_profile_network(out, to);
   return out;
 }

@@ -16,8 +16,13 @@ std::string ReplayOptions::check() const {
 }
 
 TimingOptions replay_timing(bool thread_cpu_clock) {
-  return {.warmup = 1, .min_repetitions = 5, .max_repetitions = 50, .min_seconds = 0.2, .max_seconds = 3.0,
-          .flush_cache = true, .thread_cpu_clock = thread_cpu_clock};
+  return {.warmup = 1,
+          .min_repetitions = 5,
+          .max_repetitions = 50,
+          .min_seconds = 0.2,
+          .max_seconds = 3.0,
+          .flush_cache = true,
+          .thread_cpu_clock = thread_cpu_clock};
 }
 
 std::vector<StepOp> replay_ops(const ReplayOptions& options) {
@@ -43,9 +48,10 @@ Replay replay_step(const ReplayOptions& options, const std::vector<StepOp>& ops,
   const SequenceTiming timing = backend.time_sequence(sequence, replay_timing(options.thread_clock));
   if (!timing.supported)
     throw Error("replay: " + timing.reason +
-                (timing.out_of_memory ? " (every op of the step keeps its own buffers, as no allocator reuses them here: "
-                                        "run fewer blocks with --layers K, or a smaller --micro-batch)"
-                                      : ""));
+                (timing.out_of_memory
+                     ? " (every op of the step keeps its own buffers, as no allocator reuses them here: "
+                       "run fewer blocks with --layers K, or a smaller --micro-batch)"
+                     : ""));
   r.sequence_s = timing.total_median_s;
 
   // One step on one device, as short as the kernel runs: costed at their clock, not a long run's.

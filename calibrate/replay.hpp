@@ -38,8 +38,9 @@ struct ReplayOptions {
 
 struct Replay {
   std::vector<StepOp> ops;
-  std::vector<double> measured_s;   // each op timed alone (median; operands cold, TimingOptions::flush_cache)
-  std::vector<double> in_step_s;    // each op inside the sequence's runs (median); empty when the backend does not time it
+  std::vector<double> measured_s;  // each op timed alone (median; operands cold, TimingOptions::flush_cache)
+  std::vector<double>
+      in_step_s;  // each op inside the sequence's runs (median); empty when the backend does not time it
   std::vector<double> predicted_s;  // CostModel::op_seconds of each op
   double sequence_s = 0;            // the sequence run end to end (median)
   double block_scale = 1;           // n_layers / layers

@@ -117,11 +117,10 @@ ScaleParamSet::ScaleParamSet(const std::vector<ScaleCase>& cases) {
                   "compute slower by this fraction of the all-reduce it hides");
   for (SyncFramework f : frameworks) {
     const bool named = f == SyncFramework::kDdp || f == SyncFramework::kLightning;
-    exposed_[to_string(f)] =
-        named ? add(to_string(f) + ".exposed_fraction", Unit::kFraction, 0.0, kExposedShare.upper, kExposedShare.center,
-                    kExposedSource, kExposedShare.width)
-              : add(to_string(f) + ".exposed_fraction", Unit::kFraction, 0.0, 1.0, 0.05,
-                    "share of the all-reduce exposed beyond what the backward cannot hide");
+    exposed_[to_string(f)] = named ? add(to_string(f) + ".exposed_fraction", Unit::kFraction, 0.0, kExposedShare.upper,
+                                         kExposedShare.center, kExposedSource, kExposedShare.width)
+                                   : add(to_string(f) + ".exposed_fraction", Unit::kFraction, 0.0, 1.0, 0.05,
+                                         "share of the all-reduce exposed beyond what the backward cannot hide");
   }
   if (frameworks.count(SyncFramework::kHorovod))
     coordination_ = add("horovod.coordination_s", Unit::kSeconds, 0.0, 0.02, 0.002,
@@ -237,7 +236,9 @@ std::vector<AtBoundNote> at_bound_notes(const ScaleParamSet& set, const std::vec
       const bool pushes = n.upper ? g < 0 : g > 0;
       (pushes ? n.pushing : n.pulling).push_back(BoundPush{group, g});
     }
-    const auto larger = [](const BoundPush& a, const BoundPush& b) { return std::fabs(a.gradient) > std::fabs(b.gradient); };
+    const auto larger = [](const BoundPush& a, const BoundPush& b) {
+      return std::fabs(a.gradient) > std::fabs(b.gradient);
+    };
     std::sort(n.pushing.begin(), n.pushing.end(), larger);
     std::sort(n.pulling.begin(), n.pulling.end(), larger);
     notes.push_back(std::move(n));

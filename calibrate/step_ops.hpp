@@ -32,8 +32,9 @@ class OpVector final : public OpSink {
 enum class StepPart : uint8_t {
   kEmbeddingForward,
   kBlockForward,
-  kHead,          // head forward, loss, head backward
-  kBlockRecompute,  // a block's forward (full checkpointing) or attention forward (selective) run again before its backward
+  kHead,            // head forward, loss, head backward
+  kBlockRecompute,  // a block's forward (full checkpointing) or attention forward (selective) run again before its
+                    // backward
   kBlockBackward,
   kEmbeddingBackward,
   kOptimizer,
@@ -51,7 +52,7 @@ struct StepOp {
 struct StepOptions {
   int64_t micro_batch = 1;  // sequences
   int64_t seq_len = 0;
-  int64_t layers = 0;       // blocks to build (1..n_layers); 0: all of the model's
+  int64_t layers = 0;  // blocks to build (1..n_layers); 0: all of the model's
   Checkpointing checkpointing = Checkpointing::kNone;
   Precision precision = Precision::kFp32;
 };

@@ -81,7 +81,8 @@ TableCalibration calibrate_table(const TableCalibrationOptions& o, const std::ve
 
   c.profile = base;
   c.profile.device = o.device;
-  const double scale = by_sm_clock ? sm_clock_scale(*fits.front().device, *fits.front().base, *o.device_spec, base.params) : 1.0;
+  const double scale =
+      by_sm_clock ? sm_clock_scale(*fits.front().device, *fits.front().base, *o.device_spec, base.params) : 1.0;
   c.profile.params = on_device(with_fitted(base.params, c.fit.params, c.taken), c.taken, scale);
   for (const auto& r : rows) add_unique(c.fitted_devices, r.gpu);
   const std::string detail = (o.transfer ? "transferred from a fit to " : "fitted to ") + std::to_string(rows.size()) +

@@ -18,7 +18,7 @@
 namespace tpsim {
 
 struct TableCalibrationOptions {
-  std::string device;   // the device the profile is for
+  std::string device;  // the device the profile is for
   // Its datasheet: under transfer the attention efficiencies carry to it by SMs x clock
   // (table_fit.hpp, sm_clock_scale). nullptr: they stay the base profile's.
   const DeviceSpec* device_spec = nullptr;
@@ -36,7 +36,7 @@ struct TableCalibrationOptions {
   // table cannot show it). Each device's rows are held out within that device, each row's need
   // measured against its own device's held-out interval. Empty: the fitted rows.
   std::vector<FitRow> widening_rows;
-  std::vector<std::string> tables;  // the tables' files, for the provenance
+  std::vector<std::string> tables;         // the tables' files, for the provenance
   std::function<void(int, int)> progress;  // (done, total) after each held-out fit
 
   // "" when the options are consistent, else one line naming the broken constraint.

@@ -66,10 +66,12 @@ std::string_view range_source(const ParamInfo& param) {
        "0: the CPU runs ahead of the GPU; 10 ms per block and pass: more than FSDP's pre/post hooks and a "
        "limit_all_gathers wait take on any host"},
       {&P::microbatch_overhead_s, "0: the data loader and hooks run ahead of the GPU; 1 s: a stalled data loader"},
-      {&P::step_overhead_s, "0: nothing outside kernels; 10 s: a checkpoint-free step's logging and clipping on any host"},
+      {&P::step_overhead_s,
+       "0: nothing outside kernels; 10 s: a checkpoint-free step's logging and clipping on any host"},
       {&P::host_kernel_issue_s,
        "eager PyTorch spends some 10-30 us of host time per op (Python, dispatcher, launch); 0 to 1 ms"},
-      {&P::intra_node_latency_s, "NCCL ring step inside a node: a few microseconds (nccl-tests small messages); 0 to 1 ms"},
+      {&P::intra_node_latency_s,
+       "NCCL ring step inside a node: a few microseconds (nccl-tests small messages); 0 to 1 ms"},
   };
   for (const auto& [member, text] : sources)
     if (param.member == member) return text;
@@ -84,9 +86,11 @@ double log_error(const FitRow& row, const CostParams& params) {
 
 double sm_clock_scale(const DeviceSpec& from, const CostParams& from_params, const DeviceSpec& to,
                       const CostParams& to_params) {
-  const double from_rate = from_params.gemm_flops_per_s(DType::kBf16), to_rate = to_params.gemm_flops_per_s(DType::kBf16);
+  const double from_rate = from_params.gemm_flops_per_s(DType::kBf16),
+               to_rate = to_params.gemm_flops_per_s(DType::kBf16);
   if (!(from.boost_clock_hz > 0 && to.boost_clock_hz > 0 && from_rate > 0 && to_rate > 0)) return 1.0;
-  const double from_sm_clock = from.compute_units * from.boost_clock_hz, to_sm_clock = to.compute_units * to.boost_clock_hz;
+  const double from_sm_clock = from.compute_units * from.boost_clock_hz,
+               to_sm_clock = to.compute_units * to.boost_clock_hz;
   return (from_rate / to_rate) * (to_sm_clock / from_sm_clock);
 }
 
@@ -115,12 +119,14 @@ TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& star
   const size_t n = fit.size();
   // Each row sees the shared values in its own device's terms (sm_clock_scale from the first row's).
   std::vector<double> scale;
-  for (const FitRow& row : rows) scale.push_back(sm_clock_scale(*rows.front().device, *rows.front().base, *row.device, *row.base));
+  for (const FitRow& row : rows)
+    scale.push_back(sm_clock_scale(*rows.front().device, *rows.front().base, *row.device, *row.base));
   for (size_t j = 0; j < rows.size(); ++j) {
     const FitRow& row = rows[j];
     const double s = scale[j];
     const std::vector<const ParamInfo*>& params = options.parameters;
-    fit.add_log_error(*row.base, [&row, &params, s](const CostParams& p) { return log_error(row, on_device(p, params, s)); });
+    fit.add_log_error(*row.base,
+                      [&row, &params, s](const CostParams& p) { return log_error(row, on_device(p, params, s)); });
   }
   const std::vector<double> x0 = fit.x();
   if (options.prior_width > 0)
@@ -141,7 +147,8 @@ TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& star
   r.iterations = static_cast<int>(summary.iterations.size());
   r.converged = summary.termination_type == ceres::CONVERGENCE;
   r.summary = summary.BriefReport();
-  const std::vector<double> stddev = options.covariance ? fit.stddevs(summary.final_cost) : std::vector<double>(n, -1.0);
+  const std::vector<double> stddev =
+      options.covariance ? fit.stddevs(summary.final_cost) : std::vector<double>(n, -1.0);
   for (size_t i = 0; i < n; ++i) {
     const ParamInfo* info = fit.params()[i];
     // An undetermined parameter keeps its starting value (and, in a profile, its provenance).
@@ -154,7 +161,8 @@ TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& star
   }
   for (size_t j = 0; j < rows.size(); ++j) {
     const FitRow& row = rows[j];
-    const double e = log_error(row, on_device(with_fitted(*row.base, r.params, options.parameters), options.parameters, scale[j]));
+    const double e =
+        log_error(row, on_device(with_fitted(*row.base, r.params, options.parameters), options.parameters, scale[j]));
     r.residuals.push_back(e);
     r.outliers.push_back(std::fabs(e) > options.outlier_threshold);
   }

@@ -33,7 +33,9 @@ std::vector<int64_t> parse_count_list(const std::string& flag, const std::string
     const int64_t lo = parse_count(flag, a, max), hi = parse_count(flag, b, max);
     if (lo > hi) throw Error(flag + " '" + text + "': reversed range (" + a + " > " + b + ")");
     if ((lo & (lo - 1)) != 0 || (hi & (hi - 1)) != 0)
-      throw Error(flag + " '" + text + "': a range steps by powers of two, so both ends must be powers of two; list other values with commas");
+      throw Error(
+          flag + " '" + text +
+          "': a range steps by powers of two, so both ends must be powers of two; list other values with commas");
     std::vector<int64_t> out;
     for (int64_t v = lo; v <= hi; v *= 2) out.push_back(v);
     return out;
@@ -68,11 +70,10 @@ namespace {
 // The one suffix parser of amounts: decimal K, M, G/B, T and binary Ki, Mi, Gi, Ti, of which each
 // kind of amount takes those in `accepted`. 0 for a suffix it does not take.
 double suffix_scale(const std::string& suffix, std::initializer_list<const char*> accepted) {
-  static const std::map<std::string, double> scales = {
-      {"", 1.0},    {"K", 1e3},       {"k", 1e3},          {"M", 1e6},
-      {"G", 1e9},   {"B", 1e9},       {"T", 1e12},         {"Ki", 1024.0},
-      {"Mi", 1024.0 * 1024.0},        {"Gi", kGiB},
-      {"Ti", 1024.0 * kGiB}};
+  static const std::map<std::string, double> scales = {{"", 1.0},    {"K", 1e3},           {"k", 1e3},
+                                                       {"M", 1e6},   {"G", 1e9},           {"B", 1e9},
+                                                       {"T", 1e12},  {"Ki", 1024.0},       {"Mi", 1024.0 * 1024.0},
+                                                       {"Gi", kGiB}, {"Ti", 1024.0 * kGiB}};
   for (const char* a : accepted)
     if (suffix == a) return scales.at(suffix);
   return 0;
@@ -138,8 +139,7 @@ CLI::Validator finite_range(double lo, double hi) {
   return CLI::Validator(
       [lo, hi, text = range.str()](std::string& s) -> std::string {
         const std::optional<double> v = parse_number(s);
-        if (!v || !std::isfinite(*v) || *v < lo || *v > hi)
-          return "'" + s + "': expected a number from " + text;
+        if (!v || !std::isfinite(*v) || *v < lo || *v > hi) return "'" + s + "': expected a number from " + text;
         return {};
       },
       "FLOAT in " + range.str());

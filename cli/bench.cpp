@@ -104,8 +104,8 @@ double median_wall(const std::vector<std::string>& args, int runs) {
 // A wall-time row: the command, its median, and its target.
 std::vector<Cell> wall_row(const std::string& what, double seconds, double target_s, int runs) {
   const std::string target = target_s < 1.5 ? "< 1" : "< " + std::to_string(static_cast<int>(target_s));
-  return {Cell::str(what + ", wall time incl. start-up (median of " + std::to_string(runs) + ")"), Cell::num(seconds, 3),
-          Cell::str("s"), Cell::str(target), Cell::str(seconds < target_s ? "yes" : "no")};
+  return {Cell::str(what + ", wall time incl. start-up (median of " + std::to_string(runs) + ")"),
+          Cell::num(seconds, 3), Cell::str("s"), Cell::str(target), Cell::str(seconds < target_s ? "yes" : "no")};
 }
 
 // 1. The sweep's search over the headline grid, at 8 and 64 GPUs and 1M tokens per step: the
@@ -139,8 +139,8 @@ std::pair<Rate, Rate> search_rates(const std::vector<const ModelConfig*>& models
   });
   Rate per_evaluation = per_search;
   per_evaluation.evaluations = evaluations;
-  per_evaluation.per_second = per_search.per_second * static_cast<double>(evaluations) /
-                              static_cast<double>(per_search.evaluations);
+  per_evaluation.per_second =
+      per_search.per_second * static_cast<double>(evaluations) / static_cast<double>(per_search.evaluations);
   return {per_evaluation, per_search};
 }
 
@@ -186,12 +186,14 @@ void run_bench(const BenchOptions& o) {
   const Rate mixtral_rate = search_rates(models("mixtral-8x7b"), device, params, o.seconds, sink).first;
 
   const double median = median_wall({"sweep", "--models", "125m..70b", "--seq", "512..65536"}, o.sweep_runs);
-  const double megatron_sweep = median_wall({"sweep", "--models", "125m..70b", "--seq", "512..65536", "--gpus",
-                                             "8..1024", "--framework", "megatron"}, o.sweep_runs);
-  const double megatron_plan = median_wall({"plan", "--model", "70b", "--seq", "4096", "--gpus", "64..1024",
-                                            "--framework", "megatron"}, o.sweep_runs);
-  const double torchtitan_sweep = median_wall({"sweep", "--models", "125m..70b", "--seq", "512..65536", "--gpus",
-                                               "8..1024", "--framework", "torchtitan"}, o.sweep_runs);
+  const double megatron_sweep = median_wall(
+      {"sweep", "--models", "125m..70b", "--seq", "512..65536", "--gpus", "8..1024", "--framework", "megatron"},
+      o.sweep_runs);
+  const double megatron_plan = median_wall(
+      {"plan", "--model", "70b", "--seq", "4096", "--gpus", "64..1024", "--framework", "megatron"}, o.sweep_runs);
+  const double torchtitan_sweep = median_wall(
+      {"sweep", "--models", "125m..70b", "--seq", "512..65536", "--gpus", "8..1024", "--framework", "torchtitan"},
+      o.sweep_runs);
 
   OutputTable t;
   t.title = "bench";
@@ -215,7 +217,8 @@ void run_bench(const BenchOptions& o) {
                      o.sweep_runs));
   t.add_row(wall_row("megatron plan 70b at 4096 on 64..1024 GPUs", megatron_plan, 1.0, o.sweep_runs));
   t.add_row({Cell::str("torchtitan sweep 125m..70b x 512..65536 x 8..1024 GPUs (tp, pp, vp, FSDP2), wall time incl. "
-                       "start-up (median of " + std::to_string(o.sweep_runs) + ")"),
+                       "start-up (median of " +
+                       std::to_string(o.sweep_runs) + ")"),
              Cell::num(torchtitan_sweep, 3), Cell::str("s"), Cell::str("-"), Cell::str("-")});
   emit(ctx.render({t}), ctx.output());
   if (sink < 0) std::cerr << sink;  // keeps the loop from being optimised away
@@ -227,8 +230,12 @@ void run_bench(const BenchOptions& o) {
 void register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "measure the simulator's speed (evaluations per second, sweep time)");
-  cmd->add_option("--seconds", o->seconds, "how long to time evaluations")->default_val(2.0)->check(finite_range(0.1, 600.0));
-  cmd->add_option("--sweep-runs", o->sweep_runs, "headline sweep repetitions")->default_val(5)->check(CLI::Range(1, 100));
+  cmd->add_option("--seconds", o->seconds, "how long to time evaluations")
+      ->default_val(2.0)
+      ->check(finite_range(0.1, 600.0));
+  cmd->add_option("--sweep-runs", o->sweep_runs, "headline sweep repetitions")
+      ->default_val(5)
+      ->check(CLI::Range(1, 100));
   add_common_options(cmd, o->common);
   cmd->callback([o] { run_bench(*o); });
 }

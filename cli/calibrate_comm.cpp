@@ -23,11 +23,11 @@ namespace tpsim {
 namespace {
 
 struct CalibrateCommFlags {
-  std::string backend;                 // "cpu": MPI on host buffers; "cuda": NCCL on GPU buffers
-  std::string base;                    // profile to start from
-  std::string out;                     // profile to write
-  std::string sizes;                   // full-buffer sizes in bytes; "": kCpuSizes or kGpuSizes
-  std::string budget = "30";           // seconds of timed collectives to aim for, all sizes and kinds
+  std::string backend;        // "cpu": MPI on host buffers; "cuda": NCCL on GPU buffers
+  std::string base;           // profile to start from
+  std::string out;            // profile to write
+  std::string sizes;          // full-buffer sizes in bytes; "": kCpuSizes or kGpuSizes
+  std::string budget = "30";  // seconds of timed collectives to aim for, all sizes and kinds
 };
 
 // The defaults of default_comm_sizes, as --help shows them.
@@ -53,7 +53,8 @@ std::vector<double> parse_sizes(const std::string& flag, const std::string& text
 
 double parse_budget(const std::string& text) {
   const std::optional<double> v = parse_number(text);
-  if (!v || !std::isfinite(*v) || !(*v > 0)) throw Error("--budget '" + text + "': expected a positive number of seconds");
+  if (!v || !std::isfinite(*v) || !(*v > 0))
+    throw Error("--budget '" + text + "': expected a positive number of seconds");
   return *v;
 }
 
@@ -66,7 +67,8 @@ CommCalibrationOptions comm_options(const CalibrateCommFlags& f) {
   o.backend = *b;
   o.base_path = f.base;
   o.out_path = f.out;
-  o.sizes_bytes = parse_sizes("--sizes", f.sizes.empty() ? (o.backend == BackendKind::kCpu ? kCpuSizes : kGpuSizes) : f.sizes);
+  o.sizes_bytes =
+      parse_sizes("--sizes", f.sizes.empty() ? (o.backend == BackendKind::kCpu ? kCpuSizes : kGpuSizes) : f.sizes);
   o.budget_s = parse_budget(f.budget);
   return o;
 }
@@ -94,8 +96,8 @@ void register_calibrate_comm(CLI::App& calibrate) {
   comm->add_option("--base", o->base, "profile to start from (default for cpu: data/profiles/defaults/cpu.json)");
   comm->add_option("--out", o->out, "profile to write (atomically, by rank 0); required");
   comm->add_option("--sizes", o->sizes,
-                   "full-buffer sizes in bytes: a range of powers of two or a list (default: " + std::string(kCpuSizes) +
-                       " on the CPU, " + kGpuSizes + " on GPUs)");
+                   "full-buffer sizes in bytes: a range of powers of two or a list (default: " +
+                       std::string(kCpuSizes) + " on the CPU, " + kGpuSizes + " on GPUs)");
   comm->add_option("--budget", o->budget, "seconds of timed collectives to aim for in all")->default_val("30");
   comm->callback([o] {
     std::string cmdline = "tpsim calibrate comm --backend " + o->backend;

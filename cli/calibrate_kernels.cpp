@@ -75,10 +75,12 @@ void run_calibrate_kernels(const CalibrateKernelsFlags& f, const std::string& co
 
 void register_calibrate_kernels(CLI::App& calibrate) {
   auto o = std::make_shared<CalibrateKernelsFlags>();
-  auto* cmd = calibrate.add_subcommand("kernels", "time kernels on a backend and fit the kernel-level parameters to them");
+  auto* cmd =
+      calibrate.add_subcommand("kernels", "time kernels on a backend and fit the kernel-level parameters to them");
   cmd->add_option("--backend", o->backend, "measurement backend: cpu, cuda or hip")->required();
   cmd->add_option("--device-index", o->device_index, "which GPU (cuda, hip); the CPU is device 0")->default_val(0);
-  cmd->add_option("--budget", o->budget_s, "wall-clock seconds for the whole calibration (default: 60 on the CPU, 600 on a GPU)")
+  cmd->add_option("--budget", o->budget_s,
+                  "wall-clock seconds for the whole calibration (default: 60 on the CPU, 600 on a GPU)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--base", o->base,
                   "profile whose values kernel runs do not measure are kept (default: the device's reasoned default; "
@@ -87,8 +89,10 @@ void register_calibrate_kernels(CLI::App& calibrate) {
   cmd->add_option("--models", o->models,
                   "models whose shapes are measured: names, ranges (125m..1b) or a models YAML file (default: tiny on "
                   "the CPU, 125m..70b on a GPU)");
-  cmd->add_option("--seq", o->seq, "sequence lengths of the sweep (default: 128,256,512 on the CPU, 512,2048,8192 on a GPU)");
-  cmd->add_option("--micro-batch", o->micro_batches, "micro-batches of the sweep (default: 1,2,4 on the CPU, 1,4 on a GPU)");
+  cmd->add_option("--seq", o->seq,
+                  "sequence lengths of the sweep (default: 128,256,512 on the CPU, 512,2048,8192 on a GPU)");
+  cmd->add_option("--micro-batch", o->micro_batches,
+                  "micro-batches of the sweep (default: 1,2,4 on the CPU, 1,4 on a GPU)");
   cmd->add_option("--threads", o->threads,
                   "CPU threads the kernels use (default 1: on a shared machine a descheduled second thread stalls "
                   "every parallel region); replay uses the profile's count")

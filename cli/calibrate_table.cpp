@@ -33,7 +33,7 @@ struct CalibrateTableFlags {
   std::string parameters;  // comma-separated; empty: the default set
   std::string interval_cv = "model";
   std::vector<std::string> widening_tables;  // whose held-out rows set the interval's widening
-  std::string framework = "composer";  // of rows whose table has no Framework column
+  std::string framework = "composer";        // of rows whose table has no Framework column
   bool transfer = false;  // fit the other devices' rows; carry the system-level parameters to --device
   std::string threads;    // --threads: held-out folds fitted at once (empty: one per core)
   NetworkFlags network;
@@ -57,8 +57,9 @@ std::vector<ResolvedRow> fitted_rows(Context& ctx, const CalibrateTableFlags& f)
     if ((r.row.gpu == f.device) != f.transfer) rows.push_back(r);
   if (rows.empty())
     throw Error(f.transfer ? "--transfer: the tables have no rows of devices other than " + f.device
-                           : "--device " + f.device + ": no row of the given tables is for this device (--transfer fits "
-                                                      "other devices' rows and carries the result over)");
+                           : "--device " + f.device +
+                                 ": no row of the given tables is for this device (--transfer fits "
+                                 "other devices' rows and carries the result over)");
   if (!f.transfer && rows.size() < all.size())
     std::cerr << "tpsim: note: fitting the " << rows.size() << " rows for " << f.device << "; "
               << all.size() - rows.size() << " rows of other devices are not used\n";
@@ -77,8 +78,8 @@ void print_report(const TableCalibration& c, const CalibrateTableFlags& f, const
                   const ErrorSummary& held_out) {
   const TableFitResult& fit = c.fit;
   std::cerr << "tpsim calibrate table: " << f.device << ", " << rows.size() << " rows"
-            << (f.transfer ? " of " + join(c.fitted_devices, ", ") + " (system-level parameters transferred)" : "") << ", "
-            << fit.summary << "\n";
+            << (f.transfer ? " of " + join(c.fitted_devices, ", ") + " (system-level parameters transferred)" : "")
+            << ", " << fit.summary << "\n";
   for (const auto& p : fit.fitted)
     if (std::find(c.taken.begin(), c.taken.end(), p.param) != c.taken.end())
       std::cerr << "  " << p.param->name << " = " << p.value << (p.stddev >= 0 ? " +- " + std::to_string(p.stddev) : "")
@@ -134,7 +135,9 @@ void run_calibrate_table(const CalibrateTableFlags& f, const std::string& comman
   const std::vector<FitRow> fits = fit_rows(ctx, rows);
   std::vector<MeasuredRow> measured;
   for (const auto& r : rows) measured.push_back(r.row);
-  Progress progress("held-out fits for the interval (--cv " + (f.transfer ? "device" : to_string(o.interval_cv) + ", then extremes") + ")", 0);
+  Progress progress("held-out fits for the interval (--cv " +
+                        (f.transfer ? "device" : to_string(o.interval_cv) + ", then extremes") + ")",
+                    0);
   o.progress = [&](int done, int total) { progress.update(done, total); };
   std::vector<ResolvedRow> widening_rows;
   if (!f.widening_tables.empty()) {
@@ -150,7 +153,8 @@ void run_calibrate_table(const CalibrateTableFlags& f, const std::string& comman
   c.profile.extra["fit"] = table_calibration_json(c, o, measured, base.origin, command_line);
   const ErrorSummary s = summarize_errors(c.held_out_errors);
   PredictionInterval interval{s.p10, s.p90, s.rows,
-                              "held-out errors of tpsim validate --cv " + to_string(c.cv) + " on " + join(f.tables, ", ") +
+                              "held-out errors of tpsim validate --cv " + to_string(c.cv) + " on " +
+                                  join(f.tables, ", ") +
                                   (f.transfer ? " (a device predicted from the others' fit)" : "")};
   if (c.widening_per_doubling) {
     interval.domain = c.domain;
@@ -173,19 +177,24 @@ void run_calibrate_table(const CalibrateTableFlags& f, const std::string& comman
 void register_calibrate_table(CLI::App& calibrate) {
   auto o = std::make_shared<CalibrateTableFlags>();
   auto* table = calibrate.add_subcommand("table", "fit the parameters kernel runs cannot measure to measured tables");
-  table->add_option("--table", o->tables,
-                    "measured table (repeatable): llm-foundry's results, tpsim's general form or vTrain's CSV")
+  table
+      ->add_option("--table", o->tables,
+                   "measured table (repeatable): llm-foundry's results, tpsim's general form or vTrain's CSV")
       ->required();
-  table->add_option("--device", o->device, "the device whose rows are fitted (and the GPU of tables without a GPU column)")
+  table
+      ->add_option("--device", o->device,
+                   "the device whose rows are fitted (and the GPU of tables without a GPU column)")
       ->required()
       ->transform(lower_case_ids());
-  table->add_option("--framework", o->framework,
-                    "framework of rows whose table has no Framework column: composer, megatron or torchtitan")
+  table
+      ->add_option("--framework", o->framework,
+                   "framework of rows whose table has no Framework column: composer, megatron or torchtitan")
       ->default_val("composer");
   table->add_option("--base", o->base, "profile to start from (default: the device's reasoned default)");
   table->add_option("--out", o->out, "profile to write (atomically)")->required();
   table->add_option("--parameters", o->parameters, "comma-separated parameters to fit (default: the table-level set)");
-  table->add_option("--interval-cv", o->interval_cv, "held-out scheme for the prediction interval")->default_val("model");
+  table->add_option("--interval-cv", o->interval_cv, "held-out scheme for the prediction interval")
+      ->default_val("model");
   table->add_option("--widening-table", o->widening_tables,
                     "measured table (repeatable) whose held-out rows, instead of the fitted rows, measure how fast "
                     "the interval widens beyond the fitted rows (other devices' tables: extrapolation the fitted "

@@ -30,7 +30,9 @@ void run_calibrate_transfer(const CalibrateTransferFlags& f, const std::string& 
   Context ctx(f.common);
   const DeviceSpec& target = ctx.device(f.device);
   std::vector<DeviceSpec> candidates;
-  const auto shipped = [](const std::string& id) { return std::filesystem::exists(data_dir() / "profiles" / (id + ".json")); };
+  const auto shipped = [](const std::string& id) {
+    return std::filesystem::exists(data_dir() / "profiles" / (id + ".json"));
+  };
   for (const auto& id : known_devices())
     if (id != f.device && (f.from.empty() || id == f.from) && shipped(id) && measured_on_own_tables(ctx.profile(id)))
       candidates.push_back(ctx.device(id));
@@ -50,9 +52,8 @@ void run_calibrate_transfer(const CalibrateTransferFlags& f, const std::string& 
   save_profile(f.out, p);
   const auto iv = prediction_interval(p);
   std::cerr << "tpsim calibrate transfer: " << f.device << " from " << in.sibling->id << " ("
-            << p.extra["transfer"]["tier_meaning"].get<std::string>() << ", datasheet distance "
-            << in.choice.distance << "), interval [" << 100 * iv->p10 << "%, " << 100 * iv->p90 << "%]\n  wrote "
-            << f.out << "\n";
+            << p.extra["transfer"]["tier_meaning"].get<std::string>() << ", datasheet distance " << in.choice.distance
+            << "), interval [" << 100 * iv->p10 << "%, " << 100 * iv->p90 << "%]\n  wrote " << f.out << "\n";
   ctx.print_notes();
 }
 

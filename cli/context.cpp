@@ -12,7 +12,9 @@
 namespace tpsim {
 
 void add_common_options(CLI::App* cmd, CommonOptions& o) {
-  cmd->add_option("--models", o.models_file, "more models: a YAML file (name -> llm-foundry model keys) or a Hugging Face config.json (or its folder)");
+  cmd->add_option(
+      "--models", o.models_file,
+      "more models: a YAML file (name -> llm-foundry model keys) or a Hugging Face config.json (or its folder)");
   cmd->add_option("--profile", o.profile_files, "device profile JSON (repeatable); applies to its own device");
   add_output_options(cmd, o);
 }
@@ -124,7 +126,8 @@ void Context::check_profiles_used(const std::vector<std::string>& device_ids, co
     for (const auto& u : unused) what += (what.empty() ? "" : "; ") + u;
     throw Error(what + ", which this run does not use (" + used + "); a profile applies to its own device");
   }
-  for (const auto& u : unused) std::cerr << "tpsim: warning: " << u << ", which this run does not use (" << used << ")\n";
+  for (const auto& u : unused)
+    std::cerr << "tpsim: warning: " << u << ", which this run does not use (" << used << ")\n";
 }
 
 void Context::print_warnings() const {
@@ -132,7 +135,7 @@ void Context::print_warnings() const {
 }
 
 std::vector<std::string> Context::select_models(const std::vector<std::string>& specs,
-                                                 const std::string& fallback) const {
+                                                const std::string& fallback) const {
   std::vector<std::string> names;
   if (specs.empty() && !models_file_.empty()) {
     std::vector<std::string> warnings;  // already reported when the catalogue read the file

@@ -21,7 +21,7 @@ namespace tpsim {
 struct CommonOptions {
   std::string models_file;
   std::vector<std::string> profile_files;
-  std::string format;   // "": not given (md, or the terminal's compact table)
+  std::string format;  // "": not given (md, or the terminal's compact table)
   std::string output;
   std::string columns;  // --columns NAME,NAME
 };

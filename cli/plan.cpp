@@ -40,9 +40,9 @@ struct PlanOptions {
 struct PlanRequest {
   PlanQuery query;
   std::vector<std::string> device_ids;
-  double train_tokens = 0;  // 0: no time to train
-  double price = 0;         // dollars per GPU-hour; 0: no cost
-  std::string asked_from;   // where the global batch asked comes from
+  double train_tokens = 0;      // 0: no time to train
+  double price = 0;             // dollars per GPU-hour; 0: no cost
+  std::string asked_from;       // where the global batch asked comes from
   bool layout_columns = false;  // --framework given
   std::string yaml_note;        // what the --config YAML fixed and what plan searched ("": no YAML)
 };
@@ -217,7 +217,8 @@ OutputTable rejected_table(const PlanRequest& r, const PlanResult& plan) {
   for (const PlanRejection& p : plan.rejected)
     rows.push_back({point(p.device, p.gpus),
                     {Cell::str(p.device->id), Cell::integer_value(p.gpus),
-                     Cell::str(p.batch_unreachable ? "all" : choice_name(p.rejection.layout)), Cell::str(rejection_reason(r, p))}});
+                     Cell::str(p.batch_unreachable ? "all" : choice_name(p.rejection.layout)),
+                     Cell::str(rejection_reason(r, p))}});
   for (const HeadroomDrop& d : plan.dropped)
     rows.push_back({point(d.device, d.gpus),
                     {Cell::str(d.device->id), Cell::integer_value(d.gpus),
@@ -229,12 +230,25 @@ OutputTable rejected_table(const PlanRequest& r, const PlanResult& plan) {
 }
 
 std::vector<std::string> ranked_columns(const PlanRequest& r) {
-  std::vector<std::string> c = {"Rank", "GPU", "# GPUs", "MicroBatchSize", "GradAccum", "GlobalBatchSize",
-                                "GlobalBatchSize (T)", "Activation Checkpointing", "Sharding Strategy",
-                                "Throughput (T/s)", "Throughput Low (T/s)", "Throughput High (T/s)", "MFU", "HFU",
-                                "Memory (GiB)", "Headroom (GiB)"};
+  std::vector<std::string> c = {"Rank",
+                                "GPU",
+                                "# GPUs",
+                                "MicroBatchSize",
+                                "GradAccum",
+                                "GlobalBatchSize",
+                                "GlobalBatchSize (T)",
+                                "Activation Checkpointing",
+                                "Sharding Strategy",
+                                "Throughput (T/s)",
+                                "Throughput Low (T/s)",
+                                "Throughput High (T/s)",
+                                "MFU",
+                                "HFU",
+                                "Memory (GiB)",
+                                "Headroom (GiB)"};
   if (r.train_tokens > 0) {
-    for (const char* name : {"Time to Train (days)", "Time Low (days)", "Time High (days)", "GPU-hours"}) c.emplace_back(name);
+    for (const char* name : {"Time to Train (days)", "Time Low (days)", "Time High (days)", "GPU-hours"})
+      c.emplace_back(name);
     if (r.price > 0)
       for (const char* name : {"Cost ($)", "Cost Low ($)", "Cost High ($)"}) c.emplace_back(name);
   }
@@ -260,19 +274,26 @@ void add_time_and_cost(const PlanRequest& r, const PlannedConfig& c, const std::
   row.push_back(interval ? Cell::num(gpu_hours * r.price * t / lo, 0) : Cell::empty());
 }
 
-std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c, const std::optional<RelativeInterval>& interval,
-                             int rank) {
+std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c,
+                             const std::optional<RelativeInterval>& interval, int rank) {
   const Prediction& p = c.prediction;
   const double t = p.tokens_per_s;
   const double lo = interval ? interval_low(t, *interval) : t, hi = interval ? interval_high(t, *interval) : t;
-  std::vector<Cell> row = {Cell::integer_value(rank), Cell::str(c.device->id), Cell::integer_value(c.cfg.n_gpus),
-                           Cell::integer_value(c.cfg.micro_batch), Cell::integer_value(c.cfg.grad_accum()),
-                           Cell::integer_value(c.cfg.global_batch), Cell::integer_value(c.cfg.global_batch * c.cfg.seq_len),
-                           checkpointing_cell(c.cfg.checkpointing), Cell::str(sharding_text(c.cfg.sharding, c.cfg.parallel)),
+  std::vector<Cell> row = {Cell::integer_value(rank),
+                           Cell::str(c.device->id),
+                           Cell::integer_value(c.cfg.n_gpus),
+                           Cell::integer_value(c.cfg.micro_batch),
+                           Cell::integer_value(c.cfg.grad_accum()),
+                           Cell::integer_value(c.cfg.global_batch),
+                           Cell::integer_value(c.cfg.global_batch * c.cfg.seq_len),
+                           checkpointing_cell(c.cfg.checkpointing),
+                           Cell::str(sharding_text(c.cfg.sharding, c.cfg.parallel)),
                            Cell::integer_value(static_cast<int64_t>(t)),
                            interval ? Cell::integer_value(static_cast<int64_t>(lo)) : Cell::empty(),
                            interval ? Cell::integer_value(static_cast<int64_t>(hi)) : Cell::empty(),
-                           Cell::num(100 * p.mfu, 2), Cell::num(100 * p.hfu, 2), Cell::num(p.memory.peak_bytes / kGiB, 1),
+                           Cell::num(100 * p.mfu, 2),
+                           Cell::num(100 * p.hfu, 2),
+                           Cell::num(p.memory.peak_bytes / kGiB, 1),
                            Cell::num((p.capacity_bytes - p.memory.peak_bytes) / kGiB, 1)};
   if (r.train_tokens > 0) add_time_and_cost(r, c, interval, row);
   row.push_back(Cell::str(batch_note(r, c.cfg)));
@@ -289,8 +310,8 @@ void add_bar(StackedBars& bars, const PlannedConfig& c, int rank) {
                                  : layout_phrase(c.cfg.parallel);
   bars.bars.push_back("#" + std::to_string(rank) + " " + c.device->id + " x" + std::to_string(c.cfg.n_gpus) + " mb" +
                       std::to_string(c.cfg.micro_batch) + " " + layout + kCkpt[static_cast<int>(c.cfg.checkpointing)]);
-  bars.values.push_back({t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s,
-                         t.allocator_s});
+  bars.values.push_back(
+      {t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s, t.allocator_s});
 }
 
 // A configuration in a few words: "128 x h100_80gb, micro-batch 5, FULL_SHARD, checkpointing".
@@ -314,7 +335,9 @@ std::string pick_reason(const Pick& p, Objective objective) {
       std::snprintf(text, sizeof text, "%.1f GiB headroom over %.1f", c.headroom_bytes / kGiB, f.headroom_bytes / kGiB);
       chose = text;
       break;
-    case PickRule::kPowerOfTwoMicroBatch: chose = "micro-batch " + std::to_string(c.cfg.micro_batch) + ", a power of two"; break;
+    case PickRule::kPowerOfTwoMicroBatch:
+      chose = "micro-batch " + std::to_string(c.cfg.micro_batch) + ", a power of two";
+      break;
     case PickRule::kLessCheckpointing: chose = checkpointing_phrase(c.cfg.checkpointing); break;
     case PickRule::kFewerDegrees: chose = "fewer parallel degrees to set"; break;
     case PickRule::kFastest: break;
@@ -327,11 +350,20 @@ std::string pick_reason(const Pick& p, Objective objective) {
 
 // The columns of the best of each GPU count: what a buyer compares.
 std::vector<std::string> per_gpu_count_columns(const PlanRequest& r) {
-  std::vector<std::string> c = {"GPU", "# GPUs", "MicroBatchSize", "GradAccum", "Activation Checkpointing",
-                                "Sharding Strategy", "Throughput (T/s)", "Throughput Low (T/s)", "Throughput High (T/s)",
-                                "MFU", "Headroom (GiB)"};
+  std::vector<std::string> c = {"GPU",
+                                "# GPUs",
+                                "MicroBatchSize",
+                                "GradAccum",
+                                "Activation Checkpointing",
+                                "Sharding Strategy",
+                                "Throughput (T/s)",
+                                "Throughput Low (T/s)",
+                                "Throughput High (T/s)",
+                                "MFU",
+                                "Headroom (GiB)"};
   if (r.train_tokens > 0) {
-    for (const char* name : {"Time to Train (days)", "Time Low (days)", "Time High (days)", "GPU-hours"}) c.emplace_back(name);
+    for (const char* name : {"Time to Train (days)", "Time Low (days)", "Time High (days)", "GPU-hours"})
+      c.emplace_back(name);
     if (r.price > 0)
       for (const char* name : {"Cost ($)", "Cost Low ($)", "Cost High ($)"}) c.emplace_back(name);
   }
@@ -350,7 +382,8 @@ std::string nothing_reason(const PlanRequest& r, const PlanResult& plan, const P
   double least_peak = 0;
   bool all_out_of_memory = true;
   for (const PlanRejection& j : plan.rejected) {
-    if (j.device != p.device || (p.gpus != 0 && j.gpus != p.gpus) || j.rejection.kind == RejectionKind::kEquivalent) continue;
+    if (j.device != p.device || (p.gpus != 0 && j.gpus != p.gpus) || j.rejection.kind == RejectionKind::kEquivalent)
+      continue;
     const std::string why = rejection_reason(r, j);
     if (std::find(reasons.begin(), reasons.end(), why) == reasons.end()) reasons.push_back(why);
     const bool oom = !j.batch_unreachable && j.rejection.kind == RejectionKind::kOutOfMemory;
@@ -361,7 +394,8 @@ std::string nothing_reason(const PlanRequest& r, const PlanResult& plan, const P
   if (reasons.empty()) return "nothing fits";
   char text[160];
   if (all_out_of_memory) {
-    std::snprintf(text, sizeof text, "nothing fits: out of memory, the least a micro-batch of 1 needs is %.1f GiB of %.1f GiB",
+    std::snprintf(text, sizeof text,
+                  "nothing fits: out of memory, the least a micro-batch of 1 needs is %.1f GiB of %.1f GiB",
                   least_peak / kGiB, p.device->memory_bytes / kGiB);
     return text;
   }
@@ -385,12 +419,13 @@ OutputTable per_gpu_count_table(const PlanRequest& r, const PlanResult& plan, Co
     const std::optional<RelativeInterval> interval = interval_for(*r.query.model, ctx.profile(c.device->id), c.cfg);
     const double tps = c.prediction.tokens_per_s;
     row.resize(2);
-    for (Cell cell : {Cell::integer_value(c.cfg.micro_batch), Cell::integer_value(c.cfg.grad_accum()),
-                      checkpointing_cell(c.cfg.checkpointing), Cell::str(sharding_text(c.cfg.sharding, c.cfg.parallel)),
-                      Cell::integer_value(static_cast<int64_t>(tps)),
-                      interval ? Cell::integer_value(static_cast<int64_t>(interval_low(tps, *interval))) : Cell::empty(),
-                      interval ? Cell::integer_value(static_cast<int64_t>(interval_high(tps, *interval))) : Cell::empty(),
-                      Cell::num(100 * c.prediction.mfu, 2), Cell::num(c.headroom_bytes / kGiB, 1)})
+    for (Cell cell :
+         {Cell::integer_value(c.cfg.micro_batch), Cell::integer_value(c.cfg.grad_accum()),
+          checkpointing_cell(c.cfg.checkpointing), Cell::str(sharding_text(c.cfg.sharding, c.cfg.parallel)),
+          Cell::integer_value(static_cast<int64_t>(tps)),
+          interval ? Cell::integer_value(static_cast<int64_t>(interval_low(tps, *interval))) : Cell::empty(),
+          interval ? Cell::integer_value(static_cast<int64_t>(interval_high(tps, *interval))) : Cell::empty(),
+          Cell::num(100 * c.prediction.mfu, 2), Cell::num(c.headroom_bytes / kGiB, 1)})
       row.push_back(cell);
     if (r.train_tokens > 0) add_time_and_cost(r, c, interval, row);
     if (r.layout_columns) add_layout_cells(c.cfg, c.prediction, row);
@@ -404,7 +439,8 @@ OutputTable per_gpu_count_table(const PlanRequest& r, const PlanResult& plan, Co
 OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
   OutputTable best;
   best.title = "best per device";
-  best.columns = {"GPU", "# GPUs", "MicroBatchSize", "Activation Checkpointing", "Sharding Strategy", "Throughput (T/s)", "MFU"};
+  best.columns = {
+      "GPU", "# GPUs", "MicroBatchSize", "Activation Checkpointing", "Sharding Strategy", "Throughput (T/s)", "MFU"};
   if (r.train_tokens > 0) best.columns.emplace_back("Time to Train (days)");
   if (r.train_tokens > 0 && r.price > 0) best.columns.emplace_back("Cost ($)");
   if (r.layout_columns) best.columns.insert(best.columns.end(), layout_columns().begin(), layout_columns().end());
@@ -418,12 +454,17 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
     }
     const PlannedConfig& c = pp.pick->chosen;
     const Prediction& p = c.prediction;
-    std::vector<Cell> row = {Cell::str(c.device->id), Cell::integer_value(c.cfg.n_gpus), Cell::integer_value(c.cfg.micro_batch),
-                             checkpointing_cell(c.cfg.checkpointing), Cell::str(sharding_text(c.cfg.sharding, c.cfg.parallel)),
-                             Cell::integer_value(static_cast<int64_t>(p.tokens_per_s)), Cell::num(100 * p.mfu, 2)};
+    std::vector<Cell> row = {Cell::str(c.device->id),
+                             Cell::integer_value(c.cfg.n_gpus),
+                             Cell::integer_value(c.cfg.micro_batch),
+                             checkpointing_cell(c.cfg.checkpointing),
+                             Cell::str(sharding_text(c.cfg.sharding, c.cfg.parallel)),
+                             Cell::integer_value(static_cast<int64_t>(p.tokens_per_s)),
+                             Cell::num(100 * p.mfu, 2)};
     const double days = r.train_tokens / p.tokens_per_s / 86400.0;
     if (r.train_tokens > 0) row.push_back(Cell::num(days, 2));
-    if (r.train_tokens > 0 && r.price > 0) row.push_back(Cell::num(days * 24.0 * static_cast<double>(c.cfg.n_gpus) * r.price, 0));
+    if (r.train_tokens > 0 && r.price > 0)
+      row.push_back(Cell::num(days * 24.0 * static_cast<double>(c.cfg.n_gpus) * r.price, 0));
     if (r.layout_columns) add_layout_cells(c.cfg, c.prediction, row);
     best.add_row(std::move(row));
   }
@@ -436,11 +477,12 @@ OutputTable ranked_table(const PlanRequest& r, const PlanResult& plan, Context& 
   ranked.columns = ranked_columns(r);
   bars.title = "Step time of the ranked configurations";
   bars.y_label = "seconds per optimizer step";
-  bars.series = {"GEMM", "attention", "other compute", "exposed communication", "optimizer", "overhead", "allocator retries"};
+  bars.series = {"GEMM",      "attention", "other compute",    "exposed communication",
+                 "optimizer", "overhead",  "allocator retries"};
   for (size_t i = 0; i < plan.ranked.size() && static_cast<int>(i) < top; ++i) {
     const PlannedConfig& c = plan.ranked[i];
-    ranked.add_row(ranked_row(r, c, interval_for(*r.query.model, ctx.profile(c.device->id), c.cfg),
-                              static_cast<int>(i) + 1));
+    ranked.add_row(
+        ranked_row(r, c, interval_for(*r.query.model, ctx.profile(c.device->id), c.cfg), static_cast<int>(i) + 1));
     add_bar(bars, c, static_cast<int>(i) + 1);
   }
   return ranked;
@@ -479,29 +521,32 @@ void run_plan(const PlanOptions& o) {
   if (ctx.format() == Format::kCsv) out = {stacked_table(out, "Table")};
   emit(ctx.render(out), ctx.output());
   if (plan.ranked.empty())
-    std::cerr << "tpsim: nothing fits: no configuration of " << run.model->name << " at sequence length " << *run.seq_len
-              << " fits on the devices and GPU counts given"
-              << (plan.dropped.empty() ? "" : " with the --min-headroom margin") << (o.explain ? "" : " (--explain says why)")
-              << "\n";
+    std::cerr << "tpsim: nothing fits: no configuration of " << run.model->name << " at sequence length "
+              << *run.seq_len << " fits on the devices and GPU counts given"
+              << (plan.dropped.empty() ? "" : " with the --min-headroom margin")
+              << (o.explain ? "" : " (--explain says why)") << "\n";
   ctx.print_notes();
 }
 
 // plan's texts of the shared run flags: what plan does with each (it searches; the flags restrict).
 void describe_plan_run_flags(CLI::App* cmd) {
-  cmd->get_option("--config")->description(
-      "llm-foundry training YAML: model, max_seq_len, global batch, precision; its sharding_strategy (no "
-      "fsdp_config: DDP), activation_checkpointing and device_train_microbatch_size restrict the search as the "
-      "flags do; flags override it");
-  cmd->get_option("--sharding")->description(
-      "search only this sharding strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD; any: all four. Not "
-      "given: the --config's, else all four");
+  cmd->get_option("--config")
+      ->description(
+          "llm-foundry training YAML: model, max_seq_len, global batch, precision; its sharding_strategy (no "
+          "fsdp_config: DDP), activation_checkpointing and device_train_microbatch_size restrict the search as the "
+          "flags do; flags override it");
+  cmd->get_option("--sharding")
+      ->description(
+          "search only this sharding strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD; any: all four. Not "
+          "given: the --config's, else all four");
   cmd->get_option("--ckpt")->description(
       "search only this activation checkpointing: none, selective, full (a bare --ckpt); any: all three. Not given: "
       "the --config's, else none and full");
   cmd->get_option("--no-ckpt")->description("search only runs without activation checkpointing (--ckpt none)");
-  cmd->get_option("--micro-batch")->description(
-      "search only this micro-batch per GPU; auto: every micro-batch that fits. Not given: the --config's, else "
-      "every one that fits");
+  cmd->get_option("--micro-batch")
+      ->description(
+          "search only this micro-batch per GPU; auto: every micro-batch that fits. Not given: the --config's, else "
+          "every one that fits");
 }
 
 constexpr const char* kRankingFooter =
@@ -518,13 +563,15 @@ constexpr const char* kRankingFooter =
 void register_plan(CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "plan", "rank the configurations that fit by time to train or cost (robustly within the prediction interval), "
-              "with the best of each GPU count");
+      "plan",
+      "rank the configurations that fit by time to train or cost (robustly within the prediction interval), "
+      "with the best of each GPU count");
   add_run_flags(cmd, o->run, /*with_sharding_and_ckpt=*/true, /*ckpt_any=*/true);
   describe_plan_run_flags(cmd);
   add_parallel_flags(cmd, o->parallel);
   add_network_flags(cmd, o->network);
-  cmd->add_option("--device", o->devices, "device id(s), comma-separated, compared side by side")->default_val("h100_80gb")
+  cmd->add_option("--device", o->devices, "device id(s), comma-separated, compared side by side")
+      ->default_val("h100_80gb")
       ->transform(lower_case_ids());
   cmd->add_option("--gpus", o->gpus, "GPU counts to consider: list (32,64,128) or range by powers of two (8..512)");
   cmd->add_option("--tokens", o->tokens, "tokens to train (1T = 1e12): adds time to train, GPU-hours and cost");
@@ -541,9 +588,10 @@ void register_plan(CLI::App& app) {
   cmd->add_flag("--explain", o->explain, "also list the configurations rejected or dropped and why");
   cmd->add_option("--plot", o->plot, "also write an SVG of the ranked configurations' step-time breakdown");
   add_common_options(cmd, o->common);
-  cmd->get_option("--format")->description(
-      "output format: md (one section per table), csv (one table: a first column Table names the table of each row: "
-      "plan, best per GPU count, best per device, rejected) or json (an object with one array per table)");
+  cmd->get_option("--format")
+      ->description(
+          "output format: md (one section per table), csv (one table: a first column Table names the table of each row: "
+          "plan, best per GPU count, best per device, rejected) or json (an object with one array per table)");
   cmd->footer(kRankingFooter);
   cmd->callback([o] { run_plan(*o); });
 }

@@ -50,7 +50,8 @@ std::string replicas_phrase(const TrainConfig& cfg) {
 }
 
 // Where a batch setting came from, for the errors: the flag, or the key of the --config YAML.
-std::string origin_of(const RunSettings& run, bool flag_given, const std::string& flag, const char* key, int64_t value) {
+std::string origin_of(const RunSettings& run, bool flag_given, const std::string& flag, const char* key,
+                      int64_t value) {
   return flag_given ? flag + " " + std::to_string(value)
                     : std::string(key) + " " + std::to_string(value) + " in " + run.config_origin;
 }
@@ -64,7 +65,8 @@ std::string micro_batch_missing(const RunSettings& run, const char* what) {
 // out-of-memory), under megatron and torchtitan the largest that fits.
 void set_auto_micro_batch(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
                           TrainConfig& cfg, RunSettings& run) {
-  const std::string none = "--micro-batch auto: not even a micro-batch of 1 fits on " + device.id + " with these settings";
+  const std::string none =
+      "--micro-batch auto: not even a micro-batch of 1 fits on " + device.id + " with these settings";
   if (!framework_def(cfg.parallel.framework).auto_micro_batch_halves) {
     cfg.micro_batch = largest_fitting_micro_batch(model, device, params, cfg);
     if (cfg.micro_batch == 0) throw Error(none);
@@ -100,10 +102,10 @@ void set_batch_from_global(const PredictOptions& o, RunSettings& run, const Mode
   if (!run.micro_batch) throw Error(micro_batch_missing(run, "a number, or auto"));
   cfg.micro_batch = *run.micro_batch;
   if (cfg.micro_batch > cfg.per_device_batch())
-    throw Error(origin_of(run, !o.run.micro_batch.empty(), "--micro-batch", "device_train_microbatch_size",
-                          cfg.micro_batch) +
-                ": larger than the per-device batch " + std::to_string(cfg.per_device_batch()) + " (global batch / " +
-                (cfg.parallel.model_parallel() == 1 ? std::string("--gpus") : "data parallel") + ")");
+    throw Error(
+        origin_of(run, !o.run.micro_batch.empty(), "--micro-batch", "device_train_microbatch_size", cfg.micro_batch) +
+        ": larger than the per-device batch " + std::to_string(cfg.per_device_batch()) + " (global batch / " +
+        (cfg.parallel.model_parallel() == 1 ? std::string("--gpus") : "data parallel") + ")");
 }
 
 // No global batch: micro-batch x gradient accumulation x GPUs.
@@ -114,7 +116,8 @@ void set_batch_from_accumulation(const PredictOptions& o, const RunSettings& run
   cfg.micro_batch = *run.micro_batch;
   const int64_t accum = o.run.grad_accum.empty() ? 1 : parse_count("--grad-accum", o.run.grad_accum, kMaxBatch);
   const int64_t replicas = cfg.data_parallel();  // --gpus without model parallelism
-  const double global = static_cast<double>(cfg.micro_batch) * static_cast<double>(accum) * static_cast<double>(replicas);
+  const double global =
+      static_cast<double>(cfg.micro_batch) * static_cast<double>(accum) * static_cast<double>(replicas);
   if (global > static_cast<double>(kMaxBatch))
     throw Error("--micro-batch x --grad-accum x " + std::string(replicas == cfg.n_gpus ? "--gpus" : "data parallel") +
                 " = " + std::to_string(global) + " sequences is too large");
@@ -185,7 +188,8 @@ void register_predict(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("predict", "predict throughput, MFU, HFU and memory of one configuration");
   add_run_flags(cmd, o->run, /*with_sharding_and_ckpt=*/true);
   cmd->add_option("--gpus", o->gpus, "number of GPUs")->required();
-  cmd->add_option("--device", o->device, "device id (llm-foundry GPU column)")->default_val("h100_80gb")
+  cmd->add_option("--device", o->device, "device id (llm-foundry GPU column)")
+      ->default_val("h100_80gb")
       ->transform(lower_case_ids());
   auto* accum = cmd->add_option("--grad-accum", o->run.grad_accum, "micro-batches per step (default 1)");
   auto* global = cmd->add_option("--global-batch", o->run.global_batch, "sequences per step over all GPUs");

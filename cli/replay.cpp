@@ -29,9 +29,9 @@ struct ReplayFlags {
   std::string model;
   std::string seq;
   std::string micro_batch;
-  std::string layers;  // empty: all of the model's
+  std::string layers;               // empty: all of the model's
   std::optional<std::string> ckpt;  // unset: none
-  std::string precision;  // empty: fp32 on the CPU, amp_bf16 on a GPU
+  std::string precision;            // empty: fp32 on the CPU, amp_bf16 on a GPU
 };
 
 // The device's backend and id: on the CPU with the thread count and clock of the profile
@@ -46,8 +46,9 @@ std::unique_ptr<Backend> replay_backend(Context& ctx, BackendKind kind, int inde
   }
   device_id = "cpu";
   if (!ctx.has_user_profile(device_id))
-    throw Error("--profile: the CPU has no datasheet; give the profile `tpsim calibrate kernels --backend cpu` "
-                "wrote for this machine");
+    throw Error(
+        "--profile: the CPU has no datasheet; give the profile `tpsim calibrate kernels --backend cpu` "
+        "wrote for this machine");
   o.threads = calibrated_cpu_threads(ctx.profile(device_id)).value_or(1);
   o.thread_clock = calibrated_with_thread_clock(ctx.profile(device_id));
   o.reference = calibrated_reference(ctx.profile(device_id));
@@ -81,7 +82,8 @@ void run_replay(const ReplayFlags& f) {
       throw Error("--precision " + precision_text + ": the " + info.backend + " backend cannot run " + s.op.name +
                   " (" + why + ")" + (o.gpu ? "" : "; the CPU backend runs fp32 only: --precision fp32"));
   std::cerr << "tpsim replay: " << o.model.name << ", seq " << o.step.seq_len << ", micro-batch " << o.step.micro_batch
-            << ", " << o.step.layers << " of " << o.model.n_layers << " blocks" << (o.step.checkpointing != Checkpointing::kNone ? ", " + checkpointing_phrase(o.step.checkpointing) : "")
+            << ", " << o.step.layers << " of " << o.model.n_layers << " blocks"
+            << (o.step.checkpointing != Checkpointing::kNone ? ", " + checkpointing_phrase(o.step.checkpointing) : "")
             << ", " << precision_text << ", " << ops.size() << " ops on " << info.device_name << "\n";
   if (profile.params.compute_clock_ratio != 1.0)
     std::cerr << "  costed at the kernel runs' clock: the profile's compute_clock_ratio "
@@ -103,7 +105,9 @@ void register_replay(CLI::App& app) {
   cmd->add_option("--micro-batch", o->micro_batch, "sequences per step")->required();
   cmd->add_option("--layers", o->layers, "blocks to run (1..n_layers; the block part is scaled by n_layers / K)");
   add_ckpt_flags(cmd, o->ckpt, /*any=*/false);
-  cmd->add_option("--precision", o->precision, "amp_bf16, amp_fp16, amp_fp8, bf16, fp32, mxfp8 or nvfp4 (default: fp32 on the CPU, amp_bf16 on a GPU)");
+  cmd->add_option(
+      "--precision", o->precision,
+      "amp_bf16, amp_fp16, amp_fp8, bf16, fp32, mxfp8 or nvfp4 (default: fp32 on the CPU, amp_bf16 on a GPU)");
   add_common_options(cmd, o->common);
   cmd->callback([o] { run_replay(*o); });
 }

@@ -9,19 +9,42 @@
 namespace tpsim {
 
 const std::vector<std::string>& foundry_columns() {
-  static const std::vector<std::string> c = {
-      "Model", "SeqLen (T)", "# GPUs", "GPU", "MFU", "HFU", "Model TFLOP", "MicroBatchSize", "GradAccum",
-      "GlobalBatchSize", "Throughput (S/s)", "Throughput (T/s)", "Throughput (T/s/GPU)", "GlobalBatchSize (T)",
-      "Precision", "MP Mode", "Sharding Strategy", "Activation Checkpointing", "Activation CPUOffload",
-      "NumParams"};
+  static const std::vector<std::string> c = {"Model",
+                                             "SeqLen (T)",
+                                             "# GPUs",
+                                             "GPU",
+                                             "MFU",
+                                             "HFU",
+                                             "Model TFLOP",
+                                             "MicroBatchSize",
+                                             "GradAccum",
+                                             "GlobalBatchSize",
+                                             "Throughput (S/s)",
+                                             "Throughput (T/s)",
+                                             "Throughput (T/s/GPU)",
+                                             "GlobalBatchSize (T)",
+                                             "Precision",
+                                             "MP Mode",
+                                             "Sharding Strategy",
+                                             "Activation Checkpointing",
+                                             "Activation CPUOffload",
+                                             "NumParams"};
   return c;
 }
 
 const std::vector<std::string>& extra_columns() {
-  static const std::vector<std::string> c = {"Fits", "Throughput Low (T/s)", "Throughput High (T/s)",
-                                             "Memory (GiB)", "Capacity (GiB)", "Step Time (s)",
-                                             "GEMM (s)", "Attention (s)", "Other Compute (s)",
-                                             "Exposed Comm (s)", "Optimizer (s)", "Overhead (s)",
+  static const std::vector<std::string> c = {"Fits",
+                                             "Throughput Low (T/s)",
+                                             "Throughput High (T/s)",
+                                             "Memory (GiB)",
+                                             "Capacity (GiB)",
+                                             "Step Time (s)",
+                                             "GEMM (s)",
+                                             "Attention (s)",
+                                             "Other Compute (s)",
+                                             "Exposed Comm (s)",
+                                             "Optimizer (s)",
+                                             "Overhead (s)",
                                              "Allocator (s)"};
   return c;
 }
@@ -39,8 +62,8 @@ std::vector<std::string> prediction_columns(bool with_layout) {
 }
 
 const std::vector<std::string>& layout_columns() {
-  static const std::vector<std::string> c = {"Tensor Parallel", "Pipeline Parallel", "Virtual Stages",
-                                             "Context Parallel", "Expert Parallel", "Data Parallel",
+  static const std::vector<std::string> c = {"Tensor Parallel",        "Pipeline Parallel",  "Virtual Stages",
+                                             "Context Parallel",       "Expert Parallel",    "Data Parallel",
                                              "Expert Tensor Parallel", "Pipeline Bubble (s)"};
   return c;
 }
@@ -73,11 +96,31 @@ const TerminalLayout& terminal_layout() {
                {"Time to Train (days)", "Days", 86, ""},
                {"Cost ($)", "Cost $", 85, ""},
                {"Error (%)", "Error %", 90, ""}};
-    l.details = {"HFU", "Model TFLOP", "GradAccum", "GlobalBatchSize", "Throughput (S/s)", "GlobalBatchSize (T)",
-                 "Precision", "MP Mode", "Activation CPUOffload", "NumParams", "Throughput Low (T/s)",
-                 "Throughput High (T/s)", "Capacity (GiB)", "Pipeline Bubble (s)", "Headroom (GiB)", "Time Low (days)",
-                 "Time High (days)", "GPU-hours", "Cost Low ($)", "Cost High ($)", "Global Batch", "Predicted HFU",
-                 "Predicted Throughput Low (T/s)", "Predicted Throughput High (T/s)", "Predicted Memory (GiB)"};
+    l.details = {"HFU",
+                 "Model TFLOP",
+                 "GradAccum",
+                 "GlobalBatchSize",
+                 "Throughput (S/s)",
+                 "GlobalBatchSize (T)",
+                 "Precision",
+                 "MP Mode",
+                 "Activation CPUOffload",
+                 "NumParams",
+                 "Throughput Low (T/s)",
+                 "Throughput High (T/s)",
+                 "Capacity (GiB)",
+                 "Pipeline Bubble (s)",
+                 "Headroom (GiB)",
+                 "Time Low (days)",
+                 "Time High (days)",
+                 "GPU-hours",
+                 "Cost Low ($)",
+                 "Cost High ($)",
+                 "Global Batch",
+                 "Predicted HFU",
+                 "Predicted Throughput Low (T/s)",
+                 "Predicted Throughput High (T/s)",
+                 "Predicted Memory (GiB)"};
     l.total = "Step Time (s)";
     l.parts = {"GEMM (s)",      "Attention (s)", "Other Compute (s)", "Exposed Comm (s)",
                "Optimizer (s)", "Overhead (s)",  "Allocator (s)"};
@@ -216,8 +259,10 @@ std::vector<Cell> prediction_row(const std::string& model, const std::string& de
       Cell::integer_value(p.n_params),
       // tpsim's columns
       Cell::str(ok ? "yes" : "no"),
-      ok && interval ? Cell::integer_value(static_cast<int64_t>(interval_low(p.tokens_per_s, *interval))) : Cell::empty(),
-      ok && interval ? Cell::integer_value(static_cast<int64_t>(interval_high(p.tokens_per_s, *interval))) : Cell::empty(),
+      ok && interval ? Cell::integer_value(static_cast<int64_t>(interval_low(p.tokens_per_s, *interval)))
+                     : Cell::empty(),
+      ok && interval ? Cell::integer_value(static_cast<int64_t>(interval_high(p.tokens_per_s, *interval)))
+                     : Cell::empty(),
       Cell::num(p.memory.peak_bytes / kGiB, 1),
       Cell::num(p.capacity_bytes / kGiB, 1),
       when_fits(Cell::num(p.step_s, 4)),

@@ -38,7 +38,8 @@ void add_ckpt_flags(CLI::App* cmd, std::optional<std::string>& value, bool any) 
       ->trigger_on_parse()
       ->type_name(any ? "[none|selective|full|any]" : "[none|selective|full]");
   cmd->add_flag_function(
-      "--no-ckpt", [&value](int64_t) { set_ckpt(value, "none", "--no-ckpt"); }, "activation checkpointing off (--ckpt none)");
+      "--no-ckpt", [&value](int64_t) { set_ckpt(value, "none", "--no-ckpt"); },
+      "activation checkpointing off (--ckpt none)");
 }
 
 std::vector<Checkpointing> parse_ckpt_flag(const std::string& text, bool any_allowed) {
@@ -58,15 +59,21 @@ std::string checkpointing_phrase(Checkpointing c) {
 
 void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt, bool ckpt_any) {
   cmd->add_option("--config", f.config, "llm-foundry training YAML (flags override it)");
-  cmd->add_option("--model", f.model, "model: a catalogue or --models name, or a Hugging Face config.json (or its folder); default: the --config's model");
+  cmd->add_option(
+      "--model", f.model,
+      "model: a catalogue or --models name, or a Hugging Face config.json (or its folder); default: the --config's model");
   cmd->add_option("--seq", f.seq, "sequence length; default: the --config's max_seq_len");
-  cmd->add_option("--precision", f.precision, "amp_bf16, amp_fp16, amp_fp8, bf16, fp32, mxfp8 or nvfp4 (default amp_bf16)");
+  cmd->add_option("--precision", f.precision,
+                  "amp_bf16, amp_fp16, amp_fp8, bf16, fp32, mxfp8 or nvfp4 (default amp_bf16)");
   cmd->add_option("--mp-mode", f.mp_mode, "FSDP mixed precision: DEFAULT, PURE or FULL (default DEFAULT)");
   if (with_sharding_and_ckpt) {
-    cmd->add_option("--micro-batch", f.micro_batch, "sequences per micro-batch per GPU, or auto: under composer what Composer's auto-microbatching "
-                    "runs (the per-device batch, halved on each out-of-memory), under megatron and torchtitan the largest "
-                    "that fits");
-    cmd->add_option("--sharding", f.sharding, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD (default FULL_SHARD)");
+    cmd->add_option(
+        "--micro-batch", f.micro_batch,
+        "sequences per micro-batch per GPU, or auto: under composer what Composer's auto-microbatching "
+        "runs (the per-device batch, halved on each out-of-memory), under megatron and torchtitan the largest "
+        "that fits");
+    cmd->add_option("--sharding", f.sharding,
+                    "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD (default FULL_SHARD)");
     f.ckpt_any = ckpt_any;
     add_ckpt_flags(cmd, f.ckpt, ckpt_any);
   }
@@ -84,14 +91,16 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
   cmd->add_option("--etp", f.etp,
                   "expert tensor parallel degree: the routed experts' own tensor parallelism (megatron's "
                   "--expert-tensor-parallel-size; default the --tp degree; sweep and plan also try 1)");
-  auto* sp = cmd->add_flag_function("--sp", [&f](int64_t) { f.sp = true; },
-                                    "sequence parallelism on (megatron; default: on wherever --tp > 1)");
-  auto* no_sp = cmd->add_flag_function("--no-sp", [&f](int64_t) { f.sp = false; }, "sequence parallelism off");
+  auto* sp = cmd->add_flag_function(
+      "--sp", [&f](int64_t) { f.sp = true; }, "sequence parallelism on (megatron; default: on wherever --tp > 1)");
+  auto* no_sp = cmd->add_flag_function(
+      "--no-sp", [&f](int64_t) { f.sp = false; }, "sequence parallelism off");
   sp->excludes(no_sp);
-  auto* dist = cmd->add_flag_function("--dist-opt", [&f](int64_t) { f.dist_opt = true; },
-                                      "distributed optimizer: ZeRO-1 over data parallel (megatron; the default)");
-  auto* no_dist = cmd->add_flag_function("--no-dist-opt", [&f](int64_t) { f.dist_opt = false; },
-                                         "optimizer state replicated on every data-parallel rank");
+  auto* dist = cmd->add_flag_function(
+      "--dist-opt", [&f](int64_t) { f.dist_opt = true; },
+      "distributed optimizer: ZeRO-1 over data parallel (megatron; the default)");
+  auto* no_dist = cmd->add_flag_function(
+      "--no-dist-opt", [&f](int64_t) { f.dist_opt = false; }, "optimizer state replicated on every data-parallel rank");
   dist->excludes(no_dist);
   cmd->add_flag("--overlap-grad-reduce", f.overlap_grad_reduce,
                 "gradient buckets reduced during the backward (megatron's --overlap-grad-reduce)");
@@ -172,27 +181,30 @@ void check_megatron_flags(const ParallelFlags& f, ParallelSettings& s) {
   };
   const char* const core = "Megatron-Core's";
   using O = FrameworkOption;
-  const Given given[] = {{"--first-stage-layers", !f.first_stage_layers.empty(), core, O::kUnevenPipeline},
-                         {"--last-stage-layers", !f.last_stage_layers.empty(), core, O::kUnevenPipeline},
-                         {"--account-for-embedding", f.account_for_embedding, core, O::kUnevenPipeline},
-                         {"--account-for-loss", f.account_for_loss, core, O::kUnevenPipeline},
-                         {"--tp-comm-overlap", f.tp_comm_overlap, core, O::kTpCommOverlap},
-                         {"--overlap-moe-expert-parallel-comm", f.moe_a2a_overlap, core, O::kMoeA2aOverlap},
-                         {"--grad-reduce-in-bf16", f.grad_reduce_bf16, core, O::kGradReduceBf16},
-                         {"--fp8-param-gather", f.fp8_param_gather, core, O::kFp8ParamGather},
-                         {"--pipeline-scatter-gather", f.pipeline_scatter_gather, "Megatron-LM's",
-                          O::kPipelineScatterGather}};
+  const Given given[] = {
+      {"--first-stage-layers", !f.first_stage_layers.empty(), core, O::kUnevenPipeline},
+      {"--last-stage-layers", !f.last_stage_layers.empty(), core, O::kUnevenPipeline},
+      {"--account-for-embedding", f.account_for_embedding, core, O::kUnevenPipeline},
+      {"--account-for-loss", f.account_for_loss, core, O::kUnevenPipeline},
+      {"--tp-comm-overlap", f.tp_comm_overlap, core, O::kTpCommOverlap},
+      {"--overlap-moe-expert-parallel-comm", f.moe_a2a_overlap, core, O::kMoeA2aOverlap},
+      {"--grad-reduce-in-bf16", f.grad_reduce_bf16, core, O::kGradReduceBf16},
+      {"--fp8-param-gather", f.fp8_param_gather, core, O::kFp8ParamGather},
+      {"--pipeline-scatter-gather", f.pipeline_scatter_gather, "Megatron-LM's", O::kPipelineScatterGather}};
   for (const Given& g : given)
     if (g.on && !framework_def(s.framework).owns(g.option))
       throw Error(std::string(g.flag) + ": " + g.owner + " option; use --framework " +
                   std::string(option_owner(g.option).name));
   if (f.tp_comm_overlap && f.sp == false)
-    throw Error("--tp-comm-overlap: TransformerEngine's TP communication overlap needs sequence parallelism (--no-sp given)");
+    throw Error(
+        "--tp-comm-overlap: TransformerEngine's TP communication overlap needs sequence parallelism (--no-sp given)");
   if (f.tp_comm_overlap && s.axes.tensor == 1)
     throw Error("--tp-comm-overlap: TransformerEngine's TP communication overlap needs --tp > 1");
   ParallelAxes& a = s.axes;
-  if (!f.first_stage_layers.empty()) a.first_stage_layers = parse_count("--first-stage-layers", f.first_stage_layers, 1 << 20);
-  if (!f.last_stage_layers.empty()) a.last_stage_layers = parse_count("--last-stage-layers", f.last_stage_layers, 1 << 20);
+  if (!f.first_stage_layers.empty())
+    a.first_stage_layers = parse_count("--first-stage-layers", f.first_stage_layers, 1 << 20);
+  if (!f.last_stage_layers.empty())
+    a.last_stage_layers = parse_count("--last-stage-layers", f.last_stage_layers, 1 << 20);
   a.account_for_embedding = f.account_for_embedding;
   a.account_for_loss = f.account_for_loss;
   a.tp_comm_overlap = f.tp_comm_overlap;
@@ -253,8 +265,9 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
       throw Error("--attention '" + f.attention + "': expected flash or unfused");
     s.unfused_attention = f.attention == "unfused";
     if (*s.unfused_attention && !framework_def(s.framework).unfused_attention)
-      throw Error("--attention unfused: torchtitan runs PyTorch's scaled_dot_product_attention, costed as flash "
-                  "attention; its unfused math fallback is not modelled");
+      throw Error(
+          "--attention unfused: torchtitan runs PyTorch's scaled_dot_product_attention, costed as flash "
+          "attention; its unfused math fallback is not modelled");
   }
   const FrameworkDef& def = framework_def(s.framework);
   if (def.data_parallel_degrees) return s;  // torchtitan's data_parallel_*_degree, as given
@@ -276,8 +289,9 @@ ParallelSettings resolve_parallel(const ParallelFlags& f) {
     if (value.value_or(1) > 1)
       throw Error(std::string(flag) + " " + std::to_string(*value) +
                   ": composer runs FSDP without model parallelism; use --framework megatron");
-  for (const auto& [flag, on] : {std::pair{"--sp", f.sp.value_or(false)}, std::pair{"--dist-opt", f.dist_opt.value_or(false)},
-                                 std::pair{"--overlap-grad-reduce", f.overlap_grad_reduce}})
+  for (const auto& [flag, on] :
+       {std::pair{"--sp", f.sp.value_or(false)}, std::pair{"--dist-opt", f.dist_opt.value_or(false)},
+        std::pair{"--overlap-grad-reduce", f.overlap_grad_reduce}})
     if (on) throw Error(std::string(flag) + ": composer runs FSDP without model parallelism; use --framework megatron");
   return s;
 }
@@ -364,9 +378,11 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
     if (y.mp_mode) s.mp_mode = *y.mp_mode;
     s.sharding = y.has_fsdp_config ? y.sharding : Sharding::kDdp;
     if (!y.has_fsdp_config)
-      s.notes.push_back(y.origin + ": no fsdp_config -- predicted as plain PyTorch DDP, as Composer runs it: every "
-                        "GPU holds all parameters, gradients and optimizer state; the gradients are all-reduced in 25 MiB "
-                        "buckets on the last micro-batch");
+      s.notes.push_back(
+          y.origin +
+          ": no fsdp_config -- predicted as plain PyTorch DDP, as Composer runs it: every "
+          "GPU holds all parameters, gradients and optimizer state; the gradients are all-reduced in 25 MiB "
+          "buckets on the last micro-batch");
     s.checkpointing = y.checkpointing;
     s.shard_degree = y.shard_degree;
     s.replicate_degree = y.replicate_degree;
@@ -406,19 +422,22 @@ ModelConfig attention_as_asked(const ModelConfig& model, const ParallelSettings&
   if (!*s.unfused_attention) {
     m.unfused_attention = m.torch_attention = false;
     m.attention_dropout = 0;  // fused into the kernel
-    if (note) *note = "--attention flash: " + model.name + "'s attention is costed as the profile's causal flash attention";
+    if (note)
+      *note = "--attention flash: " + model.name + "'s attention is costed as the profile's causal flash attention";
     return m;
   }
   if (framework_def(s.framework).core_attention) {
     use_megatron_core_attention(m);
     if (note)
-      *note = "--attention unfused: " + model.name + "'s attention is costed as Megatron's core attention: the scores "
+      *note = "--attention unfused: " + model.name +
+              "'s attention is costed as Megatron's core attention: the scores "
               "materialised, its fused causal softmax, attention dropout 0.1";
     return m;
   }
   m.unfused_attention = m.torch_attention = true;
   if (note)
-    *note = "--attention unfused: " + model.name + "'s attention is costed as llm-foundry's PyTorch attention "
+    *note = "--attention unfused: " + model.name +
+            "'s attention is costed as llm-foundry's PyTorch attention "
             "(attn_impl: torch): the scores materialised, scaled, masked, softmaxed in fp32 and cast back";
   return m;
 }
@@ -437,8 +456,9 @@ int fold_threads(const std::string& flag) {
 }
 
 void add_network_flags(CLI::App* cmd, NetworkFlags& f) {
-  cmd->add_option("--inter-node-gbps", f.inter_node_gbps,
-                  "the cluster's network: Gbit/s per node and direction, all NICs together (default: the device file's)");
+  cmd->add_option(
+      "--inter-node-gbps", f.inter_node_gbps,
+      "the cluster's network: Gbit/s per node and direction, all NICs together (default: the device file's)");
   cmd->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node of the cluster (default: the device file's)");
 }
 

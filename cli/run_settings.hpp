@@ -65,7 +65,8 @@ void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);
 // error ("composer runs FSDP without model parallelism; use --framework megatron"); --async-tp and
 // --selective-ac-option are errors outside torchtitan, --dist-opt, --no-dist-opt and
 // --overlap-grad-reduce under it (FSDP2 shards the optimizer state and overlaps its reductions); the
-// uneven split's flags, --tp-comm-overlap and --grad-reduce-in-bf16 are errors outside megatron, and --tp-comm-overlap with
+// uneven split's flags, --tp-comm-overlap and --grad-reduce-in-bf16 are errors outside megatron, and --tp-comm-overlap
+// with
 // --tp 1 or --no-sp.
 struct ParallelSettings {
   Framework framework = kDefaultFramework;
@@ -107,10 +108,10 @@ struct RunSettings {
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
   std::optional<Sharding> sharding;
-  std::optional<Checkpointing> checkpointing;  // the YAML's, or the one kind --ckpt names
+  std::optional<Checkpointing> checkpointing;             // the YAML's, or the one kind --ckpt names
   std::optional<int64_t> shard_degree, replicate_degree;  // the YAML's fsdp_config HSDP degrees
-  std::vector<Checkpointing> ckpt_asked;       // what --ckpt names (every kind for any); empty: not given
-  std::string config_origin;  // the YAML, if any
+  std::vector<Checkpointing> ckpt_asked;                  // what --ckpt names (every kind for any); empty: not given
+  std::string config_origin;                              // the YAML, if any
   // What the YAML has that the simulator ignores or models differently: printed by print_notes once
   // the command's input is known to be good, so that bad input stays one line on stderr.
   std::vector<std::string> notes;

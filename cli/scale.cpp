@@ -155,7 +155,8 @@ void run_cv(const ScaleFlags& f, Context& ctx) {
 }
 
 SyncFramework parse_framework(const std::string& s) {
-  for (SyncFramework fw : {SyncFramework::kDdp, SyncFramework::kLightning, SyncFramework::kHorovod, SyncFramework::kDeepSpeed})
+  for (SyncFramework fw :
+       {SyncFramework::kDdp, SyncFramework::kLightning, SyncFramework::kHorovod, SyncFramework::kDeepSpeed})
     if (to_string(fw) == s) return fw;
   throw Error("--framework '" + s + "': expected ddp, lightning, horovod or deepspeed");
 }
@@ -185,7 +186,8 @@ void transformer_model(const ScaleFlags& f, Context& ctx, const DeviceSpec& clus
   rf.micro_batch = f.micro_batch.value_or("");
   rf.precision = f.precision.value_or("");
   if (!ctx.catalog().find(f.model) && !is_hf_config_path(f.model))
-    throw Error("--model '" + f.model + "': neither in data/models/dp_benchmarks.yaml nor a transformer tpsim models "
+    throw Error("--model '" + f.model +
+                "': neither in data/models/dp_benchmarks.yaml nor a transformer tpsim models "
                 "(the catalogue, --models, a config.json); or give --params");
   if (f.batch) throw Error("--batch: for --model " + f.model + " the per-device batch is --micro-batch");
   const RunSettings rs = resolve_run(ctx, rf);
@@ -209,9 +211,11 @@ void transformer_model(const ScaleFlags& f, Context& ctx, const DeviceSpec& clus
   notes.push_back("the one-GPU throughput, " + general(p.seq_per_s, 4) + " samples/s, is tpsim's own prediction (" +
                   "tpsim predict --model " + f.model + " --device " + cluster.id + " --gpus 1 --seq " +
                   std::to_string(cfg.seq_len) + " --micro-batch " + std::to_string(cfg.micro_batch) + " --precision " +
-                  std::string(to_string(cfg.precision)) + ": Composer, plain DDP, one GPU); its interval, the profile's widened beyond its fitted rows: " +
+                  std::string(to_string(cfg.precision)) +
+                  ": Composer, plain DDP, one GPU); its interval, the profile's widened beyond its fitted rows: " +
                   (interval ? general(interval_low(p.seq_per_s, *interval), 4) + ".." +
-                                  general(interval_high(p.seq_per_s, *interval), 4) + " samples/s (" + (recorded ? recorded->method : std::string()) + ")"
+                                  general(interval_high(p.seq_per_s, *interval), 4) + " samples/s (" +
+                                  (recorded ? recorded->method : std::string()) + ")"
                             : std::string("none for this model (no measured table of its architecture)")));
 }
 
@@ -234,7 +238,8 @@ ScalingRun prediction_run(const ScaleFlags& f, Context& ctx, const DeviceSpec& c
     transformer_model(f, ctx, cluster, run, notes);
   }
   if (!(run.throughput_1gpu > 0))
-    throw Error("--throughput-1gpu: required for " + model + " (samples/s of one GPU; tpsim predicts it only for a "
+    throw Error("--throughput-1gpu: required for " + model +
+                " (samples/s of one GPU; tpsim predicts it only for a "
                 "transformer it models: a catalogue --model with --seq and --micro-batch)");
   if (f.batch) run.per_device_batch = parse_count("--batch", *f.batch, 1 << 20);
   return run;
@@ -297,16 +302,19 @@ void run_predict(const ScaleFlags& f, Context& ctx) {
   }
   OutputTable out;
   out.title = model + " on " + where + " (" + to_string(run.framework) + ")";
-  out.columns = {"GPUs", "Nodes", "Throughput (samples/s)", "Speedup", "Efficiency (%)", "Step (s)", "All-reduce (s)", "Exposed (s)"};
+  out.columns = {"GPUs",           "Nodes",    "Throughput (samples/s)", "Speedup",
+                 "Efficiency (%)", "Step (s)", "All-reduce (s)",         "Exposed (s)"};
   for (int64_t n : parse_count_list("--gpus", f.gpus, 1 << 16)) {
     run.gpus = n;
     if (scaling_micro_batches(run) == 0)
       throw Error("--gpus " + std::to_string(n) + ": the global batch " + std::to_string(run.global_batch) +
-                  " is not a whole number of per-device batches of " + std::to_string(run.per_device_batch) + " on every GPU");
+                  " is not a whole number of per-device batches of " + std::to_string(run.per_device_batch) +
+                  " on every GPU");
     const ScalingPrediction s = predict_scaling(run, cluster, p);
     out.add_row({Cell::integer_value(n), Cell::integer_value((n + cluster.gpus_per_node - 1) / cluster.gpus_per_node),
-                 Cell::num(s.throughput, 2), Cell::num(s.throughput / run.throughput_1gpu, 2), Cell::num(100 * s.efficiency, 1),
-                 Cell::num(s.step_s, 4), Cell::num(s.allreduce_s, 4), Cell::num(s.exposed_s, 4)});
+                 Cell::num(s.throughput, 2), Cell::num(s.throughput / run.throughput_1gpu, 2),
+                 Cell::num(100 * s.efficiency, 1), Cell::num(s.step_s, 4), Cell::num(s.allreduce_s, 4),
+                 Cell::num(s.exposed_s, 4)});
   }
   emit(ctx.render({out}), ctx.output());
   for (const std::string& line : provenance) std::cerr << "tpsim scale: " << line << "\n";

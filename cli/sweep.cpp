@@ -30,9 +30,9 @@ struct SweepOptions {
   std::string seq = "512..65536", gpus = "8", devices = "h100_80gb";
   std::string precision = "amp_bf16", mp_mode = "DEFAULT", tokens = "1Mi";
   std::optional<std::string> shardings;  // unset: every strategy of the framework
-  std::optional<std::string> ckpt;  // unset: none and full, as llm-foundry can run them
-  std::string plot;  // SVG: MFU over model size and sequence length
-  ParallelFlags parallel;  // megatron: the axes given are fixed, the others searched
+  std::optional<std::string> ckpt;       // unset: none and full, as llm-foundry can run them
+  std::string plot;                      // SVG: MFU over model size and sequence length
+  ParallelFlags parallel;                // megatron: the axes given are fixed, the others searched
   NetworkFlags network;
 };
 
@@ -98,7 +98,10 @@ HeatMap heat_map_frame(const SweepRequest& r) {
 class Sweep {
  public:
   Sweep(const SweepOptions& o, const SweepRequest& r, Context& ctx)
-      : o_(o), r_(r), ctx_(ctx), heat_(heat_map_frame(r)),
+      : o_(o),
+        r_(r),
+        ctx_(ctx),
+        heat_(heat_map_frame(r)),
         progress_("sweep", static_cast<int64_t>(r.devices.size() * r.models.size() * r.seqs.size() * r.gpus.size())) {
     table_.title = "sweep";
     table_.columns = prediction_columns(r.layout_columns);
@@ -113,7 +116,8 @@ class Sweep {
 
  private:
   void device(const std::string& device_id);
-  void point(const std::string& device_id, const std::string& name, int64_t seq, int64_t n, size_t heat_row, size_t column);
+  void point(const std::string& device_id, const std::string& name, int64_t seq, int64_t n, size_t heat_row,
+             size_t column);
   void add_row(const std::string& name, const std::string& device_id, const TrainConfig& cfg, const Prediction& p,
                const std::optional<RelativeInterval>& interval);
 
@@ -164,7 +168,8 @@ void Sweep::device(const std::string& device_id) {
       heat_.notes.emplace_back(r_.seqs.size());
     }
     for (size_t si = 0; si < r_.seqs.size(); ++si)
-      for (size_t gi = 0; gi < r_.gpus.size(); ++gi) point(device_id, name, r_.seqs[si], r_.gpus[gi], first_row + gi, si);
+      for (size_t gi = 0; gi < r_.gpus.size(); ++gi)
+        point(device_id, name, r_.seqs[si], r_.gpus[gi], first_row + gi, si);
   }
 }
 
@@ -202,15 +207,15 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
   const std::string layout = framework_def(r.best.parallel.framework).sharding_strategies
                                  ? sharding_text(r.best.sharding, r.best.parallel)
                                  : layout_phrase(r.best.parallel);
-  heat_.notes[heat_row][column] = "micro-batch " + std::to_string(r.best.micro_batch) +
-                                  (r.best.checkpointing != Checkpointing::kNone
-                                       ? ", " + checkpointing_phrase(r.best.checkpointing) + ", "
-                                       : std::string(", ")) +
-                                  (layout.empty() ? "data parallel" : layout);
+  heat_.notes[heat_row][column] =
+      "micro-batch " + std::to_string(r.best.micro_batch) +
+      (r.best.checkpointing != Checkpointing::kNone ? ", " + checkpointing_phrase(r.best.checkpointing) + ", "
+                                                    : std::string(", ")) +
+      (layout.empty() ? "data parallel" : layout);
 }
 
-void Sweep::add_row(const std::string& name, const std::string& device_id, const TrainConfig& cfg,
-                    const Prediction& p, const std::optional<RelativeInterval>& interval) {
+void Sweep::add_row(const std::string& name, const std::string& device_id, const TrainConfig& cfg, const Prediction& p,
+                    const std::optional<RelativeInterval>& interval) {
   std::vector<Cell> row = prediction_row(name, device_id, cfg, p, interval);
   if (r_.layout_columns) add_layout_cells(cfg, p, row);
   table_.add_row(std::move(row));
@@ -239,16 +244,19 @@ void run_sweep(const SweepOptions& o) {
 
 void register_sweep(CLI::App& app) {
   auto o = std::make_shared<SweepOptions>();
-  CLI::App* cmd = app.add_subcommand("sweep", "fastest configuration that fits, for each model, sequence length and GPU count");
+  CLI::App* cmd =
+      app.add_subcommand("sweep", "fastest configuration that fits, for each model, sequence length and GPU count");
   cmd->add_option("--models", o->models,
                   "model range (125m..70b, catalogue order), list (125m,1b), or a models YAML file; repeatable")
       ->default_str("125m..70b");
   cmd->add_option("--seq", o->seq, "sequence lengths: range by powers of two (512..65536) or list")
       ->default_val("512..65536");
   cmd->add_option("--gpus", o->gpus, "GPU counts: list (8,64) or range by powers of two (8..512)")->default_val("8");
-  cmd->add_option("--device", o->devices, "device id(s), comma-separated")->default_val("h100_80gb")
+  cmd->add_option("--device", o->devices, "device id(s), comma-separated")
+      ->default_val("h100_80gb")
       ->transform(lower_case_ids());
-  cmd->add_option("--precision", o->precision, "amp_bf16, amp_fp16, amp_fp8, bf16, fp32, mxfp8 or nvfp4")->default_val("amp_bf16");
+  cmd->add_option("--precision", o->precision, "amp_bf16, amp_fp16, amp_fp8, bf16, fp32, mxfp8 or nvfp4")
+      ->default_val("amp_bf16");
   cmd->add_option("--mp-mode", o->mp_mode, "FSDP mixed precision: DEFAULT, PURE or FULL")->default_val("DEFAULT");
   cmd->add_option("--global-batch-tokens", o->tokens,
                   "tokens per optimizer step (1Mi = 2^20, 4M = 4e6); rounded to whole sequences per GPU")

@@ -30,23 +30,22 @@ struct ValidateOptions {
   CommonOptions common;
   std::vector<std::string> tables;
   std::string framework = "composer";  // of rows whose table has no Framework column
-  std::string device;                   // the GPU of tables without a GPU column
+  std::string device;                  // the GPU of tables without a GPU column
   std::string cv;
   std::string fit_parameters;  // comma-separated; empty: the table-level default set
   double robust_scale = 0.05;
   double prior_width = 0;
-  std::string threads;  // --threads: folds fitted at once (empty: one per core)
-  std::string plot;  // SVG: predicted against measured
+  std::string threads;        // --threads: folds fitted at once (empty: one per core)
+  std::string plot;           // SVG: predicted against measured
   bool skip_refused = false;  // rows tpsim does not model: a warning each, the others predicted
   NetworkFlags network;
 };
 
-
 OutputTable summary_table(const std::vector<RowResult>& results) {
   OutputTable t;
   t.title = "summary";
-  t.columns = {"Scope", "Rows", "MAPE (%)", "Median |Error| (%)", "Max |Error| (%)", "Rows > 15%",
-               "P10 Error (%)", "P90 Error (%)"};
+  t.columns = {"Scope",           "Rows",       "MAPE (%)",      "Median |Error| (%)",
+               "Max |Error| (%)", "Rows > 15%", "P10 Error (%)", "P90 Error (%)"};
   std::vector<std::pair<std::string, std::vector<double>>> scopes = {{"all", {}}};
   std::map<std::string, size_t> index;
   const auto add = [&](const std::string& scope, double e) {
@@ -92,7 +91,9 @@ std::vector<RowResult> held_out_results(Context& ctx, const std::vector<Resolved
     r.doublings = h.doublings;
     results.push_back(std::move(r));
   }
-  if (results.empty()) throw Error("--cv " + to_string(spec) + ": no row can be held out (each device needs two model sizes for 'model', two devices for 'device')");
+  if (results.empty())
+    throw Error("--cv " + to_string(spec) +
+                ": no row can be held out (each device needs two model sizes for 'model', two devices for 'device')");
   return results;
 }
 
@@ -141,8 +142,15 @@ std::optional<OutputTable> coverage_table(Context& ctx, const std::vector<RowRes
   if (by_device.empty()) return std::nullopt;
   OutputTable t;
   t.title = "interval coverage";
-  t.columns = {"GPU", "Rows", "In Interval", "Coverage (%)", "Rows Beyond Fitted", "In Interval Beyond",
-               "Profile P10 (%)", "Profile P90 (%)", "Widening per Doubling"};
+  t.columns = {"GPU",
+               "Rows",
+               "In Interval",
+               "Coverage (%)",
+               "Rows Beyond Fitted",
+               "In Interval Beyond",
+               "Profile P10 (%)",
+               "Profile P90 (%)",
+               "Widening per Doubling"};
   Count all;
   for (const auto& [gpu, c] : by_device) {
     const auto pct = [](int a, int b) { return b > 0 ? Cell::num(100.0 * a / b, 1) : Cell::empty(); };
@@ -164,8 +172,8 @@ std::optional<OutputTable> coverage_table(Context& ctx, const std::vector<RowRes
 
 // Predicted against measured throughput on log axes, coloured by device, with y = x and the band
 // of the widest interval among the devices shown.
-std::string validation_plot(const std::vector<RowResult>& results, const std::map<std::string, IntervalModel>& intervals,
-                            bool held_out) {
+std::string validation_plot(const std::vector<RowResult>& results,
+                            const std::map<std::string, IntervalModel>& intervals, bool held_out) {
   Scatter sc;
   sc.title = held_out ? "Held-out predictions against measured throughput" : "Predicted against measured throughput";
   sc.x_label = "measured throughput (tokens/s)";
@@ -215,9 +223,9 @@ OutputTable input_columns_table(const std::vector<ResolvedRow>& rows, const std:
       if (index.emplace(col, t.columns.size()).second) t.columns.push_back(col);
   const size_t n_in = t.columns.size();
   const bool step_time = !foundry_form(rows);
-  for (const char* c : {"Predicted Throughput (T/s)", "Predicted MFU", "Predicted HFU", "Predicted Memory (GiB)",
-                        "Error (%)", "Predicted Throughput Low (T/s)", "Predicted Throughput High (T/s)", "Held Out",
-                        "Doublings Beyond Fitted"})
+  for (const char* c :
+       {"Predicted Throughput (T/s)", "Predicted MFU", "Predicted HFU", "Predicted Memory (GiB)", "Error (%)",
+        "Predicted Throughput Low (T/s)", "Predicted Throughput High (T/s)", "Held Out", "Doublings Beyond Fitted"})
     t.columns.emplace_back(c);
   if (step_time) t.columns.emplace_back("Predicted Step Time (s)");
   for (const auto& r : results) {
@@ -244,24 +252,60 @@ OutputTable input_columns_table(const std::vector<ResolvedRow>& rows, const std:
 OutputTable rows_table(const std::vector<RowResult>& results, const Intervals& intervals) {
   OutputTable t;
   t.title = "rows";
-  t.columns = {"Source", "Model", "SeqLen (T)", "# GPUs", "GPU", "MicroBatchSize", "GradAccum", "GlobalBatchSize",
-               "Precision", "MP Mode", "Sharding Strategy", "Activation Checkpointing", "Throughput (T/s)",
-               "Predicted Throughput (T/s)", "Error (%)", "Predicted Throughput Low (T/s)",
-               "Predicted Throughput High (T/s)", "MFU", "Predicted MFU", "HFU", "Predicted HFU",
-               "Predicted Memory (GiB)", "Fits", "Held Out", "Doublings Beyond Fitted"};
+  t.columns = {"Source",
+               "Model",
+               "SeqLen (T)",
+               "# GPUs",
+               "GPU",
+               "MicroBatchSize",
+               "GradAccum",
+               "GlobalBatchSize",
+               "Precision",
+               "MP Mode",
+               "Sharding Strategy",
+               "Activation Checkpointing",
+               "Throughput (T/s)",
+               "Predicted Throughput (T/s)",
+               "Error (%)",
+               "Predicted Throughput Low (T/s)",
+               "Predicted Throughput High (T/s)",
+               "MFU",
+               "Predicted MFU",
+               "HFU",
+               "Predicted HFU",
+               "Predicted Memory (GiB)",
+               "Fits",
+               "Held Out",
+               "Doublings Beyond Fitted"};
   for (const auto& r : results) {
     const MeasuredRow& m = r.row->row;
     const Prediction& p = r.prediction;
     const auto measured = [](double v) { return v >= 0 ? Cell::num(v, 2) : Cell::empty(); };
     const auto [low, high] = low_high(intervals, r);
-    t.add_row({Cell::str(m.where()), Cell::str(m.model), Cell::integer_value(m.seq_len), Cell::integer_value(m.n_gpus),
-               Cell::str(m.gpu), Cell::integer_value(m.micro_batch), Cell::integer_value(r.row->cfg.grad_accum()),
-               Cell::integer_value(m.global_batch), Cell::str(std::string(to_string(m.precision))),
-               Cell::str(std::string(to_string(m.mp_mode))), Cell::str(std::string(to_string(m.sharding))),
-               checkpointing_cell(m.checkpointing), Cell::num(m.tokens_per_s, 0), Cell::num(p.tokens_per_s, 0),
-               Cell::num(100 * r.error, 2), low, high, measured(m.mfu_percent), Cell::num(100 * p.mfu, 2),
-               measured(m.hfu_percent), Cell::num(100 * p.hfu, 2), Cell::num(p.memory.peak_bytes / kGiB, 1),
-               Cell::str(p.fits() ? "yes" : "no"), r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out),
+    t.add_row({Cell::str(m.where()),
+               Cell::str(m.model),
+               Cell::integer_value(m.seq_len),
+               Cell::integer_value(m.n_gpus),
+               Cell::str(m.gpu),
+               Cell::integer_value(m.micro_batch),
+               Cell::integer_value(r.row->cfg.grad_accum()),
+               Cell::integer_value(m.global_batch),
+               Cell::str(std::string(to_string(m.precision))),
+               Cell::str(std::string(to_string(m.mp_mode))),
+               Cell::str(std::string(to_string(m.sharding))),
+               checkpointing_cell(m.checkpointing),
+               Cell::num(m.tokens_per_s, 0),
+               Cell::num(p.tokens_per_s, 0),
+               Cell::num(100 * r.error, 2),
+               low,
+               high,
+               measured(m.mfu_percent),
+               Cell::num(100 * p.mfu, 2),
+               measured(m.hfu_percent),
+               Cell::num(100 * p.hfu, 2),
+               Cell::num(p.memory.peak_bytes / kGiB, 1),
+               Cell::str(p.fits() ? "yes" : "no"),
+               r.held_out.empty() ? Cell::empty() : Cell::str(r.held_out),
                r.held_out.empty() ? Cell::empty() : Cell::num(r.doublings, 2)});
   }
   return t;
@@ -335,13 +379,16 @@ void register_validate(CLI::App& app) {
   cmd->add_option("--fit-parameters", o->fit_parameters,
                   "with --cv: the parameters each fold fits (comma-separated; default: the table-level set)");
   cmd->add_option("--robust-scale", o->robust_scale, "with --cv: Huber scale of the fit's loss on log errors")
-      ->default_val(0.05)->check(finite_range(1e-4, 10.0));
+      ->default_val(0.05)
+      ->check(finite_range(1e-4, 10.0));
   cmd->add_option("--plot", o->plot, "also write an SVG of predicted against measured throughput");
   cmd->add_flag("--skip-refused", o->skip_refused,
                 "predict the rows tpsim models and warn of each it refuses (a layout or option it does not model), "
                 "instead of stopping at the first");
-  cmd->add_option("--prior-width", o->prior_width, "with --cv: width of the prior on each fitted parameter's log (0: none)")
-      ->default_val(0.0)->check(finite_range(0.0, 100.0));
+  cmd->add_option("--prior-width", o->prior_width,
+                  "with --cv: width of the prior on each fitted parameter's log (0: none)")
+      ->default_val(0.0)
+      ->check(finite_range(0.0, 100.0));
   add_fold_threads_flag(cmd, o->threads);
   add_network_flags(cmd, o->network);
   add_common_options(cmd, o->common);

@@ -127,7 +127,6 @@ RowResult predict_row(const ResolvedRow& r, const CostParams& params) {
   return out;
 }
 
-
 ErrorSummary summarize_errors(const std::vector<double>& errors) {
   ErrorSummary s;
   s.rows = static_cast<int64_t>(errors.size());

@@ -56,10 +56,10 @@ std::vector<const ParamInfo*> parse_parameter_list(const std::string& flag, cons
 // Summary statistics of relative errors.
 struct ErrorSummary {
   int64_t rows = 0;
-  double mape = 0;        // mean |error|, relative
+  double mape = 0;  // mean |error|, relative
   double median_abs = 0;
   double max_abs = 0;
-  int64_t over_15 = 0;    // rows off by more than 15%
+  int64_t over_15 = 0;      // rows off by more than 15%
   double p10 = 0, p90 = 0;  // signed percentiles
 };
 ErrorSummary summarize_errors(const std::vector<double>& errors);

@@ -11,16 +11,17 @@ namespace tpsim {
 namespace {
 
 nlohmann::json timing_json(const TimingOptions& t) {
-  return {{"warmup", t.warmup},           {"min_repetitions", t.min_repetitions},
-          {"max_repetitions", t.max_repetitions}, {"min_seconds", t.min_seconds},
-          {"max_seconds", t.max_seconds}, {"flush_cache", t.flush_cache}};
+  return {
+      {"warmup", t.warmup},           {"min_repetitions", t.min_repetitions}, {"max_repetitions", t.max_repetitions},
+      {"min_seconds", t.min_seconds}, {"max_seconds", t.max_seconds},         {"flush_cache", t.flush_cache}};
 }
 
-nlohmann::json noise_json(const NoiseVerdict& v, const NoiseOptions& o, const Op& reference, const TimingOptions& reference_timing,
-                          const Timing& start, const Timing& end) {
+nlohmann::json noise_json(const NoiseVerdict& v, const NoiseOptions& o, const Op& reference,
+                          const TimingOptions& reference_timing, const Timing& start, const Timing& end) {
   const auto timing = [](const Timing& t) {
     if (!t.supported) return nlohmann::json{{"unsupported", t.reason}};
-    return nlohmann::json{{"median_s", t.median_s}, {"p10_s", t.p10_s}, {"p90_s", t.p90_s}, {"repetitions", t.repetitions}};
+    return nlohmann::json{
+        {"median_s", t.median_s}, {"p10_s", t.p10_s}, {"p90_s", t.p90_s}, {"repetitions", t.repetitions}};
   };
   return {{"verdict", v.noisy ? "noisy" : "trusted"},
           {"noisy", v.noisy},
@@ -167,7 +168,8 @@ void print_comm_measurements(std::ostream& os, const CommCalibration& c) {
 
 nlohmann::json comm_calibration_json(const CommCalibration& c, const std::string& command_line) {
   nlohmann::json by_kind = nlohmann::json::object();
-  for (const auto& [kind, summary] : c.residuals_by_kind) by_kind[std::string(to_string(kind))] = residuals_json(summary);
+  for (const auto& [kind, summary] : c.residuals_by_kind)
+    by_kind[std::string(to_string(kind))] = residuals_json(summary);
   return {{"command", command_line},
           {"date", c.date},
           {"backend", std::string(to_string(c.backend))},
@@ -202,9 +204,10 @@ void print_comm_calibration(std::ostream& os, const CommCalibration& c, const st
      << (c.nodes == 1 ? " node" : " nodes") << " (";
   for (auto it = c.ranks_per_node.begin(); it != c.ranks_per_node.end(); ++it)
     os << (it == c.ranks_per_node.begin() ? "" : ", ") << it->first << ": " << it->second;
-  os << ")\n  device " << c.device.id << ": " << c.device_note << "; links " << general(c.device.intra_node_bytes_per_s / 1e9)
-     << " GB/s within a node (" << c.device.sources.at("intra_node_gb_per_s") << "), "
-     << general(c.device.inter_node_bytes_per_s / 1e9) << " GB/s per node across nodes\n";
+  os << ")\n  device " << c.device.id << ": " << c.device_note << "; links "
+     << general(c.device.intra_node_bytes_per_s / 1e9) << " GB/s within a node ("
+     << c.device.sources.at("intra_node_gb_per_s") << "), " << general(c.device.inter_node_bytes_per_s / 1e9)
+     << " GB/s per node across nodes\n";
   print_comm_measurements(os, c);
   for (const auto& s : c.skipped) os << "  skipped: " << s << "\n";
   os << "  " << c.fit.summary << "\n";
@@ -217,12 +220,13 @@ void print_comm_calibration(std::ostream& os, const CommCalibration& c, const st
     os << "  " << to_string(tier) << ": not measured ("
        << (tier == LinkTier::kInterNode ? "the job ran on one node, " + c.node0 : "rank 0's node ran one rank")
        << "); kept from the base profile: " << p.efficiency->name << " = "
-       << general(p.efficiency->value(c.profile.params)) << " (" << source_of(c.profile, p.efficiency->name)
-       << "), " << p.latency_s->name << " = " << general(p.latency_s->value(c.profile.params)) << " ("
+       << general(p.efficiency->value(c.profile.params)) << " (" << source_of(c.profile, p.efficiency->name) << "), "
+       << p.latency_s->name << " = " << general(p.latency_s->value(c.profile.params)) << " ("
        << source_of(c.profile, p.latency_s->name) << ")\n";
   }
   os << "  error of the fit (predicted / measured - 1), median per kind:";
-  for (const auto& [kind, summary] : c.residuals_by_kind) os << " " << to_string(kind) << " " << fixed(100 * summary.median_error, 1) << "%";
+  for (const auto& [kind, summary] : c.residuals_by_kind)
+    os << " " << to_string(kind) << " " << fixed(100 * summary.median_error, 1) << "%";
   os << "; RMS of the log errors " << fixed(100 * c.residuals.rms_log_error, 1) << "%, largest error "
      << fixed(100 * c.residuals.largest_error, 1) << "%\n  wrote " << out << "\n";
 }
@@ -267,8 +271,8 @@ nlohmann::json kernel_calibration_json(const KernelCalibration& c, const std::st
             {"stages", c.fit.report},
             {"parameters", fitted_json(c.fit.fitted)}}},
           {"errors", errors},
-          {"noise", noise_json(c.noise, c.noise_options, c.reference, c.reference_timing, c.reference_start,
-                               c.reference_end)},
+          {"noise",
+           noise_json(c.noise, c.noise_options, c.reference, c.reference_timing, c.reference_start, c.reference_end)},
           {"measurements", kernel_measurements_json(c)}};
 }
 
@@ -276,9 +280,11 @@ void print_kernel_calibration(std::ostream& os, const KernelCalibration& c, cons
   const bool gpu = c.backend != BackendKind::kCpu;
   const NoiseVerdict& noise = c.noise;
   os << "  device " << c.device_id
-     << (c.datasheet ? " (datasheet data/devices/" + c.device_id + ".yaml)" : " (spec measured, embedded in the profile)")
-     << (gpu ? "" : ", " + std::to_string(c.threads) + (c.threads == 1 ? " thread" : " threads") +
-                        (c.timing.thread_cpu_clock ? " timed by its CPU clock" : " timed by the wall clock"))
+     << (c.datasheet ? " (datasheet data/devices/" + c.device_id + ".yaml)"
+                     : " (spec measured, embedded in the profile)")
+     << (gpu ? ""
+             : ", " + std::to_string(c.threads) + (c.threads == 1 ? " thread" : " threads") +
+                   (c.timing.thread_cpu_clock ? " timed by its CPU clock" : " timed by the wall clock"))
      << "; copy bandwidth " << fixed(c.copy.bytes_per_s / 1e9, 1) << " GB/s\n";
   os << "  measured " << c.measured.measurements.size() << " of " << c.planned_shapes << " planned shapes in "
      << fixed(c.measured.seconds, 1) << " s (" << c.measured.skipped_for_budget << " left out for the budget, "
@@ -330,9 +336,13 @@ nlohmann::json table_calibration_json(const TableCalibration& c, const TableCali
                            {"error", std::exp(fit.residuals[i]) - 1.0}});
   nlohmann::json jparams = nlohmann::json::array();
   for (const auto& f : fit.fitted) {
-    nlohmann::json p = {{"name", std::string(f.param->name)}, {"value", f.value}, {"stddev", f.stddev < 0 ? nlohmann::json() : nlohmann::json(f.stddev)},
-                        {"at_bound", f.at_bound}, {"determined_by_rows", f.determined},
-                        {"range", {f.param->lower, f.param->upper}}, {"range_source", std::string(f.range_source)}};
+    nlohmann::json p = {{"name", std::string(f.param->name)},
+                        {"value", f.value},
+                        {"stddev", f.stddev < 0 ? nlohmann::json() : nlohmann::json(f.stddev)},
+                        {"at_bound", f.at_bound},
+                        {"determined_by_rows", f.determined},
+                        {"range", {f.param->lower, f.param->upper}},
+                        {"range_source", std::string(f.range_source)}};
     // A value at its bound: the rows that pull it further, the strongest first.
     if (!f.pushed_by.empty()) {
       nlohmann::json pushed = nlohmann::json::array();
@@ -383,32 +393,49 @@ OutputTable replay_ops_table(const Replay& r) {
 
 }  // namespace
 
-std::string render_replay(const Replay& r, const ReplayOptions& o, const std::string& precision, const std::string& backend,
-                          const std::string& device_id, const OutputOptions& out) {
+std::string render_replay(const Replay& r, const ReplayOptions& o, const std::string& precision,
+                          const std::string& backend, const std::string& device_id, const OutputOptions& out) {
   const ModelConfig& model = o.model;
   const int64_t layers = o.step.layers > 0 ? o.step.layers : model.n_layers;
   OutputTable total;
   total.title = "Step";
-  total.columns = {"Model", "SeqLen (T)", "MicroBatchSize", "Activation Checkpointing", "Precision", "Backend",
-                   "Device", "Threads", "Clock", "Blocks Run", "Blocks", "Block Scale", "Ops", "Ops Alone (s)",
-                   "Reference GEMM Now / Calibrated", "Measured Step Time (s)", "Predicted Step Time (s)", "Error (%)"};
-  total.add_row({Cell::str(model.name), Cell::integer_value(o.step.seq_len), Cell::integer_value(o.step.micro_batch),
-                 checkpointing_cell(o.step.checkpointing), Cell::str(precision), Cell::str(backend), Cell::str(device_id),
-                 o.gpu ? Cell::empty() : Cell::integer_value(o.threads),
-                 Cell::str(o.gpu ? "device events" : (o.thread_clock ? "thread CPU time" : "wall")),
-                 Cell::integer_value(layers), Cell::integer_value(model.n_layers), Cell::num(r.block_scale, 3),
-                 Cell::integer_value(static_cast<int64_t>(r.ops.size())), Cell::num(r.alone_step_s, 6),
-                 r.reference_calibrated_s > 0 ? Cell::num(r.reference_now_s / r.reference_calibrated_s, 3) : Cell::empty(),
-                 Cell::num(r.measured_step_s, 6),
-                 Cell::num(r.predicted_step_s, 6), Cell::num(error_percent(r.predicted_step_s, r.measured_step_s), 1)});
+  total.columns = {"Model",
+                   "SeqLen (T)",
+                   "MicroBatchSize",
+                   "Activation Checkpointing",
+                   "Precision",
+                   "Backend",
+                   "Device",
+                   "Threads",
+                   "Clock",
+                   "Blocks Run",
+                   "Blocks",
+                   "Block Scale",
+                   "Ops",
+                   "Ops Alone (s)",
+                   "Reference GEMM Now / Calibrated",
+                   "Measured Step Time (s)",
+                   "Predicted Step Time (s)",
+                   "Error (%)"};
+  total.add_row(
+      {Cell::str(model.name), Cell::integer_value(o.step.seq_len), Cell::integer_value(o.step.micro_batch),
+       checkpointing_cell(o.step.checkpointing), Cell::str(precision), Cell::str(backend), Cell::str(device_id),
+       o.gpu ? Cell::empty() : Cell::integer_value(o.threads),
+       Cell::str(o.gpu ? "device events" : (o.thread_clock ? "thread CPU time" : "wall")), Cell::integer_value(layers),
+       Cell::integer_value(model.n_layers), Cell::num(r.block_scale, 3),
+       Cell::integer_value(static_cast<int64_t>(r.ops.size())), Cell::num(r.alone_step_s, 6),
+       r.reference_calibrated_s > 0 ? Cell::num(r.reference_now_s / r.reference_calibrated_s, 3) : Cell::empty(),
+       Cell::num(r.measured_step_s, 6), Cell::num(r.predicted_step_s, 6),
+       Cell::num(error_percent(r.predicted_step_s, r.measured_step_s), 1)});
   if (out.format == Format::kCsv && out.width == 0) return render({total}, out);
   std::string text = render({total, replay_ops_table(r)}, out);
   if (out.format == Format::kMarkdown) {
-    text += "\nMeasured: the sequence run end to end (median of its runs). Each op: alone (its operands evicted "
-            "from the caches before each run, as calibrate kernels times it) and in the step (a clock read between "
-            "the sequence's ops); Ops Alone: the step from the ops timed alone. Reference GEMM: the profile's "
-            "noise-check GEMM timed again now, over its time at the calibration (above 1: the device runs slower "
-            "now, and the step with it).\n";
+    text +=
+        "\nMeasured: the sequence run end to end (median of its runs). Each op: alone (its operands evicted "
+        "from the caches before each run, as calibrate kernels times it) and in the step (a clock read between "
+        "the sequence's ops); Ops Alone: the step from the ops timed alone. Reference GEMM: the profile's "
+        "noise-check GEMM timed again now, over its time at the calibration (above 1: the device runs slower "
+        "now, and the step with it).\n";
     if (layers < model.n_layers)
       text += "Ran " + std::to_string(layers) + " of " + std::to_string(model.n_layers) +
               " blocks: the block ops' times are scaled by " + std::to_string(model.n_layers) + "/" +

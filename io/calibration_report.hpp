@@ -41,7 +41,7 @@ nlohmann::json table_calibration_json(const TableCalibration& c, const TableCali
 // tpsim replay's output: the step's row (CSV: only it, a table a script reads) and, in md and JSON,
 // the ops' rows; md adds how the step was measured and scaled. `precision`, `backend` and
 // `device_id` as the run names them; `out`: the format, --columns and the terminal (io/terminal.hpp).
-std::string render_replay(const Replay& r, const ReplayOptions& o, const std::string& precision, const std::string& backend,
-                          const std::string& device_id, const OutputOptions& out);
+std::string render_replay(const Replay& r, const ReplayOptions& o, const std::string& precision,
+                          const std::string& backend, const std::string& device_id, const OutputOptions& out);
 
 }  // namespace tpsim

@@ -20,48 +20,137 @@ namespace {
 // The keys llm-foundry knows in each part of a model block, for the membership tests and the
 // "did you mean" hint. Sources: MPTConfig.__init__ and its docstring (configuration_mpt.py), its
 // defaults (llmfoundry/models/utils/config_defaults.py), and the keys MPTConfig deletes (name, loss_fn).
-const auto kTopKeys = {"name", "d_model", "n_heads", "n_layers", "head_dim", "expansion_ratio", "max_seq_len",
-                       "vocab_size", "resid_pdrop", "emb_pdrop", "learned_pos_emb", "attn_config", "ffn_config",
-                       "init_device", "logit_scale", "no_bias", "attention_bias", "embedding_fraction", "norm_type",
-                       "norm_eps", "use_cache", "init_config", "fc_type", "tie_word_embeddings", "use_pad_tok_in_ffn",
-                       "block_overrides", "final_logit_softcapping", "loss_fn", "activation_checkpointing_target"};
-const auto kAttnKeys = {"attn_type", "attn_pdrop", "attn_impl", "qk_ln", "qk_gn", "fused_qkv", "clip_qkv",
-                        "softmax_scale", "attn_uses_sequence_id", "sliding_window_size", "attn_logit_softcapping",
-                        "alibi", "alibi_bias_max", "rope", "nope", "rope_theta", "rope_impl", "rope_dail_config",
-                        "rope_hf_config", "attn_temperature_tuning", "kv_n_heads", "kv_dim", "prefix_lm",
-                        "reuse_kv_layer_idx", "seq_parallel_world_size"};
+const auto kTopKeys = {"name",
+                       "d_model",
+                       "n_heads",
+                       "n_layers",
+                       "head_dim",
+                       "expansion_ratio",
+                       "max_seq_len",
+                       "vocab_size",
+                       "resid_pdrop",
+                       "emb_pdrop",
+                       "learned_pos_emb",
+                       "attn_config",
+                       "ffn_config",
+                       "init_device",
+                       "logit_scale",
+                       "no_bias",
+                       "attention_bias",
+                       "embedding_fraction",
+                       "norm_type",
+                       "norm_eps",
+                       "use_cache",
+                       "init_config",
+                       "fc_type",
+                       "tie_word_embeddings",
+                       "use_pad_tok_in_ffn",
+                       "block_overrides",
+                       "final_logit_softcapping",
+                       "loss_fn",
+                       "activation_checkpointing_target"};
+const auto kAttnKeys = {"attn_type",
+                        "attn_pdrop",
+                        "attn_impl",
+                        "qk_ln",
+                        "qk_gn",
+                        "fused_qkv",
+                        "clip_qkv",
+                        "softmax_scale",
+                        "attn_uses_sequence_id",
+                        "sliding_window_size",
+                        "attn_logit_softcapping",
+                        "alibi",
+                        "alibi_bias_max",
+                        "rope",
+                        "nope",
+                        "rope_theta",
+                        "rope_impl",
+                        "rope_dail_config",
+                        "rope_hf_config",
+                        "attn_temperature_tuning",
+                        "kv_n_heads",
+                        "kv_dim",
+                        "prefix_lm",
+                        "reuse_kv_layer_idx",
+                        "seq_parallel_world_size"};
 // ffn_config: MPTMLP's and MPTGLU's arguments, and MegaBlocks' (llm-foundry's ffns_with_megablocks).
-const auto kFfnKeys = {"ffn_type", "ffn_act_fn", "ffn_hidden_size", "expansion_ratio", "fc_type", "bias",
-                       "moe_num_experts", "moe_top_k", "moe_world_size", "moe_loss_weight", "moe_lbl_in_fp32",
-                       "moe_jitter_eps", "moe_normalize_expert_weights", "moe_capacity_factor",
-                       "moe_weight_parallelism", "moe_expert_model_parallelism", "memory_optimized_mlp", "mlp_impl",
-                       "mlp_type", "uniform_expert_assignment", "shared_expert"};
-const auto kInitKeys = {"name", "fan_mode", "init_nonlinearity", "init_div_is_residual", "emb_init_std",
-                        "emb_init_uniform_lim", "init_std", "init_gain", "verbose"};
+const auto kFfnKeys = {"ffn_type",
+                       "ffn_act_fn",
+                       "ffn_hidden_size",
+                       "expansion_ratio",
+                       "fc_type",
+                       "bias",
+                       "moe_num_experts",
+                       "moe_top_k",
+                       "moe_world_size",
+                       "moe_loss_weight",
+                       "moe_lbl_in_fp32",
+                       "moe_jitter_eps",
+                       "moe_normalize_expert_weights",
+                       "moe_capacity_factor",
+                       "moe_weight_parallelism",
+                       "moe_expert_model_parallelism",
+                       "memory_optimized_mlp",
+                       "mlp_impl",
+                       "mlp_type",
+                       "uniform_expert_assignment",
+                       "shared_expert"};
+const auto kInitKeys = {"name",
+                        "fan_mode",
+                        "init_nonlinearity",
+                        "init_div_is_residual",
+                        "emb_init_std",
+                        "emb_init_uniform_lim",
+                        "init_std",
+                        "init_gain",
+                        "verbose"};
 // Known keys that do not change the cost of a step: dropout, initialisation, logit scaling,
 // numerics and attention options that are elementwise or free (clip_qkv, softmax_scale, ALiBi's
 // slope bound, RoPE's base and implementation).
-const auto kTopIrrelevant = {"resid_pdrop", "emb_pdrop", "logit_scale", "embedding_fraction", "norm_eps",
-                             "use_cache", "use_pad_tok_in_ffn", "final_logit_softcapping", "loss_fn"};
-const auto kAttnIrrelevant = {"attn_pdrop", "fused_qkv", "clip_qkv", "softmax_scale", "alibi_bias_max", "rope_theta",
-                              "rope_impl", "rope_dail_config", "rope_hf_config", "attn_logit_softcapping",
+const auto kTopIrrelevant = {"resid_pdrop", "emb_pdrop", "logit_scale",        "embedding_fraction",
+                             "norm_eps",    "use_cache", "use_pad_tok_in_ffn", "final_logit_softcapping",
+                             "loss_fn"};
+const auto kAttnIrrelevant = {"attn_pdrop",
+                              "fused_qkv",
+                              "clip_qkv",
+                              "softmax_scale",
+                              "alibi_bias_max",
+                              "rope_theta",
+                              "rope_impl",
+                              "rope_dail_config",
+                              "rope_hf_config",
+                              "attn_logit_softcapping",
                               "attn_temperature_tuning"};
 // The ffn_config keys only a mixture of experts takes (MegaBlocks' Arguments, llm-foundry's
 // build_torch_dmoe); MPTMLP and MPTGLU refuse them as unexpected arguments.
-const auto kMoeKeys = {"moe_num_experts", "moe_top_k", "moe_world_size", "moe_loss_weight", "moe_lbl_in_fp32",
-                       "moe_jitter_eps", "moe_normalize_expert_weights", "moe_capacity_factor", "moe_weight_parallelism",
-                       "moe_expert_model_parallelism", "memory_optimized_mlp", "mlp_impl", "mlp_type",
-                       "uniform_expert_assignment", "shared_expert"};
+const auto kMoeKeys = {"moe_num_experts",
+                       "moe_top_k",
+                       "moe_world_size",
+                       "moe_loss_weight",
+                       "moe_lbl_in_fp32",
+                       "moe_jitter_eps",
+                       "moe_normalize_expert_weights",
+                       "moe_capacity_factor",
+                       "moe_weight_parallelism",
+                       "moe_expert_model_parallelism",
+                       "memory_optimized_mlp",
+                       "mlp_impl",
+                       "mlp_type",
+                       "uniform_expert_assignment",
+                       "shared_expert"};
 // Of those, the ones that do not change the cost tpsim models: the load-balancing loss and its
 // precision, router jitter, the normalisation of the expert weights, a debugging switch that deals
 // tokens out evenly, and the kernel choices (grouped or block-sparse GEMMs, MegaBlocks'
 // memory-optimised MLP); the expert GEMMs are costed as grouped GEMMs whichever runs them.
-const auto kMoeIrrelevant = {"moe_loss_weight", "moe_lbl_in_fp32", "moe_jitter_eps", "moe_normalize_expert_weights",
-                             "uniform_expert_assignment", "mlp_impl", "memory_optimized_mlp"};
+const auto kMoeIrrelevant = {
+    "moe_loss_weight",           "moe_lbl_in_fp32", "moe_jitter_eps",      "moe_normalize_expert_weights",
+    "uniform_expert_assignment", "mlp_impl",        "memory_optimized_mlp"};
 // llm-foundry's build_torch_dmoe (llmfoundry/models/layers/ffn.py) pops these without a default and
 // refuses any other MoE key ("Invalid arguments to torch dmoe").
-const auto kTorchDmoeKeys = {"moe_num_experts", "moe_top_k", "mlp_type", "moe_jitter_eps",
-                             "moe_normalize_expert_weights", "uniform_expert_assignment"};
+const auto kTorchDmoeKeys = {
+    "moe_num_experts",          "moe_top_k", "mlp_type", "moe_jitter_eps", "moe_normalize_expert_weights",
+    "uniform_expert_assignment"};
 // The attention classes of llm-foundry's attention_classes registry (attention.py).
 const auto kAttnTypes = {"multihead_attention", "multiquery_attention", "grouped_query_attention"};
 // llm-foundry's norms registry (llmfoundry/models/layers/norm.py): torch's LayerNorm and RMSNorm, the
@@ -97,12 +186,14 @@ class BlockReader {
       : origin_(origin), owner_(std::move(owner)), separator_(separator) {}
 
   ModelBlock read(const YAML::Node& block) {
-    if (!block.IsMap()) throw Error(yaml::where(origin_, block) + ": " + owner_ + " must be a map of llm-foundry model keys");
+    if (!block.IsMap())
+      throw Error(yaml::where(origin_, block) + ": " + owner_ + " must be a map of llm-foundry model keys");
     out_.model.vocab_size = 50368;  // MPT's default vocabulary (the GPT-NeoX-20B tokenizer, padded)
     std::set<std::string> seen;
     for (const auto& kv : block) {
       const std::string key = yaml::key(kv.first, origin_);
-      if (!seen.insert(key).second) throw Error(yaml::where(origin_, kv.second) + ": " + owner_ + ": duplicate key " + key);
+      if (!seen.insert(key).second)
+        throw Error(yaml::where(origin_, kv.second) + ": " + owner_ + ": duplicate key " + key);
       read_top(kv.first, key, kv.second);
     }
     for (const char* required : {"d_model", "n_heads", "n_layers"})
@@ -112,7 +203,8 @@ class BlockReader {
     // MPTConfig._validate_config: "d_model must be divisible by n_heads", whatever head_dim says.
     if (m.head_dim > 0 && m.n_heads > 0 && m.d_model % m.n_heads != 0)
       throw Error(yaml::where(origin_, block) + ": " + owner_ + ": n_heads (" + std::to_string(m.n_heads) +
-                  ") does not divide d_model (" + std::to_string(m.d_model) + "), which llm-foundry requires also with head_dim");
+                  ") does not divide d_model (" + std::to_string(m.d_model) +
+                  "), which llm-foundry requires also with head_dim");
     resolve_attention(block);
     resolve_norm_and_biases();
     resolve_ffn(block);
@@ -188,7 +280,8 @@ class BlockReader {
 };
 
 void BlockReader::read_section(const YAML::Node& v, const std::string& section, Section& into,
-                               std::initializer_list<const char*> known, std::initializer_list<const char*> irrelevant) {
+                               std::initializer_list<const char*> known,
+                               std::initializer_list<const char*> irrelevant) {
   if (v.IsNull()) return;  // llm-foundry takes the defaults
   if (!v.IsMap()) throw Error(at(v) + ": " + label(section) + " must be a map");
   for (const auto& kv : v) {
@@ -213,7 +306,8 @@ void BlockReader::read_top(const YAML::Node& k, const std::string& key, const YA
   else if (key == "attention_bias") {
     if (!v.IsNull()) attention_bias_ = yaml::as_bool(v, origin_, l);
   } else if (key == "head_dim") {
-    if (!v.IsNull() && (m.head_dim = yaml::as_int(v, origin_, l)) <= 0) throw Error(at(v) + ": " + l + " must be positive");
+    if (!v.IsNull() && (m.head_dim = yaml::as_int(v, origin_, l)) <= 0)
+      throw Error(at(v) + ": " + l + " must be positive");
   } else if (key == "max_seq_len") out_.max_seq_len = yaml::as_count(v, origin_, l, kMaxSeqLen);
   else if (key == "attn_config") read_section(v, key, attn_, kAttnKeys, kAttnIrrelevant);
   else if (key == "ffn_config") read_section(v, key, ffn_, kFfnKeys, {});
@@ -221,7 +315,8 @@ void BlockReader::read_top(const YAML::Node& k, const std::string& key, const YA
     Section init;  // initialisation does not change a step's cost: every key listed as ignored
     read_section(v, key, init, kInitKeys, kInitKeys);
   } else if (key == "name") {
-    if (yaml::as_string(v, origin_, l) != "mpt_causal_lm") refuse(v, key, "a model other than llm-foundry's mpt_causal_lm");
+    if (yaml::as_string(v, origin_, l) != "mpt_causal_lm")
+      refuse(v, key, "a model other than llm-foundry's mpt_causal_lm");
   } else if (key == "init_device") {
     yaml::as_string(v, origin_, l);  // where the weights are first made; accepted without a note, as before
   } else if (key == "tie_word_embeddings") m.tie_embeddings = yaml::as_bool(v, origin_, l);
@@ -262,17 +357,25 @@ void BlockReader::read_checkpointing_target(const YAML::Node& v, const std::stri
     name = v.Scalar();
   }
   std::string nearest;
-  if (v.IsMap()) nearest = "llm-foundry checkpoints the modules it names in the chosen blocks only; tpsim checkpoints every block or none";
+  if (v.IsMap())
+    nearest =
+        "llm-foundry checkpoints the modules it names in the chosen blocks only; tpsim checkpoints every block or none";
   else if (one_of(name, kAttnTypes))
-    nearest = name + " checkpoints the whole attention module, its Q, K, V and out projections with the core; "
-                     "selective recomputes only the core";
-  else if (name == "norm_attn_norm") nearest = "norm_attn_norm checkpoints the two norms and the attention module; full checkpoints the block";
+    nearest = name +
+              " checkpoints the whole attention module, its Q, K, V and out projections with the core; "
+              "selective recomputes only the core";
+  else if (name == "norm_attn_norm")
+    nearest = "norm_attn_norm checkpoints the two norms and the attention module; full checkpoints the block";
   else if (one_of(name, kFfnTypes)) nearest = name + " checkpoints the feed-forward alone";
   else if (one_of(name, kLayerNorms) || one_of(name, kRmsNorms)) nearest = name + " checkpoints the norms alone";
-  else nearest = name + " is not a module llm-foundry checkpoints (MPTBlock, an attention class, norm_attn_norm, an ffn_type or a norm)";
-  out_.checkpointing_target_refusal =
-      one_line(at(v) + ": " + label(key) + ": " + flow(v) + " -- tpsim models checkpointing of whole blocks (full) or of the "
-               "attention core (selective); checkpointing " + flow(v) + " is neither (" + nearest + ")");
+  else
+    nearest =
+        name +
+        " is not a module llm-foundry checkpoints (MPTBlock, an attention class, norm_attn_norm, an ffn_type or a norm)";
+  out_.checkpointing_target_refusal = one_line(at(v) + ": " + label(key) + ": " + flow(v) +
+                                               " -- tpsim models checkpointing of whole blocks (full) or of the "
+                                               "attention core (selective); checkpointing " +
+                                               flow(v) + " is neither (" + nearest + ")");
 }
 
 // Positions, the attention's heads and window, and the attention settings modelled only at their
@@ -281,31 +384,48 @@ void BlockReader::resolve_attention(const YAML::Node& block) {
   ModelConfig& m = out_.model;
   const std::string s = "attn_config";
   if (const auto nope = get(attn_, "nope"); nope && flag(attn_, s, "nope"))
-    invalid(*nope, s + ".nope", "llm-foundry refuses nope as the default position encoding (MPTConfig: only a block_overrides override may use it)");
+    invalid(
+        *nope, s + ".nope",
+        "llm-foundry refuses nope as the default position encoding (MPTConfig: only a block_overrides override may use it)");
   const bool alibi = flag(attn_, s, "alibi"), rope = flag(attn_, s, "rope");
-  if (alibi && rope) invalid(*get(attn_, "rope"), s + ".rope", "ALiBi and RoPE together: llm-foundry's MPT takes one of them, and refuses both");
+  if (alibi && rope)
+    invalid(*get(attn_, "rope"), s + ".rope",
+            "ALiBi and RoPE together: llm-foundry's MPT takes one of them, and refuses both");
   // llm-foundry: "alibi or rope is turned on, setting `learned_pos_emb` to `False`" (MPTConfig.__init__);
   // with none of the three the model has no positional information (a warning there).
-  m.positions = alibi ? PositionKind::kAlibi : rope ? PositionKind::kRope : learned_pos_emb_ ? PositionKind::kLearned : PositionKind::kNone;
+  m.positions = alibi              ? PositionKind::kAlibi
+                : rope             ? PositionKind::kRope
+                : learned_pos_emb_ ? PositionKind::kLearned
+                                   : PositionKind::kNone;
 
   const auto type_node = get(attn_, "attn_type");
-  const std::string type = type_node ? yaml::as_string(*type_node, origin_, label(s + ".attn_type")) : "multihead_attention";
+  const std::string type =
+      type_node ? yaml::as_string(*type_node, origin_, label(s + ".attn_type")) : "multihead_attention";
   const auto kv_node = get(attn_, "kv_n_heads");
   const std::optional<int64_t> kv = count(attn_, s, "kv_n_heads");
   if (type == "grouped_query_attention") {
-    if (!kv) throw Error(at(type_node ? *type_node : block) + ": " + label(s) + ": grouped_query_attention needs kv_n_heads (llm-foundry's GroupedQueryAttention has no default)");
+    if (!kv)
+      throw Error(at(type_node ? *type_node : block) + ": " + label(s) +
+                  ": grouped_query_attention needs kv_n_heads (llm-foundry's GroupedQueryAttention has no default)");
     m.n_kv_heads = *kv;
   } else if (type == "multiquery_attention") {
-    if (kv && *kv != 1) invalid(*kv_node, s + ".kv_n_heads", "multiquery_attention has one K and V head; grouped_query_attention takes kv_n_heads");
+    if (kv && *kv != 1)
+      invalid(*kv_node, s + ".kv_n_heads",
+              "multiquery_attention has one K and V head; grouped_query_attention takes kv_n_heads");
     m.n_kv_heads = 1;
   } else if (type == "multihead_attention") {
-    if (kv && *kv != m.n_heads) invalid(*kv_node, s + ".kv_n_heads", "multihead_attention has as many K and V heads as query heads; grouped_query_attention takes kv_n_heads");
+    if (kv && *kv != m.n_heads)
+      invalid(*kv_node, s + ".kv_n_heads",
+              "multihead_attention has as many K and V heads as query heads; grouped_query_attention takes kv_n_heads");
   } else {
-    refuse(*type_node, s + ".attn_type", "an attention llm-foundry does not register (multihead_attention, multiquery_attention, grouped_query_attention)");
+    refuse(
+        *type_node, s + ".attn_type",
+        "an attention llm-foundry does not register (multihead_attention, multiquery_attention, grouped_query_attention)");
   }
   if (const auto w = get(attn_, "sliding_window_size")) {
     const int64_t window = yaml::as_int(*w, origin_, label(s + ".sliding_window_size"));
-    if (window == 0 || window < -1) throw Error(at(*w) + ": " + label(s + ".sliding_window_size") + " must be -1 (no window) or positive");
+    if (window == 0 || window < -1)
+      throw Error(at(*w) + ": " + label(s + ".sliding_window_size") + " must be -1 (no window) or positive");
     if (window > 0) m.sliding_window = window;
   }
   if (const auto impl = get(attn_, "attn_impl")) {
@@ -326,14 +446,17 @@ void BlockReader::resolve_attention(const YAML::Node& block) {
     }
   }
   const std::pair<const char*, const char*> at_default[] = {
-      {"prefix_lm", "prefix-LM (partly bidirectional) attention"}, {"qk_ln", "normalised queries and keys"},
-      {"qk_gn", "normalised queries and keys"}, {"kv_dim", "cross-attention"},
+      {"prefix_lm", "prefix-LM (partly bidirectional) attention"},
+      {"qk_ln", "normalised queries and keys"},
+      {"qk_gn", "normalised queries and keys"},
+      {"kv_dim", "cross-attention"},
       {"attn_uses_sequence_id", "attention restricted to each packed sequence"},
       {"reuse_kv_layer_idx", "K and V shared across layers"}};
   for (const auto& [key, what] : at_default)
     if (const auto v = get(attn_, key)) expect_default(*v, s + "." + key, what);
   if (const auto sp = get(attn_, "seq_parallel_world_size"))
-    if (yaml::as_int(*sp, origin_, label(s + ".seq_parallel_world_size")) != 1) refuse(*sp, s + ".seq_parallel_world_size", "sequence parallelism");
+    if (yaml::as_int(*sp, origin_, label(s + ".seq_parallel_world_size")) != 1)
+      refuse(*sp, s + ".seq_parallel_world_size", "sequence parallelism");
 }
 
 // norm_type, no_bias and attention_bias. MPTModel removes every bias when no_bias is set, the
@@ -345,8 +468,9 @@ void BlockReader::resolve_norm_and_biases() {
     const std::string n = yaml::as_string(*norm_type_, origin_, label("norm_type"));
     if (one_of(n, kRmsNorms)) m.norm = NormKind::kRmsNorm;
     else if (!one_of(n, kLayerNorms))
-      refuse(*norm_type_, "norm_type", "a norm llm-foundry does not register (layernorm, low_precision_layernorm, rmsnorm, "
-                                       "low_precision_rmsnorm, triton_rmsnorm)");
+      refuse(*norm_type_, "norm_type",
+             "a norm llm-foundry does not register (layernorm, low_precision_layernorm, rmsnorm, "
+             "low_precision_rmsnorm, triton_rmsnorm)");
   }
   m.norm_bias = m.linear_bias = !no_bias_;
   m.qkv_bias = attention_bias_.value_or(!no_bias_);
@@ -356,14 +480,16 @@ void BlockReader::resolve_norm_and_biases() {
 // resolve_ffn_act_fn binds them: {name: gelu, approximate: tanh}.
 Activation BlockReader::read_activation(const YAML::Node& v) const {
   const std::string path = "ffn_config.ffn_act_fn";
-  if (!v.IsMap() || !v["name"]) throw Error(at(v) + ": " + label(path) + " must be a map with a name (a torch.nn.functional activation)");
+  if (!v.IsMap() || !v["name"])
+    throw Error(at(v) + ": " + label(path) + " must be a map with a name (a torch.nn.functional activation)");
   const std::string name = yaml::as_string(v["name"], origin_, label(path + ".name"));
   for (const auto& kv : v) {
     const std::string key = yaml::key(kv.first, origin_);
     if (key == "name") continue;
     if (key == "approximate" && name == "gelu") {
       const std::string a = yaml::as_string(kv.second, origin_, label(path + ".approximate"));
-      if (a != "none" && a != "tanh") invalid(kv.second, path + ".approximate", "torch's gelu takes approximate none or tanh");
+      if (a != "none" && a != "tanh")
+        invalid(kv.second, path + ".approximate", "torch's gelu takes approximate none or tanh");
     } else if (key == "inplace") {
       yaml::as_bool(kv.second, origin_, label(path + ".inplace"));
     } else {
@@ -387,29 +513,38 @@ void BlockReader::resolve_ffn(const YAML::Node& block) {
   const auto type_node = get(ffn_, "ffn_type");
   const std::string type = type_node ? yaml::as_string(*type_node, origin_, label(s + ".ffn_type")) : "mptmlp";
   if (type == "mptgeglu")
-    invalid(*type_node, s + ".ffn_type", "llm-foundry renamed it mptglu (with ffn_act_fn {name: gelu}) and refuses the old name");
+    invalid(*type_node, s + ".ffn_type",
+            "llm-foundry renamed it mptglu (with ffn_act_fn {name: gelu}) and refuses the old name");
   if (!one_of(type, kFfnTypes))
-    refuse(*type_node, s + ".ffn_type", "a feed-forward llm-foundry does not register (mptmlp, mptglu, te_ln_mlp, mb_moe, mb_dmoe, torch_dmoe)");
-  if (const auto r = get(ffn_, "expansion_ratio")) m.expansion_ratio = yaml::as_double(*r, origin_, label(s + ".expansion_ratio"));
+    refuse(*type_node, s + ".ffn_type",
+           "a feed-forward llm-foundry does not register (mptmlp, mptglu, te_ln_mlp, mb_moe, mb_dmoe, torch_dmoe)");
+  if (const auto r = get(ffn_, "expansion_ratio"))
+    m.expansion_ratio = yaml::as_double(*r, origin_, label(s + ".expansion_ratio"));
   const std::optional<int64_t> hidden = count(ffn_, s, "ffn_hidden_size");
   if (const auto act = get(ffn_, "ffn_act_fn")) {
-    if (type == "te_ln_mlp") invalid(*act, s + ".ffn_act_fn", "llm-foundry refuses custom activations for te_ln_mlp (TransformerEngine's LayerNormMLP)");
+    if (type == "te_ln_mlp")
+      invalid(*act, s + ".ffn_act_fn",
+              "llm-foundry refuses custom activations for te_ln_mlp (TransformerEngine's LayerNormMLP)");
     m.activation = read_activation(*act);
   }
-  if (ffn_.count("fc_type")) out_.ignored.push_back(label(s + ".fc_type"));  // MPTConfig replaces it with the model's fc_type
+  if (ffn_.count("fc_type"))
+    out_.ignored.push_back(label(s + ".fc_type"));  // MPTConfig replaces it with the model's fc_type
   const auto bias_node = get(ffn_, "bias");
   const bool bias_written = bias_node && yaml::as_bool(*bias_node, origin_, label(s + ".bias"));
   const bool bias = !no_bias_ && (!bias_node || bias_written);
-  if (one_of(type, {"mb_moe", "mb_dmoe", "torch_dmoe"})) return resolve_moe(type, type_node ? *type_node : block, hidden, bias);
+  if (one_of(type, {"mb_moe", "mb_dmoe", "torch_dmoe"}))
+    return resolve_moe(type, type_node ? *type_node : block, hidden, bias);
   for (const auto& [key, v] : ffn_)
-    if (one_of(key, kMoeKeys)) invalid(v, s + "." + key, "a mixture-of-experts setting beside ffn_type " + type + ", which takes no " + key);
+    if (one_of(key, kMoeKeys))
+      invalid(v, s + "." + key, "a mixture-of-experts setting beside ffn_type " + type + ", which takes no " + key);
   m.ffn = type == "mptglu" ? FfnKind::kGlu : FfnKind::kMlp;
   if (hidden) m.ffn_hidden = *hidden;
   if (type == "te_ln_mlp") {
     // MPTConfig sets its bias from no_bias; its own LayerNorm keeps a bias that no_bias does not reach.
     if (bias_node) out_.ignored.push_back(label(s + ".bias"));
     if (no_bias_ || m.norm != NormKind::kLayerNorm)
-      refuse(*type_node, s + ".ffn_type", "TransformerEngine's LayerNormMLP beside no_bias or an RMSNorm (its own LayerNorm keeps its bias)");
+      refuse(*type_node, s + ".ffn_type",
+             "TransformerEngine's LayerNormMLP beside no_bias or an RMSNorm (its own LayerNorm keeps its bias)");
   } else if (bias_node && !bias && !no_bias_) {
     refuse(*bias_node, s + ".bias", "a feed-forward without biases in a model whose other linears keep theirs");
   }
@@ -421,17 +556,20 @@ void BlockReader::resolve_ffn(const YAML::Node& block) {
 // as MLPs or GLUs (mlp_type), and one d_model bias after them unless no_bias or bias: false.
 // Defaults: MegaBlocks' Arguments (megablocks/layers/arguments.py: one expert, top-1, an MLP, capacity
 // factor 1, GELU) and llm-foundry's moe_world_size of 1 (config_utils).
-void BlockReader::resolve_moe(const std::string& type, const YAML::Node& where, std::optional<int64_t> hidden, bool bias) {
+void BlockReader::resolve_moe(const std::string& type, const YAML::Node& where, std::optional<int64_t> hidden,
+                              bool bias) {
   ModelConfig& m = out_.model;
   MoeConfig& e = m.moe;
   const std::string s = "ffn_config";
   if (type == "torch_dmoe") {
     for (const char* key : kTorchDmoeKeys)
       if (!ffn_.count(key))
-        throw Error(at(where) + ": " + label(s) + ": torch_dmoe needs " + key + " (llm-foundry's build_torch_dmoe has no default for it)");
+        throw Error(at(where) + ": " + label(s) + ": torch_dmoe needs " + key +
+                    " (llm-foundry's build_torch_dmoe has no default for it)");
     for (const auto& [key, v] : ffn_)
       if (one_of(key, kMoeKeys) && !one_of(key, kTorchDmoeKeys))
-        invalid(v, s + "." + key, "llm-foundry's build_torch_dmoe takes no " + key + " (\"Invalid arguments to torch dmoe\")");
+        invalid(v, s + "." + key,
+                "llm-foundry's build_torch_dmoe takes no " + key + " (\"Invalid arguments to torch dmoe\")");
   }
   e.experts = count(ffn_, s, "moe_num_experts").value_or(1);
   e.top_k = count(ffn_, s, "moe_top_k").value_or(1);
@@ -452,15 +590,19 @@ void BlockReader::resolve_moe(const std::string& type, const YAML::Node& where, 
   if (const auto w = get(ffn_, "moe_world_size")) {
     const int64_t n = yaml::as_int(*w, origin_, label(s + ".moe_world_size"));
     if (n != 1)
-      throw Error(one_line(at(*w) + ": " + label(s + ".moe_world_size") + ": " + w->Scalar() + " -- tpsim cannot model expert "
-                           "parallelism yet (experts spread over " + w->Scalar() + " GPUs); with moe_world_size: 1 every GPU holds every expert"));
+      throw Error(one_line(at(*w) + ": " + label(s + ".moe_world_size") + ": " + w->Scalar() +
+                           " -- tpsim cannot model expert "
+                           "parallelism yet (experts spread over " +
+                           w->Scalar() + " GPUs); with moe_world_size: 1 every GPU holds every expert"));
   }
   if (const auto p = get(ffn_, "moe_expert_model_parallelism"); p && flag(ffn_, s, "moe_expert_model_parallelism"))
-    throw Error(at(*p) + ": " + label(s + ".moe_expert_model_parallelism") + ": true -- tpsim cannot model expert parallelism yet");
+    throw Error(at(*p) + ": " + label(s + ".moe_expert_model_parallelism") +
+                ": true -- tpsim cannot model expert parallelism yet");
   if (const auto p = get(ffn_, "moe_weight_parallelism"); p && flag(ffn_, s, "moe_weight_parallelism"))
     refuse(*p, s + ".moe_weight_parallelism", "MegaBlocks' weight parallelism (expert weights sharded within a node)");
   if (const auto x = get(ffn_, "shared_expert"); x && flag(ffn_, s, "shared_expert"))
-    refuse(*x, s + ".shared_expert", "MegaBlocks' shared expert (an MLP of its own width and biases beside the routed experts)");
+    refuse(*x, s + ".shared_expert",
+           "MegaBlocks' shared expert (an MLP of its own width and biases beside the routed experts)");
   for (const auto& [key, v] : ffn_)
     if (one_of(key, kMoeIrrelevant)) out_.ignored.push_back(label(s + "." + key));
 }
@@ -469,12 +611,14 @@ void BlockReader::resolve_moe(const std::string& type, const YAML::Node& where, 
 
 std::string attn_impl_costing(const ModelBlock& b) {
   if (!b.attn_impl) return "";
-  return b.model.torch_attention ? " -- attention is costed as llm-foundry's PyTorch attention: the scores materialised, "
-                                   "scaled, masked, softmaxed in fp32 and cast back, each its own kernel"
-                                 : " -- attention is costed as the profile's causal flash attention";
+  return b.model.torch_attention
+             ? " -- attention is costed as llm-foundry's PyTorch attention: the scores materialised, "
+               "scaled, masked, softmaxed in fp32 and cast back, each its own kernel"
+             : " -- attention is costed as the profile's causal flash attention";
 }
 
-ModelBlock read_model_block(const YAML::Node& block, const std::string& origin, const std::string& owner, char separator) {
+ModelBlock read_model_block(const YAML::Node& block, const std::string& origin, const std::string& owner,
+                            char separator) {
   return BlockReader(origin, owner, separator).read(block);
 }
 
@@ -507,7 +651,8 @@ void ModelCatalog::add_hf_config(const std::filesystem::path& path, std::vector<
   ModelConfig m = h.model;
   m.name = hf_model_name(path);
   if (m.name.empty() || m.name.find_first_of(" ,\t") != std::string::npos || m.name.find("..") != std::string::npos)
-    throw Error(file + ": model name '" + m.name + "' (from the file or folder name) may not be empty or contain spaces, commas or '..'");
+    throw Error(file + ": model name '" + m.name +
+                "' (from the file or folder name) may not be empty or contain spaces, commas or '..'");
   add_model(m);
 }
 
@@ -521,7 +666,8 @@ void ModelCatalog::add_yaml(const std::string& text, const std::string& origin, 
   yaml::guard(origin, [&] { add_yaml_unguarded(text, origin, warnings); });
 }
 
-void ModelCatalog::add_yaml_unguarded(const std::string& text, const std::string& origin, std::vector<std::string>& warnings) {
+void ModelCatalog::add_yaml_unguarded(const std::string& text, const std::string& origin,
+                                      std::vector<std::string>& warnings) {
   const YAML::Node root = yaml::parse(text, origin);
   if (!root.IsMap() || root.size() == 0)
     throw Error(origin + ": a models file must be a map from model names to llm-foundry model blocks");
@@ -529,7 +675,8 @@ void ModelCatalog::add_yaml_unguarded(const std::string& text, const std::string
     if (!kv.first.IsScalar()) throw Error(yaml::where(origin, kv.first) + ": model names must be strings");
     const std::string name = yaml::key(kv.first, origin);
     if (name.empty() || name.find_first_of(" ,.\t") != std::string::npos)
-      throw Error(yaml::where(origin, kv.first) + ": model name '" + name + "' may not be empty or contain spaces, commas or dots");
+      throw Error(yaml::where(origin, kv.first) + ": model name '" + name +
+                  "' may not be empty or contain spaces, commas or dots");
     ModelBlock b = read_model_block(kv.second, origin, "model '" + name + "'", ' ');
     if (b.checkpointing_target_refusal) throw Error(*b.checkpointing_target_refusal);  // any run may checkpoint
     for (const auto& n : b.notes) warnings.push_back(one_line(n.where + ": model '" + name + "': " + n.text));
@@ -575,16 +722,20 @@ std::vector<std::string> ModelCatalog::expand(std::string_view spec, const std::
     const auto index = [&](const std::string& n) {
       return static_cast<size_t>(&get(n) - models_.data());  // get throws with the list of known models
     };
-    if (a.empty() || b.empty()) throw Error(flag + " '" + std::string(spec) + "': a range needs both ends, as in 125m..70b");
+    if (a.empty() || b.empty())
+      throw Error(flag + " '" + std::string(spec) + "': a range needs both ends, as in 125m..70b");
     const size_t i = index(a), j = index(b);
-    if (i > j) throw Error(flag + " '" + std::string(spec) + "': reversed range (" + b + " comes before " + a + " in the catalogue)");
+    if (i > j)
+      throw Error(flag + " '" + std::string(spec) + "': reversed range (" + b + " comes before " + a +
+                  " in the catalogue)");
     for (size_t k = i; k <= j; ++k) out.push_back(models_[k].name);
     return out;
   }
   size_t start = 0;
   while (start <= spec.size()) {
     const size_t comma = spec.find(',', start);
-    const std::string item(spec.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    const std::string item(
+        spec.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
     if (item.empty()) throw Error(flag + " '" + std::string(spec) + "': empty item in the list");
     out.push_back(get(item).name);
     if (comma == std::string_view::npos) break;

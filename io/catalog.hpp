@@ -34,10 +34,10 @@ struct ModelBlock {
     std::string where;  // file:line
     std::string text;   // "'rope' belongs in attn_config: ..."
   };
-  ModelConfig model;                      // vocab_size 50368 unless given; no name
-  std::optional<int64_t> max_seq_len;     // max_seq_len, 1 to kMaxSeqLen
-  std::optional<std::string> attn_impl;   // attn_config.attn_impl as written (torch: ModelConfig::torch_attention)
-  std::vector<std::string> ignored;       // known keys irrelevant to the cost, as labelled ("model.init_device")
+  ModelConfig model;                     // vocab_size 50368 unless given; no name
+  std::optional<int64_t> max_seq_len;    // max_seq_len, 1 to kMaxSeqLen
+  std::optional<std::string> attn_impl;  // attn_config.attn_impl as written (torch: ModelConfig::torch_attention)
+  std::vector<std::string> ignored;      // known keys irrelevant to the cost, as labelled ("model.init_device")
   std::vector<Note> notes;
   // activation_checkpointing_target naming something other than whole blocks (null, [] or MPTBlock):
   // an attention or feed-forward module, a norm, chosen blocks. The one-line error (file:line, the
@@ -48,7 +48,8 @@ struct ModelBlock {
 
 // `owner` and `separator` name the block's keys in messages: "model 'm1'" and ' ' give
 // "model 'm1' d_model" (a --models entry), "model" and '.' give "model.d_model" (a training YAML).
-ModelBlock read_model_block(const YAML::Node& block, const std::string& origin, const std::string& owner, char separator);
+ModelBlock read_model_block(const YAML::Node& block, const std::string& origin, const std::string& owner,
+                            char separator);
 
 // How the block's attn_impl is costed, for its note: " -- attention is costed as ..." (torch:
 // PyTorch's unfused attention; flash and triton: causal flash attention). "" without an attn_impl.

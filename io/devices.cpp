@@ -49,10 +49,20 @@ namespace {
 
 // Every key of a device file is one tpsim reads.
 void check_device_keys(const YAML::Node& root, const std::string& origin) {
-  const std::set<std::string> known = {"device", "name", "vendor", "architecture", "peak_dense_tflops",
-                                       "memory_gib", "hbm_gb_per_s", "compute_units", "gpus_per_node",
-                                       "scale_up_domain_gpus", "intra_node_gb_per_s", "inter_node_gbps_per_node",
-                                       "scaled_formats", "boost_clock_mhz"};
+  const std::set<std::string> known = {"device",
+                                       "name",
+                                       "vendor",
+                                       "architecture",
+                                       "peak_dense_tflops",
+                                       "memory_gib",
+                                       "hbm_gb_per_s",
+                                       "compute_units",
+                                       "gpus_per_node",
+                                       "scale_up_domain_gpus",
+                                       "intra_node_gb_per_s",
+                                       "inter_node_gbps_per_node",
+                                       "scaled_formats",
+                                       "boost_clock_mhz"};
   for (const auto& kv : root) {
     const std::string key = yaml::key(kv.first, origin);
     if (!known.count(key)) throw Error(yaml::where(origin, kv.first) + ": unknown key '" + key + "'");
@@ -97,11 +107,14 @@ DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::strin
   if (root["vendor"]) d.vendor = yaml::as_string(root["vendor"], origin, "vendor");
   if (root["architecture"]) d.architecture = yaml::as_string(root["architecture"], origin, "architecture");
   const YAML::Node peaks = need("peak_dense_tflops");
-  if (!peaks.IsMap() || peaks.size() == 0) throw Error(yaml::where(origin, peaks) + ": peak_dense_tflops must be a map of formats");
+  if (!peaks.IsMap() || peaks.size() == 0)
+    throw Error(yaml::where(origin, peaks) + ": peak_dense_tflops must be a map of formats");
   for (const auto& kv : peaks) {
     const std::string fmt = yaml::key(kv.first, origin);
     const auto t = parse_dtype(fmt);
-    if (!t) throw Error(yaml::where(origin, kv.first) + ": unknown number format '" + fmt + "' (fp8, bf16, fp16, tf32, fp32, fp4)");
+    if (!t)
+      throw Error(yaml::where(origin, kv.first) + ": unknown number format '" + fmt +
+                  "' (fp8, bf16, fp16, tf32, fp32, fp4)");
     double tflops = 0;
     sourced(kv.second, "peak_dense_tflops." + fmt, tflops);
     d.peak_flops_per_s[static_cast<int>(*t)] = tflops * 1e12;
@@ -117,7 +130,8 @@ DeviceSpec parse_device_yaml_unguarded(const std::string& text, const std::strin
     double x = 0;
     sourced(n, key, x);
     if (!(x >= 1 && x <= most) || x != std::floor(x))
-      throw Error(yaml::where(origin, n) + ": " + key + " must be a whole number from 1 to " + std::to_string(int64_t(most)));
+      throw Error(yaml::where(origin, n) + ": " + key + " must be a whole number from 1 to " +
+                  std::to_string(int64_t(most)));
     return static_cast<int>(x);
   };
   d.compute_units = count("compute_units", 1e6);

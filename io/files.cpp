@@ -62,10 +62,10 @@ class TempFileGuard {
  public:
   TempFileGuard() {
     for (size_t i = 0; i < kSignals.size(); ++i) {
-      struct sigaction old{};
+      struct sigaction old {};
       if (::sigaction(kSignals[i], nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
         continue;
-      struct sigaction act{};
+      struct sigaction act {};
       act.sa_handler = remove_temp_and_terminate;
       sigemptyset(&act.sa_mask);
       act.sa_flags = SA_RESETHAND;
@@ -190,7 +190,8 @@ void write_file_atomic(const fs::path& target, const std::string& content) {
   if (fs::is_directory(path, ec)) throw Error("output " + target.string() + ": is a directory");
   if (fs::exists(path, ec) && !fs::is_regular_file(path, ec)) return write_through(path, content);
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir, ec)) throw Error("output " + path.string() + ": folder " + dir.string() + " does not exist");
+  if (!fs::is_directory(dir, ec))
+    throw Error("output " + path.string() + ": folder " + dir.string() + " does not exist");
   const std::lock_guard<std::mutex> lock(g_write_mutex);
   TempFileGuard guard;
   std::string tmpl;

@@ -20,18 +20,68 @@ namespace {
 // settings older configs carry: known to every model_type and irrelevant to a training step.
 // The first four are bookkeeping and not even listed as ignored.
 const std::set<std::string> kSilent = {"architectures", "model_type", "transformers_version", "_name_or_path"};
-const std::set<std::string> kGeneric = {
-    "architectures", "model_type", "transformers_version", "_name_or_path", "torch_dtype", "dtype", "use_cache",
-    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "tokenizer_class",
-    "auto_map", "return_dict", "output_hidden_states", "output_attentions", "torchscript", "use_bfloat16",
-    "tf_legacy_loss", "pruned_heads", "chunk_size_feed_forward", "id2label", "label2id", "problem_type", "prefix",
-    "task_specific_params", "finetuning_task", "max_length", "min_length", "do_sample", "early_stopping", "num_beams",
-    "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
-    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
-    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
-    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
-    "_attn_implementation", "attn_implementation", "initializer_range", "tie_encoder_decoder", "is_decoder",
-    "cross_attention_hidden_size", "is_encoder_decoder", "add_cross_attention", "quantization_config"};
+const std::set<std::string> kGeneric = {"architectures",
+                                        "model_type",
+                                        "transformers_version",
+                                        "_name_or_path",
+                                        "torch_dtype",
+                                        "dtype",
+                                        "use_cache",
+                                        "bos_token_id",
+                                        "eos_token_id",
+                                        "pad_token_id",
+                                        "sep_token_id",
+                                        "decoder_start_token_id",
+                                        "tokenizer_class",
+                                        "auto_map",
+                                        "return_dict",
+                                        "output_hidden_states",
+                                        "output_attentions",
+                                        "torchscript",
+                                        "use_bfloat16",
+                                        "tf_legacy_loss",
+                                        "pruned_heads",
+                                        "chunk_size_feed_forward",
+                                        "id2label",
+                                        "label2id",
+                                        "problem_type",
+                                        "prefix",
+                                        "task_specific_params",
+                                        "finetuning_task",
+                                        "max_length",
+                                        "min_length",
+                                        "do_sample",
+                                        "early_stopping",
+                                        "num_beams",
+                                        "num_beam_groups",
+                                        "diversity_penalty",
+                                        "temperature",
+                                        "top_k",
+                                        "top_p",
+                                        "typical_p",
+                                        "repetition_penalty",
+                                        "length_penalty",
+                                        "no_repeat_ngram_size",
+                                        "encoder_no_repeat_ngram_size",
+                                        "bad_words_ids",
+                                        "num_return_sequences",
+                                        "output_scores",
+                                        "return_dict_in_generate",
+                                        "forced_bos_token_id",
+                                        "forced_eos_token_id",
+                                        "remove_invalid_values",
+                                        "exponential_decay_length_penalty",
+                                        "suppress_tokens",
+                                        "begin_suppress_tokens",
+                                        "_attn_implementation",
+                                        "attn_implementation",
+                                        "initializer_range",
+                                        "tie_encoder_decoder",
+                                        "is_decoder",
+                                        "cross_attention_hidden_size",
+                                        "is_encoder_decoder",
+                                        "add_cross_attention",
+                                        "quantization_config"};
 
 // Strict JSON: a duplicate key (which nlohmann would keep silently, the last one winning) is an error.
 json parse_json(const std::string& text, const std::string& origin) {
@@ -40,8 +90,8 @@ json parse_json(const std::string& text, const std::string& origin) {
   const json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::object_start) open.emplace_back();
     else if (event == json::parse_event_t::object_end && !open.empty()) open.pop_back();
-    else if (event == json::parse_event_t::key && !open.empty() && !open.back().insert(parsed.get<std::string>()).second &&
-             duplicate.empty())
+    else if (event == json::parse_event_t::key && !open.empty() &&
+             !open.back().insert(parsed.get<std::string>()).second && duplicate.empty())
       duplicate = parsed.get<std::string>();
     return true;
   };
@@ -71,11 +121,13 @@ struct Source {
     size_t pos = 0, start = 0;
     while (start <= path.size()) {
       const size_t dot = path.find('.', start);
-      const std::string key = "\"" + path.substr(start, dot == std::string::npos ? std::string::npos : dot - start) + "\"";
+      const std::string key =
+          "\"" + path.substr(start, dot == std::string::npos ? std::string::npos : dot - start) + "\"";
       size_t at = text.find(key, pos);
       while (at != std::string::npos) {
         size_t after = at + key.size();
-        while (after < text.size() && (text[after] == ' ' || text[after] == '\t' || text[after] == '\n' || text[after] == '\r'))
+        while (after < text.size() &&
+               (text[after] == ' ' || text[after] == '\t' || text[after] == '\n' || text[after] == '\r'))
           ++after;
         if (after < text.size() && text[after] == ':') break;
         at = text.find(key, at + 1);
@@ -85,7 +137,8 @@ struct Source {
       if (dot == std::string::npos) break;
       start = dot + 1;
     }
-    return origin + ":" + std::to_string(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(pos), '\n') + 1);
+    return origin + ":" +
+           std::to_string(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(pos), '\n') + 1);
   }
 };
 
@@ -122,7 +175,8 @@ class Section {
   }
   double fraction(const char* key, double if_absent) {
     const json* v = value(key);
-    if (v && (!v->is_number() || !(v->get<double>() >= 0 && v->get<double>() <= 1))) bad(key, "must be a number from 0 to 1");
+    if (v && (!v->is_number() || !(v->get<double>() >= 0 && v->get<double>() <= 1)))
+      bad(key, "must be a number from 0 to 1");
     return v ? v->get<double>() : if_absent;
   }
   bool flag(const char* key, bool if_absent) {
@@ -146,8 +200,8 @@ class Section {
   }
   [[noreturn]] void refuse(const std::string& key, const std::string& what) const {
     const auto it = obj_.find(key);
-    throw Error(src_.where(path(key)) + ": " + path(key) + ": " + (it != obj_.end() ? it->dump() : "(default)") + " -- " +
-                what + ": tpsim cannot model it yet");
+    throw Error(src_.where(path(key)) + ": " + path(key) + ": " + (it != obj_.end() ? it->dump() : "(default)") +
+                " -- " + what + ": tpsim cannot model it yet");
   }
 
   // Every key is known (read, or irrelevant, or PretrainedConfig's at the top level); the
@@ -157,8 +211,9 @@ class Section {
     if (top_level) known.insert(known.end(), kGeneric.begin(), kGeneric.end());
     for (const auto& [key, v] : obj_.items()) {
       if (std::find(known.begin(), known.end(), key) == known.end())
-        throw Error(src_.where(path(key)) + ": unknown key '" + path(key) + "' for model_type " + out.model_type +
-                    yaml::did_you_mean(key, known_));  // the hint among the model's own keys, not the generation settings
+        throw Error(
+            src_.where(path(key)) + ": unknown key '" + path(key) + "' for model_type " + out.model_type +
+            yaml::did_you_mean(key, known_));  // the hint among the model's own keys, not the generation settings
       if (irrelevant_.count(key) || (top_level && kGeneric.count(key) && !kSilent.count(key)))
         out.ignored.push_back(path(key));
     }
@@ -229,8 +284,11 @@ ModelConfig llama_family(Section& s, const Defaults& d) {
 void layer_types(Section& s, ModelConfig& m, int64_t window) {
   const json* v = s.value("layer_types");
   if (!v) return;
-  if (!v->is_array() || static_cast<int64_t>(v->size()) != m.n_layers) s.bad("layer_types", "must list one type per layer");
-  const auto all = [&](const char* t) { return std::all_of(v->begin(), v->end(), [&](const json& x) { return x == t; }); };
+  if (!v->is_array() || static_cast<int64_t>(v->size()) != m.n_layers)
+    s.bad("layer_types", "must list one type per layer");
+  const auto all = [&](const char* t) {
+    return std::all_of(v->begin(), v->end(), [&](const json& x) { return x == t; });
+  };
   if (all("full_attention")) m.sliding_window = 0;
   else if (all("sliding_attention")) m.sliding_window = window;
   else s.refuse("layer_types", "sliding-window attention in some layers and full attention in others");
@@ -271,7 +329,8 @@ ModelConfig read_llama(Section& s) {
   // The out projection's bias shares linear_bias with the feed-forward's.
   const bool attention_bias = s.flag("attention_bias", false), mlp_bias = s.flag("mlp_bias", false);
   if (attention_bias != mlp_bias)
-    s.refuse(attention_bias ? "attention_bias" : "mlp_bias", "a bias on the attention's out projection apart from the feed-forward's");
+    s.refuse(attention_bias ? "attention_bias" : "mlp_bias",
+             "a bias on the attention's out projection apart from the feed-forward's");
   m.qkv_bias = m.linear_bias = attention_bias;
   return m;
 }
@@ -394,8 +453,8 @@ ModelConfig read_dbrx(Section& s, const Source& src) {
   m.moe.experts = ffn.count("moe_num_experts", 4);
   m.moe.top_k = ffn.count("moe_top_k", 1);
   m.moe.d_expert = m.ffn_hidden;
-  ffn.irrelevant({"moe_jitter_eps", "moe_loss_weight", "moe_normalize_expert_weights", "uniform_expert_assignment",
-                  "model_type"});
+  ffn.irrelevant(
+      {"moe_jitter_eps", "moe_loss_weight", "moe_normalize_expert_weights", "uniform_expert_assignment", "model_type"});
   ffn.finish(src.out, false);
   return m;
 }
@@ -452,7 +511,8 @@ ModelConfig read_gpt_neox(Section& s) {
   // GPTNeoXAttention: query_key_value and dense biases follow attention_bias; the MLP always has them.
   if (!s.flag("attention_bias", true))
     s.refuse("attention_bias", "an attention without biases beside a feed-forward with them");
-  const double rotary = s.raw("partial_rotary_factor") ? s.fraction("partial_rotary_factor", 0.25) : s.fraction("rotary_pct", 0.25);
+  const double rotary =
+      s.raw("partial_rotary_factor") ? s.fraction("partial_rotary_factor", 0.25) : s.fraction("rotary_pct", 0.25);
   m.positions = rotary > 0 ? PositionKind::kRope : PositionKind::kNone;
   if (rotary > 0 && rotary < 1)
     s.src().out.notes.push_back("rotary_pct " + json(rotary).dump() +
@@ -461,8 +521,8 @@ ModelConfig read_gpt_neox(Section& s) {
   // activations as the sequential block; only their order differs.
   if (s.flag("use_parallel_residual", true))
     s.src().out.notes.push_back("use_parallel_residual: costed as the sequential block (the same parameters and ops)");
-  s.irrelevant({"rotary_emb_base", "attention_dropout", "hidden_dropout", "classifier_dropout", "max_position_embeddings",
-                "layer_norm_eps", "rope_scaling", "rope_theta", "rope_parameters"});
+  s.irrelevant({"rotary_emb_base", "attention_dropout", "hidden_dropout", "classifier_dropout",
+                "max_position_embeddings", "layer_norm_eps", "rope_scaling", "rope_theta", "rope_parameters"});
   return m;
 }
 
@@ -493,8 +553,11 @@ ModelConfig read_gpt_neo(Section& s) {
       layers += group[1].get<int64_t>();
     }
   }
-  if (layers != m.n_layers) s.bad("attention_types", "does not describe num_layers (" + std::to_string(m.n_layers) + ") layers");
-  if (kinds.size() > 1) s.refuse("attention_types", "local attention (a window of " + std::to_string(window) + ") in some layers and global in others");
+  if (layers != m.n_layers)
+    s.bad("attention_types", "does not describe num_layers (" + std::to_string(m.n_layers) + ") layers");
+  if (kinds.size() > 1)
+    s.refuse("attention_types",
+             "local attention (a window of " + std::to_string(window) + ") in some layers and global in others");
   if (kinds.count("local")) m.sliding_window = window;
   s.irrelevant({"attention_layers", "resid_dropout", "embed_dropout", "attention_dropout", "classifier_dropout",
                 "layer_norm_epsilon", "gradient_checkpointing", "summary_type", "summary_use_proj",
@@ -503,11 +566,19 @@ ModelConfig read_gpt_neo(Section& s) {
 }
 
 using Reader = ModelConfig (*)(Section&);
-const std::map<std::string, Reader> kReaders = {
-    {"llama", read_llama},       {"mistral", read_mistral}, {"mixtral", read_mixtral},     {"qwen2", read_qwen2},
-    {"qwen2_moe", read_qwen2_moe}, {"qwen3", read_qwen3},   {"qwen3_moe", read_qwen3_moe}, {"olmo", read_olmo},
-    {"olmo2", read_olmo2},       {"gpt2", read_gpt2},       {"opt", read_opt},             {"gpt_neox", read_gpt_neox},
-    {"gpt_neo", read_gpt_neo}};
+const std::map<std::string, Reader> kReaders = {{"llama", read_llama},
+                                                {"mistral", read_mistral},
+                                                {"mixtral", read_mixtral},
+                                                {"qwen2", read_qwen2},
+                                                {"qwen2_moe", read_qwen2_moe},
+                                                {"qwen3", read_qwen3},
+                                                {"qwen3_moe", read_qwen3_moe},
+                                                {"olmo", read_olmo},
+                                                {"olmo2", read_olmo2},
+                                                {"gpt2", read_gpt2},
+                                                {"opt", read_opt},
+                                                {"gpt_neox", read_gpt_neox},
+                                                {"gpt_neo", read_gpt_neo}};
 
 std::string supported_types() {
   std::string all;
@@ -541,7 +612,8 @@ json apply_overrides(json j, const std::vector<HfOverride>& overrides) {
 // model_type mpt: mosaicml's config.json holds MPTConfig's keys, read as an llm-foundry model block
 // (read_model_block) once PretrainedConfig's own keys are set aside. Parsed again as YAML (JSON is
 // YAML) so that messages keep their lines.
-void read_mpt(const std::string& text, const std::string& origin, const std::vector<HfOverride>& overrides, HfConfig& out) {
+void read_mpt(const std::string& text, const std::string& origin, const std::vector<HfOverride>& overrides,
+              HfConfig& out) {
   yaml::guard(origin, [&] {
     YAML::Node root = yaml::parse(text, origin);
     std::vector<std::string> generic;
@@ -577,10 +649,12 @@ HfConfig read_hf_config(const std::string& text, const std::string& origin, cons
   HfConfig out;
   const auto type = file.find("model_type");
   if (type == file.end() || !type->is_string())
-    throw Error(origin + ": no model_type (a Hugging Face config.json names its model_type: " + supported_types() + ")");
+    throw Error(origin + ": no model_type (a Hugging Face config.json names its model_type: " + supported_types() +
+                ")");
   out.model_type = type->get<std::string>();
   for (const auto& o : overrides)
-    if (o.key == "model_type") throw Error(o.where + ": config_overrides.model_type: the model_type cannot be overridden");
+    if (o.key == "model_type")
+      throw Error(o.where + ": config_overrides.model_type: the model_type cannot be overridden");
   if (out.model_type == "mpt") {
     read_mpt(text, origin, overrides, out);
     return out;
@@ -593,8 +667,8 @@ HfConfig read_hf_config(const std::string& text, const std::string& origin, cons
   if (out.model_type == "dbrx") out.model = read_dbrx(s, src);
   else if (reader != kReaders.end()) out.model = reader->second(s);
   else
-    throw Error(src.where("model_type") + ": model_type '" + out.model_type + "' is not one tpsim models (supported: " +
-                supported_types() + ")");
+    throw Error(src.where("model_type") + ": model_type '" + out.model_type +
+                "' is not one tpsim models (supported: " + supported_types() + ")");
   refuse_generic(s);
   s.finish(out, true);
   if (std::string why = check_architecture(out.model); !why.empty())
@@ -640,7 +714,8 @@ fs::path hub_cache() {
 std::optional<fs::path> from_cache(const std::string& repo, const fs::path& cache) {
   std::error_code ec;
   std::string folder = "models--" + repo;
-  for (size_t at = folder.find('/'); at != std::string::npos; at = folder.find('/', at + 2)) folder.replace(at, 1, "--");
+  for (size_t at = folder.find('/'); at != std::string::npos; at = folder.find('/', at + 2))
+    folder.replace(at, 1, "--");
   const fs::path snapshots = cache / folder / "snapshots";
   if (cache.empty() || !fs::is_directory(snapshots, ec)) return std::nullopt;
   std::optional<fs::path> newest;
@@ -658,7 +733,8 @@ std::optional<fs::path> from_cache(const std::string& repo, const fs::path& cach
 std::optional<fs::path> shipped(const std::string& repo) {
   const fs::path dir = data_dir() / "models" / "hf";
   const std::string origin = (dir / "index.yaml").string();
-  const YAML::Node index = yaml::guard(origin, [&] { return yaml::parse(read_text_file(dir / "index.yaml", "index"), origin); });
+  const YAML::Node index =
+      yaml::guard(origin, [&] { return yaml::parse(read_text_file(dir / "index.yaml", "index"), origin); });
   const auto lower = [](std::string s) {
     std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     return s;
@@ -677,8 +753,9 @@ std::filesystem::path resolve_pretrained_config(const std::string& name_or_path)
   const fs::path cache = hub_cache();
   if (auto p = from_cache(name_or_path, cache)) return *p;
   if (auto p = shipped(name_or_path)) return *p;
-  throw Error("pretrained_model_name_or_path '" + name_or_path + "': no config.json in a local folder of that name, in the " +
-              "Hugging Face cache (" + (cache.empty() ? std::string("no HF_HUB_CACHE, HF_HOME or HOME") : cache.string()) +
+  throw Error("pretrained_model_name_or_path '" + name_or_path +
+              "': no config.json in a local folder of that name, in the " + "Hugging Face cache (" +
+              (cache.empty() ? std::string("no HF_HUB_CACHE, HF_HOME or HOME") : cache.string()) +
               ") or among the configs shipped in " + (data_dir() / "models" / "hf").string() +
               " (index.yaml); tpsim never downloads");
 }

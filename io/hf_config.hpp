@@ -22,11 +22,11 @@
 namespace tpsim {
 
 struct HfConfig {
-  ModelConfig model;                    // no name: the caller names it (after its file or folder)
+  ModelConfig model;  // no name: the caller names it (after its file or folder)
   std::string model_type;
-  std::optional<int64_t> max_seq_len;   // model_type mpt: its max_seq_len
-  std::vector<std::string> ignored;     // known keys irrelevant to the cost ("rope_theta", "attn_config.clip_qkv")
-  std::vector<std::string> notes;       // modelled differently than written, one line each
+  std::optional<int64_t> max_seq_len;  // model_type mpt: its max_seq_len
+  std::vector<std::string> ignored;    // known keys irrelevant to the cost ("rope_theta", "attn_config.clip_qkv")
+  std::vector<std::string> notes;      // modelled differently than written, one line each
 };
 
 // One entry of llm-foundry's hf_causal_lm `config_overrides`, applied to the config.json's keys
@@ -39,7 +39,8 @@ struct HfOverride {
 };
 
 // `origin` names the text in messages ("models/llama/config.json").
-HfConfig read_hf_config(const std::string& text, const std::string& origin, const std::vector<HfOverride>& overrides = {});
+HfConfig read_hf_config(const std::string& text, const std::string& origin,
+                        const std::vector<HfOverride>& overrides = {});
 // A config.json, or a folder holding one.
 HfConfig read_hf_config_file(const std::filesystem::path& path, const std::vector<HfOverride>& overrides = {});
 

@@ -179,7 +179,8 @@ class Columns {
 
   // llm-foundry writes a boolean (True: each block checkpointed whole); tpsim's own rows and the
   // Recompute column may say which kind.
-  Checkpointing checkpointing(const std::vector<std::string>& cells, const std::string& col, const std::string& at) const {
+  Checkpointing checkpointing(const std::vector<std::string>& cells, const std::string& col,
+                              const std::string& at) const {
     std::string s = text(cells, col, at);
     std::transform(s.begin(), s.end(), s.begin(), ::tolower);
     if (s == "true" || s == "1" || s == "yes") return Checkpointing::kFull;
@@ -196,17 +197,26 @@ class Columns {
   std::map<std::string, size_t> index_;
 };
 
-const char* const kRequired[] = {"Model", "SeqLen (T)", "# GPUs", "GPU", "MicroBatchSize", "GlobalBatchSize",
-                                 "Throughput (T/s)", "Precision", "MP Mode", "Sharding Strategy",
+const char* const kRequired[] = {"Model",
+                                 "SeqLen (T)",
+                                 "# GPUs",
+                                 "GPU",
+                                 "MicroBatchSize",
+                                 "GlobalBatchSize",
+                                 "Throughput (T/s)",
+                                 "Precision",
+                                 "MP Mode",
+                                 "Sharding Strategy",
                                  "Activation Checkpointing"};
 
 // The general form's own columns: llm-foundry's tables have none of them.
-const char* const kGeneralColumns[] = {"Framework",        "Tensor Parallel",   "Pipeline Parallel",     "Virtual Stages",
-                                       "Context Parallel", "Expert Parallel",   "Data Parallel",         "Sequence Parallel",
-                                       "Recompute",        "Step Time (s)",     "Distributed Optimizer", "Overlap Grad Reduce",
-                                       "Attention",        "TP Comm Overlap",   "Account For Embedding", "Account For Loss",
-                                       "Expert Tensor Parallel", "Grad Reduce In BF16", "FP8 Param Gather",
-                                       "Pipeline Scatter Gather", "MoE A2A Overlap"};
+const char* const kGeneralColumns[] = {"Framework",        "Tensor Parallel",         "Pipeline Parallel",
+                                       "Virtual Stages",   "Context Parallel",        "Expert Parallel",
+                                       "Data Parallel",    "Sequence Parallel",       "Recompute",
+                                       "Step Time (s)",    "Distributed Optimizer",   "Overlap Grad Reduce",
+                                       "Attention",        "TP Comm Overlap",         "Account For Embedding",
+                                       "Account For Loss", "Expert Tensor Parallel",  "Grad Reduce In BF16",
+                                       "FP8 Param Gather", "Pipeline Scatter Gather", "MoE A2A Overlap"};
 
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
@@ -228,8 +238,8 @@ class RowParser {
       if ((col == "MP Mode" || col == "Sharding Strategy") &&
           (cols_.has("Framework") || !framework_def(options.framework).sharding_strategies))
         continue;
-      cols_.require(col, col == "GPU"                ? " (a table in the general form may leave it to --device)"
-                         : col == "Throughput (T/s)" ? " (or give 'Step Time (s)')"
+      cols_.require(col, col == "GPU"                        ? " (a table in the general form may leave it to --device)"
+                         : col == "Throughput (T/s)"         ? " (or give 'Step Time (s)')"
                          : col == "Activation Checkpointing" ? " (or give 'Recompute')"
                                                              : "");
     }
@@ -253,7 +263,8 @@ class RowParser {
     read_parallel(cells, at, r);
     read_sharding(cells, at, r);
     r.checkpointing = read_checkpointing(cells, at);
-    if (cols_.has("Activation CPUOffload")) r.activation_cpu_offload = cols_.boolean(cells, "Activation CPUOffload", at);
+    if (cols_.has("Activation CPUOffload"))
+      r.activation_cpu_offload = cols_.boolean(cells, "Activation CPUOffload", at);
     if (cols_.has("Attention")) r.unfused_attention = read_attention(cells, at);
     if (cols_.has("MFU")) r.mfu_percent = cols_.number(cells, "MFU", at);
     if (cols_.has("HFU")) r.hfu_percent = cols_.number(cells, "HFU", at);
@@ -270,7 +281,8 @@ class RowParser {
       if (!(r.tokens_per_s > 0)) throw Error(at + ": 'Throughput (T/s)' must be positive");
       return;
     }
-    if (!cols_.given(cells, "Step Time (s)")) throw Error(at + ": neither 'Throughput (T/s)' nor 'Step Time (s)' is given");
+    if (!cols_.given(cells, "Step Time (s)"))
+      throw Error(at + ": neither 'Throughput (T/s)' nor 'Step Time (s)' is given");
     r.measured_step_s = cols_.number(cells, "Step Time (s)", at);
     if (!(r.measured_step_s > 0)) throw Error(at + ": 'Step Time (s)' must be positive");
     r.tokens_per_s = static_cast<double>(r.global_batch) * static_cast<double>(r.seq_len) / r.measured_step_s;
@@ -283,7 +295,9 @@ class RowParser {
       std::string f = cols_.text(cells, "Framework", at);
       std::transform(f.begin(), f.end(), f.begin(), ::tolower);
       const auto fw = parse_framework(f);
-      if (!fw) throw Error(at + ": unknown Framework '" + cols_.cell(cells, "Framework", at) + "' (composer, megatron, torchtitan)");
+      if (!fw)
+        throw Error(at + ": unknown Framework '" + cols_.cell(cells, "Framework", at) +
+                    "' (composer, megatron, torchtitan)");
       par.framework = *fw;
     }
     par.tensor = cols_.optional_degree(cells, "Tensor Parallel", at);
@@ -294,7 +308,8 @@ class RowParser {
     // Megatron-Core's expert_tensor_parallel_size; equal to tp, its default, it is the default.
     if (cols_.has("Expert Tensor Parallel")) par.set_expert_tensor(cols_.degree(cells, "Expert Tensor Parallel", at));
     if (cols_.has("Sequence Parallel")) par.sequence_parallel = cols_.boolean(cells, "Sequence Parallel", at);
-    if (cols_.has("Distributed Optimizer")) par.distributed_optimizer = cols_.boolean(cells, "Distributed Optimizer", at);
+    if (cols_.has("Distributed Optimizer"))
+      par.distributed_optimizer = cols_.boolean(cells, "Distributed Optimizer", at);
     if (cols_.has("Overlap Grad Reduce")) par.overlap_grad_reduce = cols_.boolean(cells, "Overlap Grad Reduce", at);
     if (cols_.has("TP Comm Overlap")) par.tp_comm_overlap = cols_.boolean(cells, "TP Comm Overlap", at);
     if (cols_.has("MoE A2A Overlap")) par.moe_a2a_overlap = cols_.boolean(cells, "MoE A2A Overlap", at);
@@ -302,18 +317,20 @@ class RowParser {
     if (cols_.has("FP8 Param Gather")) par.fp8_param_gather = cols_.boolean(cells, "FP8 Param Gather", at);
     if (cols_.has("Pipeline Scatter Gather"))
       par.pipeline_scatter_gather = cols_.boolean(cells, "Pipeline Scatter Gather", at);
-    if (cols_.has("Account For Embedding")) par.account_for_embedding = cols_.boolean(cells, "Account For Embedding", at);
+    if (cols_.has("Account For Embedding"))
+      par.account_for_embedding = cols_.boolean(cells, "Account For Embedding", at);
     if (cols_.has("Account For Loss")) par.account_for_loss = cols_.boolean(cells, "Account For Loss", at);
     const int64_t model_parallel = par.model_parallel();
     if (r.n_gpus % model_parallel != 0)
-      throw Error(at + ": # GPUs " + std::to_string(r.n_gpus) + " is not a multiple of tensor x context x pipeline parallel " +
-                  std::to_string(par.tensor) + " x " + std::to_string(par.context) + " x " + std::to_string(par.pipeline));
+      throw Error(at + ": # GPUs " + std::to_string(r.n_gpus) +
+                  " is not a multiple of tensor x context x pipeline parallel " + std::to_string(par.tensor) + " x " +
+                  std::to_string(par.context) + " x " + std::to_string(par.pipeline));
     if (cols_.has("Data Parallel")) {
       const int64_t dp = cols_.positive_int(cells, "Data Parallel", at);
       if (dp != r.n_gpus / model_parallel)
-        throw Error(at + ": column 'Data Parallel' is " + std::to_string(dp) + " but # GPUs " + std::to_string(r.n_gpus) +
-                    " over tensor x context x pipeline parallel " + std::to_string(model_parallel) + " is " +
-                    std::to_string(r.n_gpus / model_parallel));
+        throw Error(at + ": column 'Data Parallel' is " + std::to_string(dp) + " but # GPUs " +
+                    std::to_string(r.n_gpus) + " over tensor x context x pipeline parallel " +
+                    std::to_string(model_parallel) + " is " + std::to_string(r.n_gpus / model_parallel));
     }
   }
 
@@ -335,7 +352,8 @@ class RowParser {
       const std::string sh = cols_.text(cells, "Sharding Strategy", at);
       const auto s = parse_sharding(sh);
       if (!s)
-        throw Error(at + ": unknown Sharding Strategy '" + sh + "' (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)");
+        throw Error(at + ": unknown Sharding Strategy '" + sh +
+                    "' (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)");
       r.sharding = *s;
     }
   }
@@ -354,8 +372,8 @@ class RowParser {
     if (ac && rc) {
       const Checkpointing other = cols_.checkpointing(cells, "Recompute", at);
       if (other != c)
-        throw Error(at + ": 'Recompute' " + std::string(to_string(other)) + " disagrees with 'Activation Checkpointing' " +
-                    std::string(to_string(c)));
+        throw Error(at + ": 'Recompute' " + std::string(to_string(other)) +
+                    " disagrees with 'Activation Checkpointing' " + std::string(to_string(c)));
     }
     return c;
   }
@@ -366,9 +384,17 @@ class RowParser {
 
 // vTrain's tables, as VIA-Research/vTrain's data/ground_truth_single.csv and ground_truth_multi.csv
 // have them (the multi-node one also states each model's size, 'Parameters (billion)').
-const char* const kVtrainColumns[] = {"# GPUs", "global batch", "micro batch", "hidden size", "attention heads",
-                                      "# layers", "sequence length", "tensor parallelism", "data parallelism",
-                                      "pipeline parallelism", "iteration time (ms)"};
+const char* const kVtrainColumns[] = {"# GPUs",
+                                      "global batch",
+                                      "micro batch",
+                                      "hidden size",
+                                      "attention heads",
+                                      "# layers",
+                                      "sequence length",
+                                      "tensor parallelism",
+                                      "data parallelism",
+                                      "pipeline parallelism",
+                                      "iteration time (ms)"};
 
 bool is_vtrain_header(const std::vector<std::string>& header) {
   return std::find(header.begin(), header.end(), "iteration time (ms)") != header.end();
@@ -388,7 +414,8 @@ class VtrainParser {
       : cols_(header, origin, header_line), device_(options.device) {
     for (const char* c : kVtrainColumns) cols_.require(c, " (of vTrain's table)");
     if (device_.empty())
-      throw Error(cols_.header_at() + ": vTrain's table has no GPU column: pass --device to name the GPU (its runs were on A100s)");
+      throw Error(cols_.header_at() +
+                  ": vTrain's table has no GPU column: pass --device to name the GPU (its runs were on A100s)");
   }
 
   MeasuredRow parse(const std::vector<std::string>& cells, int line) const {
@@ -416,7 +443,7 @@ class VtrainParser {
     r.tokens_per_s = static_cast<double>(r.global_batch) * static_cast<double>(r.seq_len) / r.measured_step_s;
     r.precision = Precision::kAmpFp16;
     par.pipeline_scatter_gather = true;  // Megatron-DeepSpeed's default (and DeepSpeed's pipeline engine's)
-    r.sharding = Sharding::kNoShard;  // DDP without the distributed optimizer
+    r.sharding = Sharding::kNoShard;     // DDP without the distributed optimizer
     r.checkpointing = Checkpointing::kFull;
     return r;
   }
@@ -457,7 +484,9 @@ struct Section {
 // Repairs rows with one cell too many when the header lacks Model TFLOP (inserted after HFU),
 // else rejects the row.
 void align(Section& sec, const std::string& origin, std::vector<std::string>& warnings) {
-  const auto has = [&](const char* c) { return std::find(sec.header.begin(), sec.header.end(), c) != sec.header.end(); };
+  const auto has = [&](const char* c) {
+    return std::find(sec.header.begin(), sec.header.end(), c) != sec.header.end();
+  };
   bool repaired = false;
   for (auto& [line, cells] : sec.rows) {
     if (cells.size() == sec.header.size()) continue;

@@ -14,17 +14,20 @@
 // `Expert Parallel`, `Expert Tensor Parallel` (absent: the tensor-parallel degree, Megatron-Core's
 // default), `Data Parallel` (checked against # GPUs over the model-parallel degrees),
 // `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce`, `Grad Reduce In BF16`
-// (Megatron-LM's --grad-reduce-in-bf16), `FP8 Param Gather` (--fp8-param-gather), `Pipeline Scatter Gather` (legacy Megatron-LM's
+// (Megatron-LM's --grad-reduce-in-bf16), `FP8 Param Gather` (--fp8-param-gather), `Pipeline Scatter Gather` (legacy
+// Megatron-LM's
 // --scatter-gather-tensors-in-pipeline), `TP Comm Overlap` (Megatron-Core's --tp-comm-overlap), `MoE A2A Overlap`
-// (its --overlap-moe-expert-parallel-comm, Megatron-Bridge's moe_a2a_overlap), `Account For Embedding` and `Account For Loss` (its
+// (its --overlap-moe-expert-parallel-comm, Megatron-Bridge's moe_a2a_overlap), `Account For Embedding` and `Account For
+// Loss` (its
 // --account-for-embedding/loss-in-pipeline-split: an uneven pipeline split) (True/False), `Attention` (flash, or
 // unfused: Megatron-LM's core attention, run without --use-flash-attn as every Megatron run before
 // 2023 was; see use_megatron_core_attention), `Recompute`
 // (none/selective/full: the same as `Activation Checkpointing`, one of which is required; both
 // present and disagreeing is an error) and `Step Time (s)`, the measured quantity of a row whose
 // `Throughput (T/s)` is absent or empty. A table with one of these columns may leave out `GPU`
-// when the command names the device (--device); llm-foundry's tables always have it. `MP Mode` and `Sharding Strategy` are required of composer rows only: megatron rows
-// are DDP (NO_SHARD, with or without the distributed optimizer), torchtitan rows FSDP2 (FULL_SHARD).
+// when the command names the device (--device); llm-foundry's tables always have it. `MP Mode` and `Sharding Strategy`
+// are required of composer rows only: megatron rows are DDP (NO_SHARD, with or without the distributed optimizer),
+// torchtitan rows FSDP2 (FULL_SHARD).
 //
 // vTrain's CSVs (VIA-Research/vTrain, data/ground_truth_single.csv and ground_truth_multi.csv) are
 // recognised by their column `iteration time (ms)` and read as they are: each row defines its own
@@ -55,7 +58,7 @@ struct MeasuredRow {
   int64_t micro_batch = 0;
   int64_t grad_accum = 0;  // 0 when the table has no GradAccum column
   int64_t global_batch = 0;
-  double tokens_per_s = 0;  // measured; or global batch x sequence / measured_step_s when step time was measured
+  double tokens_per_s = 0;     // measured; or global batch x sequence / measured_step_s when step time was measured
   double measured_step_s = 0;  // > 0: the row measured step time (Step Time (s), vTrain's iteration time)
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
@@ -63,14 +66,14 @@ struct MeasuredRow {
   Checkpointing checkpointing = Checkpointing::kNone;
   bool activation_cpu_offload = false;
   bool unfused_attention = false;  // Attention 'unfused': the row's model costed with use_megatron_core_attention
-  Parallelism parallel;  // framework and degrees; all 1 under composer for llm-foundry's tables
+  Parallelism parallel;            // framework and degrees; all 1 under composer for llm-foundry's tables
   // The row's own architecture (vTrain's rows), named `model`; empty: `model` names a model of the
   // catalogue or --models.
   std::optional<ModelConfig> architecture;
-  double mfu_percent = -1;    // < 0 when absent
+  double mfu_percent = -1;  // < 0 when absent
   double hfu_percent = -1;
-  double model_tflop = -1;    // the table's Model TFLOP cell as written
-  int64_t num_params = -1;    // < 0 when absent
+  double model_tflop = -1;                                 // the table's Model TFLOP cell as written
+  int64_t num_params = -1;                                 // < 0 when absent
   std::vector<std::pair<std::string, std::string>> cells;  // (column, cell) as written, in table order
 
   std::string where() const { return origin + ":" + std::to_string(line); }
@@ -78,9 +81,15 @@ struct MeasuredRow {
 
   // The configuration the row measured.
   TrainConfig config() const {
-    return {.seq_len = seq_len, .global_batch = global_batch, .micro_batch = micro_batch, .n_gpus = n_gpus,
-            .precision = precision, .mp_mode = mp_mode, .sharding = sharding,
-            .checkpointing = checkpointing, .parallel = parallel};
+    return {.seq_len = seq_len,
+            .global_batch = global_batch,
+            .micro_batch = micro_batch,
+            .n_gpus = n_gpus,
+            .precision = precision,
+            .mp_mode = mp_mode,
+            .sharding = sharding,
+            .checkpointing = checkpointing,
+            .parallel = parallel};
   }
 };
 

@@ -39,10 +39,8 @@ std::vector<std::string> nearest_names(const std::string& given, const std::vect
   const size_t limit = std::max<size_t>(2, g.size() / 3);
   for (const auto& k : known) {
     const std::string l = to_lower(k);
-    if (l.find(g) != std::string::npos || g.find(l) != std::string::npos)
-      ranked.emplace_back(0, l.size(), k);
-    else if (const size_t d = edit_distance(g, l); d <= limit)
-      ranked.emplace_back(1, d, k);
+    if (l.find(g) != std::string::npos || g.find(l) != std::string::npos) ranked.emplace_back(0, l.size(), k);
+    else if (const size_t d = edit_distance(g, l); d <= limit) ranked.emplace_back(1, d, k);
   }
   std::sort(ranked.begin(), ranked.end());
   std::vector<std::string> out;
@@ -58,8 +56,7 @@ std::string did_you_mean_phrase(const std::string& given, const std::vector<std:
   const std::vector<std::string> near = nearest_names(given, known);
   if (near.empty()) return "";
   std::string s = " (did you mean ";
-  for (size_t i = 0; i < near.size(); ++i)
-    s += (i == 0 ? "" : i + 1 == near.size() ? " or " : ", ") + near[i];
+  for (size_t i = 0; i < near.size(); ++i) s += (i == 0 ? "" : i + 1 == near.size() ? " or " : ", ") + near[i];
   return s + "?)";
 }
 

@@ -25,8 +25,8 @@ struct Cell {
   static Cell str(std::string s);
   static Cell num(double v, int decimals);
   static Cell integer_value(int64_t v);
-  static Cell flag(bool b);  // printed True / False as llm-foundry does
-  std::string plain() const; // as text (md and CSV)
+  static Cell flag(bool b);   // printed True / False as llm-foundry does
+  std::string plain() const;  // as text (md and CSV)
 };
 
 struct OutputTable {

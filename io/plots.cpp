@@ -50,8 +50,8 @@ const char* category_colour(size_t i) {
 
 // Viridis at t in [0, 1], by linear interpolation between nine stops.
 std::string viridis(double t) {
-  static const double stops[9][3] = {{68, 1, 84},    {71, 44, 122},  {59, 81, 139},   {44, 113, 142}, {33, 144, 141},
-                                     {39, 173, 129}, {92, 200, 99},  {170, 220, 50},  {253, 231, 37}};
+  static const double stops[9][3] = {{68, 1, 84},    {71, 44, 122}, {59, 81, 139},  {44, 113, 142}, {33, 144, 141},
+                                     {39, 173, 129}, {92, 200, 99}, {170, 220, 50}, {253, 231, 37}};
   t = std::clamp(std::isfinite(t) ? t : 0.0, 0.0, 1.0) * 8.0;
   const int i = std::min(7, static_cast<int>(t));
   const double f = t - i;
@@ -82,10 +82,14 @@ double widest_px(const std::vector<std::string>& texts, double px) {
 }
 
 // The left margin of a plot: a rotated axis title (x 12..28) and the tick labels ending 6 left of the axis.
-double left_margin(const std::vector<std::string>& tick_labels) { return std::max(80.0, 40.0 + widest_px(tick_labels, 12) + 6); }
+double left_margin(const std::vector<std::string>& tick_labels) {
+  return std::max(80.0, 40.0 + widest_px(tick_labels, 12) + 6);
+}
 
 // The figure's width: what the plot needs, and never narrower than its title.
-double figure_width(double plot_width, const std::string& title) { return std::max(plot_width, text_px(title, 15, true) + 24); }
+double figure_width(double plot_width, const std::string& title) {
+  return std::max(plot_width, text_px(title, 15, true) + 24);
+}
 
 std::string header(double w, double h, const std::string& title) {
   std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fmt(w, 0) + "\" height=\"" + fmt(h, 0) +
@@ -109,7 +113,8 @@ std::vector<double> linear_ticks(double lo, double hi, int target = 6) {
       break;
     }
   std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
+    t.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
   return t;
 }
 
@@ -144,8 +149,8 @@ HeatFrame heat_frame(const HeatMap& h, const std::string& hi, const std::string&
   const double span = text_px(h.y_label, 12);
   f.y_title_y = std::max(f.top + f.grid_h / 2, f.top + span / 2);
   f.height = std::max(f.x_title_y + 12, f.y_title_y + span / 2 + 8);
-  f.w = figure_width(std::max({f.value_x + 12, f.bar_x + 22 + text_px(empty, 12) + 10, f.x_title_x + x_title_w / 2 + 10}),
-                     h.title);
+  f.w = figure_width(
+      std::max({f.value_x + 12, f.bar_x + 22 + text_px(empty, 12) + 10, f.x_title_x + x_title_w / 2 + 10}), h.title);
   return f;
 }
 
@@ -168,10 +173,11 @@ std::string heat_scale(const HeatMap& h, const HeatFrame& f, const std::string& 
 }
 
 std::string heat_cell(const HeatMap& h, const HeatFrame& f, size_t yi, size_t xi, double lo, double hi) {
-  const double x = f.left + f.cw * static_cast<double>(xi), y = f.top + f.ch * static_cast<double>(yi), v = h.values[yi][xi];
+  const double x = f.left + f.cw * static_cast<double>(xi), y = f.top + f.ch * static_cast<double>(yi),
+               v = h.values[yi][xi];
   const std::string note = yi < h.notes.size() && xi < h.notes[yi].size() ? h.notes[yi][xi] : "";
-  const std::string box = "x=\"" + fmt(x, 1) + "\" y=\"" + fmt(y, 1) + "\" width=\"" + fmt(f.cw - 1, 1) + "\" height=\"" +
-                          fmt(f.ch - 1, 1) + "\"";
+  const std::string box = "x=\"" + fmt(x, 1) + "\" y=\"" + fmt(y, 1) + "\" width=\"" + fmt(f.cw - 1, 1) +
+                          "\" height=\"" + fmt(f.ch - 1, 1) + "\"";
   if (!std::isfinite(v))
     return "<rect class=\"empty\" " + box + " fill=\"url(#hatch)\"><title>" + esc(note.empty() ? "no value" : note) +
            "</title></rect>\n";
@@ -179,7 +185,8 @@ std::string heat_cell(const HeatMap& h, const HeatFrame& f, size_t yi, size_t xi
   return "<rect class=\"cell\" " + box + " fill=\"" + viridis(t) + "\"><title>" +
          esc(h.y_ticks[yi] + ", " + h.x_ticks[xi] + ": " + fmt(v, 1) + (note.empty() ? "" : " (" + note + ")")) +
          "</title></rect>\n" + "<text x=\"" + fmt(x + f.cw / 2, 1) + "\" y=\"" + fmt(y + f.ch / 2 + 4, 1) +
-         "\" text-anchor=\"middle\" fill=\"" + (t > 0.6 ? "black" : "white") + "\" font-size=\"11\">" + fmt(v, 1) + "</text>\n";
+         "\" text-anchor=\"middle\" fill=\"" + (t > 0.6 ? "black" : "white") + "\" font-size=\"11\">" + fmt(v, 1) +
+         "</text>\n";
 }
 
 }  // namespace
@@ -204,8 +211,9 @@ std::string heat_map_svg(const HeatMap& h) {
   const std::string empty = any_empty ? (h.empty_label.empty() ? "no value" : h.empty_label) : "";
   const HeatFrame f = heat_frame(h, hi_text, lo_text, empty);
   std::string s = header(f.w, f.height, h.title);
-  s += "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
-       "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#bbb\" stroke-width=\"2\"/></pattern></defs>\n";
+  s +=
+      "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
+      "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#bbb\" stroke-width=\"2\"/></pattern></defs>\n";
   for (size_t yi = 0; yi < ny; ++yi) {
     const double y = f.top + f.ch * static_cast<double>(yi);
     s += "<text x=\"" + fmt(f.left - 6, 0) + "\" y=\"" + fmt(y + f.ch / 2 + 4, 0) + "\" text-anchor=\"end\">" +
@@ -213,12 +221,12 @@ std::string heat_map_svg(const HeatMap& h) {
     for (size_t xi = 0; xi < nx; ++xi) s += heat_cell(h, f, yi, xi, lo, hi);
   }
   for (size_t xi = 0; xi < nx; ++xi)
-    s += "<text x=\"" + fmt(f.left + f.cw * (static_cast<double>(xi) + 0.5), 1) + "\" y=\"" + fmt(f.top + f.grid_h + 16, 0) +
-         "\" text-anchor=\"middle\">" + esc(h.x_ticks[xi]) + "</text>\n";
-  s += "<text x=\"" + fmt(f.x_title_x, 0) + "\" y=\"" + fmt(f.x_title_y, 0) + "\" text-anchor=\"middle\">" + esc(h.x_label) +
-       "</text>\n";
-  s += "<text transform=\"translate(22," + fmt(f.y_title_y, 0) + ") rotate(-90)\" text-anchor=\"middle\">" + esc(h.y_label) +
-       "</text>\n";
+    s += "<text x=\"" + fmt(f.left + f.cw * (static_cast<double>(xi) + 0.5), 1) + "\" y=\"" +
+         fmt(f.top + f.grid_h + 16, 0) + "\" text-anchor=\"middle\">" + esc(h.x_ticks[xi]) + "</text>\n";
+  s += "<text x=\"" + fmt(f.x_title_x, 0) + "\" y=\"" + fmt(f.x_title_y, 0) + "\" text-anchor=\"middle\">" +
+       esc(h.x_label) + "</text>\n";
+  s += "<text transform=\"translate(22," + fmt(f.y_title_y, 0) + ") rotate(-90)\" text-anchor=\"middle\">" +
+       esc(h.y_label) + "</text>\n";
   return s + heat_scale(h, f, hi_text, lo_text, empty) + "</svg>\n";
 }
 
@@ -248,50 +256,59 @@ std::string scatter_loglog_svg(const Scatter& sc) {
       const double v = m * std::pow(10.0, e);
       if (std::log10(v) > a1 + 1e-9) continue;
       const bool major = m == 1.0;
-      s += "<line x1=\"" + fmt(X(v), 1) + "\" y1=\"" + fmt(top, 0) + "\" x2=\"" + fmt(X(v), 1) + "\" y2=\"" + fmt(top + size, 0) +
-           "\" stroke=\"" + (major ? "#ddd" : "#f0f0f0") + "\"/>\n";
-      s += "<line x1=\"" + fmt(left, 0) + "\" y1=\"" + fmt(Y(v), 1) + "\" x2=\"" + fmt(left + size, 0) + "\" y2=\"" + fmt(Y(v), 1) +
-           "\" stroke=\"" + (major ? "#ddd" : "#f0f0f0") + "\"/>\n";
+      s += "<line x1=\"" + fmt(X(v), 1) + "\" y1=\"" + fmt(top, 0) + "\" x2=\"" + fmt(X(v), 1) + "\" y2=\"" +
+           fmt(top + size, 0) + "\" stroke=\"" + (major ? "#ddd" : "#f0f0f0") + "\"/>\n";
+      s += "<line x1=\"" + fmt(left, 0) + "\" y1=\"" + fmt(Y(v), 1) + "\" x2=\"" + fmt(left + size, 0) + "\" y2=\"" +
+           fmt(Y(v), 1) + "\" stroke=\"" + (major ? "#ddd" : "#f0f0f0") + "\"/>\n";
       if (major || a1 - a0 <= 2) {
         // 21 below the axis: clear of the lowest y label, whose box ends 7 below it at the corner.
-        s += "<text x=\"" + fmt(X(v), 1) + "\" y=\"" + fmt(top + size + 21, 0) + "\" text-anchor=\"middle\">" + short_number(v) + "</text>\n";
-        s += "<text x=\"" + fmt(left - 6, 0) + "\" y=\"" + fmt(Y(v) + 4, 1) + "\" text-anchor=\"end\">" + short_number(v) + "</text>\n";
+        s += "<text x=\"" + fmt(X(v), 1) + "\" y=\"" + fmt(top + size + 21, 0) + "\" text-anchor=\"middle\">" +
+             short_number(v) + "</text>\n";
+        s += "<text x=\"" + fmt(left - 6, 0) + "\" y=\"" + fmt(Y(v) + 4, 1) + "\" text-anchor=\"end\">" +
+             short_number(v) + "</text>\n";
       }
     }
-  s += "<rect x=\"" + fmt(left, 0) + "\" y=\"" + fmt(top, 0) + "\" width=\"" + fmt(size, 0) + "\" height=\"" + fmt(size, 0) +
-       "\" fill=\"none\" stroke=\"#333\"/>\n";
+  s += "<rect x=\"" + fmt(left, 0) + "\" y=\"" + fmt(top, 0) + "\" width=\"" + fmt(size, 0) + "\" height=\"" +
+       fmt(size, 0) + "\" fill=\"none\" stroke=\"#333\"/>\n";
   const double v0 = std::pow(10.0, a0), v1 = std::pow(10.0, a1);
   if (sc.band_low != 0 || sc.band_high != 0) {
     // The band y = x(1 + low) .. x(1 + high), clipped to the plot.
     const auto clip = [&](double v) { return std::clamp(v, v0, v1); };
-    s += "<polygon class=\"band\" fill=\"#4e79a7\" fill-opacity=\"0.15\" points=\"" + fmt(X(v0), 1) + "," + fmt(Y(clip(v0 * (1 + sc.band_low))), 1) +
-         " " + fmt(X(v1), 1) + "," + fmt(Y(clip(v1 * (1 + sc.band_low))), 1) + " " + fmt(X(v1), 1) + "," +
-         fmt(Y(clip(v1 * (1 + sc.band_high))), 1) + " " + fmt(X(v0), 1) + "," + fmt(Y(clip(v0 * (1 + sc.band_high))), 1) +
-         "\"><title>" + esc(sc.band_label) + "</title></polygon>\n";
+    s += "<polygon class=\"band\" fill=\"#4e79a7\" fill-opacity=\"0.15\" points=\"" + fmt(X(v0), 1) + "," +
+         fmt(Y(clip(v0 * (1 + sc.band_low))), 1) + " " + fmt(X(v1), 1) + "," + fmt(Y(clip(v1 * (1 + sc.band_low))), 1) +
+         " " + fmt(X(v1), 1) + "," + fmt(Y(clip(v1 * (1 + sc.band_high))), 1) + " " + fmt(X(v0), 1) + "," +
+         fmt(Y(clip(v0 * (1 + sc.band_high))), 1) + "\"><title>" + esc(sc.band_label) + "</title></polygon>\n";
   }
-  s += "<line x1=\"" + fmt(X(v0), 1) + "\" y1=\"" + fmt(Y(v0), 1) + "\" x2=\"" + fmt(X(v1), 1) + "\" y2=\"" + fmt(Y(v1), 1) +
-       "\" stroke=\"#333\" stroke-dasharray=\"5,4\"/>\n";
+  s += "<line x1=\"" + fmt(X(v0), 1) + "\" y1=\"" + fmt(Y(v0), 1) + "\" x2=\"" + fmt(X(v1), 1) + "\" y2=\"" +
+       fmt(Y(v1), 1) + "\" stroke=\"#333\" stroke-dasharray=\"5,4\"/>\n";
   std::vector<std::string> groups;
   for (const auto& p : sc.points)
     if (std::find(groups.begin(), groups.end(), p.group) == groups.end()) groups.push_back(p.group);
   for (const auto& p : sc.points) {
     const size_t g = static_cast<size_t>(std::find(groups.begin(), groups.end(), p.group) - groups.begin());
-    s += "<circle class=\"point\" cx=\"" + fmt(X(p.x), 1) + "\" cy=\"" + fmt(Y(p.y), 1) + "\" r=\"4\" fill=\"" + category_colour(g) +
-         "\" fill-opacity=\"0.8\" stroke=\"white\" stroke-width=\"0.5\"><title>" + esc(p.note) + "</title></circle>\n";
+    s += "<circle class=\"point\" cx=\"" + fmt(X(p.x), 1) + "\" cy=\"" + fmt(Y(p.y), 1) + "\" r=\"4\" fill=\"" +
+         category_colour(g) + "\" fill-opacity=\"0.8\" stroke=\"white\" stroke-width=\"0.5\"><title>" + esc(p.note) +
+         "</title></circle>\n";
   }
-  s += "<text x=\"" + fmt(left + size / 2, 0) + "\" y=\"" + fmt(height - 22, 0) + "\" text-anchor=\"middle\">" + esc(sc.x_label) + "</text>\n";
-  s += "<text transform=\"translate(20," + fmt(top + size / 2, 0) + ") rotate(-90)\" text-anchor=\"middle\">" + esc(sc.y_label) + "</text>\n";
+  s += "<text x=\"" + fmt(left + size / 2, 0) + "\" y=\"" + fmt(height - 22, 0) + "\" text-anchor=\"middle\">" +
+       esc(sc.x_label) + "</text>\n";
+  s += "<text transform=\"translate(20," + fmt(top + size / 2, 0) + ") rotate(-90)\" text-anchor=\"middle\">" +
+       esc(sc.y_label) + "</text>\n";
   // Legend.
   double ly = top + 10;
   for (size_t g = 0; g < groups.size(); ++g, ly += 20) {
-    s += "<circle cx=\"" + fmt(left + size + 24, 0) + "\" cy=\"" + fmt(ly, 0) + "\" r=\"5\" fill=\"" + category_colour(g) + "\"/>\n";
+    s += "<circle cx=\"" + fmt(left + size + 24, 0) + "\" cy=\"" + fmt(ly, 0) + "\" r=\"5\" fill=\"" +
+         category_colour(g) + "\"/>\n";
     s += "<text x=\"" + fmt(left + size + 36, 0) + "\" y=\"" + fmt(ly + 4, 0) + "\">" + esc(groups[g]) + "</text>\n";
   }
-  s += "<line x1=\"" + fmt(left + size + 14, 0) + "\" y1=\"" + fmt(ly, 0) + "\" x2=\"" + fmt(left + size + 34, 0) + "\" y2=\"" + fmt(ly, 0) +
-       "\" stroke=\"#333\" stroke-dasharray=\"5,4\"/><text x=\"" + fmt(left + size + 40, 0) + "\" y=\"" + fmt(ly + 4, 0) + "\">y = x</text>\n";
+  s += "<line x1=\"" + fmt(left + size + 14, 0) + "\" y1=\"" + fmt(ly, 0) + "\" x2=\"" + fmt(left + size + 34, 0) +
+       "\" y2=\"" + fmt(ly, 0) + "\" stroke=\"#333\" stroke-dasharray=\"5,4\"/><text x=\"" + fmt(left + size + 40, 0) +
+       "\" y=\"" + fmt(ly + 4, 0) + "\">y = x</text>\n";
   if (sc.band_low != 0 || sc.band_high != 0)
-    s += "<rect x=\"" + fmt(left + size + 14, 0) + "\" y=\"" + fmt(ly + 12, 0) + "\" width=\"20\" height=\"10\" fill=\"#4e79a7\" fill-opacity=\"0.15\"/>"
-         "<text x=\"" + fmt(left + size + 40, 0) + "\" y=\"" + fmt(ly + 21, 0) + "\">" + esc(sc.band_label) + "</text>\n";
+    s += "<rect x=\"" + fmt(left + size + 14, 0) + "\" y=\"" + fmt(ly + 12, 0) +
+         "\" width=\"20\" height=\"10\" fill=\"#4e79a7\" fill-opacity=\"0.15\"/>"
+         "<text x=\"" +
+         fmt(left + size + 40, 0) + "\" y=\"" + fmt(ly + 21, 0) + "\">" + esc(sc.band_label) + "</text>\n";
   return s + "</svg>\n";
 }
 
@@ -324,8 +341,10 @@ std::string stacked_bars_svg(const StackedBars& b) {
   const auto Y = [&](double v) { return top + plot_h - v / axis_top * plot_h; };
   std::string s = header(w, height, b.title);
   for (double t : ticks) {
-    s += "<line x1=\"" + fmt(left, 0) + "\" y1=\"" + fmt(Y(t), 1) + "\" x2=\"" + fmt(plot_right, 0) + "\" y2=\"" + fmt(Y(t), 1) + "\" stroke=\"#e4e4e4\"/>\n";
-    s += "<text x=\"" + fmt(left - 6, 0) + "\" y=\"" + fmt(Y(t) + 4, 1) + "\" text-anchor=\"end\">" + short_number(t) + "</text>\n";
+    s += "<line x1=\"" + fmt(left, 0) + "\" y1=\"" + fmt(Y(t), 1) + "\" x2=\"" + fmt(plot_right, 0) + "\" y2=\"" +
+         fmt(Y(t), 1) + "\" stroke=\"#e4e4e4\"/>\n";
+    s += "<text x=\"" + fmt(left - 6, 0) + "\" y=\"" + fmt(Y(t) + 4, 1) + "\" text-anchor=\"end\">" + short_number(t) +
+         "</text>\n";
   }
   for (size_t i = 0; i < b.bars.size(); ++i) {
     const double x = left + gap + static_cast<double>(i) * (bw + gap);
@@ -333,20 +352,22 @@ std::string stacked_bars_svg(const StackedBars& b) {
     for (size_t k = 0; k < b.series.size(); ++k) {
       const double v = std::max(0.0, b.values[i][k]);
       if (v <= 0) continue;
-      s += "<rect class=\"bar\" x=\"" + fmt(x, 1) + "\" y=\"" + fmt(Y(base + v), 1) + "\" width=\"" + fmt(bw, 0) + "\" height=\"" +
-           fmt(Y(base) - Y(base + v), 2) + "\" fill=\"" + category_colour(k) + "\"><title>" + esc(b.bars[i] + ": " + b.series[k] + " " + fmt(v, 3)) +
-           "</title></rect>\n";
+      s += "<rect class=\"bar\" x=\"" + fmt(x, 1) + "\" y=\"" + fmt(Y(base + v), 1) + "\" width=\"" + fmt(bw, 0) +
+           "\" height=\"" + fmt(Y(base) - Y(base + v), 2) + "\" fill=\"" + category_colour(k) + "\"><title>" +
+           esc(b.bars[i] + ": " + b.series[k] + " " + fmt(v, 3)) + "</title></rect>\n";
       base += v;
     }
-    s += "<text transform=\"translate(" + fmt(x + bw / 2, 1) + "," + fmt(top + plot_h + 12, 0) + ") rotate(35)\" font-size=\"11\">" +
-         esc(b.bars[i]) + "</text>\n";
+    s += "<text transform=\"translate(" + fmt(x + bw / 2, 1) + "," + fmt(top + plot_h + 12, 0) +
+         ") rotate(35)\" font-size=\"11\">" + esc(b.bars[i]) + "</text>\n";
   }
-  s += "<line x1=\"" + fmt(left, 0) + "\" y1=\"" + fmt(top + plot_h, 0) + "\" x2=\"" + fmt(plot_right, 0) + "\" y2=\"" + fmt(top + plot_h, 0) +
-       "\" stroke=\"#333\"/>\n";
-  s += "<text transform=\"translate(20," + fmt(top + plot_h / 2, 0) + ") rotate(-90)\" text-anchor=\"middle\">" + esc(b.y_label) + "</text>\n";
+  s += "<line x1=\"" + fmt(left, 0) + "\" y1=\"" + fmt(top + plot_h, 0) + "\" x2=\"" + fmt(plot_right, 0) + "\" y2=\"" +
+       fmt(top + plot_h, 0) + "\" stroke=\"#333\"/>\n";
+  s += "<text transform=\"translate(20," + fmt(top + plot_h / 2, 0) + ") rotate(-90)\" text-anchor=\"middle\">" +
+       esc(b.y_label) + "</text>\n";
   double ly = top + 10;
   for (size_t k = 0; k < b.series.size(); ++k, ly += 20) {
-    s += "<rect x=\"" + fmt(plot_right + 20, 0) + "\" y=\"" + fmt(ly - 8, 0) + "\" width=\"12\" height=\"12\" fill=\"" + category_colour(k) + "\"/>\n";
+    s += "<rect x=\"" + fmt(plot_right + 20, 0) + "\" y=\"" + fmt(ly - 8, 0) + "\" width=\"12\" height=\"12\" fill=\"" +
+         category_colour(k) + "\"/>\n";
     s += "<text x=\"" + fmt(plot_right + 38, 0) + "\" y=\"" + fmt(ly + 2, 0) + "\">" + esc(b.series[k]) + "</text>\n";
   }
   return s + "</svg>\n";

@@ -14,9 +14,9 @@ struct HeatMap {
   std::string title;
   std::string x_label, y_label, value_label;  // value_label names the colour scale, with its unit
   std::vector<std::string> x_ticks, y_ticks;
-  std::vector<std::vector<double>> values;    // [y][x]; NaN marks an empty cell (drawn hatched, not counted)
+  std::vector<std::vector<double>> values;      // [y][x]; NaN marks an empty cell (drawn hatched, not counted)
   std::vector<std::vector<std::string>> notes;  // optional hover text per cell
-  std::string empty_label;  // what a hatched cell means, in the legend ("no value" when not given)
+  std::string empty_label;                      // what a hatched cell means, in the legend ("no value" when not given)
 };
 std::string heat_map_svg(const HeatMap& h);
 
@@ -36,9 +36,9 @@ std::string scatter_loglog_svg(const Scatter& s);
 
 struct StackedBars {
   std::string title, y_label;
-  std::vector<std::string> bars;                // one per bar, left to right
-  std::vector<std::string> series;              // one colour per part
-  std::vector<std::vector<double>> values;      // [bar][series], non-negative
+  std::vector<std::string> bars;            // one per bar, left to right
+  std::vector<std::string> series;          // one colour per part
+  std::vector<std::vector<double>> values;  // [bar][series], non-negative
 };
 std::string stacked_bars_svg(const StackedBars& b);
 

@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-constexpr std::array kSourceKinds = {SourceKind::kDatasheet, SourceKind::kKernel, SourceKind::kTableFit,
+constexpr std::array kSourceKinds = {SourceKind::kDatasheet, SourceKind::kKernel,  SourceKind::kTableFit,
                                      SourceKind::kComm,      SourceKind::kAssumed, SourceKind::kDerived};
 }
 
@@ -70,8 +70,10 @@ void check_profile_header(const json& j, const std::string& origin) {
     throw Error(origin + ": profile version " + j["version"].dump() + " is not supported (this tpsim reads version " +
                 std::to_string(kProfileVersion) + ")");
   if (!j.contains("device")) throw Error(origin + ": missing \"device\"");
-  if (!j["device"].is_string()) throw Error(origin + ": \"device\" must be a string (a device id), not a " + std::string(j["device"].type_name()));
-  if (!j.contains("parameters") || !j["parameters"].is_object()) throw Error(origin + ": missing \"parameters\" object");
+  if (!j["device"].is_string())
+    throw Error(origin + ": \"device\" must be a string (a device id), not a " + std::string(j["device"].type_name()));
+  if (!j.contains("parameters") || !j["parameters"].is_object())
+    throw Error(origin + ": missing \"parameters\" object");
 }
 
 // A parameter added after some profiles were written: absent from such a profile, its value and
@@ -80,20 +82,21 @@ bool absent_parameter_default(const ParamInfo& info, const std::string& name, De
   if (info.member == &CostParams::host_kernel_issue_s) {
     // Added with the Megatron path (Composer's predictions do not use it): a profile written before
     // it existed keeps its reasoned default and says so.
-    p.sources[name] = {SourceKind::kAssumed,
-                       "eager PyTorch's host time per op, ~10-30 us (not in this profile: written before the parameter existed)",
-                       -1};
+    p.sources[name] = {
+        SourceKind::kAssumed,
+        "eager PyTorch's host time per op, ~10-30 us (not in this profile: written before the parameter existed)", -1};
     return true;
   }
   if (!info.member && info.dtype == DType::kFp4) {
     // Added with the fp4 formats: a profile written before it has no fp4 rate (no device it
     // described had fp4 tensor cores), which is 0, unsupported.
     p.params.gemm_flops_per_s(DType::kFp4) = 0;
-    p.sources[name] = {SourceKind::kDatasheet, "no fp4 rate (not in this profile: written before the parameter existed)", -1};
+    p.sources[name] = {SourceKind::kDatasheet,
+                       "no fp4 rate (not in this profile: written before the parameter existed)", -1};
     return true;
   }
   if ((info.member == &CostParams::attn_native_fwd_efficiency ||
-                                 info.member == &CostParams::attn_native_bwd_efficiency)) {
+       info.member == &CostParams::attn_native_bwd_efficiency)) {
     // Added with the native attention kernels (Megatron-Core's TransformerEngine): a profile written
     // before them knows none, 0, and the fitted kernel's rate stands in.
     info.value(p.params) = 0;
@@ -103,8 +106,7 @@ bool absent_parameter_default(const ParamInfo& info, const std::string& name, De
                        -1};
     return true;
   }
-  if ((info.member == &CostParams::allocator_headroom_bytes ||
-                                 info.member == &CostParams::allocator_retry_slowdown)) {
+  if ((info.member == &CostParams::allocator_headroom_bytes || info.member == &CostParams::allocator_retry_slowdown)) {
     // Added with the allocator's retries near full memory: a profile written before keeps the
     // values fitted to the seed tables' runs (CostParams) and says so.
     p.sources[name] = {SourceKind::kTableFit,
@@ -159,7 +161,8 @@ DeviceProfile parse_profile_json_unguarded(const std::string& text, const std::s
   if (j.contains("device_spec")) {
     p.device_spec = parse_device_json(j["device_spec"], origin + " (device_spec)");
     if (p.device_spec->id != p.device)
-      throw Error(origin + ": device_spec describes '" + p.device_spec->id + "', the profile is for '" + p.device + "'");
+      throw Error(origin + ": device_spec describes '" + p.device_spec->id + "', the profile is for '" + p.device +
+                  "'");
   }
   for (const auto& [key, value] : j.items())
     if (key != "format" && key != "version" && key != "device" && key != "parameters" && key != "device_spec")
@@ -189,9 +192,9 @@ std::optional<PredictionInterval> prediction_interval(const DeviceProfile& profi
   const json& d = j["domain"];
   FitDomain domain;
   const std::pair<const char*, double DomainPoint::*> axes[] = {{"parameters", &DomainPoint::parameters},
-                                                                 {"seq_len", &DomainPoint::seq_len},
-                                                                 {"gpus", &DomainPoint::gpus},
-                                                                 {"micro_batch", &DomainPoint::micro_batch}};
+                                                                {"seq_len", &DomainPoint::seq_len},
+                                                                {"gpus", &DomainPoint::gpus},
+                                                                {"micro_batch", &DomainPoint::micro_batch}};
   for (const auto& [name, member] : axes) {
     if (!d.is_object() || !d.contains(name) || !d[name].is_array() || d[name].size() != 2 || !d[name][0].is_number() ||
         !d[name][1].is_number())
@@ -233,16 +236,18 @@ std::optional<ProfileNetwork> profile_network(const DeviceProfile& profile) {
 }
 
 void set_profile_network(DeviceProfile& profile, const DeviceSpec& d) {
-  profile.extra["network"] = {{"inter_node_gbps", d.inter_node_bytes_per_s * 8.0 / 1e9},
-                              {"gpus_per_node", d.gpus_per_node},
-                              {"meaning", "the cluster network the parameters were fitted on (per node, per direction)"}};
+  profile.extra["network"] = {
+      {"inter_node_gbps", d.inter_node_bytes_per_s * 8.0 / 1e9},
+      {"gpus_per_node", d.gpus_per_node},
+      {"meaning", "the cluster network the parameters were fitted on (per node, per direction)"}};
 }
 
 std::string network_mismatch_note(const DeviceProfile& profile, const DeviceSpec& d) {
   const std::optional<ProfileNetwork> n = profile_network(profile);
   if (!n) return "";
   const double gbps = d.inter_node_bytes_per_s * 8.0 / 1e9;
-  if (std::fabs(gbps - n->inter_node_gbps) <= 1e-9 * n->inter_node_gbps && d.gpus_per_node == n->gpus_per_node) return "";
+  if (std::fabs(gbps - n->inter_node_gbps) <= 1e-9 * n->inter_node_gbps && d.gpus_per_node == n->gpus_per_node)
+    return "";
   const auto text = [](double g, int64_t per_node) {
     return general(g, 6) + " Gbit/s per node of " + std::to_string(per_node) + " GPUs";
   };
@@ -265,8 +270,9 @@ void set_prediction_interval(DeviceProfile& profile, const PredictionInterval& i
                    {"meaning", "the span of the fitted rows; the interval holds within it"}};
     j["widening"] = {{"per_doubling", interval.widening_per_doubling},
                      {"method", interval.widening_method},
-                     {"meaning", "added to each side of log(1 + error) per doubling outside the domain, summed over "
-                                 "its axes (model/interval.hpp)"}};
+                     {"meaning",
+                      "added to each side of log(1 + error) per doubling outside the domain, summed over "
+                      "its axes (model/interval.hpp)"}};
   }
   profile.extra["prediction_interval"] = std::move(j);
 }

@@ -42,7 +42,7 @@ struct DeviceProfile {
   // `tpsim calibrate kernels`): "device_spec" in the file, with a source per value.
   std::optional<DeviceSpec> device_spec;
   CostParams params;
-  std::map<std::string, ParamSource> sources;  // by parameter name, one per registry entry
+  std::map<std::string, ParamSource> sources;       // by parameter name, one per registry entry
   nlohmann::json extra = nlohmann::json::object();  // prediction_interval, fit report, measurements
   std::string origin;                               // file it was read from
 };

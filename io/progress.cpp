@@ -7,8 +7,11 @@
 namespace tpsim {
 
 Progress::Progress(std::string label, int64_t total, bool enabled)
-    : label_(std::move(label)), total_(total), tty_(enabled && isatty(STDERR_FILENO) == 1),
-      start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+    : label_(std::move(label)),
+      total_(total),
+      tty_(enabled && isatty(STDERR_FILENO) == 1),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {}
 
 Progress::~Progress() { finish(); }
 

@@ -19,9 +19,9 @@ class Progress {
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
-  void update(int64_t done);  // cheap when nothing is drawn
+  void update(int64_t done);                 // cheap when nothing is drawn
   void update(int64_t done, int64_t total);  // when the total is known only as the work runs
-  void show(const std::string& text);  // the whole line, in place of the label and the count
+  void show(const std::string& text);        // the whole line, in place of the label and the count
   void finish();
 
  private:

@@ -48,7 +48,8 @@ DeviceSpec parse_cluster_unguarded(const std::string& text, const std::string& o
   d.sources["gpus_per_node"] = id + ": " + src;
   d.intra_node_bytes_per_s = sourced(root["intra_node_gb_per_s"], origin, "intra_node_gb_per_s", src) * 1e9;
   d.sources["intra_node_gb_per_s"] = id + ": " + src;
-  d.inter_node_bytes_per_s = sourced(root["inter_node_gbps_per_node"], origin, "inter_node_gbps_per_node", src) * 1e9 / 8;
+  d.inter_node_bytes_per_s =
+      sourced(root["inter_node_gbps_per_node"], origin, "inter_node_gbps_per_node", src) * 1e9 / 8;
   d.sources["inter_node_gbps_per_node"] = id + ": " + src;
   d.name = d.name + " (" + id + ")";
   return d;
@@ -163,7 +164,6 @@ std::map<std::string, ScalingModel> load_scaling_models() {
   return parse_scaling_models(read_text_file(path, "model catalogue"), path.string());
 }
 
-
 namespace {
 
 int column(const std::vector<std::string>& header, const std::string& name) {
@@ -201,7 +201,8 @@ ScalingTable parse_csc(const std::vector<std::string>& lines, size_t header_at, 
     if (cells.empty() || is_rule(cells)) continue;
     const std::string where = origin + ":" + std::to_string(i + 1);
     if (cells.size() != t.columns.size())
-      throw Error(where + ": " + std::to_string(cells.size()) + " cells, the header has " + std::to_string(t.columns.size()));
+      throw Error(where + ": " + std::to_string(cells.size()) + " cells, the header has " +
+                  std::to_string(t.columns.size()));
     ScalingRow r;
     r.line = static_cast<int>(i + 1);
     r.cells = cells;
@@ -214,7 +215,8 @@ ScalingTable parse_csc(const std::vector<std::string>& lines, size_t header_at, 
     r.measured = number(at("Img/sec"));
     if (r.measured && !(*r.measured > 0)) throw Error(where + ": Img/sec '" + at("Img/sec") + "' must be positive");
     if (!r.measured)
-      t.warnings.push_back(where + ": Img/sec '" + at("Img/sec") + "' is not a number: a missing measurement, not predicted");
+      t.warnings.push_back(where + ": Img/sec '" + at("Img/sec") +
+                           "' is not a number: a missing measurement, not predicted");
     r.group = at("Benchmark") + " | " + at("Framework") + " | " + r.cluster + " | " + at("Date");
     t.rows.push_back(std::move(r));
   }
@@ -244,7 +246,8 @@ size_t parse_32gpu_table(const std::vector<std::string>& lines, size_t i, const 
     if (is_rule(cells)) continue;
     const std::string where = origin + ":" + std::to_string(j + 1);
     if (cells.size() != header.size())
-      throw Error(where + ": " + std::to_string(cells.size()) + " cells, the header has " + std::to_string(header.size()));
+      throw Error(where + ": " + std::to_string(cells.size()) + " cells, the header has " +
+                  std::to_string(header.size()));
     if (s.all_values) continue;  // the closing "all values" section repeats the sections' rows
     if (s.batch == 0) throw Error(where + ": a table before any '## batch size = N' section");
     const auto at = [&](const char* n) { return cells[static_cast<size_t>(column(header, n))]; };
@@ -252,7 +255,8 @@ size_t parse_32gpu_table(const std::vector<std::string>& lines, size_t i, const 
     const int64_t gpn = count_cell(at("gpu_num_per_node"), where, "gpu_num_per_node");
     const int64_t batch = count_cell(at("batch_size_per_device"), where, "batch_size_per_device");
     if (batch != s.batch)
-      throw Error(where + ": batch_size_per_device " + std::to_string(batch) + " in the section of batch size " + std::to_string(s.batch));
+      throw Error(where + ": batch_size_per_device " + std::to_string(batch) + " in the section of batch size " +
+                  std::to_string(s.batch));
     const std::optional<double> thr = number(at("throughput"));
     if (!thr || !(*thr > 0)) throw Error(where + ": throughput '" + at("throughput") + "' is not a positive number");
     if (summary) {
@@ -294,7 +298,8 @@ ScalingTable parse_32gpu(const std::vector<std::string>& lines, const std::strin
         const std::string v = trim(title.substr(12));
         s.batch = count_cell(v, origin + ":" + std::to_string(i + 1), "batch size");
       } else {
-        throw Error(origin + ":" + std::to_string(i + 1) + ": section '" + title + "': expected '## batch size = N' or '## all values'");
+        throw Error(origin + ":" + std::to_string(i + 1) + ": section '" + title +
+                    "': expected '## batch size = N' or '## all values'");
       }
       ++i;
     } else if (!md_cells(l).empty()) {
@@ -303,7 +308,9 @@ ScalingTable parse_32gpu(const std::vector<std::string>& lines, const std::strin
       ++i;
     }
   }
-  if (t.rows.empty()) throw Error(origin + ": no summary table (num_nodes, gpu_num_per_node, batch_size_per_device, throughput, speedup)");
+  if (t.rows.empty())
+    throw Error(origin +
+                ": no summary table (num_nodes, gpu_num_per_node, batch_size_per_device, throughput, speedup)");
   int64_t gpn = 1;
   for (const ScalingRow& r : t.rows) gpn = std::max(gpn, r.gpus_per_node);
   for (ScalingRow& r : t.rows) r.gpus_per_node = gpn;  // the node is the table's largest (8 GPUs)
@@ -335,7 +342,8 @@ const ScalingRow* one_gpu_row(const ScalingTable& t, const ScalingRow& row) {
     if (r.group == row.group && r.gpus == 1 && r.measured) return &r;
   if (t.kind != "csc") return nullptr;
   // DeepSpeed / Horovod groups: the DDP run of the same data, version, cluster and date.
-  const std::string data = row.cells.at(0).find("Imagenet") != std::string::npos ? "DDP, Imagenet data" : "DDP, synthetic";
+  const std::string data =
+      row.cells.at(0).find("Imagenet") != std::string::npos ? "DDP, Imagenet data" : "DDP, synthetic";
   const std::string rest = row.group.substr(row.group.find(" | "));
   for (const ScalingRow& r : t.rows)
     if (r.group == data + rest && r.gpus == 1 && r.measured) return &r;

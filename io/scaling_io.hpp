@@ -38,11 +38,11 @@ std::map<std::string, ScalingModel> parse_scaling_models(const std::string& text
 
 // One row of a scaling table, as read.
 struct ScalingRow {
-  int line = 0;                     // in the file
-  std::vector<std::string> cells;   // the input's columns, as written
-  std::string group;                // rows sharing a one-GPU row and a run's settings
-  std::string cluster;              // a data/clusters id, or "unnamed" (the 32gpu table)
-  std::string model;                // a dp_benchmarks id, or "unnamed"
+  int line = 0;                    // in the file
+  std::vector<std::string> cells;  // the input's columns, as written
+  std::string group;               // rows sharing a one-GPU row and a run's settings
+  std::string cluster;             // a data/clusters id, or "unnamed" (the 32gpu table)
+  std::string model;               // a dp_benchmarks id, or "unnamed"
   SyncFramework framework = SyncFramework::kDdp;
   int64_t gpus = 1, gpus_per_node = 0;  // gpus_per_node: 0 unless the table says
   int64_t per_device_batch = 0;         // 0: the model's

@@ -33,12 +33,13 @@ void panel(std::ostringstream& o, const SpeedupSeries& s, double x0, double y0) 
     << "\" fill=\"none\" stroke=\"#999\"/>\n";
   o << "<line x1=\"" << px(0) << "\" y1=\"" << py(0) << "\" x2=\"" << px(max_g) << "\" y2=\"" << py(max_g)
     << "\" stroke=\"#bbb\" stroke-dasharray=\"4 3\"/>\n";
-  o << "<text x=\"" << x0 + kPanelW / 2 << "\" y=\"" << y0 + kPanelH - 8 << "\" font-size=\"9\" text-anchor=\"middle\">GPUs (max "
-    << max_g << ")</text>\n";
+  o << "<text x=\"" << x0 + kPanelW / 2 << "\" y=\"" << y0 + kPanelH - 8
+    << "\" font-size=\"9\" text-anchor=\"middle\">GPUs (max " << max_g << ")</text>\n";
   for (size_t i = 0; i < s.gpus.size(); ++i) {
     if (std::isfinite(s.measured[i]))
       o << "<circle class=\"measured\" cx=\"" << px(s.gpus[i]) << "\" cy=\"" << py(s.measured[i])
-        << "\" r=\"3.5\" fill=\"#1f77b4\"><title>" << s.gpus[i] << " GPUs: measured " << s.measured[i] << "</title></circle>\n";
+        << "\" r=\"3.5\" fill=\"#1f77b4\"><title>" << s.gpus[i] << " GPUs: measured " << s.measured[i]
+        << "</title></circle>\n";
     if (std::isfinite(s.predicted[i]))
       o << "<circle class=\"predicted\" cx=\"" << px(s.gpus[i]) << "\" cy=\"" << py(s.predicted[i])
         << "\" r=\"5\" fill=\"none\" stroke=\"#d62728\"><title>" << s.gpus[i] << " GPUs: predicted " << s.predicted[i]

@@ -8,9 +8,9 @@
 namespace tpsim {
 
 struct SpeedupSeries {
-  std::string title;            // the group
-  std::vector<double> gpus;     // including 1
-  std::vector<double> measured; // speedup over the one-GPU row; NaN: missing
+  std::string title;              // the group
+  std::vector<double> gpus;       // including 1
+  std::vector<double> measured;   // speedup over the one-GPU row; NaN: missing
   std::vector<double> predicted;  // NaN: not predicted (the one-GPU row)
 };
 std::string speedup_panels_svg(const std::string& title, const std::vector<SpeedupSeries>& series);

@@ -60,7 +60,9 @@ std::string unit_label(const TerminalLayout& layout, const std::string& header) 
   return header;
 }
 
-bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
 
 std::string cell_text(const Cell& c) { return c.kind == Cell::Kind::kEmpty ? "-" : c.plain(); }
 
@@ -152,7 +154,8 @@ Fitted fit_columns(const OutputTable& t, std::vector<size_t> columns, int width,
 std::string compact_footer(const OutputTable& t, const std::vector<size_t>& wanted, const Fitted& f, int width) {
   std::string dropped;
   for (size_t i : wanted)
-    if (std::find(f.columns.begin(), f.columns.end(), i) == f.columns.end()) dropped += (dropped.empty() ? "" : ", ") + t.columns[i];
+    if (std::find(f.columns.begin(), f.columns.end(), i) == f.columns.end())
+      dropped += (dropped.empty() ? "" : ", ") + t.columns[i];
   const size_t more = t.columns.size() - wanted.size();
   if (dropped.empty() && more == 0 && !f.cut) return "";
   std::string note = "(";
@@ -260,7 +263,9 @@ std::string render_vertical(const OutputTable& t, int width, const TerminalLayou
   const auto add = [&](size_t i) {
     if (std::find(order.begin(), order.end(), i) == order.end()) order.push_back(i);
   };
-  const auto index = [&](const std::string& h) { return static_cast<size_t>(std::find(t.columns.begin(), t.columns.end(), h) - t.columns.begin()); };
+  const auto index = [&](const std::string& h) {
+    return static_cast<size_t>(std::find(t.columns.begin(), t.columns.end(), h) - t.columns.begin());
+  };
   for (const auto& c : layout.first)
     if (index(c.header) < t.columns.size()) add(index(c.header));
   const size_t total = index(layout.total);
@@ -271,7 +276,8 @@ std::string render_vertical(const OutputTable& t, int width, const TerminalLayou
   const size_t parts_end = order.size();
   for (size_t i = 0; i < t.columns.size(); ++i) add(i);
   size_t name_w = 0;
-  for (size_t i : order) name_w = std::max(name_w, text_width(unit_label(layout, t.columns[i])) + (has(layout.parts, t.columns[i]) ? 2 : 0));
+  for (size_t i : order)
+    name_w = std::max(name_w, text_width(unit_label(layout, t.columns[i])) + (has(layout.parts, t.columns[i]) ? 2 : 0));
   const bool shares = total < t.columns.size() && row[total].kind == Cell::Kind::kNumber && row[total].number > 0;
   std::string out;
   for (size_t k = 0; k < order.size(); ++k) {

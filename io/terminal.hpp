@@ -24,11 +24,11 @@ struct TerminalColumn {
 
 // What the terminal shows of the tables the commands print (cli/report.cpp says which columns).
 struct TerminalLayout {
-  std::vector<TerminalColumn> first;         // the columns a person reads first, in the order printed
-  std::vector<std::string> details;          // left out of the compact table unless --columns names them
+  std::vector<TerminalColumn> first;                       // the columns a person reads first, in the order printed
+  std::vector<std::string> details;                        // left out of the compact table unless --columns names them
   std::vector<std::pair<std::string, std::string>> units;  // header -> the label with its unit (vertical list)
-  std::string total;                         // the step time's header ...
-  std::vector<std::string> parts;            // ... and its parts, listed with their shares
+  std::string total;                                       // the step time's header ...
+  std::vector<std::string> parts;                          // ... and its parts, listed with their shares
 };
 
 // Where and how the tables go: `format` for files and pipes; `width` > 0 for a terminal that wide.

@@ -66,7 +66,8 @@ class Interpolator {
       const size_t dot = ref.find('.', start);
       const std::string key = ref.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
       walked = join(walked, key);
-      if (!cur.IsMap() || !cur[key]) throw Error(yaml::where(origin_, at) + ": ${" + ref + "}: no key '" + walked + "'");
+      if (!cur.IsMap() || !cur[key])
+        throw Error(yaml::where(origin_, at) + ": ${" + ref + "}: no key '" + walked + "'");
       cur.reset(cur[key]);  // rebind the handle; `cur = ...` would overwrite the node it points to
       if (dot == std::string::npos) break;
       start = dot + 1;
@@ -110,19 +111,51 @@ using yaml::as_count;
 
 // Composer's FSDP settings (composer/utils/parallelism.py, FSDPConfig) that do not change the cost
 // of a step: checkpoint formats, wrapping, prefetch order, logging. Listed as ignored.
-const auto kFsdpIrrelevant = {"activation_checkpointing_reentrant", "auto_wrap", "te_checkpoint_wrapper",
-                              "backward_prefetch", "backward_prefetch_limit", "forward_prefetch",
-                              "forward_prefetch_limit", "ignored_modules", "load_monolith_rank0_only", "load_planner",
-                              "process_group", "save_planner", "sharded_ckpt_prefix_dir", "state_dict_type",
-                              "sync_module_states", "use_orig_params", "verbose"};
+const auto kFsdpIrrelevant = {"activation_checkpointing_reentrant",
+                              "auto_wrap",
+                              "te_checkpoint_wrapper",
+                              "backward_prefetch",
+                              "backward_prefetch_limit",
+                              "forward_prefetch",
+                              "forward_prefetch_limit",
+                              "ignored_modules",
+                              "load_monolith_rank0_only",
+                              "load_planner",
+                              "process_group",
+                              "save_planner",
+                              "sharded_ckpt_prefix_dir",
+                              "state_dict_type",
+                              "sync_module_states",
+                              "use_orig_params",
+                              "verbose"};
 // Every key of FSDPConfig, for the "did you mean" hint.
-const auto kFsdpKeys = {"activation_checkpointing", "activation_checkpointing_reentrant", "activation_cpu_offload",
-                        "auto_wrap", "te_checkpoint_wrapper", "te_shard_fp8_weight", "backward_prefetch",
-                        "backward_prefetch_limit", "cpu_offload", "data_parallel_shard_degree",
-                        "data_parallel_replicate_degree", "forward_prefetch", "forward_prefetch_limit",
-                        "ignored_modules", "keep_low_precision_grads", "limit_all_gathers", "load_monolith_rank0_only",
-                        "load_planner", "mixed_precision", "process_group", "save_planner", "sharded_ckpt_prefix_dir",
-                        "sharding_strategy", "state_dict_type", "sync_module_states", "use_orig_params", "verbose"};
+const auto kFsdpKeys = {"activation_checkpointing",
+                        "activation_checkpointing_reentrant",
+                        "activation_cpu_offload",
+                        "auto_wrap",
+                        "te_checkpoint_wrapper",
+                        "te_shard_fp8_weight",
+                        "backward_prefetch",
+                        "backward_prefetch_limit",
+                        "cpu_offload",
+                        "data_parallel_shard_degree",
+                        "data_parallel_replicate_degree",
+                        "forward_prefetch",
+                        "forward_prefetch_limit",
+                        "ignored_modules",
+                        "keep_low_precision_grads",
+                        "limit_all_gathers",
+                        "load_monolith_rank0_only",
+                        "load_planner",
+                        "mixed_precision",
+                        "process_group",
+                        "save_planner",
+                        "sharded_ckpt_prefix_dir",
+                        "sharding_strategy",
+                        "state_dict_type",
+                        "sync_module_states",
+                        "use_orig_params",
+                        "verbose"};
 
 // The top-level keys of a training YAML: the fields of llm-foundry's TrainConfig dataclass
 // (llmfoundry/utils/config_utils.py; train.py refuses any other key: "Unused parameter ... Please
@@ -134,21 +167,65 @@ const auto kFsdpKeys = {"activation_checkpointing", "activation_checkpointing_re
 // hyperparameters and schedule, evaluation, logging, callbacks, checkpoints, seeds, the CUDA
 // allocator's settings, and the fields llm-foundry derives itself (n_gpus, device_train_batch_size,
 // device_train_grad_accum). `algorithms` (in every shipped YAML: gradient_clipping) is listed here.
-const auto kTrainIrrelevant = {
-    "variables", "tokenizer", "optimizer", "scheduler", "train_loader", "eval_loader", "eval_loaders",
-    "device_train_batch_size", "device_eval_batch_size", "max_duration", "eval_interval", "seed", "code_paths",
-    "max_split_size_mb", "expandable_segments", "cuda_load_lazy", "dist_timeout", "icl_tasks", "icl_tasks_str",
-    "eval_gauntlet", "eval_gauntlet_str", "icl_subset_num_batches", "icl_seq_len", "loggers", "progress_bar",
-    "log_to_console", "python_log_level", "console_log_interval", "log_config", "callbacks", "algorithms",
-    "save_folder", "save_latest_filename", "save_overwrite", "save_weights_only", "save_filename", "save_interval",
-    "save_num_checkpoints_to_keep", "load_path", "load_weights_only", "load_strict_model_weights", "load_ignore_keys",
-    "save_ignore_keys", "only_hf_checkpoint", "only_composer_checkpoint", "eval_subset_num_batches", "eval_first",
-    "metadata", "run_name", "autoresume", "profiler", "n_gpus", "device_train_grad_accum",
-    "accumulate_train_batch_on_tokens", "spin_dataloaders"};
+const auto kTrainIrrelevant = {"variables",
+                               "tokenizer",
+                               "optimizer",
+                               "scheduler",
+                               "train_loader",
+                               "eval_loader",
+                               "eval_loaders",
+                               "device_train_batch_size",
+                               "device_eval_batch_size",
+                               "max_duration",
+                               "eval_interval",
+                               "seed",
+                               "code_paths",
+                               "max_split_size_mb",
+                               "expandable_segments",
+                               "cuda_load_lazy",
+                               "dist_timeout",
+                               "icl_tasks",
+                               "icl_tasks_str",
+                               "eval_gauntlet",
+                               "eval_gauntlet_str",
+                               "icl_subset_num_batches",
+                               "icl_seq_len",
+                               "loggers",
+                               "progress_bar",
+                               "log_to_console",
+                               "python_log_level",
+                               "console_log_interval",
+                               "log_config",
+                               "callbacks",
+                               "algorithms",
+                               "save_folder",
+                               "save_latest_filename",
+                               "save_overwrite",
+                               "save_weights_only",
+                               "save_filename",
+                               "save_interval",
+                               "save_num_checkpoints_to_keep",
+                               "load_path",
+                               "load_weights_only",
+                               "load_strict_model_weights",
+                               "load_ignore_keys",
+                               "save_ignore_keys",
+                               "only_hf_checkpoint",
+                               "only_composer_checkpoint",
+                               "eval_subset_num_batches",
+                               "eval_first",
+                               "metadata",
+                               "run_name",
+                               "autoresume",
+                               "profiler",
+                               "n_gpus",
+                               "device_train_grad_accum",
+                               "accumulate_train_batch_on_tokens",
+                               "spin_dataloaders"};
 // Known and changing the speed of a step, not modelled: refused unless null or empty.
 const auto kTrainRefused = {"compile_config", "tp_config", "parallelism_config"};
 // The keys modelled where the run is resolved (parse_train_yaml).
-const auto kTrainModelled = {"model", "max_seq_len", "global_train_batch_size", "device_train_microbatch_size",
+const auto kTrainModelled = {"model",     "max_seq_len", "global_train_batch_size", "device_train_microbatch_size",
                              "precision", "fsdp_config"};
 
 // Every key llm-foundry's TrainConfig knows: modelled, irrelevant or refused.
@@ -158,7 +235,8 @@ bool known_train_key(const std::string& key) {
 
 std::string nearest_train_key(const std::string& key) {
   std::vector<std::string> known;
-  for (auto keys : {kTrainModelled, kTrainIrrelevant, kTrainRefused}) known.insert(known.end(), keys.begin(), keys.end());
+  for (auto keys : {kTrainModelled, kTrainIrrelevant, kTrainRefused})
+    known.insert(known.end(), keys.begin(), keys.end());
   return yaml::did_you_mean(key, known);
 }
 
@@ -180,14 +258,38 @@ void need_map(const YAML::Node& n, const std::string& origin, const std::string&
 
 // llm-foundry's hf_causal_lm keys (llmfoundry/models/hf/hf_base.py, BaseHuggingFaceModel.__init__,
 // and hf_causal_lm.py: z_loss, attention_patch_type), and those that do not change a step's cost.
-const auto kHfKeys = {"name", "pretrained_model_name_or_path", "config_overrides", "pretrained",
-                      "pretrained_lora_id_or_path", "trust_remote_code", "use_auth_token", "use_flash_attention_2",
-                      "load_in_8bit", "init_device", "use_logits", "shift_labels", "peft_config",
-                      "allow_embedding_resizing", "use_train_metrics", "additional_train_metrics",
-                      "additional_eval_metrics", "should_save_peft_only", "z_loss", "attention_patch_type"};
-const auto kHfIrrelevant = {"pretrained", "trust_remote_code", "use_auth_token", "init_device", "use_logits",
-                            "shift_labels", "allow_embedding_resizing", "use_train_metrics", "additional_train_metrics",
-                            "additional_eval_metrics", "should_save_peft_only", "z_loss"};
+const auto kHfKeys = {"name",
+                      "pretrained_model_name_or_path",
+                      "config_overrides",
+                      "pretrained",
+                      "pretrained_lora_id_or_path",
+                      "trust_remote_code",
+                      "use_auth_token",
+                      "use_flash_attention_2",
+                      "load_in_8bit",
+                      "init_device",
+                      "use_logits",
+                      "shift_labels",
+                      "peft_config",
+                      "allow_embedding_resizing",
+                      "use_train_metrics",
+                      "additional_train_metrics",
+                      "additional_eval_metrics",
+                      "should_save_peft_only",
+                      "z_loss",
+                      "attention_patch_type"};
+const auto kHfIrrelevant = {"pretrained",
+                            "trust_remote_code",
+                            "use_auth_token",
+                            "init_device",
+                            "use_logits",
+                            "shift_labels",
+                            "allow_embedding_resizing",
+                            "use_train_metrics",
+                            "additional_train_metrics",
+                            "additional_eval_metrics",
+                            "should_save_peft_only",
+                            "z_loss"};
 
 // A YAML value as the JSON value OmegaConf would hand to the config: plain scalars typed (bool,
 // null, whole number, number), quoted ones strings.
@@ -235,22 +337,31 @@ void read_hf_causal_lm(const YAML::Node& model, const std::string& origin, Train
     else if (key == "config_overrides") {
       if (v.IsNull()) continue;
       need_map(v, origin, label);
-      for (const auto& o : v) overrides.push_back({yaml::key(o.first, origin), to_json(o.second, origin), yaml::where(origin, o.first)});
+      for (const auto& o : v)
+        overrides.push_back({yaml::key(o.first, origin), to_json(o.second, origin), yaml::where(origin, o.first)});
     } else if (key == "use_flash_attention_2") {
       t.notes.push_back(label + ": " + (yaml::as_bool(v, origin, label) ? "true" : "false") +
                         " -- tpsim costs attention as the profile's causal flash attention either way");
     } else if (key == "attention_patch_type") {
-      if (!v.IsNull()) t.notes.push_back(label + ": " + yaml::as_string(v, origin, label) + " -- attention is costed as the profile's causal flash attention");
+      if (!v.IsNull())
+        t.notes.push_back(label + ": " + yaml::as_string(v, origin, label) +
+                          " -- attention is costed as the profile's causal flash attention");
     } else if (key == "load_in_8bit") {
-      if (yaml::as_bool(v, origin, label)) throw Error(yaml::where(origin, v) + ": " + label + ": true -- 8-bit weights: tpsim cannot model them yet");
+      if (yaml::as_bool(v, origin, label))
+        throw Error(yaml::where(origin, v) + ": " + label + ": true -- 8-bit weights: tpsim cannot model them yet");
     } else if (key == "peft_config" || key == "pretrained_lora_id_or_path") {
       if (!v.IsNull())
-        throw Error(yaml::where(origin, v) + ": " + label + " -- LoRA (PEFT) changes which parameters have gradients and " +
+        throw Error(yaml::where(origin, v) + ": " + label +
+                    " -- LoRA (PEFT) changes which parameters have gradients and " +
                     "optimizer state: tpsim cannot model it yet");
     } else if (one_of(key, kHfIrrelevant)) t.ignored.push_back(label);
-    else throw Error(yaml::where(origin, kv.first) + ": model: unknown key '" + key + "'" + yaml::did_you_mean(key, kHfKeys) + " (llm-foundry's hf_causal_lm)");
+    else
+      throw Error(yaml::where(origin, kv.first) + ": model: unknown key '" + key + "'" +
+                  yaml::did_you_mean(key, kHfKeys) + " (llm-foundry's hf_causal_lm)");
   }
-  if (!name) throw Error(yaml::where(origin, model) + ": model: hf_causal_lm is missing the required key pretrained_model_name_or_path");
+  if (!name)
+    throw Error(yaml::where(origin, model) +
+                ": model: hf_causal_lm is missing the required key pretrained_model_name_or_path");
   std::filesystem::path config;
   try {
     config = resolve_pretrained_config(*name);
@@ -292,7 +403,8 @@ std::optional<std::string> read_model(const YAML::Node& model, const std::string
     return std::nullopt;
   }
   if (kind == "hf_t5")
-    throw Error(yaml::where(origin, name) + ": model.name: hf_t5 -- an encoder-decoder model (T5): tpsim models "
+    throw Error(yaml::where(origin, name) +
+                ": model.name: hf_t5 -- an encoder-decoder model (T5): tpsim models "
                 "decoder-only transformers (mpt_causal_lm, hf_causal_lm)");
   return read_mpt_causal_lm(model, origin, t);
 }
@@ -322,12 +434,15 @@ void read_fsdp_config(const YAML::Node& v, const std::string& origin, TrainYaml&
     if (fk == "sharding_strategy") {
       const std::string s = yaml::as_string(fv, origin, label);
       const auto parsed = parse_sharding(s);
-      if (!parsed) throw Error(yaml::where(origin, fv) + ": " + label + " '" + s + "' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
+      if (!parsed)
+        throw Error(yaml::where(origin, fv) + ": " + label + " '" + s +
+                    "' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
       t.sharding = *parsed;
     } else if (fk == "mixed_precision") {
       const std::string s = yaml::as_string(fv, origin, label);
       const auto parsed = parse_mp_mode(s);
-      if (!parsed) throw Error(yaml::where(origin, fv) + ": " + label + " '" + s + "' is not one of DEFAULT, PURE, FULL");
+      if (!parsed)
+        throw Error(yaml::where(origin, fv) + ": " + label + " '" + s + "' is not one of DEFAULT, PURE, FULL");
       t.mp_mode = *parsed;
     } else if (fk == "activation_checkpointing") {
       t.checkpointing = yaml::as_bool(fv, origin, label) ? Checkpointing::kFull : Checkpointing::kNone;
@@ -335,7 +450,8 @@ void read_fsdp_config(const YAML::Node& v, const std::string& origin, TrainYaml&
       if (!yaml::as_bool(fv, origin, label)) t.notes.push_back(label + ": false -- costed with limit_all_gathers on");
     } else if (fk == "activation_cpu_offload" || fk == "cpu_offload" || fk == "keep_low_precision_grads" ||
                fk == "te_shard_fp8_weight") {
-      if (yaml::as_bool(fv, origin, label)) throw Error(yaml::where(origin, fv) + ": " + label + ": true is not modelled");
+      if (yaml::as_bool(fv, origin, label))
+        throw Error(yaml::where(origin, fv) + ": " + label + ": true is not modelled");
     } else if (fk == "data_parallel_shard_degree" || fk == "data_parallel_replicate_degree") {
       read_mesh_degree(fv, origin, label, fk == "data_parallel_shard_degree" ? t.shard_degree : t.replicate_degree);
     } else if (one_of(fk, kFsdpIrrelevant)) {
@@ -353,13 +469,15 @@ void check_top_level_keys(const YAML::Node& root, const std::string& origin) {
   for (const auto& kv : root) {
     const std::string key = yaml::key(kv.first, origin);
     if (!known_train_key(key))
-      throw Error(yaml::where(origin, kv.first) + ": unknown top-level key '" + key + "'" + nearest_train_key(key) +
-                  ": llm-foundry's train.py refuses keys outside its TrainConfig (values of your own go under variables)");
+      throw Error(
+          yaml::where(origin, kv.first) + ": unknown top-level key '" + key + "'" + nearest_train_key(key) +
+          ": llm-foundry's train.py refuses keys outside its TrainConfig (values of your own go under variables)");
     const YAML::Node& v = kv.second;
     if (!one_of(key, kTrainRefused) || v.IsNull() || ((v.IsMap() || v.IsSequence()) && v.size() == 0)) continue;
-    const std::string what = key == "compile_config" ? "torch.compile of the model"
-                             : key == "tp_config"    ? "tensor parallelism"
-                                                     : "parallelism settings beyond fsdp_config (tensor parallelism, or FSDP written there)";
+    const std::string what =
+        key == "compile_config" ? "torch.compile of the model"
+        : key == "tp_config"    ? "tensor parallelism"
+                                : "parallelism settings beyond fsdp_config (tensor parallelism, or FSDP written there)";
     throw Error(yaml::where(origin, v) + ": " + key + " -- " + what + ": tpsim cannot model it yet");
   }
 }
@@ -377,7 +495,9 @@ void read_run_keys(const YAML::Node& root, const std::string& origin, TrainYaml&
     } else if (key == "precision") {
       const std::string p = yaml::as_string(v, origin, key);
       const auto parsed = parse_precision(p);
-      if (!parsed) throw Error(yaml::where(origin, v) + ": precision '" + p + "' is not one of amp_bf16, amp_fp16, amp_fp8, bf16, fp32");
+      if (!parsed)
+        throw Error(yaml::where(origin, v) + ": precision '" + p +
+                    "' is not one of amp_bf16, amp_fp16, amp_fp8, bf16, fp32");
       t.precision = *parsed;
     } else if (key == "fsdp_config") {
       if (!v.IsNull()) read_fsdp_config(v, origin, t);

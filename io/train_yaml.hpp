@@ -17,17 +17,17 @@ namespace tpsim {
 
 struct TrainYaml {
   std::string origin;
-  ModelConfig model;                       // from `model:`; name from the file name
-  std::optional<int64_t> seq_len;          // max_seq_len
-  std::optional<int64_t> global_batch;     // global_train_batch_size (sequences)
-  std::optional<int64_t> micro_batch;      // device_train_microbatch_size, unless "auto"
-  bool micro_batch_auto = false;           // device_train_microbatch_size: auto
+  ModelConfig model;                    // from `model:`; name from the file name
+  std::optional<int64_t> seq_len;       // max_seq_len
+  std::optional<int64_t> global_batch;  // global_train_batch_size (sequences)
+  std::optional<int64_t> micro_batch;   // device_train_microbatch_size, unless "auto"
+  bool micro_batch_auto = false;        // device_train_microbatch_size: auto
   std::optional<Precision> precision;
   std::optional<MpMode> mp_mode;
   std::optional<Sharding> sharding;
   std::optional<Checkpointing> checkpointing;  // fsdp_config.activation_checkpointing: true is kFull
-  std::vector<std::string> ignored;        // keys the simulator does not model ("optimizer", "model.attn_config.alibi", ...)
-  std::vector<std::string> notes;          // modelled differently than written (e.g. attn_impl)
+  std::vector<std::string> ignored;  // keys the simulator does not model ("optimizer", "model.attn_config.alibi", ...)
+  std::vector<std::string> notes;    // modelled differently than written (e.g. attn_impl)
   // fsdp_config.data_parallel_shard_degree / data_parallel_replicate_degree (HSDP's device mesh): -1
   // is the rest of the GPUs; unset when absent or null (Composer's defaults).
   std::optional<int64_t> shard_degree;

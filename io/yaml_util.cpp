@@ -31,7 +31,9 @@ std::string scalar_or_throw(const YAML::Node& node, const std::string& origin, c
                             const char* expected) {
   if (!node.IsScalar())
     throw Error(where(origin, node) + ": " + key + " must be " + expected + ", not a " +
-                (node.IsMap() ? "map" : node.IsSequence() ? "list" : "null"));
+                (node.IsMap()        ? "map"
+                 : node.IsSequence() ? "list"
+                                     : "null"));
   return node.Scalar();
 }
 }  // namespace
@@ -76,7 +78,6 @@ int64_t as_count(const YAML::Node& node, const std::string& origin, const std::s
                 std::to_string(v));
   return v;
 }
-
 
 template <typename Keys>
 std::string nearest_of(const std::string& key, const Keys& known) {

@@ -24,7 +24,8 @@ auto guard(const std::string& origin, F&& read) -> decltype(read()) {
   try {
     return read();
   } catch (const YAML::Exception& e) {
-    throw Error(origin + (e.mark.line >= 0 ? ":" + std::to_string(e.mark.line + 1) : "") + ": unexpected YAML: " + e.msg);
+    throw Error(origin + (e.mark.line >= 0 ? ":" + std::to_string(e.mark.line + 1) : "") +
+                ": unexpected YAML: " + e.msg);
   }
 }
 

@@ -24,11 +24,11 @@ std::string_view to_string(BackendKind k);
 
 // How an op is timed. Every run uses fresh random inputs (never zeros) allocated once per op.
 struct TimingOptions {
-  int warmup = 3;            // runs discarded before timing
-  int min_repetitions = 5;   // timed runs, at least
-  int max_repetitions = 200; // and at most
-  double min_seconds = 0.02; // keep repeating until this much time is measured
-  double max_seconds = 1.0;  // stop repeating after this much
+  int warmup = 3;             // runs discarded before timing
+  int min_repetitions = 5;    // timed runs, at least
+  int max_repetitions = 200;  // and at most
+  double min_seconds = 0.02;  // keep repeating until this much time is measured
+  double max_seconds = 1.0;   // stop repeating after this much
   // Before each run (warm-up and timed), leave the op's operands cold: GPU backends overwrite a
   // buffer larger than L2; the CPU backend writes the op's own buffers back and drops them from
   // every cache level (cpu::CpuOp::evict_operands), which costs about what reading them once does.
@@ -45,20 +45,20 @@ struct TimingOptions {
 };
 
 struct Timing {
-  bool supported = true;       // false: this backend cannot run the op (reason says why)
+  bool supported = true;  // false: this backend cannot run the op (reason says why)
   std::string reason;
-  double median_s = 0;         // median of the timed runs
-  double p10_s = 0, p90_s = 0; // spread
+  double median_s = 0;          // median of the timed runs
+  double p10_s = 0, p90_s = 0;  // spread
   int repetitions = 0;
 };
 
 // A whole sequence of ops run back to back, as one step runs them.
 struct SequenceTiming {
   bool supported = true;
-  std::string reason;             // the first op the backend cannot run
-  bool out_of_memory = false;     // unsupported because every op's buffers at once exceed the device's
-  double total_median_s = 0;      // the sequence end to end, median of the timed runs
-  std::vector<Timing> per_op;     // each op timed on its own
+  std::string reason;          // the first op the backend cannot run
+  bool out_of_memory = false;  // unsupported because every op's buffers at once exceed the device's
+  double total_median_s = 0;   // the sequence end to end, median of the timed runs
+  std::vector<Timing> per_op;  // each op timed on its own
   // Each op inside the timed runs of the sequence (after the ops before it, as in a step): median,
   // p10, p90, runs; empty when the backend does not time ops inside the sequence.
   std::vector<Timing> in_sequence;
@@ -113,7 +113,8 @@ bool backend_built(BackendKind kind);
 // Inline: the CPU, CUDA and HIP backend libraries each call it without linking the others.
 inline std::string unsupported_by_every_backend(const Op& op) {
   if (op.kind == OpKind::kGemm && op.batch > 1)
-    return "a grouped GEMM of " + std::to_string(op.batch) + " groups (mixture-of-experts experts): no backend runs it yet";
+    return "a grouped GEMM of " + std::to_string(op.batch) +
+           " groups (mixture-of-experts experts): no backend runs it yet";
   if ((op.kind == OpKind::kAttentionFwd || op.kind == OpKind::kAttentionBwd) && op.k > 0 && op.k < op.seq)
     return "sliding-window attention (window " + std::to_string(op.k) + " of " + std::to_string(op.seq) +
            " positions): no backend runs it yet";

@@ -33,7 +33,7 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string node_name() const = 0;  // the host this rank runs on
+  virtual std::string node_name() const = 0;        // the host this rank runs on
   virtual std::string library_version() const = 0;  // e.g. "Open MPI v4.1.4"
 
   // Times `kind` over a buffer of `bytes` (the full, unsharded buffer, as the cost model counts

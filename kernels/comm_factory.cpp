@@ -38,7 +38,8 @@ std::unique_ptr<Communicator> make_communicator(BackendKind backend, CommScope s
 #ifdef TPSIM_HAVE_NCCL_COMM
       return make_nccl_communicator(-1, scope);
 #else
-      throw Error("this build has no NCCL communicator (it needs the CUDA toolkit, NCCL and MPI when it is configured)");
+      throw Error(
+          "this build has no NCCL communicator (it needs the CUDA toolkit, NCCL and MPI when it is configured)");
 #endif
     case BackendKind::kHip: break;
   }

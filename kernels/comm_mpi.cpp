@@ -28,8 +28,8 @@ void mpi_check(int code, const char* statement, const char* file, int line) {
   char message[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(code, message, &length);
-  throw Error(std::string(file) + ":" + std::to_string(line) + ": " + statement + " failed: " +
-              std::string(message, static_cast<size_t>(length)));
+  throw Error(std::string(file) + ":" + std::to_string(line) + ": " + statement +
+              " failed: " + std::string(message, static_cast<size_t>(length)));
 }
 #define TPSIM_MPI_CHECK(statement) mpi_check((statement), #statement, __FILE__, __LINE__)
 
@@ -177,7 +177,7 @@ class MpiCommunicator final : public Communicator {
     // Rank r's input comes from seed_for(r): every rank can rebuild every other rank's input.
     auto input_of = [&](int r) {
       std::vector<float> x(kind == CollectiveKind::kAllGather ? static_cast<size_t>(per_rank)
-                                                             : static_cast<size_t>(elements));
+                                                              : static_cast<size_t>(elements));
       cpu::fill_uniform(x.data(), static_cast<int64_t>(x.size()), -1, 1, seed_for(r));
       return x;
     };
@@ -192,7 +192,8 @@ class MpiCommunicator final : public Communicator {
       for (size_t i = 0; i < want.size(); ++i) {
         switch (kind) {
           case CollectiveKind::kAllGather:
-            if (i / static_cast<size_t>(per_rank) == static_cast<size_t>(r)) want[i] = x[i % static_cast<size_t>(per_rank)];
+            if (i / static_cast<size_t>(per_rank) == static_cast<size_t>(r))
+              want[i] = x[i % static_cast<size_t>(per_rank)];
             break;
           case CollectiveKind::kReduceScatter: want[i] += x[static_cast<size_t>(rank_ * per_rank) + i]; break;
           case CollectiveKind::kAllReduce: want[i] += x[i]; break;
@@ -218,8 +219,8 @@ class MpiCommunicator final : public Communicator {
         return;
       case CollectiveKind::kAllReduce:
         // Out of place: repeated sums in place would double the values every run.
-        TPSIM_MPI_CHECK(MPI_Allreduce(b.send.data(), b.recv.data(), count_of(int64_t{count} * size_), MPI_FLOAT,
-                                      MPI_SUM, comm_));
+        TPSIM_MPI_CHECK(
+            MPI_Allreduce(b.send.data(), b.recv.data(), count_of(int64_t{count} * size_), MPI_FLOAT, MPI_SUM, comm_));
         return;
     }
   }

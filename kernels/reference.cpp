@@ -110,7 +110,8 @@ void attention_backward_reference(int64_t batch, int64_t heads, int64_t seq, int
       for (int64_t j = 0; j <= i; ++j) {
         p[z(j)] = std::exp(p[z(j)] - mx) / sum;
         double dot = 0;
-        for (int64_t d = 0; d < dh; ++d) dot += static_cast<double>(d_o[base + z(i * dh + d)]) * v[base + z(j * dh + d)];
+        for (int64_t d = 0; d < dh; ++d)
+          dot += static_cast<double>(d_o[base + z(i * dh + d)]) * v[base + z(j * dh + d)];
         dp[z(j)] = dot;
         row_dot += p[z(j)] * dot;
       }
@@ -133,8 +134,8 @@ void attention_backward_reference(int64_t batch, int64_t heads, int64_t seq, int
 
 void layer_norm_reference(int64_t m, int64_t n, std::span<const float> x, std::span<const float> w,
                           std::span<const float> b, std::span<float> y, std::span<float> mean, std::span<float> rstd) {
-  require(x.size() == z(m * n) && y.size() == z(m * n) && w.size() == z(n) && b.size() == z(n) &&
-              mean.size() == z(m) && rstd.size() == z(m),
+  require(x.size() == z(m * n) && y.size() == z(m * n) && w.size() == z(n) && b.size() == z(n) && mean.size() == z(m) &&
+              rstd.size() == z(m),
           "layer norm buffer sizes");
   for (int64_t i = 0; i < m; ++i) {
     double mu = 0;
@@ -144,7 +145,8 @@ void layer_norm_reference(int64_t m, int64_t n, std::span<const float> x, std::s
     for (int64_t j = 0; j < n; ++j) var += (x[z(i * n + j)] - mu) * (x[z(i * n + j)] - mu);
     var /= static_cast<double>(n);  // biased, as LayerNorm normalises
     const double r = 1.0 / std::sqrt(var + kLayerNormEps);
-    for (int64_t j = 0; j < n; ++j) y[z(i * n + j)] = static_cast<float>((x[z(i * n + j)] - mu) * r * w[z(j)] + b[z(j)]);
+    for (int64_t j = 0; j < n; ++j)
+      y[z(i * n + j)] = static_cast<float>((x[z(i * n + j)] - mu) * r * w[z(j)] + b[z(j)]);
     mean[z(i)] = static_cast<float>(mu);
     rstd[z(i)] = static_cast<float>(r);
   }
@@ -228,8 +230,8 @@ void scale_reference(std::span<float> x, float c) {
   for (float& e : x) e = static_cast<float>(static_cast<double>(e) * c);
 }
 
-void embedding_reference(int64_t m, int64_t n, int64_t rows, std::span<const float> table,
-                         std::span<const int64_t> ids, std::span<float> y) {
+void embedding_reference(int64_t m, int64_t n, int64_t rows, std::span<const float> table, std::span<const int64_t> ids,
+                         std::span<float> y) {
   require(table.size() == z(rows * n) && ids.size() == z(m) && y.size() == z(m * n), "embedding buffer sizes");
   for (int64_t i = 0; i < m; ++i) {
     require(ids[z(i)] >= 0 && ids[z(i)] < rows, "embedding id out of range");
@@ -368,9 +370,9 @@ void router_reference(int64_t m, int64_t n, int64_t k, std::span<const float> lo
 void router_backward_reference(int64_t m, int64_t n, int64_t k, std::span<const float> probs,
                                std::span<const int64_t> ids, std::span<const float> dweights,
                                std::span<float> dlogits) {
-  require(probs.size() == z(m * n) && dlogits.size() == z(m * n) && ids.size() == z(m * k) &&
-              dweights.size() == z(m * k),
-          "router backward buffer sizes");
+  require(
+      probs.size() == z(m * n) && dlogits.size() == z(m * n) && ids.size() == z(m * k) && dweights.size() == z(m * k),
+      "router backward buffer sizes");
   std::vector<double> dp(z(n));
   for (int64_t i = 0; i < m; ++i) {
     std::fill(dp.begin(), dp.end(), 0.0);
@@ -472,7 +474,7 @@ void cast_fp32_to_bf16_reference(std::span<const float> x, std::span<uint16_t> y
     const double x_exact = x[i];
     const double below_value = std::bit_cast<float>(static_cast<uint32_t>(below) << 16);
     const double above_value = (above & 0x7f80u) == 0x7f80u ? std::copysign(std::ldexp(1.0, 128), x_exact)
-                                                              : std::bit_cast<float>(static_cast<uint32_t>(above) << 16);
+                                                            : std::bit_cast<float>(static_cast<uint32_t>(above) << 16);
     const double d_below = std::fabs(x_exact - below_value);
     const double d_above = std::fabs(x_exact - above_value);
     if (d_below < d_above) y[i] = below;

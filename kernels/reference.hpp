@@ -51,15 +51,14 @@ struct AdamWParams {
 void gemm_reference(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, std::span<const float> a,
                     std::span<const float> b, std::span<float> c);
 
-void attention_forward_reference(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim,
-                                 std::span<const float> q, std::span<const float> k, std::span<const float> v,
-                                 std::span<float> o, std::span<float> lse);
+void attention_forward_reference(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, std::span<const float> q,
+                                 std::span<const float> k, std::span<const float> v, std::span<float> o,
+                                 std::span<float> lse);
 // Recomputes the softmax from q and k (it needs neither o nor lse) and differentiates it by its
 // definition: dS = P * (dP - rowsum(P * dP)).
-void attention_backward_reference(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim,
-                                  std::span<const float> q, std::span<const float> k, std::span<const float> v,
-                                  std::span<const float> d_o, std::span<float> dq, std::span<float> dk,
-                                  std::span<float> dv);
+void attention_backward_reference(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, std::span<const float> q,
+                                  std::span<const float> k, std::span<const float> v, std::span<const float> d_o,
+                                  std::span<float> dq, std::span<float> dk, std::span<float> dv);
 
 void layer_norm_reference(int64_t m, int64_t n, std::span<const float> x, std::span<const float> w,
                           std::span<const float> b, std::span<float> y, std::span<float> mean, std::span<float> rstd);
@@ -78,8 +77,8 @@ void cross_entropy_reference(int64_t m, int64_t n, std::span<float> logits, std:
                              std::span<float> loss);
 void scale_reference(std::span<float> x, float c);  // also the cross-entropy backward
 
-void embedding_reference(int64_t m, int64_t n, int64_t rows, std::span<const float> table,
-                         std::span<const int64_t> ids, std::span<float> y);
+void embedding_reference(int64_t m, int64_t n, int64_t rows, std::span<const float> table, std::span<const int64_t> ids,
+                         std::span<float> y);
 // Zeroes dtable, then adds each row of dy into the row its id names.
 void embedding_backward_reference(int64_t m, int64_t n, int64_t rows, std::span<const float> dy,
                                   std::span<const int64_t> ids, std::span<float> dtable);
@@ -113,8 +112,7 @@ void router_reference(int64_t m, int64_t n, int64_t k, std::span<const float> lo
 // dlogits = P * (dP - sum_j P_j dP_j), where dP is dweights scattered to the chosen experts and 0
 // elsewhere.
 void router_backward_reference(int64_t m, int64_t n, int64_t k, std::span<const float> probs,
-                               std::span<const int64_t> ids, std::span<const float> dweights,
-                               std::span<float> dlogits);
+                               std::span<const int64_t> ids, std::span<const float> dweights, std::span<float> dlogits);
 
 void permute_reference(int64_t m, int64_t n, int64_t k, std::span<const float> x, std::span<const int64_t> src,
                        std::span<float> out);

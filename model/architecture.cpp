@@ -73,7 +73,8 @@ std::string check_moe(const MoeConfig& e) {
   if (e.shared_experts < 0 || e.shared_experts > 64) return "shared experts must be 0 to 64";
   if (e.shared_experts > 0 && (e.d_shared <= 0 || e.d_shared > (1 << 22)))
     return "the shared experts' FFN width must be positive and at most 2^22";
-  if (e.shared_experts == 0 && (e.d_shared != 0 || e.shared_gate)) return "a shared-expert width or gate without shared experts";
+  if (e.shared_experts == 0 && (e.d_shared != 0 || e.shared_gate))
+    return "a shared-expert width or gate without shared experts";
   if (!(e.capacity_factor >= 0) || !std::isfinite(e.capacity_factor) || e.capacity_factor > 64)
     return "capacity_factor must be 0 (dropless) or a positive number no larger than 64";
   return {};

@@ -49,7 +49,7 @@ struct MoeConfig {
   // Tokens each expert takes relative to an even share (top_k * tokens / experts); tokens beyond it
   // are dropped and shorter groups padded. 0: dropless (MegaBlocks dMoE, Mixtral, DBRX).
   double capacity_factor = 0;
-  bool output_bias = false;    // MegaBlocks: one d_model bias after the experts (MPT without no_bias)
+  bool output_bias = false;  // MegaBlocks: one d_model bias after the experts (MPT without no_bias)
 
   bool active() const { return experts > 0; }
 };
@@ -57,23 +57,24 @@ struct MoeConfig {
 struct ModelConfig {
   std::string name;
   int64_t d_model = 0;
-  int64_t n_heads = 0;          // query heads
+  int64_t n_heads = 0;  // query heads
   int64_t n_layers = 0;
   double expansion_ratio = 4.0;  // dense FFN width = expansion_ratio * d_model, unless ffn_hidden is set
   int64_t vocab_size = 0;
-  int64_t n_kv_heads = 0;       // key/value heads (grouped-query, multi-query); 0: n_heads
-  int64_t head_dim = 0;         // 0: d_model / n_heads
-  int64_t ffn_hidden = 0;       // dense FFN width when given explicitly (ffn_hidden_size, intermediate_size)
+  int64_t n_kv_heads = 0;  // key/value heads (grouped-query, multi-query); 0: n_heads
+  int64_t head_dim = 0;    // 0: d_model / n_heads
+  int64_t ffn_hidden = 0;  // dense FFN width when given explicitly (ffn_hidden_size, intermediate_size)
   PositionKind positions = PositionKind::kLearned;
-  int64_t max_positions = 0;    // rows of a learned position table; 0: the run's sequence length (MPT sizes it by max_seq_len)
+  int64_t max_positions =
+      0;  // rows of a learned position table; 0: the run's sequence length (MPT sizes it by max_seq_len)
   NormKind norm = NormKind::kLayerNorm;
-  bool norm_bias = true;        // LayerNorm's bias (RMSNorm has none)
-  bool qkv_bias = true;         // biases of the Q, K and V projections
-  bool linear_bias = true;      // biases of the out projection and the feed-forward's linears
+  bool norm_bias = true;    // LayerNorm's bias (RMSNorm has none)
+  bool qkv_bias = true;     // biases of the Q, K and V projections
+  bool linear_bias = true;  // biases of the out projection and the feed-forward's linears
   FfnKind ffn = FfnKind::kMlp;
   Activation activation = Activation::kGelu;
-  bool tie_embeddings = true;   // output projection shares the token embedding's weight
-  int64_t sliding_window = 0;   // keys each query attends to at most (Mistral); 0: the whole causal prefix
+  bool tie_embeddings = true;  // output projection shares the token embedding's weight
+  int64_t sliding_window = 0;  // keys each query attends to at most (Mistral); 0: the whole causal prefix
   QkNorm qk_norm = QkNorm::kNone;
   MoeConfig moe;
   // How the attention core is computed: fused flash attention (causal blocks skipped, nothing of
@@ -90,7 +91,7 @@ struct ModelConfig {
 
   int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
-  int64_t q_dim() const { return n_heads * d_head(); }    // width of Q and of the attention output
+  int64_t q_dim() const { return n_heads * d_head(); }      // width of Q and of the attention output
   int64_t kv_dim() const { return kv_heads() * d_head(); }  // width of K and of V
   int64_t d_ffn() const;                                    // dense FFN width
   bool learned_positions() const { return positions == PositionKind::kLearned; }

@@ -33,7 +33,8 @@ MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, co
   const double casts_per_block = (cast_in_forward ? 1.0 : 0.0) + (layout.gather_in_backward ? 1.0 : 0.0);
   MicroBatchCosts& c = r.costs;
   c.block_fwd_s = f.total() + (cast_in_forward ? cast.total() : 0.0);
-  c.block_bwd_s = b.total() + recompute * f.total() + attention_again + red.total() + (layout.gather_in_backward ? cast.total() : 0.0);
+  c.block_bwd_s = b.total() + recompute * f.total() + attention_again + red.total() +
+                  (layout.gather_in_backward ? cast.total() : 0.0);
   c.embed_fwd_s = k.embed_fwd.total();
   c.embed_bwd_s = k.embed_bwd.total();
   c.head_s = k.head_fwd.total() + k.head_bwd.total();
@@ -137,7 +138,8 @@ const FsdpCosts& ComposerEvaluator::fsdp_costs(const TrainConfig& cfg) {
   const auto reduce = [&](double bytes) {
     if (layout.bucket_bytes > 0) {  // DDP: equal buckets of at most bucket_bytes, one all-reduce each
       const double buckets = std::ceil(bytes / layout.bucket_bytes);
-      return buckets > 0 ? buckets * cost_.collective_seconds(layout.grad_reduce, bytes / buckets, layout.shard_group) : 0.0;
+      return buckets > 0 ? buckets * cost_.collective_seconds(layout.grad_reduce, bytes / buckets, layout.shard_group)
+                         : 0.0;
     }
     double s = cost_.collective_seconds(layout.grad_reduce, bytes, layout.shard_group);
     if (layout.replica_group.ranks > 1)
@@ -163,7 +165,8 @@ Prediction ComposerEvaluator::predict(const TrainConfig& cfg) {
   // The tail's costs first: the full micro-batch's memo entry, which may share the tail's slot, is
   // then held by reference until the memory estimate below (no copy of it per prediction).
   MicroBatchResult tail;
-  if (last != cfg.micro_batch) tail = micro_batch_costs(compute_costs(last, cfg.seq_len, cfg.precision), fsdp, params, cfg, L);
+  if (last != cfg.micro_batch)
+    tail = micro_batch_costs(compute_costs(last, cfg.seq_len, cfg.precision), fsdp, params, cfg, L);
   const ComputeCosts& full_compute = compute_costs(cfg.micro_batch, cfg.seq_len, cfg.precision);
   const MicroBatchResult full = micro_batch_costs(full_compute, fsdp, params, cfg, L);
   if (last == cfg.micro_batch) tail = full;

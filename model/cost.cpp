@@ -123,13 +123,21 @@ thread_local std::array<TileMemoEntry, 1024> tile_memo;
 }  // namespace
 
 CostModel::TileFit CostModel::best_tiles(int64_t m, int64_t n) const {
-  const uint64_t h = (static_cast<uint64_t>(m) * 0x9E3779B97F4A7C15ULL) ^ (static_cast<uint64_t>(n) * 0xC2B2AE3D27D4EB4FULL);
+  const uint64_t h =
+      (static_cast<uint64_t>(m) * 0x9E3779B97F4A7C15ULL) ^ (static_cast<uint64_t>(n) * 0xC2B2AE3D27D4EB4FULL);
   TileMemoEntry& e = tile_memo[(h >> 54) & (tile_memo.size() - 1)];
   if (e.m == m && e.n == n && e.units == units_ && e.big == tile_sides_[0] && e.small == tile_sides_[1] &&
       e.half == params_.gemm_tile_intensity_half)
     return {e.efficiency, e.tiles, e.fill_and_tile};
   const TileFit t = search_tiles(m, n);
-  e = {m, n, units_, tile_sides_[0], tile_sides_[1], params_.gemm_tile_intensity_half, t.efficiency, t.tiles,
+  e = {m,
+       n,
+       units_,
+       tile_sides_[0],
+       tile_sides_[1],
+       params_.gemm_tile_intensity_half,
+       t.efficiency,
+       t.tiles,
        t.fill_and_tile};
   return t;
 }
@@ -154,7 +162,9 @@ double CostModel::attention_efficiency(const Op& op) const {
   const double blocks = nb * static_cast<double>(op.batch) * static_cast<double>(op.heads);
   const double waves = wave_efficiency(blocks, units_);
   const bool fwd = op.kind == OpKind::kAttentionFwd;
-  const double native = !op.native_kernel ? 0.0 : fwd ? params_.attn_native_fwd_efficiency : params_.attn_native_bwd_efficiency;
+  const double native = !op.native_kernel ? 0.0
+                        : fwd             ? params_.attn_native_fwd_efficiency
+                                          : params_.attn_native_bwd_efficiency;
   const double base = native > 0 ? native : fwd ? params_.attn_fwd_efficiency : params_.attn_bwd_efficiency;
   return base * head_factor * causal * waves;
 }
@@ -164,7 +174,8 @@ double CostModel::op_seconds(const Op& op) const {
   const double memory_s = bytes * seconds_per_byte_;
   switch (op.kind) {
     case OpKind::kGemm: {
-      const double e = op.batch > 1 ? grouped_gemm_efficiency(op.batch, op.m, op.n, op.k) : gemm_efficiency(op.m, op.n, op.k);
+      const double e =
+          op.batch > 1 ? grouped_gemm_efficiency(op.batch, op.m, op.n, op.k) : gemm_efficiency(op.m, op.n, op.k);
       const double rate = rate_[static_cast<int>(op.dtype)] * e;
       return params_.gemm_overhead_s + std::max(op.flops / rate, memory_s);
     }
@@ -176,7 +187,8 @@ double CostModel::op_seconds(const Op& op) const {
     case OpKind::kMemoryBound: {
       // The fused cross-entropy kernel runs at xent_efficiency; PyTorch's unfused one (kernels > 1)
       // streams like any element-wise kernel.
-      const bool xent = (op.mem == MemKind::kCrossEntropy || op.mem == MemKind::kCrossEntropyBackward) && op.kernels == 1;
+      const bool xent =
+          (op.mem == MemKind::kCrossEntropy || op.mem == MemKind::kCrossEntropyBackward) && op.kernels == 1;
       return static_cast<double>(op.kernels) * params_.kernel_overhead_s +
              (xent ? memory_s / params_.xent_efficiency : memory_s);
     }
@@ -201,8 +213,8 @@ double CostModel::collective_seconds(CollectiveKind kind, double bytes, const Co
   }
   double latency = params_.intra_node_latency_s;
   if (g.nodes > 1) {
-    const double nic = device_.inter_node_bytes_per_s * params_.inter_node_link_efficiency /
-                       static_cast<double>(g.groups_per_node);
+    const double nic =
+        device_.inter_node_bytes_per_s * params_.inter_node_link_efficiency / static_cast<double>(g.groups_per_node);
     seconds = std::max(seconds, (nodes - 1.0) / nodes * bytes / nic);
     latency = params_.inter_node_latency_s;
   }

@@ -14,8 +14,8 @@ struct DeviceSpec {
   std::string name;  // marketing name
   std::array<double, kNumDTypes> peak_flops_per_s{};  // dense datasheet peak per format; 0: no such format
   double memory_bytes = 0;
-  double hbm_bytes_per_s = 0;         // datasheet memory bandwidth
-  int compute_units = 0;              // SMs (NVIDIA) or CUs (AMD): what GEMM tiles are spread over
+  double hbm_bytes_per_s = 0;  // datasheet memory bandwidth
+  int compute_units = 0;       // SMs (NVIDIA) or CUs (AMD): what GEMM tiles are spread over
   // The boost clock the datasheet's tensor peak is quoted at; 0 where the file gives none. With
   // compute_units it sets the rate of kernels that do not use a newer generation's tensor-core
   // instructions (calibrate/table_fit.hpp, sm_clock_scale).
@@ -32,7 +32,7 @@ struct DeviceSpec {
   std::string vendor;        // "nvidia", "amd", ...: how profiles pick the nearest measured sibling
   std::string architecture;  // "ampere", "hopper", "blackwell", "cdna3", ...
   std::array<bool, kNumScaledFormats> scaled_formats{};  // block-scaled formats the tensor cores take
-  std::map<std::string, std::string> sources;  // value name -> where the value comes from
+  std::map<std::string, std::string> sources;            // value name -> where the value comes from
 
   bool supports(DType t) const { return peak_flops_per_s[static_cast<int>(t)] > 0; }
   bool supports(ScaledFormat f) const { return scaled_formats[static_cast<int>(f)]; }

@@ -64,8 +64,10 @@ struct FrameworkDef {
   // The global batch divides evenly over the GPUs (llm-foundry's device_train_batch_size); else only
   // over the data-parallel replicas.
   bool batch_per_gpu;
-  bool distributed_optimizer;  // sharded optimizer state by default (Megatron-Core's --use-distributed-optimizer, FSDP2)
-  bool data_parallel_degrees;  // HSDP's shard and replicate degrees are given as is (torchtitan's data_parallel_*_degree)
+  bool
+      distributed_optimizer;  // sharded optimizer state by default (Megatron-Core's --use-distributed-optimizer, FSDP2)
+  bool data_parallel_degrees;  // HSDP's shard and replicate degrees are given as is (torchtitan's
+                               // data_parallel_*_degree)
   bool padded_vocab;           // the vocabulary padded to a multiple of 128 x tp (Megatron-LM)
   // Unfused attention (the scores materialised) can be asked of it (--attention unfused).
   bool unfused_attention;

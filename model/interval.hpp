@@ -54,9 +54,9 @@ double doublings_outside(const FitDomain& domain, const DomainPoint& point);
 inline constexpr double kIntervalCoverage = 0.8;
 
 struct IntervalModel {
-  RelativeInterval held_out;            // within the domain
-  std::optional<FitDomain> domain;      // none: the interval is the same everywhere
-  double widening_per_doubling = 0;     // added to each side of log(1 + error) per doubling outside
+  RelativeInterval held_out;         // within the domain
+  std::optional<FitDomain> domain;   // none: the interval is the same everywhere
+  double widening_per_doubling = 0;  // added to each side of log(1 + error) per doubling outside
 };
 
 // `held_out` widened in log space by `widening` x `doublings` on each side.

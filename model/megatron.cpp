@@ -144,7 +144,7 @@ std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& de
 struct MegatronEvaluator::Costs : MicroBatchOpCosts {
   TrainConfig key;  // global_batch unused
   ModelParallelLayout layout;
-  double attention_again = 0;  // selective: the attention forward run again before each backward
+  double attention_again = 0;                     // selective: the attention forward run again before each backward
   double tp_block_fwd_s = 0, tp_block_bwd_s = 0;  // one block's tensor-parallel collectives
   double tp_embed_s = 0, tp_head_fwd_s = 0, tp_head_bwd_s = 0;
   double p2p_s = 0;
@@ -153,18 +153,18 @@ struct MegatronEvaluator::Costs : MicroBatchOpCosts {
   // mixture of experts under tensor parallelism the change from the dense MLP's all-gather and
   // reduce-scatter of t tokens to those of the routed (and shared) experts' rows.
   RingAttention ring;
-  double all_to_all_s = 0;            // one of the dispatcher's four
+  double all_to_all_s = 0;  // one of the dispatcher's four
   // Combined 1F1B's split of a block: the GPU seconds of its experts' ops (routed and shared) and the
   // change in its MLP's tensor-parallel collectives that the experts bring (expert_tp_change_s).
   double expert_fwd_s = 0, expert_bwd_s = 0, expert_tp_change_s = 0;
   double cp_ep_block_fwd_s = 0, cp_ep_block_bwd_s = 0;
-  double ring_again_s = 0;            // selective: the forward ring's exposed exchange again
-  std::vector<double> stage_params;   // local parameters per stage
+  double ring_again_s = 0;                  // selective: the forward ring's exposed exchange again
+  std::vector<double> stage_params;         // local parameters per stage
   std::vector<double> stage_master_params;  // of them, those whose fp32 master weights and moments the rank keeps
-  std::vector<double> reduce_s;       // per stage: data-parallel gradient reduction
-  std::vector<double> gather_s;       // per stage: distributed optimizer's parameter all-gather
-  std::vector<double> optimizer_s;    // per stage
-  double embedding_sync_s = 0;        // first and last stage
+  std::vector<double> reduce_s;             // per stage: data-parallel gradient reduction
+  std::vector<double> gather_s;             // per stage: distributed optimizer's parameter all-gather
+  std::vector<double> optimizer_s;          // per stage
+  double embedding_sync_s = 0;              // first and last stage
   SavedActivations saved;
   std::vector<int64_t> chunk_layers;  // per model chunk, in model order (split_layers)
   std::vector<int64_t> stage_layers;  // per stage: its chunks' layers
@@ -238,8 +238,9 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   c.p2p_s = pipeline_send_seconds(cost_, l, par, td_bytes);
 
   stage_costs(c, cfg, vocab);
-  c.saved = {c.block_fwd.saved_bytes, c.embed_fwd.saved_bytes, c.head_fwd.saved_bytes, attention_only_saved_bytes(shape),
-             block_backward_buffer_bytes(tensor_parallel_slice(model_, l.tp, shape.moe), shape.tokens(), cfg.precision)};
+  c.saved = {
+      c.block_fwd.saved_bytes, c.embed_fwd.saved_bytes, c.head_fwd.saved_bytes, attention_only_saved_bytes(shape),
+      block_backward_buffer_bytes(tensor_parallel_slice(model_, l.tp, shape.moe), shape.tokens(), cfg.precision)};
   memo_.commit();
   return c;
 }
@@ -297,9 +298,9 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
         par.distributed_optimizer ? dense / d(l.grad_ranks()) + experts / d(l.expert_grad_ranks()) : p;
     c.stage_master_params[i] = master;
     CategoryTotals opt = costed(cost_, optimizer_ops, master);
-    c.optimizer_s[i] = opt.total() + cost_.op_seconds(membound_op("optim.copy_to_model", MemKind::kCast,
-                                                                   static_cast<int64_t>(master), 1, DType::kFp32,
-                                                                   4.0 * master, 2.0 * master));
+    c.optimizer_s[i] =
+        opt.total() + cost_.op_seconds(membound_op("optim.copy_to_model", MemKind::kCast, static_cast<int64_t>(master),
+                                                   1, DType::kFp32, 4.0 * master, 2.0 * master));
   }
   c.embedding_sync_s = l.pp > 1 && model_.tie_embeddings
                            ? cost_.collective_seconds(CollectiveKind::kAllReduce, table * gb, l.embedding_group)
@@ -315,9 +316,9 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
 void MegatronEvaluator::tp_comm_overlap_costs(Costs& c, const BlockShape& shape, double td_bytes) const {
   double ag = 0, rs = 0;
   tensor_parallel_seconds(cost_, shape, c.layout.tp_group, true, td_bytes, c.tp_block_fwd_s, c.tp_block_bwd_s, ag, rs);
-  const UserbuffersSmCost sm = userbuffers_sm_seconds(linear_seconds(cost_, block_forward_ops, shape, OpPass::kForward),
-                                                      linear_seconds(cost_, block_backward_ops, shape, OpPass::kDataGrad),
-                                                      device_.compute_units);
+  const UserbuffersSmCost sm = userbuffers_sm_seconds(
+      linear_seconds(cost_, block_forward_ops, shape, OpPass::kForward),
+      linear_seconds(cost_, block_backward_ops, shape, OpPass::kDataGrad), device_.compute_units);
   c.block_fwd.gemm += sm.fwd_s;
   c.block_bwd.gemm += sm.bwd_s;
 }
@@ -354,7 +355,8 @@ void MegatronEvaluator::context_and_expert_costs(Costs& c, const BlockShape& sha
   const auto gather_scatter = [&](double rows, const CommGroup& group) {
     return cost_.collective_seconds(CollectiveKind::kAllReduce, rows * dm * a, group);
   };
-  double tp_change = gather_scatter(d(shape.expert_rows()), l.etp_group) - gather_scatter(d(shape.tokens()), l.tp_group);
+  double tp_change =
+      gather_scatter(d(shape.expert_rows()), l.etp_group) - gather_scatter(d(shape.tokens()), l.tp_group);
   if (shape.moe.shared_experts > 0) tp_change += gather_scatter(d(shape.tokens()), l.tp_group);
   c.expert_tp_change_s = tp_change;
   const double moe_s = 2.0 * c.all_to_all_s + tp_change;
@@ -403,7 +405,8 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
     // their (expert) tensor-parallel collectives, "attn" the rest of the block.
     const double a2a = c.all_to_all_s, tp_mlp_f = c.tp_block_fwd_s / 2.0, tp_mlp_b = c.tp_block_bwd_s / 2.0;
     const double gpu_f = c.block_fwd.total() + c.tp_block_fwd_s + c.cp_ep_block_fwd_s;
-    const double gpu_b = c.block_bwd.total() + c.tp_block_bwd_s + c.cp_ep_block_bwd_s + c.attention_again + c.ring_again_s;
+    const double gpu_b =
+        c.block_bwd.total() + c.tp_block_bwd_s + c.cp_ep_block_bwd_s + c.attention_again + c.ring_again_s;
     const double mlp_f = std::max(c.expert_fwd_s + tp_mlp_f + c.expert_tp_change_s, 0.0);
     const double mlp_b = std::max(c.expert_bwd_s + tp_mlp_b + c.expert_tp_change_s, 0.0);
     const double attn_f = std::max(gpu_f - mlp_f - 2.0 * a2a, 0.0), attn_b = std::max(gpu_b - mlp_b - 2.0 * a2a, 0.0);
@@ -459,9 +462,10 @@ void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, c
   t.exposed_comm_s = std::max(comm + tail_s - merged_saving_s, 0.0);
   t.optimizer_s = p.timeline.optimizer_s;
   t.overhead_s = md * params_.microbatch_overhead_s + 2.0 * per_layer_m * params_.block_overhead_s +
-                 per_layer_m * (host.block_fwd + host.block_bwd) + md * ((first ? host.first : 0.0) + (last ? host.last : 0.0)) +
-                 params_.step_overhead_s;
-  const double accounted = t.gemm_s + t.attention_s + t.other_compute_s + t.exposed_comm_s + t.optimizer_s + t.overhead_s;
+                 per_layer_m * (host.block_fwd + host.block_bwd) +
+                 md * ((first ? host.first : 0.0) + (last ? host.last : 0.0)) + params_.step_overhead_s;
+  const double accounted =
+      t.gemm_s + t.attention_s + t.other_compute_s + t.exposed_comm_s + t.optimizer_s + t.overhead_s;
   t.pipeline_bubble_s = std::max(p.step_s - accounted, 0.0);
 }
 
@@ -578,7 +582,6 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
 
 namespace {
 
-
 // Megatron rows: the host's kernel-issue time bounds their small passes, and each tensor-parallel
 // collective waits for every rank of its group (the per-step latency of a ring inside a node);
 // Composer's recompute share and overlap slowdown do not enter them.
@@ -602,7 +605,8 @@ constinit const FrameworkDef kMegatronFramework = {
     .profile_intervals = false,
     .auto_micro_batch_halves = false,
     .core_attention = true,
-    .no_sharding_strategies = "has no FSDP sharding strategies (its data parallelism is DDP; --dist-opt shards the optimizer)",
+    .no_sharding_strategies =
+        "has no FSDP sharding strategies (its data parallelism is DDP; --dist-opt shards the optimizer)",
     .options = option_bit(FrameworkOption::kUnevenPipeline) | option_bit(FrameworkOption::kTpCommOverlap) |
                option_bit(FrameworkOption::kMoeA2aOverlap) | option_bit(FrameworkOption::kGradReduceBf16) |
                option_bit(FrameworkOption::kFp8ParamGather) | option_bit(FrameworkOption::kPipelineScatterGather) |

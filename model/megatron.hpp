@@ -7,8 +7,8 @@
 // all-gather and a reduce-scatter in their place (the same bytes; Korthikanti et al. 2022, Sec. 4.2.2).
 // Megatron runs them on the compute stream's critical path, so they add to the block's time; with
 // TransformerEngine's tp-comm-overlap (Parallelism::tp_comm_overlap) each is hidden behind the GEMM
-// it feeds or follows up to that GEMM's time (tensor_parallel_seconds, userbuffers_sm_seconds). The vocabulary-parallel embedding adds one
-// such collective in the forward; the vocabulary-parallel head one in each direction, and the
+// it feeds or follows up to that GEMM's time (tensor_parallel_seconds, userbuffers_sm_seconds). The vocabulary-parallel
+// embedding adds one such collective in the forward; the vocabulary-parallel head one in each direction, and the
 // cross-entropy three all-reduces of a number per token.
 //
 // The stages' chunks are laid out by the pipeline schedule (pipeline.hpp: 1F1B, interleaved with

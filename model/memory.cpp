@@ -9,14 +9,14 @@ namespace tpsim {
 namespace {
 
 struct MemoryInputs {
-  double block_params = 0;           // parameters of one block
-  double root_params = 0;            // parameters outside the blocks (embeddings, final norm)
+  double block_params = 0;  // parameters of one block
+  double root_params = 0;   // parameters outside the blocks (embeddings, final norm)
   int64_t n_layers = 0;
-  double block_saved_bytes = 0;      // one block's forward saved_bytes
-  double block_input_bytes = 0;      // one block's input (what checkpointing keeps)
+  double block_saved_bytes = 0;  // one block's forward saved_bytes
+  double block_input_bytes = 0;  // one block's input (what checkpointing keeps)
   double embed_saved_bytes = 0;
   double head_saved_bytes = 0;
-  double backward_buffer_bytes = 0;  // gradient buffers of one block's backward
+  double backward_buffer_bytes = 0;       // gradient buffers of one block's backward
   double block_attention_only_bytes = 0;  // what selective checkpointing stops keeping per block
 };
 
@@ -102,8 +102,8 @@ double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Pre
 }
 
 ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len) {
-  return {static_cast<double>(layer_parameter_count(model)), static_cast<double>(embedding_parameter_count(model, seq_len)),
-          model.n_layers, model.d_model};
+  return {static_cast<double>(layer_parameter_count(model)),
+          static_cast<double>(embedding_parameter_count(model, seq_len)), model.n_layers, model.d_model};
 }
 
 MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfig& cfg, const SavedActivations& saved,

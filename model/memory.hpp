@@ -47,9 +47,9 @@ inline MemoryBreakdown with_peak(MemoryBreakdown m, const CostParams& params) {
 // What one micro-batch's forward keeps for the backward (the sums of its ops' saved_bytes), and
 // the gradient buffers of one block's backward: what depends on the micro-batch, not the layout.
 struct SavedActivations {
-  double block = 0;  // one block's forward
-  double embed = 0;  // the embeddings
-  double head = 0;   // final norm, logits input, logits/gradient buffer
+  double block = 0;                   // one block's forward
+  double embed = 0;                   // the embeddings
+  double head = 0;                    // final norm, logits input, logits/gradient buffer
   double block_attention_only = 0;    // of `block`, what only the attention kernel keeps (selective drops it)
   double block_backward_buffers = 0;  // block_backward_buffer_bytes
 };

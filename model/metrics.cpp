@@ -11,15 +11,14 @@ double foundry_attn_flops_per_seq(int64_t n_layers, int64_t d_model, int64_t seq
   return static_cast<double>(n_layers) * 2.0 * 2.0 * static_cast<double>(d_model) * s * s;
 }
 
-FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len,
-                               double seq_per_s, int64_t n_gpus, double peak_flops_per_s,
-                               bool activation_checkpointing) {
+FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len, double seq_per_s,
+                               int64_t n_gpus, double peak_flops_per_s, bool activation_checkpointing) {
   return foundry_metrics(n_params, n_layers, d_model, seq_len, seq_per_s, n_gpus, peak_flops_per_s,
                          activation_checkpointing ? Checkpointing::kFull : Checkpointing::kNone);
 }
 
-FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len,
-                               double seq_per_s, int64_t n_gpus, double peak_flops_per_s, Checkpointing checkpointing) {
+FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len, double seq_per_s,
+                               int64_t n_gpus, double peak_flops_per_s, Checkpointing checkpointing) {
   const double flops = foundry_flops_per_seq(n_params, seq_len);
   const double attn = foundry_attn_flops_per_seq(n_layers, d_model, seq_len);
   const double gpus = static_cast<double>(n_gpus);

@@ -39,20 +39,19 @@
 namespace tpsim {
 
 struct FoundryMetrics {
-  double mfu = 0;                           // fraction, not percent
+  double mfu = 0;  // fraction, not percent
   double hfu = 0;
-  double model_flops_per_s_per_gpu = 0;     // FLOP/s
+  double model_flops_per_s_per_gpu = 0;  // FLOP/s
 };
 
 double foundry_flops_per_seq(int64_t n_params, int64_t seq_len);
 double foundry_attn_flops_per_seq(int64_t n_layers, int64_t d_model, int64_t seq_len);
 
 // `n_params`: the parameters flops_per_batch multiplies (active_parameter_count()).
-FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len,
-                               double seq_per_s, int64_t n_gpus, double peak_flops_per_s, Checkpointing checkpointing);
+FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len, double seq_per_s,
+                               int64_t n_gpus, double peak_flops_per_s, Checkpointing checkpointing);
 // The same with full checkpointing when `activation_checkpointing`, else none (the seed tables').
-FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len,
-                               double seq_per_s, int64_t n_gpus, double peak_flops_per_s,
-                               bool activation_checkpointing);
+FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len, double seq_per_s,
+                               int64_t n_gpus, double peak_flops_per_s, bool activation_checkpointing);
 
 }  // namespace tpsim

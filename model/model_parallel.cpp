@@ -50,7 +50,8 @@ double stage_hop_seconds(const CostModel& cost, const ModelParallelLayout& l, do
              : bytes / (dev.intra_node_bytes_per_s * p.intra_node_link_efficiency) + p.intra_node_latency_s;
 }
 
-double pipeline_send_seconds(const CostModel& cost, const ModelParallelLayout& l, const Parallelism& par, double td_bytes) {
+double pipeline_send_seconds(const CostModel& cost, const ModelParallelLayout& l, const Parallelism& par,
+                             double td_bytes) {
   if (l.pp <= 1) return 0.0;
   const bool scatter_gather = par.pipeline_scatter_gather && !par.sequence_parallel;
   const double send = stage_hop_seconds(cost, l, td_bytes / (par.sequence_parallel || scatter_gather ? d(l.tp) : 1.0));
@@ -84,7 +85,9 @@ std::string split_layers(int64_t n_layers, const Parallelism& par, std::vector<i
     return {};
   }
   if (pp < 2) return "an uneven pipeline split needs pipeline parallel of at least 2";
-  if (chunks > n_layers) return "pipeline parallel " + n(pp) + " x virtual stages " + n(vp) + " is more model chunks than the " + n(n_layers) + " layers";
+  if (chunks > n_layers)
+    return "pipeline parallel " + n(pp) + " x virtual stages " + n(vp) + " is more model chunks than the " +
+           n(n_layers) + " layers";
   const int64_t first = par.first_stage_layers, last = par.last_stage_layers;
   const bool fixed = first > 0 || last > 0;
   if (fixed && (par.account_for_embedding || par.account_for_loss))
@@ -105,7 +108,7 @@ std::string split_layers(int64_t n_layers, const Parallelism& par, std::vector<i
              " stages x virtual stages " + n(vp);
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t s = c % pp;
-      layers[static_cast<size_t>(c)] = s == 0 && first > 0        ? first / vp
+      layers[static_cast<size_t>(c)] = s == 0 && first > 0       ? first / vp
                                        : s == pp - 1 && last > 0 ? last / vp
                                                                  : rest / (between * vp);
     }
@@ -193,7 +196,7 @@ std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainCo
   if ((par.uneven_pipeline() && !def.owns(FrameworkOption::kUnevenPipeline)) ||
       (par.tp_comm_overlap && !def.owns(FrameworkOption::kTpCommOverlap)) ||
       (par.moe_a2a_overlap && !def.owns(FrameworkOption::kMoeA2aOverlap)))
-    return std::string(par.tp_comm_overlap    ? "tensor-parallel communication overlap"
+    return std::string(par.tp_comm_overlap   ? "tensor-parallel communication overlap"
                        : par.moe_a2a_overlap ? "the expert-parallel all-to-all overlap"
                                              : "uneven pipeline splits") +
            " are Megatron-Core's (framework megatron), not " + std::string(framework) + "'s";
@@ -212,7 +215,8 @@ std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainCo
   pipeline.stages = par.pipeline;
   pipeline.virtual_stages = par.virtual_stages;
   pipeline.micro_batches = m;
-  const std::vector<double> zero(static_cast<size_t>(std::min<int64_t>(par.pipeline * par.virtual_stages, 1 << 12)), 0.0);
+  const std::vector<double> zero(static_cast<size_t>(std::min<int64_t>(par.pipeline * par.virtual_stages, 1 << 12)),
+                                 0.0);
   pipeline.fwd_s = pipeline.bwd_s = zero;
   if (std::string why = check_pipeline(pipeline); !why.empty()) return why;
   return {};

@@ -55,11 +55,11 @@ double moe_dispatch_bytes(const BlockShape& rank_shape);
 // attention backward. cp = 1: one attention, nothing exchanged. `ring`: the cp ranks' group
 // (ModelParallelLayout::cp_group), whose slowest hop each exchange waits for (ring_step_seconds).
 struct RingAttention {
-  double step_fwd_s = 0, step_bwd_s = 0;          // one step's attention forward and backward
-  double fwd_compute_s = 0, bwd_compute_s = 0;    // the cp steps'
-  double kv_bytes_per_step = 0;                   // K and V sent per step in the forward
+  double step_fwd_s = 0, step_bwd_s = 0;            // one step's attention forward and backward
+  double fwd_compute_s = 0, bwd_compute_s = 0;      // the cp steps'
+  double kv_bytes_per_step = 0;                     // K and V sent per step in the forward
   double step_fwd_comm_s = 0, step_bwd_comm_s = 0;  // one exchange: K/V, and K/V with dK/dV
-  double fwd_exposed_s = 0, bwd_exposed_s = 0;    // what the steps' compute does not hide
+  double fwd_exposed_s = 0, bwd_exposed_s = 0;      // what the steps' compute does not hide
 };
 RingAttention ring_attention(const CostModel& cost, const BlockShape& local, int64_t cp, const CommGroup& ring);
 

@@ -90,10 +90,10 @@ struct LinearNames {
   const char* cast_weight;  // the weight's own cast (BlockShape::fp8_weight_cache)
   OpRole role;              // of every op of the layer
 };
-#define TPSIM_LINEAR(stem, role)                                                                              \
-  {                                                                                                     \
+#define TPSIM_LINEAR(stem, role)                                                                       \
+  {                                                                                                    \
     stem ".fwd", stem ".dgrad", stem ".wgrad", stem ".bgrad", stem ".fp8_cast", stem ".fp8_cast_grad", \
-        stem ".fp8_cast_weight", role                                                                   \
+        stem ".fp8_cast_weight", role                                                                  \
   }
 
 // A linear layer y[rows, n] = x[rows, k] W^T over `rows` tokens; `groups` > 1: one weight per group
@@ -108,7 +108,13 @@ struct Linear {
 };
 
 Linear qkv(const BlockShape& s) {
-  return {TPSIM_LINEAR("attn.Wqkv", OpRole::kQkv), s.tokens(), s.q_dim() + 2 * s.kv_dim(), s.d_model, 1, s.qkv_bias, s.row_tokens()};
+  return {TPSIM_LINEAR("attn.Wqkv", OpRole::kQkv),
+          s.tokens(),
+          s.q_dim() + 2 * s.kv_dim(),
+          s.d_model,
+          1,
+          s.qkv_bias,
+          s.row_tokens()};
 }
 Linear out_proj(const BlockShape& s) {
   return {TPSIM_LINEAR("attn.out_proj", OpRole::kAttnOut), s.tokens(), s.d_model, s.q_dim(), 1, s.bias, s.tokens()};
@@ -128,17 +134,14 @@ struct FfnNames {
 };
 // The dense feed-forward's linears each have a role of their own; every op of the routed or the
 // shared experts has the experts' role.
-#define TPSIM_FFN(stem, gate_role, up_role, fc1_role, down_role, role)                                  \
-  {TPSIM_LINEAR(stem ".gate_proj", gate_role),                                                          \
-   TPSIM_LINEAR(stem ".up_proj", up_role),                                                              \
-   TPSIM_LINEAR(stem ".down_proj", down_role),                                                          \
-   TPSIM_LINEAR(stem ".fc1", fc1_role),                                                                 \
-   {stem ".gelu.fwd", stem ".silu.fwd", stem ".relu.fwd"},                                              \
-   {stem ".gelu.bwd", stem ".silu.bwd", stem ".relu.bwd"},                                              \
-   stem ".mul.fwd",                                                                                     \
-   stem ".mul.bwd",                                                                                     \
-   stem ".dx_sum.bwd",                                                                                  \
-   role}
+#define TPSIM_FFN(stem, gate_role, up_role, fc1_role, down_role, role)                                                \
+  {                                                                                                                   \
+    TPSIM_LINEAR(stem ".gate_proj", gate_role), TPSIM_LINEAR(stem ".up_proj", up_role),                               \
+        TPSIM_LINEAR(stem ".down_proj", down_role), TPSIM_LINEAR(stem ".fc1", fc1_role),                              \
+        {stem ".gelu.fwd", stem ".silu.fwd", stem ".relu.fwd"},                                                       \
+        {stem ".gelu.bwd", stem ".silu.bwd", stem ".relu.bwd"}, stem ".mul.fwd", stem ".mul.bwd", stem ".dx_sum.bwd", \
+        role                                                                                                          \
+  }
 #define TPSIM_EXPERTS(stem, role) TPSIM_FFN(stem, role, role, role, role, role)
 constexpr FfnNames kDenseFfn =
     TPSIM_FFN("ffn", OpRole::kFfnGate, OpRole::kFfnUp, OpRole::kFfnFc1, OpRole::kFfnDown, OpRole::kOther);
@@ -268,7 +271,7 @@ void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
                     l.names.role));
   // dX[t,K] = dY[t,N] W[N,K];  dW[N,K] = dY^T[N,t] X[t,K]; the parameter gradient is written in
   // the parameter dtype (bf16 under FSDP mixed precision). Grouped: each expert's rows.
-  Op dgrad = gemm_op(l.names.dgrad, l.rows, l.k, l.n, dt, in_bytes, a);              // dX = dY W
+  Op dgrad = gemm_op(l.names.dgrad, l.rows, l.k, l.n, dt, in_bytes, a);               // dX = dY W
   Op wgrad = gemm_op(l.names.wgrad, l.n, l.k, l.rows, dt, in_bytes, a, true, false);  // dW = dY^T X
   if (l.groups != 1) {
     dgrad = grouped(s, dgrad, l, false, in_bytes, a);
@@ -291,7 +294,7 @@ Op norm_forward(const char* name, const BlockShape& s) {
     return membound_op(name, MemKind::kRmsNorm, s.row_tokens(), s.d_model, act, td * a + d(s.d_model) * a,
                        td * a + rstd, 1, td * a + rstd);
   }
-  const double stats = d(s.row_tokens()) * 8.0;  // fp32 mean and rstd per token
+  const double stats = d(s.row_tokens()) * 8.0;   // fp32 mean and rstd per token
   const double params = s.norm_bias ? 2.0 : 1.0;  // weight, and bias
   // Keeps its input and statistics for backward.
   return membound_op(name, MemKind::kLayerNorm, s.row_tokens(), s.d_model, act, td * a + params * d(s.d_model) * a,
@@ -306,14 +309,15 @@ Op norm_backward(const char* name, const BlockShape& s) {
   const double params = rms || !s.norm_bias ? 1.0 : 2.0;
   // Input gradient (reads dY, x, stats) and weight/bias gradients (reads dY, x again): two kernels.
   return membound_op(name, rms ? MemKind::kRmsNormBackward : MemKind::kLayerNormBackward, s.row_tokens(), s.d_model,
-                     activation_dtype(s.precision), 4.0 * td * a + 2.0 * stats,
-                     td * a + params * d(s.d_model) * 4.0, 2);
+                     activation_dtype(s.precision), 4.0 * td * a + 2.0 * stats, td * a + params * d(s.d_model) * 4.0,
+                     2);
 }
 
 Op residual_add(const char* name, const BlockShape& s) {
   const double a = activation_bytes(s.precision);
   const double td = d(s.row_tokens()) * d(s.d_model);
-  return membound_op(name, MemKind::kAdd, s.row_tokens(), s.d_model, activation_dtype(s.precision), 2.0 * td * a, td * a);
+  return membound_op(name, MemKind::kAdd, s.row_tokens(), s.d_model, activation_dtype(s.precision), 2.0 * td * a,
+                     td * a);
 }
 
 // RoPE on q and k (in place) after the QKV GEMM, and on dq and dk in the backward: reads and
@@ -363,7 +367,12 @@ struct UnfusedSizes {
 };
 UnfusedSizes unfused_sizes(const BlockShape& s) {
   const int64_t rows = s.batch * s.n_heads * s.seq;
-  return {rows, s.seq, s.d_head(), activation_bytes(s.precision), d(rows) * d(s.seq), d(rows) * d(s.d_head()),
+  return {rows,
+          s.seq,
+          s.d_head(),
+          activation_bytes(s.precision),
+          d(rows) * d(s.seq),
+          d(rows) * d(s.d_head()),
           d(s.batch) * d(s.n_kv_heads()) * d(s.seq) * d(s.d_head())};
 }
 
@@ -404,8 +413,13 @@ SoftmaxTraffic softmax_traffic(const BlockShape& s, double a) {
     const double bias = alibi ? 1.0 : 0.0;
     const int64_t extra = alibi ? 1 : 0;
     if (a == f) return {(3.0 + bias) * f, (3.0 + bias) * f, 4.0 * f, 3.0 * f, f, 3 + extra, 3};
-    return {(3.0 + bias) * a + 2.0 * f, (3.0 + bias) * a + 2.0 * f, 3.0 * a + 3.0 * f, 3.0 * a + 2.0 * f, f + a,
-            5 + extra, 5};
+    return {(3.0 + bias) * a + 2.0 * f,
+            (3.0 + bias) * a + 2.0 * f,
+            3.0 * a + 3.0 * f,
+            3.0 * a + 2.0 * f,
+            f + a,
+            5 + extra,
+            5};
   }
   if (a == f) return {3.0 * f, 3.0 * f, 4.0 * f, 3.0 * f, f, 3, 3};  // fp32: no casts
   return {a + 4.0 * f, 4.0 * f + a, a + 5.0 * f, 4.0 * f + a, f, 5, 5};
@@ -447,11 +461,11 @@ void unfused_attention_backward(const BlockShape& s, OpSink& out) {
   // dP = dO V^T and dV = P^T dO; then dropout's and the softmax's backward; dQ = dS K and dK = dS^T Q.
   out.push(attention_gemm("attn.context.dgrad", u, u.rows, u.seq, u.dh, dt, (u.q + u.kv) * u.a, u.scores * u.a, 0,
                           false, true));
-  out.push(attention_gemm("attn.context.wgrad", u, u.rows, u.dh, u.seq, dt, (u.scores + u.q) * u.a, u.kv * u.a, 0,
-                          true, false));
+  out.push(attention_gemm("attn.context.wgrad", u, u.rows, u.dh, u.seq, dt, (u.scores + u.q) * u.a, u.kv * u.a, 0, true,
+                          false));
   if (s.attention_dropout_per_mille > 0) {
-    Op drop = membound_op("attn.dropout.bwd", MemKind::kDropoutBackward, u.rows, u.seq, act,
-                          u.scores * (u.a + 1.0), u.scores * u.a);
+    Op drop = membound_op("attn.dropout.bwd", MemKind::kDropoutBackward, u.rows, u.seq, act, u.scores * (u.a + 1.0),
+                          u.scores * u.a);
     drop.k = s.attention_dropout_per_mille;
     out.push(drop);
   }
@@ -459,8 +473,8 @@ void unfused_attention_backward(const BlockShape& s, OpSink& out) {
   out.push(membound_op("attn.softmax.bwd", MemKind::kSoftmaxBackward, u.rows, u.seq, act, u.scores * sm.bwd_read,
                        u.scores * sm.bwd_written, sm.bwd_kernels));
   out.push(attention_gemm("attn.scores.dgrad", u, u.rows, u.dh, u.seq, dt, (u.scores + u.kv) * u.a, u.q * u.a, 0));
-  out.push(attention_gemm("attn.scores.wgrad", u, u.rows, u.dh, u.seq, dt, (u.scores + u.q) * u.a, u.kv * u.a, 0,
-                          true, false));
+  out.push(attention_gemm("attn.scores.wgrad", u, u.rows, u.dh, u.seq, dt, (u.scores + u.q) * u.a, u.kv * u.a, 0, true,
+                          false));
 }
 
 void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
@@ -472,17 +486,17 @@ void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
   if (fused_swiglu(s)) {
     linear_forward(s, f.fc1(), f.input_saved_elsewhere, out);
     // One kernel reads [gate | up] and writes silu(gate) * up, keeping [gate | up] for its backward.
-    out.push(tagged(membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1,
-                                2.0 * rf * a),
-                    f.names->role));
+    out.push(tagged(
+        membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1, 2.0 * rf * a),
+        f.names->role));
   } else if (s.ffn == FfnKind::kGlu) {
     linear_forward(s, f.gate(), f.input_saved_elsewhere, out);
     linear_forward(s, f.up(), /*input_saved_elsewhere=*/true, out);  // the gate keeps x
     // The activation keeps its input (the gate's output); the product keeps both its factors.
     out.push(tagged(membound_op(act_name, kind, f.rows, f.width, act, rf * a, rf * a, 1, rf * a), f.names->role));
-    out.push(tagged(membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1,
-                                2.0 * rf * a),
-                    f.names->role));
+    out.push(tagged(
+        membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1, 2.0 * rf * a),
+        f.names->role));
   } else {
     linear_forward(s, f.up(), f.input_saved_elsewhere, out);
     // The activation keeps its input for backward.
@@ -502,14 +516,14 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
     // The same kernel recomputes silu(gate) from the kept [gate | up] and writes both halves'
     // gradients (swiglu_back): the product's bytes, no silu kernel; then fc1's backward, whose one
     // data-gradient GEMM sums over both halves.
-    out.push(tagged(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a,
-                                2.0 * rf * a),
-                    f.names->role));
+    out.push(
+        tagged(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a, 2.0 * rf * a),
+               f.names->role));
     linear_backward(s, f.fc1(), out);
   } else if (s.ffn == FfnKind::kGlu) {
-    out.push(tagged(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a,
-                                2.0 * rf * a),
-                    f.names->role));
+    out.push(
+        tagged(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a, 2.0 * rf * a),
+               f.names->role));
     out.push(tagged(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a), f.names->role));
     linear_backward(s, f.up(), out);
     linear_backward(s, f.gate(), out);
@@ -541,8 +555,8 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   const double rd = d(s.expert_rows()) * d(s.d_model);
   // The router: logits t x experts (kept in bf16 under fp8, as TransformerEngine recipes leave it),
   // keeping its input x for its weight gradient (and for the shared experts).
-  Op router = gemm_op("moe.router.fwd", s.tokens(), e.experts, s.d_model, other_gemm_dtype(s.precision), a, a,
-                      false, true);
+  Op router =
+      gemm_op("moe.router.fwd", s.tokens(), e.experts, s.d_model, other_gemm_dtype(s.precision), a, a, false, true);
   router.saved_bytes = td * a;
   out.push(tagged(router, OpRole::kRouter, OpPass::kForward));
   // Softmax in fp32 and top-k: keeps the probabilities and the chosen indices.
@@ -563,9 +577,9 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   ffn_forward(s, shared_ffn(s), out);
   if (e.shared_gate) {
     // Qwen2-MoE: sigmoid(x w) scales the shared experts' output; keeps that output and the gate.
-    out.push(tagged(gemm_op("moe.shared_gate.fwd", s.tokens(), 1, s.d_model, other_gemm_dtype(s.precision), a, a,
-                            false, true),
-                    OpRole::kSharedExpert, OpPass::kForward));
+    out.push(tagged(
+        gemm_op("moe.shared_gate.fwd", s.tokens(), 1, s.d_model, other_gemm_dtype(s.precision), a, a, false, true),
+        OpRole::kSharedExpert, OpPass::kForward));
     out.push(tagged(membound_op("moe.shared_gate.mul.fwd", MemKind::kMul, s.tokens(), s.d_model, act, td * a + t * a,
                                 td * a, 1, td * a + t * a),
                     OpRole::kSharedExpert));
@@ -596,7 +610,8 @@ void moe_backward(const BlockShape& s, OpSink& out) {
     ++sums;
   }
   if (e.output_bias)
-    out.push(membound_op("moe.output_bias.bgrad", MemKind::kBiasGrad, s.tokens(), s.d_model, act, td * a, d(s.d_model) * a));
+    out.push(
+        membound_op("moe.output_bias.bgrad", MemKind::kBiasGrad, s.tokens(), s.d_model, act, td * a, d(s.d_model) * a));
   // Un-permutation's backward is a permutation: each choice's row of dy times its weight, and the
   // weights' gradients (dot products with the kept expert outputs).
   Op unpermute = membound_op("moe.unpermute.bwd", MemKind::kPermute, s.tokens(), s.d_model, act,
@@ -605,7 +620,8 @@ void moe_backward(const BlockShape& s, OpSink& out) {
   out.push(unpermute);
   ffn_backward(s, expert_ffn(s), out);
   // Permutation's backward is an un-permutation: the top_k rows of each token summed.
-  Op permute = membound_op("moe.permute.bwd", MemKind::kUnpermute, s.tokens(), s.d_model, act, rd * a + tk * 8.0, td * a);
+  Op permute =
+      membound_op("moe.permute.bwd", MemKind::kUnpermute, s.tokens(), s.d_model, act, rd * a + tk * 8.0, td * a);
   permute.k = e.top_k;
   out.push(permute);
   Op topk = membound_op("moe.router.topk.bwd", MemKind::kRouterBackward, s.tokens(), e.experts, act,
@@ -614,8 +630,8 @@ void moe_backward(const BlockShape& s, OpSink& out) {
   out.push(tagged(topk, OpRole::kRouter));
   out.push(tagged(gemm_op("moe.router.dgrad", s.tokens(), s.d_model, e.experts, dt, a, a), OpRole::kRouter,
                   OpPass::kDataGrad));
-  out.push(tagged(gemm_op("moe.router.wgrad", e.experts, s.d_model, s.tokens(), dt, a, a, true, false),
-                  OpRole::kRouter, OpPass::kWeightGrad));
+  out.push(tagged(gemm_op("moe.router.wgrad", e.experts, s.d_model, s.tokens(), dt, a, a, true, false), OpRole::kRouter,
+                  OpPass::kWeightGrad));
   out.push(membound_op("moe.dx_sum.bwd", MemKind::kAdd, s.tokens(), s.d_model, act, 2.0 * d(sums) * td * a,
                        d(sums) * td * a, sums));
 }
@@ -628,34 +644,26 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
   linear_forward(s, qkv(s), false, out);
   if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/true, out);
   if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.fwd", s));
-  if (s.unfused_attention)
-    unfused_attention_forward(s, /*keep=*/true, out);
-  else
-    out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
+  if (s.unfused_attention) unfused_attention_forward(s, /*keep=*/true, out);
+  else out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
   // Flash attention keeps its output, which is the out projection's input.
   linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8 && !s.unfused_attention, out);
   out.push(residual_add("resid_attn.fwd", s));
   out.push(norm_forward("norm_2.fwd", s));
-  if (s.moe.active())
-    moe_forward(s, out);
-  else
-    ffn_forward(s, dense_ffn(s), out);
+  if (s.moe.active()) moe_forward(s, out);
+  else ffn_forward(s, dense_ffn(s), out);
   out.push(residual_add("resid_ffn.fwd", s));
 }
 
 void block_backward_ops(const BlockShape& s, OpSink& out) {
   out.push(residual_add("resid_ffn.bwd", s));  // the skip and branch gradients summed
-  if (s.moe.active())
-    moe_backward(s, out);
-  else
-    ffn_backward(s, dense_ffn(s), out);
+  if (s.moe.active()) moe_backward(s, out);
+  else ffn_backward(s, dense_ffn(s), out);
   out.push(norm_backward("norm_2.bwd", s));
   out.push(residual_add("resid_attn.bwd", s));
   linear_backward(s, out_proj(s), out);
-  if (s.unfused_attention)
-    unfused_attention_backward(s, out);
-  else
-    out.push(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, s));
+  if (s.unfused_attention) unfused_attention_backward(s, out);
+  else out.push(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, s));
   if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.bwd", s));
   if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/false, out);
   linear_backward(s, qkv(s), out);
@@ -701,11 +709,11 @@ void embedding_forward_ops(const BlockShape& s, OpSink& out) {
   const double td = t * d(s.d_model);
   Op wte = membound_op("wte.fwd", MemKind::kEmbedding, s.tokens(), s.d_model, act, td * a + t * 8.0, td * a, 1,
                        t * 8.0);  // keeps the token ids
-  wte.k = s.vocab;            // table rows
+  wte.k = s.vocab;                // table rows
   out.push(wte);
   if (s.positions != PositionKind::kLearned) return;  // ALiBi and RoPE act in the attention
-  out.push(membound_op("wpe.fwd", MemKind::kAdd, s.tokens(), s.d_model, act, td * a + d(s.seq) * d(s.d_model) * a,
-                       td * a));
+  out.push(
+      membound_op("wpe.fwd", MemKind::kAdd, s.tokens(), s.d_model, act, td * a + d(s.seq) * d(s.d_model) * a, td * a));
 }
 
 void embedding_backward_ops(const BlockShape& s, OpSink& out) {
@@ -757,15 +765,15 @@ void head_backward_ops(const BlockShape& s, OpSink& out) {
   const double tv = d(s.tokens()) * d(s.vocab);
   const DType dt = other_gemm_dtype(s.precision);
   if (s.fp32_vocab_parallel_xent)  // the stored softmax times dL in place, then the cast back to fp16
-    out.push(membound_op("loss.xent.bwd", MemKind::kCrossEntropyBackward, s.tokens(), s.vocab, DType::kFp32,
-                         tv * 8.0, tv * (4.0 + a), 2));
+    out.push(membound_op("loss.xent.bwd", MemKind::kCrossEntropyBackward, s.tokens(), s.vocab, DType::kFp32, tv * 8.0,
+                         tv * (4.0 + a), 2));
   else
     out.push(membound_op("loss.xent.bwd", MemKind::kCrossEntropyBackward, s.tokens(), s.vocab, act, tv * a,
                          tv * a));  // scale the stored gradient by dL
   out.push(gemm_op("logits.dgrad", s.tokens(), s.d_model, s.vocab, dt, a, a));
   // Into the tied wte gradient, or the untied lm_head's: the same GEMM.
-  out.push(gemm_op(s.tie_embeddings ? "logits.wgrad" : "lm_head.wgrad", s.vocab, s.d_model, s.tokens(), dt, a, a,
-                   true, false));
+  out.push(gemm_op(s.tie_embeddings ? "logits.wgrad" : "lm_head.wgrad", s.vocab, s.d_model, s.tokens(), dt, a, a, true,
+                   false));
   out.push(norm_backward("norm_f.bwd", s));
 }
 
@@ -774,8 +782,8 @@ void optimizer_ops(double p, OpSink& out) {
   const int64_t n = count(p);
   out.push(membound_op("optim.grad_norm", MemKind::kGradNorm, n, 1, DType::kFp32, 4.0 * p, 0.0, 1, 0.0,
                        OpCategory::kOptimizer));
-  out.push(membound_op("optim.clip", MemKind::kScale, n, 1, DType::kFp32, 4.0 * p, 4.0 * p, 1, 0.0,
-                       OpCategory::kOptimizer));
+  out.push(
+      membound_op("optim.clip", MemKind::kScale, n, 1, DType::kFp32, 4.0 * p, 4.0 * p, 1, 0.0, OpCategory::kOptimizer));
   out.push(membound_op("optim.adamw", MemKind::kAdamW, n, 1, DType::kFp32, 16.0 * p, 12.0 * p, 1, 0.0,
                        OpCategory::kOptimizer));
 }

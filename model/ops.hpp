@@ -29,44 +29,44 @@ enum class OpCategory : uint8_t { kGemm, kAttention, kOther, kOptimizer };
 // Which memory-bound kernel an op is, so that a backend can run it (kernels/). Shapes: `m` rows
 // (tokens, or parameters for the per-parameter kinds) by `n` columns.
 enum class MemKind : uint8_t {
-  kNone,              // not memory-bound
-  kLayerNorm,         // y = norm(x) * w + b over rows of n
-  kLayerNormBackward, // dx, dw, db from dy, x and the row statistics
-  kGelu,              // y = gelu(x), tanh approximation
-  kGeluBackward,      // dx = dy * gelu'(x)
-  kAdd,               // y = a + b
-  kBiasGrad,          // db[n] = sum over m rows of dy
-  kCrossEntropy,      // loss and, in place, the gradient of an m x n logits matrix: one fused kernel,
-                      // or (kernels > 1) PyTorch's sequence of reductions and element-wise kernels
+  kNone,                  // not memory-bound
+  kLayerNorm,             // y = norm(x) * w + b over rows of n
+  kLayerNormBackward,     // dx, dw, db from dy, x and the row statistics
+  kGelu,                  // y = gelu(x), tanh approximation
+  kGeluBackward,          // dx = dy * gelu'(x)
+  kAdd,                   // y = a + b
+  kBiasGrad,              // db[n] = sum over m rows of dy
+  kCrossEntropy,          // loss and, in place, the gradient of an m x n logits matrix: one fused kernel,
+                          // or (kernels > 1) PyTorch's sequence of reductions and element-wise kernels
   kCrossEntropyBackward,  // scale the stored gradient
-  kEmbedding,         // y[m, n] = table[ids[m]] (+ positions)
-  kEmbeddingBackward, // accumulate rows of dy into the table gradient
-  kCast,              // convert m x n elements to another format
-  kGradNorm,          // sum of squares of m parameters
-  kScale,             // x *= c over m parameters
-  kAdamW,             // decoupled AdamW over m parameters
+  kEmbedding,             // y[m, n] = table[ids[m]] (+ positions)
+  kEmbeddingBackward,     // accumulate rows of dy into the table gradient
+  kCast,                  // convert m x n elements to another format
+  kGradNorm,              // sum of squares of m parameters
+  kScale,                 // x *= c over m parameters
+  kAdamW,                 // decoupled AdamW over m parameters
   // Llama-family and mixture-of-experts kernels (m rows of n elements unless said otherwise):
-  kRmsNorm,           // y = x * rsqrt(mean(x^2) + eps) * w over rows of n
-  kRmsNormBackward,   // dx and dw from dy, x and the row rsqrt
-  kSilu,              // y = x * sigmoid(x)
-  kSiluBackward,      // dx = dy * silu'(x)
-  kRelu,              // y = max(x, 0)
-  kReluBackward,      // dx = dy * (x > 0)
-  kMul,               // y = a * b (a GLU's gate times its up projection)
-  kMulBackward,       // da = dy * b, db = dy * a
-  kRope,              // rotate pairs of each head's k = head_dim elements of q and k in place by the
-                      // token's position angles (n = the Q and K widths together); its backward is
-                      // the same kernel rotating the other way
-  kRouter,            // softmax over n experts per token, then the top k (k = top_k) indices and weights
-  kRouterBackward,    // the softmax's gradient over m x n from the k chosen weights' gradients
-  kPermute,           // gather: out[m*k rows, n] = x[token of each (token, choice) in expert order]
-  kUnpermute,         // weighted sum: out[m, n] = sum over the k choices of weight * y[its row]
+  kRmsNorm,          // y = x * rsqrt(mean(x^2) + eps) * w over rows of n
+  kRmsNormBackward,  // dx and dw from dy, x and the row rsqrt
+  kSilu,             // y = x * sigmoid(x)
+  kSiluBackward,     // dx = dy * silu'(x)
+  kRelu,             // y = max(x, 0)
+  kReluBackward,     // dx = dy * (x > 0)
+  kMul,              // y = a * b (a GLU's gate times its up projection)
+  kMulBackward,      // da = dy * b, db = dy * a
+  kRope,             // rotate pairs of each head's k = head_dim elements of q and k in place by the
+                     // token's position angles (n = the Q and K widths together); its backward is
+                     // the same kernel rotating the other way
+  kRouter,           // softmax over n experts per token, then the top k (k = top_k) indices and weights
+  kRouterBackward,   // the softmax's gradient over m x n from the k chosen weights' gradients
+  kPermute,          // gather: out[m*k rows, n] = x[token of each (token, choice) in expert order]
+  kUnpermute,        // weighted sum: out[m, n] = sum over the k choices of weight * y[its row]
   // Unfused attention (the scores materialised: Megatron-LM's core attention without flash
   // attention, llm-foundry's attn_impl torch, Hugging Face's eager), over m rows of n = seq scores:
-  kSoftmax,           // causal scaled masked softmax of each row (row i keeps its first i % n + 1 entries)
-  kSoftmaxBackward,   // dx = y * (dy - sum(dy * y)) per row, from the saved y and dy
-  kDropout,           // y = x * mask / (1 - p), writing a one-byte mask (p in the op's k, per mille)
-  kDropoutBackward,   // dx = dy * mask / (1 - p)
+  kSoftmax,          // causal scaled masked softmax of each row (row i keeps its first i % n + 1 entries)
+  kSoftmaxBackward,  // dx = y * (dy - sum(dy * y)) per row, from the saved y and dy
+  kDropout,          // y = x * mask / (1 - p), writing a one-byte mask (p in the op's k, per mille)
+  kDropoutBackward,  // dx = dy * mask / (1 - p)
 };
 
 // What an op is part of, for the rules that treat some ops apart (the tensor-parallel
@@ -74,13 +74,13 @@ enum class MemKind : uint8_t {
 // field, so that renaming an op changes no timing.
 enum class OpRole : uint8_t {
   kOther,
-  kQkv,      // attention's QKV projection (its GEMMs, casts and bias gradient)
-  kAttnOut,  // attention's out projection
-  kFfnGate,  // the dense feed-forward's gate projection
-  kFfnUp,    // ... its up projection
-  kFfnFc1,   // ... gate and up as one linear (BlockShape::fused_swiglu)
-  kFfnDown,  // ... its down projection
-  kRouter,   // a mixture of experts' router: its GEMM and top-k
+  kQkv,           // attention's QKV projection (its GEMMs, casts and bias gradient)
+  kAttnOut,       // attention's out projection
+  kFfnGate,       // the dense feed-forward's gate projection
+  kFfnUp,         // ... its up projection
+  kFfnFc1,        // ... gate and up as one linear (BlockShape::fused_swiglu)
+  kFfnDown,       // ... its down projection
+  kRouter,        // a mixture of experts' router: its GEMM and top-k
   kRoutedExpert,  // every op of the routed experts (their linears, activation, product)
   kSharedExpert,  // every op of the shared experts, their gate and the sum into the block's output
 };
@@ -95,18 +95,18 @@ struct Op {
   const char* name;  // e.g. "ffn.up_proj.fwd", "ffn.up_proj.dgrad"; static storage
   OpKind kind;
   OpCategory category;
-  MemKind mem;                            // memory-bound ops: which kernel
+  MemKind mem;  // memory-bound ops: which kernel
   DType dtype;
-  bool trans_a, trans_b;                  // GEMM: C[m,n] = op(A)[m,k] * op(B)[k,n], row-major
-  int64_t m, n, k;                        // GEMM dims; memory-bound ops: m rows of n elements
-  int64_t batch, heads, seq, head_dim;    // attention
-  int64_t kernels;       // kernel launches this op stands for
-  double flops;          // floating-point operations executed
+  bool trans_a, trans_b;                // GEMM: C[m,n] = op(A)[m,k] * op(B)[k,n], row-major
+  int64_t m, n, k;                      // GEMM dims; memory-bound ops: m rows of n elements
+  int64_t batch, heads, seq, head_dim;  // attention
+  int64_t kernels;                      // kernel launches this op stands for
+  double flops;                         // floating-point operations executed
   double bytes_read;
   double bytes_written;
-  double saved_bytes;    // activation bytes kept alive until the backward pass (forward ops)
-  bool native_kernel;    // attention: the architecture's native fused kernel (BlockShape::native_attention)
-  bool per_step;         // runs once per optimizer step, not per micro-batch (BlockShape::fp8_weight_cache)
+  double saved_bytes;  // activation bytes kept alive until the backward pass (forward ops)
+  bool native_kernel;  // attention: the architecture's native fused kernel (BlockShape::native_attention)
+  bool per_step;       // runs once per optimizer step, not per micro-batch (BlockShape::fp8_weight_cache)
   OpRole role;
   OpPass pass;
 };
@@ -139,8 +139,8 @@ inline Op blank_op(const char* name, OpKind kind, OpCategory category) {
 // computing in `dtype`, reading A and B in `in_bytes` per element and writing C in `out_bytes` per
 // element. 2mnk FLOPs; bytes (mk + kn) * in_bytes read, mn * out_bytes written; saves nothing
 // (a caller that keeps the input for backward sets saved_bytes).
-inline Op gemm_op(const char* name, int64_t m, int64_t n, int64_t k, DType dtype, double in_bytes,
-                  double out_bytes, bool trans_a = false, bool trans_b = false) {
+inline Op gemm_op(const char* name, int64_t m, int64_t n, int64_t k, DType dtype, double in_bytes, double out_bytes,
+                  bool trans_a = false, bool trans_b = false) {
   const double md = static_cast<double>(m), nd = static_cast<double>(n), kd = static_cast<double>(k);
   Op op = blank_op(name, OpKind::kGemm, OpCategory::kGemm);
   op.trans_a = trans_a;
@@ -162,8 +162,8 @@ inline Op gemm_op(const char* name, int64_t m, int64_t n, int64_t k, DType dtype
 // or its own C (weight gradient). The op's m (or k) is the mean group's, rounded up, and `batch`
 // the group count: the cost model spreads the tiles of all groups over the device in waves. FLOPs
 // 2mnk over the totals; bytes as gemm_op's, with `groups` weight matrices.
-inline Op grouped_gemm_op(const char* name, int64_t groups, int64_t m, int64_t n, int64_t k, bool split_k,
-                          DType dtype, double in_bytes, double out_bytes, bool trans_a = false, bool trans_b = false) {
+inline Op grouped_gemm_op(const char* name, int64_t groups, int64_t m, int64_t n, int64_t k, bool split_k, DType dtype,
+                          double in_bytes, double out_bytes, bool trans_a = false, bool trans_b = false) {
   Op op = gemm_op(name, m, n, k, dtype, in_bytes, out_bytes, trans_a, trans_b);
   const double g = static_cast<double>(groups), md = static_cast<double>(m), nd = static_cast<double>(n),
                kd = static_cast<double>(k);
@@ -194,9 +194,8 @@ inline double gemm_output_bytes(DType dtype) {
 // kinds) stored in `dtype`: no FLOPs counted, `read` and `written` bytes, `kernels` launches,
 // `saved` activation bytes kept for backward. A backend reads what a kCast converts from its bytes
 // per element, so a cast's bytes must be the formats' sizes times m * n.
-inline Op membound_op(const char* name, MemKind kind, int64_t m, int64_t n, DType dtype, double read,
-                      double written, int64_t kernels = 1, double saved = 0,
-                      OpCategory category = OpCategory::kOther) {
+inline Op membound_op(const char* name, MemKind kind, int64_t m, int64_t n, DType dtype, double read, double written,
+                      int64_t kernels = 1, double saved = 0, OpCategory category = OpCategory::kOther) {
   Op op = blank_op(name, OpKind::kMemoryBound, category);
   op.mem = kind;
   op.m = m;
@@ -246,26 +245,26 @@ struct BlockShape {
   int64_t n_heads = 0;  // query heads
   int64_t d_ffn = 0;    // dense feed-forward width
   int64_t vocab = 0;
-  bool bias = true;     // biases of the out projection and the dense feed-forward (linear_bias)
+  bool bias = true;  // biases of the out projection and the dense feed-forward (linear_bias)
   Precision precision = Precision::kAmpBf16;
   int64_t kv_heads = 0;  // key/value heads; 0: n_heads
   int64_t head_dim = 0;  // 0: d_model / n_heads
   bool qkv_bias = true;
   NormKind norm = NormKind::kLayerNorm;
-  bool norm_bias = true;  // LayerNorm's bias
+  bool norm_bias = true;        // LayerNorm's bias
   FfnKind ffn = FfnKind::kMlp;  // of the dense feed-forward and of every expert
   Activation activation = Activation::kGelu;
   PositionKind positions = PositionKind::kLearned;
   bool tie_embeddings = true;
-  int64_t window = 0;  // sliding window, set only when shorter than seq; 0: the whole causal prefix
-  MoeConfig moe;       // experts: 0 for a dense feed-forward
+  int64_t window = 0;              // sliding window, set only when shorter than seq; 0: the whole causal prefix
+  MoeConfig moe;                   // experts: 0 for a dense feed-forward
   QkNorm qk_norm = QkNorm::kNone;  // RMSNorm of q and k before RoPE (Qwen3 per head, OLMo 2 whole)
   bool unfused_attention = false;  // the scores materialised (ModelConfig::unfused_attention)
   bool torch_attention = false;    // ... by PyTorch's kernels, as llm-foundry's attn_impl: torch
   int64_t attention_dropout_per_mille = 0;  // unfused attention's dropout probability x 1000
-  int64_t tp = 1;                  // tensor-parallel ranks the heads and FFN columns are split over
-  bool sequence_parallel = false;  // the token-wise ops' rows split over the tp ranks too
-  bool fp32_vocab_parallel_xent = false;  // Megatron's cross-entropy: PyTorch kernels over fp32 logits
+  int64_t tp = 1;                           // tensor-parallel ranks the heads and FFN columns are split over
+  bool sequence_parallel = false;           // the token-wise ops' rows split over the tp ranks too
+  bool fp32_vocab_parallel_xent = false;    // Megatron's cross-entropy: PyTorch kernels over fp32 logits
   // Megatron-Core's fused SwiGLU (bias_activation_fusion, which Megatron-LM's --swiglu and every
   // Megatron-Bridge Llama-family provider turn on; megatron/core/fusions/fused_bias_swiglu.py): one
   // fc1 linear of the gate and up widths together, whose output [gate | up] is all the activation
@@ -309,7 +308,7 @@ struct BlockShape {
   int64_t row_tokens() const { return sequence_parallel && tp > 1 ? (tokens() + tp - 1) / tp : tokens(); }
   int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
   int64_t n_kv_heads() const { return kv_heads > 0 ? kv_heads : n_heads; }
-  int64_t q_dim() const { return n_heads * d_head(); }      // width of Q and of the attention output
+  int64_t q_dim() const { return n_heads * d_head(); }        // width of Q and of the attention output
   int64_t kv_dim() const { return n_kv_heads() * d_head(); }  // width of K and of V
 };
 
@@ -429,8 +428,7 @@ void optimizer_ops(double local_params, OpSink& out);
 // unsharded bf16 gradient cast to fp32 before the reduce-scatter plus the accumulation into the
 // sharded gradient after it.
 void fsdp_pre_gather_ops(double unit_params, double shard, double gather_bytes, OpSink& out);
-void fsdp_pre_reduce_ops(double unit_params, double shard, double grad_compute_bytes, double reduce_bytes,
-                         OpSink& out);
+void fsdp_pre_reduce_ops(double unit_params, double shard, double grad_compute_bytes, double reduce_bytes, OpSink& out);
 
 // Sums of the ops' fields.
 double total_flops(const OpList& ops);

@@ -65,10 +65,11 @@ FsdpLayout fsdp_layout(Sharding sharding, int64_t n_gpus, int64_t gpus_per_node,
 std::string resolve_hsdp_mesh(const Parallelism& par, Sharding sharding, int64_t n_gpus, HsdpMesh* out) {
   *out = HsdpMesh{};
   const int64_t shard = par.shard_degree == 0 ? -1 : par.shard_degree;  // Composer's default: -1
-  const int64_t replicate = par.replicate_degree;                        // 0: None
+  const int64_t replicate = par.replicate_degree;                       // 0: None
   if (replicate == 0 && shard == -1) return {};  // Composer's defaults: the strategy's own groups
-  const std::string degrees = (replicate == 0 ? std::string() : "replicate degree " + std::to_string(replicate) + " x ") +
-                              "shard degree " + std::to_string(shard);
+  const std::string degrees =
+      (replicate == 0 ? std::string() : "replicate degree " + std::to_string(replicate) + " x ") + "shard degree " +
+      std::to_string(shard);
   for (int64_t d : {shard, replicate})
     if (d < -1 || d > kMaxGpus) return degrees + ": a degree is -1 (the rest) or 1.." + std::to_string(kMaxGpus);
   if (sharding == Sharding::kDdp)
@@ -78,10 +79,8 @@ std::string resolve_hsdp_mesh(const Parallelism& par, Sharding sharding, int64_t
     return degrees + ": NO_SHARD takes no 2D device mesh (PyTorch FSDP); use HYBRID_SHARD or FULL_SHARD";
   const bool has_rest = shard == -1 || replicate == -1;
   const int64_t fixed = std::max<int64_t>(shard, 1) * std::max<int64_t>(replicate, 1);
-  if (has_rest && n_gpus % fixed != 0)
-    return degrees + ": does not divide the GPU count " + std::to_string(n_gpus);
-  if (!has_rest && fixed != n_gpus)
-    return degrees + ": the product is not the GPU count " + std::to_string(n_gpus);
+  if (has_rest && n_gpus % fixed != 0) return degrees + ": does not divide the GPU count " + std::to_string(n_gpus);
+  if (!has_rest && fixed != n_gpus) return degrees + ": the product is not the GPU count " + std::to_string(n_gpus);
   HsdpMesh m;
   m.mesh = true;
   m.two_d = replicate != 0;
@@ -96,7 +95,8 @@ FsdpLayout composer_layout(Sharding sharding, const Parallelism& par, int64_t n_
   HsdpMesh m;
   resolve_hsdp_mesh(par, sharding, n_gpus, &m);
   if (!m.mesh) return fsdp_layout(sharding, n_gpus, gpus_per_node, gpus_per_host);
-  if (!m.two_d) return fsdp_layout(sharding == Sharding::kHybridShard ? Sharding::kFullShard : sharding, n_gpus, gpus_per_node);
+  if (!m.two_d)
+    return fsdp_layout(sharding == Sharding::kHybridShard ? Sharding::kFullShard : sharding, n_gpus, gpus_per_node);
   FsdpLayout l;
   l.shard_ranks = m.shard;
   l.shard_group = strided_group(m.shard, 1, gpus_per_node);

@@ -11,9 +11,9 @@
 namespace tpsim {
 
 struct FsdpLayout {
-  int64_t shard_ranks = 1;   // parameters, gradients and optimizer state are divided this many ways
-  CommGroup shard_group;     // all-gathers and reduce-scatters (or NO_SHARD's all-reduce)
-  CommGroup replica_group;   // HYBRID_SHARD: all-reduce of the gradient shards across nodes
+  int64_t shard_ranks = 1;          // parameters, gradients and optimizer state are divided this many ways
+  CommGroup shard_group;            // all-gathers and reduce-scatters (or NO_SHARD's all-reduce)
+  CommGroup replica_group;          // HYBRID_SHARD: all-reduce of the gradient shards across nodes
   bool gather_in_forward = false;   // parameters gathered before each block's forward
   bool gather_in_backward = false;  // ... and again before its backward (resharded after forward)
   CollectiveKind grad_reduce = CollectiveKind::kReduceScatter;
@@ -83,20 +83,20 @@ CommGroup strided_group(int64_t ranks, int64_t stride, int64_t gpus_per_node, in
 // stage's tensor x context x data ranks (with etp = tp, out of its data x context ranks).
 struct ModelParallelLayout {
   int64_t tp = 1, cp = 1, pp = 1, vp = 1, dp = 1, ep = 1, etp = 1;
-  CommGroup tp_group;        // the activations' all-reduces (or all-gathers and reduce-scatters)
-  CommGroup cp_group;        // ring attention's K/V exchange: cp ranks tp apart
+  CommGroup tp_group;  // the activations' all-reduces (or all-gathers and reduce-scatters)
+  CommGroup cp_group;  // ring attention's K/V exchange: cp ranks tp apart
   // The gradients' all-reduce (or the distributed optimizer's reduce-scatter) of every parameter but
   // the routed experts': the data-parallel group with context (dp*cp ranks tp apart; Megatron's DDP
   // reduces over get_data_parallel_group(with_context_parallel=True)). cp = 1: the dp replicas.
   CommGroup dp_group;
-  CommGroup etp_group;       // the routed experts' rows gathered and scattered: etp consecutive ranks
-  CommGroup ep_group;        // the token dispatcher's all-to-alls: ep ranks etp apart
-  CommGroup expert_dp_group; // the routed experts' gradients: tp*cp*dp/(etp*ep) ranks etp*ep apart
-  CommGroup embedding_group; // first and last stage: the tied word embedding's gradient all-reduce
+  CommGroup etp_group;                    // the routed experts' rows gathered and scattered: etp consecutive ranks
+  CommGroup ep_group;                     // the token dispatcher's all-to-alls: ep ranks etp apart
+  CommGroup expert_dp_group;              // the routed experts' gradients: tp*cp*dp/(etp*ep) ranks etp*ep apart
+  CommGroup embedding_group;              // first and last stage: the tied word embedding's gradient all-reduce
   bool stage_link_crosses_nodes = false;  // pipeline sends between stages go over the network
   int64_t stage_link_sharers = 1;         // GPUs of a node sending over its NICs at once
 
-  int64_t grad_ranks() const { return dp * cp; }             // the dense parameters' gradient group
+  int64_t grad_ranks() const { return dp * cp; }                           // the dense parameters' gradient group
   int64_t expert_grad_ranks() const { return tp * cp * dp / (etp * ep); }  // the routed experts' (expert data parallel)
 };
 ModelParallelLayout model_parallel_layout(const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node);

@@ -48,7 +48,8 @@ std::string check_pipeline(const PipelineCosts& c) {
     if (c.stages > 1 && c.virtual_stages == 1)
       return "combined 1F1B with pipeline parallelism runs the interleaved schedule: virtual stages must be at least 2";
     if (c.pair_layers.size() != chunks) return "combined 1F1B needs the layers of every model chunk";
-    if (std::any_of(c.pair_layers.begin(), c.pair_layers.end(), [](int64_t n) { return n < 0; }) || bad(c.pair_hidden_s))
+    if (std::any_of(c.pair_layers.begin(), c.pair_layers.end(), [](int64_t n) { return n < 0; }) ||
+        bad(c.pair_hidden_s))
       return "combined 1F1B's paired layers and hidden time must be at least 0";
   }
   return {};
@@ -239,10 +240,8 @@ const PipelineTimeline& PipelineSimulator::simulate(const PipelineCosts& c) {
   for (int64_t until = 0; until < len_;) {
     const int64_t from = until;
     until = std::min(until + round, len_);
-    if (c.combined_1f1b)
-      run_positions<true>(from, until);
-    else
-      run_positions<false>(from, until);
+    if (c.combined_1f1b) run_positions<true>(from, until);
+    else run_positions<false>(from, until);
     for (int64_t lag = 1; !skipped && lag <= lags_; ++lag) {
       // The older state and the inputs of every op after it are steady: from there on, every op is
       // the one `lag` periods before it, with its inputs as far back, and a cost alike.

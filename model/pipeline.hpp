@@ -81,9 +81,9 @@ struct PipelineTimeline {
   // Per stage: when its last backward ends (the flush; its data-parallel gradient reduction and
   // optimizer start then).
   std::vector<double> stage_end_s;
-  std::vector<double> stage_busy_s;  // per stage: compute seconds
+  std::vector<double> stage_busy_s;    // per stage: compute seconds
   std::vector<double> stage_merged_s;  // per stage: what combined 1F1B's merged steps saved (0 without)
-  double bubble_s = 0;               // step_s minus the busiest stage's compute
+  double bubble_s = 0;                 // step_s minus the busiest stage's compute
   // Per stage: the most chunk-micro-batches whose forward is done and whose backward is not (what
   // its activation memory holds at its peak). 1F1B: min(p - s, m); interleaved: Megatron's warm-up
   // plus one, at most m v.
@@ -134,7 +134,7 @@ class PipelineSimulator {
   bool shifted_by(int64_t until, int64_t lag, double* shift) const;
   void jump(int64_t until, int64_t positions, double shift);
   double merged_saving(int64_t s, int64_t k) const;  // backward k's
-  double merged_saving(int64_t s) const;              // the stage's, all step (combined 1F1B only)
+  double merged_saving(int64_t s) const;             // the stage's, all step (combined 1F1B only)
   void summarize();
 
   int64_t slot(int64_t s, int64_t pos) const { return s * ring_ + (pos & (ring_ - 1)); }
@@ -144,15 +144,15 @@ class PipelineSimulator {
   int64_t total_ = 1;   // m v: forwards (and backwards) per stage
   int64_t len_ = 2;     // ops per stage
   int64_t period_ = 2;  // positions per stage after which the steady state's ops repeat
-  int64_t lags_ = 1;   // periods apart that two states are compared, at most
+  int64_t lags_ = 1;    // periods apart that two states are compared, at most
   int64_t ring_ = 1;    // positions kept per stage, a power of 2 covering every look back
   int64_t window_ = 2;  // positions back an op may read its input, at most (max(2, p), at most a period)
   int64_t reach_ = 0;   // the farthest back an op has read its input, so far
   std::vector<int64_t> warmup_;
   std::vector<Cursor> fwd_at_, bwd_at_;
   std::vector<double> free_s_;
-  std::vector<double> end_s_;   // op ends, stage s's position pos at slot(s, pos)
-  std::vector<double> block_;   // the last window_ positions of every stage, while they are moved
+  std::vector<double> end_s_;  // op ends, stage s's position pos at slot(s, pos)
+  std::vector<double> block_;  // the last window_ positions of every stage, while they are moved
   PipelineTimeline t_;
 };
 

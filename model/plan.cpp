@@ -61,7 +61,8 @@ bool robust_before(const PlannedConfig& a, const PlannedConfig& b) {
 // Rule 1 on one search's configurations, then scored.
 void add_fitting(const PlanQuery& q, const PlanDevice& device, int64_t n_gpus, std::vector<Candidate>& fitting,
                  PlanResult& out) {
-  const double margin = q.min_headroom_bytes ? *q.min_headroom_bytes : kDefaultHeadroomFraction * device.spec->memory_bytes;
+  const double margin =
+      q.min_headroom_bytes ? *q.min_headroom_bytes : kDefaultHeadroomFraction * device.spec->memory_bytes;
   HeadroomDrop drop{device.spec, n_gpus, 0, margin, 0};
   for (Candidate& c : fitting) {
     const double headroom = c.prediction.capacity_bytes - c.prediction.memory.peak_bytes;

@@ -14,9 +14,9 @@
 //      headroom: one with at least twice the margin goes before one with less, and between two
 //      under it the one with more headroom goes first; (b) a power-of-two micro-batch; (c) less
 //      checkpointing (none, selective, full); (d) fewer parallel degrees to set (model-parallel
-//      ones above 1, an expert tensor parallel degree other than tp's, an HSDP mesh); (e) the score. They take the first ranks, in that order; the
-//      rest follow by score. Without an interval (no profile interval for the model or framework)
-//      the group is the configurations of equal score: the ranking is by score.
+//      ones above 1, an expert tensor parallel degree other than tp's, an HSDP mesh); (e) the score. They take the
+//      first ranks, in that order; the rest follow by score. Without an interval (no profile interval for the model or
+//      framework) the group is the configurations of equal score: the ranking is by score.
 #pragma once
 
 #include <functional>
@@ -73,7 +73,7 @@ struct PlannedConfig {
   const DeviceSpec* device = nullptr;
   TrainConfig cfg;
   Prediction prediction;
-  double score = 0;  // lower is better: seconds, or GPU-seconds, per token
+  double score = 0;                      // lower is better: seconds, or GPU-seconds, per token
   double score_low = 0, score_high = 0;  // the interval of the score (equal to it without one)
   double headroom_bytes = 0;             // device memory - predicted peak
   double margin_bytes = 0;               // the headroom margin of its device
@@ -112,8 +112,8 @@ struct PointPick {
 };
 
 struct PlanResult {
-  std::vector<PlannedConfig> ranked;  // best first (the rule above)
-  Pick top;                           // ranked[0] and why (when ranked is not empty)
+  std::vector<PlannedConfig> ranked;     // best first (the rule above)
+  Pick top;                              // ranked[0] and why (when ranked is not empty)
   std::vector<PointPick> per_gpu_count;  // each GPU count asked, ascending; within one, each device in query order
   std::vector<PointPick> per_device;     // each device, in query order, over all its GPU counts
   std::vector<PlanRejection> rejected;

@@ -22,9 +22,9 @@ struct CostParams {
   // Achieved rate of a large square GEMM, indexed by DType as DeviceSpec::peak_flops_per_s is;
   // 0: unsupported. Profiles name them gemm_fp8_flops_per_s ... gemm_fp32_flops_per_s.
   std::array<double, kNumDTypes> gemm_flops_per_s_by_dtype{};
-  double gemm_tile_m = 128;   // output tile rows of the GEMM kernels (wave quantization)
-  double gemm_tile_n = 256;   // output tile columns
-  double gemm_k_half = 64;    // K at which the main loop runs at half its asymptotic rate (pipeline fill)
+  double gemm_tile_m = 128;  // output tile rows of the GEMM kernels (wave quantization)
+  double gemm_tile_n = 256;  // output tile columns
+  double gemm_k_half = 64;   // K at which the main loop runs at half its asymptotic rate (pipeline fill)
   // A tile of intensity I = tm*tn/(tm+tn) elements runs at I/(I + half), relative to the largest.
   double gemm_tile_intensity_half = 16;
   double gemm_overhead_s = 4e-6;  // launch and epilogue per GEMM
@@ -40,14 +40,14 @@ struct CostParams {
   // used FlashAttention-2-era kernels), which then stands in.
   double attn_native_fwd_efficiency = 0;
   double attn_native_bwd_efficiency = 0;
-  double attn_block = 128;         // query/key block size of the kernel
+  double attn_block = 128;  // query/key block size of the kernel
 
   // Memory-bound kernels (norms, activations, residuals, casts, cross-entropy, optimizer).
   double membound_efficiency = 0.8;  // achieved read+write bandwidth / the device's memory bandwidth
   // The fused cross-entropy over the vocabulary (row-wise reductions over ~50k logits) relative
   // to the other memory-bound kernels.
   double xent_efficiency = 1.0;
-  double kernel_overhead_s = 4e-6;   // launch per kernel
+  double kernel_overhead_s = 4e-6;  // launch per kernel
 
   // Collectives: ring all-gather / reduce-scatter of B bytes over n ranks costs
   // (n-1)/n * B / (link * efficiency) + (n-1) * latency.
@@ -55,7 +55,7 @@ struct CostParams {
   double inter_node_link_efficiency = 0.75;  // achieved bus bandwidth / datasheet NIC bandwidth
   double intra_node_latency_s = 5e-6;        // per ring step
   double inter_node_latency_s = 10e-6;       // per ring step
-  double overlap_slowdown = 0.1;  // compute runs this much slower while a collective overlaps it
+  double overlap_slowdown = 0.1;             // compute runs this much slower while a collective overlaps it
 
   // Sustained compute clock in a long training run relative to the short kernel runs that measured
   // the GEMM and attention rates (power and thermal limits of a fully loaded node).

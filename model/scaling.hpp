@@ -40,7 +40,7 @@ struct ScalingParams {
   // Fraction of the all-reduce exposed at least, per framework. DDP and Lightning's is the last
   // bucket's share (bucket_bytes / gradient bytes) and is not fitted; this is added to it.
   double exposed_fraction = 0;
-  double fixed_fraction = 0;                 // of the one-GPU step; 0..1
+  double fixed_fraction = 0;  // of the one-GPU step; 0..1
   // Step-time jitter of one GPU (standard deviation / mean of its compute): a synchronous step
   // waits for the slowest of N GPUs, about sqrt(2 ln N) standard deviations above the mean.
   double sync_jitter = 0;
@@ -58,8 +58,8 @@ struct ScalingRun {
 };
 
 struct ScalingPrediction {
-  double throughput = 0;   // samples/s of all GPUs
-  double efficiency = 0;   // throughput / (gpus x throughput_1gpu)
+  double throughput = 0;  // samples/s of all GPUs
+  double efficiency = 0;  // throughput / (gpus x throughput_1gpu)
   double step_s = 0;
   double compute_s = 0, fixed_s = 0, allreduce_s = 0, exposed_s = 0, slowdown_s = 0, sync_s = 0, coordination_s = 0;
   int64_t micro_batches = 1;  // per GPU per optimizer step

@@ -20,7 +20,7 @@ struct Totals {
 // came out the other way. While every comparison keeps its outcome, a stretch repeated with the
 // compute clock moved dc and the communication clock dm does exactly what it did, only shifted.
 struct Relations {
-  bool coupled = false;  // a comparison that any drift would change (a wait, a partial overlap)
+  bool coupled = false;   // a comparison that any drift would change (a wait, a partial overlap)
   double after = kInf;    // least gap from a compute's end to a later collective's start
   double before = kInf;   // least gap from a collective's end (or a gather's) to a later compute
   double backlog = kInf;  // least time a collective waited for the stream after its input was ready
@@ -248,8 +248,8 @@ struct CarriedMatch {
 };
 
 template <size_t NC, size_t NM>
-CarriedMatch match_carried(const Carried<NC, NM>& carried, const Offsets<NC, NM>& before_offsets,
-                           const Streams& before, const Offsets<NC, NM>& offsets, const Streams& s) {
+CarriedMatch match_carried(const Carried<NC, NM>& carried, const Offsets<NC, NM>& before_offsets, const Streams& before,
+                           const Offsets<NC, NM>& offsets, const Streams& s) {
   CarriedMatch m;
   const double tol = 1e-9 * std::max(1.0, s.compute_free());
   for (size_t i = 0; i < NC; ++i) m.relative = m.relative && same_offset(offsets[i], before_offsets[i], tol);
@@ -265,8 +265,7 @@ CarriedMatch match_carried(const Carried<NC, NM>& carried, const Offsets<NC, NM>
 // Moves the streams and the carried times `times` repetitions ahead, the compute clock by dc and
 // the communication clock by dm each; the totals by the last repetition's (s minus before).
 template <size_t NC, size_t NM>
-void skip_ahead(const Carried<NC, NM>& carried, double dc, double dm, double times, const Streams& before,
-                Streams& s) {
+void skip_ahead(const Carried<NC, NM>& carried, double dc, double dm, double times, const Streams& before, Streams& s) {
   s.skip(dc, dm, s.totals() - before.totals(), times);
   for (double* t : carried.compute) *t += dc * times;
   for (double* t : carried.comm) *t += dm * times;

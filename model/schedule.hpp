@@ -17,11 +17,11 @@ namespace tpsim {
 // issues none.
 struct MicroBatchCosts {
   double embed_fwd_s = 0;
-  double block_fwd_s = 0;   // one block's forward (including FSDP casts on the compute stream)
-  double head_s = 0;        // final norm, logits, loss and their backward
-  double block_bwd_s = 0;   // one block's backward, including its recompute under checkpointing
+  double block_fwd_s = 0;  // one block's forward (including FSDP casts on the compute stream)
+  double head_s = 0;       // final norm, logits, loss and their backward
+  double block_bwd_s = 0;  // one block's backward, including its recompute under checkpointing
   double embed_bwd_s = 0;
-  double root_gather_s = 0;       // the root unit (embeddings, final norm), gathered once per micro-batch
+  double root_gather_s = 0;  // the root unit (embeddings, final norm), gathered once per micro-batch
   double root_reduce_s = 0;
   double block_gather_fwd_s = 0;  // one block's parameter all-gather before its forward
   double block_gather_bwd_s = 0;  // ... and before its backward (FULL_SHARD, HYBRID_SHARD)
@@ -50,13 +50,13 @@ struct StepCosts {
 
 struct Timeline {
   double step_s = 0;
-  double compute_s = 0;         // compute-stream kernel time, without slowdown
-  double slowdown_s = 0;        // compute time added by overlapping collectives
-  double comm_s = 0;            // communication-stream busy time
+  double compute_s = 0;   // compute-stream kernel time, without slowdown
+  double slowdown_s = 0;  // compute time added by overlapping collectives
+  double comm_s = 0;      // communication-stream busy time
   double optimizer_s = 0;
-  double overhead_s = 0;        // fixed idle time (micro-batch and step overheads)
-  double exposed_comm_s = 0;    // step time not covered by compute, optimizer or overheads (incl. slowdown)
-  int64_t blocks_stepped = 0;   // block forwards and backwards simulated one by one (the rest were skipped)
+  double overhead_s = 0;       // fixed idle time (micro-batch and step overheads)
+  double exposed_comm_s = 0;   // step time not covered by compute, optimizer or overheads (incl. slowdown)
+  int64_t blocks_stepped = 0;  // block forwards and backwards simulated one by one (the rest were skipped)
 };
 
 Timeline simulate_step(const StepCosts& costs);

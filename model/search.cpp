@@ -57,7 +57,8 @@ std::string check_degrees(const ModelConfig& model, const TrainConfig& cfg) {
   if (!p.uneven_pipeline() && (p.pipeline > model.n_layers || model.n_layers % p.pipeline != 0))
     return degree_text("pipeline parallel", p.pipeline) + " does not divide the " + std::to_string(model.n_layers) +
            " layers of " + model.name + " into equal stages";
-  if (p.virtual_stages > 1 && p.pipeline == 1) return "virtual stages need pipeline parallelism (pipeline parallel > 1)";
+  if (p.virtual_stages > 1 && p.pipeline == 1)
+    return "virtual stages need pipeline parallelism (pipeline parallel > 1)";
   if (!p.uneven_pipeline() && model.n_layers % (p.pipeline * p.virtual_stages) != 0)
     return degree_text("virtual stages", p.virtual_stages) + " x " + degree_text("pipeline parallel", p.pipeline) +
            " does not divide the " + std::to_string(model.n_layers) + " layers of " + model.name;
@@ -67,7 +68,8 @@ std::string check_degrees(const ModelConfig& model, const TrainConfig& cfg) {
   if (p.expert > 1 && (!model.moe.active() || model.moe.experts % p.expert != 0))
     return degree_text("expert parallel", p.expert) + " does not divide the " + std::to_string(model.moe.experts) +
            " experts of " + model.name;
-  if (p.sequence_parallel && p.tensor == 1) return "sequence parallelism needs tensor parallelism (tensor parallel > 1)";
+  if (p.sequence_parallel && p.tensor == 1)
+    return "sequence parallelism needs tensor parallelism (tensor parallel > 1)";
   return {};
 }
 
@@ -98,7 +100,8 @@ std::string check_layout(const ModelConfig& model, const TrainConfig& cfg) {
            std::to_string(dp);
   if (cfg.micro_batch > 0 && cfg.per_device_batch() % cfg.micro_batch != 0)
     return "micro-batch " + std::to_string(cfg.micro_batch) + " does not divide the " +
-           std::to_string(cfg.per_device_batch()) + " sequences per data-parallel replica (Megatron-LM takes no "
+           std::to_string(cfg.per_device_batch()) +
+           " sequences per data-parallel replica (Megatron-LM takes no "
            "ragged last micro-batch)";
   return {};
 }
@@ -217,7 +220,8 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                   const Sharding sharding = framework_sharding(s.framework);
                   for (Checkpointing ckpt : s.checkpointing) {
                     p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers : 0;
-                    p.moe_a2a_overlap = a.moe_a2a_overlap && ep > 1 && ckpt != Checkpointing::kFull && (pp == 1 || vp > 1);
+                    p.moe_a2a_overlap =
+                        a.moe_a2a_overlap && ep > 1 && ckpt != Checkpointing::kFull && (pp == 1 || vp > 1);
                     out.push_back({sharding, ckpt, p});
                   }
                 }
@@ -252,7 +256,8 @@ namespace {
 bool equivalent(const Layout& a, const Layout& b, const TrainConfig& base, const DeviceSpec& device) {
   const auto full_like = [](Sharding s) { return s == Sharding::kFullShard || s == Sharding::kHybridShard; };
   return a.checkpointing == b.checkpointing && a.parallel == b.parallel && full_like(a.sharding) &&
-         full_like(b.sharding) && base.n_gpus <= (device.gpus_per_host > 0 ? device.gpus_per_host : device.gpus_per_node);
+         full_like(b.sharding) &&
+         base.n_gpus <= (device.gpus_per_host > 0 ? device.gpus_per_host : device.gpus_per_node);
 }
 
 // The largest m in [lo, hi] with ok(m), for ok true up to some point and false after it; lo - 1 when
@@ -291,7 +296,12 @@ class Searcher {
  public:
   Searcher(const ModelConfig& model, const DeviceSpec& device, const CostParams& params, const SearchSpace& space,
            SearchGoal goal)
-      : model_(model), device_(device), params_(params), space_(space), goal_(goal), evaluator_(model, device, params) {}
+      : model_(model),
+        device_(device),
+        params_(params),
+        space_(space),
+        goal_(goal),
+        evaluator_(model, device, params) {}
 
   SearchResult run(const TrainConfig& base);
 
@@ -412,8 +422,8 @@ Rejection Searcher::no_layout(const TrainConfig& base) const {
   cfg.micro_batch = 0;
   r.reason = check_layout(model_, cfg);
   if (r.reason.empty())
-    r.reason = "no layout of the searched degrees divides " + std::to_string(base.n_gpus) + " GPUs and the global batch " +
-               std::to_string(base.global_batch);
+    r.reason = "no layout of the searched degrees divides " + std::to_string(base.n_gpus) +
+               " GPUs and the global batch " + std::to_string(base.global_batch);
   return r;
 }
 

@@ -68,9 +68,9 @@ struct ParallelAxes {
   std::optional<int64_t> tensor, pipeline, virtual_stages, context, expert;
   std::optional<int64_t> expert_tensor;  // megatron's --etp; unset: tp's, and 1 too for experts under tp > 1
   std::optional<bool> sequence_parallel, distributed_optimizer;
-  bool overlap_grad_reduce = false;  // Megatron-LM's --overlap-grad-reduce: not searched, as given
-  bool grad_reduce_bf16 = false;     // Megatron-LM's --grad-reduce-in-bf16: not searched, as given
-  bool fp8_param_gather = false;     // Megatron-LM's --fp8-param-gather: not searched, as given
+  bool overlap_grad_reduce = false;      // Megatron-LM's --overlap-grad-reduce: not searched, as given
+  bool grad_reduce_bf16 = false;         // Megatron-LM's --grad-reduce-in-bf16: not searched, as given
+  bool fp8_param_gather = false;         // Megatron-LM's --fp8-param-gather: not searched, as given
   bool pipeline_scatter_gather = false;  // legacy Megatron-LM's --scatter-gather-tensors-in-pipeline: as given
   // composer: HSDP's mesh degrees (--shard-degree, --replicate-degree; Parallelism's), as given in
   // every layout (not searched); unset: Composer's default groups.
@@ -87,7 +87,7 @@ struct ParallelAxes {
 
 struct SearchSpace {
   Framework framework = kDefaultFramework;
-  ParallelAxes parallel;  // megatron, torchtitan
+  ParallelAxes parallel;                                                           // megatron, torchtitan
   std::vector<Sharding> shardings = {kAllShardings.begin(), kAllShardings.end()};  // composer
   // Without selective by default: llm-foundry and Composer checkpoint whole blocks
   // (activation_checkpointing), so a sweep or plan searches what they can run.
@@ -133,17 +133,18 @@ enum class RejectionKind : uint8_t {
   kOutOfMemory,         // not even the smallest micro-batch fits: it needs `peak_bytes`
   kOutOfMemoryAbove,    // micro-batches above `micro_batch` do not fit
   kEquivalent,          // predicts exactly as an earlier layout (`same_as`)
-  kNoLayout,            // megatron: no layout of the fixed axes is valid (`reason`: check_layout's, with the axes fixed)
+  kNoLayout,  // megatron: no layout of the fixed axes is valid (`reason`: check_layout's, with the axes fixed)
 };
 
 struct Rejection {
   Layout layout;
   RejectionKind kind = RejectionKind::kInvalid;
-  int64_t micro_batch = 0;  // kMicroBatchTooLarge, kOutOfMemory: the micro-batch; kOutOfMemoryAbove: the largest that fits
+  int64_t micro_batch =
+      0;  // kMicroBatchTooLarge, kOutOfMemory: the micro-batch; kOutOfMemoryAbove: the largest that fits
   int64_t per_device_batch = 0;
-  double peak_bytes = 0;    // kOutOfMemory: the peak of `micro_batch`
-  Layout same_as;           // kEquivalent
-  std::string reason;       // kInvalid: check_config's reason; kNoLayout: check_layout's
+  double peak_bytes = 0;  // kOutOfMemory: the peak of `micro_batch`
+  Layout same_as;         // kEquivalent
+  std::string reason;     // kInvalid: check_config's reason; kNoLayout: check_layout's
 };
 
 struct Candidate {
@@ -152,16 +153,16 @@ struct Candidate {
 };
 
 struct SearchResult {
-  bool found = false;             // some configuration fits in memory
-  bool has_leanest = false;       // some layout was valid: its memory was predicted
-  TrainConfig best;               // kFastest: the fastest that fits
+  bool found = false;        // some configuration fits in memory
+  bool has_leanest = false;  // some layout was valid: its memory was predicted
+  TrainConfig best;          // kFastest: the fastest that fits
   Prediction best_prediction;
-  TrainConfig leanest;            // kFastest, when nothing fits: the smallest predicted peak memory
-  Prediction leanest_prediction;  // (what to report then)
-  std::vector<Candidate> fitting;  // kAllThatFit: every configuration that fits, layout by layout,
-                                   // micro-batches ascending (a listed space: in its order)
+  TrainConfig leanest;                // kFastest, when nothing fits: the smallest predicted peak memory
+  Prediction leanest_prediction;      // (what to report then)
+  std::vector<Candidate> fitting;     // kAllThatFit: every configuration that fits, layout by layout,
+                                      // micro-batches ascending (a listed space: in its order)
   std::vector<Rejection> rejections;  // in the order of the layouts
-  int64_t evaluated = 0;           // configurations timed (predicted in full)
+  int64_t evaluated = 0;              // configurations timed (predicted in full)
 };
 
 // `base` fixes seq_len, global_batch, n_gpus, precision and mp_mode; the search varies the rest.

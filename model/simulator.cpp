@@ -46,10 +46,10 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
   for (int64_t degree : {par.tensor, par.pipeline, par.virtual_stages, par.context, par.expert})
     if (degree < 1 || degree > kMaxGpus)
       return "parallel degree " + std::to_string(degree) + " is outside 1.." + std::to_string(kMaxGpus);
-  if (par.tensor * par.context > kMaxGpus || par.model_parallel() > kMaxGpus ||
-      cfg.n_gpus % par.model_parallel() != 0)
-    return "tensor x context x pipeline parallel = " + std::to_string(par.tensor) + " x " + std::to_string(par.context) +
-           " x " + std::to_string(par.pipeline) + " does not divide the " + std::to_string(cfg.n_gpus) + " GPUs";
+  if (par.tensor * par.context > kMaxGpus || par.model_parallel() > kMaxGpus || cfg.n_gpus % par.model_parallel() != 0)
+    return "tensor x context x pipeline parallel = " + std::to_string(par.tensor) + " x " +
+           std::to_string(par.context) + " x " + std::to_string(par.pipeline) + " does not divide the " +
+           std::to_string(cfg.n_gpus) + " GPUs";
   if (cfg.global_batch % cfg.data_parallel() != 0)
     return "global batch " + std::to_string(cfg.global_batch) + " is not a multiple of the data-parallel degree " +
            std::to_string(cfg.data_parallel());

@@ -27,9 +27,9 @@ struct StepBreakdown {
   double other_compute_s = 0;  // norms, activations, residuals, embeddings, loss, FSDP casts
   double exposed_comm_s = 0;   // collectives compute does not hide, and compute slowed by them
   double optimizer_s = 0;
-  double overhead_s = 0;       // fixed per-micro-batch and per-step idle time
+  double overhead_s = 0;         // fixed per-micro-batch and per-step idle time
   double pipeline_bubble_s = 0;  // pipeline parallelism: the stage's idle time waiting for other stages
-  double allocator_s = 0;  // the caching allocator's retries near full memory (allocator_retry_fraction)
+  double allocator_s = 0;        // the caching allocator's retries near full memory (allocator_retry_fraction)
 };
 
 enum class Feasibility : uint8_t { kFits, kOutOfMemory };

@@ -67,7 +67,7 @@ std::string resolve_torchtitan_mesh(const TrainConfig& cfg, int64_t gpus_per_nod
   const Parallelism& par = cfg.parallel;
   const auto n = [](int64_t v) { return std::to_string(v); };
   const int64_t replicate = par.replicate_degree == 0 ? 1 : par.replicate_degree;  // torchtitan's default 1
-  const int64_t shard = par.shard_degree == 0 ? -1 : par.shard_degree;              // its default -1
+  const int64_t shard = par.shard_degree == 0 ? -1 : par.shard_degree;             // its default -1
   if (replicate < 1 || replicate > kMaxGpus)
     return "data_parallel_replicate_degree " + n(replicate) + " is outside 1.." + n(kMaxGpus) +
            " (torchtitan takes -1, the rest of the GPUs, for the shard degree only)";
@@ -84,7 +84,8 @@ std::string resolve_torchtitan_mesh(const TrainConfig& cfg, int64_t gpus_per_nod
            n(replicate * dp_shard * par.model_parallel()) + " is not the GPU count " + n(cfg.n_gpus);
   // parallelize_llama.py applies FSDP only when dp_shard x cp > 1; replicas alone run DDP (apply_ddp).
   if (replicate > 1 && dp_shard * par.context == 1)
-    return "data_parallel_replicate_degree " + n(replicate) + " with nothing to shard (shard 1, context 1) is "
+    return "data_parallel_replicate_degree " + n(replicate) +
+           " with nothing to shard (shard 1, context 1) is "
            "torchtitan's DDP (apply_ddp), not modelled yet";
   TorchtitanMesh m;
   m.dp_replicate = replicate;
@@ -110,8 +111,8 @@ ContextParallelAttention torchtitan_context_parallel(const CostModel& cost, cons
   a.dkv_hop_bytes = kv_elements * 4.0;  // convert_to_f32: dK and dV accumulate and travel in fp32
   a.dkv_hop_s = ring_step_seconds(cost, a.dkv_hop_bytes, cp_group);
   a.fwd_exposed_s = std::max(a.kv_gather_s - a.step_fwd_s, 0.0);
-  a.bwd_exposed_s = std::max(a.kv_gather_s - a.step_bwd_s, 0.0) +
-                    d(cp - 1) * std::max(a.dkv_hop_s - a.step_bwd_s, 0.0) + a.dkv_hop_s;
+  a.bwd_exposed_s =
+      std::max(a.kv_gather_s - a.step_bwd_s, 0.0) + d(cp - 1) * std::max(a.dkv_hop_s - a.step_bwd_s, 0.0) + a.dkv_hop_s;
   return a;
 }
 
@@ -174,7 +175,7 @@ const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& 
   c.tp_block_bwd_s += c.cp.bwd_exposed_s;
   // Loss parallel: log-softmax's max and sum and the target logit, all-reduced per token.
   const double per_token = cost_.collective_seconds(CollectiveKind::kAllReduce, d(shape.tokens()) * 4.0, l.tp_group);
-  c.tp_embed_fwd_s = rs, c.tp_embed_bwd_s = ag;  // RowwiseParallel embedding, output Shard(1)
+  c.tp_embed_fwd_s = rs, c.tp_embed_bwd_s = ag;                  // RowwiseParallel embedding, output Shard(1)
   c.tp_head_fwd_s = ag + 3.0 * per_token, c.tp_head_bwd_s = rs;  // ColwiseParallel output, input Shard(1)
   const bool tp = l.tp > 1;
   c.tp_block_bytes = tp ? 8.0 * td : 0.0;
@@ -188,8 +189,7 @@ const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& 
 }
 
 // What activation checkpointing runs again and keeps per block, and one block's backward buffers.
-void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, const BlockShape& shape,
-                                              double ag) {
+void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, const BlockShape& shape, double ag) {
   const Parallelism& par = cfg.parallel;
   const ModelParallelLayout& l = c.layout;
   const double a = activation_bytes(cfg.precision);
@@ -223,9 +223,9 @@ void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, 
   } else if (cfg.checkpointing == Checkpointing::kSelective) {
     c.recompute.gemm = f.qkv * kv_share + f.out + (glu ? f.up : f.down);
     c.recompute.other = c.block_fwd.other;
-    c.recompute_comm_s = tp ? (par.async_tensor_parallel ? std::max(ag - f.qkv, 0.0) + std::max(ag - f.gate - f.up, 0.0)
-                                                         : 2.0 * ag)
-                            : 0.0;
+    c.recompute_comm_s =
+        tp ? (par.async_tensor_parallel ? std::max(ag - f.qkv, 0.0) + std::max(ag - f.gate - f.up, 0.0) : 2.0 * ag)
+           : 0.0;
     c.recompute_tp_bytes = tp ? 2.0 * td : 0.0;
     c.kept_per_block = std::min(op_kept, full_block);
     c.rebuilt = full_block - c.kept_per_block;
@@ -364,8 +364,8 @@ Prediction TorchtitanEvaluator::predict_pipeline(const Costs& c, const TrainConf
   const int64_t chunks = l.pp * l.vp, m = cfg.per_device_batch() / cfg.micro_batch;
   const double layers_per_chunk = d(model_.n_layers) / d(chunks), layers_per_stage = d(model_.n_layers) / d(l.pp);
   const double block_f = c.block_fwd.total() + c.tp_block_fwd_s + params_.block_overhead_s;
-  const double block_b = c.block_bwd.total() + c.tp_block_bwd_s + c.recompute.total() + c.recompute_comm_s +
-                         params_.block_overhead_s;
+  const double block_b =
+      c.block_bwd.total() + c.tp_block_bwd_s + c.recompute.total() + c.recompute_comm_s + params_.block_overhead_s;
   fwd_s_.assign(static_cast<size_t>(chunks), layers_per_chunk * block_f);
   bwd_s_.assign(static_cast<size_t>(chunks), layers_per_chunk * block_b);
   fwd_s_.front() += c.embed_fwd.total() + c.tp_embed_fwd_s;
@@ -386,7 +386,8 @@ Prediction TorchtitanEvaluator::predict_pipeline(const Costs& c, const TrainConf
   pc.p2p_s = p2p_s;
   const PipelineTimeline& pipe = pipeline_.simulate(pc);
 
-  const double stage_gather = layers_per_stage * c.block_gather_s + c.root_gather_s * (c.stage_root_params[0] / c.root_params);
+  const double stage_gather =
+      layers_per_stage * c.block_gather_s + c.root_gather_s * (c.stage_root_params[0] / c.root_params);
   const double start = std::max(c.block_gather_s, stage_gather - fwd_s_.front());
   double flushed = 0, optimizer = 0;
   size_t critical = 0;
@@ -394,7 +395,8 @@ Prediction TorchtitanEvaluator::predict_pipeline(const Costs& c, const TrainConf
     const size_t i = static_cast<size_t>(s);
     double stage_backward = 0;
     for (int64_t k = 0; k < l.vp; ++k) stage_backward += bwd_s_[static_cast<size_t>(k * l.pp + s)];
-    const double reduce = layers_per_stage * c.block_reduce_s + c.root_reduce_s * (c.stage_root_params[i] / c.root_params);
+    const double reduce =
+        layers_per_stage * c.block_reduce_s + c.root_reduce_s * (c.stage_root_params[i] / c.root_params);
     const double end = start + pipe.stage_end_s[i] + std::max(reduce - stage_backward, c.block_reduce_s);
     if (end > flushed) flushed = end, critical = i;
     optimizer = std::max(optimizer, c.optimizer_s[i]);
@@ -420,8 +422,10 @@ Prediction TorchtitanEvaluator::predict_pipeline(const Costs& c, const TrainConf
   t.other_compute_s = per.other;
   t.exposed_comm_s = comm + start + (flushed - start - pipe.stage_end_s[critical]);
   t.optimizer_s = optimizer;
-  t.overhead_s = md * params_.microbatch_overhead_s + 2.0 * per_layer_m * params_.block_overhead_s + params_.step_overhead_s;
-  const double accounted = t.gemm_s + t.attention_s + t.other_compute_s + t.exposed_comm_s + t.optimizer_s + t.overhead_s;
+  t.overhead_s =
+      md * params_.microbatch_overhead_s + 2.0 * per_layer_m * params_.block_overhead_s + params_.step_overhead_s;
+  const double accounted =
+      t.gemm_s + t.attention_s + t.other_compute_s + t.exposed_comm_s + t.optimizer_s + t.overhead_s;
   t.pipeline_bubble_s = std::max(p.step_s - accounted, 0.0);
   return p;
 }
@@ -465,8 +469,9 @@ MemoryBreakdown TorchtitanEvaluator::memory(const TrainConfig& cfg) {
     MemoryBreakdown mb;
     mb.sharded_state_bytes = 16.0 * c.stage_params[i] / d(c.mesh.shard_ranks());
     if (c.mesh.shard_ranks() > 1 || l.pp > 1)
-      mb.gathered_params_bytes = l.pp == 1 ? c.root_gather_bytes + std::min(2.0, d(model_.n_layers)) * c.block_gather_bytes
-                                           : layers_per_stage * c.block_gather_bytes + c.stage_root_params[i] * gb;
+      mb.gathered_params_bytes = l.pp == 1
+                                     ? c.root_gather_bytes + std::min(2.0, d(model_.n_layers)) * c.block_gather_bytes
+                                     : layers_per_stage * c.block_gather_bytes + c.stage_root_params[i] * gb;
     mb.activation_bytes = in_flight * layers_per_chunk * c.kept_per_block + c.rebuilt;
     if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.embed_fwd.saved_bytes;
     if (s == l.pp - 1) mb.activation_bytes += c.head_fwd.saved_bytes;
@@ -494,8 +499,8 @@ TorchtitanTraffic TorchtitanEvaluator::traffic(const TrainConfig& cfg) {
   t.fsdp_reduce_bytes = (l.pp == 1 ? m : 1.0) * (L * c.block_params + root) * c.reduce_bytes_per_param;
   if (shard == 1) t.fsdp_reduce_bytes = 0;
   if (c.mesh.dp_replicate > 1) t.fsdp_replicate_bytes = t.fsdp_reduce_bytes / d(shard);
-  t.tp_bytes = m * (L * (c.tp_block_bytes + c.recompute_tp_bytes) + c.tp_embed_bytes +
-                    (l.pp == 1 ? c.tp_head_bytes : 0.0));
+  t.tp_bytes =
+      m * (L * (c.tp_block_bytes + c.recompute_tp_bytes) + c.tp_embed_bytes + (l.pp == 1 ? c.tp_head_bytes : 0.0));
   t.cp_bytes = m * L * (c.cp_block_bytes + c.recompute_cp_bytes);
   return t;
 }
@@ -515,7 +520,8 @@ constinit const FrameworkDef kTorchtitanFramework = {
     .profile_intervals = false,
     .auto_micro_batch_halves = false,
     .core_attention = false,
-    .no_sharding_strategies = "shards with FSDP2 over its data-parallel ranks (FULL_SHARD); the sharding strategies are composer's",
+    .no_sharding_strategies =
+        "shards with FSDP2 over its data-parallel ranks (FULL_SHARD); the sharding strategies are composer's",
     .options = option_bit(FrameworkOption::kAsyncTensorParallel) | option_bit(FrameworkOption::kSelectiveAcLayers),
     .fit_adds = {},
     .fit_uninformed = {},

@@ -92,7 +92,7 @@ struct ContextParallelAttention {
   double step_fwd_s = 0, step_bwd_s = 0;  // one step's attention forward and backward
   double kv_gather_bytes = 0;             // the all-gather's whole buffer: cp ranks' K and V
   double kv_gather_s = 0;
-  double dkv_hop_bytes = 0;               // dK and dV of the rank's tokens, fp32, per hop
+  double dkv_hop_bytes = 0;  // dK and dV of the rank's tokens, fp32, per hop
   double dkv_hop_s = 0;
   double fwd_exposed_s = 0, bwd_exposed_s = 0;
 };

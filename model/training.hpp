@@ -14,8 +14,7 @@ namespace tpsim {
 // tensor-core peak, one format for the peak since the chips run both block-scaled kinds at one rate.
 enum class DType : uint8_t { kFp8, kBf16, kFp16, kTf32, kFp32, kFp4 };
 inline constexpr int kNumDTypes = 6;
-inline constexpr std::array<std::string_view, kNumDTypes> kDTypeNames = {"fp8", "bf16", "fp16", "tf32",
-                                                                          "fp32", "fp4"};
+inline constexpr std::array<std::string_view, kNumDTypes> kDTypeNames = {"fp8", "bf16", "fp16", "tf32", "fp32", "fp4"};
 
 // Composer's `precision`.
 //   amp_bf16 / amp_fp16: fp32 master weights, matmuls in bf16 / fp16 under autocast.
@@ -68,10 +67,10 @@ std::string_view to_string(MpMode m);
 std::string_view to_string(Sharding s);
 std::string_view to_string(DType t);
 std::optional<Precision> parse_precision(std::string_view s);  // llm-foundry spelling, e.g. "amp_bf16"
-std::optional<MpMode> parse_mp_mode(std::string_view s);        // "DEFAULT", "PURE", "FULL"
-std::optional<Sharding> parse_sharding(std::string_view s);     // "FULL_SHARD", ...
+std::optional<MpMode> parse_mp_mode(std::string_view s);       // "DEFAULT", "PURE", "FULL"
+std::optional<Sharding> parse_sharding(std::string_view s);    // "FULL_SHARD", ...
 std::optional<DType> parse_dtype(std::string_view s);
-std::string_view to_string(Checkpointing c);                     // "none", "selective", "full"
+std::string_view to_string(Checkpointing c);  // "none", "selective", "full"
 std::optional<Checkpointing> parse_checkpointing(std::string_view s);
 
 // The dtype of the transformer blocks' matmuls, of everything else (attention, logits), and of
@@ -97,9 +96,9 @@ DType mfu_dtype(Precision p);
 //               pipeline parallelism and float8 all-gathers (model/torchtitan.hpp).
 enum class Framework : uint8_t { kComposer, kMegatron, kTorchtitan };
 inline constexpr std::array<Framework, 3> kAllFrameworks = {Framework::kComposer, Framework::kMegatron,
-                                                           Framework::kTorchtitan};
+                                                            Framework::kTorchtitan};
 inline constexpr Framework kDefaultFramework = Framework::kComposer;  // a run that names none
-std::string_view to_string(Framework f);                 // "composer", "megatron", "torchtitan"
+std::string_view to_string(Framework f);                              // "composer", "megatron", "torchtitan"
 std::optional<Framework> parse_framework(std::string_view s);
 
 // How a run's GPUs divide the model beyond data parallelism. Ranks are laid out tensor-parallel
@@ -108,11 +107,11 @@ std::optional<Framework> parse_framework(std::string_view s);
 // parallelism under `sharding`, exactly as before these fields existed.
 struct Parallelism {
   Framework framework = Framework::kComposer;
-  int64_t tensor = 1;    // TP: heads and FFN columns split across ranks (Megatron's column/row-parallel linears)
-  int64_t pipeline = 1;  // PP: layers split into stages
+  int64_t tensor = 1;          // TP: heads and FFN columns split across ranks (Megatron's column/row-parallel linears)
+  int64_t pipeline = 1;        // PP: layers split into stages
   int64_t virtual_stages = 1;  // interleaved 1F1B: model chunks per pipeline rank (1: plain 1F1B)
-  int64_t context = 1;   // CP: the sequence split across ranks (ring attention)
-  int64_t expert = 1;    // EP: experts split across ranks (carved out of data x context parallelism)
+  int64_t context = 1;         // CP: the sequence split across ranks (ring attention)
+  int64_t expert = 1;          // EP: experts split across ranks (carved out of data x context parallelism)
   // ETP: the routed experts' own tensor-parallel degree (Megatron-Core's --expert-tensor-parallel-size);
   // 0: the tensor-parallel degree, Megatron-Core's default. The expert groups (ETP x EP ranks) are
   // carved out of each stage's tensor x context x data ranks, so ETP 1 lets EP span the tensor ranks.
@@ -180,9 +179,9 @@ struct Parallelism {
 };
 
 // One configuration of a training run on n_gpus identical devices.
-// The per-replica batch (global_batch / data_parallel(); per device without model parallelism) is processed in micro-batches of micro_batch
-// sequences; when micro_batch does not divide it, the last micro-batch is smaller (llm-foundry
-// accumulates 11, 11, 11, 11, 4 for a per-device batch of 48 and micro-batches of 11).
+// The per-replica batch (global_batch / data_parallel(); per device without model parallelism) is processed in
+// micro-batches of micro_batch sequences; when micro_batch does not divide it, the last micro-batch is smaller
+// (llm-foundry accumulates 11, 11, 11, 11, 4 for a per-device batch of 48 and micro-batches of 11).
 struct TrainConfig {
   int64_t seq_len = 0;       // tokens per sequence (max_seq_len)
   int64_t global_batch = 0;  // sequences per optimizer step over all GPUs

@@ -27,7 +27,8 @@ inline std::string slurp(const std::filesystem::path& p) {
 
 // A folder for this test process's files, under the system's temporary folder.
 inline std::filesystem::path scratch_dir() {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tpsim_test_" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tpsim_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return dir;
 }

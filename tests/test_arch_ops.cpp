@@ -115,8 +115,14 @@ BOOST_AUTO_TEST_CASE(mixtral_block_flops_are_the_router_plus_top_k_of_the_expert
 BOOST_AUTO_TEST_CASE(the_largest_blocks_fit_an_op_list) {
   // Qwen2-MoE's shape (shared expert with its sigmoid gate, output bias) under fp8 casts.
   ModelConfig m = llama(2048, 16, 16, 24, 5632, 151936);
-  m.moe = {.experts = 60, .top_k = 4, .d_expert = 1408, .shared_experts = 1, .d_shared = 5632, .shared_gate = true,
-           .capacity_factor = 0, .output_bias = true};
+  m.moe = {.experts = 60,
+           .top_k = 4,
+           .d_expert = 1408,
+           .shared_experts = 1,
+           .d_shared = 5632,
+           .shared_gate = true,
+           .capacity_factor = 0,
+           .output_bias = true};
   for (Precision p : {Precision::kAmpBf16, Precision::kAmpFp8}) {
     OpCounter fwd, bwd;
     block_forward_ops(block_shape(m, 1, 4096, p), fwd);
@@ -161,8 +167,14 @@ BOOST_AUTO_TEST_CASE(every_block_op_carries_the_role_its_name_says) {
     return OpPass::kNone;
   };
   ModelConfig qwen2_moe = llama(2048, 16, 16, 24, 5632, 151936);
-  qwen2_moe.moe = {.experts = 60, .top_k = 4, .d_expert = 1408, .shared_experts = 1, .d_shared = 5632,
-                   .shared_gate = true, .capacity_factor = 0, .output_bias = true};
+  qwen2_moe.moe = {.experts = 60,
+                   .top_k = 4,
+                   .d_expert = 1408,
+                   .shared_experts = 1,
+                   .d_shared = 5632,
+                   .shared_gate = true,
+                   .capacity_factor = 0,
+                   .output_bias = true};
   int roles_seen[16] = {};
   for (const ModelConfig& m : {llama3_8b(), mixtral_8x7b(), qwen2_moe, tpsim::test::gpt2()})
     for (Precision p : {Precision::kAmpBf16, Precision::kAmpFp8})
@@ -191,7 +203,8 @@ BOOST_AUTO_TEST_CASE(grouped_query_attention_saves_less_k_and_v_at_the_same_flop
   const ModelConfig gqa = llama3_8b();
   ModelConfig mha = gqa;
   mha.n_kv_heads = 32;
-  const BlockShape sg = block_shape(gqa, 1, 4096, Precision::kAmpBf16), sm = block_shape(mha, 1, 4096, Precision::kAmpBf16);
+  const BlockShape sg = block_shape(gqa, 1, 4096, Precision::kAmpBf16),
+                   sm = block_shape(mha, 1, 4096, Precision::kAmpBf16);
   const Op ag = attention_op("a", OpKind::kAttentionFwd, sg), am = attention_op("a", OpKind::kAttentionFwd, sm);
   BOOST_TEST(ag.flops == am.flops);
   // K and V of kv_dim = 1024 instead of 4096, 2 bytes each.
@@ -277,9 +290,11 @@ BOOST_AUTO_TEST_CASE(selective_checkpointing_keeps_all_but_the_log_sum_exp_and_r
   const double flops = 6.0 * d(sel.active_params) * 4096.0, attn = 12.0 * L * 4096.0 * 4096.0 * 4096.0;
   BOOST_TEST(sel.hfu / sel.mfu == (flops + 4.0 / 3.0 * attn) / (flops + attn), tt::tolerance(kExact));
   // The replayed step: one attention forward before each block's backward.
-  const std::vector<StepOp> step =
-      training_step_ops(m, {.micro_batch = 1, .seq_len = 512, .layers = 2, .checkpointing = Checkpointing::kSelective,
-                            .precision = Precision::kAmpBf16});
+  const std::vector<StepOp> step = training_step_ops(m, {.micro_batch = 1,
+                                                         .seq_len = 512,
+                                                         .layers = 2,
+                                                         .checkpointing = Checkpointing::kSelective,
+                                                         .precision = Precision::kAmpBf16});
   int recomputed = 0;
   for (const StepOp& o : step)
     if (o.part == StepPart::kBlockRecompute) {
@@ -292,8 +307,8 @@ BOOST_AUTO_TEST_CASE(selective_checkpointing_keeps_all_but_the_log_sum_exp_and_r
 BOOST_AUTO_TEST_CASE(llama_3_8b_at_8192_fits_at_micro_batch_1_on_8_h100) {
   H100 h;
   const ModelConfig m = llama3_8b();
-  const TrainConfig c{.seq_len = 8192, .global_batch = 64, .micro_batch = 1, .n_gpus = 8,
-                      .sharding = Sharding::kFullShard};
+  const TrainConfig c{
+      .seq_len = 8192, .global_batch = 64, .micro_batch = 1, .n_gpus = 8, .sharding = Sharding::kFullShard};
   BOOST_TEST_REQUIRE(check_config(m, h.device, h.profile.params, c).empty());
   const Prediction p = predict(m, h.device, h.profile.params, c);
   BOOST_TEST(p.fits());
@@ -308,8 +323,8 @@ BOOST_AUTO_TEST_CASE(mixtral_keeps_the_state_of_every_expert) {
   const ModelConfig moe = mixtral_8x7b();
   ModelConfig dense = moe;  // Mistral's width, one dense FFN
   dense.moe = {};
-  const TrainConfig c{.seq_len = 4096, .global_batch = 64, .micro_batch = 1, .n_gpus = 64,
-                      .sharding = Sharding::kFullShard};
+  const TrainConfig c{
+      .seq_len = 4096, .global_batch = 64, .micro_batch = 1, .n_gpus = 64, .sharding = Sharding::kFullShard};
   Evaluator em(moe, h.device, h.profile.params), ed(dense, h.device, h.profile.params);
   const MemoryBreakdown mm = em.memory(c), md = ed.memory(c);
   // fp32 parameters, gradients and Adam moments (16 bytes) of 7 more experts and the router, sharded 64 ways.
@@ -326,8 +341,8 @@ BOOST_AUTO_TEST_CASE(mixtral_keeps_the_state_of_every_expert) {
 BOOST_AUTO_TEST_CASE(mixtral_mfu_counts_the_active_parameters) {
   H100 h;
   const ModelConfig m = mixtral_8x7b();
-  const TrainConfig c{.seq_len = 4096, .global_batch = 256, .micro_batch = 1, .n_gpus = 64,
-                      .sharding = Sharding::kFullShard};
+  const TrainConfig c{
+      .seq_len = 4096, .global_batch = 256, .micro_batch = 1, .n_gpus = 64, .sharding = Sharding::kFullShard};
   BOOST_TEST_REQUIRE(check_config(m, h.device, h.profile.params, c).empty());
   const Prediction p = predict(m, h.device, h.profile.params, c);
   BOOST_TEST(p.n_params == 46702792704LL);

@@ -65,13 +65,13 @@ BOOST_AUTO_TEST_CASE(parameter_counts_match_the_published_hugging_face_counts) {
   // tests/data/hf-configs/published_parameter_counts.json; the counts do not depend on the run's
   // sequence length (no learned positions, or GPT-2's fixed table of 1024).
   for (int64_t seq : {2048, 8192}) {
-    BOOST_TEST(parameter_count(llama(4096, 32, 8, 32, 14336, 128256), seq) == 8030261248LL);    // Llama-3-8B
-    BOOST_TEST(parameter_count(llama(8192, 64, 8, 80, 28672, 128256), seq) == 70553706496LL);   // Llama-3.1-70B
+    BOOST_TEST(parameter_count(llama(4096, 32, 8, 32, 14336, 128256), seq) == 8030261248LL);   // Llama-3-8B
+    BOOST_TEST(parameter_count(llama(8192, 64, 8, 80, 28672, 128256), seq) == 70553706496LL);  // Llama-3.1-70B
     ModelConfig mistral = llama(4096, 32, 8, 32, 14336, 32000);
     mistral.sliding_window = 4096;
     BOOST_TEST(parameter_count(mistral, seq) == 7241732096LL);  // Mistral-7B-v0.1
     ModelConfig qwen = llama(3584, 28, 4, 28, 18944, 152064);
-    qwen.qkv_bias = true;  // Qwen2: biases on Q, K and V only
+    qwen.qkv_bias = true;                                    // Qwen2: biases on Q, K and V only
     BOOST_TEST(parameter_count(qwen, seq) == 7615616512LL);  // Qwen2.5-7B
     ModelConfig mixtral = llama(4096, 32, 8, 32, 14336, 32000);
     mixtral.moe = {.experts = 8, .top_k = 2, .d_expert = 14336};

@@ -37,9 +37,10 @@ Run run_comm(const std::string& args, int ranks = 2) {
   static int n = 0;
   const fs::path err = scratch() / ("err" + std::to_string(n++));
   const std::string launcher =
-      ranks > 0 ? std::string(TPSIM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " : "";
-  const std::string cmd = launcher + "sh -c '\"$0\" \"$@\"; s=$?; echo \"rank-exit $s\" >&2; exit $s' " +
-                          TPSIM_BINARY + " calibrate comm " + args + " > /dev/null 2> " + err.string();
+      ranks > 0 ? std::string(TPSIM_MPIEXEC) + " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " "
+                : "";
+  const std::string cmd = launcher + "sh -c '\"$0\" \"$@\"; s=$?; echo \"rank-exit $s\" >&2; exit $s' " + TPSIM_BINARY +
+                          " calibrate comm " + args + " > /dev/null 2> " + err.string();
   Run r;
   const int rc = std::system(cmd.c_str());
   r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;

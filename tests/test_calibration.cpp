@@ -69,7 +69,8 @@ BOOST_AUTO_TEST_CASE(a_short_cpu_kernel_calibration_returns_a_typed_result) {
   // The profile: for the CPU, with its measured spec embedded and the fitted values marked.
   BOOST_TEST(c.profile.device == "cpu");
   BOOST_TEST_REQUIRE(c.profile.device_spec.has_value());
-  for (const auto& f : c.fit.fitted) BOOST_TEST((c.profile.sources.at(std::string(f.param->name)).kind == SourceKind::kKernel));
+  for (const auto& f : c.fit.fitted)
+    BOOST_TEST((c.profile.sources.at(std::string(f.param->name)).kind == SourceKind::kKernel));
   // Its record, as the command writes it.
   const nlohmann::json j = kernel_calibration_json(c, "test");
   BOOST_TEST(j.at("command") == "test");
@@ -115,8 +116,9 @@ BOOST_AUTO_TEST_CASE(a_format_refused_when_run_is_not_planned_and_is_named) {
   BOOST_CHECK_EXCEPTION(calibrate_kernels(o, backend), Error, [](const Error& e) {
     return std::string(e.what()).find("the backend runs no GEMM format") != std::string::npos;
   });
-  BOOST_TEST(log.str().find("fp32 GEMMs not measured: the format probe did not run (refused when run)") !=
-             std::string::npos, log.str());
+  BOOST_TEST(
+      log.str().find("fp32 GEMMs not measured: the format probe did not run (refused when run)") != std::string::npos,
+      log.str());
 }
 
 // A backend whose every op runs kRunS, timed so, and takes the wall time of its warm-up and least

@@ -81,7 +81,8 @@ BOOST_AUTO_TEST_CASE(bad_input_is_one_line_and_a_non_zero_exit) {
       {"predict --model 7b --seq 0 --gpus 8 --micro-batch 1", "--seq '0'"},
       {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 4 --global-batch 16", "--micro-batch 4"},
       {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --global-batch 12", "not a multiple"},
-      {"predict --model 7b --seq 2048 --gpus 12 --micro-batch 1 --sharding HYBRID_SHARD", "HYBRID_SHARD needs whole nodes"},
+      {"predict --model 7b --seq 2048 --gpus 12 --micro-batch 1 --sharding HYBRID_SHARD",
+       "HYBRID_SHARD needs whole nodes"},
       {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --precision amp_fp8 --device a100_80gb", "fp8"},
       {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --precision fp4", "--precision 'fp4'"},
       {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --sharding HALF", "--sharding 'HALF'"},
@@ -111,7 +112,8 @@ BOOST_AUTO_TEST_CASE(validate_csv_appends_the_predictions_to_the_input_columns) 
   BOOST_TEST_REQUIRE(r.status == 0);
   const std::string header = first_line(r.out);
   BOOST_TEST(header.rfind("Model,SeqLen (T),# GPUs,GPU,MFU,HFU,Model TFLOP,", 0) == 0u);
-  BOOST_TEST(header.find("NumParams,Predicted Throughput (T/s),Predicted MFU,Predicted HFU,Predicted Memory (GiB),Error (%)") !=
+  BOOST_TEST(header.find(
+                 "NumParams,Predicted Throughput (T/s),Predicted MFU,Predicted HFU,Predicted Memory (GiB),Error (%)") !=
              std::string::npos);
   BOOST_TEST(count_lines(r.out) == 8);
 }
@@ -120,11 +122,13 @@ BOOST_AUTO_TEST_CASE(validate_csv_appends_the_predictions_to_the_input_columns) 
 // command writes it, and two profiles need the flag twice.
 BOOST_AUTO_TEST_CASE(a_repeatable_flag_takes_one_value_and_leaves_the_positional_table) {
   const std::string table = std::string(TPSIM_DATA) + "/measured/h100_80gb_fp8.md";
-  const Run r = run(std::string("validate --profile ") + TPSIM_DATA + "/profiles/h100_80gb.json " + table + " --format csv");
+  const Run r =
+      run(std::string("validate --profile ") + TPSIM_DATA + "/profiles/h100_80gb.json " + table + " --format csv");
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
   BOOST_TEST(count_lines(r.out) == 8);
-  const Run two = run(std::string("predict --model 7b --seq 2048 --gpus 8 --micro-batch 4 --device h100_80gb --profile ") +
-                      TPSIM_DATA + "/profiles/a100_80gb.json " + TPSIM_DATA + "/profiles/h100_80gb.json");
+  const Run two =
+      run(std::string("predict --model 7b --seq 2048 --gpus 8 --micro-batch 4 --device h100_80gb --profile ") +
+          TPSIM_DATA + "/profiles/a100_80gb.json " + TPSIM_DATA + "/profiles/h100_80gb.json");
   BOOST_TEST(two.status == 2);
   BOOST_TEST(first_line(two.err).find("h100_80gb.json") != std::string::npos, two.err);
   BOOST_TEST(count_lines(two.err) == 1u);
@@ -199,11 +203,14 @@ BOOST_AUTO_TEST_CASE(a_bad_ckpt_is_one_line_naming_the_flag_and_its_values) {
   for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
            {"predict --model 1b --seq 2048 --gpus 8 --micro-batch 4 --ckpt partial",
             "--ckpt 'partial': expected none, selective or full"},
-           {"predict --model 1b --seq 2048 --gpus 8 --micro-batch 4 --ckpt any", "--ckpt 'any': expected none, selective or full"},
+           {"predict --model 1b --seq 2048 --gpus 8 --micro-batch 4 --ckpt any",
+            "--ckpt 'any': expected none, selective or full"},
            {"predict --model 1b --seq 2048 --gpus 8 --micro-batch 4 --ckpt true", "--ckpt 'true'"},
            {"sweep --models 1b --seq 2048 --ckpt Fulll", "--ckpt 'Fulll': expected none, selective or full (or any)"},
-           {"plan --model 1b --seq 2048 --gpus 8 --ckpt some", "--ckpt 'some': expected none, selective or full (or any)"},
-           {"replay --backend cpu --model tiny --seq 64 --micro-batch 1 --ckpt any", "--ckpt 'any': expected none, selective or full"},
+           {"plan --model 1b --seq 2048 --gpus 8 --ckpt some",
+            "--ckpt 'some': expected none, selective or full (or any)"},
+           {"replay --backend cpu --model tiny --seq 64 --micro-batch 1 --ckpt any",
+            "--ckpt 'any': expected none, selective or full"},
        }) {
     BOOST_TEST_CONTEXT(args) {
       const Run r = expect_one_line_error(args, message);
@@ -224,11 +231,13 @@ BOOST_AUTO_TEST_CASE(parallel_layouts_that_cannot_run_are_one_line) {
       {p + "--framework megatron --tp 3", "tensor parallel 3 does not divide the 32 query heads"},
       {p + "--framework megatron --pp 64", "pipeline parallel 64 does not divide the 32 layers"},
       {p + "--framework megatron --cp 3", "context parallel 3 does not divide the sequence length 2048"},
-      {p + "--framework megatron --tp 4 --pp 4", "tensor x pipeline x context parallel = 16 does not divide the GPU count 8"},
+      {p + "--framework megatron --tp 4 --pp 4",
+       "tensor x pipeline x context parallel = 16 does not divide the GPU count 8"},
       {p + "--framework megatron --vp 2", "virtual stages need pipeline parallelism"},
       {p + "--framework megatron --ep 2", "expert parallel 2 does not divide the 0 experts"},
       {p + "--etp 1", "--etp 1: composer runs FSDP without model parallelism; use --framework megatron"},
-      {p + "--framework megatron --tp 2 --etp 1", "expert tensor parallel 1 needs a mixture-of-experts model; 7b is dense"},
+      {p + "--framework megatron --tp 2 --etp 1",
+       "expert tensor parallel 1 needs a mixture-of-experts model; 7b is dense"},
       {p + "--grad-reduce-in-bf16", "--grad-reduce-in-bf16: Megatron-Core's option; use --framework megatron"},
       {p + "--framework megatron --precision amp_fp16 --grad-reduce-in-bf16",
        "--grad-reduce-in-bf16 needs bf16 parameters; precision amp_fp16 keeps its own"},
@@ -333,11 +342,13 @@ BOOST_AUTO_TEST_CASE(hsdp_degrees_and_the_network_are_flags) {
   BOOST_TEST_REQUIRE((slow.status == 0 && fast.status == 0));
   BOOST_TEST(std::stod(csv_cell(fast.out, "Step Time (s)")) < std::stod(csv_cell(slow.out, "Step Time (s)")));
   // Nodes of 16: eight GPUs are one node, so no network at all.
-  const Run one_node = run("predict --model 7b --seq 2048 --gpus 16 --micro-batch 2 --format csv --gpus-per-node 16 "
-                           "--inter-node-gbps 1");
+  const Run one_node =
+      run("predict --model 7b --seq 2048 --gpus 16 --micro-batch 2 --format csv --gpus-per-node 16 "
+          "--inter-node-gbps 1");
   BOOST_TEST(one_node.status == 0);
-  for (const char* cmd : {"validate", "calibrate table", "sweep", "plan"})
-    BOOST_TEST_CONTEXT(cmd) { BOOST_TEST(run(std::string(cmd) + " --help").out.find("--inter-node-gbps") != std::string::npos); }
+  for (const char* cmd : {"validate", "calibrate table", "sweep", "plan"}) BOOST_TEST_CONTEXT(cmd) {
+      BOOST_TEST(run(std::string(cmd) + " --help").out.find("--inter-node-gbps") != std::string::npos);
+    }
 }
 
 BOOST_AUTO_TEST_CASE(bad_hsdp_and_network_flags_are_one_line) {
@@ -346,11 +357,13 @@ BOOST_AUTO_TEST_CASE(bad_hsdp_and_network_flags_are_one_line) {
       {p + "--shard-degree 0", "--shard-degree '0': expected -1 (the rest of the GPUs) or a whole number"},
       {p + "--replicate-degree two", "--replicate-degree 'two'"},
       {p + "--shard-degree 3", "shard degree 3: the product is not the GPU count 8"},
-      {p + "--shard-degree 4 --replicate-degree 4", "replicate degree 4 x shard degree 4: the product is not the GPU count 8"},
+      {p + "--shard-degree 4 --replicate-degree 4",
+       "replicate degree 4 x shard degree 4: the product is not the GPU count 8"},
       {p + "--shard-degree -1 --replicate-degree -1", "only one degree may be -1"},
       {p + "--replicate-degree 3", "does not divide the GPU count 8"},
       {p + "--replicate-degree 2 --sharding NO_SHARD", "NO_SHARD takes no 2D device mesh"},
-      {p + "--framework megatron --shard-degree 2", "--shard-degree: HSDP's shard and replicate degrees are composer's"},
+      {p + "--framework megatron --shard-degree 2",
+       "--shard-degree: HSDP's shard and replicate degrees are composer's"},
       {p + "--inter-node-gbps 0", "--inter-node-gbps '0': expected a positive number"},
       {p + "--inter-node-gbps -5", "--inter-node-gbps"},
       {p + "--inter-node-gbps fast", "--inter-node-gbps 'fast': expected a positive number"},
@@ -381,10 +394,11 @@ BOOST_AUTO_TEST_CASE(a_yaml_without_fsdp_config_is_predicted_as_ddp) {
   // Issue 16 item 1: an mpt-3b-sized model at micro-batch 8 on 8 H100s does not fit under DDP.
   BOOST_TEST(csv_cell(ddp.out, "Fits") == "no");
   // The line says what fills the memory, and its parts add up to the peak (to the printed 0.1 GiB).
-  const std::regex parts("does not fit: predicted peak ([0-9.]+) GiB of ([0-9.]+) GiB on h100_80gb: parameters, "
-                         "gradients and optimizer state ([0-9.]+), activations ([0-9.]+), parameters in the compute "
-                         "precision ([0-9.]+), backward buffers ([0-9.]+) \\(x ([0-9.]+) for fragmentation, plus "
-                         "([0-9.]+) reserved\\)");
+  const std::regex parts(
+      "does not fit: predicted peak ([0-9.]+) GiB of ([0-9.]+) GiB on h100_80gb: parameters, "
+      "gradients and optimizer state ([0-9.]+), activations ([0-9.]+), parameters in the compute "
+      "precision ([0-9.]+), backward buffers ([0-9.]+) \\(x ([0-9.]+) for fragmentation, plus "
+      "([0-9.]+) reserved\\)");
   std::smatch g;
   BOOST_TEST_REQUIRE(std::regex_search(ddp.err, g, parts), ddp.err);
   const auto v = [&](int i) { return std::stod(g[i].str()); };
@@ -412,7 +426,8 @@ BOOST_AUTO_TEST_CASE(calibrate_table_records_its_network_and_predictions_note_an
                       out.string());
   BOOST_TEST_REQUIRE(fit.status == 0, fit.err);
   BOOST_TEST(slurp(out).find("\"inter_node_gbps\": 800.0") != std::string::npos);
-  const std::string p = "predict --model 7b --seq 2048 --gpus 16 --micro-batch 2 --device a100_80gb --profile " + out.string();
+  const std::string p =
+      "predict --model 7b --seq 2048 --gpus 16 --micro-batch 2 --device a100_80gb --profile " + out.string();
   const Run same = run(p + " --inter-node-gbps 800");
   BOOST_TEST(same.status == 0);
   BOOST_TEST(same.err.find("was fitted on") == std::string::npos, same.err);
@@ -431,8 +446,9 @@ BOOST_AUTO_TEST_CASE(calibrate_table_records_its_network_and_predictions_note_an
 // nothing. plan, free to go to the last byte, no longer picks the run 3.3 GiB from full; sweep
 // notes its rows in one line.
 BOOST_AUTO_TEST_CASE(full_checkpointing_near_full_memory_pays_the_allocators_retries) {
-  const std::string tight = "predict --model 13b --seq 2048 --gpus 8 --device a100_40gb --grad-accum 16 --precision bf16 "
-                            "--mp-mode PURE --ckpt full --format csv";
+  const std::string tight =
+      "predict --model 13b --seq 2048 --gpus 8 --device a100_40gb --grad-accum 16 --precision bf16 "
+      "--mp-mode PURE --ckpt full --format csv";
   const auto share = [](const Run& r) {
     const double allocator = std::stod(csv_cell(r.out, "Allocator (s)"));
     return allocator / (std::stod(csv_cell(r.out, "Step Time (s)")) - allocator);
@@ -443,8 +459,9 @@ BOOST_AUTO_TEST_CASE(full_checkpointing_near_full_memory_pays_the_allocators_ret
   BOOST_TEST(share(near) > 0.19 * 0.65 * 0.65);
   BOOST_TEST(share(near) < 0.19 * 0.75 * 0.75);
   BOOST_TEST(count_lines(near.err) == 1, near.err);
-  BOOST_TEST(near.err.find("tpsim: note: 3.3 GiB free at the predicted peak with full checkpointing: the step is 9.") == 0,
-             near.err);
+  BOOST_TEST(
+      near.err.find("tpsim: note: 3.3 GiB free at the predicted peak with full checkpointing: the step is 9.") == 0,
+      near.err);
   BOOST_TEST(near.err.find("% longer for the caching allocator's retries") != std::string::npos, near.err);
   BOOST_TEST(near.err.find("at the least") == std::string::npos, near.err);
   const Run roomier = run(tight + " --micro-batch 2");
@@ -452,35 +469,39 @@ BOOST_AUTO_TEST_CASE(full_checkpointing_near_full_memory_pays_the_allocators_ret
   BOOST_TEST(std::stod(csv_cell(roomier.out, "Memory (GiB)")) < 36.0);
   BOOST_TEST(csv_cell(roomier.out, "Allocator (s)") == "0.0000");
   BOOST_TEST(roomier.err.find("GiB free") == std::string::npos, roomier.err);
-  const Run fine = run("predict --model 30b --seq 2048 --gpus 8 --device a100_80gb --micro-batch 3 --grad-accum 21 "
-                       "--ckpt full --format csv");
+  const Run fine =
+      run("predict --model 30b --seq 2048 --gpus 8 --device a100_80gb --micro-batch 3 --grad-accum 21 "
+          "--ckpt full --format csv");
   BOOST_TEST(csv_cell(fine.out, "Memory (GiB)") == "74.9");
   BOOST_TEST(csv_cell(fine.out, "Allocator (s)") == "0.0000");
   BOOST_TEST(fine.err.find("GiB free") == std::string::npos, fine.err);
-  const Run bare = run("predict --model 1b --seq 2048 --gpus 32 --device a100_40gb --micro-batch 10 --precision bf16 "
-                       "--mp-mode PURE --no-ckpt --format csv");
+  const Run bare =
+      run("predict --model 1b --seq 2048 --gpus 32 --device a100_40gb --micro-batch 10 --precision bf16 "
+          "--mp-mode PURE --no-ckpt --format csv");
   BOOST_TEST(40.0 - std::stod(csv_cell(bare.out, "Memory (GiB)")) < 4.0);
   BOOST_TEST(csv_cell(bare.out, "Allocator (s)") == "0.0000");
   BOOST_TEST(bare.err.find("GiB free") == std::string::npos, bare.err);
   // Beyond the measured runs' 2.7 GiB free the note says the term extrapolates.
-  const Run edge = run("predict --model 13b --seq 65536 --gpus 8 --device h100_80gb --micro-batch 1 --ckpt full "
-                       "--format csv");
+  const Run edge =
+      run("predict --model 13b --seq 65536 --gpus 8 --device h100_80gb --micro-batch 1 --ckpt full "
+          "--format csv");
   BOOST_TEST_REQUIRE(edge.status == 0, edge.err);
   BOOST_TEST(std::stod(csv_cell(edge.out, "Memory (GiB)")) > 77.3);
   BOOST_TEST(edge.err.find("which had 2.7 GiB free at the least") != std::string::npos, edge.err);
   // plan, with no headroom margin: rank 1 is not the micro-batch of 4 (the fastest without the term).
-  const Run all = run("plan --model 13b --seq 2048 --gpus 8 --device a100_40gb --precision bf16 --mp-mode PURE "
-                      "--ckpt full --min-headroom 0 --format csv");
+  const Run all =
+      run("plan --model 13b --seq 2048 --gpus 8 --device a100_40gb --precision bf16 --mp-mode PURE "
+          "--ckpt full --min-headroom 0 --format csv");
   BOOST_TEST_REQUIRE(all.status == 0, all.err);
   BOOST_TEST(csv_cell(all.out, "MicroBatchSize") != "4", all.out);
   BOOST_TEST(all.err.find("GiB free") == std::string::npos, all.err);
   // sweep: the only 13b that fits 65,536 tokens on 8 H100s is that run, noted in one line; 125m none.
   const Run tight_sweep = run("sweep --models 125m,13b --seq 65536 --format csv");
   BOOST_TEST_REQUIRE(tight_sweep.status == 0, tight_sweep.err);
-  BOOST_TEST(tight_sweep.err.find("tpsim: note: 1 of these run full checkpointing close to full memory (13b at 65536 on "
-                                  "8 x h100_80gb): their steps include the caching allocator's retries") !=
-                 std::string::npos,
-             tight_sweep.err);
+  BOOST_TEST(
+      tight_sweep.err.find("tpsim: note: 1 of these run full checkpointing close to full memory (13b at 65536 on "
+                           "8 x h100_80gb): their steps include the caching allocator's retries") != std::string::npos,
+      tight_sweep.err);
   const Run roomy_sweep = run("sweep --models 125m --seq 4096 --format csv");
   BOOST_TEST(roomy_sweep.err.find("close to full memory") == std::string::npos, roomy_sweep.err);
 }
@@ -488,8 +509,9 @@ BOOST_AUTO_TEST_CASE(full_checkpointing_near_full_memory_pays_the_allocators_ret
 // slower, and predict, sweep and plan say so once per model; Megatron pads the vocabulary (no note);
 // an MPT model has nothing to say.
 BOOST_AUTO_TEST_CASE(unaligned_gemm_widths_are_noted) {
-  const std::string note = "tpsim: note: gpt2: GEMM width not a multiple of 8 (output layer 50257): cuBLAS runs such "
-                           "GEMMs on slower kernels, which tpsim does not cost";
+  const std::string note =
+      "tpsim: note: gpt2: GEMM width not a multiple of 8 (output layer 50257): cuBLAS runs such "
+      "GEMMs on slower kernels, which tpsim does not cost";
   const Run p = run("predict --model gpt2 --seq 1024 --gpus 8 --micro-batch 8 --format csv");
   BOOST_TEST_REQUIRE(p.status == 0, p.err);
   BOOST_TEST(p.err.find(note) != std::string::npos, p.err);
@@ -527,23 +549,27 @@ BOOST_AUTO_TEST_CASE(unaligned_gemm_widths_are_noted) {
 BOOST_AUTO_TEST_CASE(the_attention_flag_costs_the_frameworks_unfused_attention) {
   for (const std::string framework : {"megatron", "composer"}) {
     BOOST_TEST_CONTEXT(framework) {
-      const std::string p = "predict --model 1b --seq 2048 --gpus 8 --micro-batch 1 --format csv --framework " + framework;
+      const std::string p =
+          "predict --model 1b --seq 2048 --gpus 8 --micro-batch 1 --format csv --framework " + framework;
       const Run flash = run(p + " --attention flash");
       const Run unfused = run(p + " --attention unfused");
       BOOST_TEST_REQUIRE(flash.status == 0, flash.err);
       BOOST_TEST_REQUIRE(unfused.status == 0, unfused.err);
-      BOOST_TEST(std::stod(csv_cell(unfused.out, "Step Time (s)")) > 1.05 * std::stod(csv_cell(flash.out, "Step Time (s)")));
+      BOOST_TEST(std::stod(csv_cell(unfused.out, "Step Time (s)")) >
+                 1.05 * std::stod(csv_cell(flash.out, "Step Time (s)")));
       BOOST_TEST(csv_cell(flash.out, "Step Time (s)") == csv_cell(run(p).out, "Step Time (s)"));  // the default
-      BOOST_TEST(unfused.err.find(framework == "megatron" ? "costed as Megatron's core attention"
-                                                          : "costed as llm-foundry's PyTorch attention") != std::string::npos,
-                 unfused.err);
+      BOOST_TEST(
+          unfused.err.find(framework == "megatron" ? "costed as Megatron's core attention"
+                                                   : "costed as llm-foundry's PyTorch attention") != std::string::npos,
+          unfused.err);
     }
   }
   const Run sweep = run("sweep --models 1b --seq 2048 --gpus 8 --attention unfused --format csv");
   BOOST_TEST_REQUIRE(sweep.status == 0, sweep.err);
   BOOST_TEST(sweep.err.find("--attention unfused: 1b's attention") != std::string::npos, sweep.err);
-  expect_one_line_error("predict --model 1b --seq 2048 --gpus 8 --micro-batch 1 --framework torchtitan --attention unfused",
-                        "torchtitan runs PyTorch's scaled_dot_product_attention");
+  expect_one_line_error(
+      "predict --model 1b --seq 2048 --gpus 8 --micro-batch 1 --framework torchtitan --attention unfused",
+      "torchtitan runs PyTorch's scaled_dot_product_attention");
   expect_one_line_error("predict --model 1b --seq 2048 --gpus 8 --micro-batch 1 --attention slow",
                         "--attention 'slow': expected flash or unfused");
   expect_one_line_error("plan --model 1b --seq 2048 --gpus 8 --attention x", "--attention 'x'");

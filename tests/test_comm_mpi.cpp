@@ -105,7 +105,8 @@ BOOST_AUTO_TEST_CASE(a_node_communicator_spans_the_ranks_sharing_a_node_name) {
   const auto same_node = std::count(names.begin(), names.end(), names[static_cast<size_t>(job.rank())]);
   const std::unique_ptr<Communicator> node = make_mpi_communicator(CommScope::kNode);
   BOOST_TEST(node->size() == same_node);
-  const Timing t = node->time_collective(CollectiveKind::kAllGather, 64.0 * 1024, TimingOptions{1, 5, 20, 0.001, 0.1, false});
+  const Timing t =
+      node->time_collective(CollectiveKind::kAllGather, 64.0 * 1024, TimingOptions{1, 5, 20, 0.001, 0.1, false});
   BOOST_TEST(t.median_s > 0);
 }
 
@@ -120,8 +121,8 @@ BOOST_AUTO_TEST_CASE(the_ranks_agree_on_the_first_failure) {
   if (last == 0) {
     BOOST_TEST(failure == "disk full");
   } else {
-    BOOST_TEST(failure == "rank " + std::to_string(last) + " on " + job.node_names()[static_cast<size_t>(last)] +
-                              ": disk full");
+    BOOST_TEST(failure ==
+               "rank " + std::to_string(last) + " on " + job.node_names()[static_cast<size_t>(last)] + ": disk full");
   }
   // Several fail: the lowest rank's failure wins.
   BOOST_TEST(job.first_failure("rank " + std::to_string(job.rank()), kTimeout_s) == "rank 0");

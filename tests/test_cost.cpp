@@ -134,7 +134,7 @@ BOOST_AUTO_TEST_CASE(clock_ratio_above_one_stops_at_the_datasheet_peak) {
   const double at_1_1 = CostModel(d, p).op_seconds(big);
   p.compute_clock_ratio = 1.0;
   BOOST_TEST(CostModel(d, p).op_seconds(big) / at_1_1 == 1.1, tt::tolerance(1e-4));  // + a fixed overhead
-  p.compute_clock_ratio = 1.25;  // 312.5 TFLOP/s: capped at 300
+  p.compute_clock_ratio = 1.25;                                                      // 312.5 TFLOP/s: capped at 300
   BOOST_TEST(CostModel(d, p).op_seconds(big) >= flops / 300e12);
   BOOST_TEST(find_param("compute_clock_ratio")->upper > 1.0);
 }

@@ -14,7 +14,8 @@ using tpsim::testing::count_lines;
 using tpsim::testing::Run;
 Run run(const std::string& args) { return tpsim::testing::run_tpsim(args); }
 
-const std::string kMpt7b = std::string(TPSIM_TEST_DATA) + "/llm-foundry/pretrain/mpt-7b.yaml";  // a copy of llm-foundry's
+const std::string kMpt7b =
+    std::string(TPSIM_TEST_DATA) + "/llm-foundry/pretrain/mpt-7b.yaml";  // a copy of llm-foundry's
 
 Run expect_one_line_error(const std::string& args, const std::string& message) {
   const Run r = run(args);
@@ -76,13 +77,17 @@ BOOST_AUTO_TEST_CASE(contradictory_flags_are_errors) {
 
 // Ids are matched ignoring case, as llm-foundry's tables write them in capitals at times.
 BOOST_AUTO_TEST_CASE(ids_ignore_case) {
-  const Run lower = run("predict --model 7b --seq 2048 --gpus 8 --device h100_80gb --micro-batch 4 --sharding full_shard --format csv");
-  const Run upper = run("predict --model 7B --seq 2048 --gpus 8 --device H100_80GB --micro-batch 4 --sharding FULL_SHARD --format csv");
+  const Run lower = run(
+      "predict --model 7b --seq 2048 --gpus 8 --device h100_80gb --micro-batch 4 --sharding full_shard --format csv");
+  const Run upper = run(
+      "predict --model 7B --seq 2048 --gpus 8 --device H100_80GB --micro-batch 4 --sharding FULL_SHARD --format csv");
   BOOST_TEST_REQUIRE(lower.status == 0, lower.err);
   BOOST_TEST_REQUIRE(upper.status == 0, upper.err);
   BOOST_TEST(lower.out == upper.out);
-  BOOST_TEST(run("sweep --models 125M..350M --seq 512 --device A100_80GB --precision AMP_BF16 --format csv").status == 0);
-  BOOST_TEST(run("predict --model 7b --seq 2048 --gpus 8 --micro-batch 4 --framework Megatron --format csv").status == 0);
+  BOOST_TEST(run("sweep --models 125M..350M --seq 512 --device A100_80GB --precision AMP_BF16 --format csv").status ==
+             0);
+  BOOST_TEST(run("predict --model 7b --seq 2048 --gpus 8 --micro-batch 4 --framework Megatron --format csv").status ==
+             0);
 }
 
 // An unknown id names the nearest known ones before the whole list.
@@ -110,10 +115,12 @@ BOOST_AUTO_TEST_CASE(nothing_fits_says_why_in_the_summary) {
   const Run r = run("plan --model 7b --seq 2048 --gpus 8 --device v100_32gb,h100_80gb --format csv");
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
   BOOST_TEST(r.out.find("best per device,,v100_32gb,\"nothing fits: precision amp_bf16 needs bf16 matmuls, which "
-                        "v100_32gb does not have\"") != std::string::npos, r.out);
+                        "v100_32gb does not have\"") != std::string::npos,
+             r.out);
   BOOST_TEST(r.out.find("rejected") == std::string::npos);  // without --explain
   // All out of memory: the least a micro-batch of 1 needs, in the same cell.
   const Run oom = run("plan --model 70b --seq 65536 --gpus 8 --device a100_40gb,h100_80gb --format csv");
   BOOST_TEST_REQUIRE(oom.status == 0, oom.err);
-  BOOST_TEST(oom.out.find("nothing fits: out of memory, the least a micro-batch of 1 needs is ") != std::string::npos, oom.out);
+  BOOST_TEST(oom.out.find("nothing fits: out of memory, the least a micro-batch of 1 needs is ") != std::string::npos,
+             oom.out);
 }

@@ -43,15 +43,15 @@ int64_t mpt_default_count(int64_t d, int64_t layers, int64_t vocab, int64_t seq)
 BOOST_AUTO_TEST_CASE(mpt_yamls_read_with_their_exact_parameter_counts) {
   const std::map<std::string, int64_t> expected = {
       // L * (12 d^2 + 13 d) + d * (50368 + 2048 + 2), d * 52418 outside the blocks.
-      {"pretrain/mpt-125m.yaml", 125311488},     // d 768,  L 12: 12 * 7087872 + 40257024
-      {"pretrain/mpt-350m.yaml", 355985408},     // d 1024, L 24: 24 * 12596224 + 53676032
-      {"pretrain/mpt-760m.yaml", 760470528},     // d 1536, L 24: 24 * 28331520 + 80514048
-      {"pretrain/mpt-1b.yaml", 1315950592},      // d 2048, L 24: 24 * 50358272 + 107352064
-      {"pretrain/mpt-3b.yaml", 2651837440},      // d 2560, L 32: 32 * 78676480 + 134190080
-      {"pretrain/mpt-7b.yaml", 6658859008},      // d 4096, L 32: 32 * 201379840 + 214704128
-      {"pretrain/mpt-13b.yaml", 12853954560},    // d 5120, L 40: 40 * 314639360 + 268380160
-      {"pretrain/mpt-30b.yaml", 29975214080},    // d 7168, L 48: 48 * 616655872 + 375732224
-      {"pretrain/mpt-70b.yaml", 64862437376},    // d 8192, L 80: 80 * 805412864 + 429408256
+      {"pretrain/mpt-125m.yaml", 125311488},       // d 768,  L 12: 12 * 7087872 + 40257024
+      {"pretrain/mpt-350m.yaml", 355985408},       // d 1024, L 24: 24 * 12596224 + 53676032
+      {"pretrain/mpt-760m.yaml", 760470528},       // d 1536, L 24: 24 * 28331520 + 80514048
+      {"pretrain/mpt-1b.yaml", 1315950592},        // d 2048, L 24: 24 * 50358272 + 107352064
+      {"pretrain/mpt-3b.yaml", 2651837440},        // d 2560, L 32: 32 * 78676480 + 134190080
+      {"pretrain/mpt-7b.yaml", 6658859008},        // d 4096, L 32: 32 * 201379840 + 214704128
+      {"pretrain/mpt-13b.yaml", 12853954560},      // d 5120, L 40: 40 * 314639360 + 268380160
+      {"pretrain/mpt-30b.yaml", 29975214080},      // d 7168, L 48: 48 * 616655872 + 375732224
+      {"pretrain/mpt-70b.yaml", 64862437376},      // d 8192, L 80: 80 * 805412864 + 429408256
       {"finetune/7b_dolly_sft.yaml", 6658859008},  // mpt-7b's shape, attn_uses_sequence_id: false
       // d 128, L 2, S 128: 2 * (196608 + 1664) + 128 * (50368 + 128 + 2) = 396544 + 6463744
       {"pretrain/testing.yaml", 6860288},
@@ -112,9 +112,10 @@ BOOST_AUTO_TEST_CASE(attn_impl_torch_materialises_the_scores_as_llm_foundry_runs
   block_forward_ops(block_shape(flash, 2, 128, Precision::kAmpBf16), flash_fwd);
   BOOST_TEST(find(flash_fwd, "attn.flash.fwd") != nullptr);
   // flash and triton are flash attention; any other implementation is an error naming the three.
-  const std::string yaml = "model:\n  name: mpt_causal_lm\n  d_model: 128\n  n_heads: 4\n  n_layers: 2\n"
-                           "  expansion_ratio: 4\n  max_seq_len: 128\n  vocab_size: 50368\n"
-                           "  attn_config: {attn_impl: IMPL}\n";
+  const std::string yaml =
+      "model:\n  name: mpt_causal_lm\n  d_model: 128\n  n_heads: 4\n  n_layers: 2\n"
+      "  expansion_ratio: 4\n  max_seq_len: 128\n  vocab_size: 50368\n"
+      "  attn_config: {attn_impl: IMPL}\n";
   const std::filesystem::path path =
       std::filesystem::temp_directory_path() / ("tpsim_attn_impl_" + std::to_string(::getpid()) + ".yaml");
   const auto with = [&](const std::string& impl) {
@@ -150,9 +151,9 @@ BOOST_AUTO_TEST_CASE(the_moe_testing_yaml_reads_as_a_dropless_mixture_of_experts
   // Active (mpt_get_active_params): the experts' 131072 counted top_k / experts = 1/2.
   BOOST_TEST(active_parameter_count(m, 128) == 2 * (198272 - 65536) + 6447104 + 16384 + 256);
   // Its MegaBlocks kernel settings and load-balancing loss are listed as ignored.
-  for (const char* key : {"model.ffn_config.memory_optimized_mlp", "model.ffn_config.mlp_impl",
-                          "model.ffn_config.moe_lbl_in_fp32", "model.ffn_config.moe_loss_weight",
-                          "model.ffn_config.uniform_expert_assignment"})
+  for (const char* key :
+       {"model.ffn_config.memory_optimized_mlp", "model.ffn_config.mlp_impl", "model.ffn_config.moe_lbl_in_fp32",
+        "model.ffn_config.moe_loss_weight", "model.ffn_config.uniform_expert_assignment"})
     BOOST_TEST((std::find(t.ignored.begin(), t.ignored.end(), key) != t.ignored.end()), key);
 }
 
@@ -176,10 +177,10 @@ BOOST_AUTO_TEST_CASE(hf_causal_lm_yamls_read_their_config_json_or_name_what_is_r
       // openai-community/gpt2 is 124,439,808 with its 1024 learned positions; the YAML's
       // config_overrides set n_positions to 2048: 1024 more rows of 768.
       {"pretrain/gpt2-small.yaml", 124439808 + 1024 * 768},
-      {"pretrain/opt-3b.yaml", 2651596800},                          // facebook/opt-2.7b
-      {"finetune/dbrx-full-ft.yaml", 131596523520},                   // databricks/dbrx-instruct
+      {"pretrain/opt-3b.yaml", 2651596800},                              // facebook/opt-2.7b
+      {"finetune/dbrx-full-ft.yaml", 131596523520},                      // databricks/dbrx-instruct
       {"finetune/gpt2-arc-easy-cpu-streaming-dataset.yaml", 124439808},  // gpt2, no overrides
-      {"finetune/mpt-7b_dolly_sft.yaml", 6649286656},                 // mosaicml/mpt-7b (exact)
+      {"finetune/mpt-7b_dolly_sft.yaml", 6649286656},                    // mosaicml/mpt-7b (exact)
   };
   for (const auto& [file, count] : counts) {
     BOOST_TEST_CONTEXT(file) {
@@ -206,15 +207,32 @@ BOOST_AUTO_TEST_CASE(hf_causal_lm_yamls_read_their_config_json_or_name_what_is_r
 
 // Every file of the copy is one of the cases above: a new file must be given its expectation.
 BOOST_AUTO_TEST_CASE(every_copied_yaml_has_an_expectation) {
-  const std::set<std::string> covered = {
-      "pretrain/mpt-125m.yaml", "pretrain/mpt-350m.yaml", "pretrain/mpt-760m.yaml", "pretrain/mpt-1b.yaml",
-      "pretrain/mpt-3b.yaml", "pretrain/mpt-7b.yaml", "pretrain/mpt-13b.yaml", "pretrain/mpt-30b.yaml",
-      "pretrain/mpt-70b.yaml", "pretrain/mpt-small-cpu.yaml", "pretrain/testing.yaml", "pretrain/testing-moe.yaml",
-      "pretrain/gpt-neo-125m.yaml", "pretrain/gpt-neo-125m_eval.yaml", "pretrain/gpt2-small.yaml",
-      "pretrain/hf-llama-3.1-8B.yaml", "pretrain/opt-3b.yaml", "finetune/7b_dolly_sft.yaml",
-      "finetune/1b_local_data_sft.yaml", "finetune/dbrx-full-ft.yaml", "finetune/dbrx-lora-ft.yaml",
-      "finetune/gpt2-arc-easy-cpu-streaming-dataset.yaml", "finetune/llama-3-8b_domain_adapt.yaml",
-      "finetune/mpt-30b-instruct.yaml", "finetune/mpt-7b_dolly_sft.yaml", "finetune/t5-small_dolly_sft.yaml"};
+  const std::set<std::string> covered = {"pretrain/mpt-125m.yaml",
+                                         "pretrain/mpt-350m.yaml",
+                                         "pretrain/mpt-760m.yaml",
+                                         "pretrain/mpt-1b.yaml",
+                                         "pretrain/mpt-3b.yaml",
+                                         "pretrain/mpt-7b.yaml",
+                                         "pretrain/mpt-13b.yaml",
+                                         "pretrain/mpt-30b.yaml",
+                                         "pretrain/mpt-70b.yaml",
+                                         "pretrain/mpt-small-cpu.yaml",
+                                         "pretrain/testing.yaml",
+                                         "pretrain/testing-moe.yaml",
+                                         "pretrain/gpt-neo-125m.yaml",
+                                         "pretrain/gpt-neo-125m_eval.yaml",
+                                         "pretrain/gpt2-small.yaml",
+                                         "pretrain/hf-llama-3.1-8B.yaml",
+                                         "pretrain/opt-3b.yaml",
+                                         "finetune/7b_dolly_sft.yaml",
+                                         "finetune/1b_local_data_sft.yaml",
+                                         "finetune/dbrx-full-ft.yaml",
+                                         "finetune/dbrx-lora-ft.yaml",
+                                         "finetune/gpt2-arc-easy-cpu-streaming-dataset.yaml",
+                                         "finetune/llama-3-8b_domain_adapt.yaml",
+                                         "finetune/mpt-30b-instruct.yaml",
+                                         "finetune/mpt-7b_dolly_sft.yaml",
+                                         "finetune/t5-small_dolly_sft.yaml"};
   std::set<std::string> found;
   for (const char* sub : {"pretrain", "finetune"})
     for (const auto& e : std::filesystem::directory_iterator(kDir / sub))

@@ -104,7 +104,8 @@ void expect_error(const std::string& args, const std::string& names) {
     if (!writes || !TPSIM_TEST_SANITIZED) check_one_line_error(run(args), names);
     if (writes) {
       std::string more = " -o " + (scratch() / "never-written-output").string();
-      if (starts_with_any(args, {"sweep ", "plan ", "validate "})) more += " --plot " + (scratch() / "never-written-plot.svg").string();
+      if (starts_with_any(args, {"sweep ", "plan ", "validate "}))
+        more += " --plot " + (scratch() / "never-written-plot.svg").string();
       check_one_line_error(run(args + more), names);
     }
     check_nothing_written();  // calibrate table's --out is never_written_profile()
@@ -333,7 +334,7 @@ BOOST_AUTO_TEST_CASE(unknown_names_are_one_line_errors) {
 }
 
 BOOST_AUTO_TEST_CASE(zero_negative_fractional_and_absurd_counts_are_one_line_errors) {
-  const std::vector<std::string> bad = {"0", "-8", "8.5", "1e308", "9223372036854775808", "18446744073709551617",
+  const std::vector<std::string> bad = {"0",    "-8",    "8.5", "1e308", "9223372036854775808", "18446744073709551617",
                                         "0x10", "eight", "' '"};
   // Each flag, in a command line that is good apart from it.
   const std::vector<std::pair<std::string, std::string>> flags = {
@@ -364,7 +365,8 @@ BOOST_AUTO_TEST_CASE(zero_negative_fractional_and_absurd_counts_are_one_line_err
   expect_error("predict --model 7b --seq 2048 --micro-batch 1 --gpus 1048577", "--gpus '1048577'");
   expect_error("predict --model 7b --gpus 8 --micro-batch 1 --seq 16777217", "--seq '16777217'");
   expect_error("predict --model 7b --seq 2048 --gpus 8 --micro-batch 4294967297", "--micro-batch '4294967297'");
-  expect_error("predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --global-batch 4294967297", "--global-batch '4294967297'");
+  expect_error("predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --global-batch 4294967297",
+               "--global-batch '4294967297'");
   expect_error("predict --model 7b --seq 2048 --gpus 1048576 --micro-batch 4294967296", "too large");
   expect_error("plan --model 7b --seq 2048 --gpus 8 --top 0", "--top 0");
   expect_error("plan --model 7b --seq 2048 --gpus 8 --price-per-gpu-hour nan", "--price-per-gpu-hour 'nan'");
@@ -374,8 +376,10 @@ BOOST_AUTO_TEST_CASE(zero_negative_fractional_and_absurd_counts_are_one_line_err
 BOOST_AUTO_TEST_CASE(real_valued_options_reject_nan_inf_and_out_of_range_values) {
   const std::string table = "validate --table " + kData + "/measured/h100_80gb_fp8.md --cv model";
   for (const auto& [args, names] : std::vector<std::pair<std::string, std::string>>{
-           {"sweep --models 1b --seq 2048 --global-batch-tokens nan", "--global-batch-tokens 'nan': expected a token count"},
-           {"sweep --models 1b --seq 2048 --global-batch-tokens -inf", "--global-batch-tokens '-inf': expected a token count"},
+           {"sweep --models 1b --seq 2048 --global-batch-tokens nan",
+            "--global-batch-tokens 'nan': expected a token count"},
+           {"sweep --models 1b --seq 2048 --global-batch-tokens -inf",
+            "--global-batch-tokens '-inf': expected a token count"},
            {"plan --model 7b --seq 2048 --gpus 8 --tokens infT", "--tokens 'infT': expected a token count"},
            {"plan --model 7b --seq 2048 --gpus 8 --price-per-gpu-hour inf", "--price-per-gpu-hour 'inf'"},
            {"plan --model 7b --seq 2048 --gpus 8 --top 1e308", "--top"},
@@ -391,11 +395,13 @@ BOOST_AUTO_TEST_CASE(real_valued_options_reject_nan_inf_and_out_of_range_values)
            {"bench --seconds nan", "--seconds: 'nan'"},
            {"bench --seconds 1e308", "--seconds: '1e308'"},
            {"validate --table " + kData + "/measured/h100_80gb_fp8.md --cv kfold:0", "--cv 'kfold:0'"},
-           {"validate --table " + kData + "/measured/h100_80gb_fp8.md --cv kfold:9223372036854775808", "--cv 'kfold:9223372036854775808'"},
+           {"validate --table " + kData + "/measured/h100_80gb_fp8.md --cv kfold:9223372036854775808",
+            "--cv 'kfold:9223372036854775808'"},
            {"validate --table " + kData + "/measured/h100_80gb_fp8.md --cv kfold:2.5", "--cv 'kfold:2.5'"},
            {"validate --table " + kData + "/measured/h100_80gb_fp8.md --cv models", "--cv 'models'"},
            {table + " --fit-parameters warp_speed", "--fit-parameters: unknown parameter 'warp_speed'"},
-           {calibrate(kData + "/measured/h100_80gb_fp8.md") + " --parameters warp_speed", "--parameters: unknown parameter 'warp_speed'"},
+           {calibrate(kData + "/measured/h100_80gb_fp8.md") + " --parameters warp_speed",
+            "--parameters: unknown parameter 'warp_speed'"},
            {calibrate(kData + "/measured/h100_80gb_fp8.md") + " --interval-cv kfold:1", "--cv 'kfold:1'"},
        })
     expect_error(args, names);
@@ -436,26 +442,36 @@ BOOST_AUTO_TEST_CASE(reversed_and_empty_ranges_and_lists_are_one_line_errors) {
 BOOST_AUTO_TEST_CASE(global_batches_that_cannot_be_reached_are_one_line_errors) {
   const std::string config = kData + "/examples/mpt-1b-long-context.yaml";  // 128 sequences, micro-batch 2
   const std::string text = slurp(config);
-  const fs::path uneven = write("batch-uneven.yaml", replace_once(text, "global_train_batch_size: 128", "global_train_batch_size: 100"));
-  const fs::path small = write("batch-small.yaml", replace_once(text, "device_train_microbatch_size: 2", "device_train_microbatch_size: 64"));
+  const fs::path uneven =
+      write("batch-uneven.yaml", replace_once(text, "global_train_batch_size: 128", "global_train_batch_size: 100"));
+  const fs::path small = write(
+      "batch-small.yaml", replace_once(text, "device_train_microbatch_size: 2", "device_train_microbatch_size: 64"));
   for (const auto& [args, names] : std::vector<std::pair<std::string, std::string>>{
-           {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --global-batch 12", "--global-batch 12: not a multiple of --gpus 8"},
-           {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --global-batch 4", "--global-batch 4: not a multiple of --gpus 8"},
-           {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 4 --global-batch 16", "--micro-batch 4: larger than the per-device batch 2"},
+           {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --global-batch 12",
+            "--global-batch 12: not a multiple of --gpus 8"},
+           {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --global-batch 4",
+            "--global-batch 4: not a multiple of --gpus 8"},
+           {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 4 --global-batch 16",
+            "--micro-batch 4: larger than the per-device batch 2"},
            {"predict --model 7b --seq 2048 --gpus 8 --global-batch 16", "--micro-batch"},
            {"predict --model 7b --seq 2048 --gpus 8 --micro-batch auto", "--micro-batch auto needs a global batch"},
            {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --grad-accum 2 --global-batch 16", "--grad-accum"},
            {"predict --config " + uneven.string() + " --gpus 8", "global_train_batch_size 100 in " + uneven.string()},
-           {"predict --config " + config + " --gpus 256", "global_train_batch_size 128 in " + config + ": not a multiple of --gpus 256"},
+           {"predict --config " + config + " --gpus 256",
+            "global_train_batch_size 128 in " + config + ": not a multiple of --gpus 256"},
            {"predict --config " + small.string() + " --gpus 8", "device_train_microbatch_size 64 in " + small.string()},
-           {"predict --config " + config + " --gpus 8 --global-batch 8", "device_train_microbatch_size 2 in " + config + ": larger than"},
-           {"predict --model 70b --seq 65536 --gpus 8 --global-batch 8 --micro-batch auto", "--micro-batch auto: not even a micro-batch of 1 fits"},
-           {"predict --model 7b --seq 2048 --gpus 12 --micro-batch 1 --sharding HYBRID_SHARD", "HYBRID_SHARD needs whole nodes"},
+           {"predict --config " + config + " --gpus 8 --global-batch 8",
+            "device_train_microbatch_size 2 in " + config + ": larger than"},
+           {"predict --model 70b --seq 65536 --gpus 8 --global-batch 8 --micro-batch auto",
+            "--micro-batch auto: not even a micro-batch of 1 fits"},
+           {"predict --model 7b --seq 2048 --gpus 12 --micro-batch 1 --sharding HYBRID_SHARD",
+            "HYBRID_SHARD needs whole nodes"},
            {"sweep --models 1b --seq 512 --gpus 8 --global-batch-tokens 1e18", "--global-batch-tokens 1e18"},
        })
     expect_error(args, names);
   // The micro-batch each GPU count implies, checked against the per-device batch.
-  expect_error("predict --model 7b --seq 2048 --gpus 16 --micro-batch 1 --global-batch 8", "--global-batch 8: not a multiple of --gpus 16");
+  expect_error("predict --model 7b --seq 2048 --gpus 16 --micro-batch 1 --global-batch 8",
+               "--global-batch 8: not a multiple of --gpus 16");
 }
 
 BOOST_AUTO_TEST_CASE(empty_binary_truncated_and_directory_files_are_one_line_errors) {
@@ -470,22 +486,23 @@ BOOST_AUTO_TEST_CASE(empty_binary_truncated_and_directory_files_are_one_line_err
   struct Reader {
     std::vector<std::string> commands;  // "%" stands for the file
     fs::path truncated;
-    std::string truncated_names;        // file:line where the reader knows the line
+    std::string truncated_names;  // file:line where the reader knows the line
   };
   const std::vector<Reader> readers = {
       {{"validate --table %", calibrate("%")}, table, table.string() + ":"},
       {{"predict --models %" + m, "plan --models % --model 7b --seq 2048 --gpus 8", "sweep --models % --seq 2048",
         "validate --models % --table " + kData + "/measured/h100_80gb_fp8.md"},
-       models, models.string() + ":"},
+       models,
+       models.string() + ":"},
       // A truncated training YAML can still be valid YAML: predict then misses its batch sizes.
       {{"predict --config % --gpus 8", "plan --config % --gpus 8"}, config, config.string()},
-      {{"predict --profile %" + m, "plan --profile % --model 7b --seq 2048 --gpus 8", "sweep --profile % --models 1b --seq 2048",
+      {{"predict --profile %" + m, "plan --profile % --model 7b --seq 2048 --gpus 8",
+        "sweep --profile % --models 1b --seq 2048",
         "validate --profile % --table " + kData + "/measured/h100_80gb_fp8.md"},
-       profile, profile.string()},
+       profile,
+       profile.string()},
   };
-  const auto with = [](std::string command, const std::string& file) {
-    return replace_once(command, "%", file);
-  };
+  const auto with = [](std::string command, const std::string& file) { return replace_once(command, "%", file); };
   for (const auto& r : readers) {
     for (const auto& c : r.commands) {
       expect_error(with(c, b.empty.string()), b.empty.string() + ": file is empty");
@@ -529,7 +546,8 @@ BOOST_AUTO_TEST_CASE(malformed_tables_are_one_line_errors_naming_file_and_line) 
       {"duplicated-column.md", with_header(replace_once(header, "| Throughput (S/s) |", "| Throughput (T/s) |")),
        "1: column 'Throughput (T/s)' appears twice"},
       {"duplicated-gpu.md", with_header(replace_once(header, "| MFU |", "| GPU |")), "1: column 'GPU' appears twice"},
-      {"missing-column.md", with_header(replace_once(header, "| GPU |", "| Device |")), "1: required column 'GPU' is missing"},
+      {"missing-column.md", with_header(replace_once(header, "| GPU |", "| Device |")),
+       "1: required column 'GPU' is missing"},
       {"missing-throughput.md", with_header(replace_once(header, "| Throughput (T/s) |", "| Tokens |")),
        "1: required column 'Throughput (T/s)' is missing"},
       {"nan-throughput.md", with_row(replace_once(row, "| 46853 |", "| nan |")), "3: column 'Throughput (T/s)'"},
@@ -537,24 +555,30 @@ BOOST_AUTO_TEST_CASE(malformed_tables_are_one_line_errors_naming_file_and_line) 
       {"inf-throughput.md", with_row(replace_once(row, "| 46853 |", "| inf |")), "3: column 'Throughput (T/s)'"},
       {"minus-inf-hfu.md", with_row(replace_once(row, "| 19.18 |", "| -inf |")), "3: column 'HFU'"},
       {"huge-throughput.md", with_row(replace_once(row, "| 46853 |", "| 1e999 |")), "3: column 'Throughput (T/s)'"},
-      {"negative-throughput.md", with_row(replace_once(row, "| 46853 |", "| -46853 |")), "3: column 'Throughput (T/s)'"},
-      {"zero-throughput.md", with_row(replace_once(row, "| 46853 |", "| 0 |")), "3: 'Throughput (T/s)' must be positive"},
+      {"negative-throughput.md", with_row(replace_once(row, "| 46853 |", "| -46853 |")),
+       "3: column 'Throughput (T/s)'"},
+      {"zero-throughput.md", with_row(replace_once(row, "| 46853 |", "| 0 |")),
+       "3: 'Throughput (T/s)' must be positive"},
       {"negative-seq.md", with_row(replace_once(row, "| 32768 |", "| -32768 |")), "3: column 'SeqLen (T)'"},
       {"zero-gpus.md", with_row(replace_once(row, "| 8 |", "| 0 |")), "3: column '# GPUs'"},
-      {"fractional-micro-batch.md", with_row(replace_once(row, "| 3 | 6 | 144 |", "| 2.5 | 6 | 144 |")), "3: column 'MicroBatchSize'"},
+      {"fractional-micro-batch.md", with_row(replace_once(row, "| 3 | 6 | 144 |", "| 2.5 | 6 | 144 |")),
+       "3: column 'MicroBatchSize'"},
       {"absurd-global-batch.md", with_row(replace_once(row, "| 3 | 6 | 144 |", "| 3 | 6 | 9223372036854775808 |")),
        "3: column 'GlobalBatchSize'"},
       {"uneven-global-batch.md", with_row(replace_once(row, "| 3 | 6 | 144 |", "| 3 | 6 | 140 |")),
        "3: global batch 140 is not a multiple of the GPU count 8"},
-      {"micro-batch-too-large.md", with_row(replace_once(row, "| 3 | 6 | 144 |", "| 32 | 6 | 144 |")), "3: micro-batch 32"},
-      {"non-numeric-throughput.md", with_row(replace_once(row, "| 46853 |", "| fast |")), "3: column 'Throughput (T/s)'"},
+      {"micro-batch-too-large.md", with_row(replace_once(row, "| 3 | 6 | 144 |", "| 32 | 6 | 144 |")),
+       "3: micro-batch 32"},
+      {"non-numeric-throughput.md", with_row(replace_once(row, "| 46853 |", "| fast |")),
+       "3: column 'Throughput (T/s)'"},
       {"non-numeric-seq.md", with_row(replace_once(row, "| 32768 |", "| 32k |")), "3: column 'SeqLen (T)'"},
       {"empty-cell.md", with_row(replace_once(row, "| 46853 |", "|  |")), "3: column 'Throughput (T/s)' is empty"},
       {"unknown-model.md", with_row(replace_once(row, "3b |", "8b |")), "3: unknown model '8b'"},
       {"unknown-device.md", with_row(replace_once(row, "| h100_80gb |", "| r100 |")), "3: unknown device 'r100'"},
       {"unknown-precision.md", with_row(replace_once(row, "| amp_fp8 |", "| fp4 |")), "3: unknown Precision 'fp4'"},
       {"unknown-mp-mode.md", with_row(replace_once(row, "| DEFAULT |", "| HALF |")), "3: unknown MP Mode 'HALF'"},
-      {"unknown-sharding.md", with_row(replace_once(row, "| FULL_SHARD |", "| HALF_SHARD |")), "3: unknown Sharding Strategy"},
+      {"unknown-sharding.md", with_row(replace_once(row, "| FULL_SHARD |", "| HALF_SHARD |")),
+       "3: unknown Sharding Strategy"},
       {"bad-boolean.md", with_row(replace_once(row, "| True |", "| Maybe |")), "3: column 'Activation Checkpointing'"},
       {"short-row.md", with_row(row.substr(0, row.rfind('|', row.size() - 2) + 1)), "3: row has"},
       {"header-only.md", header + "\n" + rows[1] + "\n", "the table has a header but no rows"},
@@ -571,9 +595,11 @@ BOOST_AUTO_TEST_CASE(malformed_tables_are_one_line_errors_naming_file_and_line) 
     return to_csv(md_header) + "\n" + to_csv(md_row) + "\n";
   };
   std::vector<Case> all = cases;
-  all.push_back({"duplicated-column.csv", csv_of(replace_once(header, "| MFU |", "| GPU |"), row), "1: column 'GPU' appears twice"});
+  all.push_back({"duplicated-column.csv", csv_of(replace_once(header, "| MFU |", "| GPU |"), row),
+                 "1: column 'GPU' appears twice"});
   all.push_back({"nan.csv", csv_of(header, replace_once(row, "| 46853 |", "| NaN |")), "2: column 'Throughput (T/s)'"});
-  all.push_back({"quote.csv", csv_of(header, replace_once(row, "| 46853 |", "| \"46853 |")), "2: unterminated quoted field"});
+  all.push_back(
+      {"quote.csv", csv_of(header, replace_once(row, "| 46853 |", "| \"46853 |")), "2: unterminated quoted field"});
   for (const auto& c : all) {
     const fs::path p = write(c.name, c.text);
     const std::string names = c.names.find(':') == 1 || c.names.find(':') == 2 ? p.string() + ":" + c.names : c.names;
@@ -592,23 +618,33 @@ BOOST_AUTO_TEST_CASE(malformed_models_files_are_one_line_errors) {
       {"a-list.yaml", "- m1\n- m2\n", "a models file must be a map"},
       {"a-scalar.yaml", "just words\n", "a models file must be a map"},
       {"model-a-list.yaml", "m1: [1024, 8, 4]\n", ":1: model 'm1' must be a map"},
-      {"string-d-model.yaml", "m1: {d_model: wide, n_heads: 8, n_layers: 4}\n", ":1: model 'm1' d_model must be an integer"},
-      {"float-d-model.yaml", "m1: {d_model: 1024.5, n_heads: 8, n_layers: 4}\n", ":1: model 'm1' d_model must be an integer"},
-      {"list-n-layers.yaml", "m1: {d_model: 1024, n_heads: 8, n_layers: [4]}\n", ":1: model 'm1' n_layers must be an integer"},
-      {"absurd-n-layers.yaml", "m1: {d_model: 1024, n_heads: 8, n_layers: 9223372036854775808}\n", ":1: model 'm1' n_layers"},
+      {"string-d-model.yaml", "m1: {d_model: wide, n_heads: 8, n_layers: 4}\n",
+       ":1: model 'm1' d_model must be an integer"},
+      {"float-d-model.yaml", "m1: {d_model: 1024.5, n_heads: 8, n_layers: 4}\n",
+       ":1: model 'm1' d_model must be an integer"},
+      {"list-n-layers.yaml", "m1: {d_model: 1024, n_heads: 8, n_layers: [4]}\n",
+       ":1: model 'm1' n_layers must be an integer"},
+      {"absurd-n-layers.yaml", "m1: {d_model: 1024, n_heads: 8, n_layers: 9223372036854775808}\n",
+       ":1: model 'm1' n_layers"},
       {"huge-d-model.yaml", "m1: {d_model: 1e308, n_heads: 8, n_layers: 4}\n", ":1: model 'm1' d_model"},
       {"big-d-model.yaml", "m1: {d_model: 4194304, n_heads: 8, n_layers: 4}\n", ":1: model 'm1': dimensions beyond"},
-      {"negative-d-model.yaml", "m1: {d_model: -1024, n_heads: 8, n_layers: 4}\n", ":1: model 'm1': d_model must be positive"},
+      {"negative-d-model.yaml", "m1: {d_model: -1024, n_heads: 8, n_layers: 4}\n",
+       ":1: model 'm1': d_model must be positive"},
       {"zero-heads.yaml", "m1: {d_model: 1024, n_heads: 0, n_layers: 4}\n", ":1: model 'm1': n_heads must be positive"},
-      {"nan-expansion.yaml", "m1: {d_model: 1024, n_heads: 8, n_layers: 4, expansion_ratio: .nan}\n", ":1: model 'm1' expansion_ratio"},
-      {"inf-expansion.yaml", "m1: {d_model: 1024, n_heads: 8, n_layers: 4, expansion_ratio: .inf}\n", ":1: model 'm1' expansion_ratio"},
+      {"nan-expansion.yaml", "m1: {d_model: 1024, n_heads: 8, n_layers: 4, expansion_ratio: .nan}\n",
+       ":1: model 'm1' expansion_ratio"},
+      {"inf-expansion.yaml", "m1: {d_model: 1024, n_heads: 8, n_layers: 4, expansion_ratio: .inf}\n",
+       ":1: model 'm1' expansion_ratio"},
       {"bool-bias.yaml", "m1: {d_model: 1024, n_heads: 8, n_layers: 4, no_bias: perhaps}\n", ":1: model 'm1' no_bias"},
-      {"missing-n-heads.yaml", "m1: {d_model: 1024, n_layers: 4}\n", ":1: model 'm1' is missing the required key n_heads"},
-      {"missing-d-model.yaml", "m1:\n  n_heads: 8\n  n_layers: 4\n", ":2: model 'm1' is missing the required key d_model"},
+      {"missing-n-heads.yaml", "m1: {d_model: 1024, n_layers: 4}\n",
+       ":1: model 'm1' is missing the required key n_heads"},
+      {"missing-d-model.yaml", "m1:\n  n_heads: 8\n  n_layers: 4\n",
+       ":2: model 'm1' is missing the required key d_model"},
       {"duplicate-key.yaml", "m1: {d_model: 1024, n_heads: 8, n_layers: 4, n_layers: 5}\n", "duplicate key n_layers"},
       {"bad-name.yaml", "'my model': {d_model: 1024, n_heads: 8, n_layers: 4}\n", "model name 'my model'"},
       // A configuration the simulator cannot model: the heads do not split d_model.
-      {"heads-do-not-divide.yaml", "m1: {d_model: 1000, n_heads: 7, n_layers: 4}\n", ":1: model 'm1': n_heads (7) does not divide d_model (1000)"},
+      {"heads-do-not-divide.yaml", "m1: {d_model: 1000, n_heads: 7, n_layers: 4}\n",
+       ":1: model 'm1': n_heads (7) does not divide d_model (1000)"},
   };
   for (const auto& c : cases) {
     const fs::path p = write(c.name, c.text);
@@ -639,8 +675,10 @@ BOOST_AUTO_TEST_CASE(malformed_training_yamls_are_one_line_errors) {
        ":20: global_train_batch_size must be an integer"},
       {"string-batch.yaml", edit("global_train_batch_size: 128", "global_train_batch_size: lots"),
        ":20: global_train_batch_size must be an integer"},
-      {"zero-batch.yaml", edit("global_train_batch_size: 128", "global_train_batch_size: 0"), ":20: global_train_batch_size"},
-      {"negative-batch.yaml", edit("global_train_batch_size: 128", "global_train_batch_size: -128"), ":20: global_train_batch_size"},
+      {"zero-batch.yaml", edit("global_train_batch_size: 128", "global_train_batch_size: 0"),
+       ":20: global_train_batch_size"},
+      {"negative-batch.yaml", edit("global_train_batch_size: 128", "global_train_batch_size: -128"),
+       ":20: global_train_batch_size"},
       {"absurd-batch.yaml", edit("global_train_batch_size: 128", "global_train_batch_size: 9223372036854775808"),
        ":20: global_train_batch_size"},
       {"zero-micro-batch.yaml", edit("device_train_microbatch_size: 2", "device_train_microbatch_size: 0"),
@@ -649,15 +687,18 @@ BOOST_AUTO_TEST_CASE(malformed_training_yamls_are_one_line_errors) {
        ":21: device_train_microbatch_size"},
       {"zero-seq.yaml", edit("context: 8192", "context: 0"), "max_seq_len must be between 1 and"},
       // (A value reached through ${...} is named by its key, without a line.)
-      {"negative-seq.yaml", edit("max_seq_len: ${variables.context}", "max_seq_len: -8192"), ": model.max_seq_len must be between 1"},
+      {"negative-seq.yaml", edit("max_seq_len: ${variables.context}", "max_seq_len: -8192"),
+       ": model.max_seq_len must be between 1"},
       {"negative-top-level-seq.yaml",
-       replace_once(edit("  max_seq_len: ${max_seq_len}\n", ""), "max_seq_len: ${variables.context}", "max_seq_len: -8192"),
+       replace_once(edit("  max_seq_len: ${max_seq_len}\n", ""), "max_seq_len: ${variables.context}",
+                    "max_seq_len: -8192"),
        ":5: max_seq_len must be between 1"},
       {"absurd-seq.yaml", edit("context: 8192", "context: 1e308"), "max_seq_len must be an integer"},
       {"bad-precision.yaml", edit("precision: amp_bf16", "precision: fp4"), ":22: precision 'fp4'"},
       {"bad-sharding.yaml", edit("sharding_strategy: FULL_SHARD", "sharding_strategy: HALF_SHARD"),
        ":24: fsdp_config.sharding_strategy 'HALF_SHARD'"},
-      {"bad-mp-mode.yaml", edit("mixed_precision: DEFAULT", "mixed_precision: HALF"), ":25: fsdp_config.mixed_precision 'HALF'"},
+      {"bad-mp-mode.yaml", edit("mixed_precision: DEFAULT", "mixed_precision: HALF"),
+       ":25: fsdp_config.mixed_precision 'HALF'"},
       {"bad-ckpt.yaml", edit("activation_checkpointing: false", "activation_checkpointing: maybe"),
        ":26: fsdp_config.activation_checkpointing must be true or false"},
       {"fsdp-a-list.yaml", edit("fsdp_config:\n", "fsdp_config: [1]\nunused:\n"), "fsdp_config must be a map"},
@@ -665,9 +706,12 @@ BOOST_AUTO_TEST_CASE(malformed_training_yamls_are_one_line_errors) {
       {"missing-n-layers.yaml", edit("  n_layers: 24\n", ""), ":7: model is missing the required key n_layers"},
       {"missing-reference.yaml", edit("${variables.context}", "${variables.nope}"), ":5: ${variables.nope}: no key"},
       {"circular-reference.yaml", edit("context: 8192", "context: ${max_seq_len}"), "circular reference"},
-      {"unset-env.yaml", edit("context: 8192", "context: ${oc.env:TPSIM_HARDENING_UNSET}"), "TPSIM_HARDENING_UNSET is not set"},
-      {"heads-do-not-divide.yaml", edit("n_heads: 16", "n_heads: 15"), ":7: model: n_heads (15) does not divide d_model (2048)"},
-      {"cpu-offload.yaml", edit("limit_all_gathers: true", "activation_cpu_offload: true"), "activation_cpu_offload: true is not modelled"},
+      {"unset-env.yaml", edit("context: 8192", "context: ${oc.env:TPSIM_HARDENING_UNSET}"),
+       "TPSIM_HARDENING_UNSET is not set"},
+      {"heads-do-not-divide.yaml", edit("n_heads: 16", "n_heads: 15"),
+       ":7: model: n_heads (15) does not divide d_model (2048)"},
+      {"cpu-offload.yaml", edit("limit_all_gathers: true", "activation_cpu_offload: true"),
+       "activation_cpu_offload: true is not modelled"},
   };
   for (const auto& c : cases) {
     const fs::path p = write(c.name, c.text);
@@ -677,8 +721,10 @@ BOOST_AUTO_TEST_CASE(malformed_training_yamls_are_one_line_errors) {
   }
   // A good YAML and a bad flag: the notes about the YAML's ignored keys do not join the error.
   expect_error("predict --config " + kData + "/examples/mpt-7b-pretrain.yaml --gpus 0", "--gpus '0'");
-  expect_error("plan --config " + kData + "/examples/mpt-7b-pretrain.yaml --gpus 8 --objective speed", "--objective 'speed'");
-  expect_error("predict --config " + kData + "/examples/mpt-7b-pretrain.yaml --gpus 64 --precision fp4", "--precision 'fp4'");
+  expect_error("plan --config " + kData + "/examples/mpt-7b-pretrain.yaml --gpus 8 --objective speed",
+               "--objective 'speed'");
+  expect_error("predict --config " + kData + "/examples/mpt-7b-pretrain.yaml --gpus 64 --precision fp4",
+               "--precision 'fp4'");
 }
 
 BOOST_AUTO_TEST_CASE(malformed_profiles_are_one_line_errors) {
@@ -709,9 +755,15 @@ BOOST_AUTO_TEST_CASE(malformed_profiles_are_one_line_errors) {
       {"number-device.json", edit([](json& j) { j["device"] = 7; }), ": \"device\" must be a string"},
       {"unknown-device.json", edit([](json& j) { j["device"] = "r100"; }), "unknown device 'r100'"},
       {"no-parameters.json", edit([](json& j) { j.erase("parameters"); }), ": missing \"parameters\" object"},
-      {"list-parameters.json", edit([](json& j) { j["parameters"] = json::array({1, 2}); }), ": missing \"parameters\" object"},
-      {"missing-parameter.json", edit([&](json& j) { j["parameters"].erase(first); }), ": missing parameter \"" + first + "\""},
-      {"unknown-parameter.json", edit([](json& j) { j["parameters"]["warp_speed"] = {{"value", 1}}; }),
+      {"list-parameters.json", edit([](json& j) {
+         j["parameters"] = json::array({1, 2});
+       }),
+       ": missing \"parameters\" object"},
+      {"missing-parameter.json", edit([&](json& j) { j["parameters"].erase(first); }),
+       ": missing parameter \"" + first + "\""},
+      {"unknown-parameter.json", edit([](json& j) {
+         j["parameters"]["warp_speed"] = {{"value", 1}};
+       }),
        ": unknown parameter \"warp_speed\""},
       {"string-value.json", edit([&](json& j) { j["parameters"][first]["value"] = "fast"; }),
        ": parameter \"" + first + "\" needs a numeric \"value\""},
@@ -719,23 +771,30 @@ BOOST_AUTO_TEST_CASE(malformed_profiles_are_one_line_errors) {
        ": parameter \"" + first + "\" needs a numeric \"value\""},
       {"negative-value.json", edit([&](json& j) { j["parameters"][first]["value"] = -1; }),
        ": parameter \"" + first + "\" = -1 is outside its physical range"},
-      {"huge-value.json", edit([&](json& j) { j["parameters"][first]["value"] = 1e308; }), "is outside its physical range"},
+      {"huge-value.json", edit([&](json& j) { j["parameters"][first]["value"] = 1e308; }),
+       "is outside its physical range"},
       {"bad-source.json", edit([&](json& j) { j["parameters"][first]["source"] = "rumour"; }), "has source \"rumour\""},
-      {"number-source.json", edit([&](json& j) { j["parameters"][first]["source"] = 3; }), "\"source\" must be a string"},
-      {"bad-interval.json", edit([](json& j) { j["prediction_interval"] = {{"p10", 0.1}, {"p90", -0.1}}; }),
+      {"number-source.json", edit([&](json& j) { j["parameters"][first]["source"] = 3; }),
+       "\"source\" must be a string"},
+      {"bad-interval.json", edit([](json& j) {
+         j["prediction_interval"] = {{"p10", 0.1}, {"p90", -0.1}};
+       }),
        "\"prediction_interval\" must have -1 < p10 <= p90"},
-      {"string-interval.json", edit([](json& j) { j["prediction_interval"] = "narrow"; }), "\"prediction_interval\" needs numeric"},
+      {"string-interval.json", edit([](json& j) { j["prediction_interval"] = "narrow"; }),
+       "\"prediction_interval\" needs numeric"},
   };
   for (const auto& c : cases) {
     const fs::path p = write(c.name, c.text);
     const std::string names = c.names[0] == ':' ? p.string() + c.names : p.string() + ": " + c.names;
     const std::string profile = " --profile " + p.string();
-    expect_error("predict --model 7b --seq 2048 --gpus 8 --micro-batch 1" + profile, c.names[0] == ':' ? names : c.names);
+    expect_error("predict --model 7b --seq 2048 --gpus 8 --micro-batch 1" + profile,
+                 c.names[0] == ':' ? names : c.names);
     expect_error("plan --model 7b --seq 2048 --gpus 8" + profile, c.names[0] == ':' ? names : c.names);
     expect_error("sweep --models 1b --seq 2048" + profile, c.names[0] == ':' ? names : c.names);
-    expect_error("validate --table " + kData + "/measured/h100_80gb_fp8.md" + profile, c.names[0] == ':' ? names : c.names);
-    expect_error("calibrate table --table " + kData + "/measured/h100_80gb_fp8.md --device h100_80gb --base " + p.string() +
-                     " --out " + never_written_profile().string(),
+    expect_error("validate --table " + kData + "/measured/h100_80gb_fp8.md" + profile,
+                 c.names[0] == ':' ? names : c.names);
+    expect_error("calibrate table --table " + kData + "/measured/h100_80gb_fp8.md --device h100_80gb --base " +
+                     p.string() + " --out " + never_written_profile().string(),
                  c.names[0] == ':' ? names : c.names);
     // Every message names the file.
     BOOST_TEST_CONTEXT(c.name) {
@@ -758,8 +817,9 @@ BOOST_AUTO_TEST_CASE(a_profile_applies_to_its_own_device) {
                "--base " + h100 + ": the profile is for another device");
   // Two profiles for one device.
   const fs::path copy = write("h100-copy.json", slurp(h100));
-  expect_error("predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --profile " + h100 + " --profile " + copy.string(),
-               "a second profile for device h100_80gb");
+  expect_error(
+      "predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --profile " + h100 + " --profile " + copy.string(),
+      "a second profile for device h100_80gb");
   // Where one of several profiles is used, the others are named in a warning, and the run goes on.
   const Run r = run("predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --device a100_80gb --profile " + h100 +
                     " --profile " + a100 + " --format csv");
@@ -767,16 +827,17 @@ BOOST_AUTO_TEST_CASE(a_profile_applies_to_its_own_device) {
   BOOST_TEST(r.err.rfind("tpsim: warning: " + named, 0) == 0u, r.err);
   BOOST_TEST(lines(r.err) == 1, r.err);
   // The profile of the device used: no warning.
-  const Run ok = run("predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --device h100_80gb --profile " + h100 + " --format csv");
+  const Run ok = run("predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --device h100_80gb --profile " + h100 +
+                     " --format csv");
   BOOST_TEST(ok.status == 0, ok.err);
   BOOST_TEST(ok.err.empty(), ok.err);
 }
 
 BOOST_AUTO_TEST_CASE(usage_errors_and_input_errors_both_exit_non_zero) {
   // Usage: the command line itself is wrong (CLI11's parse).
-  for (const std::string args : {"", "frobnicate", "predict --frobnicate", "predict --model 7b --seq 2048", "sweep --seq",
-                                 "validate", "calibrate table --table x.md", "predict --gpus 8 --grad-accum 2 --global-batch 16",
-                                 "sweep extra-argument"}) {
+  for (const std::string args :
+       {"", "frobnicate", "predict --frobnicate", "predict --model 7b --seq 2048", "sweep --seq", "validate",
+        "calibrate table --table x.md", "predict --gpus 8 --grad-accum 2 --global-batch 16", "sweep extra-argument"}) {
     BOOST_TEST_CONTEXT("usage: tpsim " << args) {
       const Run r = run(args);
       BOOST_TEST(r.status != 0);
@@ -787,9 +848,8 @@ BOOST_AUTO_TEST_CASE(usage_errors_and_input_errors_both_exit_non_zero) {
     }
   }
   // Input: well-formed command lines whose values or files are wrong.
-  for (const std::string args : {"predict --model 8b --seq 2048 --gpus 8 --micro-batch 1",
-                                 "sweep --seq 4096..512", "validate --table /nonexistent.md",
-                                 "plan --model 7b --seq 2048 --gpus 0"}) {
+  for (const std::string args : {"predict --model 8b --seq 2048 --gpus 8 --micro-batch 1", "sweep --seq 4096..512",
+                                 "validate --table /nonexistent.md", "plan --model 7b --seq 2048 --gpus 0"}) {
     BOOST_TEST_CONTEXT("input: tpsim " << args) {
       const Run r = run(args);
       BOOST_TEST(r.status != 0);
@@ -810,44 +870,50 @@ BOOST_AUTO_TEST_CASE(wide_sweeps_print_only_finite_numbers) {
   // searches micro-batches and checkpointing itself), small and large global batches.
   const std::string models = " --models tiny..70b --seq 512..65536";
   int rows = 0;
-  rows += expect_finite("sweep" + models + " --gpus 1,8,512 --device " + all_devices(true) + " --precision amp_fp16", "csv");
-  rows += expect_finite("sweep" + models + " --gpus 8,64 --device " + all_devices(false) +
-                            " --global-batch-tokens 16Mi --mp-mode PURE",
-                        "json");
-  rows += expect_finite("sweep" + models + " --gpus 8,512 --device h100_80gb,h200_141gb,mi300x --precision amp_fp8 --mp-mode FULL "
-                                           "--global-batch-tokens 4M",
+  rows += expect_finite("sweep" + models + " --gpus 1,8,512 --device " + all_devices(true) + " --precision amp_fp16",
+                        "csv");
+  rows += expect_finite(
+      "sweep" + models + " --gpus 8,64 --device " + all_devices(false) + " --global-batch-tokens 16Mi --mp-mode PURE",
+      "json");
+  rows += expect_finite("sweep" + models +
+                            " --gpus 8,512 --device h100_80gb,h200_141gb,mi300x --precision amp_fp8 --mp-mode FULL "
+                            "--global-batch-tokens 4M",
                         "md");
-  rows += expect_finite("sweep" + models + " --gpus 1,16 --device a100_40gb,v100_32gb --precision fp32 --global-batch-tokens 1K", "csv");
+  rows += expect_finite(
+      "sweep" + models + " --gpus 1,16 --device a100_40gb,v100_32gb --precision fp32 --global-batch-tokens 1K", "csv");
   for (const std::string s : {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"})
-    rows += expect_finite("sweep --models 125m,1b,13b,70b --seq 512,8192,65536 --gpus 8,32,512 --device " + all_devices(false) +
-                              " --precision bf16 --shardings " + s,
+    rows += expect_finite("sweep --models 125m,1b,13b,70b --seq 512,8192,65536 --gpus 8,32,512 --device " +
+                              all_devices(false) + " --precision bf16 --shardings " + s,
                           "csv");
   BOOST_TEST(rows > 1000);
 }
 
 BOOST_AUTO_TEST_CASE(predict_and_plan_edge_cases_print_only_finite_numbers) {
-  for (const std::string args : {
-           // the fewest GPUs, sequences, micro-batches
-           "predict --model tiny --seq 1 --gpus 1 --micro-batch 1",
-           "predict --model 125m --seq 512 --gpus 1 --micro-batch 1 --device v100_32gb --precision amp_fp16",
-           // a global batch of exactly one micro-batch per GPU
-           "predict --model 7b --seq 2048 --gpus 8 --micro-batch 2 --global-batch 16",
-           "predict --model 1b --seq 2048 --gpus 512 --micro-batch 1 --global-batch 512 --sharding HYBRID_SHARD",
-           // what does not fit: Fits no, with the peak and the capacity
-           "predict --model 70b --seq 65536 --gpus 8 --micro-batch 1",
-           "predict --model 70b --seq 65536 --gpus 1 --micro-batch 1 --sharding NO_SHARD --device v100_32gb --precision fp32",
-           "predict --model 70b --seq 65536 --gpus 512 --micro-batch 1 --ckpt --sharding HYBRID_SHARD",
-           // the largest sequence and GPU count accepted
-           "predict --model tiny --seq 16777216 --gpus 1 --micro-batch 1",
-           "predict --model tiny --seq 512 --gpus 1048576 --micro-batch 1",
-           // auto micro-batch over a huge per-device batch
-           "predict --model 125m --seq 512 --gpus 1 --global-batch 4294967296 --micro-batch auto",
-           "predict --config " TPSIM_DATA "/examples/mpt-30b-fp8.yaml --gpus 64",
-           "plan --model 70b --seq 65536 --gpus 1,8 --explain",
-           "plan --model tiny --seq 512 --gpus 1 --tokens 1T --price-per-gpu-hour 2 --global-batch-tokens 1e12",
-           "plan --model 7b --seq 2048 --gpus 8 --global-batch-tokens 16384 --tokens 1 --price-per-gpu-hour 0.01 --explain",
-           "plan --model 13b --seq 8192 --device " "a100_40gb,h200_141gb,mi250x" " --gpus 1..512 --tokens 1T --price-per-gpu-hour 3 --explain",
-       })
+  for (
+      const std::string args : {
+          // the fewest GPUs, sequences, micro-batches
+          "predict --model tiny --seq 1 --gpus 1 --micro-batch 1",
+          "predict --model 125m --seq 512 --gpus 1 --micro-batch 1 --device v100_32gb --precision amp_fp16",
+          // a global batch of exactly one micro-batch per GPU
+          "predict --model 7b --seq 2048 --gpus 8 --micro-batch 2 --global-batch 16",
+          "predict --model 1b --seq 2048 --gpus 512 --micro-batch 1 --global-batch 512 --sharding HYBRID_SHARD",
+          // what does not fit: Fits no, with the peak and the capacity
+          "predict --model 70b --seq 65536 --gpus 8 --micro-batch 1",
+          "predict --model 70b --seq 65536 --gpus 1 --micro-batch 1 --sharding NO_SHARD --device v100_32gb --precision fp32",
+          "predict --model 70b --seq 65536 --gpus 512 --micro-batch 1 --ckpt --sharding HYBRID_SHARD",
+          // the largest sequence and GPU count accepted
+          "predict --model tiny --seq 16777216 --gpus 1 --micro-batch 1",
+          "predict --model tiny --seq 512 --gpus 1048576 --micro-batch 1",
+          // auto micro-batch over a huge per-device batch
+          "predict --model 125m --seq 512 --gpus 1 --global-batch 4294967296 --micro-batch auto",
+          "predict --config " TPSIM_DATA "/examples/mpt-30b-fp8.yaml --gpus 64",
+          "plan --model 70b --seq 65536 --gpus 1,8 --explain",
+          "plan --model tiny --seq 512 --gpus 1 --tokens 1T --price-per-gpu-hour 2 --global-batch-tokens 1e12",
+          "plan --model 7b --seq 2048 --gpus 8 --global-batch-tokens 16384 --tokens 1 --price-per-gpu-hour 0.01 --explain",
+          "plan --model 13b --seq 8192 --device "
+          "a100_40gb,h200_141gb,mi250x"
+          " --gpus 1..512 --tokens 1T --price-per-gpu-hour 3 --explain",
+      })
     for (const std::string format : {"csv", "md", "json"}) expect_finite(args, format);
   // validate prints errors, which may be negative.
   for (const std::string t : {"a100_40gb_bf16.md", "a100_80gb_bf16.md", "h100_80gb_bf16.md", "h100_80gb_fp8.md"})
@@ -883,22 +949,25 @@ BOOST_AUTO_TEST_CASE(same_inputs_give_byte_identical_tables_and_plots) {
     BOOST_TEST((r.out == file), format << ": -o differs from stdout");
   }
   twice("validate --table " + kData + "/measured/a100_40gb_bf16.md --format csv", "-o", ".csv");
-  twice("validate --table " + kData + "/measured/h100_80gb_bf16.md --table " + kData + "/measured/h100_80gb_fp8.md", "-o", ".md");
-  twice("plan --model 30b --seq 8192 --device h100_80gb,a100_80gb --gpus 32,64,128 --tokens 1T --price-per-gpu-hour 2.5 "
-        "--explain --format json",
-        "-o", ".json");
+  twice("validate --table " + kData + "/measured/h100_80gb_bf16.md --table " + kData + "/measured/h100_80gb_fp8.md",
+        "-o", ".md");
+  twice(
+      "plan --model 30b --seq 8192 --device h100_80gb,a100_80gb --gpus 32,64,128 --tokens 1T --price-per-gpu-hour 2.5 "
+      "--explain --format json",
+      "-o", ".json");
   // (The tables go to a file of their own: never -o /dev/null, which an atomic write would replace.)
   const std::string table = " -o " + (scratch() / "table-beside-the-plot").string();
   twice(sweep + table, "--plot", ".svg");
   twice("plan --model 30b --seq 8192 --device h100_80gb --gpus 32,64,128 --tokens 1T" + table, "--plot", ".svg");
-  twice("validate --table " + kData + "/measured/a100_80gb_bf16.md --table " + kData + "/measured/h100_80gb_bf16.md" + table,
+  twice("validate --table " + kData + "/measured/a100_80gb_bf16.md --table " + kData + "/measured/h100_80gb_bf16.md" +
+            table,
         "--plot", ".svg");
   // The plots carry no NaN either (cells where nothing fits are drawn as such).
-  const Run r = run("sweep --models 30b,70b --seq 8192..65536 --gpus 8" + table + " --plot " + (scratch() / "nothing-fits.svg").string());
+  const Run r = run("sweep --models 30b,70b --seq 8192..65536 --gpus 8" + table + " --plot " +
+                    (scratch() / "nothing-fits.svg").string());
   BOOST_TEST(r.status == 0, r.err);
   check_no_nan_text(slurp(scratch() / "nothing-fits.svg"));
 }
-
 
 // Issue 14: the architectures of llm-foundry's MPTConfig are read or refused, through the binary as
 // users run it: what tpsim cannot model, what llm-foundry itself refuses, a top-level key outside
@@ -908,9 +977,12 @@ BOOST_AUTO_TEST_CASE(architectures_tpsim_cannot_model_are_one_line_errors) {
   const std::string m1 = "m1: {d_model: 1024, n_heads: 8, n_layers: 4, ";
   const std::vector<std::pair<std::string, std::string>> models = {
       {m1 + "attn_config: {prefix_lm: true}}\n", ":1: model 'm1' attn_config.prefix_lm: true -- prefix-LM"},
-      {m1 + "attn_config: {alibi: true, rope: true}}\n", ":1: model 'm1' attn_config.rope: true -- ALiBi and RoPE together"},
-      {m1 + "attn_config: {attn_type: grouped_query_attention, kv_n_heads: 3}}\n", ":1: model 'm1': the key/value heads (3) must divide"},
-      {m1 + "ffn_config: {ffn_type: mb_dmoe, moe_world_size: 8}}\n", ":1: model 'm1' ffn_config.moe_world_size: 8 -- tpsim cannot model expert parallelism yet"},
+      {m1 + "attn_config: {alibi: true, rope: true}}\n",
+       ":1: model 'm1' attn_config.rope: true -- ALiBi and RoPE together"},
+      {m1 + "attn_config: {attn_type: grouped_query_attention, kv_n_heads: 3}}\n",
+       ":1: model 'm1': the key/value heads (3) must divide"},
+      {m1 + "ffn_config: {ffn_type: mb_dmoe, moe_world_size: 8}}\n",
+       ":1: model 'm1' ffn_config.moe_world_size: 8 -- tpsim cannot model expert parallelism yet"},
       {m1 + "ffn_config: {ffn_type: mb_moe, moe_num_experts: 8, moe_top_k: 9}}\n", ":1: model 'm1': top_k (9)"},
       {m1 + "ffn_config: {ffn_act_fn: {name: mish}}}\n", ":1: model 'm1' ffn_config.ffn_act_fn.name: mish"},
       {m1 + "norm_type: groupnorm}\n", ":1: model 'm1' norm_type: groupnorm"},
@@ -919,14 +991,16 @@ BOOST_AUTO_TEST_CASE(architectures_tpsim_cannot_model_are_one_line_errors) {
   int i = 0;
   for (const auto& [text, named] : models) {
     const fs::path p = write("arch-" + std::to_string(i++) + ".yaml", text);
-    expect_error("predict --models " + p.string() + " --model m1 --seq 2048 --gpus 8 --micro-batch 1", p.string() + named);
+    expect_error("predict --models " + p.string() + " --model m1 --seq 2048 --gpus 8 --micro-batch 1",
+                 p.string() + named);
   }
   const std::string source = slurp(kData + "/examples/mpt-1b-long-context.yaml");
   const std::vector<std::pair<std::string, std::string>> configs = {
       {replace_once(source, "precision:", "optimiser: {}\nprecision:"), ":22: unknown top-level key 'optimiser'"},
-      {replace_once(source, "precision:", "compile_config: {mode: default}\nprecision:"), ":22: compile_config -- torch.compile"},
-      {replace_once(replace_once(source, "activation_checkpointing: false", "activation_checkpointing: true"), "  n_layers: 24\n",
-                    "  n_layers: 24\n  activation_checkpointing_target: {MPTBlock: first-4}\n"),
+      {replace_once(source, "precision:", "compile_config: {mode: default}\nprecision:"),
+       ":22: compile_config -- torch.compile"},
+      {replace_once(replace_once(source, "activation_checkpointing: false", "activation_checkpointing: true"),
+                    "  n_layers: 24\n", "  n_layers: 24\n  activation_checkpointing_target: {MPTBlock: first-4}\n"),
        ":11: model.activation_checkpointing_target: {MPTBlock: first-4} -- tpsim models checkpointing of whole blocks"},
       {replace_once(source, "    expansion_ratio: 4\n", "    ffn_type: mptgeglu\n"),
        ":16: model.ffn_config.ffn_type: mptgeglu -- llm-foundry renamed it mptglu"},

@@ -81,7 +81,7 @@ BOOST_AUTO_TEST_CASE(nearest_sibling_is_same_architecture_then_vendor_then_dista
     return std::make_pair(measured[c.index].id, c.tier);
   };
   BOOST_TEST((pick("h200_141gb") == std::make_pair(std::string("h100_80gb"), 0)));
-  BOOST_TEST((pick("b200") == std::make_pair(std::string("h100_80gb"), 1)));   // nearer than the A100s
+  BOOST_TEST((pick("b200") == std::make_pair(std::string("h100_80gb"), 1)));  // nearer than the A100s
   BOOST_TEST((pick("gb300") == std::make_pair(std::string("h100_80gb"), 1)));
   BOOST_TEST(pick("v100_32gb").second == 1);
   BOOST_TEST(pick("mi300x").second == 2);  // no AMD device is measured
@@ -129,7 +129,8 @@ BOOST_AUTO_TEST_CASE(gemm_rates_scale_by_the_peak_ratio_at_the_siblings_fraction
     }
   }
   // No measured AMD sibling: the interval is the widest.
-  const auto mi = prediction_interval(load_shipped_profile("mi355x")), h200 = prediction_interval(load_shipped_profile("h200_141gb"));
+  const auto mi = prediction_interval(load_shipped_profile("mi355x")),
+             h200 = prediction_interval(load_shipped_profile("h200_141gb"));
   BOOST_TEST(mi->p90 - mi->p10 > h200->p90 - h200->p10 + 0.3);
 }
 
@@ -169,10 +170,13 @@ BOOST_AUTO_TEST_CASE(a_dominating_device_is_never_predicted_slower) {
             double& low = known ? exception_low.try_emplace(a.id + " over " + b.id, 1e9).first->second : worst;
             if (ratio < low || (!known && ratio == worst)) {
               low = ratio;
-              if (!known) worst_at = a.id + " / " + b.id + " " + m.name + " seq " + std::to_string(seq) + " on " + std::to_string(gpus);
+              if (!known)
+                worst_at =
+                    a.id + " / " + b.id + " " + m.name + " seq " + std::to_string(seq) + " on " + std::to_string(gpus);
             }
             if (known) continue;
-            BOOST_TEST_CONTEXT(a.id << " over " << b.id << ", " << m.name << ", seq " << seq << ", " << gpus << " GPUs") {
+            BOOST_TEST_CONTEXT(a.id << " over " << b.id << ", " << m.name << ", seq " << seq << ", " << gpus
+                                    << " GPUs") {
               BOOST_TEST(ratio >= 0.999);
             }
           }
@@ -286,7 +290,8 @@ BOOST_AUTO_TEST_CASE(block_scaled_casts_and_mfu) {
   const auto fp8 = ops_of(Precision::kAmpFp8), mx = ops_of(Precision::kMxfp8), nv = ops_of(Precision::kNvfp4);
   const double w8 = find(fp8, "attn.Wqkv.fp8_cast").bytes_written;
   BOOST_TEST(find(mx, "attn.Wqkv.fp8_cast").bytes_written == w8 * (1 + 1.0 / 32), boost::test_tools::tolerance(1e-12));
-  BOOST_TEST(find(nv, "attn.Wqkv.fp8_cast").bytes_written == w8 * (0.5 + 1.0 / 16), boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find(nv, "attn.Wqkv.fp8_cast").bytes_written == w8 * (0.5 + 1.0 / 16),
+             boost::test_tools::tolerance(1e-12));
   BOOST_TEST((find(nv, "attn.Wqkv.fwd").dtype == DType::kFp4));
   BOOST_TEST((find(mx, "attn.Wqkv.fwd").dtype == DType::kFp8));
   BOOST_TEST((mfu_dtype(Precision::kNvfp4) == DType::kFp4));

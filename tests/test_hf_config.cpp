@@ -36,9 +36,9 @@ BOOST_AUTO_TEST_CASE(the_seven_published_configs_count_exactly) {
       {"mpt-7b", 6649286656LL}};
   for (const auto& [name, count] : published) {
     BOOST_TEST_CONTEXT(name) {
-      BOOST_TEST(count_of(dir / name) == count);           // the folder
+      BOOST_TEST(count_of(dir / name) == count);                        // the folder
       BOOST_TEST(count_of(dir / name / "config.json", 8192) == count);  // the file; no learned table grows with S
-      BOOST_TEST(count_of(shipped(name)) == count);        // the shipped copy
+      BOOST_TEST(count_of(shipped(name)) == count);                     // the shipped copy
     }
   }
   const HfConfig mistral = read_hf_config_file(dir / "mistral-7b");
@@ -53,7 +53,9 @@ BOOST_AUTO_TEST_CASE(the_seven_published_configs_count_exactly) {
   // mosaicml/mpt-7b's attn_impl is torch: costed as PyTorch's unfused attention, and its note says so.
   BOOST_TEST(mpt.model.torch_attention);
   bool said = false;
-  for (const auto& n : mpt.notes) said = said || n.find("attn_impl: torch -- attention is costed as llm-foundry's PyTorch attention") != std::string::npos;
+  for (const auto& n : mpt.notes)
+    said = said ||
+           n.find("attn_impl: torch -- attention is costed as llm-foundry's PyTorch attention") != std::string::npos;
   BOOST_TEST(said);
 }
 
@@ -65,19 +67,39 @@ BOOST_AUTO_TEST_CASE(shipped_configs_match_their_published_counts) {
     double published;
     double tolerance;  // absolute, in parameters
   };
-  const Row rows[] = {
-      {"llama-2-7b", 7e9, 0.5e9},          {"llama-2-13b", 13e9, 0.5e9},     {"llama-2-70b", 70e9, 0.015 * 70e9},
-      {"llama-3-70b", 70e9, 1e9},          {"llama-3.1-8b", 8e9, 0.5e9},     {"llama-3.1-405b", 405e9, 1e9},
-      {"llama-3.2-1b", 1.23e9, 0.01e9},   {"llama-3.2-3b", 3.21e9, 0.005e9}, {"llama-3.3-70b", 70e9, 1e9},
-      {"mixtral-8x22b", 141e9, 0.5e9},     {"qwen2.5-14b", 14.7e9, 0.1e9},  {"qwen2.5-32b", 32.5e9, 0.01 * 32.5e9},
-      {"qwen2.5-72b", 72.7e9, 0.05e9},     {"qwen3-8b", 8.2e9, 0.05e9},      {"qwen3-32b", 32.8e9, 0.05e9},
-      {"qwen3-30b-a3b", 30.5e9, 0.05e9},   {"qwen3-235b-a22b", 235e9, 0.5e9}, {"qwen1.5-moe-a2.7b", 14.3e9, 0.05e9},
-      {"dbrx", 132e9, 0.5e9},              {"olmo-2-7b", 7.3e9, 0.05e9},     {"gpt2-medium", 355e6, 0.5e6},
-      {"gpt2-large", 774e6, 0.5e6},        {"gpt2-xl", 1.5e9, 0.06e9},       {"opt-1.3b", 1.3e9, 0.05e9},
-      {"opt-2.7b", 2.7e9, 0.05e9},         {"opt-6.7b", 6.7e9, 0.05e9},      {"opt-13b", 13e9, 0.5e9},
-      {"opt-30b", 30e9, 0.5e9},            {"pythia-1.4b", 1414647808, 0},   {"pythia-6.9b", 6857302016, 0},
-      {"pythia-12b", 11846072320, 0},      {"mpt-30b", 30e9, 0.5e9},
-      {"mpt-7b-8k", 6649286656, 0}};  // mpt-7b's shape at max_seq_len 8192 (ALiBi: no table grows)
+  const Row rows[] = {{"llama-2-7b", 7e9, 0.5e9},
+                      {"llama-2-13b", 13e9, 0.5e9},
+                      {"llama-2-70b", 70e9, 0.015 * 70e9},
+                      {"llama-3-70b", 70e9, 1e9},
+                      {"llama-3.1-8b", 8e9, 0.5e9},
+                      {"llama-3.1-405b", 405e9, 1e9},
+                      {"llama-3.2-1b", 1.23e9, 0.01e9},
+                      {"llama-3.2-3b", 3.21e9, 0.005e9},
+                      {"llama-3.3-70b", 70e9, 1e9},
+                      {"mixtral-8x22b", 141e9, 0.5e9},
+                      {"qwen2.5-14b", 14.7e9, 0.1e9},
+                      {"qwen2.5-32b", 32.5e9, 0.01 * 32.5e9},
+                      {"qwen2.5-72b", 72.7e9, 0.05e9},
+                      {"qwen3-8b", 8.2e9, 0.05e9},
+                      {"qwen3-32b", 32.8e9, 0.05e9},
+                      {"qwen3-30b-a3b", 30.5e9, 0.05e9},
+                      {"qwen3-235b-a22b", 235e9, 0.5e9},
+                      {"qwen1.5-moe-a2.7b", 14.3e9, 0.05e9},
+                      {"dbrx", 132e9, 0.5e9},
+                      {"olmo-2-7b", 7.3e9, 0.05e9},
+                      {"gpt2-medium", 355e6, 0.5e6},
+                      {"gpt2-large", 774e6, 0.5e6},
+                      {"gpt2-xl", 1.5e9, 0.06e9},
+                      {"opt-1.3b", 1.3e9, 0.05e9},
+                      {"opt-2.7b", 2.7e9, 0.05e9},
+                      {"opt-6.7b", 6.7e9, 0.05e9},
+                      {"opt-13b", 13e9, 0.5e9},
+                      {"opt-30b", 30e9, 0.5e9},
+                      {"pythia-1.4b", 1414647808, 0},
+                      {"pythia-6.9b", 6857302016, 0},
+                      {"pythia-12b", 11846072320, 0},
+                      {"mpt-30b", 30e9, 0.5e9},
+                      {"mpt-7b-8k", 6649286656, 0}};  // mpt-7b's shape at max_seq_len 8192 (ALiBi: no table grows)
   for (const Row& r : rows) {
     BOOST_TEST_CONTEXT(r.name) {
       const double count = static_cast<double>(count_of(shipped(r.name)));
@@ -116,7 +138,8 @@ BOOST_AUTO_TEST_CASE(unknown_keys_and_types_are_errors_with_file_line_and_hint) 
                       "c.json:1: model_type 't5' is not one tpsim models (supported: "));
   BOOST_TEST(contains(error_of([&] { read_hf_config("{\"model_type\": \"llama\", \"a\": 1, \"a\": 2}", "c.json"); }),
                       "c.json: duplicate key 'a'"));
-  BOOST_TEST(contains(error_of([&] { read_hf_config("{\"model_type\": \"llama\",", "c.json"); }), "c.json: not valid JSON"));
+  BOOST_TEST(
+      contains(error_of([&] { read_hf_config("{\"model_type\": \"llama\",", "c.json"); }), "c.json: not valid JSON"));
   BOOST_TEST(contains(error_of([&] { read_hf_config(llama + "  \"hidden_act\": \"tanh\"\n}", "c.json"); }),
                       "c.json:5: hidden_act: \"tanh\" -- an activation other than SiLU, GELU and ReLU"));
   BOOST_TEST(contains(error_of([&] { read_hf_config(llama + "  \"num_hidden_layers\": 1.5\n}", "c.json"); }),
@@ -126,26 +149,35 @@ BOOST_AUTO_TEST_CASE(unknown_keys_and_types_are_errors_with_file_line_and_hint) 
 }
 
 BOOST_AUTO_TEST_CASE(architectures_without_a_field_are_refused_naming_the_key) {
-  BOOST_TEST(contains(error_of([] { read_hf_config_file(fs::path(TPSIM_DATA) / "models" / "hf" / "refused" / "gpt-neo-125m.json"); }),
-                      "attention_types: [[[\"global\",\"local\"],6]] -- local attention (a window of 256) in some layers"));
+  BOOST_TEST(contains(
+      error_of([] { read_hf_config_file(fs::path(TPSIM_DATA) / "models" / "hf" / "refused" / "gpt-neo-125m.json"); }),
+      "attention_types: [[[\"global\",\"local\"],6]] -- local attention (a window of 256) in some layers"));
   BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"olmo\"}", "c.json"); }),
                       "OLMo's non-parametric LayerNorm"));
-  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"opt\", \"do_layer_norm_before\": false}", "c.json"); }),
-                      "c.json:1: do_layer_norm_before: false -- OPT's post-norm"));
-  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"opt\", \"word_embed_proj_dim\": 512}", "c.json"); }),
-                      "word_embed_proj_dim"));
-  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"qwen2_moe\", \"mlp_only_layers\": [3]}", "c.json"); }),
-                      "mlp_only_layers: [3] -- dense feed-forward layers among the expert layers"));
-  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"qwen2_moe\", \"decoder_sparse_step\": 2}", "c.json"); }),
-                      "decoder_sparse_step: 2"));
-  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"llama\", \"attention_bias\": true}", "c.json"); }),
-                      "attention_bias: true"));
-  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"qwen2\", \"use_sliding_window\": true}", "c.json"); }),
-                      "max_window_layers"));
-  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"gpt2\", \"add_cross_attention\": true}", "c.json"); }),
-                      "cross-attention"));
-  BOOST_TEST(contains(error_of([] { read_hf_config("{\"model_type\": \"dbrx\", \"ffn_config\": {\"moe_top_kk\": 2}}", "c.json"); }),
-                      "c.json:1: unknown key 'ffn_config.moe_top_kk' for model_type dbrx (did you mean moe_top_k?)"));
+  BOOST_TEST(
+      contains(error_of([] { read_hf_config("{\"model_type\": \"opt\", \"do_layer_norm_before\": false}", "c.json"); }),
+               "c.json:1: do_layer_norm_before: false -- OPT's post-norm"));
+  BOOST_TEST(
+      contains(error_of([] { read_hf_config("{\"model_type\": \"opt\", \"word_embed_proj_dim\": 512}", "c.json"); }),
+               "word_embed_proj_dim"));
+  BOOST_TEST(
+      contains(error_of([] { read_hf_config("{\"model_type\": \"qwen2_moe\", \"mlp_only_layers\": [3]}", "c.json"); }),
+               "mlp_only_layers: [3] -- dense feed-forward layers among the expert layers"));
+  BOOST_TEST(contains(
+      error_of([] { read_hf_config("{\"model_type\": \"qwen2_moe\", \"decoder_sparse_step\": 2}", "c.json"); }),
+      "decoder_sparse_step: 2"));
+  BOOST_TEST(
+      contains(error_of([] { read_hf_config("{\"model_type\": \"llama\", \"attention_bias\": true}", "c.json"); }),
+               "attention_bias: true"));
+  BOOST_TEST(
+      contains(error_of([] { read_hf_config("{\"model_type\": \"qwen2\", \"use_sliding_window\": true}", "c.json"); }),
+               "max_window_layers"));
+  BOOST_TEST(
+      contains(error_of([] { read_hf_config("{\"model_type\": \"gpt2\", \"add_cross_attention\": true}", "c.json"); }),
+               "cross-attention"));
+  BOOST_TEST(contains(
+      error_of([] { read_hf_config("{\"model_type\": \"dbrx\", \"ffn_config\": {\"moe_top_kk\": 2}}", "c.json"); }),
+      "c.json:1: unknown key 'ffn_config.moe_top_kk' for model_type dbrx (did you mean moe_top_k?)"));
 }
 
 BOOST_AUTO_TEST_CASE(transformers_defaults_fill_absent_keys) {
@@ -174,22 +206,39 @@ std::string hf_yaml(const std::string& model_keys) {
 
 BOOST_AUTO_TEST_CASE(hf_causal_lm_resolves_shipped_configs_and_applies_overrides) {
   const TrainYaml t = parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: meta-llama/Llama-3.1-8B\n"
-                                               "  pretrained: false\n  use_flash_attention_2: true\n"), "run.yaml");
+                                               "  pretrained: false\n  use_flash_attention_2: true\n"),
+                                       "run.yaml");
   BOOST_TEST(parameter_count(t.model, 4096) == 8030261248LL);
   BOOST_TEST(t.model.name == "run");
-  BOOST_TEST(contains(t.notes.at(0), "use_flash_attention_2: true -- tpsim costs attention as the profile's causal flash attention"));
-  const TrainYaml gpt2 = parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  config_overrides:\n    n_positions: 2048\n"), "g.yaml");
+  BOOST_TEST(contains(t.notes.at(0),
+                      "use_flash_attention_2: true -- tpsim costs attention as the profile's causal flash attention"));
+  const TrainYaml gpt2 = parse_train_yaml(
+      hf_yaml("  pretrained_model_name_or_path: gpt2\n  config_overrides:\n    n_positions: 2048\n"), "g.yaml");
   BOOST_TEST(gpt2.model.max_positions == 2048);
-  BOOST_TEST(error_of([] { parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  config_overrides:\n    n_positons: 2048\n"), "g.yaml"); }) ==
-             "g.yaml:6: unknown key 'n_positons' for model_type gpt2 (did you mean n_positions?)");
-  BOOST_TEST(contains(error_of([] { parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  peft_config: {r: 8}\n"), "g.yaml"); }),
+  BOOST_TEST(error_of([] {
+               parse_train_yaml(
+                   hf_yaml("  pretrained_model_name_or_path: gpt2\n  config_overrides:\n    n_positons: 2048\n"),
+                   "g.yaml");
+             }) == "g.yaml:6: unknown key 'n_positons' for model_type gpt2 (did you mean n_positions?)");
+  BOOST_TEST(contains(error_of([] {
+                        parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  peft_config: {r: 8}\n"),
+                                         "g.yaml");
+                      }),
                       "g.yaml:5: model.peft_config -- LoRA (PEFT) changes which parameters have gradients"));
-  BOOST_TEST(contains(error_of([] { parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  load_in_8bit: true\n"), "g.yaml"); }),
+  BOOST_TEST(contains(error_of([] {
+                        parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  load_in_8bit: true\n"),
+                                         "g.yaml");
+                      }),
                       "g.yaml:5: model.load_in_8bit: true"));
-  BOOST_TEST(error_of([] { parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  use_flash_attention: true\n"), "g.yaml"); }) ==
-             "g.yaml:5: model: unknown key 'use_flash_attention' (did you mean use_flash_attention_2?) (llm-foundry's hf_causal_lm)");
-  const std::string missing = error_of([] { parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: nobody/none\n"), "g.yaml"); });
-  BOOST_TEST(contains(missing, "g.yaml:4: model.pretrained_model_name_or_path 'nobody/none': no config.json in a local folder"));
+  BOOST_TEST(
+      error_of([] {
+        parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  use_flash_attention: true\n"), "g.yaml");
+      }) ==
+      "g.yaml:5: model: unknown key 'use_flash_attention' (did you mean use_flash_attention_2?) (llm-foundry's hf_causal_lm)");
+  const std::string missing =
+      error_of([] { parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: nobody/none\n"), "g.yaml"); });
+  BOOST_TEST(contains(missing,
+                      "g.yaml:4: model.pretrained_model_name_or_path 'nobody/none': no config.json in a local folder"));
   BOOST_TEST(contains(missing, "Hugging Face cache"));
   BOOST_TEST(contains(missing, "tpsim never downloads"));
 }
@@ -216,11 +265,13 @@ BOOST_AUTO_TEST_CASE(llm_foundrys_own_hf_causal_lm_yamls_predict_or_name_what_th
   BOOST_TEST_REQUIRE(fs::is_directory(dir));
   BOOST_TEST(parameter_count(read_train_yaml(dir / "pretrain" / "hf-llama-3.1-8B.yaml").model, 8192) == 8030261248LL);
   // config_overrides: n_positions: ${variables.max_seq_len} (2048): GPT-2 with a learned table of 2048 rows.
-  BOOST_TEST(parameter_count(read_train_yaml(dir / "pretrain" / "gpt2-small.yaml").model, 2048) == 124439808LL + 1024 * 768);
+  BOOST_TEST(parameter_count(read_train_yaml(dir / "pretrain" / "gpt2-small.yaml").model, 2048) ==
+             124439808LL + 1024 * 768);
   BOOST_TEST(read_train_yaml(dir / "finetune" / "dbrx-full-ft.yaml").model.moe.experts == 16);
   BOOST_TEST((read_train_yaml(dir / "pretrain" / "opt-3b.yaml").model.activation == Activation::kRelu));
   BOOST_TEST(parameter_count(read_train_yaml(dir / "finetune" / "mpt-7b_dolly_sft.yaml").model, 2048) == 6649286656LL);
-  BOOST_TEST(contains(error_of([&] { read_train_yaml(dir / "finetune" / "dbrx-lora-ft.yaml"); }), "model.peft_config -- LoRA"));
+  BOOST_TEST(contains(error_of([&] { read_train_yaml(dir / "finetune" / "dbrx-lora-ft.yaml"); }),
+                      "model.peft_config -- LoRA"));
   BOOST_TEST(contains(error_of([&] { read_train_yaml(dir / "pretrain" / "gpt-neo-125m.yaml"); }), "attention_types"));
   // llm-foundry itself refuses this one: LlamaConfig has neither max_seq_len nor attn_config to override.
   const std::string adapt = error_of([&] { read_train_yaml(dir / "finetune" / "llama-3-8b_domain_adapt.yaml"); });

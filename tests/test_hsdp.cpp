@@ -26,8 +26,8 @@ struct Fixture {
   CostModel cost{device, profile.params};
 
   TrainConfig config(int64_t gpus, Sharding sharding, int64_t shard, int64_t replicate, int64_t accum = 1) const {
-    TrainConfig c{.seq_len = 2048, .global_batch = gpus * 2 * accum, .micro_batch = 2, .n_gpus = gpus,
-                  .sharding = sharding};
+    TrainConfig c{
+        .seq_len = 2048, .global_batch = gpus * 2 * accum, .micro_batch = 2, .n_gpus = gpus, .sharding = sharding};
     c.parallel.shard_degree = shard;
     c.parallel.replicate_degree = replicate;
     return c;
@@ -63,7 +63,8 @@ BOOST_AUTO_TEST_CASE(the_mesh_follows_composers_create_device_mesh) {
   BOOST_TEST(resolve_hsdp_mesh(p, Sharding::kFullShard, 16, &m).empty());
   BOOST_TEST((m.mesh && !m.two_d && m.shard == 16 && m.replicate == 1));
   // One-line errors naming the degrees.
-  BOOST_TEST(resolve_hsdp_mesh(p, Sharding::kFullShard, 64, &m) == "shard degree 16: the product is not the GPU count 64");
+  BOOST_TEST(resolve_hsdp_mesh(p, Sharding::kFullShard, 64, &m) ==
+             "shard degree 16: the product is not the GPU count 64");
   p.replicate_degree = 3;
   BOOST_TEST(resolve_hsdp_mesh(p, Sharding::kFullShard, 64, &m) ==
              "replicate degree 3 x shard degree 16: the product is not the GPU count 64");
@@ -120,14 +121,16 @@ BOOST_FIXTURE_TEST_CASE(hsdp_collectives_move_the_hand_computed_bytes, Fixture) 
   // the 16 shard ranks, a reduce-scatter of its fp32 gradients over them, and an all-reduce of the
   // 1/16 shard over the 4 replicas; the root unit gathered once and reduced once.
   const CommGroup shard{16, 2, 1}, replicas{4, 4, 8};
-  const auto gather = [&](double params) { return cost.collective_seconds(CollectiveKind::kAllGather, 2.0 * params, shard); };
+  const auto gather = [&](double params) {
+    return cost.collective_seconds(CollectiveKind::kAllGather, 2.0 * params, shard);
+  };
   const auto reduce = [&](double params) {
     return cost.collective_seconds(CollectiveKind::kReduceScatter, 4.0 * params, shard) +
            cost.collective_seconds(CollectiveKind::kAllReduce, 4.0 * params / 16.0, replicas);
   };
   const double L = static_cast<double>(model.n_layers);
-  const double expected = L * (2.0 * gather(block_params()) + reduce(block_params())) + gather(root_params()) +
-                          reduce(root_params());
+  const double expected =
+      L * (2.0 * gather(block_params()) + reduce(block_params())) + gather(root_params()) + reduce(root_params());
   BOOST_TEST(p.timeline.comm_s == expected, tt::tolerance(kRelTol));
   // The state is sharded 16 ways.
   BOOST_TEST(p.memory.sharded_state_bytes == 16.0 * total_params() / 16.0, tt::tolerance(kRelTol));
@@ -142,8 +145,9 @@ BOOST_FIXTURE_TEST_CASE(hsdp_collectives_move_the_hand_computed_bytes, Fixture) 
 }
 
 BOOST_FIXTURE_TEST_CASE(hsdp_degrees_are_checked_with_the_gpu_count, Fixture) {
-  BOOST_TEST(why(config(64, Sharding::kFullShard, 16, 2)) == "replicate degree 2 x shard degree 16: the product is "
-                                                             "not the GPU count 64");
+  BOOST_TEST(why(config(64, Sharding::kFullShard, 16, 2)) ==
+             "replicate degree 2 x shard degree 16: the product is "
+             "not the GPU count 64");
   BOOST_TEST(contains(why(config(64, Sharding::kNoShard, 8, 8)), "NO_SHARD takes no 2D device mesh"));
   // With a mesh HYBRID_SHARD needs no whole nodes: the mesh says the groups.
   BOOST_TEST(why(config(12, Sharding::kHybridShard, 4, 3)).empty());

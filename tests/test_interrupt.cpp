@@ -131,9 +131,11 @@ const Signal kSignals[] = {{SIGKILL, "SIGKILL"}, {SIGINT, "SIGINT"}, {SIGTERM, "
 
 // A first calibration writes a valid profile to `profile`; returns its bytes.
 std::string first_profile(const Scratch& s, const fs::path& profile) {
-  const int status = run_tpsim({"calibrate", "kernels", "--backend", "cpu", "--budget", TPSIM_TEST_BUDGET_S, "--out", profile.string()},
-                               s.log("first.log"));
-  BOOST_TEST_REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0), describe(status) << ":\n" << bytes_of(s.log("first.log")));
+  const int status = run_tpsim(
+      {"calibrate", "kernels", "--backend", "cpu", "--budget", TPSIM_TEST_BUDGET_S, "--out", profile.string()},
+      s.log("first.log"));
+  BOOST_TEST_REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0), describe(status) << ":\n"
+                                                                                       << bytes_of(s.log("first.log")));
   const std::string before = bytes_of(profile);
   BOOST_TEST_REQUIRE(before.find("\"kernel_calibration\"") != std::string::npos);
   BOOST_TEST_REQUIRE((listing(s.out()) == std::set<std::string>{profile.filename().string()}));
@@ -148,8 +150,7 @@ BOOST_AUTO_TEST_CASE(a_kernel_calibration_killed_while_it_measures_leaves_the_pr
   const std::string before = first_profile(s, profile);
   // The same calibration again, with a budget that keeps it measuring for half a minute; killed
   // after a second (past start-up and the bandwidth probe, among the shapes).
-  for (const Signal& sig : kSignals)
-    BOOST_TEST_CONTEXT(sig.name) {
+  for (const Signal& sig : kSignals) BOOST_TEST_CONTEXT(sig.name) {
       const fs::path log = s.log(std::string("kernels_") + sig.name + ".log");
       const int status = run_and_kill(
           {"calibrate", "kernels", "--backend", "cpu", "--budget", "30", "--out", profile.string()}, log, sig.sig, 1.0);
@@ -168,8 +169,9 @@ BOOST_AUTO_TEST_CASE(a_table_calibration_killed_while_it_fits_leaves_the_profile
   for (size_t i = 0; i < std::size(kSignals); ++i)
     BOOST_TEST_CONTEXT(kSignals[i].name << " after " << after_s[i] << " s") {
       const fs::path log = s.log(std::string("table_") + kSignals[i].name + ".log");
-      const int status = run_and_kill({"calibrate", "table", "--table", table, "--device", "a100_80gb", "--out", profile.string()},
-                                      log, kSignals[i].sig, after_s[i]);
+      const int status =
+          run_and_kill({"calibrate", "table", "--table", table, "--device", "a100_80gb", "--out", profile.string()},
+                       log, kSignals[i].sig, after_s[i]);
       check_nothing_lost(status, kSignals[i].sig, profile, before, log);
     }
 }
@@ -184,8 +186,7 @@ BOOST_AUTO_TEST_CASE(a_write_killed_midway_leaves_the_old_file_and_no_temporary)
   const std::string before = "{\"before\": true}\n";
   tpsim::write_file_atomic(target, before);
   BOOST_TEST_REQUIRE(bytes_of(target) == before);
-  for (const Signal& sig : kSignals)
-    BOOST_TEST_CONTEXT(sig.name) {
+  for (const Signal& sig : kSignals) BOOST_TEST_CONTEXT(sig.name) {
       const pid_t pid = ::fork();
       BOOST_TEST_REQUIRE(pid >= 0);
       if (pid == 0) {
@@ -210,7 +211,8 @@ BOOST_AUTO_TEST_CASE(a_write_killed_midway_leaves_the_old_file_and_no_temporary)
           if (!ec && to.string().rfind(folder, 0) == 0) open = true;
         }
         if (open) break;
-        if (::waitpid(pid, &status, WNOHANG) == pid) BOOST_FAIL("the write ended before the signal: " << describe(status));
+        if (::waitpid(pid, &status, WNOHANG) == pid)
+          BOOST_FAIL("the write ended before the signal: " << describe(status));
         std::this_thread::sleep_for(std::chrono::microseconds(500));
       }
       BOOST_TEST_REQUIRE(open, "the child never opened its temporary file");

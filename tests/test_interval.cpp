@@ -29,9 +29,9 @@ BOOST_AUTO_TEST_CASE(the_domain_spans_its_points_and_distance_is_doublings_beyon
   BOOST_CHECK_THROW(domain_of({}), std::invalid_argument);
   // Inside on every axis: 0. Each axis adds log2 of how far beyond the nearer end.
   BOOST_TEST(doublings_outside(d, {7e9, 4096, 16, 2}) == 0.0);
-  BOOST_TEST(doublings_outside(d, {0.25e9, 4096, 16, 2}) == 2.0, tt::tolerance(1e-12));   // 4x below
-  BOOST_TEST(doublings_outside(d, {7e9, 32768, 16, 2}) == 2.0, tt::tolerance(1e-12));     // 4x above
-  BOOST_TEST(doublings_outside(d, {60e9, 4096, 256, 2}) == 3.0, tt::tolerance(1e-12));    // 1 + 2
+  BOOST_TEST(doublings_outside(d, {0.25e9, 4096, 16, 2}) == 2.0, tt::tolerance(1e-12));  // 4x below
+  BOOST_TEST(doublings_outside(d, {7e9, 32768, 16, 2}) == 2.0, tt::tolerance(1e-12));    // 4x above
+  BOOST_TEST(doublings_outside(d, {60e9, 4096, 256, 2}) == 3.0, tt::tolerance(1e-12));   // 1 + 2
 }
 
 BOOST_AUTO_TEST_CASE(the_interval_widens_in_log_space_beyond_the_domain_only) {

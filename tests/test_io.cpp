@@ -60,11 +60,12 @@ BOOST_AUTO_TEST_CASE(csv_tables_as_collect_results_writes_them) {
 }
 
 BOOST_AUTO_TEST_CASE(malformed_tables_are_errors_naming_the_line) {
-  BOOST_TEST(contains(error_of([] { parse_measured_table(kHeader + kRow, "t.md"); }), "") );
+  BOOST_TEST(contains(error_of([] { parse_measured_table(kHeader + kRow, "t.md"); }), ""));
   // Missing required column.
   std::string no_tput = kHeader;
   no_tput.replace(no_tput.find("Throughput (T/s)"), 16, "Throughput (X/s)");
-  BOOST_TEST(contains(error_of([&] { parse_measured_table(no_tput + kRow, "t.md"); }), "t.md:1: required column 'Throughput (T/s)'"));
+  BOOST_TEST(contains(error_of([&] { parse_measured_table(no_tput + kRow, "t.md"); }),
+                      "t.md:1: required column 'Throughput (T/s)'"));
   // Duplicated column.
   std::string dup = kHeader;
   dup.replace(dup.find("| NumParams |"), 13, "| Model |");
@@ -90,8 +91,10 @@ BOOST_AUTO_TEST_CASE(malformed_tables_are_errors_naming_the_line) {
   // A row two cells short is not repairable.
   std::string short_row = kRow;
   short_row.replace(short_row.find("| 59.86 | 59.86 |"), 17, "|");
-  BOOST_TEST(contains(error_of([&] { parse_measured_table(kHeader + short_row, "t.md"); }), "t.md:3: row has 14 cells"));
-  BOOST_TEST(contains(error_of([&] { parse_measured_table("no table here\n", "t.md"); }), "t.md:1: required column 'Model'"));
+  BOOST_TEST(
+      contains(error_of([&] { parse_measured_table(kHeader + short_row, "t.md"); }), "t.md:3: row has 14 cells"));
+  BOOST_TEST(
+      contains(error_of([&] { parse_measured_table("no table here\n", "t.md"); }), "t.md:1: required column 'Model'"));
   BOOST_TEST(contains(error_of([&] { parse_measured_table("\n\n", "t.md"); }), "no table found"));
   BOOST_TEST(contains(error_of([&] { parse_measured_table(kHeader, "t.md"); }), "no rows"));
 }
@@ -107,10 +110,12 @@ BOOST_AUTO_TEST_CASE(models_files_report_unknown_keys_and_refuse_missing_ones) {
   BOOST_TEST(contains(warnings[0], "'rope'"));
   BOOST_TEST(contains(error_of([&] { c.add_yaml("bad:\n  d_model: 512\n  n_layers: 4\n", "m.yaml", warnings); }),
                       "missing the required key n_heads"));
-  BOOST_TEST(contains(error_of([&] { c.add_yaml("bad:\n  d_model: 5x\n  n_heads: 8\n  n_layers: 4\n", "m.yaml", warnings); }),
-                      "m.yaml:2"));
-  BOOST_TEST(contains(error_of([&] { c.add_yaml("bad:\n  d_model: 500\n  n_heads: 8\n  n_layers: 4\n", "m.yaml", warnings); }),
-                      "does not divide"));
+  BOOST_TEST(
+      contains(error_of([&] { c.add_yaml("bad:\n  d_model: 5x\n  n_heads: 8\n  n_layers: 4\n", "m.yaml", warnings); }),
+               "m.yaml:2"));
+  BOOST_TEST(
+      contains(error_of([&] { c.add_yaml("bad:\n  d_model: 500\n  n_heads: 8\n  n_layers: 4\n", "m.yaml", warnings); }),
+               "does not divide"));
   BOOST_TEST(contains(error_of([&] { c.add_yaml("a: [1, 2\n", "m.yaml", warnings); }), "not valid YAML"));
   BOOST_TEST(contains(error_of([&] { c.get("nope"); }), "unknown model 'nope'"));
   BOOST_TEST(c.expand("125m..1b", "--models").size() == 4u);
@@ -122,7 +127,8 @@ namespace {
 // lines (each indented two spaces), read into a fresh catalogue; the first extra line is line 5.
 std::string add_m1(const std::string& extra, std::vector<std::string>& warnings) {
   ModelCatalog c;
-  return error_of([&] { c.add_yaml("m1:\n  d_model: 1024\n  n_heads: 8\n  n_layers: 4\n" + extra, "m.yaml", warnings); });
+  return error_of(
+      [&] { c.add_yaml("m1:\n  d_model: 1024\n  n_heads: 8\n  n_layers: 4\n" + extra, "m.yaml", warnings); });
 }
 }  // namespace
 
@@ -146,8 +152,8 @@ BOOST_AUTO_TEST_CASE(models_files_accept_keys_at_their_modelled_defaults_and_irr
   BOOST_TEST(m.d_ffn() == 4096);
   // ALiBi or RoPE turns learned positions off, as MPTConfig does, whatever learned_pos_emb says.
   for (const char* position : {"alibi", "rope"}) {
-    c.add_yaml(std::string("m2: {d_model: 1024, n_heads: 8, n_layers: 4, learned_pos_emb: true, attn_config: {") + position +
-                   ": true}}\n",
+    c.add_yaml(std::string("m2: {d_model: 1024, n_heads: 8, n_layers: 4, learned_pos_emb: true, attn_config: {") +
+                   position + ": true}}\n",
                "m.yaml", warnings);
     BOOST_TEST(!c.get("m2").learned_positions(), position);
   }
@@ -168,14 +174,21 @@ BOOST_AUTO_TEST_CASE(models_files_refuse_what_tpsim_cannot_model_yet_naming_key_
            {"  attn_config: {qk_ln: true}\n", "attn_config.qk_ln: true"},
            {"  attn_config: {attn_uses_sequence_id: true}\n", "attn_config.attn_uses_sequence_id: true"},
            {"  attn_config: {seq_parallel_world_size: 2}\n", "attn_config.seq_parallel_world_size: 2"},
-           {"  attn_config: {attn_type: flex_attention}\n", "attn_config.attn_type: flex_attention -- an attention llm-foundry does not register"},
-           {"  ffn_config: {ffn_type: moe_mlp}\n", "ffn_config.ffn_type: moe_mlp -- a feed-forward llm-foundry does not register"},
-           {"  ffn_config: {ffn_act_fn: {name: mish}}\n", "m.yaml:5: model 'm1' ffn_config.ffn_act_fn.name: mish -- an activation other than GELU, SiLU and ReLU"},
-           {"  ffn_config: {ffn_type: mb_moe, shared_expert: true}\n", "ffn_config.shared_expert: true -- MegaBlocks' shared expert"},
-           {"  ffn_config: {ffn_type: mb_moe, moe_weight_parallelism: true}\n", "ffn_config.moe_weight_parallelism: true"},
-           {"  ffn_config: {ffn_type: te_ln_mlp}\n  no_bias: true\n", "ffn_config.ffn_type: te_ln_mlp -- TransformerEngine's LayerNormMLP"},
+           {"  attn_config: {attn_type: flex_attention}\n",
+            "attn_config.attn_type: flex_attention -- an attention llm-foundry does not register"},
+           {"  ffn_config: {ffn_type: moe_mlp}\n",
+            "ffn_config.ffn_type: moe_mlp -- a feed-forward llm-foundry does not register"},
+           {"  ffn_config: {ffn_act_fn: {name: mish}}\n",
+            "m.yaml:5: model 'm1' ffn_config.ffn_act_fn.name: mish -- an activation other than GELU, SiLU and ReLU"},
+           {"  ffn_config: {ffn_type: mb_moe, shared_expert: true}\n",
+            "ffn_config.shared_expert: true -- MegaBlocks' shared expert"},
+           {"  ffn_config: {ffn_type: mb_moe, moe_weight_parallelism: true}\n",
+            "ffn_config.moe_weight_parallelism: true"},
+           {"  ffn_config: {ffn_type: te_ln_mlp}\n  no_bias: true\n",
+            "ffn_config.ffn_type: te_ln_mlp -- TransformerEngine's LayerNormMLP"},
            {"  ffn_config: {bias: false}\n", "ffn_config.bias: false -- a feed-forward without biases"},
-           {"  norm_type: low_precision_groupnorm\n", "norm_type: low_precision_groupnorm -- a norm llm-foundry does not register"},
+           {"  norm_type: low_precision_groupnorm\n",
+            "norm_type: low_precision_groupnorm -- a norm llm-foundry does not register"},
            {"  name: hf_causal_lm\n", "name: hf_causal_lm"},
            {"  block_overrides: {order: []}\n", "block_overrides: a map"}}) {
     const std::string e = add_m1(extra, warnings);
@@ -193,19 +206,28 @@ BOOST_AUTO_TEST_CASE(models_files_refuse_what_tpsim_cannot_model_yet_naming_key_
 BOOST_AUTO_TEST_CASE(models_files_refuse_what_llm_foundry_refuses) {
   std::vector<std::string> warnings;
   for (const auto& [extra, named] : std::vector<std::pair<std::string, std::string>>{
-           {"  attn_config:\n    kv_n_heads: 2\n", "m.yaml:6: model 'm1' attn_config.kv_n_heads: 2 -- multihead_attention has as many K and V heads"},
+           {"  attn_config:\n    kv_n_heads: 2\n",
+            "m.yaml:6: model 'm1' attn_config.kv_n_heads: 2 -- multihead_attention has as many K and V heads"},
            {"  attn_config: {attn_type: grouped_query_attention}\n", "grouped_query_attention needs kv_n_heads"},
-           {"  attn_config: {attn_type: multiquery_attention, kv_n_heads: 2}\n", "multiquery_attention has one K and V head"},
+           {"  attn_config: {attn_type: multiquery_attention, kv_n_heads: 2}\n",
+            "multiquery_attention has one K and V head"},
            {"  attn_config: {alibi: true, rope: true}\n", "attn_config.rope: true -- ALiBi and RoPE together"},
-           {"  attn_config: {nope: true}\n", "attn_config.nope: true -- llm-foundry refuses nope as the default position encoding"},
-           {"  attn_config: {sliding_window_size: 0}\n", "attn_config.sliding_window_size must be -1 (no window) or positive"},
+           {"  attn_config: {nope: true}\n",
+            "attn_config.nope: true -- llm-foundry refuses nope as the default position encoding"},
+           {"  attn_config: {sliding_window_size: 0}\n",
+            "attn_config.sliding_window_size must be -1 (no window) or positive"},
            {"  ffn_config: {ffn_type: mptgeglu}\n", "ffn_config.ffn_type: mptgeglu -- llm-foundry renamed it mptglu"},
-           {"  ffn_config: {ffn_type: te_ln_mlp, ffn_act_fn: {name: gelu}}\n", "llm-foundry refuses custom activations for te_ln_mlp"},
-           {"  ffn_config: {moe_num_experts: 8}\n", "ffn_config.moe_num_experts: 8 -- a mixture-of-experts setting beside ffn_type mptmlp"},
-           {"  ffn_config: {ffn_type: mb_dmoe, moe_world_size: 8}\n", "ffn_config.moe_world_size: 8 -- tpsim cannot model expert parallelism yet"},
+           {"  ffn_config: {ffn_type: te_ln_mlp, ffn_act_fn: {name: gelu}}\n",
+            "llm-foundry refuses custom activations for te_ln_mlp"},
+           {"  ffn_config: {moe_num_experts: 8}\n",
+            "ffn_config.moe_num_experts: 8 -- a mixture-of-experts setting beside ffn_type mptmlp"},
+           {"  ffn_config: {ffn_type: mb_dmoe, moe_world_size: 8}\n",
+            "ffn_config.moe_world_size: 8 -- tpsim cannot model expert parallelism yet"},
            {"  ffn_config: {ffn_type: torch_dmoe, moe_num_experts: 8, moe_top_k: 2}\n", "torch_dmoe needs mlp_type"},
-           {"  ffn_config: {ffn_type: mb_moe, moe_num_experts: 4, moe_top_k: 8}\n", "top_k (8) must be between 1 and the number of experts (4)"},
-           {"  ffn_config: {ffn_act_fn: {name: relu, approximate: tanh}}\n", "an argument torch.nn.functional.relu does not take"}}) {
+           {"  ffn_config: {ffn_type: mb_moe, moe_num_experts: 4, moe_top_k: 8}\n",
+            "top_k (8) must be between 1 and the number of experts (4)"},
+           {"  ffn_config: {ffn_act_fn: {name: relu, approximate: tanh}}\n",
+            "an argument torch.nn.functional.relu does not take"}}) {
     const std::string e = add_m1(extra, warnings);
     BOOST_TEST_CONTEXT(extra) {
       BOOST_TEST(contains(e, "m.yaml:"));
@@ -213,8 +235,9 @@ BOOST_AUTO_TEST_CASE(models_files_refuse_what_llm_foundry_refuses) {
     }
   }
   ModelCatalog c;
-  BOOST_TEST(contains(error_of([&] { c.add_yaml("m: {d_model: 1024, n_heads: 7, n_layers: 2, head_dim: 96}\n", "m.yaml", warnings); }),
-                      "n_heads (7) does not divide d_model (1024), which llm-foundry requires also with head_dim"));
+  BOOST_TEST(contains(
+      error_of([&] { c.add_yaml("m: {d_model: 1024, n_heads: 7, n_layers: 2, head_dim: 96}\n", "m.yaml", warnings); }),
+      "n_heads (7) does not divide d_model (1024), which llm-foundry requires also with head_dim"));
 }
 
 // Issue 14: published models written as llm-foundry MPT blocks count exactly as llm-foundry's
@@ -287,7 +310,8 @@ BOOST_AUTO_TEST_CASE(models_files_refuse_unknown_keys_naming_the_nearest_known_o
   BOOST_TEST(contains(add_m1("  ffn_config: {ffn_typ: mptmlp}\n", warnings), "(did you mean ffn_type?)"));
   BOOST_TEST(contains(add_m1("  init_config: {init_stdd: 0.02}\n", warnings), "(did you mean init_std?)"));
   BOOST_TEST(contains(add_m1("  attn_config: [flash]\n", warnings), "m.yaml:5: model 'm1' attn_config must be a map"));
-  BOOST_TEST(contains(add_m1("  attn_config: {alibi: true, alibi: false}\n", warnings), "duplicate key attn_config.alibi"));
+  BOOST_TEST(
+      contains(add_m1("  attn_config: {alibi: true, alibi: false}\n", warnings), "duplicate key attn_config.alibi"));
   // A key of attn_config written at the top of the block is kept unread by llm-foundry too: a warning.
   BOOST_TEST(add_m1("  kv_n_heads: 2\n", warnings).empty());
   BOOST_TEST_REQUIRE(warnings.size() == 1u);
@@ -318,10 +342,9 @@ BOOST_AUTO_TEST_CASE(device_datasheets_carry_sources) {
     return t;
   };
   BOOST_TEST(parse_device_yaml(with_units("108"), "d.yaml").compute_units == 108);
-  for (const char* bad : {"1e66", "2.5", "1e7", "0.5"})
-    BOOST_TEST_CONTEXT(bad) {
+  for (const char* bad : {"1e66", "2.5", "1e7", "0.5"}) BOOST_TEST_CONTEXT(bad) {
       BOOST_TEST(contains(error_of([&] { parse_device_yaml(with_units(bad), "d.yaml"); }),
-                         "compute_units must be a whole number from 1 to 1000000"));
+                          "compute_units must be a whole number from 1 to 1000000"));
     }
 }
 
@@ -330,7 +353,8 @@ BOOST_AUTO_TEST_CASE(profiles_name_every_parameter_and_refuse_gaps) {
   BOOST_TEST(p.sources.size() == cost_param_registry().size());
   for (const auto& [name, src] : p.sources) BOOST_TEST(!to_string(src.kind).empty());
   const std::string good = profile_to_json(p);
-  BOOST_TEST(parse_profile_json(good, "p.json").params.gemm_flops_per_s(DType::kBf16) == p.params.gemm_flops_per_s(DType::kBf16));
+  BOOST_TEST(parse_profile_json(good, "p.json").params.gemm_flops_per_s(DType::kBf16) ==
+             p.params.gemm_flops_per_s(DType::kBf16));
   std::string missing = good;
   const size_t at = missing.find("\"step_overhead_s\": {");
   BOOST_TEST_REQUIRE(at != std::string::npos);
@@ -377,8 +401,7 @@ BOOST_AUTO_TEST_CASE(registry_ids_reach_distinct_values_and_keep_the_file_spelli
   CostParams p;
   const auto registry = cost_param_registry();
   for (size_t i = 0; i < registry.size(); ++i) registry[i].value(p) = static_cast<double>(i);
-  for (size_t i = 0; i < registry.size(); ++i)
-    BOOST_TEST_CONTEXT(registry[i].name) {
+  for (size_t i = 0; i < registry.size(); ++i) BOOST_TEST_CONTEXT(registry[i].name) {
       BOOST_TEST(registry[i].value(p) == static_cast<double>(i));
       BOOST_TEST(find_param(registry[i].name) == &registry[i]);
     }
@@ -410,7 +433,8 @@ BOOST_AUTO_TEST_CASE(profiles_can_carry_the_spec_of_a_device_without_a_datasheet
   BOOST_TEST(back.device_spec->memory_bytes == cpu.memory_bytes);
   BOOST_TEST(back.device_spec->sources.at("memory_gib") == cpu.sources.at("memory_gib"));
   p.device = "other";
-  BOOST_TEST(contains(error_of([&] { parse_profile_json(profile_to_json(p), "p.json"); }), "device_spec describes 'cpu_test'"));
+  BOOST_TEST(contains(error_of([&] { parse_profile_json(profile_to_json(p), "p.json"); }),
+                      "device_spec describes 'cpu_test'"));
 }
 
 BOOST_AUTO_TEST_CASE(files_are_written_whole_or_not_at_all) {
@@ -443,7 +467,8 @@ BOOST_AUTO_TEST_CASE(tables_render_as_md_csv_and_json) {
   t.title = "x";
   t.columns = {"Model", "MFU", "Activation Checkpointing"};
   t.add_row({Cell::str("7b"), Cell::num(46.444, 2), Cell::flag(true)});
-  BOOST_TEST(render({t}, Format::kMarkdown) == "| Model | MFU | Activation Checkpointing |\n| --- | --- | --- |\n| 7b | 46.44 | True |\n");
+  BOOST_TEST(render({t}, Format::kMarkdown) ==
+             "| Model | MFU | Activation Checkpointing |\n| --- | --- | --- |\n| 7b | 46.44 | True |\n");
   BOOST_TEST(render({t}, Format::kCsv) == "Model,MFU,Activation Checkpointing\n7b,46.44,True\n");
   BOOST_TEST(contains(render({t}, Format::kJson), "\"MFU\": 46.44"));
   BOOST_TEST(contains(error_of([] { Cell::num(std::nan(""), 2); }), "non-finite"));
@@ -457,10 +482,15 @@ BOOST_AUTO_TEST_CASE(measured_tables_read_every_kind_of_checkpointing) {
     row.replace(row.find("| False |"), 9, "| " + cell + " |");
     return parse_measured_table(kHeader + row, "t.md").rows.at(0).checkpointing;
   };
-  for (const auto& [cell, kind] : std::vector<std::pair<std::string, Checkpointing>>{
-           {"True", Checkpointing::kFull},      {"False", Checkpointing::kNone},     {"true", Checkpointing::kFull},
-           {"0", Checkpointing::kNone},         {"none", Checkpointing::kNone},      {"selective", Checkpointing::kSelective},
-           {"Selective", Checkpointing::kSelective}, {"full", Checkpointing::kFull}}) {
+  for (const auto& [cell, kind] :
+       std::vector<std::pair<std::string, Checkpointing>>{{"True", Checkpointing::kFull},
+                                                          {"False", Checkpointing::kNone},
+                                                          {"true", Checkpointing::kFull},
+                                                          {"0", Checkpointing::kNone},
+                                                          {"none", Checkpointing::kNone},
+                                                          {"selective", Checkpointing::kSelective},
+                                                          {"Selective", Checkpointing::kSelective},
+                                                          {"full", Checkpointing::kFull}}) {
     BOOST_TEST_CONTEXT(cell) { BOOST_TEST((kind_of(cell) == kind)); }
   }
   for (Checkpointing c : kAllCheckpointings) {

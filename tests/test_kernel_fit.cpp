@@ -159,12 +159,13 @@ BOOST_AUTO_TEST_CASE(a_fit_recovers_known_kernel_parameters_from_timings_with_no
   // Formats without GEMMs and system-level parameters are not touched.
   BOOST_TEST(fitted("gemm_fp8_flops_per_s") == start.gemm_flops_per_s(DType::kFp8));
   BOOST_TEST(fitted("compute_clock_ratio") == start.compute_clock_ratio);
-  for (const auto& f : fit.fitted) BOOST_TEST_CONTEXT(f.param->name) { BOOST_TEST((f.param->level == ParamLevel::kKernel)); }
+  for (const auto& f : fit.fitted) BOOST_TEST_CONTEXT(f.param->name) {
+      BOOST_TEST((f.param->level == ParamLevel::kKernel));
+    }
 
   // Held out: the fit predicts shapes it did not see within about the noise.
   BOOST_TEST_REQUIRE(fit.errors.size() == 3u);
-  for (const GroupErrors& e : fit.errors)
-    BOOST_TEST_CONTEXT(to_string(e.group)) {
+  for (const GroupErrors& e : fit.errors) BOOST_TEST_CONTEXT(to_string(e.group)) {
       BOOST_TEST(e.held_out > 0);
       BOOST_TEST(e.held_out_median < kHeldOutMedianMax);
     }
@@ -297,7 +298,8 @@ BOOST_AUTO_TEST_CASE(the_noise_verdict_trusts_steady_timings_and_not_spread_or_d
 
 BOOST_AUTO_TEST_CASE(a_cpu_calibration_records_its_noise_verdict) {
   const fs::path out = fs::temp_directory_path() / ("tpsim_kernels_noise_" + std::to_string(::getpid()) + ".json");
-  const Run r = run(std::string("calibrate kernels --backend cpu --budget ") + TPSIM_TEST_BUDGET_S + " --out " + out.string());
+  const Run r =
+      run(std::string("calibrate kernels --backend cpu --budget ") + TPSIM_TEST_BUDGET_S + " --out " + out.string());
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
   const DeviceProfile p = load_profile(out);
   const auto& noise = p.extra.at("kernel_calibration").at("noise");
@@ -310,7 +312,8 @@ BOOST_AUTO_TEST_CASE(a_cpu_calibration_records_its_noise_verdict) {
   BOOST_TEST(noise.at("reference").at("end").at("median_s").get<double>() > 0);
   BOOST_TEST(std::isfinite(noise.at("reference").at("drift").get<double>()));
   // A warning line on stderr exactly when the verdict is noisy.
-  BOOST_TEST((r.err.find("tpsim: warning: calibrate kernels: measurements too noisy to trust") != std::string::npos) == noisy);
+  BOOST_TEST((r.err.find("tpsim: warning: calibrate kernels: measurements too noisy to trust") != std::string::npos) ==
+             noisy);
   BOOST_TEST(r.err.find(noisy ? ": too noisy to trust\n" : ": trusted\n") != std::string::npos);
   // The format the CPU backend runs has a rate: fitted, or the base's when too few of its GEMMs fit in
   // the budget (it was once set to 0, "unsupported", and replay then predicted non-finite times).

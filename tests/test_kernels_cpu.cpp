@@ -26,13 +26,13 @@ namespace {
 // kernel. fp32 has a unit roundoff of 6e-8; the bounds leave room for the accumulation order
 // (blocked GEMM, per-thread partial sums, the online softmax) but not for a wrong formula.
 constexpr double kGemmRelTol = 1e-5;
-constexpr double kAttentionRelTol = 1e-4;      // online softmax rescaling, fp32 exp
-constexpr double kNormRelTol = 1e-5;           // row statistics in fp32, two passes
-constexpr double kNormBackwardRelTol = 1e-4;   // dw, db: column sums over the rows
-constexpr double kElementwiseRelTol = 1e-5;    // Eigen's vectorised tanh and exp
-constexpr double kReductionRelTol = 1e-5;      // fp32 sums over rows or chunks
-constexpr double kOptimizerRelTol = 1e-4;      // the AdamW step itself, taken from p' - p
-constexpr double kExact = 0.0;                 // copies, gathers, products, ReLU and bf16 conversions
+constexpr double kAttentionRelTol = 1e-4;     // online softmax rescaling, fp32 exp
+constexpr double kNormRelTol = 1e-5;          // row statistics in fp32, two passes
+constexpr double kNormBackwardRelTol = 1e-4;  // dw, db: column sums over the rows
+constexpr double kElementwiseRelTol = 1e-5;   // Eigen's vectorised tanh and exp
+constexpr double kReductionRelTol = 1e-5;     // fp32 sums over rows or chunks
+constexpr double kOptimizerRelTol = 1e-4;     // the AdamW step itself, taken from p' - p
+constexpr double kExact = 0.0;                // copies, gathers, products, ReLU and bf16 conversions
 
 // The tiny model of the brief: d_model 64, 4 heads, 2 layers, vocabulary 512.
 const ModelConfig kTiny{.name = "t", .d_model = 64, .n_heads = 4, .n_layers = 2, .vocab_size = 512, .moe = {}};
@@ -142,10 +142,10 @@ BOOST_AUTO_TEST_CASE(every_op_of_a_tiny_fp32_step_matches_the_reference) {
     }
   }
   BOOST_TEST(kinds.size() == 4u);  // GEMM, attention forward and backward, memory-bound
-  for (MemKind m : {MemKind::kLayerNorm, MemKind::kLayerNormBackward, MemKind::kGelu, MemKind::kGeluBackward,
-                    MemKind::kAdd, MemKind::kBiasGrad, MemKind::kCrossEntropy, MemKind::kCrossEntropyBackward,
-                    MemKind::kEmbedding, MemKind::kEmbeddingBackward, MemKind::kCast, MemKind::kGradNorm,
-                    MemKind::kScale, MemKind::kAdamW})
+  for (MemKind m :
+       {MemKind::kLayerNorm, MemKind::kLayerNormBackward, MemKind::kGelu, MemKind::kGeluBackward, MemKind::kAdd,
+        MemKind::kBiasGrad, MemKind::kCrossEntropy, MemKind::kCrossEntropyBackward, MemKind::kEmbedding,
+        MemKind::kEmbeddingBackward, MemKind::kCast, MemKind::kGradNorm, MemKind::kScale, MemKind::kAdamW})
     BOOST_TEST(mems.count(m) == 1u, "memory-bound kind " << static_cast<int>(m) << " was not checked");
 }
 
@@ -165,8 +165,10 @@ BOOST_AUTO_TEST_CASE(every_op_of_a_tiny_fp32_llama_and_mixtral_step_matches_the_
   for (const ModelConfig* m : {&llama, &mixtral, &relu}) {
     for (int part = 0; part < kStepParts; ++part) {
       for (const Op& op : step_ops(Precision::kFp32, 2, 32, part, *m)) {
-        BOOST_TEST_CONTEXT("model " << (m == &llama ? "llama" : m == &mixtral ? "mixtral" : "relu") << " op "
-                                    << op.name) {
+        BOOST_TEST_CONTEXT("model " << (m == &llama     ? "llama"
+                                        : m == &mixtral ? "mixtral"
+                                                        : "relu")
+                                    << " op " << op.name) {
           if (op.kind == OpKind::kGemm && op.batch > 1) {
             BOOST_TEST(test::contains(backend->unsupported(op), "grouped GEMM"));
             ++grouped;
@@ -350,12 +352,12 @@ BOOST_AUTO_TEST_CASE(a_sequence_takes_about_the_sum_of_its_ops) {
     BOOST_TEST_REQUIRE(st.total_median_s > 0);
     within = st.total_median_s <= kSequenceFactor * p90_s && st.total_median_s >= p10_s / kSequenceFactor;
     BOOST_TEST_MESSAGE("sequence of " << list.size() << " ops: " << st.total_median_s * 1e3 << " ms end to end; "
-                                      << "ops summed: " << p10_s * 1e3 << " (p10), " << median_s * 1e3
-                                      << " (median), " << p90_s * 1e3 << " ms (p90)");
+                                      << "ops summed: " << p10_s * 1e3 << " (p10), " << median_s * 1e3 << " (median), "
+                                      << p90_s * 1e3 << " ms (p90)");
   }
   BOOST_TEST(within, "the sequence's median is outside [sum of p10 / " << kSequenceFactor << ", " << kSequenceFactor
-                                                                      << " x sum of p90] in " << kAttempts
-                                                                      << " attempts");
+                                                                       << " x sum of p90] in " << kAttempts
+                                                                       << " attempts");
 }
 
 BOOST_AUTO_TEST_CASE(a_sequence_times_each_op_inside_it_and_can_skip_the_ops_alone) {
@@ -392,8 +394,8 @@ BOOST_AUTO_TEST_CASE(a_sequence_times_each_op_inside_it_and_can_skip_the_ops_alo
     BOOST_TEST_MESSAGE("ops inside the sequence: " << sum_s * 1e3 << " ms summed, " << st.total_median_s * 1e3
                                                    << " ms the whole");
   }
-  BOOST_TEST(within, "the ops' medians inside the sequence did not add up to the whole within 25% in "
-                         << kAttempts << " attempts");
+  BOOST_TEST(within, "the ops' medians inside the sequence did not add up to the whole within 25% in " << kAttempts
+                                                                                                       << " attempts");
 }
 
 // A figure of the caches: in the Release build only. Under AddressSanitizer every load and store of
@@ -549,8 +551,8 @@ BOOST_AUTO_TEST_CASE(causal_softmax_rows_sum_to_one_over_their_first_i_plus_1_en
     // The masked entries (j > i) are never read: NaN and infinities there change nothing.
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = r % n + 1; j < n; ++j)
-        x[static_cast<size_t>(r * n + j)] = j % 2 ? std::numeric_limits<float>::quiet_NaN()
-                                                  : std::numeric_limits<float>::infinity();
+        x[static_cast<size_t>(r * n + j)] =
+            j % 2 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
     cpu::causal_softmax_cpu(m, n, x.data(), y.data());
     causal_softmax_reference(m, n, x, want);
     BOOST_TEST_CONTEXT("m " << m << " n " << n) {

@@ -35,7 +35,8 @@ namespace {
 // ---- host: cuBLASLt's view of our GEMMs ----
 
 // D = op(A) op(B) in column-major storage, exactly as cuBLASLt reads the descriptors.
-std::vector<float> column_major_gemm(const gpu::LtProblem& p, const std::vector<float>& a, const std::vector<float>& b) {
+std::vector<float> column_major_gemm(const gpu::LtProblem& p, const std::vector<float>& a,
+                                     const std::vector<float>& b) {
   auto at = [](const gpu::LtOperand& o, const std::vector<float>& x, int64_t i, int64_t j) {
     // Element (i, j) of op(X): X stored column-major rows x cols with leading dimension ld.
     return o.transposed ? x[static_cast<size_t>(j + i * o.ld)] : x[static_cast<size_t>(i + j * o.ld)];
@@ -112,7 +113,7 @@ double tolerance(const Op& op) {
   }
   switch (op.dtype) {
     case DType::kFp32: return op.kind == OpKind::kMemoryBound ? 1e-5 : 1e-4;
-    case DType::kTf32: return 1e-2;   // 10-bit mantissas in the products
+    case DType::kTf32: return 1e-2;  // 10-bit mantissas in the products
     case DType::kFp16: return 4e-3;
     case DType::kBf16: return 1.6e-2;
     case DType::kFp8: return 1.6e-2;  // exact e4m3 inputs, bf16 output
@@ -166,8 +167,8 @@ std::vector<Op> gemm_variants() {
 std::vector<Op> attention_variants() {
   std::vector<Op> v;
   for (Precision p : {Precision::kAmpBf16, Precision::kAmpFp16})
-    for (const auto& [heads, head_dim, seq] : {std::tuple{2, 16, 70}, std::tuple{2, 64, 131}, std::tuple{1, 100, 150},
-                                               std::tuple{1, 128, 200}}) {
+    for (const auto& [heads, head_dim, seq] :
+         {std::tuple{2, 16, 70}, std::tuple{2, 64, 131}, std::tuple{1, 100, 150}, std::tuple{1, 128, 200}}) {
       BlockShape s;
       s.batch = 2;
       s.seq = seq;
@@ -320,8 +321,8 @@ BOOST_AUTO_TEST_CASE(fp8_forward_layout_is_the_tn_layout_cublaslt_requires) {
 BOOST_AUTO_TEST_CASE(bf16_rounding_of_the_device_code_matches_the_reference) {
   std::vector<float> x = random_values(4096, 5);
   for (float s : {1e-3f, 3.0f, 1e30f}) x.push_back(s * 1.00390625f);  // ties and near-ties
-  x.push_back(from_bits(0x3f808000u));  // exactly halfway, even below: rounds down
-  x.push_back(from_bits(0x3f818000u));  // exactly halfway, odd below: rounds up
+  x.push_back(from_bits(0x3f808000u));                                // exactly halfway, even below: rounds down
+  x.push_back(from_bits(0x3f818000u));                                // exactly halfway, odd below: rounds up
   x.push_back(std::numeric_limits<float>::infinity());
   x.push_back(-0.0f);
   std::vector<uint16_t> want(x.size());
@@ -338,7 +339,7 @@ BOOST_AUTO_TEST_CASE(e4m3_encoding_rounds_to_nearest_even_and_saturates) {
     BOOST_TEST(gpu::float_to_e4m3(gpu::e4m3_to_float(static_cast<uint8_t>(c))) == c, "code " << c);
   }
   BOOST_TEST(gpu::float_to_e4m3(-0.0f) == 0x80);
-  BOOST_TEST(gpu::e4m3_to_float(0x7e) == 448.0f);      // largest finite
+  BOOST_TEST(gpu::e4m3_to_float(0x7e) == 448.0f);        // largest finite
   BOOST_TEST(gpu::e4m3_to_float(0x01) == 0.001953125f);  // smallest subnormal, 2^-9
   BOOST_TEST(gpu::e4m3_to_float(0x08) == 0.015625f);     // smallest normal, 2^-6
   // Between neighbours: below the midpoint down, above it up, at it to the even code.
@@ -377,10 +378,8 @@ BOOST_AUTO_TEST_CASE(a_missing_gpu_backend_or_device_is_a_clear_error) {
     }
     BOOST_TEST_MESSAGE(name << ": " << d.why_not);
     BOOST_TEST(d.why_not.find('\n') == std::string::npos);
-    if (backend_built(kind))
-      BOOST_TEST(d.why_not.rfind("no " + name + " device", 0) == 0u, d.why_not);
-    else
-      BOOST_TEST(d.why_not.find("this build has no " + name + " backend") != std::string::npos, d.why_not);
+    if (backend_built(kind)) BOOST_TEST(d.why_not.rfind("no " + name + " device", 0) == 0u, d.why_not);
+    else BOOST_TEST(d.why_not.find("this build has no " + name + " backend") != std::string::npos, d.why_not);
   }
 }
 

@@ -70,7 +70,7 @@ BOOST_AUTO_TEST_CASE(the_general_form_reads_every_new_column) {
   BOOST_TEST(r.step_time_measured());
   BOOST_TEST(r.measured_step_s == 5.5);
   BOOST_TEST(r.tokens_per_s == 512.0 * 4096 / 5.5, boost::test_tools::tolerance(1e-12));
-  BOOST_TEST(!r.architecture);  // `7b` names a catalogue model
+  BOOST_TEST(!r.architecture);                  // `7b` names a catalogue model
   BOOST_TEST(r.cells.back().first == "Notes");  // an unknown column is kept, for echoing
   BOOST_TEST(r.cells.back().second == "run 12");
   const TrainConfig cfg = r.config();
@@ -80,7 +80,8 @@ BOOST_AUTO_TEST_CASE(the_general_form_reads_every_new_column) {
 }
 
 BOOST_AUTO_TEST_CASE(the_moe_a2a_overlap_column_is_megatron_cores_combined_1f1b) {
-  const std::string header = replaced(replaced(kHeader, "| Notes |", "| MoE A2A Overlap | Notes |"), "| --- |\n", "| --- | --- |\n");
+  const std::string header =
+      replaced(replaced(kHeader, "| Notes |", "| MoE A2A Overlap | Notes |"), "| --- |\n", "| --- | --- |\n");
   const MeasuredTable t =
       parse_measured_table(header + replaced(kRow, "| run 12 |", "| True | run 12 |"), "g.md", on_device("h100_80gb"));
   BOOST_TEST(t.rows.at(0).parallel.moe_a2a_overlap);
@@ -102,14 +103,17 @@ BOOST_AUTO_TEST_CASE(absent_columns_take_the_defaults_and_the_commands_framework
   BOOST_TEST((composer.parallel == Parallelism{}));
   BOOST_TEST(!composer.step_time_measured());
   BOOST_TEST((composer.config().parallel == Parallelism{}));
-  const MeasuredRow megatron = parse_measured_table(header + row, "f.md", on_device("", Framework::kMegatron)).rows.at(0);
+  const MeasuredRow megatron =
+      parse_measured_table(header + row, "f.md", on_device("", Framework::kMegatron)).rows.at(0);
   BOOST_TEST((megatron.parallel.framework == Framework::kMegatron));
   BOOST_TEST((megatron.sharding == Sharding::kFullShard));  // as the table says
   // A Framework column overrides the command's.
-  const std::string with_fw = replaced(replaced(header, "| Activation Checkpointing |", "| Activation Checkpointing | Framework |"),
-                                       "| - |\n", "| - | - |\n");
+  const std::string with_fw =
+      replaced(replaced(header, "| Activation Checkpointing |", "| Activation Checkpointing | Framework |"), "| - |\n",
+               "| - | - |\n");
   const MeasuredRow titan = parse_measured_table(with_fw + replaced(row, "True |", "True | torchtitan |"), "f.md",
-                                                 on_device("", Framework::kMegatron)).rows.at(0);
+                                                 on_device("", Framework::kMegatron))
+                                .rows.at(0);
   BOOST_TEST((titan.parallel.framework == Framework::kTorchtitan));
 }
 
@@ -130,7 +134,8 @@ BOOST_AUTO_TEST_CASE(bad_cells_name_the_file_line_and_column) {
            {"| 5.5 |", "| slow |", "column 'Step Time (s)' must be a number"},
            {"| 5.5 |", "| 0 |", "'Step Time (s)' must be positive"},
            {"| 5.5 |", "| nan |", "column 'Step Time (s)' must be finite"},
-           {"| 64 | 1 |", "| 40 | 1 |", "# GPUs 40 is not a multiple of tensor x context x pipeline parallel 4 x 2 x 2"}}) {
+           {"| 64 | 1 |", "| 40 | 1 |",
+            "# GPUs 40 is not a multiple of tensor x context x pipeline parallel 4 x 2 x 2"}}) {
     BOOST_TEST_CONTEXT(to) {
       // Copies: clang 14 does not let a lambda capture structured bindings.
       const std::string row = replaced(kRow, from, to);
@@ -167,20 +172,21 @@ BOOST_AUTO_TEST_CASE(a_row_needs_throughput_or_step_time) {
   // Both columns, both cells empty on the row.
   const std::string both = replaced(kHeader, "| Step Time (s) |", "| Step Time (s) | Throughput (T/s) |");
   const std::string sep = replaced(both, "| --- |\n", "| --- | --- |\n");
-  const std::string e = error_of([&] {
-    parse_measured_table(sep + replaced(kRow, "| 5.5 |", "|  |  |"), "g.md", on_device("h100_80gb"));
-  });
+  const std::string e = error_of(
+      [&] { parse_measured_table(sep + replaced(kRow, "| 5.5 |", "|  |  |"), "g.md", on_device("h100_80gb")); });
   BOOST_TEST(contains(e, "g.md:3: neither 'Throughput (T/s)' nor 'Step Time (s)' is given"), e);
   // Throughput, when given, is what the row measured.
-  const MeasuredRow r = parse_measured_table(sep + replaced(kRow, "| 5.5 |", "| 5.5 | 381300 |"), "g.md",
-                                             on_device("h100_80gb")).rows.at(0);
+  const MeasuredRow r =
+      parse_measured_table(sep + replaced(kRow, "| 5.5 |", "| 5.5 | 381300 |"), "g.md", on_device("h100_80gb"))
+          .rows.at(0);
   BOOST_TEST(!r.step_time_measured());
   BOOST_TEST(r.tokens_per_s == 381300.0);
 }
 
 BOOST_AUTO_TEST_CASE(a_table_without_a_gpu_column_needs_device_and_composer_rows_need_fsdps_columns) {
-  BOOST_TEST(contains(error_of([&] { parse_measured_table(kHeader + kRow, "g.md"); }),
-                      "g.md:1: required column 'GPU' is missing (a table in the general form may leave it to --device)"));
+  BOOST_TEST(
+      contains(error_of([&] { parse_measured_table(kHeader + kRow, "g.md"); }),
+               "g.md:1: required column 'GPU' is missing (a table in the general form may leave it to --device)"));
   // llm-foundry's tables always name the GPU: one without it is broken, --device or not.
   const std::string foundry =
       "| Model | SeqLen (T) | # GPUs | MicroBatchSize | GlobalBatchSize | Throughput (T/s) | Precision | MP Mode | "
@@ -211,7 +217,7 @@ BOOST_AUTO_TEST_CASE(vtrains_table_is_read_as_it_is) {
   BOOST_TEST(r.config().data_parallel() == 2);
   BOOST_TEST(!r.parallel.sequence_parallel);
   BOOST_TEST(!r.parallel.distributed_optimizer);
-  BOOST_TEST(!r.parallel.overlap_grad_reduce);  // no DDP gradient bucketing
+  BOOST_TEST(!r.parallel.overlap_grad_reduce);     // no DDP gradient bucketing
   BOOST_TEST(r.parallel.pipeline_scatter_gather);  // Megatron-DeepSpeed's default
   BOOST_TEST((r.checkpointing == Checkpointing::kFull));
   BOOST_TEST((r.precision == Precision::kAmpFp16));
@@ -243,13 +249,17 @@ BOOST_AUTO_TEST_CASE(vtrains_gpu_count_must_be_the_product_of_its_degrees) {
                          on_device("a100_80gb"));
   });
   BOOST_TEST(contains(e, "v.csv:3: '# GPUs' 8 is not tensor x pipeline x data parallelism 2 x 2 x 1"), e);
-  BOOST_TEST(contains(error_of([&] { parse_measured_table(header + "2,16,8,1024,16,24,1024,1,1,2,x\n", "v.csv",
-                                                          on_device("a100_80gb")); }),
+  BOOST_TEST(contains(error_of([&] {
+                        parse_measured_table(header + "2,16,8,1024,16,24,1024,1,1,2,x\n", "v.csv",
+                                             on_device("a100_80gb"));
+                      }),
                       "v.csv:2: column 'iteration time (ms)' must be a number"));
   // A header with vTrain's measured column but not all of its others.
   const std::string partial = replaced(header, "hidden size", "hidden");
-  BOOST_TEST(contains(error_of([&] { parse_measured_table(partial + "2,16,8,1024,16,24,1024,1,1,2,1\n", "v.csv",
-                                                          on_device("a100_80gb")); }),
+  BOOST_TEST(contains(error_of([&] {
+                        parse_measured_table(partial + "2,16,8,1024,16,24,1024,1,1,2,1\n", "v.csv",
+                                             on_device("a100_80gb"));
+                      }),
                       "v.csv:1: required column 'hidden size' is missing (of vTrain's table)"));
 }
 
@@ -261,7 +271,8 @@ BOOST_AUTO_TEST_CASE(vtrains_multi_node_table_states_each_models_size) {
   const std::string header =
       "Parameters (billion),# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
       "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n";
-  const std::string rows = "3.6,64,512,8,3072,32,30,2048,1,64,1,3566.5\n175,512,1536,2,12288,96,96,2048,8,8,8,55109.6\n";
+  const std::string rows =
+      "3.6,64,512,8,3072,32,30,2048,1,64,1,3566.5\n175,512,1536,2,12288,96,96,2048,8,8,8,55109.6\n";
   const MeasuredTable t = parse_measured_table(header + rows, "m.csv", on_device("a100_80gb"));
   BOOST_TEST_REQUIRE(t.rows.size() == 2u);
   BOOST_TEST(parameter_count(*t.rows[0].architecture, 2048) == 3559271424);
@@ -269,14 +280,13 @@ BOOST_AUTO_TEST_CASE(vtrains_multi_node_table_states_each_models_size) {
   BOOST_TEST(t.rows[1].parallel.pipeline == 8);
   BOOST_TEST(t.rows[1].measured_step_s == 55.1096, boost::test_tools::tolerance(1e-12));
   // Another size is another model than the one tpsim would cost: an error naming the row.
-  const std::string e = error_of([&] {
-    parse_measured_table(header + replaced(rows, "3.6,64", "3.7,64"), "m.csv", on_device("a100_80gb"));
-  });
+  const std::string e = error_of(
+      [&] { parse_measured_table(header + replaced(rows, "3.6,64", "3.7,64"), "m.csv", on_device("a100_80gb")); });
   BOOST_TEST(contains(e, "m.csv:2: 'Parameters (billion)' is 3.7 but the GPT model of this row's hidden size"), e);
   BOOST_TEST(contains(e, "has 3.559 billion"), e);
   // The shipped copy of the whole table reads, every row's size agreeing.
-  const MeasuredTable shipped = read_measured_table(std::string(TPSIM_DATA) + "/measured/vtrain_multi_node.csv",
-                                                    on_device("a100_80gb"));
+  const MeasuredTable shipped =
+      read_measured_table(std::string(TPSIM_DATA) + "/measured/vtrain_multi_node.csv", on_device("a100_80gb"));
   BOOST_TEST(shipped.rows.size() == 109u);
 }
 
@@ -379,7 +389,8 @@ BOOST_AUTO_TEST_CASE(validate_prints_vtrains_columns_then_the_predictions) {
       "Predicted Throughput (T/s),Predicted MFU,Predicted HFU,Predicted Memory (GiB),Error (%),"
       "Predicted Throughput Low (T/s),Predicted Throughput High (T/s),Held Out,Doublings Beyond Fitted,"
       "Predicted Step Time (s)";
-  const Run r = tpsim::testing::run_tpsim("validate " + kVtrain + " --device a100_80gb --framework megatron --format csv");
+  const Run r =
+      tpsim::testing::run_tpsim("validate " + kVtrain + " --device a100_80gb --framework megatron --format csv");
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
   BOOST_TEST(first_line(r.out) == vtrain_columns + "," + predictions);
   BOOST_TEST(count_lines(r.out) == 5);
@@ -404,7 +415,8 @@ BOOST_AUTO_TEST_CASE(validate_prints_vtrains_columns_then_the_predictions) {
 }
 
 BOOST_AUTO_TEST_CASE(the_attention_column_costs_megatrons_core_attention) {
-  const std::string header = replaced(replaced(kHeader, "| Recompute |", "| Recompute | Attention |"), "| --- |\n", "| --- | --- |\n");
+  const std::string header =
+      replaced(replaced(kHeader, "| Recompute |", "| Recompute | Attention |"), "| --- |\n", "| --- | --- |\n");
   const auto read = [&](const std::string& cell) {
     return parse_measured_table(header + replaced(kRow, "| selective |", "| selective | " + cell + " |"), "g.md",
                                 on_device("h100_80gb"));
@@ -503,7 +515,8 @@ BOOST_AUTO_TEST_CASE(skip_refused_predicts_the_rest_and_names_each_refused_row) 
     std::string line;
     for (int n = 1; std::getline(in, line); ++n) {
       if (n == 5) {
-        const std::string from = ",32,1,16,", to = ",32,2,16,";  // Expert Parallel, Expert Tensor Parallel, Data Parallel
+        const std::string from = ",32,1,16,",
+                          to = ",32,2,16,";  // Expert Parallel, Expert Tensor Parallel, Data Parallel
         BOOST_TEST_REQUIRE(contains(line, "qwen3-235b-a22b"));
         BOOST_TEST_REQUIRE(contains(line, from));
         line.replace(line.find(from), from.size(), to);

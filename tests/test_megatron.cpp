@@ -28,7 +28,10 @@ ModelConfig gpt_1024() {
 }
 
 TrainConfig megatron(int64_t gpus, int64_t tp, int64_t pp, int64_t global_batch, int64_t micro_batch) {
-  TrainConfig c{.seq_len = 1024, .global_batch = global_batch, .micro_batch = micro_batch, .n_gpus = gpus,
+  TrainConfig c{.seq_len = 1024,
+                .global_batch = global_batch,
+                .micro_batch = micro_batch,
+                .n_gpus = gpus,
                 .precision = Precision::kAmpFp16};
   c.parallel.framework = Framework::kMegatron;
   c.parallel.tensor = tp;
@@ -59,10 +62,10 @@ BOOST_AUTO_TEST_CASE(tensor_parallelism_divides_every_flop_of_a_block) {
   const BlockShape full = block_shape(gpt_1024(), 2, 1024, Precision::kAmpBf16);
   for (int64_t tp : {2, 4, 8}) {
     const BlockShape part = tensor_parallel_shape(full, tp, false, megatron_padded_vocab(50257, tp));
-    BOOST_TEST(flops_of(block_forward_ops, part) * static_cast<double>(tp) ==
-               flops_of(block_forward_ops, full), tt::tolerance(1e-12));
-    BOOST_TEST(flops_of(block_backward_ops, part) * static_cast<double>(tp) ==
-               flops_of(block_backward_ops, full), tt::tolerance(1e-12));
+    BOOST_TEST(flops_of(block_forward_ops, part) * static_cast<double>(tp) == flops_of(block_forward_ops, full),
+               tt::tolerance(1e-12));
+    BOOST_TEST(flops_of(block_backward_ops, part) * static_cast<double>(tp) == flops_of(block_backward_ops, full),
+               tt::tolerance(1e-12));
   }
 }
 
@@ -86,8 +89,8 @@ BOOST_AUTO_TEST_CASE(activations_follow_korthikanti_with_and_without_sequence_pa
   const BlockShape full = block_shape(gpt_1024(), 2, 1024, Precision::kAmpBf16);
   const double sbh = 2.0 * 1024.0 * 1024.0;
   const double tokens = 2.0 * 1024.0;
-  const double stats = 2.0 * tokens * 8.0;            // two LayerNorms' mean and rstd
-  const double lse = 2.0 * 16.0 * 1024.0 * 4.0;       // log-sum-exp per head and row
+  const double stats = 2.0 * tokens * 8.0;       // two LayerNorms' mean and rstd
+  const double lse = 2.0 * 16.0 * 1024.0 * 4.0;  // log-sum-exp per head and row
   BOOST_TEST(saved_of(full) == sbh * 32.0 + stats + lse, tt::tolerance(1e-12));
   for (int64_t t : {2, 4, 8}) {
     const double td = static_cast<double>(t);
@@ -197,7 +200,8 @@ BOOST_AUTO_TEST_CASE(legacy_scatter_gather_sends_a_tp_th_of_the_activations_and_
   BOOST_TEST(ev.predict(cfg).step_s < plain);
   cfg.parallel = {};
   cfg.parallel.pipeline_scatter_gather = true;
-  BOOST_TEST(contains(check_config(m, f.device, f.profile.params, cfg), "--pipeline-scatter-gather is Megatron-LM's option"));
+  BOOST_TEST(
+      contains(check_config(m, f.device, f.profile.params, cfg), "--pipeline-scatter-gather is Megatron-LM's option"));
 }
 
 BOOST_FIXTURE_TEST_CASE(memory_of_a_stage_is_its_parameters_and_in_flight_activations, Fixture) {
@@ -242,8 +246,8 @@ BOOST_FIXTURE_TEST_CASE(more_pipeline_stages_add_bubble_and_tensor_parallelism_a
   BOOST_TEST(split.time.exposed_comm_s > one.time.exposed_comm_s);
   for (const Prediction* p : {&one, &piped, &split}) {
     const StepBreakdown& b = p->time;
-    const double parts = b.gemm_s + b.attention_s + b.other_compute_s + b.exposed_comm_s + b.optimizer_s + b.overhead_s +
-                         b.pipeline_bubble_s;
+    const double parts = b.gemm_s + b.attention_s + b.other_compute_s + b.exposed_comm_s + b.optimizer_s +
+                         b.overhead_s + b.pipeline_bubble_s;
     BOOST_TEST(parts == p->step_s, tt::tolerance(1e-6));
     BOOST_TEST(std::isfinite(p->mfu));
   }
@@ -308,8 +312,8 @@ BOOST_AUTO_TEST_CASE(unfused_attention_keeps_korthikantis_score_terms) {
   const double b = 2, seq = 1024, h = 1024, heads = 16, dh = 64;
   const double sbh = seq * b * h, stats = 2.0 * b * seq * 8.0;
   BOOST_TEST(saved_of(s) == 32.0 * sbh + 5.0 * heads * seq * seq * b + stats, tt::tolerance(1e-12));
-  BOOST_TEST(flops_of(block_forward_ops, s) - flops_of(block_forward_ops, flash) ==
-             2.0 * b * heads * seq * seq * dh, tt::tolerance(1e-12));
+  BOOST_TEST(flops_of(block_forward_ops, s) - flops_of(block_forward_ops, flash) == 2.0 * b * heads * seq * seq * dh,
+             tt::tolerance(1e-12));
   // Selective checkpointing stops keeping exactly the score terms.
   BOOST_TEST(attention_only_saved_bytes(s) == 5.0 * heads * seq * seq * b, tt::tolerance(1e-12));
   // Without dropout only the softmax output is kept of them.
@@ -441,16 +445,20 @@ BOOST_FIXTURE_TEST_CASE(context_parallelism_halves_activations_and_reduces_over_
   const TrainConfig cp2 = with_cp_ep(c, 2, 1);
   const Prediction p2 = predict(m, device, profile.params, cp2);
   const CostModel cost(device, profile.params);
-  const RingAttention r = ring_attention(cost, rank_shape(m, cp2, megatron_padded_vocab(m.vocab_size, 2)), 2,
-                                         l.cp_group);
+  const RingAttention r =
+      ring_attention(cost, rank_shape(m, cp2, megatron_padded_vocab(m.vocab_size, 2)), 2, l.cp_group);
   BOOST_TEST(p2.time.attention_s == 24.0 * 4.0 * (r.fwd_compute_s + r.bwd_compute_s), tt::tolerance(1e-9));
   const StepBreakdown& b = p2.time;
   BOOST_TEST(b.gemm_s + b.attention_s + b.other_compute_s + b.exposed_comm_s + b.optimizer_s + b.overhead_s +
-                 b.pipeline_bubble_s == p2.step_s, tt::tolerance(1e-6));
+                     b.pipeline_bubble_s ==
+                 p2.step_s,
+             tt::tolerance(1e-6));
 }
 
 BOOST_FIXTURE_TEST_CASE(context_and_expert_layouts_that_cannot_run_are_one_line_errors, Fixture) {
-  const auto why = [&](const ModelConfig& m, const TrainConfig& c) { return check_config(m, device, profile.params, c); };
+  const auto why = [&](const ModelConfig& m, const TrainConfig& c) {
+    return check_config(m, device, profile.params, c);
+  };
   TrainConfig c = megatron(8, 2, 1, 8, 1);
   c.seq_len = 1000;  // 1000 = 8 x 125: cp 4 divides it, 2cp = 8 chunks too; cp 8 needs 16 chunks
   c.n_gpus = 16;
@@ -458,7 +466,8 @@ BOOST_FIXTURE_TEST_CASE(context_and_expert_layouts_that_cannot_run_are_one_line_
   BOOST_TEST(why(gpt_1024(), with_cp_ep(c, 4, 1)).empty());
   c.n_gpus = 32;
   c.global_batch = 32;
-  BOOST_TEST(contains(why(gpt_1024(), with_cp_ep(c, 8, 1)), "context parallel 8 does not split the sequence length 1000 into 16 equal chunks"));
+  BOOST_TEST(contains(why(gpt_1024(), with_cp_ep(c, 8, 1)),
+                      "context parallel 8 does not split the sequence length 1000 into 16 equal chunks"));
   c = megatron(8, 2, 1, 8, 1);
   ModelConfig unfused = gpt_1024();
   unfused.unfused_attention = true;
@@ -469,7 +478,8 @@ BOOST_FIXTURE_TEST_CASE(context_and_expert_layouts_that_cannot_run_are_one_line_
   BOOST_TEST(contains(why(mixtral(), with_cp_ep(moe, 1, 3)), "expert parallel 3 does not divide the 8 experts"));
   moe = megatron(4, 1, 1, 4, 1);
   moe.precision = Precision::kAmpBf16;
-  BOOST_TEST(contains(why(mixtral(), with_cp_ep(moe, 1, 8)), "expert parallel 8 does not divide data x context parallel 4"));
+  BOOST_TEST(
+      contains(why(mixtral(), with_cp_ep(moe, 1, 8)), "expert parallel 8 does not divide data x context parallel 4"));
   moe = megatron(8, 2, 1, 8, 1);
   moe.precision = Precision::kAmpBf16;
   BOOST_TEST(contains(why(mixtral(), moe), "needs sequence parallelism (--sp)"));
@@ -506,7 +516,8 @@ BOOST_FIXTURE_TEST_CASE(expert_parallelism_splits_the_experts_and_dispatches_by_
       BOOST_TEST(l.ep_group.ranks == ep);
       BOOST_TEST(l.expert_grad_ranks() == 8 / ep);
       const double e_ep = static_cast<double>(ep);
-      const double expected_a2a = ep == 1 ? 0.0 : (e_ep - 1.0) / e_ep * moe_dispatch_bytes(s) / link + p.intra_node_latency_s;
+      const double expected_a2a =
+          ep == 1 ? 0.0 : (e_ep - 1.0) / e_ep * moe_dispatch_bytes(s) / link + p.intra_node_latency_s;
       BOOST_TEST(all_to_all_seconds(cost, moe_dispatch_bytes(s), l.ep_group) == expected_a2a, tt::tolerance(1e-12));
       // Local parameters: everything, less the (ep-1)/ep of the routed experts held elsewhere.
       const double local = total - routed + routed / e_ep;
@@ -563,7 +574,8 @@ BOOST_FIXTURE_TEST_CASE(expert_tensor_parallelism_keeps_the_experts_whole_across
   BOOST_TEST(moe_dispatch_bytes(split) == moe_dispatch_bytes(own));  // each rank's own 2048 tokens' rows
   for (auto build : {block_forward_ops, block_backward_ops})
     BOOST_TEST(flops_of(build, split) == flops_of(build, own), tt::tolerance(1e-12));
-  const ModelParallelLayout ls = model_parallel_layout(c.parallel, 8, 8), lo = model_parallel_layout(whole.parallel, 8, 8);
+  const ModelParallelLayout ls = model_parallel_layout(c.parallel, 8, 8),
+                            lo = model_parallel_layout(whole.parallel, 8, 8);
   BOOST_TEST((ls.etp_group.ranks == 2 && lo.etp_group.ranks == 1));
   BOOST_TEST((ls.expert_grad_ranks() == 1 && lo.expert_grad_ranks() == 2));
   BOOST_TEST((lo.ep_group.ranks == 4 && lo.expert_dp_group.ranks == 2));
@@ -571,9 +583,9 @@ BOOST_FIXTURE_TEST_CASE(expert_tensor_parallelism_keeps_the_experts_whole_across
   // over tp; 18 bytes each (bf16 weight, fp32 gradient and Adam state) without the distributed optimizer.
   const double routed = 32.0 * 8.0 * 3.0 * 4096.0 * 14336.0;
   MegatronEvaluator e(m, device, profile.params);
-  BOOST_TEST(e.memory(whole).sharded_state_bytes - e.memory(c).sharded_state_bytes ==
-                 18.0 * (routed / 4.0 - routed / 8.0),
-             tt::tolerance(1e-9));
+  BOOST_TEST(
+      e.memory(whole).sharded_state_bytes - e.memory(c).sharded_state_bytes == 18.0 * (routed / 4.0 - routed / 8.0),
+      tt::tolerance(1e-9));
   // The default spelled out (--etp equal to --tp) is the default, byte for byte.
   TrainConfig spelled = c;
   spelled.parallel.expert_tensor = 2;
@@ -581,12 +593,14 @@ BOOST_FIXTURE_TEST_CASE(expert_tensor_parallelism_keeps_the_experts_whole_across
   // Expert groups beyond a stage's ranks: etp 2 x ep 8 > tp 2 x dp 4.
   TrainConfig wide = c;
   wide.parallel.expert = 8;
-  BOOST_TEST(contains(check_config(m, device, profile.params, wide), "expert parallel 8 does not divide data x context parallel 4"));
+  BOOST_TEST(contains(check_config(m, device, profile.params, wide),
+                      "expert parallel 8 does not divide data x context parallel 4"));
   wide.parallel.expert_tensor = 1;
   BOOST_TEST(check_config(m, device, profile.params, wide).empty());
   wide.parallel.expert_tensor = 4;
-  BOOST_TEST(contains(check_config(m, device, profile.params, wide),
-                      "expert tensor parallel 4 x expert parallel 8 does not divide tensor x data x context parallel 8"));
+  BOOST_TEST(
+      contains(check_config(m, device, profile.params, wide),
+               "expert tensor parallel 4 x expert parallel 8 does not divide tensor x data x context parallel 8"));
   TrainConfig dense = megatron(8, 2, 1, 8, 1);
   dense.parallel.sequence_parallel = true;
   dense.parallel.expert_tensor = 1;
@@ -728,9 +742,9 @@ BOOST_AUTO_TEST_CASE(megatron_fuses_swiglu_and_keeps_only_fc1s_output) {
   OpList embed, head;
   embedding_forward_ops(fused, embed);
   head_forward_ops(fused, head);
-  BOOST_TEST(ev.memory(c).activation_bytes ==
-                 32.0 * total_saved_bytes(f) + total_saved_bytes(embed) + total_saved_bytes(head),
-             tt::tolerance(1e-12));
+  BOOST_TEST(
+      ev.memory(c).activation_bytes == 32.0 * total_saved_bytes(f) + total_saved_bytes(embed) + total_saved_bytes(head),
+      tt::tolerance(1e-12));
 }
 
 BOOST_AUTO_TEST_CASE(transformer_engine_launches_the_routed_experts_gemms_one_per_expert) {
@@ -934,7 +948,7 @@ BOOST_AUTO_TEST_CASE(the_evaluator_refuses_a_split_the_check_refuses) {
   // the evaluator stays usable for the next configuration.
   Fixture f;
   TrainConfig c = megatron(8, 1, 8, 8, 1);
-  c.parallel.virtual_stages = 4;  // 24 layers over 32 chunks
+  c.parallel.virtual_stages = 4;     // 24 layers over 32 chunks
   const ModelConfig m = gpt_1024();  // the evaluator keeps a reference
   MegatronEvaluator ev(m, f.device, f.profile.params);
   BOOST_TEST(!check_megatron_config(m, f.device, c).empty());
@@ -1007,8 +1021,10 @@ BOOST_FIXTURE_TEST_CASE(tp_comm_overlap_hides_each_collective_up_to_its_gemm, Fi
     tensor_parallel_seconds(cost, s, tp, false, td, fwd, bwd, ag, rs);
     tensor_parallel_seconds(cost, s, tp, true, td, fwd_on, bwd_on, ag, rs);
     BOOST_TEST(fwd == 2.0 * ag + 2.0 * rs, tt::tolerance(1e-12));
-    const double hidden_fwd = std::min(ag, f.qkv) + std::min(rs, f.out) + std::min(ag, f.gate + f.up) + std::min(rs, f.down);
-    const double hidden_bwd = std::min(ag, b.down) + std::min(rs, b.gate + b.up) + std::min(ag, b.out) + std::min(rs, b.qkv);
+    const double hidden_fwd =
+        std::min(ag, f.qkv) + std::min(rs, f.out) + std::min(ag, f.gate + f.up) + std::min(rs, f.down);
+    const double hidden_bwd =
+        std::min(ag, b.down) + std::min(rs, b.gate + b.up) + std::min(ag, b.out) + std::min(rs, b.qkv);
     BOOST_TEST(fwd - fwd_on == hidden_fwd, tt::tolerance(1e-9));
     BOOST_TEST(bwd - bwd_on == hidden_bwd, tt::tolerance(1e-9));
     if (link_slowdown > 1.0) BOOST_TEST(hidden_fwd == f.qkv + f.out + f.gate + f.up + f.down, tt::tolerance(1e-12));
@@ -1029,9 +1045,9 @@ BOOST_FIXTURE_TEST_CASE(tp_comm_overlap_trades_exposed_collectives_for_slower_ge
   const Prediction a = e.predict(off), b = e.predict(on);
   const BlockShape s = rank_shape(m, on, megatron_padded_vocab(m.vocab_size, 4));
   const CostModel cost(device, profile.params);
-  const UserbuffersSmCost sm = userbuffers_sm_seconds(linear_seconds(cost, block_forward_ops, s, OpPass::kForward),
-                                                      linear_seconds(cost, block_backward_ops, s, OpPass::kDataGrad),
-                                                      device.compute_units);
+  const UserbuffersSmCost sm =
+      userbuffers_sm_seconds(linear_seconds(cost, block_forward_ops, s, OpPass::kForward),
+                             linear_seconds(cost, block_backward_ops, s, OpPass::kDataGrad), device.compute_units);
   BOOST_TEST(sm.fwd_s > 0);
   BOOST_TEST(b.time.gemm_s - a.time.gemm_s == 24.0 * 4.0 * (sm.fwd_s + sm.bwd_s), tt::tolerance(1e-6));
   BOOST_TEST(b.time.exposed_comm_s < a.time.exposed_comm_s);
@@ -1107,7 +1123,9 @@ BOOST_FIXTURE_TEST_CASE(combined_1f1b_hides_all_to_alls_behind_another_micro_bat
 BOOST_FIXTURE_TEST_CASE(combined_1f1b_that_cannot_run_is_a_one_line_error, Fixture) {
   // Megatron-Core's TransformerConfig asserts: expert parallelism, no full recompute, bf16 or fp16
   // weights, and with pipeline parallelism the interleaved schedule.
-  const auto why = [&](const ModelConfig& m, const TrainConfig& c) { return check_config(m, device, profile.params, c); };
+  const auto why = [&](const ModelConfig& m, const TrainConfig& c) {
+    return check_config(m, device, profile.params, c);
+  };
   TrainConfig c = megatron(8, 1, 1, 8, 1);
   c.precision = Precision::kAmpBf16;
   c.parallel.moe_a2a_overlap = true;

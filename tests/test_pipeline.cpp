@@ -168,11 +168,11 @@ BOOST_AUTO_TEST_CASE(warmup_counts_are_megatrons) {
   BOOST_TEST(pipeline_warmup(8, 1, 4, 0) == 4);  // min(7, 4)
   BOOST_TEST(pipeline_warmup(8, 1, 4, 6) == 1);
   // Interleaved: 2 (p - s - 1) + (v - 1) p, at most m v.
-  BOOST_TEST(pipeline_warmup(4, 2, 8, 0) == 10);  // 2*3 + 1*4
-  BOOST_TEST(pipeline_warmup(4, 2, 8, 3) == 4);   // 0 + 4
-  BOOST_TEST(pipeline_warmup(4, 3, 4, 1) == 12);  // 2*2 + 2*4
-  BOOST_TEST(pipeline_warmup(2, 3, 2, 0) == 6);   // 2 + 4 = 6 = m v: every forward first
-  BOOST_TEST(pipeline_warmup(4, 4, 4, 0) == 16);  // 6 + 12 = 18, capped at m v = 16
+  BOOST_TEST(pipeline_warmup(4, 2, 8, 0) == 10);   // 2*3 + 1*4
+  BOOST_TEST(pipeline_warmup(4, 2, 8, 3) == 4);    // 0 + 4
+  BOOST_TEST(pipeline_warmup(4, 3, 4, 1) == 12);   // 2*2 + 2*4
+  BOOST_TEST(pipeline_warmup(2, 3, 2, 0) == 6);    // 2 + 4 = 6 = m v: every forward first
+  BOOST_TEST(pipeline_warmup(4, 4, 4, 0) == 16);   // 6 + 12 = 18, capped at m v = 16
   BOOST_TEST(pipeline_warmup(8, 2, 16, 5) == 12);  // 2*2 + 8
 }
 
@@ -258,7 +258,11 @@ BOOST_AUTO_TEST_CASE(matches_the_reference_on_random_stages) {
     const double spread = trial % 3 == 0 ? 0.0 : 1.0;  // a third with equal stages (ties everywhere)
     for (auto& x : fwd) x = 0.1 + spread * u(rng);
     for (auto& x : bwd) x = trial % 7 == 0 ? 0.0 : 0.2 + 2 * spread * u(rng);
-    PipelineCosts c{.stages = p, .virtual_stages = v, .micro_batches = m, .fwd_s = fwd, .bwd_s = bwd,
+    PipelineCosts c{.stages = p,
+                    .virtual_stages = v,
+                    .micro_batches = m,
+                    .fwd_s = fwd,
+                    .bwd_s = bwd,
                     .p2p_s = trial % 4 == 0 ? 0.0 : (trial % 4 == 1 ? 2.0 : 0.1) * u(rng)};
     BOOST_TEST_CONTEXT("p=" << p << " v=" << v << " m=" << m << " p2p=" << c.p2p_s) {
       const PipelineTimeline want = reference(c);
@@ -280,7 +284,8 @@ BOOST_AUTO_TEST_CASE(long_pipelines_skip_the_steady_state_exactly) {
   std::uniform_real_distribution<double> u(0.5, 1.5);
   PipelineSimulator fast, slow;
   using Shape = std::tuple<int64_t, int64_t, int64_t>;  // p, v, m
-  for (auto [p, v, m] : {Shape{8, 1, 512}, {8, 4, 512}, {16, 2, 1024}, {4, 8, 1024}, {64, 1, 1000}, {32, 3, 256}, {64, 8, 1024}}) {
+  for (auto [p, v, m] :
+       {Shape{8, 1, 512}, {8, 4, 512}, {16, 2, 1024}, {4, 8, 1024}, {64, 1, 1000}, {32, 3, 256}, {64, 8, 1024}}) {
     std::vector<double> fwd(p * v), bwd(p * v);
     for (auto& x : fwd) x = u(rng) / static_cast<double>(v);
     for (auto& x : bwd) x = 2 * u(rng) / static_cast<double>(v);
@@ -310,7 +315,8 @@ BOOST_AUTO_TEST_CASE(what_cannot_run_is_named) {
   Equal ok(4, 2, 8, 1, 2, 0);
   BOOST_TEST(check_pipeline(ok.costs).empty());
   ok.costs.fwd_s = std::span<const double>(ok.fwd).first(3);
-  BOOST_TEST(check_pipeline(ok.costs).find("one forward and one backward time per model chunk (8)") != std::string::npos);
+  BOOST_TEST(check_pipeline(ok.costs).find("one forward and one backward time per model chunk (8)") !=
+             std::string::npos);
   Equal neg(2, 1, 3, 1, 2, -1);
   BOOST_TEST(check_pipeline(neg.costs).find("send time") != std::string::npos);
   Equal zero(2, 1, 3, 1, 2, 0);
@@ -378,7 +384,7 @@ BOOST_AUTO_TEST_CASE(combined_1f1b_merges_each_steady_backward_with_the_forward_
   BOOST_TEST(t.step_s == 8 * 3.0 - 7 * 1.0, tt::tolerance(kExact));
   BOOST_TEST(t.stage_busy_s[0] == 17.0, tt::tolerance(kExact));
   BOOST_TEST(t.peak_in_flight[0] == 2);  // the merged step's forward beside the backward's micro-batch
-  c.pair_hidden_s = 1.0;  // more than a backward: it cannot take less than nothing
+  c.pair_hidden_s = 1.0;                 // more than a backward: it cannot take less than nothing
   BOOST_TEST(simulate_pipeline(c).step_s == 8 * 3.0 - 7 * 2.0, tt::tolerance(kExact));
 
   // With pipeline parallelism only interleaved, as Megatron-Core asserts.
@@ -410,8 +416,14 @@ BOOST_AUTO_TEST_CASE(combined_1f1b_merges_each_steady_backward_with_the_forward_
     for (auto& x : f) x = 0.1 + u(rng);
     for (auto& x : b) x = 0.2 + 2 * u(rng);
     for (auto& x : l) x = static_cast<int64_t>(1 + rng() % 4);
-    PipelineCosts r{.stages = p, .virtual_stages = v, .micro_batches = m, .fwd_s = f, .bwd_s = b,
-                    .p2p_s = trial % 3 == 0 ? 0.0 : 0.2 * u(rng), .combined_1f1b = true, .pair_layers = l,
+    PipelineCosts r{.stages = p,
+                    .virtual_stages = v,
+                    .micro_batches = m,
+                    .fwd_s = f,
+                    .bwd_s = b,
+                    .p2p_s = trial % 3 == 0 ? 0.0 : 0.2 * u(rng),
+                    .combined_1f1b = true,
+                    .pair_layers = l,
                     .pair_hidden_s = 0.3 * u(rng)};
     BOOST_TEST_CONTEXT("p=" << p << " v=" << v << " m=" << m) {
       const PipelineTimeline want = reference(r);

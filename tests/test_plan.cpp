@@ -22,8 +22,9 @@ const std::string kData = TPSIM_DATA;
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(plan_ranks_configurations_that_fit_by_time) {
-  const Run r = run("plan --model 30b --seq 8192 --device h100_80gb --gpus 32,64,128 --tokens 1T "
-                    "--global-batch-tokens 4Mi --price-per-gpu-hour 2.50 --top 5 --format json");
+  const Run r =
+      run("plan --model 30b --seq 8192 --device h100_80gb --gpus 32,64,128 --tokens 1T "
+          "--global-batch-tokens 4Mi --price-per-gpu-hour 2.50 --top 5 --format json");
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
   const auto j = nlohmann::json::parse(r.out)["plan"];
   BOOST_TEST_REQUIRE(j.size() == 5u);
@@ -35,7 +36,8 @@ BOOST_AUTO_TEST_CASE(plan_ranks_configurations_that_fit_by_time) {
     const double days = row["Time to Train (days)"].get<double>();
     BOOST_TEST(row["Time Low (days)"].get<double>() <= days);
     BOOST_TEST(row["Time High (days)"].get<double>() >= days);
-    BOOST_TEST(row["Cost ($)"].get<double>() == row["GPU-hours"].get<double>() * 2.5, boost::test_tools::tolerance(1e-3));
+    BOOST_TEST(row["Cost ($)"].get<double>() == row["GPU-hours"].get<double>() * 2.5,
+               boost::test_tools::tolerance(1e-3));
     BOOST_TEST(row["Headroom (GiB)"].get<double>() >= 0.0);
     // 4Mi tokens at 8192 is 512 sequences, a multiple of every GPU count asked.
     BOOST_TEST(row["GlobalBatchSize (T)"].get<int64_t>() == 4194304);
@@ -44,8 +46,9 @@ BOOST_AUTO_TEST_CASE(plan_ranks_configurations_that_fit_by_time) {
 }
 
 BOOST_AUTO_TEST_CASE(plan_says_how_the_global_batch_was_reached_and_why_choices_were_rejected) {
-  const Run r = run("plan --model 1b --seq 2048 --device a100_80gb,h100_80gb --gpus 8,1024 --global-batch-tokens 1M "
-                    "--objective cost --price-per-gpu-hour 2 --top 3 --explain --format json");
+  const Run r =
+      run("plan --model 1b --seq 2048 --device a100_80gb,h100_80gb --gpus 8,1024 --global-batch-tokens 1M "
+          "--objective cost --price-per-gpu-hour 2 --top 3 --explain --format json");
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
   const auto j = nlohmann::json::parse(r.out);
   BOOST_TEST(j.contains("plan"));
@@ -55,34 +58,38 @@ BOOST_AUTO_TEST_CASE(plan_says_how_the_global_batch_was_reached_and_why_choices_
   // whole sequence per GPU is possible.
   bool unreachable = false;
   for (const auto& row : j["rejected"])
-    if (row["# GPUs"].get<int64_t>() == 1024) unreachable = row["Reason"].get<std::string>().find("not reachable") != std::string::npos;
+    if (row["# GPUs"].get<int64_t>() == 1024)
+      unreachable = row["Reason"].get<std::string>().find("not reachable") != std::string::npos;
   BOOST_TEST(unreachable);
 }
 
 BOOST_AUTO_TEST_CASE(plan_with_a_micro_batch_plans_only_that_micro_batch) {
-  const Run r = run("plan --model 7b --seq 2048 --device h100_80gb --gpus 8,64 --global-batch-tokens 4Mi "
-                    "--micro-batch 3 --top 50 --explain --format json");
+  const Run r =
+      run("plan --model 7b --seq 2048 --device h100_80gb --gpus 8,64 --global-batch-tokens 4Mi "
+          "--micro-batch 3 --top 50 --explain --format json");
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
   const auto j = nlohmann::json::parse(r.out);
   BOOST_TEST_REQUIRE(j["plan"].size() > 0u);
   for (const auto& row : j["plan"]) BOOST_TEST(row["MicroBatchSize"].get<int64_t>() == 3);
   // Without it, plan scans every micro-batch that fits.
-  const Run all = run("plan --model 7b --seq 2048 --device h100_80gb --gpus 8,64 --global-batch-tokens 4Mi "
-                      "--top 50 --format json");
+  const Run all =
+      run("plan --model 7b --seq 2048 --device h100_80gb --gpus 8,64 --global-batch-tokens 4Mi "
+          "--top 50 --format json");
   BOOST_TEST_REQUIRE(all.status == 0, all.err);
   bool other = false;
   const auto all_rows = nlohmann::json::parse(all.out)["plan"];
   for (const auto& row : all_rows) other = other || row["MicroBatchSize"].get<int64_t>() != 3;
   BOOST_TEST(other);
   // A micro-batch above the per-GPU batch is a rejection with its reason, not a silent scan.
-  const Run big = run("plan --model 7b --seq 2048 --device h100_80gb --gpus 64 --global-batch-tokens 1Mi "
-                      "--micro-batch 64 --explain --format json");
+  const Run big =
+      run("plan --model 7b --seq 2048 --device h100_80gb --gpus 64 --global-batch-tokens 1Mi "
+          "--micro-batch 64 --explain --format json");
   BOOST_TEST_REQUIRE(big.status == 0, big.err);
   const auto b = nlohmann::json::parse(big.out);
   BOOST_TEST(b["plan"].empty());
   BOOST_TEST_REQUIRE(b["rejected"].size() > 0u);
-  BOOST_TEST(b["rejected"][0]["Reason"].get<std::string>().find("--micro-batch 64 is more than the 8 sequences per GPU") !=
-             std::string::npos);
+  BOOST_TEST(b["rejected"][0]["Reason"].get<std::string>().find(
+                 "--micro-batch 64 is more than the 8 sequences per GPU") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(predict_and_plan_read_llm_foundry_yamls_and_flags_win) {
@@ -93,12 +100,14 @@ BOOST_AUTO_TEST_CASE(predict_and_plan_read_llm_foundry_yamls_and_flags_win) {
   BOOST_TEST(j[0]["GlobalBatchSize"].get<int64_t>() == 1024);
   BOOST_TEST(r.err.find("not modelled, ignored: variables, run_name") != std::string::npos);
   BOOST_TEST(r.err.find("micro-batch auto:") != std::string::npos);
-  const Run o = run("predict --config " + kData + "/examples/mpt-7b-pretrain.yaml --gpus 64 --seq 4096 --micro-batch 2 --format json");
+  const Run o = run("predict --config " + kData +
+                    "/examples/mpt-7b-pretrain.yaml --gpus 64 --seq 4096 --micro-batch 2 --format json");
   BOOST_TEST_REQUIRE(o.status == 0, o.err);
   const auto k = nlohmann::json::parse(o.out);
   BOOST_TEST(k[0]["SeqLen (T)"].get<int64_t>() == 4096);
   BOOST_TEST(k[0]["MicroBatchSize"].get<int64_t>() == 2);
-  const Run p = run("plan --config " + kData + "/examples/mpt-30b-fp8.yaml --device h100_80gb --gpus 64,128 --tokens 500B --top 2 --format json");
+  const Run p = run("plan --config " + kData +
+                    "/examples/mpt-30b-fp8.yaml --device h100_80gb --gpus 64,128 --tokens 500B --top 2 --format json");
   BOOST_TEST(p.status == 0, p.err);
 }
 
@@ -167,8 +176,9 @@ BOOST_AUTO_TEST_CASE(bad_plan_input_is_one_line) {
 // by GPU count, with time and cost; in json a second array, in csv rows of one table whose first
 // column says which table.
 BOOST_AUTO_TEST_CASE(plan_lists_the_best_configuration_of_each_gpu_count) {
-  const std::string args = "plan --model 70b --seq 4096 --device h100_80gb,a100_80gb --gpus 64..512 --tokens 1T "
-                           "--price-per-gpu-hour 2 ";
+  const std::string args =
+      "plan --model 70b --seq 4096 --device h100_80gb,a100_80gb --gpus 64..512 --tokens 1T "
+      "--price-per-gpu-hour 2 ";
   const Run r = run(args + "--format json");
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
   const auto j = nlohmann::json::parse(r.out);
@@ -195,7 +205,8 @@ BOOST_AUTO_TEST_CASE(plan_lists_the_best_configuration_of_each_gpu_count) {
   BOOST_TEST_REQUIRE(c.status == 0, c.err);
   BOOST_TEST(c.out.rfind("Table,Rank,GPU,# GPUs,", 0) == 0u, c.out.substr(0, 80));
   BOOST_TEST(c.out.find("\n\n") == std::string::npos);  // no second header
-  BOOST_TEST(std::count(c.out.begin(), c.out.end(), '\n') == 1 + 5 + 8 + 2);  // header, top 5, per GPU count, per device
+  BOOST_TEST(std::count(c.out.begin(), c.out.end(), '\n') ==
+             1 + 5 + 8 + 2);  // header, top 5, per GPU count, per device
   BOOST_TEST(c.out.find("\nbest per GPU count,,h100_80gb,128,") != std::string::npos);
 }
 
@@ -227,8 +238,10 @@ BOOST_AUTO_TEST_CASE(plan_ranks_robustly_within_the_interval_and_keeps_headroom)
   BOOST_TEST(hj[0]["Headroom (GiB)"].get<double>() >= 4.0);
   BOOST_TEST(hj[0]["Throughput (T/s)"].get<double>() < zj[0]["Throughput (T/s)"].get<double>());
   BOOST_TEST(hj[0]["Throughput High (T/s)"].get<double>() >= zj[0]["Throughput Low (T/s)"].get<double>());
-  BOOST_TEST(h.err.find("rank 1: the fastest (128 x h100_80gb, micro-batch 8, FULL_SHARD, checkpointing) is faster by") != std::string::npos,
-             h.err);
+  BOOST_TEST(
+      h.err.find("rank 1: the fastest (128 x h100_80gb, micro-batch 8, FULL_SHARD, checkpointing) is faster by") !=
+          std::string::npos,
+      h.err);
   // Default margin: micro-batch 5 is the fastest left, micro-batch 4 (0.6% slower) is a power of two.
   BOOST_TEST(dj["plan"][0]["MicroBatchSize"].get<int64_t>() == 4);
   BOOST_TEST(d.err.find("within the interval: chose micro-batch 4, a power of two") != std::string::npos, d.err);
@@ -282,8 +295,9 @@ BOOST_AUTO_TEST_CASE(robust_ranking_rules) {
   p = pick({config(1.001, 30, 4, Checkpointing::kNone, 0, 0), config(1.000, 2.1, 5, Checkpointing::kFull, 0, 0)});
   BOOST_TEST(p.chosen.score == 1.0);
   // Comfortable headroom (twice the margin) is not traded for more: then simplicity, then speed.
-  std::vector<tpsim::PlannedConfig> v = {config(1.000, 5, 8, Checkpointing::kNone), config(1.01, 40, 1, Checkpointing::kNone),
-                                         config(1.02, 30, 3, Checkpointing::kNone), config(1.2, 60, 1, Checkpointing::kNone)};
+  std::vector<tpsim::PlannedConfig> v = {
+      config(1.000, 5, 8, Checkpointing::kNone), config(1.01, 40, 1, Checkpointing::kNone),
+      config(1.02, 30, 3, Checkpointing::kNone), config(1.2, 60, 1, Checkpointing::kNone)};
   p = tpsim::rank_robustly(v);
   BOOST_TEST(p.chosen.cfg.micro_batch == 8);
   BOOST_TEST(v[1].cfg.micro_batch == 1);
@@ -295,7 +309,8 @@ BOOST_AUTO_TEST_CASE(robust_ranking_rules) {
 // flags would, says so, and --sharding any / --ckpt any search them again; the help says what plan does.
 BOOST_AUTO_TEST_CASE(plan_config_honours_the_yaml_and_help_says_what_plan_does) {
   // --min-headroom 0: with the default margin only micro-batch 1 of this YAML is left.
-  const std::string args = "plan --config " + kData + "/examples/mpt-30b-fp8.yaml --device h100_80gb --gpus 64,128 "
+  const std::string args = "plan --config " + kData +
+                           "/examples/mpt-30b-fp8.yaml --device h100_80gb --gpus 64,128 "
                            "--top 1000 --min-headroom 0 --format json ";
   const Run r = run(args);
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
@@ -308,8 +323,9 @@ BOOST_AUTO_TEST_CASE(plan_config_honours_the_yaml_and_help_says_what_plan_does) 
     several_micro_batches = several_micro_batches || row["MicroBatchSize"] != j[0]["MicroBatchSize"];
   }
   BOOST_TEST(several_micro_batches);  // device_train_microbatch_size: auto
-  BOOST_TEST(r.err.find("plan keeps sharding HYBRID_SHARD, checkpointing full; searches micro-batch") != std::string::npos,
-             r.err);
+  BOOST_TEST(
+      r.err.find("plan keeps sharding HYBRID_SHARD, checkpointing full; searches micro-batch") != std::string::npos,
+      r.err);
   const Run a = run(args + "--sharding any --ckpt any");
   BOOST_TEST_REQUIRE(a.status == 0, a.err);
   bool other_sharding = false;
@@ -354,15 +370,18 @@ BOOST_AUTO_TEST_CASE(plan_searches_hsdp_meshes_and_predict_agrees) {
   BOOST_TEST(shard % 8 == 0);
   BOOST_TEST(shard > 8);
   BOOST_TEST(shard * replicate == 1024);
-  const Run p = run("predict --model 70b --seq 4096 --device h100_80gb --gpus 1024 --global-batch 1024 --sharding HYBRID_SHARD "
-                    "--shard-degree " + std::to_string(shard) + " --replicate-degree " + std::to_string(replicate) +
-                    " --micro-batch " + std::to_string((*mesh)["MicroBatchSize"].get<int64_t>()) +
-                    ((*mesh)["Activation Checkpointing"].get<bool>() ? " --ckpt" : " --no-ckpt") + " --format json");
+  const Run p =
+      run("predict --model 70b --seq 4096 --device h100_80gb --gpus 1024 --global-batch 1024 --sharding HYBRID_SHARD "
+          "--shard-degree " +
+          std::to_string(shard) + " --replicate-degree " + std::to_string(replicate) + " --micro-batch " +
+          std::to_string((*mesh)["MicroBatchSize"].get<int64_t>()) +
+          ((*mesh)["Activation Checkpointing"].get<bool>() ? " --ckpt" : " --no-ckpt") + " --format json");
   BOOST_TEST_REQUIRE(p.status == 0, p.err);
   const auto pr = nlohmann::json::parse(p.out)[0];  // one table: its rows
   BOOST_TEST(pr["Throughput (T/s)"].get<int64_t>() == (*mesh)["Throughput (T/s)"].get<int64_t>());
   // --sharding HYBRID_SHARD: Composer's groups (a node), no mesh.
-  const Run fixed = run("plan --model 70b --seq 4096 --device h100_80gb --gpus 1024 --sharding HYBRID_SHARD --top 1000 --format json");
+  const Run fixed = run(
+      "plan --model 70b --seq 4096 --device h100_80gb --gpus 1024 --sharding HYBRID_SHARD --top 1000 --format json");
   BOOST_TEST_REQUIRE(fixed.status == 0, fixed.err);
   const auto fixed_rows = nlohmann::json::parse(fixed.out)["plan"];
   for (const auto& row : fixed_rows) BOOST_TEST(row["Sharding Strategy"].get<std::string>() == "HYBRID_SHARD");
@@ -386,11 +405,12 @@ BOOST_AUTO_TEST_CASE(sweep_searches_hsdp_meshes_as_plan_does) {
   BOOST_TEST(best["Throughput (T/s)"].get<int64_t>() >= fastest);
   const int64_t shard = std::stoll(text.substr(text.find("shard ") + 6));
   const int64_t replicate = std::stoll(text.substr(text.find("replicate ") + 10));
-  const Run one = run("predict --model 70b --seq 4096 --device h100_80gb --gpus 1024 --global-batch " +
-                      std::to_string(best["GlobalBatchSize"].get<int64_t>()) + " --sharding HYBRID_SHARD --shard-degree " +
-                      std::to_string(shard) + " --replicate-degree " + std::to_string(replicate) + " --micro-batch " +
-                      std::to_string(best["MicroBatchSize"].get<int64_t>()) +
-                      (best["Activation Checkpointing"].get<bool>() ? " --ckpt" : " --no-ckpt") + " --format json");
+  const Run one =
+      run("predict --model 70b --seq 4096 --device h100_80gb --gpus 1024 --global-batch " +
+          std::to_string(best["GlobalBatchSize"].get<int64_t>()) + " --sharding HYBRID_SHARD --shard-degree " +
+          std::to_string(shard) + " --replicate-degree " + std::to_string(replicate) + " --micro-batch " +
+          std::to_string(best["MicroBatchSize"].get<int64_t>()) +
+          (best["Activation Checkpointing"].get<bool>() ? " --ckpt" : " --no-ckpt") + " --format json");
   BOOST_TEST_REQUIRE(one.status == 0, one.err);
   const auto pr = nlohmann::json::parse(one.out)[0];
   BOOST_TEST(pr["Sharding Strategy"].get<std::string>() == text);

@@ -44,7 +44,8 @@ std::vector<std::string> split(const std::string& line, char sep) {
 const fs::path& cpu_profile() {
   static const fs::path p = [] {
     const fs::path f = scratch_dir() / "cpu.json";
-    const Run r = run(std::string("calibrate kernels --backend cpu --budget ") + TPSIM_TEST_BUDGET_S + " --out " + f.string());
+    const Run r =
+        run(std::string("calibrate kernels --backend cpu --budget ") + TPSIM_TEST_BUDGET_S + " --out " + f.string());
     if (r.status != 0) throw std::runtime_error("calibration failed: " + r.err);
     return f;
   }();
@@ -199,8 +200,9 @@ BOOST_AUTO_TEST_CASE(a_replay_is_costed_at_the_kernel_runs_clock_not_a_training_
   const Run r = run("replay --backend cpu --model tiny --seq 64 --micro-batch 1 --layers 1 --format csv --profile " +
                     slow.string());
   BOOST_TEST_REQUIRE(r.status == 0, r.err);
-  BOOST_TEST(r.err.find("costed at the kernel runs' clock: the profile's compute_clock_ratio 0.900") != std::string::npos,
-             r.err);
+  BOOST_TEST(
+      r.err.find("costed at the kernel runs' clock: the profile's compute_clock_ratio 0.900") != std::string::npos,
+      r.err);
 }
 
 // An accuracy figure of timed kernels: in the Release build only. Under the sanitizers every kernel
@@ -212,8 +214,8 @@ BOOST_AUTO_TEST_CASE(replay_lands_near_the_prediction_of_a_short_calibration,
   // machine: the tiny model's step ops and a spread of the grid), then two steps it never timed
   // whole: tiny at a sequence length of 128, and r256 (data/models/replay_cpu.yaml: 2 blocks,
   // vocabulary 4096) at 384. Asserted within 20%: the full calibration lands within 10% on a quiet
-  // machine (docs/accuracy.md, "Kernel calibration and replay"), this one fits a fifth of the shapes, and on a shared 2-core host the speed
-  // of the core drifts by up to ~15% between a calibration and a replay minutes apart.
+  // machine (docs/accuracy.md, "Kernel calibration and replay"), this one fits a fifth of the shapes, and on a shared
+  // 2-core host the speed of the core drifts by up to ~15% between a calibration and a replay minutes apart.
   constexpr double kTolerancePercent = 20;
   const fs::path profile = scratch_dir() / "cpu15.json";
   const Run c = run("calibrate kernels --backend cpu --budget 15 --out " + profile.string());
@@ -228,7 +230,8 @@ BOOST_AUTO_TEST_CASE(replay_lands_near_the_prediction_of_a_short_calibration,
     BOOST_TEST_CONTEXT(config) {
       double best = std::numeric_limits<double>::infinity();
       for (int attempt = 1; attempt <= kAttempts && std::fabs(best) > kTolerancePercent; ++attempt) {
-        const Run r = run("replay --backend cpu --model " + config + models + " --format csv --profile " + profile.string());
+        const Run r =
+            run("replay --backend cpu --model " + config + models + " --format csv --profile " + profile.string());
         BOOST_TEST_REQUIRE(r.status == 0, r.err);
         std::map<std::string, std::string> cell = step_row(r.out);
         BOOST_TEST_REQUIRE(cell.count("Ops Alone (s)") == 1u);
@@ -271,8 +274,7 @@ BOOST_AUTO_TEST_CASE(bad_replay_input_is_a_one_line_error) {
   } else {
     BOOST_TEST_MESSAGE("a CUDA device is present: the no-GPU error is not checked here");
   }
-  for (const auto& args : cases)
-    BOOST_TEST_CONTEXT(args) {
+  for (const auto& args : cases) BOOST_TEST_CONTEXT(args) {
       const Run r = run("replay " + args);
       BOOST_TEST(r.status != 0);
       BOOST_TEST(r.err.rfind("tpsim: error: ", 0) == 0u);

@@ -21,8 +21,7 @@ using namespace tpsim::testing;
 namespace {
 const std::string kCsc = std::string(TPSIM_DATA) + "/measured/dp_scaling_csc.md";
 const std::string k32 = std::string(TPSIM_DATA) + "/measured/dp_scaling_32gpu.md";
-const char* kHeader =
-    "| Benchmark | Framework | Cluster | GPUs | Date | Img/sec |\n|---|---|---|---|---|---|\n";
+const char* kHeader = "| Benchmark | Framework | Cluster | GPUs | Date | Img/sec |\n|---|---|---|---|---|---|\n";
 
 ScaleCv held_out(const std::string& path) {
   const ScalingTable t = read_scaling_table(path);
@@ -48,9 +47,8 @@ BOOST_AUTO_TEST_CASE(csc_groups_without_a_one_gpu_row_take_the_ddp_row_of_their_
   BOOST_REQUIRE(one != nullptr);
   BOOST_TEST(one->line == 3);  // DDP, synthetic, 1 GPU, same version, cluster and date
   // A group with neither its own nor a DDP one-GPU row is left unpredicted, and listed.
-  const ScalingTable lone = parse_scaling_table(std::string(kHeader) +
-                                                    "| Horovod, synthetic | PyTorch 2 | mahti | 8 | 2024-01-01 | 5000 |\n",
-                                                "t.md");
+  const ScalingTable lone = parse_scaling_table(
+      std::string(kHeader) + "| Horovod, synthetic | PyTorch 2 | mahti | 8 | 2024-01-01 | 5000 |\n", "t.md");
   BOOST_TEST(one_gpu_row(lone, lone.rows[0]) == nullptr);
   BOOST_TEST(scale_inputs(lone, load_scaling_models()).unanchored.size() == 1u);
 }
@@ -72,8 +70,10 @@ BOOST_AUTO_TEST_CASE(malformed_tables_are_one_line_errors) {
   fails(std::string(kHeader) + "| DDP, synthetic | x | mahti | 0 | d | 5 |\n", "GPUs '0'");
   fails(std::string(kHeader) + "| Caffe | x | mahti | 1 | d | 5 |\n", "Benchmark 'Caffe'");
   fails("| a | b |\n|---|---|\n| 1 | 2 |\n", "not a scaling table");
-  fails("## batch size = 8\n| num_nodes | gpu_num_per_node | batch_size_per_device | throughput | speedup |\n|-|-|-|-|-|\n"
-        "| 1 | 1 | 16 | 10 | 1 |\n", "batch_size_per_device 16");
+  fails(
+      "## batch size = 8\n| num_nodes | gpu_num_per_node | batch_size_per_device | throughput | speedup |\n|-|-|-|-|-|\n"
+      "| 1 | 1 | 16 | 10 | 1 |\n",
+      "batch_size_per_device 16");
 }
 
 BOOST_AUTO_TEST_CASE(seed_002_summary_rows_keep_their_seven_repeats) {
@@ -194,9 +194,11 @@ BOOST_AUTO_TEST_CASE(physical_ranges_and_the_groups_that_push_a_parameter_to_its
   ScaleFit fit;
   fit.values = set.start();
   fit.values[static_cast<size_t>(intra)] = 0.95;
-  for (size_t i = 0; i < fit.values.size(); ++i) fit.report.push_back(fitted_report(*set.params()[i], fit.values[i], -1));
+  for (size_t i = 0; i < fit.values.size(); ++i)
+    fit.report.push_back(fitted_report(*set.params()[i], fit.values[i], -1));
   const std::vector<AtBoundNote> notes = at_bound_notes(set, in.cases, std::vector<bool>(in.cases.size(), false), fit);
-  const auto it = std::find_if(notes.begin(), notes.end(), [&](const AtBoundNote& n) { return n.param == static_cast<size_t>(intra); });
+  const auto it = std::find_if(notes.begin(), notes.end(),
+                               [&](const AtBoundNote& n) { return n.param == static_cast<size_t>(intra); });
   BOOST_REQUIRE(it != notes.end());
   BOOST_TEST(it->upper);
   BOOST_REQUIRE(it->pushing.size() == 1u);
@@ -250,7 +252,8 @@ BOOST_AUTO_TEST_CASE(one_gpu_throughput_is_tpsims_own_prediction) {
   const std::filesystem::path yaml = scratch_dir() / "ddp.yaml";
   std::ofstream(yaml) << "model:\n  name: mpt_causal_lm\n  d_model: 2048\n  n_heads: 16\n  n_layers: 24\n"
                          "max_seq_len: 2048\nprecision: amp_bf16\n";
-  const Run p = run_tpsim("predict --config " + yaml.string() + " --model 1b --device a100_80gb --gpus 1 --micro-batch 4 --format csv");
+  const Run p = run_tpsim("predict --config " + yaml.string() +
+                          " --model 1b --device a100_80gb --gpus 1 --micro-batch 4 --format csv");
   BOOST_TEST_REQUIRE(p.status == 0, p.err);
   BOOST_TEST(cell(p.out, "Sharding Strategy") == "DDP");
   const Run s = run_tpsim("scale --model 1b --device a100_80gb --gpus 1,8 --seq 2048 --micro-batch 4 --format csv");

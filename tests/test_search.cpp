@@ -27,10 +27,17 @@ struct Case {
 // fits, large ones where only checkpointing does, and nothing fitting at all.
 const std::vector<Case>& cases() {
   static const std::vector<Case> c = {
-      {"h100_80gb", "125m", 2048, 8, 512},   {"h100_80gb", "1b", 2048, 8, 1024},  {"h100_80gb", "7b", 4096, 16, 256},
-      {"h100_80gb", "30b", 8192, 64, 128},   {"a100_40gb", "3b", 2048, 8, 256},   {"a100_40gb", "13b", 8192, 8, 64},
-      {"a100_40gb", "70b", 65536, 8, 16},    {"a100_80gb", "7b", 512, 32, 2048},  {"h100_80gb", "13b", 2048, 16, 512, Precision::kAmpFp8},
-      {"mi300x", "30b", 4096, 8, 64},        {"v100_32gb", "1b", 2048, 8, 128, Precision::kAmpFp16},
+      {"h100_80gb", "125m", 2048, 8, 512},
+      {"h100_80gb", "1b", 2048, 8, 1024},
+      {"h100_80gb", "7b", 4096, 16, 256},
+      {"h100_80gb", "30b", 8192, 64, 128},
+      {"a100_40gb", "3b", 2048, 8, 256},
+      {"a100_40gb", "13b", 8192, 8, 64},
+      {"a100_40gb", "70b", 65536, 8, 16},
+      {"a100_80gb", "7b", 512, 32, 2048},
+      {"h100_80gb", "13b", 2048, 16, 512, Precision::kAmpFp8},
+      {"mi300x", "30b", 4096, 8, 64},
+      {"v100_32gb", "1b", 2048, 8, 128, Precision::kAmpFp16},
   };
   return c;
 }
@@ -79,8 +86,8 @@ TrainConfig base_of(const Case& c) {
 }
 
 bool same(const TrainConfig& a, const TrainConfig& b) {
-  return a.micro_batch == b.micro_batch && a.sharding == b.sharding &&
-         a.checkpointing == b.checkpointing && a.global_batch == b.global_batch;
+  return a.micro_batch == b.micro_batch && a.sharding == b.sharding && a.checkpointing == b.checkpointing &&
+         a.global_batch == b.global_batch;
 }
 
 // Runs check(model, d, params, base, brute) for every case, under the case's name, brute-forcing `space`.
@@ -222,8 +229,8 @@ BOOST_AUTO_TEST_CASE(rejections_say_why) {
   // A listed micro-batch above the per-device batch is rejected, not searched.
   space = SearchSpace{};
   space.micro_batches = {64};
-  const SearchResult listed = search(catalog.get("1b"), d, params, base_of({"a100_40gb", "1b", 2048, 8, 64}), space,
-                                     SearchGoal::kAllThatFit);
+  const SearchResult listed =
+      search(catalog.get("1b"), d, params, base_of({"a100_40gb", "1b", 2048, 8, 64}), space, SearchGoal::kAllThatFit);
   BOOST_TEST_REQUIRE(!listed.rejections.empty());
   BOOST_TEST((listed.rejections[0].kind == RejectionKind::kMicroBatchTooLarge));
   BOOST_TEST(listed.rejections[0].per_device_batch == 8);
@@ -328,14 +335,21 @@ BOOST_AUTO_TEST_CASE(check_layout_names_the_broken_constraint) {
     return check_layout(model, c);
   };
   BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.tensor = 3; }), "tensor parallel 3 does not divide"));
-  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.pipeline = 64; }), "pipeline parallel 64 does not divide the 32 layers"));
+  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.pipeline = 64; }),
+                      "pipeline parallel 64 does not divide the 32 layers"));
   BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.virtual_stages = 2; }), "virtual stages need pipeline"));
-  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.context = 3; }), "context parallel 3 does not divide the sequence"));
-  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.expert = 2; }), "expert parallel 2 does not divide the 0 experts"));
-  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.tensor = 1, p.sequence_parallel = true; }), "sequence parallelism needs"));
-  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.pipeline = 16; }), "= 32 does not divide the GPU count 16"));
-  BOOST_TEST(contains(why([](Parallelism&, TrainConfig& c) { c.global_batch = 12; }), "not a multiple of data parallel 8"));
-  BOOST_TEST(contains(why([](Parallelism&, TrainConfig& c) { c.micro_batch = 3; }), "micro-batch 3 does not divide the 4"));
+  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.context = 3; }),
+                      "context parallel 3 does not divide the sequence"));
+  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.expert = 2; }),
+                      "expert parallel 2 does not divide the 0 experts"));
+  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.tensor = 1, p.sequence_parallel = true; }),
+                      "sequence parallelism needs"));
+  BOOST_TEST(
+      contains(why([](Parallelism& p, TrainConfig&) { p.pipeline = 16; }), "= 32 does not divide the GPU count 16"));
+  BOOST_TEST(
+      contains(why([](Parallelism&, TrainConfig& c) { c.global_batch = 12; }), "not a multiple of data parallel 8"));
+  BOOST_TEST(
+      contains(why([](Parallelism&, TrainConfig& c) { c.micro_batch = 3; }), "micro-batch 3 does not divide the 4"));
 }
 
 // Megatron's search against the brute force over its layouts and the micro-batches dividing the
@@ -490,12 +504,10 @@ BOOST_AUTO_TEST_CASE(megatron_searches_expert_parallelism_for_mixtures_of_expert
   // tp 8 leaves one data-parallel rank: ep 8 only with the experts whole (etp 1) across the tensor ranks.
   space.parallel.tensor = 8;
   const std::vector<Layout> tp8 = space.layouts(catalog.get("mixtral-8x7b"), d, base);
-  BOOST_TEST(std::any_of(tp8.begin(), tp8.end(), [](const Layout& l) {
-    return l.parallel.expert == 8 && l.parallel.expert_tensor == 1;
-  }));
-  BOOST_TEST(std::none_of(tp8.begin(), tp8.end(), [](const Layout& l) {
-    return l.parallel.expert > 1 && l.parallel.expert_tensor == 0;
-  }));
+  BOOST_TEST(std::any_of(tp8.begin(), tp8.end(),
+                         [](const Layout& l) { return l.parallel.expert == 8 && l.parallel.expert_tensor == 1; }));
+  BOOST_TEST(std::none_of(tp8.begin(), tp8.end(),
+                          [](const Layout& l) { return l.parallel.expert > 1 && l.parallel.expert_tensor == 0; }));
   space.parallel.tensor.reset();
   BOOST_TEST((values_of(space.layouts(catalog.get("7b"), d, base), ep_of) == std::vector<int64_t>{1}));
 }

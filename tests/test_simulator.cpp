@@ -46,8 +46,13 @@ BOOST_FIXTURE_TEST_CASE(predictions_are_finite_and_positive_over_the_sweep_range
           for (int64_t mb : {1, 3, 16})
             for (Sharding sh : kAllShardings)
               for (bool ckpt : {false, true}) {
-                const TrainConfig c{.seq_len = seq, .global_batch = gpus * 16, .micro_batch = mb, .n_gpus = gpus,
-                                    .precision = prec, .sharding = sh, .checkpointing = ckpt ? Checkpointing::kFull : Checkpointing::kNone};
+                const TrainConfig c{.seq_len = seq,
+                                    .global_batch = gpus * 16,
+                                    .micro_batch = mb,
+                                    .n_gpus = gpus,
+                                    .precision = prec,
+                                    .sharding = sh,
+                                    .checkpointing = ckpt ? Checkpointing::kFull : Checkpointing::kNone};
                 if (m.max_positions > 0 && seq > m.max_positions) {  // GPT-2, OPT: a learned table of positions
                   BOOST_TEST(contains(check_config(m, d, prof.params, c), "learned positions"));
                   ++checked;
@@ -56,8 +61,8 @@ BOOST_FIXTURE_TEST_CASE(predictions_are_finite_and_positive_over_the_sweep_range
                 BOOST_TEST_REQUIRE(check_config(m, d, prof.params, c).empty());
                 const Prediction p = predict(m, d, prof.params, c);
                 const StepBreakdown& b = p.time;
-                const double parts = b.gemm_s + b.attention_s + b.other_compute_s + b.exposed_comm_s +
-                                     b.optimizer_s + b.overhead_s + b.allocator_s;
+                const double parts = b.gemm_s + b.attention_s + b.other_compute_s + b.exposed_comm_s + b.optimizer_s +
+                                     b.overhead_s + b.allocator_s;
                 const bool ok = finite_positive(p.step_s) && finite_positive(p.tokens_per_s) &&
                                 finite_positive(p.mfu) && finite_positive(p.hfu) &&
                                 finite_positive(p.memory.peak_bytes) && std::isfinite(parts) &&

@@ -19,7 +19,7 @@ namespace tt = boost::test_tools;
 namespace {
 
 // Held-out targets (issue 3): leave one model size out, per table.
-constexpr double kHeldOutMapeMax = 0.04;   // A100 40GB, A100 80GB, H100 80GB BF16
+constexpr double kHeldOutMapeMax = 0.04;  // A100 40GB, A100 80GB, H100 80GB BF16
 constexpr int kRowsOver15Max = 3;
 constexpr double kFp8HeldOutMapeMax = 0.10;  // H100 FP8, fitted with the BF16 rows
 
@@ -76,7 +76,7 @@ BOOST_AUTO_TEST_CASE(the_fit_core_maps_values_to_log_space_within_bounds_and_rep
   BOOST_TEST(log_floor(step) == 1e-7);
   BOOST_TEST(log_floor(clock) == clock.lower);
   CostParams start;
-  start.step_overhead_s = 0;          // log of 0 is not: the floor
+  start.step_overhead_s = 0;  // log of 0 is not: the floor
   start.compute_clock_ratio = 0.75;
   const LogSpaceFit fit({&step, &clock}, start, {});
   BOOST_TEST(fit.x()[0] == std::log(1e-7));
@@ -109,11 +109,11 @@ BOOST_AUTO_TEST_CASE(a_fit_recovers_known_parameters_from_simulated_rows_with_no
   std::mt19937_64 rng(7);
   std::normal_distribution<double> noise(0.0, 0.01);
   std::vector<FitRow> fits = fit_rows(ctx, rows);
-  for (auto& f : fits) f.measured_tokens_per_s = predict(*f.model, *f.device, truth, f.cfg).tokens_per_s * std::exp(noise(rng));
+  for (auto& f : fits)
+    f.measured_tokens_per_s = predict(*f.model, *f.device, truth, f.cfg).tokens_per_s * std::exp(noise(rng));
 
   const TableFitResult fit = fit_table(fits, base, truth_fit_options());
-  for (const auto& t : kTruth)
-    BOOST_TEST_CONTEXT(t.name) {
+  for (const auto& t : kTruth) BOOST_TEST_CONTEXT(t.name) {
       const double fitted = find_param(t.name)->value(fit.params);
       BOOST_TEST(fitted == t.value, tt::tolerance(t.rel_tol));
     }
@@ -163,8 +163,8 @@ BOOST_AUTO_TEST_CASE(folds_fitted_at_once_give_the_errors_of_folds_fitted_one_at
   // The progress calls come from the worker threads (one at a time); Boost.Test's assertions are
   // not for other threads, so the calls are kept and checked here.
   std::vector<std::pair<int, int>> calls;
-  const auto many = cross_validate(fits, parse_cv("kfold:4"), options,
-                                   [&](int done, int total) { calls.emplace_back(done, total); });
+  const auto many =
+      cross_validate(fits, parse_cv("kfold:4"), options, [&](int done, int total) { calls.emplace_back(done, total); });
   BOOST_TEST(calls.size() == 4u);
   for (size_t i = 0; i < calls.size(); ++i) {
     BOOST_TEST(calls[i].first == static_cast<int>(i) + 1);
@@ -178,7 +178,8 @@ BOOST_AUTO_TEST_CASE(folds_fitted_at_once_give_the_errors_of_folds_fitted_one_at
       BOOST_TEST(many[i].fold == one[i].fold);
       BOOST_TEST(many[i].error == one[i].error);  // exactly: the same fit, on another thread
       BOOST_TEST(many[i].doublings == one[i].doublings);
-      for (const ParamInfo* param : options.parameters) BOOST_TEST(param->value(many[i].params) == param->value(one[i].params));
+      for (const ParamInfo* param : options.parameters)
+        BOOST_TEST(param->value(many[i].params) == param->value(one[i].params));
     }
   }
 }
@@ -282,15 +283,17 @@ BOOST_AUTO_TEST_CASE(a_real_table_with_a_tenth_of_its_rows_corrupted_keeps_its_h
   const TableFitResult fit = fit_table(corrupted, *corrupted.front().base, options);
   int flagged_corrupted = 0, flagged_clean = 0;
   for (size_t i = 0; i < corrupted.size(); ++i) {
-    if (is_corrupted[i]) BOOST_TEST(static_cast<bool>(fit.outliers[i]), "corrupted row " << rows[i].row.where() << " not flagged");
+    if (is_corrupted[i])
+      BOOST_TEST(static_cast<bool>(fit.outliers[i]), "corrupted row " << rows[i].row.where() << " not flagged");
     (is_corrupted[i] ? flagged_corrupted : flagged_clean) += fit.outliers[i] ? 1 : 0;
   }
   const int n_corrupted = static_cast<int>(std::count(is_corrupted.begin(), is_corrupted.end(), true));
   BOOST_TEST_MESSAGE("a100_80gb, " << n_corrupted << " of " << rows.size() << " rows corrupted: held-out MAPE clean "
-                     << 100 * mape(clean_all) << "% (" << 100 * mape(clean_same_rows) << "% on the "
-                     << clean_same_rows.size() << " uncorrupted rows), corrupted " << 100 * mape(corrupted_clean_rows)
-                     << "% on the same rows; flagged " << flagged_corrupted << " of " << n_corrupted
-                     << " corrupted rows and " << flagged_clean << " clean rows");
+                                   << 100 * mape(clean_all) << "% (" << 100 * mape(clean_same_rows) << "% on the "
+                                   << clean_same_rows.size() << " uncorrupted rows), corrupted "
+                                   << 100 * mape(corrupted_clean_rows) << "% on the same rows; flagged "
+                                   << flagged_corrupted << " of " << n_corrupted << " corrupted rows and "
+                                   << flagged_clean << " clean rows");
   BOOST_TEST(mape(corrupted_clean_rows) - mape(clean_same_rows) <= kMaxMapeIncrease);
   BOOST_TEST(mape(corrupted_clean_rows) - mape(clean_all) <= kMaxMapeIncrease);
 }
@@ -360,7 +363,8 @@ BOOST_AUTO_TEST_CASE(a_fit_at_a_bound_names_the_rows_that_push_it) {
   BOOST_TEST((pushing == std::vector<size_t>{4, 0, 2}));  // 1.305, 1.30, 1.29: every target above 1.25
   BOOST_TEST(fit.pushing(0, 1).size() == 1u);
 
-  for (const ParamInfo* p : default_table_fit_parameters()) BOOST_TEST_CONTEXT(p->name) BOOST_TEST(!range_source(*p).empty());
+  for (const ParamInfo* p : default_table_fit_parameters())
+    BOOST_TEST_CONTEXT(p->name) BOOST_TEST(!range_source(*p).empty());
   for (CostParamMember m : {&CostParams::host_kernel_issue_s, &CostParams::intra_node_latency_s})
     BOOST_TEST(!range_source(param_of(m)).empty());
 }

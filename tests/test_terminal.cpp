@@ -124,7 +124,7 @@ BOOST_AUTO_TEST_CASE(long_text_is_cut_to_the_width_and_the_footer_says_so) {
   const std::string text = render_compact(t, 80, terminal_layout(), false);
   for (const auto& line : lines_of(text)) BOOST_TEST(line.size() <= 80u);
   BOOST_TEST(contains(text, "xxx...   12.5  s"));  // Value: 5 wide, its header's width
-  BOOST_TEST(lines_of(text)[0].size() == 80u);  // the header: the cut column takes the width that is left
+  BOOST_TEST(lines_of(text)[0].size() == 80u);     // the header: the cut column takes the width that is left
   BOOST_TEST(contains(text, "was cut"));
 }
 

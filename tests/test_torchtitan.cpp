@@ -29,7 +29,10 @@ ModelConfig small_llama() {
 
 TrainConfig titan(int64_t gpus, int64_t tp, int64_t pp, int64_t global_batch, int64_t micro_batch,
                   Precision precision = Precision::kAmpBf16) {
-  TrainConfig c{.seq_len = 2048, .global_batch = global_batch, .micro_batch = micro_batch, .n_gpus = gpus,
+  TrainConfig c{.seq_len = 2048,
+                .global_batch = global_batch,
+                .micro_batch = micro_batch,
+                .n_gpus = gpus,
                 .precision = precision};
   c.parallel.framework = Framework::kTorchtitan;
   c.parallel.tensor = tp;
@@ -75,7 +78,7 @@ BOOST_FIXTURE_TEST_CASE(fsdp2_without_model_parallelism_is_composers_full_shard_
 
   const double block = static_cast<double>(layer_parameter_count(model));
   const double root = static_cast<double>(embedding_parameter_count(model, 2048));
-  const double L = static_cast<double>(model.n_layers), m = 2;  // 64 / 8 / 4 micro-batches
+  const double L = static_cast<double>(model.n_layers), m = 2;        // 64 / 8 / 4 micro-batches
   const double composer_gather = m * (root + 2.0 * L * block) * 2.0;  // bf16, FULL_SHARD
   TorchtitanEvaluator e(model, device, profile.params);
   const TorchtitanTraffic t = e.traffic(tit);
@@ -84,8 +87,8 @@ BOOST_FIXTURE_TEST_CASE(fsdp2_without_model_parallelism_is_composers_full_shard_
   BOOST_TEST(t.tp_bytes == 0.0);
   // The communication stream is busy exactly one block's gather per micro-batch less.
   const CommGroup all{8, 1, 1};
-  const double one_gather = CostModel(device, profile.params).collective_seconds(CollectiveKind::kAllGather,
-                                                                                  block * 2.0, all);
+  const double one_gather =
+      CostModel(device, profile.params).collective_seconds(CollectiveKind::kAllGather, block * 2.0, all);
   BOOST_TEST(a.timeline.comm_s - b.timeline.comm_s == m * one_gather, tt::tolerance(1e-9));
 }
 
@@ -121,9 +124,9 @@ BOOST_FIXTURE_TEST_CASE(tensor_parallel_two_halves_a_ranks_gemm_flops, Fixture) 
   // and three all-reduces of a float per token (loss parallel); two micro-batches.
   TorchtitanEvaluator e(model, device, profile.params);
   const double td = 4.0 * 2048 * 1024 * 2.0, tokens = 4.0 * 2048;
-  BOOST_TEST(e.traffic(titan(8, 2, 1, 32, 4)).tp_bytes ==
-                 2.0 * (8.0 * 8.0 * td + 2.0 * td + 2.0 * td + 3.0 * tokens * 4.0),
-             tt::tolerance(1e-12));
+  BOOST_TEST(
+      e.traffic(titan(8, 2, 1, 32, 4)).tp_bytes == 2.0 * (8.0 * 8.0 * td + 2.0 * td + 2.0 * td + 3.0 * tokens * 4.0),
+      tt::tolerance(1e-12));
 }
 
 BOOST_FIXTURE_TEST_CASE(async_tensor_parallelism_hides_collectives_behind_gemms, Fixture) {
@@ -147,8 +150,8 @@ BOOST_FIXTURE_TEST_CASE(memory_of_a_small_case_by_hand, Fixture) {
   const double root = static_cast<double>(embedding_parameter_count(model, 2048));
   const double state = 16.0 * (8.0 * block + root) / 8.0;
   const double gathered = (root + 2.0 * block) * 2.0;
-  const double acts = 8.0 * saved_of(block_forward_ops, s) + saved_of(embedding_forward_ops, s) +
-                      saved_of(head_forward_ops, s);
+  const double acts =
+      8.0 * saved_of(block_forward_ops, s) + saved_of(embedding_forward_ops, s) + saved_of(head_forward_ops, s);
   const double transient = block_backward_buffer_bytes(model, s.tokens(), Precision::kAmpBf16) + block * (2.0 + 4.0);
   const CostParams& p = profile.params;
   const double peak = (state + gathered + acts + transient) * p.memory_fragmentation + p.memory_reserve_bytes;
@@ -163,9 +166,8 @@ BOOST_FIXTURE_TEST_CASE(memory_of_a_small_case_by_hand, Fixture) {
   TrainConfig full = c;
   full.checkpointing = Checkpointing::kFull;
   const double input = 2.0 * 2048 * 1024 * 2.0;
-  BOOST_TEST(e.memory(full).activation_bytes ==
-                 8.0 * input + saved_of(block_forward_ops, s) + saved_of(embedding_forward_ops, s) +
-                     saved_of(head_forward_ops, s),
+  BOOST_TEST(e.memory(full).activation_bytes == 8.0 * input + saved_of(block_forward_ops, s) +
+                                                    saved_of(embedding_forward_ops, s) + saved_of(head_forward_ops, s),
              tt::tolerance(1e-12));
 }
 
@@ -326,7 +328,8 @@ BOOST_FIXTURE_TEST_CASE(context_parallel_all_gathers_kv_and_rings_fp32_dkv, Fixt
   BOOST_TEST(e.traffic(c).cp_bytes == m * L * (2.0 * a.kv_gather_bytes + 4.0 * a.dkv_hop_bytes), tt::tolerance(1e-12));
   TrainConfig full = c;
   full.checkpointing = Checkpointing::kFull;
-  BOOST_TEST(e.traffic(full).cp_bytes == m * L * (3.0 * a.kv_gather_bytes + 4.0 * a.dkv_hop_bytes), tt::tolerance(1e-12));
+  BOOST_TEST(e.traffic(full).cp_bytes == m * L * (3.0 * a.kv_gather_bytes + 4.0 * a.dkv_hop_bytes),
+             tt::tolerance(1e-12));
   BOOST_TEST(e.traffic(titan(8, 1, 1, 16, 2)).cp_bytes == 0.0);
 }
 
@@ -387,8 +390,9 @@ BOOST_FIXTURE_TEST_CASE(hsdp_all_reduces_the_gradient_shards_over_the_replicas, 
              tt::tolerance(1e-9));
   // Degrees that do not multiply to the GPU count, and replicas with nothing to shard.
   c.parallel.shard_degree = 4;
-  BOOST_TEST(contains(why(c), "data_parallel_replicate_degree 2 x data_parallel_shard_degree 4 x context 1 x tensor 1 "
-                              "x pipeline 1 = 8 is not the GPU count 16"),
+  BOOST_TEST(contains(why(c),
+                      "data_parallel_replicate_degree 2 x data_parallel_shard_degree 4 x context 1 x tensor 1 "
+                      "x pipeline 1 = 8 is not the GPU count 16"),
              why(c));
   c.parallel.shard_degree = 1;
   c.parallel.replicate_degree = 16;
@@ -434,8 +438,9 @@ BOOST_FIXTURE_TEST_CASE(the_search_takes_context_parallel_and_the_hsdp_degrees, 
 BOOST_AUTO_TEST_CASE(the_command_line_runs_torchtitan_and_refuses_other_frameworks_flags) {
   using tpsim::testing::run_tpsim;
   const std::string p = "predict --model llama-3.1-8b --seq 8192 --gpus 16 --micro-batch 1 --global-batch 32 ";
-  const auto ok = run_tpsim(p + "--framework torchtitan --tp 2 --pp 2 --async-tp --ckpt selective "
-                                "--selective-ac-option 2 --format csv");
+  const auto ok = run_tpsim(p +
+                            "--framework torchtitan --tp 2 --pp 2 --async-tp --ckpt selective "
+                            "--selective-ac-option 2 --format csv");
   BOOST_TEST(ok.status == 0, ok.err);
   // Its data parallelism is FSDP2: the row's sharding strategy is FULL_SHARD.
   BOOST_TEST(contains(ok.out, ",FULL_SHARD,selective,"), ok.out);
@@ -450,7 +455,8 @@ BOOST_AUTO_TEST_CASE(the_command_line_runs_torchtitan_and_refuses_other_framewor
       {p + "--framework torchtitan --overlap-grad-reduce", "--overlap-grad-reduce: megatron's option"},
       {p + "--framework torchtitan --sharding NO_SHARD", "--sharding: --framework torchtitan shards with FSDP2"},
       {p + "--framework torchtitan --selective-ac-option two", "--selective-ac-option 'two'"},
-      {p + "--framework torchtitan --selective-ac-option 2", "selective_ac_option 2 applies to selective checkpointing only"},
+      {p + "--framework torchtitan --selective-ac-option 2",
+       "selective_ac_option 2 applies to selective checkpointing only"},
       {"predict --model llama-3.1-8b --seq 8194 --gpus 16 --micro-batch 1 --global-batch 32 --framework torchtitan "
        "--cp 2",
        "context parallel 2 does not split the sequence length 8194 into 4 equal chunks"},

@@ -52,7 +52,7 @@ double meminfo_bytes(const std::string& key) {
 }
 
 std::string cpu_model_name() {
-  std::string name = proc_field("/proc/cpuinfo", "model name");  // x86
+  std::string name = proc_field("/proc/cpuinfo", "model name");   // x86
   if (name.empty()) name = proc_field("/proc/cpuinfo", "Model");  // some Arm boards
   return name.empty() ? "unknown CPU" : name;
 }

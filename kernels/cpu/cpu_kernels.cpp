@@ -80,8 +80,7 @@ int threads() { return g_threads; }
 
 int default_threads() { return std::max(1, omp_get_max_threads()); }
 
-void gemm_eigen(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, const float* a, const float* b,
-                float* c) {
+void gemm_eigen(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, const float* a, const float* b, float* c) {
   const MapCR A(a, trans_a ? k : m, trans_a ? m : k);
   const MapCR B(b, trans_b ? n : k, trans_b ? k : n);
   MapR C(c, m, n);
@@ -302,9 +301,8 @@ void scale_cpu(int64_t elements, float* x, float c) {
 }
 
 void embedding_cpu(int64_t m, int64_t n, const float* table, const int64_t* ids, float* y) {
-  for_rows(m, n, [&](int64_t i) {
-    std::memcpy(y + i * n, table + ids[i] * n, static_cast<size_t>(n) * sizeof(float));
-  });
+  for_rows(m, n,
+           [&](int64_t i) { std::memcpy(y + i * n, table + ids[i] * n, static_cast<size_t>(n) * sizeof(float)); });
 }
 
 void embedding_backward_cpu(int64_t m, int64_t n, int64_t rows, const float* dy, const int64_t* ids, float* dtable) {
@@ -433,8 +431,8 @@ void router_cpu(int64_t m, int64_t n, int64_t k, const float* logits, float* pro
   });
 }
 
-void router_backward_cpu(int64_t m, int64_t n, int64_t k, const float* probs, const int64_t* ids,
-                         const float* dweights, float* dlogits) {
+void router_backward_cpu(int64_t m, int64_t n, int64_t k, const float* probs, const int64_t* ids, const float* dweights,
+                         float* dlogits) {
   for_rows(m, n, [&](int64_t i) {
     ArrMap d(dlogits + i * n, n);
     const ArrMapC p(probs + i * n, n);
@@ -447,9 +445,8 @@ void router_backward_cpu(int64_t m, int64_t n, int64_t k, const float* probs, co
 }
 
 void permute_cpu(int64_t m, int64_t n, int64_t k, const float* x, const int64_t* src, float* out) {
-  for_rows(m * k, n, [&](int64_t r) {
-    std::memcpy(out + r * n, x + src[r] * n, static_cast<size_t>(n) * sizeof(float));
-  });
+  for_rows(m * k, n,
+           [&](int64_t r) { std::memcpy(out + r * n, x + src[r] * n, static_cast<size_t>(n) * sizeof(float)); });
 }
 
 void unpermute_cpu(int64_t m, int64_t n, int64_t k, const float* y, const int64_t* ids, const float* weights,

@@ -18,24 +18,23 @@ int default_threads();
 // C[m,n] = op(A)[m,k] * op(B)[k,n], row-major, Eigen's blocked GEMM over all threads, in column
 // panels of at most kGemmPanelColumns (cpu_kernels.cpp says why).
 inline constexpr int64_t kGemmPanelColumns = 8192;
-void gemm_eigen(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, const float* a, const float* b,
-                float* c);
+void gemm_eigen(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, const float* a, const float* b, float* c);
 
 // Causal attention, FlashAttention-2's blocking (Dao 2023): each thread takes a block of queries
 // and streams the key blocks up to the diagonal through an online softmax, so the scratch is
 // O(block * block + block * head_dim) per thread and never O(seq^2).
-void attention_forward_cpu(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const float* q,
-                           const float* k, const float* v, float* o, float* lse);
+void attention_forward_cpu(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const float* q, const float* k,
+                           const float* v, float* o, float* lse);
 // Recomputes each block's probabilities from lse; one (batch, head) per thread, key blocks in the
 // outer loop so dK and dV accumulate in registers-sized scratch and dQ without races.
-void attention_backward_cpu(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const float* q,
-                            const float* k, const float* v, const float* o, const float* lse, const float* d_o,
-                            float* dq, float* dk, float* dv);
+void attention_backward_cpu(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const float* q, const float* k,
+                            const float* v, const float* o, const float* lse, const float* d_o, float* dq, float* dk,
+                            float* dv);
 
 void layer_norm_cpu(int64_t m, int64_t n, const float* x, const float* w, const float* b, float* y, float* mean,
                     float* rstd);
-void layer_norm_backward_cpu(int64_t m, int64_t n, const float* dy, const float* x, const float* w,
-                             const float* mean, const float* rstd, float* dx, float* dw, float* db);
+void layer_norm_backward_cpu(int64_t m, int64_t n, const float* dy, const float* x, const float* w, const float* mean,
+                             const float* rstd, float* dx, float* dw, float* db);
 
 void gelu_cpu(int64_t elements, const float* x, float* y);
 void gelu_backward_cpu(int64_t elements, const float* dy, const float* x, float* dx);
@@ -62,8 +61,8 @@ void mul_backward_cpu(int64_t elements, const float* dy, const float* a, const f
 void rope_cpu(int64_t m, int64_t n, int64_t head_dim, const float* cos, const float* sin, float* x, bool inverse);
 
 void router_cpu(int64_t m, int64_t n, int64_t k, const float* logits, float* probs, int64_t* ids, float* weights);
-void router_backward_cpu(int64_t m, int64_t n, int64_t k, const float* probs, const int64_t* ids,
-                         const float* dweights, float* dlogits);
+void router_backward_cpu(int64_t m, int64_t n, int64_t k, const float* probs, const int64_t* ids, const float* dweights,
+                         float* dlogits);
 void permute_cpu(int64_t m, int64_t n, int64_t k, const float* x, const int64_t* src, float* out);
 void unpermute_cpu(int64_t m, int64_t n, int64_t k, const float* y, const int64_t* ids, const float* weights,
                    float* out);

@@ -37,12 +37,13 @@ struct CacheLineAllocator {
     return p;
   }
   void deallocate(T* p, size_t) {
-    if (recording)
-      std::erase_if(*recording, [p](const std::pair<const void*, size_t>& b) { return b.first == p; });
+    if (recording) std::erase_if(*recording, [p](const std::pair<const void*, size_t>& b) { return b.first == p; });
     ::operator delete(p, kAlign);
   }
   template <class U>
-  bool operator==(const CacheLineAllocator<U>&) const { return true; }
+  bool operator==(const CacheLineAllocator<U>&) const {
+    return true;
+  }
 };
 using Floats = std::vector<float, CacheLineAllocator<float>>;
 using Ids = std::vector<int64_t, CacheLineAllocator<int64_t>>;
@@ -90,7 +91,8 @@ void check_shape(const Op& op) {
   const std::string name = name_of(op);
   switch (op.kind) {
     case OpKind::kGemm:
-      if (op.m < 1 || op.n < 1 || op.k < 1) throw Error("op " + name + ": GEMM m x n x k " + dims(op) + " must be positive");
+      if (op.m < 1 || op.n < 1 || op.k < 1)
+        throw Error("op " + name + ": GEMM m x n x k " + dims(op) + " must be positive");
       return;
     case OpKind::kAttentionFwd:
     case OpKind::kAttentionBwd:
@@ -112,7 +114,8 @@ void check_shape(const Op& op) {
         throw Error("op " + name + ": a router needs its top k in [1, n experts " + std::to_string(op.n) + "] (got " +
                     std::to_string(op.k) + ")");
       if ((op.mem == MemKind::kPermute || op.mem == MemKind::kUnpermute) && op.k < 1)
-        throw Error("op " + name + ": a permutation needs its choices per token in k (got " + std::to_string(op.k) + ")");
+        throw Error("op " + name + ": a permutation needs its choices per token in k (got " + std::to_string(op.k) +
+                    ")");
       if ((op.mem == MemKind::kDropout || op.mem == MemKind::kDropoutBackward) &&
           (op.k < 0 || op.k > kDropoutPermilleMax))
         throw Error("op " + name + ": dropout needs its probability in k, per mille in [0, " +
@@ -126,7 +129,10 @@ void check_shape(const Op& op) {
 class GemmOp final : public CpuOp {
  public:
   GemmOp(const Op& op, uint64_t seed)
-      : op_(op), a_(uniform(op.m * op.k, seed)), b_(uniform(op.k * op.n, seed + 1)), c_(uniform(op.m * op.n, seed + 2)) {}
+      : op_(op),
+        a_(uniform(op.m * op.k, seed)),
+        b_(uniform(op.k * op.n, seed + 1)),
+        c_(uniform(op.m * op.n, seed + 2)) {}
   void run() override { gemm_eigen(op_.m, op_.n, op_.k, op_.trans_a, op_.trans_b, a_.data(), b_.data(), c_.data()); }
   double check() override {
     run();
@@ -192,8 +198,8 @@ class AttentionBackwardOp final : public CpuOp {
   double check() override {
     run();
     Floats dq(dq_.size()), dk(dk_.size()), dv(dv_.size());
-    attention_backward_reference(op_.batch, op_.heads, op_.seq, op_.head_dim, in(q_), in(k_), in(v_), in(do_),
-                                 out(dq), out(dk), out(dv));
+    attention_backward_reference(op_.batch, op_.heads, op_.seq, op_.head_dim, in(q_), in(k_), in(v_), in(do_), out(dq),
+                                 out(dk), out(dv));
     return std::max({max_relative_error(in(dq_), in(dq)), max_relative_error(in(dk_), in(dk)),
                      max_relative_error(in(dv_), in(dv))});
   }
@@ -209,14 +215,17 @@ class AttentionBackwardOp final : public CpuOp {
 class LayerNormOp final : public CpuOp {
  public:
   LayerNormOp(const Op& op, uint64_t seed)
-      : m_(op.m), n_(op.n),
+      : m_(op.m),
+        n_(op.n),
         x_(uniform(m_ * n_, seed, -1, 3)),  // rows off zero mean, as residual streams are
         w_(uniform(n_, seed + 1, 0.5f, 1.5f)),
         b_(uniform(n_, seed + 2, -0.5f, 0.5f)),
         y_(uniform(m_ * n_, seed + 3)),
         mean_(uniform(m_, seed + 4)),
         rstd_(uniform(m_, seed + 5)) {}
-  void run() override { layer_norm_cpu(m_, n_, x_.data(), w_.data(), b_.data(), y_.data(), mean_.data(), rstd_.data()); }
+  void run() override {
+    layer_norm_cpu(m_, n_, x_.data(), w_.data(), b_.data(), y_.data(), mean_.data(), rstd_.data());
+  }
   double check() override {
     run();
     Floats y(y_.size()), mean(mean_.size()), rstd(rstd_.size());
@@ -233,7 +242,8 @@ class LayerNormOp final : public CpuOp {
 class LayerNormBackwardOp final : public CpuOp {
  public:
   LayerNormBackwardOp(const Op& op, uint64_t seed)
-      : m_(op.m), n_(op.n),
+      : m_(op.m),
+        n_(op.n),
         dy_(uniform(m_ * n_, seed)),
         x_(uniform(m_ * n_, seed + 1, -1, 3)),
         w_(uniform(n_, seed + 2, 0.5f, 1.5f)),
@@ -337,7 +347,8 @@ class BiasGradOp final : public CpuOp {
 class CrossEntropyOp final : public CpuOp {
  public:
   CrossEntropyOp(const Op& op, uint64_t seed)
-      : m_(op.m), n_(op.n),
+      : m_(op.m),
+        n_(op.n),
         logits_(uniform(m_ * n_, seed, -4, 4)),
         targets_(indices(m_, n_, seed + 1)),
         loss_(uniform(m_, seed + 2)) {}
@@ -382,7 +393,9 @@ class ScaleOp final : public CpuOp {
 class EmbeddingOp final : public CpuOp {
  public:
   EmbeddingOp(const Op& op, uint64_t seed)
-      : m_(op.m), n_(op.n), rows_(op.k),
+      : m_(op.m),
+        n_(op.n),
+        rows_(op.k),
         table_(uniform(rows_ * n_, seed)),
         ids_(indices(m_, rows_, seed + 1)),
         y_(uniform(m_ * n_, seed + 2)) {}
@@ -404,7 +417,9 @@ class EmbeddingOp final : public CpuOp {
 class EmbeddingBackwardOp final : public CpuOp {
  public:
   EmbeddingBackwardOp(const Op& op, uint64_t seed)
-      : m_(op.m), n_(op.n), rows_(op.k),
+      : m_(op.m),
+        n_(op.n),
+        rows_(op.k),
         dy_(uniform(m_ * n_, seed)),
         ids_(indices(m_, rows_, seed + 1)),
         dtable_(uniform(rows_ * n_, seed + 2)) {}
@@ -514,7 +529,8 @@ class AdamWOp final : public CpuOp {
 class RmsNormOp final : public CpuOp {
  public:
   RmsNormOp(const Op& op, uint64_t seed)
-      : m_(op.m), n_(op.n),
+      : m_(op.m),
+        n_(op.n),
         x_(uniform(m_ * n_, seed, -1, 3)),  // rows off zero mean, as residual streams are
         w_(uniform(n_, seed + 1, 0.5f, 1.5f)),
         y_(uniform(m_ * n_, seed + 2)),
@@ -535,7 +551,8 @@ class RmsNormOp final : public CpuOp {
 class RmsNormBackwardOp final : public CpuOp {
  public:
   RmsNormBackwardOp(const Op& op, uint64_t seed)
-      : m_(op.m), n_(op.n),
+      : m_(op.m),
+        n_(op.n),
         dy_(uniform(m_ * n_, seed)),
         x_(uniform(m_ * n_, seed + 1, -1, 3)),
         w_(uniform(n_, seed + 2, 0.5f, 1.5f)),
@@ -568,7 +585,10 @@ class UnaryOp final : public CpuOp {
   using Kernel = void (*)(int64_t, const float*, float*);
   using Reference = void (*)(std::span<const float>, std::span<float>);
   UnaryOp(const Op& op, uint64_t seed, Kernel kernel, Reference reference)
-      : kernel_(kernel), reference_(reference), e_(op.m * op.n), x_(uniform(e_, seed, -6, 6)),
+      : kernel_(kernel),
+        reference_(reference),
+        e_(op.m * op.n),
+        x_(uniform(e_, seed, -6, 6)),
         y_(uniform(e_, seed + 1)) {}
   void run() override { kernel_(e_, x_.data(), y_.data()); }
   double check() override {
@@ -591,8 +611,12 @@ class UnaryBackwardOp final : public CpuOp {
   using Kernel = void (*)(int64_t, const float*, const float*, float*);
   using Reference = void (*)(std::span<const float>, std::span<const float>, std::span<float>);
   UnaryBackwardOp(const Op& op, uint64_t seed, Kernel kernel, Reference reference)
-      : kernel_(kernel), reference_(reference), e_(op.m * op.n), dy_(uniform(e_, seed)),
-        x_(uniform(e_, seed + 1, -6, 6)), dx_(uniform(e_, seed + 2)) {}
+      : kernel_(kernel),
+        reference_(reference),
+        e_(op.m * op.n),
+        dy_(uniform(e_, seed)),
+        x_(uniform(e_, seed + 1, -6, 6)),
+        dx_(uniform(e_, seed + 2)) {}
   void run() override { kernel_(e_, dy_.data(), x_.data(), dx_.data()); }
   double check() override {
     run();
@@ -628,8 +652,12 @@ class MulOp final : public CpuOp {
 class MulBackwardOp final : public CpuOp {
  public:
   MulBackwardOp(const Op& op, uint64_t seed)
-      : e_(op.m * op.n), dy_(uniform(e_, seed)), a_(uniform(e_, seed + 1)), b_(uniform(e_, seed + 2)),
-        da_(uniform(e_, seed + 3)), db_(uniform(e_, seed + 4)) {}
+      : e_(op.m * op.n),
+        dy_(uniform(e_, seed)),
+        a_(uniform(e_, seed + 1)),
+        b_(uniform(e_, seed + 2)),
+        da_(uniform(e_, seed + 3)),
+        db_(uniform(e_, seed + 4)) {}
   void run() override { mul_backward_cpu(e_, dy_.data(), a_.data(), b_.data(), da_.data(), db_.data()); }
   double check() override {
     run();
@@ -650,7 +678,11 @@ class MulBackwardOp final : public CpuOp {
 class RopeOp final : public CpuOp {
  public:
   RopeOp(const Op& op, uint64_t seed)
-      : m_(op.m), n_(op.n), head_dim_(op.k), x_(uniform(m_ * n_, seed)), cos_(z(m_ * head_dim_ / 2)),
+      : m_(op.m),
+        n_(op.n),
+        head_dim_(op.k),
+        x_(uniform(m_ * n_, seed)),
+        cos_(z(m_ * head_dim_ / 2)),
         sin_(cos_.size()) {
     constexpr double kRopeTheta = 500000.0;  // Llama 3's config.json
     const int64_t half = head_dim_ / 2;
@@ -685,8 +717,13 @@ class RopeOp final : public CpuOp {
 class RouterOp final : public CpuOp {
  public:
   RouterOp(const Op& op, uint64_t seed)
-      : m_(op.m), n_(op.n), k_(op.k), logits_(uniform(m_ * n_, seed, -4, 4)), probs_(uniform(m_ * n_, seed + 1)),
-        ids_(z(m_ * k_)), weights_(uniform(m_ * k_, seed + 2)) {}
+      : m_(op.m),
+        n_(op.n),
+        k_(op.k),
+        logits_(uniform(m_ * n_, seed, -4, 4)),
+        probs_(uniform(m_ * n_, seed + 1)),
+        ids_(z(m_ * k_)),
+        weights_(uniform(m_ * k_, seed + 2)) {}
   void run() override { router_cpu(m_, n_, k_, logits_.data(), probs_.data(), ids_.data(), weights_.data()); }
   double check() override {
     run();
@@ -708,7 +745,12 @@ class RouterOp final : public CpuOp {
 class RouterBackwardOp final : public CpuOp {
  public:
   RouterBackwardOp(const Op& op, uint64_t seed)
-      : m_(op.m), n_(op.n), k_(op.k), probs_(z(m_ * n_)), ids_(z(m_ * k_)), dweights_(uniform(m_ * k_, seed)),
+      : m_(op.m),
+        n_(op.n),
+        k_(op.k),
+        probs_(z(m_ * n_)),
+        ids_(z(m_ * k_)),
+        dweights_(uniform(m_ * k_, seed)),
         dlogits_(uniform(m_ * n_, seed + 1)) {
     const Floats logits = uniform(m_ * n_, seed + 2, -4, 4);
     Floats weights(z(m_ * k_));
@@ -735,7 +777,11 @@ class RouterBackwardOp final : public CpuOp {
 class PermuteOp final : public CpuOp {
  public:
   PermuteOp(const Op& op, uint64_t seed)
-      : m_(op.m), n_(op.n), k_(op.k), x_(uniform(m_ * n_, seed)), src_(indices(m_ * k_, m_, seed + 1)),
+      : m_(op.m),
+        n_(op.n),
+        k_(op.k),
+        x_(uniform(m_ * n_, seed)),
+        src_(indices(m_ * k_, m_, seed + 1)),
         out_(uniform(m_ * k_ * n_, seed + 2)) {}
   void run() override { permute_cpu(m_, n_, k_, x_.data(), src_.data(), out_.data()); }
   double check() override {
@@ -756,8 +802,13 @@ class PermuteOp final : public CpuOp {
 class UnpermuteOp final : public CpuOp {
  public:
   UnpermuteOp(const Op& op, uint64_t seed)
-      : m_(op.m), n_(op.n), k_(op.k), y_(uniform(m_ * k_ * n_, seed)), ids_(indices(m_ * k_, m_ * k_, seed + 1)),
-        weights_(uniform(m_ * k_, seed + 2, 0, 1)), out_(uniform(m_ * n_, seed + 3)) {}
+      : m_(op.m),
+        n_(op.n),
+        k_(op.k),
+        y_(uniform(m_ * k_ * n_, seed)),
+        ids_(indices(m_ * k_, m_ * k_, seed + 1)),
+        weights_(uniform(m_ * k_, seed + 2, 0, 1)),
+        out_(uniform(m_ * n_, seed + 3)) {}
   void run() override { unpermute_cpu(m_, n_, k_, y_.data(), ids_.data(), weights_.data(), out_.data()); }
   double check() override {
     run();
@@ -883,9 +934,11 @@ std::unique_ptr<CpuOp> make_memory_bound(const Op& op, uint64_t seed) {
     case MemKind::kRmsNorm: return std::make_unique<RmsNormOp>(op, seed);
     case MemKind::kRmsNormBackward: return std::make_unique<RmsNormBackwardOp>(op, seed);
     case MemKind::kSilu: return std::make_unique<UnaryOp>(op, seed, silu_cpu, silu_reference);
-    case MemKind::kSiluBackward: return std::make_unique<UnaryBackwardOp>(op, seed, silu_backward_cpu, silu_backward_reference);
+    case MemKind::kSiluBackward:
+      return std::make_unique<UnaryBackwardOp>(op, seed, silu_backward_cpu, silu_backward_reference);
     case MemKind::kRelu: return std::make_unique<UnaryOp>(op, seed, relu_cpu, relu_reference);
-    case MemKind::kReluBackward: return std::make_unique<UnaryBackwardOp>(op, seed, relu_backward_cpu, relu_backward_reference);
+    case MemKind::kReluBackward:
+      return std::make_unique<UnaryBackwardOp>(op, seed, relu_backward_cpu, relu_backward_reference);
     case MemKind::kMul: return std::make_unique<MulOp>(op, seed);
     case MemKind::kMulBackward: return std::make_unique<MulBackwardOp>(op, seed);
     case MemKind::kRope: return std::make_unique<RopeOp>(op, seed);

@@ -27,11 +27,11 @@
 namespace tpsim::TPSIM_GPU_NS {
 namespace {
 
-constexpr int kLanes = 8;         // lanes per query (forward) or key (backward)
+constexpr int kLanes = 8;  // lanes per query (forward) or key (backward)
 constexpr int kThreads = 256;
 constexpr int kRows = kThreads / kLanes;  // 32 queries or keys per block
-constexpr int kKeyTile = 32;      // keys per shared-memory tile (forward)
-constexpr int kQueryTile = 16;    // queries per shared-memory tile (backward)
+constexpr int kKeyTile = 32;              // keys per shared-memory tile (forward)
+constexpr int kQueryTile = 16;            // queries per shared-memory tile (backward)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -251,7 +251,9 @@ void forward_typed(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, 
     case 2: attention_forward_kernel<T, 2><<<grid, kThreads, 0, stream>>>(seq, dh, scale_log2, q, k, v, o, lse); break;
     case 4: attention_forward_kernel<T, 4><<<grid, kThreads, 0, stream>>>(seq, dh, scale_log2, q, k, v, o, lse); break;
     case 8: attention_forward_kernel<T, 8><<<grid, kThreads, 0, stream>>>(seq, dh, scale_log2, q, k, v, o, lse); break;
-    default: attention_forward_kernel<T, 16><<<grid, kThreads, 0, stream>>>(seq, dh, scale_log2, q, k, v, o, lse); break;
+    default:
+      attention_forward_kernel<T, 16><<<grid, kThreads, 0, stream>>>(seq, dh, scale_log2, q, k, v, o, lse);
+      break;
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -265,8 +267,9 @@ void backward_typed(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_t h
   const int dh = static_cast<int>(head_dim);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(rows * head_dim) * sizeof(float), stream));
-  attention_delta_kernel<T><<<static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32)), kThreads, 0, stream>>>(
-      rows, dh, o, d_o, delta);
+  attention_delta_kernel<T>
+      <<<static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32)), kThreads, 0, stream>>>(rows, dh, o, d_o,
+                                                                                                     delta);
   CUDA_CHECK_LAUNCH();
 #if !defined(TPSIM_HIP)
   if (attention_tc_runs(e, batch, heads, seq, head_dim)) {
@@ -280,10 +283,22 @@ void backward_typed(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_t h
   (void)e;
 #endif
   switch (ept_for(head_dim)) {
-    case 2: attention_backward_kernel<T, 2><<<grid, kThreads, 0, stream>>>(seq, dh, scale, q, k, v, d_o, lse, delta, dk, dv, dq_accum); break;
-    case 4: attention_backward_kernel<T, 4><<<grid, kThreads, 0, stream>>>(seq, dh, scale, q, k, v, d_o, lse, delta, dk, dv, dq_accum); break;
-    case 8: attention_backward_kernel<T, 8><<<grid, kThreads, 0, stream>>>(seq, dh, scale, q, k, v, d_o, lse, delta, dk, dv, dq_accum); break;
-    default: attention_backward_kernel<T, 16><<<grid, kThreads, 0, stream>>>(seq, dh, scale, q, k, v, d_o, lse, delta, dk, dv, dq_accum); break;
+    case 2:
+      attention_backward_kernel<T, 2>
+          <<<grid, kThreads, 0, stream>>>(seq, dh, scale, q, k, v, d_o, lse, delta, dk, dv, dq_accum);
+      break;
+    case 4:
+      attention_backward_kernel<T, 4>
+          <<<grid, kThreads, 0, stream>>>(seq, dh, scale, q, k, v, d_o, lse, delta, dk, dv, dq_accum);
+      break;
+    case 8:
+      attention_backward_kernel<T, 8>
+          <<<grid, kThreads, 0, stream>>>(seq, dh, scale, q, k, v, d_o, lse, delta, dk, dv, dq_accum);
+      break;
+    default:
+      attention_backward_kernel<T, 16>
+          <<<grid, kThreads, 0, stream>>>(seq, dh, scale, q, k, v, d_o, lse, delta, dk, dv, dq_accum);
+      break;
   }
   CUDA_CHECK_LAUNCH();
   const int64_t count = rows * head_dim;
@@ -297,7 +312,8 @@ bool attention_head_dim_supported(int64_t head_dim) { return head_dim >= 1 && he
 
 void attention_forward(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const void* q,
                        const void* k, const void* v, void* o, float* lse, cudaStream_t stream) {
-  if (!attention_head_dim_supported(head_dim)) throw Error("attention: head_dim " + std::to_string(head_dim) + " > 128");
+  if (!attention_head_dim_supported(head_dim))
+    throw Error("attention: head_dim " + std::to_string(head_dim) + " > 128");
 #if !defined(TPSIM_HIP)
   if (attention_tc_runs(e, batch, heads, seq, head_dim)) {
     attention_forward_tc(e, batch, heads, seq, head_dim, q, k, v, o, lse, stream);
@@ -324,12 +340,14 @@ void attention_forward(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_
 void attention_backward(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const void* q,
                         const void* k, const void* v, const void* o, const void* d_o, const float* lse, void* dq,
                         void* dk, void* dv, float* delta, float* dq_accum, cudaStream_t stream) {
-  if (!attention_head_dim_supported(head_dim)) throw Error("attention: head_dim " + std::to_string(head_dim) + " > 128");
+  if (!attention_head_dim_supported(head_dim))
+    throw Error("attention: head_dim " + std::to_string(head_dim) + " > 128");
   switch (e) {
     case Elem::kF32:
       backward_typed(e, batch, heads, seq, head_dim, static_cast<const float*>(q), static_cast<const float*>(k),
                      static_cast<const float*>(v), static_cast<const float*>(o), static_cast<const float*>(d_o), lse,
-                     static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv), delta, dq_accum, stream);
+                     static_cast<float*>(dq), static_cast<float*>(dk), static_cast<float*>(dv), delta, dq_accum,
+                     stream);
       break;
     case Elem::kBf16:
       backward_typed(e, batch, heads, seq, head_dim, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
@@ -338,9 +356,9 @@ void attention_backward(Elem e, int64_t batch, int64_t heads, int64_t seq, int64
       break;
     case Elem::kF16:
       backward_typed(e, batch, heads, seq, head_dim, static_cast<const __half*>(q), static_cast<const __half*>(k),
-                     static_cast<const __half*>(v), static_cast<const __half*>(o), static_cast<const __half*>(d_o),
-                     lse, static_cast<__half*>(dq), static_cast<__half*>(dk), static_cast<__half*>(dv), delta,
-                     dq_accum, stream);
+                     static_cast<const __half*>(v), static_cast<const __half*>(o), static_cast<const __half*>(d_o), lse,
+                     static_cast<__half*>(dq), static_cast<__half*>(dk), static_cast<__half*>(dv), delta, dq_accum,
+                     stream);
       break;
     default: throw Error(std::string("attention in ") + elem_name(e) + " is not implemented");
   }

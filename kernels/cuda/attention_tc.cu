@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (k0 > warp_last_q) continue;  // the whole tile lies after this warp's queries
 
-    // S = Q K^T: K's rows are B's columns (column-major B with the tile's row stride).
+      // S = Q K^T: K's rows are B's columns (column-major B with the tile's row stride).
 #pragma unroll
     for (int n = 0; n < kTile / kF; ++n) {
       wmma::fragment<wmma::accumulator, kF, kF, kF, float> acc;
@@ -233,10 +233,10 @@ __device__ void write_rows(float* stage, wmma::fragment<wmma::accumulator, kF, k
 
 template <class T, int DP>
 __global__ void __launch_bounds__(kThreads)
-    attention_backward_tc_kernel(int64_t seq, int dh, bool vec, float scale, const T* __restrict__ q, const T* __restrict__ k,
-                                 const T* __restrict__ v, const T* __restrict__ d_o, const float* __restrict__ lse,
-                                 const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv,
-                                 float* __restrict__ dq_accum) {
+    attention_backward_tc_kernel(int64_t seq, int dh, bool vec, float scale, const T* __restrict__ q,
+                                 const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ d_o,
+                                 const float* __restrict__ lse, const float* __restrict__ delta, T* __restrict__ dk,
+                                 T* __restrict__ dv, float* __restrict__ dq_accum) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int ld = kLdt<DP>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   for (int64_t q0 = k0; q0 < seq; q0 += kTile) {  // query tiles before k0 see none of these keys
-    __syncthreads();  // every warp is done with the previous tile's Q, dO, dS^T
+    __syncthreads();                              // every warp is done with the previous tile's Q, dO, dS^T
     load_tile<T, DP>(qs, q + base, q0, seq, dh, vec);
     load_tile<T, DP>(dos, d_o + base, q0, seq, dh, vec);
     for (int i = threadIdx.x; i < kTile; i += kThreads) {
@@ -411,8 +411,8 @@ void forward_tc(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, con
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   const float scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))) * kLog2e;
   kernel<<<tc_grid(batch, heads, seq), kThreads, bytes, stream>>>(
-      seq, static_cast<int>(head_dim), rows_aligned(head_dim, {q, k, v, o}), scale_log2, static_cast<const T*>(q), static_cast<const T*>(k),
-      static_cast<const T*>(v), static_cast<T*>(o), lse);
+      seq, static_cast<int>(head_dim), rows_aligned(head_dim, {q, k, v, o}), scale_log2, static_cast<const T*>(q),
+      static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), lse);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -426,9 +426,8 @@ void backward_tc(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, co
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   kernel<<<tc_grid(batch, heads, seq), kThreads, bytes, stream>>>(
       seq, static_cast<int>(head_dim), rows_aligned(head_dim, {q, k, v, d_o}), scale, static_cast<const T*>(q),
-      static_cast<const T*>(k),
-      static_cast<const T*>(v), static_cast<const T*>(d_o), lse, delta, static_cast<T*>(dk), static_cast<T*>(dv),
-      dq_accum);
+      static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(d_o), lse, delta, static_cast<T*>(dk),
+      static_cast<T*>(dv), dq_accum);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -449,7 +448,9 @@ void backward_tc_dispatch(int64_t batch, int64_t heads, int64_t seq, int64_t hea
   switch (padded_head_dim(head_dim)) {
     case 32: backward_tc<T, 32>(batch, heads, seq, head_dim, q, k, v, d_o, lse, delta, dk, dv, dq_accum, stream); break;
     case 64: backward_tc<T, 64>(batch, heads, seq, head_dim, q, k, v, d_o, lse, delta, dk, dv, dq_accum, stream); break;
-    default: backward_tc<T, 128>(batch, heads, seq, head_dim, q, k, v, d_o, lse, delta, dk, dv, dq_accum, stream); break;
+    default:
+      backward_tc<T, 128>(batch, heads, seq, head_dim, q, k, v, d_o, lse, delta, dk, dv, dq_accum, stream);
+      break;
   }
 }
 
@@ -464,10 +465,8 @@ bool attention_tc_runs(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_
 
 void attention_forward_tc(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const void* q,
                           const void* k, const void* v, void* o, float* lse, cudaStream_t stream) {
-  if (e == Elem::kBf16)
-    forward_tc_dispatch<__nv_bfloat16>(batch, heads, seq, head_dim, q, k, v, o, lse, stream);
-  else
-    forward_tc_dispatch<__half>(batch, heads, seq, head_dim, q, k, v, o, lse, stream);
+  if (e == Elem::kBf16) forward_tc_dispatch<__nv_bfloat16>(batch, heads, seq, head_dim, q, k, v, o, lse, stream);
+  else forward_tc_dispatch<__half>(batch, heads, seq, head_dim, q, k, v, o, lse, stream);
 }
 
 void attention_backward_tc(Elem e, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, const void* q,
@@ -476,8 +475,7 @@ void attention_backward_tc(Elem e, int64_t batch, int64_t heads, int64_t seq, in
   if (e == Elem::kBf16)
     backward_tc_dispatch<__nv_bfloat16>(batch, heads, seq, head_dim, q, k, v, d_o, lse, delta, dk, dv, dq_accum,
                                         stream);
-  else
-    backward_tc_dispatch<__half>(batch, heads, seq, head_dim, q, k, v, d_o, lse, delta, dk, dv, dq_accum, stream);
+  else backward_tc_dispatch<__half>(batch, heads, seq, head_dim, q, k, v, d_o, lse, delta, dk, dv, dq_accum, stream);
 }
 
 }  // namespace tpsim::TPSIM_GPU_NS

@@ -36,11 +36,10 @@ namespace tpsim::TPSIM_GPU_NS {
 // The one shape of every API's check macro (ggml's CUDA_CHECK_GEN): `statement` evaluated once, its
 // status compared with the API's `success` and a failure handed to the API's `thrower` with the
 // statement's text as written (`text`: the caller's #statement, before HIP's renames) and file:line.
-#define TPSIM_API_CHECK(status_type, success, thrower, statement, text)           \
-  do {                                                                            \
-    const status_type tpsim_status_ = (statement);                                \
-    if (tpsim_status_ != (success))                                               \
-      ::tpsim::TPSIM_GPU_NS::thrower(tpsim_status_, text, __FILE__, __LINE__);    \
+#define TPSIM_API_CHECK(status_type, success, thrower, statement, text)                                      \
+  do {                                                                                                       \
+    const status_type tpsim_status_ = (statement);                                                           \
+    if (tpsim_status_ != (success)) ::tpsim::TPSIM_GPU_NS::thrower(tpsim_status_, text, __FILE__, __LINE__); \
   } while (0)
 
 #define CUDA_CHECK(statement) TPSIM_API_CHECK(cudaError_t, cudaSuccess, throw_cuda_error, statement, #statement)

@@ -29,10 +29,10 @@ void* lazy_symbol(const char* name) {
 }  // namespace
 
 // Defines `name` (parameters `params`) to call the library's `name` with `args`.
-#define TPSIM_LAZY(ret, name, params, args)                                                 \
-  extern "C" ret name params {                                                              \
-    static const auto real = reinterpret_cast<decltype(&name)>(lazy_symbol(#name));        \
-    return real args;                                                                       \
+#define TPSIM_LAZY(ret, name, params, args)                                         \
+  extern "C" ret name params {                                                      \
+    static const auto real = reinterpret_cast<decltype(&name)>(lazy_symbol(#name)); \
+    return real args;                                                               \
   }
 
 TPSIM_LAZY(cublasStatus_t, cublasLtCreate, (cublasLtHandle_t * handle), (handle))

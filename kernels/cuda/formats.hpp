@@ -76,13 +76,13 @@ TPSIM_HD inline uint8_t float_to_e4m3(float f) {
   const uint32_t u = float_to_bits(f);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return 0x7f;                 // NaN
-  if (a >= 0x43e80000u) return sign | 0x7e;          // >= 464 (halfway past 448) and inf: saturate
-  const int e = static_cast<int>(a >> 23) - 127;     // unbiased fp32 exponent
+  if (a > 0x7f800000u) return 0x7f;               // NaN
+  if (a >= 0x43e80000u) return sign | 0x7e;       // >= 464 (halfway past 448) and inf: saturate
+  const int e = static_cast<int>(a >> 23) - 127;  // unbiased fp32 exponent
   if (e < -6) {
     // Subnormal in e4m3: multiples of 2^-9. Shift the 24-bit significand so that its units are
     // 2^-9, rounding to nearest even; a result of 8 is the smallest normal (code 0x08).
-    if (e < -11) return sign;  // below 2^-11: less than half the smallest subnormal (2^-9)
+    if (e < -11) return sign;                          // below 2^-11: less than half the smallest subnormal (2^-9)
     const uint32_t sig = (a & 0x7fffffu) | 0x800000u;  // value = sig * 2^(e-23)
     const int shift = 23 - 9 - e;                      // to units of 2^-9: sig >> (14 - e)
     const uint32_t q = sig >> shift;

@@ -5,21 +5,22 @@
 namespace tpsim::TPSIM_GPU_NS {
 
 void throw_cublas_error(cublasStatus_t status, const char* statement, const char* file, int line) {
-  throw_api_error(std::string("cuBLASLt error ") + cublasLtGetStatusName(status) + " (" +
-                      cublasLtGetStatusString(status) + ")",
-                  statement, file, line);
+  throw_api_error(
+      std::string("cuBLASLt error ") + cublasLtGetStatusName(status) + " (" + cublasLtGetStatusString(status) + ")",
+      statement, file, line);
 }
 
 std::string lt_dtype_unsupported(DType dtype, int cc) {
   switch (dtype) {
     case DType::kFp8:
-      if (cc < 89) return "fp8 GEMMs need compute capability 8.9 or newer (this device: " + std::to_string(cc / 10) +
-                          "." + std::to_string(cc % 10) + ")";
+      if (cc < 89)
+        return "fp8 GEMMs need compute capability 8.9 or newer (this device: " + std::to_string(cc / 10) + "." +
+               std::to_string(cc % 10) + ")";
       return "";
     case DType::kBf16:
     case DType::kTf32:
-      if (cc < 80) return std::string(dtype == DType::kBf16 ? "bf16" : "tf32") +
-                          " GEMMs need compute capability 8.0 or newer";
+      if (cc < 80)
+        return std::string(dtype == DType::kBf16 ? "bf16" : "tf32") + " GEMMs need compute capability 8.0 or newer";
       return "";
     case DType::kFp16:
     case DType::kFp32: return "";

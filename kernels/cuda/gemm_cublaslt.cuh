@@ -59,7 +59,7 @@ class LtMatmul {
   static constexpr int kMaxCandidates = 8;
   cublasLtMatmulAlgo_t candidates_[kMaxCandidates] = {};
   int candidate_count_ = 0;
-  std::string shape_;  // "bf16 GEMM m=... n=... k=..." for messages
+  std::string shape_;        // "bf16 GEMM m=... n=... k=..." for messages
   float* scales_ = nullptr;  // fp8: the A and B scale factors, on the device
   std::string reason_;
 };

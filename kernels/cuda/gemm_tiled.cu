@@ -95,16 +95,15 @@ void gemm_tiled(Elem e, int64_t m, int64_t n, int64_t k, bool trans_a, bool tran
   switch (e) {
     case Elem::kF32:
       gemm_tiled_kernel<float><<<grid, kThreads, 0, stream>>>(m, n, k, trans_a, trans_b, static_cast<const float*>(a),
-                                                               static_cast<const float*>(b), static_cast<float*>(c));
+                                                              static_cast<const float*>(b), static_cast<float*>(c));
       break;
     case Elem::kBf16:
       gemm_tiled_kernel<bf16><<<grid, kThreads, 0, stream>>>(m, n, k, trans_a, trans_b, static_cast<const bf16*>(a),
-                                                              static_cast<const bf16*>(b), static_cast<bf16*>(c));
+                                                             static_cast<const bf16*>(b), static_cast<bf16*>(c));
       break;
     case Elem::kF16:
-      gemm_tiled_kernel<__half><<<grid, kThreads, 0, stream>>>(m, n, k, trans_a, trans_b,
-                                                                static_cast<const __half*>(a),
-                                                                static_cast<const __half*>(b), static_cast<__half*>(c));
+      gemm_tiled_kernel<__half><<<grid, kThreads, 0, stream>>>(m, n, k, trans_a, trans_b, static_cast<const __half*>(a),
+                                                               static_cast<const __half*>(b), static_cast<__half*>(c));
       break;
     default: throw Error(std::string("tiled GEMM in ") + elem_name(e) + " is not implemented");
   }

@@ -187,8 +187,8 @@ std::string membound_unsupported(const Op& op) {
     case MemKind::kCast:
       switch (cast_kind(op)) {
         case CastKind::kNone:
-          return "a cast reading " + std::to_string(op.bytes_read / (double(op.m) * double(op.n))) +
-                 " and writing " + std::to_string(op.bytes_written / (double(op.m) * double(op.n))) +
+          return "a cast reading " + std::to_string(op.bytes_read / (double(op.m) * double(op.n))) + " and writing " +
+                 std::to_string(op.bytes_written / (double(op.m) * double(op.n))) +
                  " bytes per element matches none this backend runs (fp32<->bf16, activation->fp8)";
         case CastKind::kFp8CastTranspose:
           if ((op.m + 31) / 32 > 65535) return "more rows than one cast-transpose launch covers";
@@ -203,7 +203,8 @@ std::string membound_unsupported(const Op& op) {
 }
 
 std::string attention_unsupported(const Op& op) {
-  if (!storage_of(op.dtype)) return "attention in " + std::string(to_string(op.dtype)) + " is not implemented (bf16, fp16, fp32)";
+  if (!storage_of(op.dtype))
+    return "attention in " + std::string(to_string(op.dtype)) + " is not implemented (bf16, fp16, fp32)";
   if (op.batch < 1 || op.heads < 1 || op.seq < 1 || op.head_dim < 1) return std::string(op.name) + ": empty shape";
   if (!attention_head_dim_supported(op.head_dim))
     return "attention head_dim " + std::to_string(op.head_dim) + " > 128 is not implemented";
@@ -945,8 +946,8 @@ double compare_attention(const Op& op, Comparison& c) {
   }
   const int64_t count = op.batch * op.heads * op.seq * op.head_dim;
   auto dq = zeros(count), dk = zeros(count), dv = zeros(count);
-  attention_backward_reference(op.batch, op.heads, op.seq, op.head_dim, c.in("q"), c.in("k"), c.in("v"), c.in("do"),
-                               dq, dk, dv);
+  attention_backward_reference(op.batch, op.heads, op.seq, op.head_dim, c.in("q"), c.in("k"), c.in("v"), c.in("do"), dq,
+                               dk, dv);
   c.worst(c.out("dq"), dq);
   c.worst(c.out("dk"), dk);
   c.worst(c.out("dv"), dv);
@@ -1117,13 +1118,13 @@ std::unique_ptr<Backend> make_cuda_backend(int index)
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();  // clear the sticky error of the failed query
-    throw Error(std::string("no ") + kApi + " device: the device count query failed with " +
-                cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
+    throw Error(std::string("no ") + kApi + " device: the device count query failed with " + cudaGetErrorName(status) +
+                " (" + cudaGetErrorString(status) + ")");
   }
   if (count == 0) throw Error(std::string("no ") + kApi + " device: the runtime found none");
   if (index < 0 || index >= count)
-    throw Error("--device-index " + std::to_string(index) + ": this machine has " + std::to_string(count) + " " +
-                kApi + " device" + (count == 1 ? "" : "s") + " (0.." + std::to_string(count - 1) + ")");
+    throw Error("--device-index " + std::to_string(index) + ": this machine has " + std::to_string(count) + " " + kApi +
+                " device" + (count == 1 ? "" : "s") + " (0.." + std::to_string(count - 1) + ")");
   return std::make_unique<GpuBackend>(index);
 }
 

@@ -31,12 +31,11 @@ void copy_bytes(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 // ---- memory-bound ops (model/ops.hpp MemKind) ----
 
 // y[m,n] = (x - mean) * rstd * w + b per row; mean, rstd: [m] fp32.
-void layer_norm_forward(Elem e, int64_t m, int64_t n, const void* x, const void* w, const void* b, void* y,
-                        float* mean, float* rstd, cudaStream_t stream);
+void layer_norm_forward(Elem e, int64_t m, int64_t n, const void* x, const void* w, const void* b, void* y, float* mean,
+                        float* rstd, cudaStream_t stream);
 // dx (T) per row; dw, db [n] fp32 through `partials` (fp32, column_partial_rows(m) * 2n).
-void layer_norm_backward(Elem e, int64_t m, int64_t n, const void* dy, const void* x, const void* w,
-                         const float* mean, const float* rstd, void* dx, float* dw, float* db, float* partials,
-                         cudaStream_t stream);
+void layer_norm_backward(Elem e, int64_t m, int64_t n, const void* dy, const void* x, const void* w, const float* mean,
+                         const float* rstd, void* dx, float* dw, float* db, float* partials, cudaStream_t stream);
 int64_t column_partial_rows(int64_t m);
 
 void gelu_forward(Elem e, int64_t count, const void* x, void* y, cudaStream_t stream);
@@ -54,8 +53,8 @@ void embedding_forward(Elem e, int64_t m, int64_t n, const void* table, const in
 // dtable[rows, n] = sum of the rows of dy whose id is that row (0 where none): a counting sort of
 // the ids (counts, offsets, order: int64 workspaces of rows + 1, rows + 1 and m), then one pass
 // per table row summing its tokens in fp32. Four kernels and a memset.
-void embedding_backward(Elem e, int64_t m, int64_t n, int64_t rows, const void* dy, const int64_t* ids,
-                        void* dtable, int64_t* counts, int64_t* offsets, int64_t* order, cudaStream_t stream);
+void embedding_backward(Elem e, int64_t m, int64_t n, int64_t rows, const void* dy, const int64_t* ids, void* dtable,
+                        int64_t* counts, int64_t* offsets, int64_t* order, cudaStream_t stream);
 // Format conversion of count elements (src format -> dst format), e.g. fp32 <-> bf16.
 void convert(Elem src_e, const void* src, Elem dst_e, void* dst, int64_t count, cudaStream_t stream);
 // TransformerEngine's cast-transpose: x[m,n] (T) -> fp8 e4m3 y[m,n] and yt[n,m], and amax = max |x|

@@ -22,28 +22,27 @@ void throw_cuda_error(cudaError_t status, const char* statement, const char* fil
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kGroup = 32;                      // lanes that share a row (one warp on NVIDIA)
+constexpr int kGroup = 32;  // lanes that share a row (one warp on NVIDIA)
 constexpr int kRowsPerBlock = kThreads / kGroup;
 
-#define TPSIM_DISPATCH_FLOAT(e, T, ...)                                                              \
-  switch (e) {                                                                                       \
-    case Elem::kF32: {                                                                               \
-      using T = float;                                                                               \
-      __VA_ARGS__;                                                                                   \
-      break;                                                                                         \
-    }                                                                                                \
-    case Elem::kBf16: {                                                                              \
-      using T = bf16;                                                                                \
-      __VA_ARGS__;                                                                                   \
-      break;                                                                                         \
-    }                                                                                                \
-    case Elem::kF16: {                                                                               \
-      using T = __half;                                                                              \
-      __VA_ARGS__;                                                                                   \
-      break;                                                                                         \
-    }                                                                                                \
-    default:                                                                                         \
-      throw Error(std::string("GPU kernel: activations in ") + elem_name(e) + " are not implemented"); \
+#define TPSIM_DISPATCH_FLOAT(e, T, ...)                                                                       \
+  switch (e) {                                                                                                \
+    case Elem::kF32: {                                                                                        \
+      using T = float;                                                                                        \
+      __VA_ARGS__;                                                                                            \
+      break;                                                                                                  \
+    }                                                                                                         \
+    case Elem::kBf16: {                                                                                       \
+      using T = bf16;                                                                                         \
+      __VA_ARGS__;                                                                                            \
+      break;                                                                                                  \
+    }                                                                                                         \
+    case Elem::kF16: {                                                                                        \
+      using T = __half;                                                                                       \
+      __VA_ARGS__;                                                                                            \
+      break;                                                                                                  \
+    }                                                                                                         \
+    default: throw Error(std::string("GPU kernel: activations in ") + elem_name(e) + " are not implemented"); \
   }
 
 __device__ inline int64_t global_thread() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
@@ -267,7 +266,8 @@ __global__ void column_partials_kernel(int64_t m, int64_t n, int64_t slices, con
 
 // out[c] = sum over slices of partials[slice, c].
 template <class T>
-__global__ void column_finish_kernel(int64_t n, int64_t slices, const float* __restrict__ partials, T* __restrict__ out) {
+__global__ void column_finish_kernel(int64_t n, int64_t slices, const float* __restrict__ partials,
+                                     T* __restrict__ out) {
   const int64_t c = global_thread();
   if (c >= n) return;
   float s = 0;
@@ -289,7 +289,8 @@ __device__ inline MaxSum combine(MaxSum a, MaxSum b) {
 }
 
 template <class T>
-__global__ void cross_entropy_kernel(int64_t n, T* logits, const int64_t* __restrict__ targets, float* __restrict__ loss) {
+__global__ void cross_entropy_kernel(int64_t n, T* logits, const int64_t* __restrict__ targets,
+                                     float* __restrict__ loss) {
   __shared__ MaxSum partial[kThreads / kGroup];
   __shared__ float lse_shared;
   const int64_t row = blockIdx.x;
@@ -373,7 +374,8 @@ __global__ void exclusive_scan_kernel(int64_t rows, int64_t* counts, int64_t* of
   if (threadIdx.x == 0) offsets[rows] = carry;
 }
 
-__global__ void scatter_kernel(int64_t m, const int64_t* __restrict__ ids, int64_t* cursor, int64_t* __restrict__ order) {
+__global__ void scatter_kernel(int64_t m, const int64_t* __restrict__ ids, int64_t* cursor,
+                               int64_t* __restrict__ order) {
   for (int64_t i = global_thread(); i < m; i += grid_threads()) {
     const unsigned long long pos = atomicAdd(reinterpret_cast<unsigned long long*>(cursor + ids[i]), 1ull);
     order[pos] = i;
@@ -381,8 +383,9 @@ __global__ void scatter_kernel(int64_t m, const int64_t* __restrict__ ids, int64
 }
 
 template <class T>
-__global__ void segment_sum_kernel(int64_t rows, int64_t n, const T* __restrict__ dy, const int64_t* __restrict__ offsets,
-                                   const int64_t* __restrict__ order, T* __restrict__ dtable) {
+__global__ void segment_sum_kernel(int64_t rows, int64_t n, const T* __restrict__ dy,
+                                   const int64_t* __restrict__ offsets, const int64_t* __restrict__ order,
+                                   T* __restrict__ dtable) {
   const int lane = threadIdx.x % kGroup;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / kGroup;
   if (row >= rows) return;
@@ -504,12 +507,21 @@ void check_grid_rows(int64_t rows, const char* what) {
 void fill_uniform(void* p, Elem e, int64_t count, uint64_t seed, float lo, float hi, cudaStream_t stream) {
   const unsigned blocks = grid_for(count, kThreads);
   switch (e) {
-    case Elem::kF32: fill_uniform_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(p), count, seed, lo, hi - lo); break;
-    case Elem::kBf16: fill_uniform_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<bf16*>(p), count, seed, lo, hi - lo); break;
-    case Elem::kF16: fill_uniform_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(p), count, seed, lo, hi - lo); break;
-    case Elem::kE4m3: fill_uniform_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<e4m3*>(p), count, seed, lo, hi - lo); break;
+    case Elem::kF32:
+      fill_uniform_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(p), count, seed, lo, hi - lo);
+      break;
+    case Elem::kBf16:
+      fill_uniform_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<bf16*>(p), count, seed, lo, hi - lo);
+      break;
+    case Elem::kF16:
+      fill_uniform_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(p), count, seed, lo, hi - lo);
+      break;
+    case Elem::kE4m3:
+      fill_uniform_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<e4m3*>(p), count, seed, lo, hi - lo);
+      break;
     case Elem::kI64:
-    case Elem::kF64: throw Error(std::string("fill_uniform: ") + elem_name(e) + " buffers are not filled with random values");
+    case Elem::kF64:
+      throw Error(std::string("fill_uniform: ") + elem_name(e) + " buffers are not filled with random values");
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -531,15 +543,16 @@ void flush_write(void* p, size_t bytes, uint32_t value, cudaStream_t stream) {
 }
 
 void copy_bytes(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
-  if (bytes % sizeof(uint4) != 0) throw Error("copy_bytes: " + std::to_string(bytes) + " bytes is not a multiple of 16");
+  if (bytes % sizeof(uint4) != 0)
+    throw Error("copy_bytes: " + std::to_string(bytes) + " bytes is not a multiple of 16");
   const int64_t count = static_cast<int64_t>(bytes / sizeof(uint4));
   copy_kernel<<<grid_for(count, kThreads, 8192), kThreads, 0, stream>>>(static_cast<uint4*>(dst),
-                                                                          static_cast<const uint4*>(src), count);
+                                                                        static_cast<const uint4*>(src), count);
   CUDA_CHECK_LAUNCH();
 }
 
-void layer_norm_forward(Elem e, int64_t m, int64_t n, const void* x, const void* w, const void* b, void* y,
-                        float* mean, float* rstd, cudaStream_t stream) {
+void layer_norm_forward(Elem e, int64_t m, int64_t n, const void* x, const void* w, const void* b, void* y, float* mean,
+                        float* rstd, cudaStream_t stream) {
   check_grid_rows(m, "layer norm");
   TPSIM_DISPATCH_FLOAT(e, T,
                        layer_norm_forward_kernel<T><<<row_blocks(m), kThreads, 0, stream>>>(
@@ -553,16 +566,15 @@ int64_t column_partial_rows(int64_t m) {
   return slices < 1 ? 1 : (slices > 128 ? 128 : slices);
 }
 
-void layer_norm_backward(Elem e, int64_t m, int64_t n, const void* dy, const void* x, const void* w,
-                         const float* mean, const float* rstd, void* dx, float* dw, float* db, float* partials,
-                         cudaStream_t stream) {
+void layer_norm_backward(Elem e, int64_t m, int64_t n, const void* dy, const void* x, const void* w, const float* mean,
+                         const float* rstd, void* dx, float* dw, float* db, float* partials, cudaStream_t stream) {
   check_grid_rows(m, "layer norm backward");
   const int64_t slices = column_partial_rows(m);
   const dim3 grid(static_cast<unsigned>((n + kColTile - 1) / kColTile), static_cast<unsigned>(slices));
   TPSIM_DISPATCH_FLOAT(e, T, {
-    layer_norm_dx_kernel<T><<<row_blocks(m), kThreads, 0, stream>>>(
-        m, n, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(w), mean, rstd,
-        static_cast<T*>(dx));
+    layer_norm_dx_kernel<T><<<row_blocks(m), kThreads, 0, stream>>>(m, n, static_cast<const T*>(dy),
+                                                                    static_cast<const T*>(x), static_cast<const T*>(w),
+                                                                    mean, rstd, static_cast<T*>(dx));
     CUDA_CHECK_LAUNCH();
     column_partials_kernel<T, true><<<grid, kThreads, 0, stream>>>(m, n, slices, static_cast<const T*>(dy),
                                                                    static_cast<const T*>(x), mean, rstd, partials);
@@ -571,7 +583,8 @@ void layer_norm_backward(Elem e, int64_t m, int64_t n, const void* dy, const voi
   // db from the first set of partials, dw from the second.
   column_finish_kernel<float><<<grid_for(n, kThreads, 1ll << 30), kThreads, 0, stream>>>(n, slices, partials, db);
   CUDA_CHECK_LAUNCH();
-  column_finish_kernel<float><<<grid_for(n, kThreads, 1ll << 30), kThreads, 0, stream>>>(n, slices, partials + slices * n, dw);
+  column_finish_kernel<float>
+      <<<grid_for(n, kThreads, 1ll << 30), kThreads, 0, stream>>>(n, slices, partials + slices * n, dw);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -583,10 +596,10 @@ void gelu_forward(Elem e, int64_t count, const void* x, void* y, cudaStream_t st
 }
 
 void gelu_backward(Elem e, int64_t count, const void* dy, const void* x, void* dx, cudaStream_t stream) {
-  TPSIM_DISPATCH_FLOAT(e, T,
-                       map2_kernel<<<grid_for(count / kVec<T> + 1, kThreads), kThreads, 0, stream>>>(
-                           count, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx),
-                           GeluBackward{}));
+  TPSIM_DISPATCH_FLOAT(
+      e, T,
+      map2_kernel<<<grid_for(count / kVec<T> + 1, kThreads), kThreads, 0, stream>>>(
+          count, static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx), GeluBackward{}));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -608,11 +621,11 @@ void bias_grad(Elem e, int64_t m, int64_t n, const void* dy, void* db, float* pa
   const int64_t slices = column_partial_rows(m);
   const dim3 grid(static_cast<unsigned>((n + kColTile - 1) / kColTile), static_cast<unsigned>(slices));
   TPSIM_DISPATCH_FLOAT(e, T, {
-    column_partials_kernel<T, false><<<grid, kThreads, 0, stream>>>(m, n, slices, static_cast<const T*>(dy), nullptr,
-                                                                    nullptr, nullptr, partials);
+    column_partials_kernel<T, false>
+        <<<grid, kThreads, 0, stream>>>(m, n, slices, static_cast<const T*>(dy), nullptr, nullptr, nullptr, partials);
     CUDA_CHECK_LAUNCH();
-    column_finish_kernel<T><<<grid_for(n, kThreads, 1ll << 30), kThreads, 0, stream>>>(n, slices, partials,
-                                                                                       static_cast<T*>(db));
+    column_finish_kernel<T>
+        <<<grid_for(n, kThreads, 1ll << 30), kThreads, 0, stream>>>(n, slices, partials, static_cast<T*>(db));
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -621,8 +634,8 @@ void cross_entropy(Elem e, int64_t m, int64_t n, void* logits, const int64_t* ta
                    cudaStream_t stream) {
   if (m > 0x7fffffffll) throw Error("cross-entropy: " + std::to_string(m) + " rows exceed one launch");
   TPSIM_DISPATCH_FLOAT(e, T,
-                       cross_entropy_kernel<T><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
-                           n, static_cast<T*>(logits), targets, loss));
+                       cross_entropy_kernel<T>
+                       <<<static_cast<unsigned>(m), kThreads, 0, stream>>>(n, static_cast<T*>(logits), targets, loss));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -635,8 +648,8 @@ void embedding_forward(Elem e, int64_t m, int64_t n, const void* table, const in
   CUDA_CHECK_LAUNCH();
 }
 
-void embedding_backward(Elem e, int64_t m, int64_t n, int64_t rows, const void* dy, const int64_t* ids,
-                        void* dtable, int64_t* counts, int64_t* offsets, int64_t* order, cudaStream_t stream) {
+void embedding_backward(Elem e, int64_t m, int64_t n, int64_t rows, const void* dy, const int64_t* ids, void* dtable,
+                        int64_t* counts, int64_t* offsets, int64_t* order, cudaStream_t stream) {
   check_grid_rows(rows, "embedding backward");
   CUDA_CHECK(cudaMemsetAsync(counts, 0, static_cast<size_t>(rows + 1) * sizeof(int64_t), stream));
   histogram_kernel<<<grid_for(m, kThreads), kThreads, 0, stream>>>(m, ids, counts);
@@ -682,9 +695,8 @@ void cast_transpose_e4m3(Elem e, int64_t m, int64_t n, const void* x, e4m3* y, e
                          cudaStream_t stream) {
   if ((m + 31) / 32 > 65535) throw Error("fp8 cast-transpose: " + std::to_string(m) + " rows exceed one launch");
   const dim3 grid(static_cast<unsigned>((n + 31) / 32), static_cast<unsigned>((m + 31) / 32));
-  TPSIM_DISPATCH_FLOAT(e, T,
-                       cast_transpose_kernel<T><<<grid, kThreads, 0, stream>>>(m, n, static_cast<const T*>(x), y, yt,
-                                                                              amax_bits));
+  TPSIM_DISPATCH_FLOAT(
+      e, T, cast_transpose_kernel<T><<<grid, kThreads, 0, stream>>>(m, n, static_cast<const T*>(x), y, yt, amax_bits));
   CUDA_CHECK_LAUNCH();
 }
 

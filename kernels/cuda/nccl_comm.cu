@@ -218,7 +218,9 @@ class NcclCommunicator final : public Communicator {
           case CollectiveKind::kAllGather:
             if (i / share == r) want[static_cast<size_t>(i)] = x[static_cast<size_t>(i % share)];
             break;
-          case CollectiveKind::kReduceScatter: want[static_cast<size_t>(i)] += x[static_cast<size_t>(rank_ * share + i)]; break;
+          case CollectiveKind::kReduceScatter:
+            want[static_cast<size_t>(i)] += x[static_cast<size_t>(rank_ * share + i)];
+            break;
           case CollectiveKind::kAllReduce: want[static_cast<size_t>(i)] += x[static_cast<size_t>(i)]; break;
         }
       }
@@ -248,7 +250,8 @@ class NcclCommunicator final : public Communicator {
   void run(CollectiveKind kind, const Floats& send, const Floats& recv) {
     switch (kind) {
       case CollectiveKind::kAllGather:
-        NCCL_CHECK(ncclAllGather(send.get(), recv.get(), static_cast<size_t>(send.count()), ncclFloat32, comm_, stream_));
+        NCCL_CHECK(
+            ncclAllGather(send.get(), recv.get(), static_cast<size_t>(send.count()), ncclFloat32, comm_, stream_));
         return;
       case CollectiveKind::kReduceScatter:
         NCCL_CHECK(ncclReduceScatter(send.get(), recv.get(), static_cast<size_t>(recv.count()), ncclFloat32, ncclSum,
