@@ -30,6 +30,20 @@ ModelConfig mixtral_8x7b() {
   return m;
 }
 
+// Qwen2-MoE's shape: shared expert with its sigmoid gate, output bias (the largest block).
+ModelConfig qwen2_moe() {
+  ModelConfig m = llama(2048, 16, 16, 24, 5632, 151936);
+  m.moe = {.experts = 60,
+           .top_k = 4,
+           .d_expert = 1408,
+           .shared_experts = 1,
+           .d_shared = 5632,
+           .shared_gate = true,
+           .capacity_factor = 0,
+           .output_bias = true};
+  return m;
+}
+
 double d(int64_t x) { return static_cast<double>(x); }
 
 template <typename Pred>
@@ -114,15 +128,7 @@ BOOST_AUTO_TEST_CASE(mixtral_block_flops_are_the_router_plus_top_k_of_the_expert
 
 BOOST_AUTO_TEST_CASE(the_largest_blocks_fit_an_op_list) {
   // Qwen2-MoE's shape (shared expert with its sigmoid gate, output bias) under fp8 casts.
-  ModelConfig m = llama(2048, 16, 16, 24, 5632, 151936);
-  m.moe = {.experts = 60,
-           .top_k = 4,
-           .d_expert = 1408,
-           .shared_experts = 1,
-           .d_shared = 5632,
-           .shared_gate = true,
-           .capacity_factor = 0,
-           .output_bias = true};
+  const ModelConfig m = qwen2_moe();
   for (Precision p : {Precision::kAmpBf16, Precision::kAmpFp8}) {
     OpCounter fwd, bwd;
     block_forward_ops(block_shape(m, 1, 4096, p), fwd);
@@ -166,17 +172,8 @@ BOOST_AUTO_TEST_CASE(every_block_op_carries_the_role_its_name_says) {
     if (name.ends_with(".wgrad")) return OpPass::kWeightGrad;
     return OpPass::kNone;
   };
-  ModelConfig qwen2_moe = llama(2048, 16, 16, 24, 5632, 151936);
-  qwen2_moe.moe = {.experts = 60,
-                   .top_k = 4,
-                   .d_expert = 1408,
-                   .shared_experts = 1,
-                   .d_shared = 5632,
-                   .shared_gate = true,
-                   .capacity_factor = 0,
-                   .output_bias = true};
   int roles_seen[16] = {};
-  for (const ModelConfig& m : {llama3_8b(), mixtral_8x7b(), qwen2_moe, tpsim::test::gpt2()})
+  for (const ModelConfig& m : {llama3_8b(), mixtral_8x7b(), qwen2_moe(), tpsim::test::gpt2()})
     for (Precision p : {Precision::kAmpBf16, Precision::kAmpFp8})
       for (bool fused : {false, true}) {
         BlockShape s = block_shape(m, 1, 2048, p);
