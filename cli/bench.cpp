@@ -158,8 +158,8 @@ Rate predict_rate(const std::vector<const ModelConfig*>& models, const DeviceSpe
             c.n_gpus = 8;
             c.micro_batch = mb;
             c.global_batch = mb * 4 * 8;
-            c.checkpointing = ckpt;
-            c.sharding = sh;
+            c.layout.checkpointing = ckpt;
+            c.layout.sharding = sh;
             if (check_config(*mp, device, params, c).empty()) configs.emplace_back(mp, c);
           }
   return timed_rate(seconds, [&] {

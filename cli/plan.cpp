@@ -29,7 +29,7 @@ namespace {
 struct PlanOptions {
   CommonOptions common;
   RunFlags run;
-  ParallelFlags parallel;  // megatron: the axes given are fixed, the others searched
+  LayoutRequest layout;  // megatron: the axes given are fixed, the others searched
   NetworkFlags network;
   std::string devices = "h100_80gb", gpus, tokens, batch_tokens, price, objective = "time", plot, min_headroom;
   int top = 5;
@@ -131,24 +131,24 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, RunSettings& run, boo
   if (r.query.objective == Objective::kCost && r.price == 0) throw Error("--objective cost needs --price-per-gpu-hour");
   if (const double m = parse_min_headroom(o.min_headroom); m >= 0) r.query.min_headroom_bytes = m;
   set_asked_batch(o, run, r);
-  const ParallelSettings parallel = resolve_parallel(o.parallel, run);
+  LayoutRequest asked = o.layout;
+  check_layout_request(asked, run);
   std::string attention_note;
-  run.model = attention_as_asked(*run.model, parallel, &attention_note);
+  run.model = attention_as_asked(*run.model, asked, &attention_note);
   if (!attention_note.empty()) run.notes.push_back(attention_note);
   r.query.model = &*run.model;
   r.query.seq_len = *run.seq_len;
   r.query.precision = run.precision;
   r.query.mp_mode = run.mp_mode;
-  check_no_sharding_flag(parallel, "--sharding", !o.run.sharding.empty());
-  const bool composer = framework_def(parallel.framework).sharding_strategies;
+  check_no_sharding_flag(asked, "--sharding", !o.run.sharding.empty());
+  const bool composer = framework_def(asked.framework).sharding_strategies;
   r.query.space = plan_space(run, sharding_any, composer);
   r.yaml_note = yaml_note(run, r.query.space, composer);
-  r.query.space.framework = parallel.framework;
-  r.query.space.parallel = parallel.axes;
-  r.layout_columns = parallel.framework_given;
+  r.query.space.asked = asked;
+  r.layout_columns = asked.framework_given;
   for (const auto& d : r.device_ids) {
     r.query.devices.push_back(
-        {&ctx.device(d), &ctx.profile(d).params, interval_model_for(*run.model, ctx.profile(d), parallel.framework)});
+        {&ctx.device(d), &ctx.profile(d).params, interval_model_for(*run.model, ctx.profile(d), asked.framework)});
   }
   return r;
 }
@@ -163,9 +163,9 @@ std::string batch_note(const PlanRequest& r, const TrainConfig& cfg) {
 
 // A layout in words: FSDP's sharding strategy, or the model-parallel degrees; then checkpointing.
 std::string choice_name(const Layout& l) {
-  if (framework_def(l.parallel.framework).sharding_strategies)
-    return sharding_text(l.sharding, l.parallel) + ", " + checkpointing_phrase(l.checkpointing);
-  const std::string layout = layout_phrase(l.parallel);
+  if (framework_def(l.framework).sharding_strategies)
+    return sharding_text(l) + ", " + checkpointing_phrase(l.checkpointing);
+  const std::string layout = layout_phrase(l);
   return (layout.empty() ? "data parallel" : layout) + ", " + checkpointing_phrase(l.checkpointing);
 }
 
@@ -286,8 +286,8 @@ std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c,
                            Cell::integer_value(c.cfg.grad_accum()),
                            Cell::integer_value(c.cfg.global_batch),
                            Cell::integer_value(c.cfg.global_batch * c.cfg.seq_len),
-                           checkpointing_cell(c.cfg.checkpointing),
-                           Cell::str(sharding_text(c.cfg.sharding, c.cfg.parallel)),
+                           checkpointing_cell(c.cfg.layout.checkpointing),
+                           Cell::str(sharding_text(c.cfg.layout)),
                            Cell::integer_value(static_cast<int64_t>(t)),
                            interval ? Cell::integer_value(static_cast<int64_t>(lo)) : Cell::empty(),
                            interval ? Cell::integer_value(static_cast<int64_t>(hi)) : Cell::empty(),
@@ -305,23 +305,20 @@ void add_bar(StackedBars& bars, const PlannedConfig& c, int rank) {
   static const char* kShort[] = {"full", "grad-op", "no-shard", "hybrid"};
   static const char* kCkpt[] = {"", " selective ckpt", " ckpt"};  // none, selective, full
   const StepBreakdown& t = c.prediction.time;
-  const std::string layout = framework_def(c.cfg.parallel.framework).sharding_strategies
-                                 ? kShort[static_cast<int>(c.cfg.sharding)]
-                                 : layout_phrase(c.cfg.parallel);
+  const std::string layout = framework_def(c.cfg.layout.framework).sharding_strategies
+                                 ? kShort[static_cast<int>(c.cfg.layout.sharding)]
+                                 : layout_phrase(c.cfg.layout);
   bars.bars.push_back("#" + std::to_string(rank) + " " + c.device->id + " x" + std::to_string(c.cfg.n_gpus) + " mb" +
-                      std::to_string(c.cfg.micro_batch) + " " + layout + kCkpt[static_cast<int>(c.cfg.checkpointing)]);
+                      std::to_string(c.cfg.micro_batch) + " " + layout +
+                      kCkpt[static_cast<int>(c.cfg.layout.checkpointing)]);
   bars.values.push_back(
       {t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s, t.allocator_s});
 }
 
 // A configuration in a few words: "128 x h100_80gb, micro-batch 5, FULL_SHARD, checkpointing".
 std::string config_phrase(const PlannedConfig& c) {
-  Layout l;
-  l.sharding = c.cfg.sharding;
-  l.checkpointing = c.cfg.checkpointing;
-  l.parallel = c.cfg.parallel;
   return std::to_string(c.cfg.n_gpus) + " x " + c.device->id + ", micro-batch " + std::to_string(c.cfg.micro_batch) +
-         ", " + choice_name(l);
+         ", " + choice_name(c.cfg.layout);
 }
 
 // Which rule chose a pick (model/plan.hpp), in words: "fastest", or what the fastest lost on.
@@ -338,7 +335,7 @@ std::string pick_reason(const Pick& p, Objective objective) {
     case PickRule::kPowerOfTwoMicroBatch:
       chose = "micro-batch " + std::to_string(c.cfg.micro_batch) + ", a power of two";
       break;
-    case PickRule::kLessCheckpointing: chose = checkpointing_phrase(c.cfg.checkpointing); break;
+    case PickRule::kLessCheckpointing: chose = checkpointing_phrase(c.cfg.layout.checkpointing); break;
     case PickRule::kFewerDegrees: chose = "fewer parallel degrees to set"; break;
     case PickRule::kFastest: break;
   }
@@ -421,7 +418,7 @@ OutputTable per_gpu_count_table(const PlanRequest& r, const PlanResult& plan, Co
     row.resize(2);
     for (Cell cell :
          {Cell::integer_value(c.cfg.micro_batch), Cell::integer_value(c.cfg.grad_accum()),
-          checkpointing_cell(c.cfg.checkpointing), Cell::str(sharding_text(c.cfg.sharding, c.cfg.parallel)),
+          checkpointing_cell(c.cfg.layout.checkpointing), Cell::str(sharding_text(c.cfg.layout)),
           Cell::integer_value(static_cast<int64_t>(tps)),
           interval ? Cell::integer_value(static_cast<int64_t>(interval_low(tps, *interval))) : Cell::empty(),
           interval ? Cell::integer_value(static_cast<int64_t>(interval_high(tps, *interval))) : Cell::empty(),
@@ -457,8 +454,8 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
     std::vector<Cell> row = {Cell::str(c.device->id),
                              Cell::integer_value(c.cfg.n_gpus),
                              Cell::integer_value(c.cfg.micro_batch),
-                             checkpointing_cell(c.cfg.checkpointing),
-                             Cell::str(sharding_text(c.cfg.sharding, c.cfg.parallel)),
+                             checkpointing_cell(c.cfg.layout.checkpointing),
+                             Cell::str(sharding_text(c.cfg.layout)),
                              Cell::integer_value(static_cast<int64_t>(p.tokens_per_s)),
                              Cell::num(100 * p.mfu, 2)};
     const double days = r.train_tokens / p.tokens_per_s / 86400.0;
@@ -493,8 +490,8 @@ OutputTable ranked_table(const PlanRequest& r, const PlanResult& plan, Context& 
 void print_plan_notes(const PlanRequest& r, const RunSettings& run, const PlanResult& plan) {
   print_notes(run);
   if (!r.yaml_note.empty()) std::cerr << "tpsim: note: " << r.yaml_note << "\n";
-  std::cerr << no_interval_note(*run.model, r.query.space.framework)
-            << unaligned_gemm_note(*run.model, r.query.space.framework);
+  std::cerr << no_interval_note(*run.model, r.query.space.asked.framework)
+            << unaligned_gemm_note(*run.model, r.query.space.asked.framework);
   if (!plan.ranked.empty() && plan.top.rule != PickRule::kFastest)
     std::cerr << "tpsim: note: rank 1: " << pick_reason(plan.top, r.query.objective) << "\n";
   if (!plan.ranked.empty() && checkpointed_near_full(plan.top.chosen.prediction))
@@ -568,7 +565,7 @@ void register_plan(CLI::App& app) {
       "with the best of each GPU count");
   add_run_flags(cmd, o->run, /*with_sharding_and_ckpt=*/true, /*ckpt_any=*/true);
   describe_plan_run_flags(cmd);
-  add_parallel_flags(cmd, o->parallel);
+  add_layout_flags(cmd, o->layout);
   add_network_flags(cmd, o->network);
   cmd->add_option("--device", o->devices, "device id(s), comma-separated, compared side by side")
       ->default_val("h100_80gb")

@@ -37,7 +37,7 @@ std::string does_not_fit_line(const Prediction& p, const std::string& device) {
 struct PredictOptions {
   CommonOptions common;
   RunFlags run;
-  ParallelFlags parallel;
+  LayoutRequest layout;
   std::string gpus, device = "h100_80gb";
   NetworkFlags network;
 };
@@ -45,7 +45,7 @@ struct PredictOptions {
 // What divides the global batch: the GPU count, or under model parallelism the data-parallel
 // replicas (--gpus / (tp x pp x cp)).
 std::string replicas_phrase(const TrainConfig& cfg) {
-  if (cfg.parallel.model_parallel() == 1) return "--gpus " + std::to_string(cfg.n_gpus);
+  if (cfg.layout.model_parallel() == 1) return "--gpus " + std::to_string(cfg.n_gpus);
   return "data parallel " + std::to_string(cfg.data_parallel()) + " (--gpus / (tp x pp x cp))";
 }
 
@@ -67,7 +67,7 @@ void set_auto_micro_batch(const ModelConfig& model, const DeviceSpec& device, co
                           TrainConfig& cfg, RunSettings& run) {
   const std::string none =
       "--micro-batch auto: not even a micro-batch of 1 fits on " + device.id + " with these settings";
-  if (!framework_def(cfg.parallel.framework).auto_micro_batch_halves) {
+  if (!framework_def(cfg.layout.framework).auto_micro_batch_halves) {
     cfg.micro_batch = largest_fitting_micro_batch(model, device, params, cfg);
     if (cfg.micro_batch == 0) throw Error(none);
     run.notes.push_back("micro-batch auto: " + std::to_string(cfg.micro_batch) + ", the largest that fits");
@@ -105,7 +105,7 @@ void set_batch_from_global(const PredictOptions& o, RunSettings& run, const Mode
     throw Error(
         origin_of(run, !o.run.micro_batch.empty(), "--micro-batch", "device_train_microbatch_size", cfg.micro_batch) +
         ": larger than the per-device batch " + std::to_string(cfg.per_device_batch()) + " (global batch / " +
-        (cfg.parallel.model_parallel() == 1 ? std::string("--gpus") : "data parallel") + ")");
+        (cfg.layout.model_parallel() == 1 ? std::string("--gpus") : "data parallel") + ")");
 }
 
 // No global batch: micro-batch x gradient accumulation x GPUs.
@@ -126,7 +126,7 @@ void set_batch_from_accumulation(const PredictOptions& o, const RunSettings& run
 
 // The configuration the flags and --config describe, checked: its layout (check_layout: the degrees
 // and GPU count before the batch, which divides by the replicas, then the batch) and check_config.
-TrainConfig predict_config(const PredictOptions& o, RunSettings& run, const ParallelSettings& parallel,
+TrainConfig predict_config(const PredictOptions& o, RunSettings& run, const LayoutRequest& asked,
                            const DeviceSpec& device, const CostParams& params) {
   const ModelConfig& model = *run.model;
   TrainConfig cfg;
@@ -134,11 +134,10 @@ TrainConfig predict_config(const PredictOptions& o, RunSettings& run, const Para
   cfg.n_gpus = parse_count("--gpus", o.gpus, kMaxGpus);
   cfg.precision = run.precision;
   cfg.mp_mode = run.mp_mode;
-  cfg.parallel = fixed_parallelism(parallel);
   // Megatron's data parallelism replicates parameters and gradients, torchtitan's FSDP2 shards them
-  // (model/search.cpp).
-  cfg.sharding = framework_sharding(parallel.framework, run.sharding);
-  cfg.checkpointing = run.checkpointing.value_or(Checkpointing::kNone);
+  // (framework_sharding).
+  cfg.layout = fixed_layout(asked, run.sharding);
+  cfg.layout.checkpointing = run.checkpointing.value_or(Checkpointing::kNone);
   if (const std::string why = check_layout(model, cfg); !why.empty()) throw Error(why);  // batch 0: degrees only
   if (!o.run.global_batch.empty() || run.global_batch) set_batch_from_global(o, run, model, device, params, cfg);
   else set_batch_from_accumulation(o, run, cfg);
@@ -151,26 +150,27 @@ void run_predict(const PredictOptions& o) {
   Context ctx(o.common);
   apply_network_flags(ctx, o.network);
   RunSettings run = resolve_run(ctx, o.run);
-  const ParallelSettings parallel = resolve_parallel(o.parallel, run);
-  check_no_sharding_flag(parallel, "--sharding", !o.run.sharding.empty());
+  LayoutRequest asked = o.layout;
+  check_layout_request(asked, run);
+  check_no_sharding_flag(asked, "--sharding", !o.run.sharding.empty());
   std::string attention_note;
-  run.model = attention_as_asked(*run.model, parallel, &attention_note);
+  run.model = attention_as_asked(*run.model, asked, &attention_note);
   if (!attention_note.empty()) run.notes.push_back(attention_note);
   const ModelConfig& model = *run.model;
   const DeviceSpec& device = ctx.device(o.device);
   ctx.check_profiles_used({o.device});
   const DeviceProfile& profile = ctx.profile(o.device);
-  const TrainConfig cfg = predict_config(o, run, parallel, device, profile.params);
+  const TrainConfig cfg = predict_config(o, run, asked, device, profile.params);
 
   print_notes(run);
   const Prediction p = predict(model, device, profile.params, cfg);
   OutputTable t;
   t.title = "prediction";
-  t.columns = prediction_columns(parallel.framework_given);
+  t.columns = prediction_columns(asked.framework_given);
   std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile, cfg));
-  if (parallel.framework_given) add_layout_cells(cfg, p, row);
+  if (asked.framework_given) add_layout_cells(cfg, p, row);
   t.add_row(std::move(row));
-  std::cerr << no_interval_note(model, cfg.parallel.framework) << unaligned_gemm_note(model, cfg.parallel.framework);
+  std::cerr << no_interval_note(model, cfg.layout.framework) << unaligned_gemm_note(model, cfg.layout.framework);
   if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
     std::cerr << "tpsim: note: MFU and HFU count attention over all " << cfg.seq_len << " tokens, as llm-foundry's "
               << "flops_per_batch does; " << model.name << " attends within " << model.sliding_window
@@ -194,7 +194,7 @@ void register_predict(CLI::App& app) {
   auto* accum = cmd->add_option("--grad-accum", o->run.grad_accum, "micro-batches per step (default 1)");
   auto* global = cmd->add_option("--global-batch", o->run.global_batch, "sequences per step over all GPUs");
   accum->excludes(global);
-  add_parallel_flags(cmd, o->parallel);
+  add_layout_flags(cmd, o->layout);
   add_network_flags(cmd, o->network);
   add_common_options(cmd, o->common);
   cmd->callback([o] { run_predict(*o); });

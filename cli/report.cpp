@@ -2,6 +2,7 @@
 #include "io/measured_table.hpp"
 #include "io/text_format.hpp"
 #include "model/framework.hpp"
+#include "model/layout.hpp"
 #include "model/memory.hpp"
 #include "model/plan.hpp"
 #include "model/units.hpp"
@@ -62,11 +63,23 @@ std::vector<std::string> prediction_columns(bool with_layout) {
 }
 
 const std::vector<std::string>& layout_columns() {
-  static const std::vector<std::string> c = {"Tensor Parallel",        "Pipeline Parallel",  "Virtual Stages",
-                                             "Context Parallel",       "Expert Parallel",    "Data Parallel",
-                                             "Expert Tensor Parallel", "Pipeline Bubble (s)"};
+  static const std::vector<std::string> c = [] {
+    std::vector<std::string> out;
+    for (const DegreeAxis& a : kDegreeAxes) out.emplace_back(a.names.column);
+    out.emplace_back(kDataParallelAxis.column);
+    out.emplace_back(kExpertTensorAxis.column);
+    out.emplace_back("Pipeline Bubble (s)");
+    return out;
+  }();
   return c;
 }
+
+namespace {
+// A layout axis's column as the terminal shows it: its header and label from the registry.
+TerminalColumn layout_entry(const AxisNames& a, int keep) {
+  return {std::string(a.column), std::string(a.label), keep, ""};
+}
+}  // namespace
 
 const TerminalLayout& terminal_layout() {
   static const TerminalLayout layout = [] {
@@ -78,13 +91,13 @@ const TerminalLayout& terminal_layout() {
                {"# GPUs", "GPUs", 92, ""},
                {"GPU", "GPU", 74, ""},
                {"Sharding Strategy", "Sharding", 56, ""},
-               {"Tensor Parallel", "TP", 62, ""},
-               {"Pipeline Parallel", "PP", 61, ""},
-               {"Virtual Stages", "VP", 42, ""},
-               {"Context Parallel", "CP", 60, ""},
-               {"Expert Parallel", "EP", 59, ""},
-               {"Data Parallel", "DP", 44, ""},
-               {"Expert Tensor Parallel", "ETP", 43, ""},
+               layout_entry(kDegreeAxes[0].names, 62),
+               layout_entry(kDegreeAxes[1].names, 61),
+               layout_entry(kDegreeAxes[2].names, 42),
+               layout_entry(kDegreeAxes[3].names, 60),
+               layout_entry(kDegreeAxes[4].names, 59),
+               layout_entry(kDataParallelAxis, 44),
+               layout_entry(kExpertTensorAxis, 43),
                {"MicroBatchSize", "MB", 66, ""},
                {"Activation Checkpointing", "Ckpt", 52, ""},
                {"Throughput (T/s/GPU)", "Tok/s/GPU", 88, ""},
@@ -135,34 +148,31 @@ const TerminalLayout& terminal_layout() {
 }
 
 void add_layout_cells(const TrainConfig& cfg, const Prediction& prediction, std::vector<Cell>& row) {
-  const Parallelism& p = cfg.parallel;
+  const Layout& p = cfg.layout;
   for (int64_t degree :
        {p.tensor, p.pipeline, p.virtual_stages, p.context, p.expert, cfg.data_parallel(), p.expert_tensor_degree()})
     row.push_back(Cell::integer_value(degree));
   row.push_back(prediction.fits() ? Cell::num(prediction.time.pipeline_bubble_s, 4) : Cell::empty());
 }
 
-std::string sharding_text(Sharding sharding, const Parallelism& p) {
-  std::string s(to_string(sharding));
+std::string sharding_text(const Layout& p) {
+  std::string s(to_string(p.sharding));
   if (p.shard_degree > 0 && p.replicate_degree > 0)
     s += " (shard " + std::to_string(p.shard_degree) + " x replicate " + std::to_string(p.replicate_degree) + ")";
   return s;
 }
 
-std::string layout_phrase(const Parallelism& p) {
+std::string layout_phrase(const Layout& p) {
   std::string out;
   const auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
-  const std::pair<const char*, int64_t> degrees[] = {
-      {"tp", p.tensor}, {"pp", p.pipeline}, {"vp", p.virtual_stages}, {"cp", p.context}, {"ep", p.expert}};
-  for (const auto& [name, degree] : degrees)
-    if (degree > 1) add(std::string(name) + " " + std::to_string(degree));
-  if (p.expert_tensor > 0) add("etp " + std::to_string(p.expert_tensor));
-  if (p.sequence_parallel) add("sp");
-  if (p.distributed_optimizer) add("dist-opt");
-  if (p.overlap_grad_reduce) add("overlapped grad reduce");
-  if (p.grad_reduce_bf16) add("bf16 grad reduce");
-  if (p.fp8_param_gather) add("fp8 params");
-  if (p.pipeline_scatter_gather) add("scatter-gather p2p");
+  const auto label = [](const AxisNames& a) { return to_lower(std::string(a.label)); };
+  for (const DegreeAxis& a : kDegreeAxes)
+    if (p.*a.value > 1) add(label(a.names) + " " + std::to_string(p.*a.value));
+  if (p.expert_tensor > 0) add(label(kExpertTensorAxis) + " " + std::to_string(p.expert_tensor));
+  if (p.sequence_parallel) add(std::string(kSequenceParallelAxis.label));
+  if (p.distributed_optimizer) add(std::string(kDistributedOptimizerAxis.label));
+  for (const SwitchAxis& a : kSwitchAxes)
+    if (p.*a.value && !a.names.label.empty()) add(std::string(a.names.label));
   return out;
 }
 
@@ -176,7 +186,7 @@ std::optional<IntervalModel> interval_model_for(const ModelConfig& model, const 
 
 std::optional<RelativeInterval> interval_for(const ModelConfig& model, const DeviceProfile& profile,
                                              const TrainConfig& cfg) {
-  const std::optional<IntervalModel> m = interval_model_for(model, profile, cfg.parallel.framework);
+  const std::optional<IntervalModel> m = interval_model_for(model, profile, cfg.layout.framework);
   if (!m) return std::nullopt;
   return interval_at(*m, domain_point(model, cfg));
 }
@@ -253,8 +263,8 @@ std::vector<Cell> prediction_row(const std::string& model, const std::string& de
       Cell::integer_value(cfg.global_batch * cfg.seq_len),
       Cell::str(std::string(to_string(cfg.precision))),
       Cell::str(std::string(to_string(cfg.mp_mode))),
-      Cell::str(sharding_text(cfg.sharding, cfg.parallel)),
-      checkpointing_cell(cfg.checkpointing),  // True / False as llm-foundry writes them; selective
+      Cell::str(sharding_text(cfg.layout)),
+      checkpointing_cell(cfg.layout.checkpointing),  // True / False as llm-foundry writes them; selective
       Cell::flag(false),
       Cell::integer_value(p.n_params),
       // tpsim's columns

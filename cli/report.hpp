@@ -41,10 +41,10 @@ const std::vector<std::string>& layout_columns();
 void add_layout_cells(const TrainConfig& cfg, const Prediction& prediction, std::vector<Cell>& row);
 // The layout in a few words, for notes and labels: "tp 2, pp 4, vp 2, sp, dist-opt" (the degrees
 // above 1 and the switches on); "" for data parallelism alone.
-std::string layout_phrase(const Parallelism& p);
+std::string layout_phrase(const Layout& p);
 // FSDP's strategy, with its HSDP mesh when it has one: "HYBRID_SHARD (shard 32 x replicate 16)"
 // (the Sharding Strategy cell of predict, sweep and plan).
-std::string sharding_text(Sharding sharding, const Parallelism& p);
+std::string sharding_text(const Layout& p);
 
 // A configuration that does not fit gets its memory columns and empty throughput columns.
 std::vector<Cell> prediction_row(const std::string& model, const std::string& device, const TrainConfig& cfg,

@@ -79,147 +79,26 @@ void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt, bool
   }
 }
 
-void add_parallel_flags(CLI::App* cmd, ParallelFlags& f) {
-  cmd->add_option("--framework", f.framework,
-                  "composer (llm-foundry FSDP, the default), megatron (tensor, pipeline and data parallel) or "
-                  "torchtitan");
-  cmd->add_option("--tp", f.tp, "tensor parallel degree (megatron; sweep and plan search it when not given)");
-  cmd->add_option("--pp", f.pp, "pipeline parallel degree: stages of equal layers (megatron)");
-  cmd->add_option("--vp", f.vp, "virtual stages per pipeline rank: interleaved 1F1B (megatron)");
-  cmd->add_option("--cp", f.cp, "context parallel degree (megatron, torchtitan)");
-  cmd->add_option("--ep", f.ep, "expert parallel degree (megatron, mixture-of-experts models)");
-  cmd->add_option("--etp", f.etp,
-                  "expert tensor parallel degree: the routed experts' own tensor parallelism (megatron's "
-                  "--expert-tensor-parallel-size; default the --tp degree; sweep and plan also try 1)");
-  auto* sp = cmd->add_flag_function(
-      "--sp", [&f](int64_t) { f.sp = true; }, "sequence parallelism on (megatron; default: on wherever --tp > 1)");
-  auto* no_sp = cmd->add_flag_function(
-      "--no-sp", [&f](int64_t) { f.sp = false; }, "sequence parallelism off");
-  sp->excludes(no_sp);
-  auto* dist = cmd->add_flag_function(
-      "--dist-opt", [&f](int64_t) { f.dist_opt = true; },
-      "distributed optimizer: ZeRO-1 over data parallel (megatron; the default)");
-  auto* no_dist = cmd->add_flag_function(
-      "--no-dist-opt", [&f](int64_t) { f.dist_opt = false; }, "optimizer state replicated on every data-parallel rank");
-  dist->excludes(no_dist);
-  cmd->add_flag("--overlap-grad-reduce", f.overlap_grad_reduce,
-                "gradient buckets reduced during the backward (megatron's --overlap-grad-reduce)");
-  cmd->add_flag("--grad-reduce-in-bf16", f.grad_reduce_bf16,
-                "main gradients kept and reduced in bf16, not fp32 (megatron's --grad-reduce-in-bf16; "
-                "Megatron-Bridge's ddp.grad_reduce_in_fp32 False)");
-  cmd->add_flag("--fp8-param-gather", f.fp8_param_gather,
-                "megatron under fp8: the weights are fp8 parameters, not bf16 ones with TransformerEngine's fp8 "
-                "copy beside them (megatron's --fp8-param-gather; Megatron-Bridge's fp8 recipes set it)");
-  cmd->add_flag("--pipeline-scatter-gather", f.pipeline_scatter_gather,
-                "megatron: each tensor-parallel rank sends 1/tp of the activations to the next pipeline stage, "
-                "which all-gathers them (legacy Megatron-LM's and Megatron-DeepSpeed's default, "
-                "--scatter-gather-tensors-in-pipeline; Megatron-Core ignores it); no effect under --sp");
-  cmd->add_option("--shard-degree", f.shard_degree,
-                  "composer HSDP: parameters sharded over N consecutive GPUs (fsdp_config's "
-                  "data_parallel_shard_degree; -1: the GPUs the replicate degree leaves); torchtitan: its "
-                  "data_parallel_shard_degree (FSDP2 shards over it x --cp; -1, the default: the rest)");
-  cmd->add_option("--replicate-degree", f.replicate_degree,
-                  "composer HSDP: gradients all-reduced over N replicas (fsdp_config's "
-                  "data_parallel_replicate_degree; -1: the GPUs the shard degree leaves); torchtitan: its "
-                  "data_parallel_replicate_degree (HSDP replicas, default 1)");
-  cmd->add_flag("--async-tp", f.async_tp,
-                "async tensor parallelism: the collectives beside the GEMMs (torchtitan's "
-                "enable_async_tensor_parallel)");
-  cmd->add_option("--selective-ac-option", f.selective_ac,
-                  "torchtitan's selective checkpointing: op (per-op, the default) or N (every N-th block in full)")
-      ->type_name("op|N");
-  cmd->add_option("--first-stage-layers", f.first_stage_layers,
-                  "megatron: layers of the first pipeline stage, the rest split evenly (Megatron-Core's "
-                  "--decoder-first-pipeline-num-layers)");
-  cmd->add_option("--last-stage-layers", f.last_stage_layers,
-                  "megatron: layers of the last pipeline stage (--decoder-last-pipeline-num-layers)");
-  cmd->add_flag("--account-for-embedding", f.account_for_embedding,
-                "megatron: the embedding counts as a layer of the first stage in the pipeline split "
-                "(--account-for-embedding-in-pipeline-split)");
-  cmd->add_flag("--account-for-loss", f.account_for_loss,
-                "megatron: the loss counts as a layer of the last stage (--account-for-loss-in-pipeline-split)");
-  cmd->add_option("--attention", f.attention,
-                  "flash (a fused kernel) or unfused (the scores materialised: llm-foundry's attn_impl torch under "
-                  "composer, Megatron's core attention under megatron); default: the model's own");
-  cmd->add_flag("--tp-comm-overlap", f.tp_comm_overlap,
-                "megatron: TransformerEngine's tensor-parallel communication overlap (userbuffers; needs --sp and "
-                "--tp > 1)");
-  cmd->add_flag("--overlap-moe-expert-parallel-comm", f.moe_a2a_overlap,
-                "megatron: Megatron-Core's combined 1F1B, each micro-batch's expert-parallel all-to-alls hidden behind "
-                "another's compute (Megatron-Bridge's moe_a2a_overlap; needs --ep > 1, no full recompute, and --vp > 1 "
-                "with --pp > 1)");
-}
-
 namespace {
 
-// torchtitan's own flags, and megatron's that do not apply to it.
-void check_torchtitan_flags(const ParallelFlags& f, ParallelSettings& s) {
-  const FrameworkDef& def = framework_def(s.framework);
-  if ((f.async_tp && !def.owns(FrameworkOption::kAsyncTensorParallel)) ||
-      (!f.selective_ac.empty() && !def.owns(FrameworkOption::kSelectiveAcLayers)))
-    throw Error(std::string(f.async_tp ? "--async-tp" : "--selective-ac-option") +
-                ": torchtitan's option; use --framework " +
-                std::string(option_owner(FrameworkOption::kAsyncTensorParallel).name));
-  // A framework that shards the optimizer itself, with no flag for it (torchtitan's FSDP2).
-  if (def.distributed_optimizer && !def.owns(FrameworkOption::kDistributedOptimizer) &&
-      (f.dist_opt || f.overlap_grad_reduce))
-    throw Error(std::string(f.dist_opt ? (*f.dist_opt ? "--dist-opt" : "--no-dist-opt") : "--overlap-grad-reduce") +
-                ": megatron's option; torchtitan's FSDP2 shards the optimizer state and reduces gradients during the "
-                "backward");
-  s.axes.async_tensor_parallel = f.async_tp;
-  if (!f.selective_ac.empty() && f.selective_ac != "op")
-    s.axes.selective_ac_layers = parse_count("--selective-ac-option", f.selective_ac, 1 << 20);
-}
-
-// megatron's own flags: the uneven pipeline split and TransformerEngine's TP communication overlap.
-void check_megatron_flags(const ParallelFlags& f, ParallelSettings& s) {
-  struct Given {
-    const char* flag;
-    bool on;
-    const char* owner;
-    FrameworkOption option;
-  };
-  const char* const core = "Megatron-Core's";
-  using O = FrameworkOption;
-  const Given given[] = {
-      {"--first-stage-layers", !f.first_stage_layers.empty(), core, O::kUnevenPipeline},
-      {"--last-stage-layers", !f.last_stage_layers.empty(), core, O::kUnevenPipeline},
-      {"--account-for-embedding", f.account_for_embedding, core, O::kUnevenPipeline},
-      {"--account-for-loss", f.account_for_loss, core, O::kUnevenPipeline},
-      {"--tp-comm-overlap", f.tp_comm_overlap, core, O::kTpCommOverlap},
-      {"--overlap-moe-expert-parallel-comm", f.moe_a2a_overlap, core, O::kMoeA2aOverlap},
-      {"--grad-reduce-in-bf16", f.grad_reduce_bf16, core, O::kGradReduceBf16},
-      {"--fp8-param-gather", f.fp8_param_gather, core, O::kFp8ParamGather},
-      {"--pipeline-scatter-gather", f.pipeline_scatter_gather, "Megatron-LM's", O::kPipelineScatterGather}};
-  for (const Given& g : given)
-    if (g.on && !framework_def(s.framework).owns(g.option))
-      throw Error(std::string(g.flag) + ": " + g.owner + " option; use --framework " +
-                  std::string(option_owner(g.option).name));
-  if (f.tp_comm_overlap && f.sp == false)
-    throw Error(
-        "--tp-comm-overlap: TransformerEngine's TP communication overlap needs sequence parallelism (--no-sp given)");
-  if (f.tp_comm_overlap && s.axes.tensor == 1)
-    throw Error("--tp-comm-overlap: TransformerEngine's TP communication overlap needs --tp > 1");
-  ParallelAxes& a = s.axes;
-  if (!f.first_stage_layers.empty())
-    a.first_stage_layers = parse_count("--first-stage-layers", f.first_stage_layers, 1 << 20);
-  if (!f.last_stage_layers.empty())
-    a.last_stage_layers = parse_count("--last-stage-layers", f.last_stage_layers, 1 << 20);
-  a.account_for_embedding = f.account_for_embedding;
-  a.account_for_loss = f.account_for_loss;
-  a.tp_comm_overlap = f.tp_comm_overlap;
-  a.moe_a2a_overlap = f.moe_a2a_overlap;
+// An option whose text is parsed as it is read (each error one line naming the flag) into `target`.
+template <class T, class Parse>
+CLI::Option* add_parsed(CLI::App* cmd, const char* flag, T& target, Parse parse, const std::string& help) {
+  return cmd->add_option_function<std::string>(
+      flag, [&target, parse, flag](const std::string& text) { target = parse(flag, text); }, help);
 }
 
 std::optional<int64_t> degree_flag(const std::string& flag, const std::string& text) {
-  if (text.empty()) return std::nullopt;
   return parse_count(flag, text, kMaxGpus);
+}
+
+std::optional<int64_t> layers_flag(const std::string& flag, const std::string& text) {
+  return parse_count(flag, text, 1 << 20);
 }
 
 // An HSDP mesh degree: -1 (the rest of the GPUs) or a GPU count.
 std::optional<int64_t> mesh_degree_flag(const std::string& flag, const std::string& text) {
   if (text == "-1") return -1;
-  if (text.empty()) return std::nullopt;
   try {
     return parse_count(flag, text, kMaxGpus);
   } catch (const Error&) {
@@ -227,6 +106,171 @@ std::optional<int64_t> mesh_degree_flag(const std::string& flag, const std::stri
                 std::to_string(kMaxGpus));
   }
 }
+
+// On/off flags: --X and --no-X, the one given last contradicting the other being an error.
+void add_on_off(CLI::App* cmd, const std::string& on, const std::string& off, std::optional<bool>& target,
+                const std::string& on_help, const std::string& off_help) {
+  auto* yes = cmd->add_flag_function(
+      on, [&target](int64_t) { target = true; }, on_help);
+  auto* no = cmd->add_flag_function(
+      off, [&target](int64_t) { target = false; }, off_help);
+  yes->excludes(no);
+}
+
+}  // namespace
+
+void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
+  cmd->add_option_function<std::string>(
+      "--framework",
+      [&r](const std::string& text) {
+        r.framework = framework_flag(text);
+        r.framework_given = true;
+      },
+      "composer (llm-foundry FSDP, the default), megatron (tensor, pipeline and data parallel) or torchtitan");
+  const char* const degree_help[kDegreeAxes.size()] = {
+      "tensor parallel degree (megatron; sweep and plan search it when not given)",
+      "pipeline parallel degree: stages of equal layers (megatron)",
+      "virtual stages per pipeline rank: interleaved 1F1B (megatron)", "context parallel degree (megatron, torchtitan)",
+      "expert parallel degree (megatron, mixture-of-experts models)"};
+  for (size_t i = 0; i < kDegreeAxes.size(); ++i)
+    add_parsed(cmd, kDegreeAxes[i].names.flag.data(), r.*kDegreeAxes[i].asked, degree_flag, degree_help[i]);
+  add_parsed(cmd, "--etp", r.expert_tensor, degree_flag,
+             "expert tensor parallel degree: the routed experts' own tensor parallelism (megatron's "
+             "--expert-tensor-parallel-size; default the --tp degree; sweep and plan also try 1)");
+  add_on_off(cmd, "--sp", "--no-sp", r.sequence_parallel,
+             "sequence parallelism on (megatron; default: on wherever --tp > 1)", "sequence parallelism off");
+  add_on_off(cmd, "--dist-opt", "--no-dist-opt", r.distributed_optimizer,
+             "distributed optimizer: ZeRO-1 over data parallel (megatron; the default)",
+             "optimizer state replicated on every data-parallel rank");
+  const char* const switch_help[kSwitchAxes.size()] = {
+      "gradient buckets reduced during the backward (megatron's --overlap-grad-reduce)",
+      "main gradients kept and reduced in bf16, not fp32 (megatron's --grad-reduce-in-bf16; Megatron-Bridge's "
+      "ddp.grad_reduce_in_fp32 False)",
+      "megatron under fp8: the weights are fp8 parameters, not bf16 ones with TransformerEngine's fp8 copy beside "
+      "them (megatron's --fp8-param-gather; Megatron-Bridge's fp8 recipes set it)",
+      "megatron: each tensor-parallel rank sends 1/tp of the activations to the next pipeline stage, which "
+      "all-gathers them (legacy Megatron-LM's and Megatron-DeepSpeed's default, "
+      "--scatter-gather-tensors-in-pipeline; Megatron-Core ignores it); no effect under --sp",
+      "megatron: TransformerEngine's tensor-parallel communication overlap (userbuffers; needs --sp and --tp > 1)",
+      "megatron: Megatron-Core's combined 1F1B, each micro-batch's expert-parallel all-to-alls hidden behind "
+      "another's compute (Megatron-Bridge's moe_a2a_overlap; needs --ep > 1, no full recompute, and --vp > 1 with "
+      "--pp > 1)",
+      "megatron: the embedding counts as a layer of the first stage in the pipeline split "
+      "(--account-for-embedding-in-pipeline-split)",
+      "megatron: the loss counts as a layer of the last stage (--account-for-loss-in-pipeline-split)",
+      "async tensor parallelism: the collectives beside the GEMMs (torchtitan's enable_async_tensor_parallel)"};
+  for (size_t i = 0; i < kSwitchAxes.size(); ++i)
+    cmd->add_flag(std::string(kSwitchAxes[i].names.flag), r.*kSwitchAxes[i].asked, switch_help[i]);
+  add_parsed(cmd, "--shard-degree", r.shard_degree, mesh_degree_flag,
+             "composer HSDP: parameters sharded over N consecutive GPUs (fsdp_config's data_parallel_shard_degree; "
+             "-1: the GPUs the replicate degree leaves); torchtitan: its data_parallel_shard_degree (FSDP2 shards "
+             "over it x --cp; -1, the default: the rest)");
+  add_parsed(cmd, "--replicate-degree", r.replicate_degree, mesh_degree_flag,
+             "composer HSDP: gradients all-reduced over N replicas (fsdp_config's data_parallel_replicate_degree; "
+             "-1: the GPUs the shard degree leaves); torchtitan: its data_parallel_replicate_degree (HSDP "
+             "replicas, default 1)");
+  add_parsed(
+      cmd, "--selective-ac-option", r.selective_ac_layers,
+      [](const std::string& flag, const std::string& text) -> int64_t {
+        return text == "op" ? 0 : parse_count(flag, text, 1 << 20);
+      },
+      "torchtitan's selective checkpointing: op (per-op, the default) or N (every N-th block in full)")
+      ->type_name("op|N");
+  add_parsed(cmd, "--first-stage-layers", r.first_stage_layers, layers_flag,
+             "megatron: layers of the first pipeline stage, the rest split evenly (Megatron-Core's "
+             "--decoder-first-pipeline-num-layers)");
+  add_parsed(cmd, "--last-stage-layers", r.last_stage_layers, layers_flag,
+             "megatron: layers of the last pipeline stage (--decoder-last-pipeline-num-layers)");
+  add_parsed(
+      cmd, "--attention", r.unfused_attention,
+      [](const std::string& flag, const std::string& text) {
+        if (text != "flash" && text != "unfused") throw Error(flag + " '" + text + "': expected flash or unfused");
+        return text == "unfused";
+      },
+      "flash (a fused kernel) or unfused (the scores materialised: llm-foundry's attn_impl torch under composer, "
+      "Megatron's core attention under megatron); default: the model's own");
+}
+
+namespace {
+
+// The options a framework does not own, each an error naming its flag and its owner.
+void check_option_owners(const LayoutRequest& r) {
+  const FrameworkDef& def = framework_def(r.framework);
+  const auto refuse = [](std::string_view flag, std::string_view whose, FrameworkOption o) {
+    throw Error(std::string(flag) + ": " + std::string(whose) + " option; use --framework " +
+                std::string(option_owner(o).name));
+  };
+  if (r.selective_ac_layers && !def.owns(FrameworkOption::kSelectiveAcLayers))
+    refuse("--selective-ac-option", "torchtitan's", FrameworkOption::kSelectiveAcLayers);
+  // A framework that shards the optimizer itself, with no flag for it (torchtitan's FSDP2).
+  if (def.distributed_optimizer && !def.owns(FrameworkOption::kDistributedOptimizer) &&
+      (r.distributed_optimizer || r.overlap_grad_reduce))
+    throw Error(std::string(r.distributed_optimizer ? (*r.distributed_optimizer ? "--dist-opt" : "--no-dist-opt")
+                                                    : "--overlap-grad-reduce") +
+                ": megatron's option; torchtitan's FSDP2 shards the optimizer state and reduces gradients during the "
+                "backward");
+  for (const auto& [flag, given] : {std::pair{"--first-stage-layers", r.first_stage_layers.has_value()},
+                                    std::pair{"--last-stage-layers", r.last_stage_layers.has_value()}})
+    if (given && !def.owns(FrameworkOption::kUnevenPipeline))
+      refuse(flag, "Megatron-Core's", FrameworkOption::kUnevenPipeline);
+  for (const SwitchAxis& a : kSwitchAxes)  // --overlap-grad-reduce under composer: below, as model parallelism
+    if (r.*a.asked && !def.owns(a.owner) && a.owner != FrameworkOption::kDistributedOptimizer)
+      refuse(a.names.flag, a.whose, a.owner);
+}
+
+}  // namespace
+
+void check_layout_request(const LayoutRequest& r) {
+  check_option_owners(r);
+  if (r.tp_comm_overlap && r.sequence_parallel == false)
+    throw Error(
+        "--tp-comm-overlap: TransformerEngine's TP communication overlap needs sequence parallelism (--no-sp given)");
+  if (r.tp_comm_overlap && r.tensor == 1)
+    throw Error("--tp-comm-overlap: TransformerEngine's TP communication overlap needs --tp > 1");
+  const FrameworkDef& def = framework_def(r.framework);
+  if (r.unfused_attention.value_or(false) && !def.unfused_attention)
+    throw Error(
+        "--attention unfused: torchtitan runs PyTorch's scaled_dot_product_attention, costed as flash "
+        "attention; its unfused math fallback is not modelled");
+  if (def.data_parallel_degrees) return;  // torchtitan's data_parallel_*_degree, as given
+  if (!def.sharding_strategies) {
+    for (const auto& [flag, given] : {std::pair{"--shard-degree", r.shard_degree.has_value()},
+                                      std::pair{"--replicate-degree", r.replicate_degree.has_value()}})
+      if (given)
+        throw Error(std::string(flag) + ": HSDP's shard and replicate degrees are composer's (FSDP) and " +
+                    "torchtitan's (FSDP2); --framework " + std::string(def.name) + " has its own data parallelism");
+    return;
+  }
+  const std::string composer = ": composer runs FSDP without model parallelism; use --framework megatron";
+  if (r.expert_tensor) throw Error("--etp " + std::to_string(*r.expert_tensor) + composer);
+  for (const DegreeAxis& a : kDegreeAxes)
+    if ((r.*a.asked).value_or(1) > 1)
+      throw Error(std::string(a.names.flag) + " " + std::to_string(*(r.*a.asked)) + composer);
+  for (const auto& [flag, on] : {std::pair{"--sp", r.sequence_parallel.value_or(false)},
+                                 std::pair{"--dist-opt", r.distributed_optimizer.value_or(false)},
+                                 std::pair{"--overlap-grad-reduce", r.overlap_grad_reduce}})
+    if (on) throw Error(flag + composer);
+}
+
+void check_layout_request(LayoutRequest& r, const RunSettings& run) {
+  check_layout_request(r);
+  if (!run.shard_degree && !run.replicate_degree) return;
+  if (!framework_def(r.framework).sharding_strategies)
+    throw Error(run.config_origin + ": fsdp_config's data_parallel_shard_degree and data_parallel_replicate_degree " +
+                "are Composer's HSDP; --framework " + std::string(to_string(r.framework)) +
+                " has its own data parallelism");
+  // A degree given by flag wins over the YAML's, as every flag does.
+  if (!r.shard_degree) r.shard_degree = run.shard_degree;
+  if (!r.replicate_degree) r.replicate_degree = run.replicate_degree;
+}
+
+void check_no_sharding_flag(const LayoutRequest& r, const std::string& flag, bool given) {
+  const FrameworkDef& def = framework_def(r.framework);
+  if (given && !def.sharding_strategies)
+    throw Error(flag + ": --framework " + std::string(def.name) + " " + std::string(def.no_sharding_strategies));
+}
+
+namespace {
 
 // A positive, finite number (a network's bandwidth).
 double positive_number(const std::string& flag, const std::string& text) {
@@ -236,111 +280,6 @@ double positive_number(const std::string& flag, const std::string& text) {
 }
 
 }  // namespace
-
-ParallelSettings resolve_parallel(const ParallelFlags& f) {
-  ParallelSettings s;
-  s.framework_given = !f.framework.empty();
-  if (s.framework_given) {
-    s.framework = framework_flag(f.framework);
-  }
-  ParallelAxes& a = s.axes;
-  a.tensor = degree_flag("--tp", f.tp);
-  a.pipeline = degree_flag("--pp", f.pp);
-  a.virtual_stages = degree_flag("--vp", f.vp);
-  a.context = degree_flag("--cp", f.cp);
-  a.expert = degree_flag("--ep", f.ep);
-  a.expert_tensor = degree_flag("--etp", f.etp);
-  a.sequence_parallel = f.sp;
-  a.distributed_optimizer = f.dist_opt;
-  a.overlap_grad_reduce = f.overlap_grad_reduce;
-  a.grad_reduce_bf16 = f.grad_reduce_bf16;
-  a.fp8_param_gather = f.fp8_param_gather;
-  a.pipeline_scatter_gather = f.pipeline_scatter_gather;
-  a.shard_degree = mesh_degree_flag("--shard-degree", f.shard_degree);
-  a.replicate_degree = mesh_degree_flag("--replicate-degree", f.replicate_degree);
-  check_torchtitan_flags(f, s);
-  check_megatron_flags(f, s);
-  if (!f.attention.empty()) {
-    if (f.attention != "flash" && f.attention != "unfused")
-      throw Error("--attention '" + f.attention + "': expected flash or unfused");
-    s.unfused_attention = f.attention == "unfused";
-    if (*s.unfused_attention && !framework_def(s.framework).unfused_attention)
-      throw Error(
-          "--attention unfused: torchtitan runs PyTorch's scaled_dot_product_attention, costed as flash "
-          "attention; its unfused math fallback is not modelled");
-  }
-  const FrameworkDef& def = framework_def(s.framework);
-  if (def.data_parallel_degrees) return s;  // torchtitan's data_parallel_*_degree, as given
-  if (!def.sharding_strategies) {
-    for (const auto& [flag, given] : {std::pair{"--shard-degree", a.shard_degree.has_value()},
-                                      std::pair{"--replicate-degree", a.replicate_degree.has_value()}})
-      if (given)
-        throw Error(std::string(flag) + ": HSDP's shard and replicate degrees are composer's (FSDP) and " +
-                    "torchtitan's (FSDP2); --framework " + std::string(to_string(s.framework)) +
-                    " has its own data parallelism");
-    return s;
-  }
-  const std::pair<const char*, std::optional<int64_t>> degrees[] = {
-      {"--tp", a.tensor}, {"--pp", a.pipeline}, {"--vp", a.virtual_stages}, {"--cp", a.context}, {"--ep", a.expert}};
-  if (a.expert_tensor)
-    throw Error("--etp " + std::to_string(*a.expert_tensor) +
-                ": composer runs FSDP without model parallelism; use --framework megatron");
-  for (const auto& [flag, value] : degrees)
-    if (value.value_or(1) > 1)
-      throw Error(std::string(flag) + " " + std::to_string(*value) +
-                  ": composer runs FSDP without model parallelism; use --framework megatron");
-  for (const auto& [flag, on] :
-       {std::pair{"--sp", f.sp.value_or(false)}, std::pair{"--dist-opt", f.dist_opt.value_or(false)},
-        std::pair{"--overlap-grad-reduce", f.overlap_grad_reduce}})
-    if (on) throw Error(std::string(flag) + ": composer runs FSDP without model parallelism; use --framework megatron");
-  return s;
-}
-
-ParallelSettings resolve_parallel(const ParallelFlags& f, const RunSettings& run) {
-  ParallelSettings s = resolve_parallel(f);
-  if (!run.shard_degree && !run.replicate_degree) return s;
-  if (!framework_def(s.framework).sharding_strategies)
-    throw Error(run.config_origin + ": fsdp_config's data_parallel_shard_degree and data_parallel_replicate_degree " +
-                "are Composer's HSDP; --framework " + std::string(to_string(s.framework)) +
-                " has its own data parallelism");
-  // A degree given by flag wins over the YAML's, as every flag does.
-  if (!s.axes.shard_degree) s.axes.shard_degree = run.shard_degree;
-  if (!s.axes.replicate_degree) s.axes.replicate_degree = run.replicate_degree;
-  return s;
-}
-
-Parallelism fixed_parallelism(const ParallelSettings& s) {
-  const ParallelAxes& a = s.axes;
-  Parallelism p;
-  p.framework = s.framework;
-  p.tensor = a.tensor.value_or(1);
-  p.pipeline = a.pipeline.value_or(1);
-  p.virtual_stages = a.virtual_stages.value_or(1);
-  p.context = a.context.value_or(1);
-  p.expert = a.expert.value_or(1);
-  if (a.expert_tensor) p.set_expert_tensor(*a.expert_tensor);
-  p.sequence_parallel = a.sequence_parallel.value_or(p.tensor > 1);
-  p.distributed_optimizer = a.distributed_optimizer.value_or(framework_def(s.framework).distributed_optimizer);
-  p.overlap_grad_reduce = a.overlap_grad_reduce;
-  p.grad_reduce_bf16 = a.grad_reduce_bf16;
-  p.fp8_param_gather = a.fp8_param_gather;
-  p.pipeline_scatter_gather = a.pipeline_scatter_gather;
-  p.shard_degree = a.shard_degree.value_or(0);
-  p.replicate_degree = a.replicate_degree.value_or(0);
-  p.async_tensor_parallel = a.async_tensor_parallel;
-  p.selective_ac_layers = a.selective_ac_layers;
-  p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
-  p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
-  p.tp_comm_overlap = a.tp_comm_overlap;
-  p.moe_a2a_overlap = a.moe_a2a_overlap;
-  return p;
-}
-
-void check_no_sharding_flag(const ParallelSettings& s, const std::string& flag, bool given) {
-  const FrameworkDef& def = framework_def(s.framework);
-  if (given && !def.sharding_strategies)
-    throw Error(flag + ": --framework " + std::string(def.name) + " " + std::string(def.no_sharding_strategies));
-}
 
 namespace {
 
@@ -416,7 +355,7 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
   return s;
 }
 
-ModelConfig attention_as_asked(const ModelConfig& model, const ParallelSettings& s, std::string* note) {
+ModelConfig attention_as_asked(const ModelConfig& model, const LayoutRequest& s, std::string* note) {
   if (!s.unfused_attention || *s.unfused_attention == model.unfused_attention) return model;
   ModelConfig m = model;
   if (!*s.unfused_attention) {

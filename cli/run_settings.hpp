@@ -39,64 +39,37 @@ std::vector<Checkpointing> parse_ckpt_flag(const std::string& text, bool any_all
 // activation_checkpointing does, and what these texts said before selective existed).
 std::string checkpointing_phrase(Checkpointing c);
 
-// --framework, --tp, --pp, --vp, --cp, --ep, --sp/--no-sp, --dist-opt/--no-dist-opt,
-// --overlap-grad-reduce, torchtitan's --async-tp and --selective-ac-option, and megatron's uneven
+// --framework, the degrees (--tp, --pp, --vp, --cp, --ep, --etp), --sp/--no-sp,
+// --dist-opt/--no-dist-opt, the switches (model/layout.hpp kSwitchAxes), the HSDP degrees
+// (--shard-degree, --replicate-degree), torchtitan's --selective-ac-option, megatron's uneven
 // pipeline split (--first-stage-layers N, --last-stage-layers N: Megatron-Core's
-// --decoder-first/last-pipeline-num-layers; --account-for-embedding, --account-for-loss: its
-// --account-for-embedding/loss-in-pipeline-split) and --tp-comm-overlap (TransformerEngine's
-// userbuffers; needs --sp and --tp > 1): the text as given (empty / unset: not given).
-struct ParallelFlags {
-  std::string framework, tp, pp, vp, cp, ep, etp;
-  std::optional<bool> sp, dist_opt;
-  bool overlap_grad_reduce = false;
-  std::string shard_degree, replicate_degree;  // composer: HSDP's mesh (--shard-degree, --replicate-degree)
-  bool async_tp = false;
-  std::string selective_ac;  // op, or a layer count N
-  std::string first_stage_layers, last_stage_layers;
-  bool account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, grad_reduce_bf16 = false,
-       fp8_param_gather = false, pipeline_scatter_gather = false, moe_a2a_overlap = false;
-  std::string attention;  // --attention flash|unfused
-};
-void add_parallel_flags(CLI::App* cmd, ParallelFlags& f);
+// --decoder-first/last-pipeline-num-layers) and --attention flash|unfused: each parsed into `r` as
+// it is read, a bad value one line naming its flag.
+void add_layout_flags(CLI::App* cmd, LayoutRequest& r);
 
-// The flags checked, each error one line naming the flag: the framework (composer when not given)
-// and the axes the flags fix (the others unset: searched by sweep and plan, their defaults for
-// predict). Under composer any model parallelism, --sp, --dist-opt or --overlap-grad-reduce is an
-// error ("composer runs FSDP without model parallelism; use --framework megatron"); --async-tp and
-// --selective-ac-option are errors outside torchtitan, --dist-opt, --no-dist-opt and
-// --overlap-grad-reduce under it (FSDP2 shards the optimizer state and overlaps its reductions); the
-// uneven split's flags, --tp-comm-overlap and --grad-reduce-in-bf16 are errors outside megatron, and --tp-comm-overlap
-// with
-// --tp 1 or --no-sp.
-struct ParallelSettings {
-  Framework framework = kDefaultFramework;
-  bool framework_given = false;  // --framework given: the output shows the layout columns
-  ParallelAxes axes;
-  // --attention: true (unfused: the scores materialised, as the framework runs it without a fused
-  // kernel), false (flash); unset: the model's own (flash unless its YAML or config says torch).
-  std::optional<bool> unfused_attention;
-};
+// The flags checked together, each error one line naming a flag: an option of another framework
+// ("--tp-comm-overlap: Megatron-Core's option; use --framework megatron"), under composer any model
+// parallelism, --sp, --dist-opt or --overlap-grad-reduce ("composer runs FSDP without model
+// parallelism; use --framework megatron"), --dist-opt, --no-dist-opt and --overlap-grad-reduce
+// under torchtitan (FSDP2 shards the optimizer state and overlaps its reductions), --tp-comm-overlap
+// with --tp 1 or --no-sp, the HSDP degrees outside composer and torchtitan.
+void check_layout_request(const LayoutRequest& r);
 
-// `model` with the attention --attention asks for, under `s.framework`: unfused is llm-foundry's
+// `model` with the attention --attention asks for, under `r.framework`: unfused is llm-foundry's
 // PyTorch attention (attn_impl: torch; ModelConfig::torch_attention) under composer and Megatron's
 // core attention (use_megatron_core_attention: its fused softmax, attention dropout 0.1) under
 // megatron; flash is the fused kernel. `note` gets what the run costs, when the flag changes it.
-ModelConfig attention_as_asked(const ModelConfig& model, const ParallelSettings& s, std::string* note = nullptr);
-ParallelSettings resolve_parallel(const ParallelFlags& f);
+ModelConfig attention_as_asked(const ModelConfig& model, const LayoutRequest& r, std::string* note = nullptr);
 
 struct RunSettings;
-// The same, with the HSDP degrees of --config's fsdp_config (data_parallel_shard_degree,
+// The same, then the HSDP degrees of --config's fsdp_config (data_parallel_shard_degree,
 // data_parallel_replicate_degree) where --shard-degree and --replicate-degree are not given: each
 // is -1 (the rest of the GPUs) or a GPU count, and only composer has them (an error otherwise).
-ParallelSettings resolve_parallel(const ParallelFlags& f, const RunSettings& run);
-
-// predict's layout: the fixed axes, the others at the search's defaults (degrees 1; sequence
-// parallel wherever tensor parallel > 1; the distributed optimizer on under megatron; no HSDP mesh).
-Parallelism fixed_parallelism(const ParallelSettings& s);
+void check_layout_request(LayoutRequest& r, const RunSettings& run);
 
 // A sharding flag (`flag` given) under a framework other than composer: an error, since their data
 // parallelism is not FSDP's (megatron: DDP, and --dist-opt shards the optimizer state).
-void check_no_sharding_flag(const ParallelSettings& s, const std::string& flag, bool given);
+void check_no_sharding_flag(const LayoutRequest& r, const std::string& flag, bool given);
 
 struct RunSettings {
   std::optional<ModelConfig> model;

@@ -32,7 +32,7 @@ struct SweepOptions {
   std::optional<std::string> shardings;  // unset: every strategy of the framework
   std::optional<std::string> ckpt;       // unset: none and full, as llm-foundry can run them
   std::string plot;                      // SVG: MFU over model size and sequence length
-  ParallelFlags parallel;                // megatron: the axes given are fixed, the others searched
+  LayoutRequest layout;                  // megatron: the axes given are fixed, the others searched
   NetworkFlags network;
 };
 
@@ -51,7 +51,6 @@ struct SweepRequest {
   TrainConfig base;   // precision and mp_mode
   SearchSpace space;
   bool layout_columns = false;  // --framework given
-  ParallelSettings parallel;    // --attention's choice, by framework
 };
 
 SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<std::string>& model_specs) {
@@ -71,15 +70,13 @@ SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<
       r.space.shardings.push_back(parse_sharding_flag("--shardings", s));
   }
   if (o.ckpt) r.space.checkpointing = parse_ckpt_flag(*o.ckpt, /*any_allowed=*/true);
-  const ParallelSettings parallel = resolve_parallel(o.parallel);
+  check_layout_request(o.layout);
   // Given is given, whatever its value: the full list under megatron is as foreign as one strategy.
-  check_no_sharding_flag(parallel, "--shardings", o.shardings.has_value());
-  r.space.framework = parallel.framework;
-  r.space.parallel = parallel.axes;
+  check_no_sharding_flag(o.layout, "--shardings", o.shardings.has_value());
+  r.space.asked = o.layout;
   // Composer's HYBRID_SHARD also on 2D meshes of a few hosts, as plan searches it (model/search.hpp).
-  r.space.hsdp_meshes = framework_def(parallel.framework).sharding_strategies;
-  r.layout_columns = parallel.framework_given;
-  r.parallel = parallel;
+  r.space.hsdp_meshes = framework_def(o.layout.framework).sharding_strategies;
+  r.layout_columns = o.layout.framework_given;
   return r;
 }
 
@@ -135,7 +132,7 @@ class Sweep {
 void Sweep::run() {
   for (const auto& name : r_.models) {
     std::string note;
-    models_.emplace(name, attention_as_asked(ctx_.catalog().get(name), r_.parallel, &note));
+    models_.emplace(name, attention_as_asked(ctx_.catalog().get(name), r_.space.asked, &note));
     if (!note.empty()) std::cerr << "tpsim: note: " << note << "\n";
   }
   for (const auto& device_id : r_.devices) device(device_id);
@@ -157,9 +154,9 @@ void Sweep::device(const std::string& device_id) {
     // Once per model; outside Composer the interval note is the framework's, once per sweep.
     if (device_id == r_.devices.front()) {
       const ModelConfig& model = models_.at(name);
-      if (framework_def(r_.space.framework).profile_intervals || name == r_.models.front())
-        std::cerr << no_interval_note(model, r_.space.framework);
-      std::cerr << unaligned_gemm_note(model, r_.space.framework);
+      if (framework_def(r_.space.asked.framework).profile_intervals || name == r_.models.front())
+        std::cerr << no_interval_note(model, r_.space.asked.framework);
+      std::cerr << unaligned_gemm_note(model, r_.space.asked.framework);
     }
     const size_t first_row = heat_.values.size();
     for (int64_t n : r_.gpus) {
@@ -204,14 +201,13 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
     near_full_.push_back(name + " at " + std::to_string(seq) + " on " + std::to_string(n) + " x " + device_id);
   heat_.values[heat_row][column] = 100.0 * r.best_prediction.mfu;
   // The layout: FSDP's sharding strategy, or the model-parallel degrees.
-  const std::string layout = framework_def(r.best.parallel.framework).sharding_strategies
-                                 ? sharding_text(r.best.sharding, r.best.parallel)
-                                 : layout_phrase(r.best.parallel);
-  heat_.notes[heat_row][column] =
-      "micro-batch " + std::to_string(r.best.micro_batch) +
-      (r.best.checkpointing != Checkpointing::kNone ? ", " + checkpointing_phrase(r.best.checkpointing) + ", "
-                                                    : std::string(", ")) +
-      (layout.empty() ? "data parallel" : layout);
+  const std::string layout = framework_def(r.best.layout.framework).sharding_strategies ? sharding_text(r.best.layout)
+                                                                                        : layout_phrase(r.best.layout);
+  heat_.notes[heat_row][column] = "micro-batch " + std::to_string(r.best.micro_batch) +
+                                  (r.best.layout.checkpointing != Checkpointing::kNone
+                                       ? ", " + checkpointing_phrase(r.best.layout.checkpointing) + ", "
+                                       : std::string(", ")) +
+                                  (layout.empty() ? "data parallel" : layout);
 }
 
 void Sweep::add_row(const std::string& name, const std::string& device_id, const TrainConfig& cfg, const Prediction& p,
@@ -270,7 +266,7 @@ void register_sweep(CLI::App& app) {
       "search only this activation checkpointing: none, selective, full (a bare --ckpt); any: all three. Not given: "
       "none and full");
   cmd->get_option("--no-ckpt")->description("search only runs without activation checkpointing (--ckpt none)");
-  add_parallel_flags(cmd, o->parallel);
+  add_layout_flags(cmd, o->layout);
   add_network_flags(cmd, o->network);
   cmd->add_option("--profile", o->common.profile_files, "device profile JSON (repeatable)");
   cmd->add_option("--plot", o->plot, "also write an SVG heat map of MFU over model size and sequence length");

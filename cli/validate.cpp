@@ -109,7 +109,7 @@ std::map<std::string, IntervalModel> intervals_by_device(Context& ctx, const std
   } else {
     // The profile's interval is of Composer runs: a table of other frameworks' rows gets none.
     for (const auto& r : results)
-      if (framework_def(r.row->cfg.parallel.framework).profile_intervals)
+      if (framework_def(r.row->cfg.layout.framework).profile_intervals)
         if (auto i = prediction_interval(ctx.profile(r.row->row.gpu))) out[r.row->row.gpu] = interval_model(*i);
   }
   return out;
@@ -127,7 +127,7 @@ std::optional<OutputTable> coverage_table(Context& ctx, const std::vector<RowRes
     const std::string& gpu = r.row->row.gpu;
     // The rows the profile's interval speaks for (cli/report.hpp, interval_model_for).
     const std::optional<IntervalModel> model =
-        interval_model_for(*r.row->model, ctx.profile(gpu), r.row->cfg.parallel.framework);
+        interval_model_for(*r.row->model, ctx.profile(gpu), r.row->cfg.layout.framework);
     if (!model) continue;
     Count& c = by_device.try_emplace(gpu, Count{*model}).first->second;
     const RelativeInterval i = widened(c.interval.held_out, c.interval.widening_per_doubling, r.doublings);
@@ -207,7 +207,9 @@ std::pair<Cell, Cell> low_high(const Intervals& intervals, const RowResult& r) {
 // model of the catalogue. Its outputs keep the columns they had before the general form.
 bool foundry_form(const std::vector<ResolvedRow>& rows) {
   return std::all_of(rows.begin(), rows.end(), [](const ResolvedRow& r) {
-    return r.row.parallel == Parallelism{} && !r.row.step_time_measured() && !r.row.architecture;
+    Layout plain;  // composer's data parallelism alone, of the row's sharding and checkpointing
+    plain.sharding = r.row.layout.sharding, plain.checkpointing = r.row.layout.checkpointing;
+    return r.row.layout == plain && !r.row.step_time_measured() && !r.row.architecture;
   });
 }
 
@@ -292,8 +294,8 @@ OutputTable rows_table(const std::vector<RowResult>& results, const Intervals& i
                Cell::integer_value(m.global_batch),
                Cell::str(std::string(to_string(m.precision))),
                Cell::str(std::string(to_string(m.mp_mode))),
-               Cell::str(std::string(to_string(m.sharding))),
-               checkpointing_cell(m.checkpointing),
+               Cell::str(std::string(to_string(m.layout.sharding))),
+               checkpointing_cell(m.layout.checkpointing),
                Cell::num(m.tokens_per_s, 0),
                Cell::num(p.tokens_per_s, 0),
                Cell::num(100 * r.error, 2),

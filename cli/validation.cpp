@@ -81,7 +81,7 @@ std::vector<const ParamInfo*> table_fit_parameters(Context& ctx, const std::vect
   // overlap slowdown do not enter Megatron's rows, so those rows alone cannot tell them).
   std::vector<const FrameworkDef*> present;
   for (const ResolvedRow& r : rows)
-    if (const FrameworkDef* def = &framework_def(r.cfg.parallel.framework);
+    if (const FrameworkDef* def = &framework_def(r.cfg.layout.framework);
         std::find(present.begin(), present.end(), def) == present.end())
       present.push_back(def);
   std::erase_if(params, [&](const ParamInfo* p) {

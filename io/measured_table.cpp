@@ -9,6 +9,7 @@
 #include "io/files.hpp"
 #include "io/text_format.hpp"
 #include "model/framework.hpp"
+#include "model/layout.hpp"
 
 namespace tpsim {
 namespace {
@@ -262,7 +263,7 @@ class RowParser {
     r.precision = *p;
     read_parallel(cells, at, r);
     read_sharding(cells, at, r);
-    r.checkpointing = read_checkpointing(cells, at);
+    r.layout.checkpointing = read_checkpointing(cells, at);
     if (cols_.has("Activation CPUOffload"))
       r.activation_cpu_offload = cols_.boolean(cells, "Activation CPUOffload", at);
     if (cols_.has("Attention")) r.unfused_attention = read_attention(cells, at);
@@ -289,7 +290,7 @@ class RowParser {
   }
 
   void read_parallel(const std::vector<std::string>& cells, const std::string& at, MeasuredRow& r) const {
-    Parallelism& par = r.parallel;
+    Layout& par = r.layout;
     par.framework = options_.framework;
     if (cols_.has("Framework")) {
       std::string f = cols_.text(cells, "Framework", at);
@@ -300,26 +301,17 @@ class RowParser {
                     "' (composer, megatron, torchtitan)");
       par.framework = *fw;
     }
-    par.tensor = cols_.optional_degree(cells, "Tensor Parallel", at);
-    par.pipeline = cols_.optional_degree(cells, "Pipeline Parallel", at);
-    par.virtual_stages = cols_.optional_degree(cells, "Virtual Stages", at);
-    par.context = cols_.optional_degree(cells, "Context Parallel", at);
-    par.expert = cols_.optional_degree(cells, "Expert Parallel", at);
+    for (const DegreeAxis& a : kDegreeAxes)
+      par.*a.value = cols_.optional_degree(cells, std::string(a.names.column), at);
     // Megatron-Core's expert_tensor_parallel_size; equal to tp, its default, it is the default.
-    if (cols_.has("Expert Tensor Parallel")) par.set_expert_tensor(cols_.degree(cells, "Expert Tensor Parallel", at));
-    if (cols_.has("Sequence Parallel")) par.sequence_parallel = cols_.boolean(cells, "Sequence Parallel", at);
-    if (cols_.has("Distributed Optimizer"))
-      par.distributed_optimizer = cols_.boolean(cells, "Distributed Optimizer", at);
-    if (cols_.has("Overlap Grad Reduce")) par.overlap_grad_reduce = cols_.boolean(cells, "Overlap Grad Reduce", at);
-    if (cols_.has("TP Comm Overlap")) par.tp_comm_overlap = cols_.boolean(cells, "TP Comm Overlap", at);
-    if (cols_.has("MoE A2A Overlap")) par.moe_a2a_overlap = cols_.boolean(cells, "MoE A2A Overlap", at);
-    if (cols_.has("Grad Reduce In BF16")) par.grad_reduce_bf16 = cols_.boolean(cells, "Grad Reduce In BF16", at);
-    if (cols_.has("FP8 Param Gather")) par.fp8_param_gather = cols_.boolean(cells, "FP8 Param Gather", at);
-    if (cols_.has("Pipeline Scatter Gather"))
-      par.pipeline_scatter_gather = cols_.boolean(cells, "Pipeline Scatter Gather", at);
-    if (cols_.has("Account For Embedding"))
-      par.account_for_embedding = cols_.boolean(cells, "Account For Embedding", at);
-    if (cols_.has("Account For Loss")) par.account_for_loss = cols_.boolean(cells, "Account For Loss", at);
+    const std::string etp(kExpertTensorAxis.column);
+    if (cols_.has(etp)) par.set_expert_tensor(cols_.degree(cells, etp, at));
+    for (const auto& [axis, value] : {std::pair{kSequenceParallelAxis, &Layout::sequence_parallel},
+                                      std::pair{kDistributedOptimizerAxis, &Layout::distributed_optimizer}})
+      if (const std::string column(axis.column); cols_.has(column)) par.*value = cols_.boolean(cells, column, at);
+    for (const SwitchAxis& a : kSwitchAxes)
+      if (const std::string column(a.names.column); !column.empty() && cols_.has(column))
+        par.*a.value = cols_.boolean(cells, column, at);
     const int64_t model_parallel = par.model_parallel();
     if (r.n_gpus % model_parallel != 0)
       throw Error(at + ": # GPUs " + std::to_string(r.n_gpus) +
@@ -338,8 +330,8 @@ class RowParser {
   // parallelism is DDP: every replica holds its whole shard (NO_SHARD), the distributed optimizer
   // aside; torchtitan's is FSDP2 (FULL_SHARD).
   void read_sharding(const std::vector<std::string>& cells, const std::string& at, MeasuredRow& r) const {
-    const bool composer = framework_def(r.parallel.framework).sharding_strategies;
-    if (!composer) r.sharding = framework_sharding(r.parallel.framework);
+    const bool composer = framework_def(r.layout.framework).sharding_strategies;
+    if (!composer) r.layout.sharding = framework_sharding(r.layout.framework);
     for (const char* col : {"MP Mode", "Sharding Strategy"})
       if (composer && !cols_.has(col)) throw Error(at + ": a composer row needs the column '" + std::string(col) + "'");
     if (cols_.has("MP Mode")) {
@@ -354,7 +346,7 @@ class RowParser {
       if (!s)
         throw Error(at + ": unknown Sharding Strategy '" + sh +
                     "' (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)");
-      r.sharding = *s;
+      r.layout.sharding = *s;
     }
   }
 
@@ -430,7 +422,7 @@ class VtrainParser {
     r.model = r.architecture->name;
     if (cols_.has(kVtrainParameters)) check_parameters(cells, at, *r.architecture, r.seq_len);
     r.gpu = device_;
-    Parallelism& par = r.parallel;
+    Layout& par = r.layout;
     par.framework = Framework::kMegatron;
     par.tensor = cols_.degree(cells, "tensor parallelism", at);
     par.pipeline = cols_.degree(cells, "pipeline parallelism", at);
@@ -442,9 +434,9 @@ class VtrainParser {
     if (!(r.measured_step_s > 0)) throw Error(at + ": 'iteration time (ms)' must be positive");
     r.tokens_per_s = static_cast<double>(r.global_batch) * static_cast<double>(r.seq_len) / r.measured_step_s;
     r.precision = Precision::kAmpFp16;
-    par.pipeline_scatter_gather = true;  // Megatron-DeepSpeed's default (and DeepSpeed's pipeline engine's)
-    r.sharding = Sharding::kNoShard;     // DDP without the distributed optimizer
-    r.checkpointing = Checkpointing::kFull;
+    par.pipeline_scatter_gather = true;      // Megatron-DeepSpeed's default (and DeepSpeed's pipeline engine's)
+    r.layout.sharding = Sharding::kNoShard;  // DDP without the distributed optimizer
+    r.layout.checkpointing = Checkpointing::kFull;
     return r;
   }
 

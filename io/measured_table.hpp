@@ -62,11 +62,9 @@ struct MeasuredRow {
   double measured_step_s = 0;  // > 0: the row measured step time (Step Time (s), vTrain's iteration time)
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
-  Sharding sharding = Sharding::kFullShard;
-  Checkpointing checkpointing = Checkpointing::kNone;
   bool activation_cpu_offload = false;
   bool unfused_attention = false;  // Attention 'unfused': the row's model costed with use_megatron_core_attention
-  Parallelism parallel;            // framework and degrees; all 1 under composer for llm-foundry's tables
+  Layout layout;  // framework, sharding, checkpointing, degrees (all 1 under composer for llm-foundry's tables)
   // The row's own architecture (vTrain's rows), named `model`; empty: `model` names a model of the
   // catalogue or --models.
   std::optional<ModelConfig> architecture;
@@ -87,9 +85,7 @@ struct MeasuredRow {
             .n_gpus = n_gpus,
             .precision = precision,
             .mp_mode = mp_mode,
-            .sharding = sharding,
-            .checkpointing = checkpointing,
-            .parallel = parallel};
+            .layout = layout};
   }
 };
 

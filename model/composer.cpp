@@ -24,10 +24,10 @@ MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, co
   MicroBatchResult r;
   const CategoryTotals &f = k.block_fwd, &b = k.block_bwd, &cast = q.cast, &red = q.reduce_casts;
 
-  const double recompute = cfg.checkpointing == Checkpointing::kFull ? params.recompute_fraction : 0.0;
+  const double recompute = cfg.layout.checkpointing == Checkpointing::kFull ? params.recompute_fraction : 0.0;
   // Selective checkpointing runs each block's attention forward (block_fwd's only attention op)
   // again before its backward.
-  const double attention_again = cfg.checkpointing == Checkpointing::kSelective ? f.attention : 0.0;
+  const double attention_again = cfg.layout.checkpointing == Checkpointing::kSelective ? f.attention : 0.0;
   // Casts of a block's weights: before each gather, or (DDP) autocast's in each forward.
   const bool cast_in_forward = layout.gather_in_forward || layout.ddp;
   const double casts_per_block = (cast_in_forward ? 1.0 : 0.0) + (layout.gather_in_backward ? 1.0 : 0.0);
@@ -69,12 +69,12 @@ SavedActivations saved_activations(const ComputeCosts& k) {
 }  // namespace
 
 std::string check_composer_config(const ModelConfig&, const DeviceSpec& device, const TrainConfig& cfg) {
-  if (!cfg.parallel.is_data_parallel_only() || cfg.parallel.distributed_optimizer || cfg.parallel.overlap_grad_reduce)
+  if (!cfg.layout.is_data_parallel_only() || cfg.layout.distributed_optimizer || cfg.layout.overlap_grad_reduce)
     return "composer runs FSDP without tensor, pipeline, context or expert parallelism (framework megatron runs them)";
   HsdpMesh mesh;
-  if (std::string why = resolve_hsdp_mesh(cfg.parallel, cfg.sharding, cfg.n_gpus, &mesh); !why.empty()) return why;
+  if (std::string why = resolve_hsdp_mesh(cfg.layout, cfg.layout.sharding, cfg.n_gpus, &mesh); !why.empty()) return why;
   const int64_t host = device.gpus_per_host > 0 ? device.gpus_per_host : device.gpus_per_node;  // HYBRID_SHARD's shard
-  if (!mesh.mesh && cfg.sharding == Sharding::kHybridShard && cfg.n_gpus > host && cfg.n_gpus % host != 0)
+  if (!mesh.mesh && cfg.layout.sharding == Sharding::kHybridShard && cfg.n_gpus > host && cfg.n_gpus % host != 0)
     return "HYBRID_SHARD needs whole nodes: " + std::to_string(cfg.n_gpus) + " GPUs is not a multiple of " +
            std::to_string(host) + " per node";
   return {};
@@ -105,20 +105,20 @@ const ComputeCosts& ComposerEvaluator::compute_costs(int64_t micro_batch, int64_
 
 const FsdpCosts& ComposerEvaluator::fsdp_costs(const TrainConfig& cfg) {
   for (const FsdpCosts& q : fsdp_memo_)
-    if (q.sharding == cfg.sharding && q.n_gpus == cfg.n_gpus && q.seq_len == cfg.seq_len &&
-        q.precision == cfg.precision && q.mp_mode == cfg.mp_mode && q.shard_degree == cfg.parallel.shard_degree &&
-        q.replicate_degree == cfg.parallel.replicate_degree)
+    if (q.sharding == cfg.layout.sharding && q.n_gpus == cfg.n_gpus && q.seq_len == cfg.seq_len &&
+        q.precision == cfg.precision && q.mp_mode == cfg.mp_mode && q.shard_degree == cfg.layout.shard_degree &&
+        q.replicate_degree == cfg.layout.replicate_degree)
       return q;
   FsdpCosts& q = fsdp_memo_[fsdp_next_];
   fsdp_next_ = (fsdp_next_ + 1) % fsdp_memo_.size();
-  q.sharding = cfg.sharding;
+  q.sharding = cfg.layout.sharding;
   q.n_gpus = cfg.n_gpus;
   q.seq_len = cfg.seq_len;
   q.precision = cfg.precision;
   q.mp_mode = cfg.mp_mode;
-  q.shard_degree = cfg.parallel.shard_degree;
-  q.replicate_degree = cfg.parallel.replicate_degree;
-  q.layout = composer_layout(cfg.sharding, cfg.parallel, cfg.n_gpus, device_.gpus_per_node, device_.gpus_per_host);
+  q.shard_degree = cfg.layout.shard_degree;
+  q.replicate_degree = cfg.layout.replicate_degree;
+  q.layout = composer_layout(cfg.layout.sharding, cfg.layout, cfg.n_gpus, device_.gpus_per_node, device_.gpus_per_host);
   const FsdpLayout& layout = q.layout;
   const double block_params = block_params_;
   const double root_params = static_cast<double>(embedding_parameter_count(model_, cfg.seq_len));
@@ -201,7 +201,7 @@ Prediction ComposerEvaluator::predict(const TrainConfig& cfg) {
   // Memory, from the full micro-batch's saved activations.
   p.memory = estimate_memory(memory_counts_, cfg, saved_activations(full_compute), layout, params);
   // Full checkpointing near full memory: the allocator's retries stall the whole step.
-  if (cfg.checkpointing == Checkpointing::kFull) {
+  if (cfg.layout.checkpointing == Checkpointing::kFull) {
     p.time.allocator_s = p.step_s * allocator_retry_fraction(device_.memory_bytes - p.memory.peak_bytes, params);
     p.step_s += p.time.allocator_s;
     p.timeline.step_s = p.step_s;

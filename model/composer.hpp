@@ -38,7 +38,7 @@ struct FsdpCosts {
   FsdpLayout layout;
   CategoryTotals cast, reduce_casts, optimizer;
   double block_gather_s = 0, root_gather_s = 0, block_reduce_s = 0, root_reduce_s = 0;
-  int64_t shard_degree = 0, replicate_degree = 0;  // Parallelism's HSDP degrees, as given
+  int64_t shard_degree = 0, replicate_degree = 0;  // Layout's HSDP degrees, as given
 };
 
 // Predicts many Composer configurations of one model on one device and profile. The ops of a

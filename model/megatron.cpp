@@ -19,7 +19,7 @@ double d(int64_t x) { return static_cast<double>(x); }
 // (accumulate_allreduce_grads_in_fp32, which --bf16 turns on) and fp32, the parameters' fp16
 // under fp16 (megatron/training/arguments.py), bf16 with --grad-reduce-in-bf16.
 double megatron_grad_bytes(const TrainConfig& cfg) {
-  return cfg.precision == Precision::kAmpFp16 || cfg.parallel.grad_reduce_bf16 ? 2.0 : 4.0;
+  return cfg.precision == Precision::kAmpFp16 || cfg.layout.grad_reduce_bf16 ? 2.0 : 4.0;
 }
 
 // The routed experts' weights of one block (architecture.cpp ffn_params: each expert's 2 or 3
@@ -42,7 +42,7 @@ double grad_collective(const CostModel& cost, CollectiveKind kind, double dense_
 
 // The rules context and expert parallelism add (docs/frameworks.md), each naming the value at fault.
 std::string check_context_and_expert(const ModelConfig& model, const TrainConfig& cfg) {
-  const Parallelism& par = cfg.parallel;
+  const Layout& par = cfg.layout;
   const auto n = [](int64_t v) { return std::to_string(v); };
   if (par.context > 1 && cfg.seq_len % (2 * par.context) != 0)
     return "context parallel " + n(par.context) + " does not split the sequence length " + n(cfg.seq_len) + " into " +
@@ -112,7 +112,7 @@ UserbuffersSmCost userbuffers_sm_seconds(const LinearSeconds& fwd, const LinearS
 std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg) {
   if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
     return "sliding-window attention under megatron is not modelled yet";
-  const Parallelism& par = cfg.parallel;
+  const Layout& par = cfg.layout;
   if (par.tp_comm_overlap && (par.tensor < 2 || !par.sequence_parallel))
     return "TransformerEngine's tensor-parallel communication overlap (--tp-comm-overlap) needs tensor parallel > 1 "
            "and sequence parallelism";
@@ -127,7 +127,7 @@ std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& de
     const std::string what = "the expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-comm)";
     if (!model.moe.active() || par.expert < 2)
       return what + " needs a mixture-of-experts model with expert parallel > 1, as Megatron-Core asserts";
-    if (cfg.checkpointing == Checkpointing::kFull)
+    if (cfg.layout.checkpointing == Checkpointing::kFull)
       return what + " does not run with full recompute, as Megatron-Core asserts";
     if (cfg.precision == Precision::kFp32) return what + " needs bf16 or fp16 weights, as Megatron-Core asserts";
     if (par.pipeline > 1 && par.virtual_stages < 2)
@@ -198,7 +198,7 @@ MegatronEvaluator::~MegatronEvaluator() = default;
 const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg) {
   if (const Costs* done = memo_.find(cfg)) return *done;
   Costs& c = memo_.start(cfg);
-  const Parallelism& par = cfg.parallel;
+  const Layout& par = cfg.layout;
   c.layout = model_parallel_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const ModelParallelLayout& l = c.layout;
   if (const std::string why = split_layers(model_.n_layers, par, c.chunk_layers); !why.empty())
@@ -219,8 +219,8 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
     c.expert_fwd_s = fwd.seconds, c.expert_bwd_s = bwd.seconds;
   }
   context_and_expert_costs(c, shape, cfg);
-  c.attention_again = cfg.checkpointing == Checkpointing::kSelective ? c.block_fwd.attention : 0.0;
-  c.ring_again_s = cfg.checkpointing == Checkpointing::kSelective ? c.ring.fwd_exposed_s : 0.0;
+  c.attention_again = cfg.layout.checkpointing == Checkpointing::kSelective ? c.block_fwd.attention : 0.0;
+  c.ring_again_s = cfg.layout.checkpointing == Checkpointing::kSelective ? c.ring.fwd_exposed_s : 0.0;
 
   // The tensor-parallel collectives: an all-reduce, or an all-gather plus a reduce-scatter (the same
   // time in the ring model), of one micro-batch's t x d activations.
@@ -249,7 +249,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
 // their gradient reduction (grad_collective), the distributed optimizer's gather, the optimizer and,
 // with tied embeddings across stages, the embedding's gradient sum.
 void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vocab) const {
-  const Parallelism& par = cfg.parallel;
+  const Layout& par = cfg.layout;
   const ModelParallelLayout& l = c.layout;
   const double routed = routed_expert_params(model_);
   const double expert_block = routed / d(l.etp * l.ep);
@@ -395,7 +395,7 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
   const double b_pass = pass(c.block_bwd, c.tp_block_bwd_s + c.cp_ep_block_bwd_s, tp_launches, host.block_bwd);
   const double block_b = b_pass + recompute * f_pass + c.attention_again + c.ring_again_s + params_.block_overhead_s;
   pair_hidden_s_ = 0;
-  if (c.key.parallel.moe_a2a_overlap) {
+  if (c.key.layout.moe_a2a_overlap) {
     // Combined 1F1B merges a layer's forward of one micro-batch with its backward of another
     // (megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
     //   communication stream: combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd
@@ -474,7 +474,7 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
   const ModelParallelLayout& l = c.layout;
   // Megatron-LM's full recompute runs the whole forward of each layer again (recompute_fraction
   // describes Composer's checkpointing).
-  const double recompute = cfg.checkpointing == Checkpointing::kFull ? 1.0 : 0.0;
+  const double recompute = cfg.layout.checkpointing == Checkpointing::kFull ? 1.0 : 0.0;
   const HostTime host = chunk_seconds(c, recompute);
 
   const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
@@ -485,7 +485,7 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
   pc.fwd_s = fwd_s_;
   pc.bwd_s = bwd_s_;
   pc.p2p_s = c.p2p_s;
-  pc.combined_1f1b = cfg.parallel.moe_a2a_overlap;
+  pc.combined_1f1b = cfg.layout.moe_a2a_overlap;
   pc.pair_layers = c.chunk_layers;
   pc.pair_hidden_s = pair_hidden_s_;
   const PipelineTimeline& pipe = pipeline_.simulate(pc);
@@ -501,7 +501,7 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
     double stage_backward = 0;
     for (int64_t k = 0; k < l.vp; ++k) stage_backward += bwd_s_[static_cast<size_t>(k * l.pp + s)];
     double reduce = c.reduce_s[i];
-    if (cfg.parallel.overlap_grad_reduce) reduce = std::max(reduce - stage_backward, 0.0);
+    if (cfg.layout.overlap_grad_reduce) reduce = std::max(reduce - stage_backward, 0.0);
     if (s == 0 || s == l.pp - 1) reduce += c.embedding_sync_s;
     // The step's one cast of the stage's low-precision weights (the first micro-batch's).
     const double end = pipe.stage_end_s[i] + d(c.stage_layers[i]) * c.block_fwd.per_step_s + reduce;
@@ -539,16 +539,16 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
 MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
   const Costs& c = costs(cfg);
   const ModelParallelLayout& l = c.layout;
-  const Parallelism& par = cfg.parallel;
+  const Layout& par = cfg.layout;
   const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
   const double a = activation_bytes(cfg.precision);
   const double tokens = d(cfg.micro_batch) * d(cfg.seq_len / l.cp);  // the rank's s/cp of each sequence
   const double input = tokens * d(model_.d_model) * a / (par.sequence_parallel ? d(l.tp) : 1.0);
   double per_layer = c.saved.block, rebuilt = 0;
-  if (cfg.checkpointing == Checkpointing::kFull) {
+  if (cfg.layout.checkpointing == Checkpointing::kFull) {
     per_layer = input;
     rebuilt = c.saved.block;
-  } else if (cfg.checkpointing == Checkpointing::kSelective) {
+  } else if (cfg.layout.checkpointing == Checkpointing::kSelective) {
     per_layer = c.saved.block - c.saved.block_attention_only;
     rebuilt = c.saved.block_attention_only;
   }

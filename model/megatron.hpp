@@ -6,7 +6,7 @@
 // in the backward (the column-parallel linears' input gradients), or with sequence parallelism an
 // all-gather and a reduce-scatter in their place (the same bytes; Korthikanti et al. 2022, Sec. 4.2.2).
 // Megatron runs them on the compute stream's critical path, so they add to the block's time; with
-// TransformerEngine's tp-comm-overlap (Parallelism::tp_comm_overlap) each is hidden behind the GEMM
+// TransformerEngine's tp-comm-overlap (Layout::tp_comm_overlap) each is hidden behind the GEMM
 // it feeds or follows up to that GEMM's time (tensor_parallel_seconds, userbuffers_sm_seconds). The vocabulary-parallel
 // embedding adds one such collective in the forward; the vocabulary-parallel head one in each direction, and the
 // cross-entropy three all-reduces of a number per token.
@@ -41,7 +41,7 @@
 namespace tpsim {
 
 // Empty when `cfg` is a layout Megatron-LM can run for `model` on `device`, else why not, naming the
-// value at fault. check_config calls it for cfg.parallel.framework == kMegatron after its general
+// value at fault. check_config calls it for cfg.layout.framework == kMegatron after its general
 // checks (degrees at least 1, their product dividing the GPU count, whole data-parallel batches).
 std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg);
 

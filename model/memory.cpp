@@ -44,10 +44,10 @@ struct KeptActivations {
 };
 KeptActivations kept_activations(const MemoryInputs& in, const TrainConfig& cfg) {
   double per_block = in.block_saved_bytes, rebuilt = 0.0;
-  if (cfg.checkpointing == Checkpointing::kFull) {
+  if (cfg.layout.checkpointing == Checkpointing::kFull) {
     per_block = in.block_input_bytes;
     rebuilt = in.block_saved_bytes;
-  } else if (cfg.checkpointing == Checkpointing::kSelective) {
+  } else if (cfg.layout.checkpointing == Checkpointing::kSelective) {
     per_block = in.block_saved_bytes - in.block_attention_only_bytes;
     rebuilt = in.block_attention_only_bytes;
   }
@@ -70,7 +70,7 @@ MemoryBreakdown ddp_memory(const MemoryInputs& in, const TrainConfig& cfg, const
   MemoryBreakdown m;
   m.sharded_state_bytes = 16.0 * total_params;
   if (compute_bytes < 4.0) {
-    const double blocks = cfg.checkpointing == Checkpointing::kFull ? std::min(2.0, L) : L;
+    const double blocks = cfg.layout.checkpointing == Checkpointing::kFull ? std::min(2.0, L) : L;
     m.gathered_params_bytes = (in.root_params + blocks * in.block_params) * compute_bytes;
   }
   const double buckets = cfg.n_gpus > 1 ? 4.0 * total_params : 0.0;

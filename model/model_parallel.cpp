@@ -15,7 +15,7 @@ double d(int64_t x) { return static_cast<double>(x); }
 }  // namespace
 
 BlockShape rank_shape(const ModelConfig& model, const TrainConfig& cfg, int64_t padded_vocab) {
-  const Parallelism& par = cfg.parallel;
+  const Layout& par = cfg.layout;
   BlockShape s = tensor_parallel_shape(block_shape(model, cfg.micro_batch, cfg.seq_len / par.context, cfg.precision),
                                        par.tensor, par.sequence_parallel, padded_vocab);
   if (s.moe.active()) {
@@ -50,8 +50,7 @@ double stage_hop_seconds(const CostModel& cost, const ModelParallelLayout& l, do
              : bytes / (dev.intra_node_bytes_per_s * p.intra_node_link_efficiency) + p.intra_node_latency_s;
 }
 
-double pipeline_send_seconds(const CostModel& cost, const ModelParallelLayout& l, const Parallelism& par,
-                             double td_bytes) {
+double pipeline_send_seconds(const CostModel& cost, const ModelParallelLayout& l, const Layout& par, double td_bytes) {
   if (l.pp <= 1) return 0.0;
   const bool scatter_gather = par.pipeline_scatter_gather && !par.sequence_parallel;
   const double send = stage_hop_seconds(cost, l, td_bytes / (par.sequence_parallel || scatter_gather ? d(l.tp) : 1.0));
@@ -72,7 +71,7 @@ double all_to_all_seconds(const CostModel& cost, double bytes, const CommGroup& 
   return seconds + p.inter_node_latency_s;
 }
 
-std::string split_layers(int64_t n_layers, const Parallelism& par, std::vector<int64_t>& layers) {
+std::string split_layers(int64_t n_layers, const Layout& par, std::vector<int64_t>& layers) {
   const int64_t pp = par.pipeline, vp = par.virtual_stages, chunks = pp * vp;
   const auto n = [](int64_t v) { return std::to_string(v); };
   layers.clear();
@@ -182,7 +181,7 @@ RingAttention ring_attention(const CostModel& cost, const BlockShape& local, int
 }
 
 std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainConfig& cfg, std::string_view framework) {
-  const Parallelism& par = cfg.parallel;
+  const Layout& par = cfg.layout;
   const auto n = [](int64_t v) { return std::to_string(v); };
   if (model.n_heads % par.tensor != 0)
     return "tensor parallel " + n(par.tensor) + " does not divide the " + n(model.n_heads) + " attention heads";

@@ -75,10 +75,10 @@ double stage_hop_seconds(const CostModel& cost, const ModelParallelLayout& layou
 // Seconds of one pipeline hop of a micro-batch's activations (or their gradients), `td_bytes` (its
 // t x d values): over NVLink between stages on one node, else over the NICs the node's
 // stage_link_sharers share. Under sequence parallelism each tensor-parallel rank holds and sends its
-// tp-th part; under the legacy scatter-gather (Parallelism::pipeline_scatter_gather, without
+// tp-th part; under the legacy scatter-gather (Layout::pipeline_scatter_gather, without
 // sequence parallelism) it sends its tp-th part too, and the receivers all-gather the parts over
 // their tensor-parallel group before the next stage can run. One stage: nothing.
-double pipeline_send_seconds(const CostModel& cost, const ModelParallelLayout& layout, const Parallelism& par,
+double pipeline_send_seconds(const CostModel& cost, const ModelParallelLayout& layout, const Layout& par,
                              double td_bytes);
 
 // Seconds of an all-to-all in which each of the group's ranks sends `bytes` (its whole buffer, an
@@ -104,7 +104,7 @@ double all_to_all_seconds(const CostModel& cost, double bytes, const CommGroup& 
 // Refused: a split with pp < 2, F or L not divisible by vp, the rest not divisible over the stages
 // between, the two kinds of flag together (Megatron-Core refuses them together), counts that do not
 // sum to n_layers, and any chunk left with no layers.
-std::string split_layers(int64_t n_layers, const Parallelism& par, std::vector<int64_t>& layers);
+std::string split_layers(int64_t n_layers, const Layout& par, std::vector<int64_t>& layers);
 
 // The seconds of a block's linears' GEMMs in one pass (the ops block_forward_ops or
 // block_backward_ops build, costed, by their OpRole): the forward GEMMs (OpPass::kForward) or the

@@ -62,7 +62,7 @@ FsdpLayout fsdp_layout(Sharding sharding, int64_t n_gpus, int64_t gpus_per_node,
   return l;
 }
 
-std::string resolve_hsdp_mesh(const Parallelism& par, Sharding sharding, int64_t n_gpus, HsdpMesh* out) {
+std::string resolve_hsdp_mesh(const Layout& par, Sharding sharding, int64_t n_gpus, HsdpMesh* out) {
   *out = HsdpMesh{};
   const int64_t shard = par.shard_degree == 0 ? -1 : par.shard_degree;  // Composer's default: -1
   const int64_t replicate = par.replicate_degree;                       // 0: None
@@ -90,7 +90,7 @@ std::string resolve_hsdp_mesh(const Parallelism& par, Sharding sharding, int64_t
   return {};
 }
 
-FsdpLayout composer_layout(Sharding sharding, const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node,
+FsdpLayout composer_layout(Sharding sharding, const Layout& par, int64_t n_gpus, int64_t gpus_per_node,
                            int64_t gpus_per_host) {
   HsdpMesh m;
   resolve_hsdp_mesh(par, sharding, n_gpus, &m);
@@ -124,7 +124,7 @@ CommGroup strided_group(int64_t ranks, int64_t stride, int64_t gpus_per_node, in
   return g;
 }
 
-ModelParallelLayout model_parallel_layout(const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node) {
+ModelParallelLayout model_parallel_layout(const Layout& par, int64_t n_gpus, int64_t gpus_per_node) {
   ModelParallelLayout l;
   l.tp = par.tensor;
   l.cp = par.context;

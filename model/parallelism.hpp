@@ -42,7 +42,7 @@ inline constexpr double kDdpBucketBytes = 25.0 * 1024 * 1024;
 FsdpLayout fsdp_layout(Sharding sharding, int64_t n_gpus, int64_t gpus_per_node, int64_t gpus_per_host = 0);
 
 // Composer's HSDP device mesh from fsdp_config's data_parallel_shard_degree and
-// data_parallel_replicate_degree (Parallelism::shard_degree, replicate_degree; composer/core/state.py
+// data_parallel_replicate_degree (Layout::shard_degree, replicate_degree; composer/core/state.py
 // _create_device_mesh): the replicate dimension when given, then the shard dimension; one -1 is the
 // rest of the GPUs; the product must be the GPU count. A 1D mesh (no replicate degree) shards over
 // every GPU. `mesh` is false when neither degree is given other than Composer's defaults (the
@@ -53,7 +53,7 @@ struct HsdpMesh {
   int64_t shard = 1, replicate = 1;
 };
 // The mesh of `par` on n_gpus, or the reason it is not one, naming the degrees (one line).
-std::string resolve_hsdp_mesh(const Parallelism& par, Sharding sharding, int64_t n_gpus, HsdpMesh* out);
+std::string resolve_hsdp_mesh(const Layout& par, Sharding sharding, int64_t n_gpus, HsdpMesh* out);
 
 // The layout Composer runs: fsdp_layout without a mesh; with one, the strategy Composer's
 // prepare_fsdp_module hands PyTorch (a 2D mesh turns FULL_SHARD into HYBRID_SHARD and SHARD_GRAD_OP
@@ -61,7 +61,7 @@ std::string resolve_hsdp_mesh(const Parallelism& par, Sharding sharding, int64_t
 // and optimizer state sharded over the shard group, `shard` consecutive ranks (inside a node when it
 // fits); the gradient shards all-reduced over the replicate group, ranks `shard` apart
 // (strided_group). Requires resolve_hsdp_mesh to accept the configuration.
-FsdpLayout composer_layout(Sharding sharding, const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node,
+FsdpLayout composer_layout(Sharding sharding, const Layout& par, int64_t n_gpus, int64_t gpus_per_node,
                            int64_t gpus_per_host = 0);
 
 // The group of `ranks` GPUs whose rank numbers are `stride` apart, on nodes of `gpus_per_node`
@@ -99,6 +99,6 @@ struct ModelParallelLayout {
   int64_t grad_ranks() const { return dp * cp; }                           // the dense parameters' gradient group
   int64_t expert_grad_ranks() const { return tp * cp * dp / (etp * ep); }  // the routed experts' (expert data parallel)
 };
-ModelParallelLayout model_parallel_layout(const Parallelism& par, int64_t n_gpus, int64_t gpus_per_node);
+ModelParallelLayout model_parallel_layout(const Layout& par, int64_t n_gpus, int64_t gpus_per_node);
 
 }  // namespace tpsim

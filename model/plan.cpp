@@ -22,7 +22,7 @@ bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 // The degrees a run sets beyond plain data parallelism: each model-parallel one above 1, an expert
 // tensor parallel degree other than tp's, and an HSDP mesh (its shard and replicate degrees, set
 // together).
-int model_parallel_degrees(const Parallelism& p) {
+int model_parallel_degrees(const Layout& p) {
   int n = 0;
   for (int64_t d : {p.tensor, p.pipeline, p.virtual_stages, p.context, p.expert}) n += d > 1 ? 1 : 0;
   return n + (p.expert_tensor > 0 ? 1 : 0) + (p.shard_degree > 0 && p.replicate_degree > 0 ? 1 : 0);
@@ -45,9 +45,9 @@ PickRule rule_before(const PlannedConfig& a, const PlannedConfig& b, bool& a_fir
     return PickRule::kHeadroom;
   const bool pa = power_of_two(a.cfg.micro_batch), pb = power_of_two(b.cfg.micro_batch);
   if (decide(pa != pb, pa)) return PickRule::kPowerOfTwoMicroBatch;
-  const int ca = static_cast<int>(a.cfg.checkpointing), cb = static_cast<int>(b.cfg.checkpointing);
+  const int ca = static_cast<int>(a.cfg.layout.checkpointing), cb = static_cast<int>(b.cfg.layout.checkpointing);
   if (decide(ca != cb, ca < cb)) return PickRule::kLessCheckpointing;
-  const int da = model_parallel_degrees(a.cfg.parallel), db = model_parallel_degrees(b.cfg.parallel);
+  const int da = model_parallel_degrees(a.cfg.layout), db = model_parallel_degrees(b.cfg.layout);
   if (decide(da != db, da < db)) return PickRule::kFewerDegrees;
   return PickRule::kFastest;
 }

@@ -83,8 +83,8 @@ TrainConfig one_gpu_config(int64_t seq_len, int64_t micro_batch, int64_t global_
   cfg.micro_batch = micro_batch;
   cfg.global_batch = global_batch > 0 ? global_batch : micro_batch;
   cfg.precision = precision;
-  cfg.sharding = Sharding::kDdp;
-  cfg.checkpointing = Checkpointing::kNone;
+  cfg.layout.sharding = Sharding::kDdp;
+  cfg.layout.checkpointing = Checkpointing::kNone;
   return cfg;
 }
 

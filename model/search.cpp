@@ -7,19 +7,20 @@
 namespace tpsim {
 
 TrainConfig with_layout(TrainConfig base, const Layout& layout) {
-  base.sharding = layout.sharding;
-  base.checkpointing = layout.checkpointing;
-  base.parallel = layout.parallel;
+  base.layout = layout;
   return base;
 }
 
 std::vector<Layout> SearchSpace::layouts() const {
   std::vector<Layout> out;
-  Parallelism composer;
-  composer.shard_degree = parallel.shard_degree.value_or(0);
-  composer.replicate_degree = parallel.replicate_degree.value_or(0);
+  Layout composer;
+  composer.shard_degree = asked.shard_degree.value_or(0);
+  composer.replicate_degree = asked.replicate_degree.value_or(0);
   for (Sharding sharding : shardings)
-    for (Checkpointing ckpt : checkpointing) out.push_back({sharding, ckpt, composer});
+    for (Checkpointing ckpt : checkpointing) {
+      composer.sharding = sharding, composer.checkpointing = ckpt;
+      out.push_back(composer);
+    }
   return out;
 }
 
@@ -39,7 +40,7 @@ std::vector<int64_t> ffn_widths(const ModelConfig& m, bool with_routed = true) {
 
 // The rules on the degrees alone (the model's shape), before the GPU count and batch.
 std::string check_degrees(const ModelConfig& model, const TrainConfig& cfg) {
-  const Parallelism& p = cfg.parallel;
+  const Layout& p = cfg.layout;
   const std::string tp = degree_text("tensor parallel", p.tensor);
   if (p.tensor < 1 || p.pipeline < 1 || p.virtual_stages < 1 || p.context < 1 || p.expert < 1 || p.expert_tensor < 0)
     return "parallel degrees must be at least 1";
@@ -76,7 +77,7 @@ std::string check_degrees(const ModelConfig& model, const TrainConfig& cfg) {
 }  // namespace
 
 std::string check_layout(const ModelConfig& model, const TrainConfig& cfg) {
-  const Parallelism& p = cfg.parallel;
+  const Layout& p = cfg.layout;
   if (!framework_def(p.framework).model_parallel) {
     if (!p.is_data_parallel_only() || p.distributed_optimizer || p.overlap_grad_reduce)
       return "composer runs FSDP without model parallelism; use --framework megatron";
@@ -162,10 +163,9 @@ std::vector<int64_t> searched_expert(const ModelConfig& model) {
 // given one, else for a mixture of experts under megatron with tp > 1 also 1, the experts whole on
 // each rank with EP spanning the tensor ranks (what NVIDIA's Megatron-Bridge recipes for
 // fine-grained experts run). A given degree equal to tp is the default.
-std::vector<int64_t> searched_expert_tensor(const ParallelAxes& a, const ModelConfig& model, Framework framework,
-                                            int64_t tp) {
+std::vector<int64_t> searched_expert_tensor(const LayoutRequest& a, const ModelConfig& model, int64_t tp) {
   if (a.expert_tensor) return {*a.expert_tensor == tp ? 0 : *a.expert_tensor};
-  if (framework_def(framework).expert_tensor_parallel && model.moe.active() && tp > 1) return {0, 1};
+  if (framework_def(a.framework).expert_tensor_parallel && model.moe.active() && tp > 1) return {0, 1};
   return {0};
 }
 
@@ -174,39 +174,32 @@ std::vector<int64_t> searched_expert_tensor(const ParallelAxes& a, const ModelCo
 std::vector<int64_t> megatron_micro_batches(const TrainConfig& cfg) {
   const int64_t per_replica = cfg.per_device_batch();
   std::vector<int64_t> out = divisors(per_replica);
-  if (cfg.parallel.virtual_stages > 1)
-    std::erase_if(out, [&](int64_t mb) { return (per_replica / mb) % cfg.parallel.pipeline != 0; });
+  if (cfg.layout.virtual_stages > 1)
+    std::erase_if(out, [&](int64_t mb) { return (per_replica / mb) % cfg.layout.pipeline != 0; });
   return out;
 }
 
 // Megatron's layouts: every product of the axes' values that check_layout accepts.
 std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& model, const DeviceSpec& device,
                                      const TrainConfig& base) {
-  const ParallelAxes& a = s.parallel;
+  const LayoutRequest& a = s.asked;
+  const FrameworkDef& def = framework_def(a.framework);
   std::vector<Layout> out;
   TrainConfig cfg = base;
   cfg.micro_batch = 0;  // the micro-batch is searched inside each layout
-  Parallelism& p = cfg.parallel;
-  p = {};
-  p.framework = s.framework;
-  p.overlap_grad_reduce = a.overlap_grad_reduce;
-  p.grad_reduce_bf16 = a.grad_reduce_bf16;
-  p.fp8_param_gather = a.fp8_param_gather;
-  p.pipeline_scatter_gather = a.pipeline_scatter_gather;
-  p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
-  p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
-  if (framework_def(s.framework).data_parallel_degrees) {  // torchtitan's, as given (TorchtitanMesh)
-    p.shard_degree = a.shard_degree.value_or(0);
-    p.replicate_degree = a.replicate_degree.value_or(0);
-  }
+  Layout& p = cfg.layout;
+  p = fixed_layout(a);  // the switches and the uneven split as asked; the rest is set below
+  p.async_tensor_parallel = p.tp_comm_overlap = p.moe_a2a_overlap = false;
+  p.selective_ac_layers = 0;
+  if (!def.data_parallel_degrees) p.shard_degree = p.replicate_degree = 0;  // torchtitan's as given (TorchtitanMesh)
   for (int64_t tp : axis(a.tensor, searched_tensor(model, device)))
     for (int64_t pp : axis(a.pipeline, divisors(model.n_layers)))
       for (int64_t vp : axis(a.virtual_stages, pp > 1 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1}))
         for (int64_t cp : axis(a.context, searched_context(base, tp)))
           for (int64_t ep : axis(a.expert, searched_expert(model)))
-            for (int64_t etp : searched_expert_tensor(a, model, s.framework, tp))
+            for (int64_t etp : searched_expert_tensor(a, model, tp))
               for (bool sp : axis(a.sequence_parallel, {tp > 1}))
-                for (bool dist_opt : axis(a.distributed_optimizer, {true})) {
+                for (bool dist_opt : axis(a.distributed_optimizer, {def.distributed_optimizer})) {
                   p.tensor = tp, p.pipeline = pp, p.virtual_stages = vp, p.context = cp, p.expert = ep;
                   p.expert_tensor = etp;
                   p.sequence_parallel = sp;
@@ -217,12 +210,13 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                   // torchtitan's FSDP2 shards all of them (FULL_SHARD; model/torchtitan.hpp).
                   p.async_tensor_parallel = a.async_tensor_parallel && tp > 1;
                   p.tp_comm_overlap = a.tp_comm_overlap && tp > 1 && sp;
-                  const Sharding sharding = framework_sharding(s.framework);
+                  const Sharding sharding = framework_sharding(a.framework);
                   for (Checkpointing ckpt : s.checkpointing) {
-                    p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers : 0;
+                    p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers.value_or(0) : 0;
                     p.moe_a2a_overlap =
                         a.moe_a2a_overlap && ep > 1 && ckpt != Checkpointing::kFull && (pp == 1 || vp > 1);
-                    out.push_back({sharding, ckpt, p});
+                    p.sharding = sharding, p.checkpointing = ckpt;
+                    out.push_back(p);
                   }
                 }
   return out;
@@ -232,31 +226,44 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
 
 std::vector<Layout> SearchSpace::layouts(const ModelConfig& model, const DeviceSpec& device,
                                          const TrainConfig& base) const {
-  if (framework_def(framework).model_parallel) return parallel_layouts(*this, model, device, base);
+  if (framework_def(asked.framework).model_parallel) return parallel_layouts(*this, model, device, base);
   std::vector<Layout> out = layouts();
-  if (!hsdp_meshes || parallel.shard_degree || parallel.replicate_degree ||
+  if (!hsdp_meshes || asked.shard_degree || asked.replicate_degree ||
       std::find(shardings.begin(), shardings.end(), Sharding::kHybridShard) == shardings.end())
     return out;
   // HYBRID_SHARD's own shard group is a host's GPUs (a server or compute tray; model/parallelism).
   const int64_t per_host = std::max(1, device.gpus_per_host > 0 ? device.gpus_per_host : device.gpus_per_node);
   for (int64_t shard = 2 * per_host; shard < base.n_gpus; shard *= 2) {
     if (base.n_gpus % shard != 0) continue;
-    Parallelism mesh;
+    Layout mesh;
+    mesh.sharding = Sharding::kHybridShard;
     mesh.shard_degree = shard;
     mesh.replicate_degree = base.n_gpus / shard;
-    for (Checkpointing ckpt : checkpointing) out.push_back({Sharding::kHybridShard, ckpt, mesh});
+    for (Checkpointing ckpt : checkpointing) {
+      mesh.checkpointing = ckpt;
+      out.push_back(mesh);
+    }
   }
   return out;
 }
 
 namespace {
 
+bool same_but_sharding(Layout a, const Layout& b) {
+  a.sharding = b.sharding;
+  return a == b;
+}
+
+bool same_but_checkpointing(Layout a, const Layout& b) {
+  a.checkpointing = b.checkpointing;
+  return a == b;
+}
+
 // Within one host HYBRID_SHARD shards over the host and has no replicas to reduce across: it
 // predicts exactly as FULL_SHARD (model/parallelism.cpp).
 bool equivalent(const Layout& a, const Layout& b, const TrainConfig& base, const DeviceSpec& device) {
   const auto full_like = [](Sharding s) { return s == Sharding::kFullShard || s == Sharding::kHybridShard; };
-  return a.checkpointing == b.checkpointing && a.parallel == b.parallel && full_like(a.sharding) &&
-         full_like(b.sharding) &&
+  return same_but_sharding(a, b) && full_like(a.sharding) && full_like(b.sharding) &&
          base.n_gpus <= (device.gpus_per_host > 0 ? device.gpus_per_host : device.gpus_per_node);
 }
 
@@ -335,7 +342,7 @@ class Searcher {
 SearchResult Searcher::run(const TrainConfig& base) {
   layouts_ = space_.layouts(model_, device_, base);
   fit_upto_.assign(layouts_.size(), 0);
-  if (layouts_.empty() && framework_def(space_.framework).model_parallel) reject(no_layout(base));
+  if (layouts_.empty() && framework_def(space_.asked.framework).model_parallel) reject(no_layout(base));
   for (size_t i = 0; i < layouts_.size(); ++i) {
     const Layout& layout = layouts_[i];
     bool skipped = false;
@@ -368,7 +375,7 @@ void Searcher::search_layout(const TrainConfig& layout_cfg, size_t index) {
   const int64_t per_device = layout_cfg.per_device_batch();
   // The micro-batches, ascending: every one from 1 (composer, whose last micro-batch may be
   // smaller), or the divisors of the per-replica batch (megatron: check_layout).
-  const bool every = !framework_def(layout_cfg.parallel.framework).whole_micro_batches;
+  const bool every = !framework_def(layout_cfg.layout.framework).whole_micro_batches;
   const std::vector<int64_t> listed = every ? std::vector<int64_t>{} : megatron_micro_batches(layout_cfg);
   const auto micro_batch_at = [&](int64_t k) { return every ? k : listed[static_cast<size_t>(k - 1)]; };
   const int64_t count = every ? per_device : static_cast<int64_t>(listed.size());
@@ -400,23 +407,7 @@ void Searcher::search_layout(const TrainConfig& layout_cfg, size_t index) {
 // When the fixed axes leave no valid layout: why, from the layout of the fixed axes with the
 // searched ones at 1.
 Rejection Searcher::no_layout(const TrainConfig& base) const {
-  const ParallelAxes& a = space_.parallel;
-  Rejection r = rejection(Layout{}, RejectionKind::kNoLayout);
-  Parallelism& p = r.layout.parallel;
-  p.framework = space_.framework;
-  p.tensor = a.tensor.value_or(1), p.pipeline = a.pipeline.value_or(1), p.virtual_stages = a.virtual_stages.value_or(1);
-  p.context = a.context.value_or(1), p.expert = a.expert.value_or(1);
-  if (a.expert_tensor) p.set_expert_tensor(*a.expert_tensor);
-  p.sequence_parallel = a.sequence_parallel.value_or(p.tensor > 1);
-  p.distributed_optimizer = a.distributed_optimizer.value_or(true);
-  p.overlap_grad_reduce = a.overlap_grad_reduce;
-  p.grad_reduce_bf16 = a.grad_reduce_bf16;
-  p.fp8_param_gather = a.fp8_param_gather;
-  p.pipeline_scatter_gather = a.pipeline_scatter_gather;
-  p.first_stage_layers = a.first_stage_layers, p.last_stage_layers = a.last_stage_layers;
-  p.account_for_embedding = a.account_for_embedding, p.account_for_loss = a.account_for_loss;
-  p.tp_comm_overlap = a.tp_comm_overlap;
-  p.moe_a2a_overlap = a.moe_a2a_overlap;
+  Rejection r = rejection(fixed_layout(space_.asked), RejectionKind::kNoLayout);
   r.layout.sharding = Sharding::kNoShard;
   TrainConfig cfg = with_layout(base, r.layout);
   cfg.micro_batch = 0;
@@ -467,7 +458,7 @@ int64_t Searcher::undominated_from(size_t index) const {
   if (goal_ != SearchGoal::kFastest || layout.checkpointing == Checkpointing::kNone) return 1;
   int64_t from = 1;
   for (size_t j = 0; j < index; ++j)
-    if (layouts_[j].sharding == layout.sharding && layouts_[j].parallel == layout.parallel &&
+    if (same_but_checkpointing(layouts_[j], layout) &&
         recompute_order(layouts_[j].checkpointing) < recompute_order(layout.checkpointing))
       from = std::max(from, fit_upto_[j] + 1);
   return from;
@@ -510,7 +501,7 @@ int64_t largest_fitting_micro_batch(const ModelConfig& model, const DeviceSpec& 
   Evaluator evaluator(model, device, params);
   TrainConfig c = cfg;
   // Composer: every micro-batch up to the per-device batch; megatron: its divisors (check_layout).
-  const bool every = !framework_def(cfg.parallel.framework).whole_micro_batches;
+  const bool every = !framework_def(cfg.layout.framework).whole_micro_batches;
   const std::vector<int64_t> listed = every ? std::vector<int64_t>{} : megatron_micro_batches(cfg);
   const auto micro_batch_at = [&](int64_t k) { return every ? k : listed[static_cast<size_t>(k - 1)]; };
   const int64_t count = every ? cfg.per_device_batch() : static_cast<int64_t>(listed.size());

@@ -32,24 +32,16 @@
 #include <string>
 #include <vector>
 
+#include "model/layout.hpp"
 #include "model/simulator.hpp"
 
 namespace tpsim {
 
-// Every choice of a configuration except its micro-batch.
-struct Layout {
-  Sharding sharding = Sharding::kFullShard;
-  Checkpointing checkpointing = Checkpointing::kNone;
-  Parallelism parallel;  // composer: all 1 (FSDP alone)
-
-  bool operator==(const Layout&) const = default;
-};
-
 // The configuration `base` runs with `layout`.
 TrainConfig with_layout(TrainConfig base, const Layout& layout);
 
-// The model-parallel axes of a megatron (or torchtitan) search. Each is searched when unset and
-// fixed to its value when set (the flags --tp, --pp, --vp, --cp, --ep, --etp, --sp, --dist-opt).
+// A megatron (or torchtitan) search varies each model-parallel axis the LayoutRequest leaves unset
+// and keeps the asked ones:
 //   tensor: powers of two up to the GPUs of a node dividing the query and K/V heads and the FFN
 //     width (Megatron-LM's column/row-parallel split; TP beyond a node crosses the slow network);
 //   pipeline: the divisors of the layer count (Megatron-LM's even split of layers over stages);
@@ -62,32 +54,15 @@ TrainConfig with_layout(TrainConfig base, const Layout& layout);
 //     tensor > 1 also 1 (the expert groups then span the tensor ranks);
 //   sequence_parallel: on wherever tensor > 1 (Megatron-LM's recommended setting);
 //   distributed_optimizer: on (ZeRO-1, Megatron-LM's --use-distributed-optimizer).
-// A layout keeps tensor x pipeline x context dividing the GPU count and data parallel (the rest)
-// dividing the global batch; check_layout says what else it must satisfy.
-struct ParallelAxes {
-  std::optional<int64_t> tensor, pipeline, virtual_stages, context, expert;
-  std::optional<int64_t> expert_tensor;  // megatron's --etp; unset: tp's, and 1 too for experts under tp > 1
-  std::optional<bool> sequence_parallel, distributed_optimizer;
-  bool overlap_grad_reduce = false;      // Megatron-LM's --overlap-grad-reduce: not searched, as given
-  bool grad_reduce_bf16 = false;         // Megatron-LM's --grad-reduce-in-bf16: not searched, as given
-  bool fp8_param_gather = false;         // Megatron-LM's --fp8-param-gather: not searched, as given
-  bool pipeline_scatter_gather = false;  // legacy Megatron-LM's --scatter-gather-tensors-in-pipeline: as given
-  // composer: HSDP's mesh degrees (--shard-degree, --replicate-degree; Parallelism's), as given in
-  // every layout (not searched); unset: Composer's default groups.
-  std::optional<int64_t> shard_degree, replicate_degree;
-  bool async_tensor_parallel = false;  // torchtitan: async TP wherever tensor > 1, as given
-  int64_t selective_ac_layers = 0;     // torchtitan: of its selective checkpointing layouts (0: 'op'), as given
-  // megatron: an uneven pipeline split (Parallelism's fields) in every layout, as given;
-  // TransformerEngine's TP communication overlap wherever tensor > 1 with sequence parallelism; and
-  // the combined 1F1B's all-to-all overlap wherever expert > 1 without full recompute, with pipeline
-  // parallelism only interleaved (Megatron-Core's conditions).
-  int64_t first_stage_layers = 0, last_stage_layers = 0;
-  bool account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, moe_a2a_overlap = false;
-};
-
+// The rest is as asked in every layout: the switches (TransformerEngine's TP communication overlap
+// only wherever tensor > 1 with sequence parallelism, the combined 1F1B's all-to-all overlap only
+// wherever expert > 1 without full recompute and with pipeline parallelism only interleaved:
+// Megatron-Core's conditions; async TP only wherever tensor > 1), the uneven pipeline split,
+// torchtitan's HSDP degrees and selective_ac_option. A layout keeps tensor x pipeline x context
+// dividing the GPU count and data parallel (the rest) dividing the global batch; check_layout says
+// what else it must satisfy.
 struct SearchSpace {
-  Framework framework = kDefaultFramework;
-  ParallelAxes parallel;                                                           // megatron, torchtitan
+  LayoutRequest asked;  // the framework and the axes given (composer: its HSDP degrees)
   std::vector<Sharding> shardings = {kAllShardings.begin(), kAllShardings.end()};  // composer
   // Without selective by default: llm-foundry and Composer checkpoint whole blocks
   // (activation_checkpointing), so a sweep or plan searches what they can run.

@@ -33,10 +33,10 @@ std::string check_config(const ModelConfig& model, const DeviceSpec& device, con
     return "GPU count " + std::to_string(cfg.n_gpus) + " is outside 1.." + std::to_string(kMaxGpus);
   if (cfg.global_batch <= 0 || cfg.global_batch > kMaxBatch)
     return "global batch " + std::to_string(cfg.global_batch) + " is outside 1.." + std::to_string(kMaxBatch);
-  if (framework_def(cfg.parallel.framework).batch_per_gpu && cfg.global_batch % cfg.n_gpus != 0)
+  if (framework_def(cfg.layout.framework).batch_per_gpu && cfg.global_batch % cfg.n_gpus != 0)
     return "global batch " + std::to_string(cfg.global_batch) + " is not a multiple of the GPU count " +
            std::to_string(cfg.n_gpus);
-  const Parallelism& par = cfg.parallel;
+  const Layout& par = cfg.layout;
   const FrameworkDef& def = framework_def(par.framework);
   const auto use = [](FrameworkOption o) { return "use --framework " + std::string(option_owner(o).name); };
   if (par.fp8_param_gather && !def.owns(FrameworkOption::kFp8ParamGather))
@@ -92,9 +92,9 @@ FrameworkEvaluator& Evaluator::framework(Framework f) {
   return *e;
 }
 
-Prediction Evaluator::predict(const TrainConfig& cfg) { return framework(cfg.parallel.framework).predict(cfg); }
+Prediction Evaluator::predict(const TrainConfig& cfg) { return framework(cfg.layout.framework).predict(cfg); }
 
-MemoryBreakdown Evaluator::memory(const TrainConfig& cfg) { return framework(cfg.parallel.framework).memory(cfg); }
+MemoryBreakdown Evaluator::memory(const TrainConfig& cfg) { return framework(cfg.layout.framework).memory(cfg); }
 
 bool Evaluator::fits(const MemoryBreakdown& m) const { return m.peak_bytes <= device_.memory_bytes; }
 
@@ -102,8 +102,9 @@ void complete_prediction(const ModelConfig& model, const DeviceSpec& device, con
   p.seq_per_s = static_cast<double>(cfg.global_batch) / p.step_s;
   p.tokens_per_s = p.seq_per_s * static_cast<double>(cfg.seq_len);
   p.tokens_per_s_per_gpu = p.tokens_per_s / static_cast<double>(cfg.n_gpus);
-  const FoundryMetrics fm = foundry_metrics(p.active_params, model.n_layers, model.d_model, cfg.seq_len, p.seq_per_s,
-                                            cfg.n_gpus, device.peak(mfu_dtype(cfg.precision)), cfg.checkpointing);
+  const FoundryMetrics fm =
+      foundry_metrics(p.active_params, model.n_layers, model.d_model, cfg.seq_len, p.seq_per_s, cfg.n_gpus,
+                      device.peak(mfu_dtype(cfg.precision)), cfg.layout.checkpointing);
   p.mfu = fm.mfu;
   p.hfu = fm.hfu;
   p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;

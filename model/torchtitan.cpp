@@ -25,7 +25,7 @@ double block_linear_weights(const ModelConfig& m, int64_t tp) {
 }  // namespace
 
 std::string check_torchtitan_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg) {
-  const Parallelism& par = cfg.parallel;
+  const Layout& par = cfg.layout;
   const auto n = [](int64_t v) { return std::to_string(v); };
   if (par.context > 1 && cfg.seq_len % (2 * par.context) != 0)
     return "context parallel " + n(par.context) + " does not split the sequence length " + n(cfg.seq_len) + " into " +
@@ -55,7 +55,7 @@ std::string check_torchtitan_config(const ModelConfig& model, const DeviceSpec& 
            "the backward";
   if (par.async_tensor_parallel && par.tensor == 1) return "async tensor parallelism needs tensor parallel > 1";
   if (par.selective_ac_layers < 0) return "selective_ac_option " + n(par.selective_ac_layers) + " is below 1";
-  if (par.selective_ac_layers > 0 && cfg.checkpointing != Checkpointing::kSelective)
+  if (par.selective_ac_layers > 0 && cfg.layout.checkpointing != Checkpointing::kSelective)
     return "selective_ac_option " + n(par.selective_ac_layers) + " applies to selective checkpointing only";
   TorchtitanMesh mesh;
   if (std::string why = resolve_torchtitan_mesh(cfg, device.gpus_per_node, &mesh); !why.empty()) return why;
@@ -64,7 +64,7 @@ std::string check_torchtitan_config(const ModelConfig& model, const DeviceSpec& 
 
 std::string resolve_torchtitan_mesh(const TrainConfig& cfg, int64_t gpus_per_node, TorchtitanMesh* out) {
   *out = TorchtitanMesh{};
-  const Parallelism& par = cfg.parallel;
+  const Layout& par = cfg.layout;
   const auto n = [](int64_t v) { return std::to_string(v); };
   const int64_t replicate = par.replicate_degree == 0 ? 1 : par.replicate_degree;  // torchtitan's default 1
   const int64_t shard = par.shard_degree == 0 ? -1 : par.shard_degree;             // its default -1
@@ -152,7 +152,7 @@ TorchtitanEvaluator::~TorchtitanEvaluator() = default;
 const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& cfg) {
   if (const Costs* done = memo_.find(cfg)) return *done;
   Costs& c = memo_.start(cfg);
-  const Parallelism& par = cfg.parallel;
+  const Layout& par = cfg.layout;
   c.layout = model_parallel_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const ModelParallelLayout& l = c.layout;
   resolve_torchtitan_mesh(cfg, device_.gpus_per_node, &c.mesh);
@@ -190,7 +190,7 @@ const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& 
 
 // What activation checkpointing runs again and keeps per block, and one block's backward buffers.
 void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, const BlockShape& shape, double ag) {
-  const Parallelism& par = cfg.parallel;
+  const Layout& par = cfg.layout;
   const ModelParallelLayout& l = c.layout;
   const double a = activation_bytes(cfg.precision);
   const double td = d(shape.tokens()) * d(model_.d_model) * a;
@@ -216,11 +216,11 @@ void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, 
   c.kept_per_block = full_block;
   c.rebuilt = 0;
   double full_fraction = 0;  // of the blocks, those whose whole forward runs again
-  if (cfg.checkpointing == Checkpointing::kFull) {
+  if (cfg.layout.checkpointing == Checkpointing::kFull) {
     full_fraction = 1.0;
-  } else if (cfg.checkpointing == Checkpointing::kSelective && par.selective_ac_layers > 0) {
+  } else if (cfg.layout.checkpointing == Checkpointing::kSelective && par.selective_ac_layers > 0) {
     full_fraction = std::floor(d(model_.n_layers) / d(par.selective_ac_layers)) / d(model_.n_layers);
-  } else if (cfg.checkpointing == Checkpointing::kSelective) {
+  } else if (cfg.layout.checkpointing == Checkpointing::kSelective) {
     c.recompute.gemm = f.qkv * kv_share + f.out + (glu ? f.up : f.down);
     c.recompute.other = c.block_fwd.other;
     c.recompute_comm_s =

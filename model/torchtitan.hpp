@@ -60,9 +60,9 @@
 namespace tpsim {
 
 // torchtitan's device mesh ["pp", "dp_replicate", "dp_shard", "cp", "tp"] (parallel_dims.py) as
-// far as FSDP2 sees it: dp_replicate from data_parallel_replicate_degree (Parallelism::
+// far as FSDP2 sees it: dp_replicate from data_parallel_replicate_degree (Layout::
 // replicate_degree; 0, not given, is torchtitan's default 1), dp_shard from
-// data_parallel_shard_degree (Parallelism::shard_degree; 0 or -1: the ranks the others leave), with
+// data_parallel_shard_degree (Layout::shard_degree; 0 or -1: the ranks the others leave), with
 // dp_replicate x dp_shard x cp x tp x pp the GPU count. FSDP2 shards parameters, gradients and
 // optimizer state over the flattened "dp_shard_cp" dimension: dp_shard x cp ranks, tp apart; with
 // dp_replicate > 1 (HSDP, fully_shard on the 2D mesh ("dp_replicate", "dp_shard_cp")) the gradient
@@ -100,7 +100,7 @@ ContextParallelAttention torchtitan_context_parallel(const CostModel& cost, cons
                                                      const CommGroup& cp_group);
 
 // Empty when `cfg` is a layout torchtitan can run for `model` on `device`, else why not, naming the
-// value at fault. check_config calls it for cfg.parallel.framework == kTorchtitan after its general
+// value at fault. check_config calls it for cfg.layout.framework == kTorchtitan after its general
 // checks.
 std::string check_torchtitan_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg);
 

@@ -101,12 +101,17 @@ inline constexpr Framework kDefaultFramework = Framework::kComposer;  // a run t
 std::string_view to_string(Framework f);                              // "composer", "megatron", "torchtitan"
 std::optional<Framework> parse_framework(std::string_view s);
 
-// How a run's GPUs divide the model beyond data parallelism. Ranks are laid out tensor-parallel
-// innermost (within a node), then context, then pipeline, then data parallel across what is left:
-// data_parallel = n_gpus / (tensor * context * pipeline). All 1 (composer's default) is plain data
-// parallelism under `sharding`, exactly as before these fields existed.
-struct Parallelism {
+// A configuration's layout: every choice of a training run but its size (sequence length, batches,
+// GPU count) and number formats: the framework, its data parallelism (the FSDP sharding strategy),
+// activation checkpointing, and how its GPUs divide the model beyond data parallelism. Ranks are
+// laid out tensor-parallel innermost (within a node), then context, then pipeline, then data
+// parallel across what is left: data_parallel = n_gpus / (tensor * context * pipeline). The degrees
+// all 1 (composer's default) is plain data parallelism under `sharding`. What a user asks of a
+// layout, each axis given or searched, is a LayoutRequest (model/search.hpp).
+struct Layout {
   Framework framework = Framework::kComposer;
+  Sharding sharding = Sharding::kFullShard;
+  Checkpointing checkpointing = Checkpointing::kNone;
   int64_t tensor = 1;          // TP: heads and FFN columns split across ranks (Megatron's column/row-parallel linears)
   int64_t pipeline = 1;        // PP: layers split into stages
   int64_t virtual_stages = 1;  // interleaved 1F1B: model chunks per pipeline rank (1: plain 1F1B)
@@ -170,12 +175,14 @@ struct Parallelism {
   int64_t expert_tensor_degree() const { return expert_tensor > 0 ? expert_tensor : tensor; }
   // A given expert tensor parallel degree (set tensor first); tp's own is the default, stored as 0.
   void set_expert_tensor(int64_t etp) { expert_tensor = etp == tensor ? 0 : etp; }
+  // No model parallelism and none of the model-parallel frameworks' options (whatever the sharding
+  // and checkpointing).
   bool is_data_parallel_only() const {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
            !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16 &&
            !pipeline_scatter_gather && !moe_a2a_overlap;
   }
-  bool operator==(const Parallelism&) const = default;
+  bool operator==(const Layout&) const = default;
 };
 
 // One configuration of a training run on n_gpus identical devices.
@@ -189,12 +196,10 @@ struct TrainConfig {
   int64_t n_gpus = 0;
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
-  Sharding sharding = Sharding::kFullShard;
-  Checkpointing checkpointing = Checkpointing::kNone;
-  Parallelism parallel;  // all 1: data parallelism alone, as llm-foundry runs
+  Layout layout;  // degrees all 1: data parallelism alone, as llm-foundry runs
 
   // Model replicas: the GPU count over the tensor, context and pipeline degrees.
-  int64_t data_parallel() const { return n_gpus / parallel.model_parallel(); }
+  int64_t data_parallel() const { return n_gpus / layout.model_parallel(); }
   // Sequences each model replica processes per step (the per-device batch of data parallelism alone).
   int64_t per_device_batch() const { return global_batch / data_parallel(); }
   int64_t grad_accum() const { return (per_device_batch() + micro_batch - 1) / micro_batch; }
@@ -204,8 +209,7 @@ struct TrainConfig {
 // The same configuration but perhaps for its global batch (what a search varies for one costing).
 inline bool same_but_global_batch(const TrainConfig& a, const TrainConfig& b) {
   return a.seq_len == b.seq_len && a.micro_batch == b.micro_batch && a.n_gpus == b.n_gpus &&
-         a.precision == b.precision && a.mp_mode == b.mp_mode && a.sharding == b.sharding &&
-         a.checkpointing == b.checkpointing && a.parallel == b.parallel;
+         a.precision == b.precision && a.mp_mode == b.mp_mode && a.layout == b.layout;
 }
 
 // Upper bounds that keep every count and byte total exact and finite.

@@ -266,10 +266,11 @@ BOOST_AUTO_TEST_CASE(selective_checkpointing_keeps_all_but_the_log_sum_exp_and_r
   H100 h;
   const ModelConfig m = llama3_8b();
   Evaluator ev(m, h.device, h.profile.params);
-  TrainConfig c{.seq_len = 4096, .global_batch = 16, .micro_batch = 1, .n_gpus = 8, .sharding = Sharding::kFullShard};
+  TrainConfig c{
+      .seq_len = 4096, .global_batch = 16, .micro_batch = 1, .n_gpus = 8, .layout = {.sharding = Sharding::kFullShard}};
   BOOST_TEST_REQUIRE(check_config(m, h.device, h.profile.params, c).empty());
   const Prediction none = ev.predict(c);
-  c.checkpointing = Checkpointing::kSelective;
+  c.layout.checkpointing = Checkpointing::kSelective;
   const Prediction sel = ev.predict(c);
   const BlockShape s = block_shape(m, 1, 4096, Precision::kAmpBf16);
   const double lse = d(s.batch) * d(s.n_heads) * d(s.seq) * 4.0, L = 32;
@@ -305,7 +306,7 @@ BOOST_AUTO_TEST_CASE(llama_3_8b_at_8192_fits_at_micro_batch_1_on_8_h100) {
   H100 h;
   const ModelConfig m = llama3_8b();
   const TrainConfig c{
-      .seq_len = 8192, .global_batch = 64, .micro_batch = 1, .n_gpus = 8, .sharding = Sharding::kFullShard};
+      .seq_len = 8192, .global_batch = 64, .micro_batch = 1, .n_gpus = 8, .layout = {.sharding = Sharding::kFullShard}};
   BOOST_TEST_REQUIRE(check_config(m, h.device, h.profile.params, c).empty());
   const Prediction p = predict(m, h.device, h.profile.params, c);
   BOOST_TEST(p.fits());
@@ -320,8 +321,11 @@ BOOST_AUTO_TEST_CASE(mixtral_keeps_the_state_of_every_expert) {
   const ModelConfig moe = mixtral_8x7b();
   ModelConfig dense = moe;  // Mistral's width, one dense FFN
   dense.moe = {};
-  const TrainConfig c{
-      .seq_len = 4096, .global_batch = 64, .micro_batch = 1, .n_gpus = 64, .sharding = Sharding::kFullShard};
+  const TrainConfig c{.seq_len = 4096,
+                      .global_batch = 64,
+                      .micro_batch = 1,
+                      .n_gpus = 64,
+                      .layout = {.sharding = Sharding::kFullShard}};
   Evaluator em(moe, h.device, h.profile.params), ed(dense, h.device, h.profile.params);
   const MemoryBreakdown mm = em.memory(c), md = ed.memory(c);
   // fp32 parameters, gradients and Adam moments (16 bytes) of 7 more experts and the router, sharded 64 ways.
@@ -338,8 +342,11 @@ BOOST_AUTO_TEST_CASE(mixtral_keeps_the_state_of_every_expert) {
 BOOST_AUTO_TEST_CASE(mixtral_mfu_counts_the_active_parameters) {
   H100 h;
   const ModelConfig m = mixtral_8x7b();
-  const TrainConfig c{
-      .seq_len = 4096, .global_batch = 256, .micro_batch = 1, .n_gpus = 64, .sharding = Sharding::kFullShard};
+  const TrainConfig c{.seq_len = 4096,
+                      .global_batch = 256,
+                      .micro_batch = 1,
+                      .n_gpus = 64,
+                      .layout = {.sharding = Sharding::kFullShard}};
   BOOST_TEST_REQUIRE(check_config(m, h.device, h.profile.params, c).empty());
   const Prediction p = predict(m, h.device, h.profile.params, c);
   BOOST_TEST(p.n_params == 46702792704LL);

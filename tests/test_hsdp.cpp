@@ -26,10 +26,13 @@ struct Fixture {
   CostModel cost{device, profile.params};
 
   TrainConfig config(int64_t gpus, Sharding sharding, int64_t shard, int64_t replicate, int64_t accum = 1) const {
-    TrainConfig c{
-        .seq_len = 2048, .global_batch = gpus * 2 * accum, .micro_batch = 2, .n_gpus = gpus, .sharding = sharding};
-    c.parallel.shard_degree = shard;
-    c.parallel.replicate_degree = replicate;
+    TrainConfig c{.seq_len = 2048,
+                  .global_batch = gpus * 2 * accum,
+                  .micro_batch = 2,
+                  .n_gpus = gpus,
+                  .layout = {.sharding = sharding}};
+    c.layout.shard_degree = shard;
+    c.layout.replicate_degree = replicate;
     return c;
   }
   std::string why(const TrainConfig& c) const { return check_config(model, device, profile.params, c); }
@@ -46,7 +49,7 @@ bool same_group(const CommGroup& a, const CommGroup& b) {
 
 BOOST_AUTO_TEST_CASE(the_mesh_follows_composers_create_device_mesh) {
   HsdpMesh m;
-  Parallelism p;
+  Layout p;
   BOOST_TEST(resolve_hsdp_mesh(p, Sharding::kFullShard, 32, &m).empty());
   BOOST_TEST(!m.mesh);  // neither degree: the strategy's own groups
   p.shard_degree = -1;  // Composer's default, written out
@@ -81,7 +84,7 @@ BOOST_AUTO_TEST_CASE(the_mesh_follows_composers_create_device_mesh) {
 }
 
 BOOST_AUTO_TEST_CASE(shard_groups_are_consecutive_and_replicas_strided) {
-  Parallelism p;
+  Layout p;
   p.replicate_degree = 4, p.shard_degree = 8;  // 32 GPUs on nodes of 8: a node shards, nodes replicate
   FsdpLayout l = composer_layout(Sharding::kFullShard, p, 32, 8);
   BOOST_TEST(l.shard_ranks == 8);
@@ -201,7 +204,7 @@ BOOST_FIXTURE_TEST_CASE(ddp_reduces_the_gradients_once_per_step_in_buckets, Fixt
 BOOST_FIXTURE_TEST_CASE(no_degrees_leave_every_strategy_as_it_was, Fixture) {
   for (Sharding s : kAllShardings)
     for (int64_t gpus : {8, 64}) {
-      const FsdpLayout a = composer_layout(s, Parallelism{}, gpus, 8), b = fsdp_layout(s, gpus, 8);
+      const FsdpLayout a = composer_layout(s, Layout{}, gpus, 8), b = fsdp_layout(s, gpus, 8);
       BOOST_TEST(a.shard_ranks == b.shard_ranks);
       BOOST_TEST(same_group(a.shard_group, b.shard_group));
       BOOST_TEST(same_group(a.replica_group, b.replica_group));

@@ -480,7 +480,7 @@ BOOST_AUTO_TEST_CASE(measured_tables_read_every_kind_of_checkpointing) {
   const auto kind_of = [](const std::string& cell) {
     std::string row = kRow;
     row.replace(row.find("| False |"), 9, "| " + cell + " |");
-    return parse_measured_table(kHeader + row, "t.md").rows.at(0).checkpointing;
+    return parse_measured_table(kHeader + row, "t.md").rows.at(0).layout.checkpointing;
   };
   for (const auto& [cell, kind] :
        std::vector<std::pair<std::string, Checkpointing>>{{"True", Checkpointing::kFull},

@@ -56,17 +56,17 @@ BOOST_AUTO_TEST_CASE(the_general_form_reads_every_new_column) {
   BOOST_TEST_REQUIRE(t.rows.size() == 1u);
   const MeasuredRow& r = t.rows[0];
   BOOST_TEST(r.gpu == "h100_80gb");
-  BOOST_TEST((r.parallel.framework == Framework::kMegatron));
-  BOOST_TEST(r.parallel.tensor == 4);
-  BOOST_TEST(r.parallel.pipeline == 2);
-  BOOST_TEST(r.parallel.virtual_stages == 3);
-  BOOST_TEST(r.parallel.context == 2);
-  BOOST_TEST(r.parallel.expert == 1);
-  BOOST_TEST(r.parallel.sequence_parallel);
-  BOOST_TEST(r.parallel.distributed_optimizer);
-  BOOST_TEST(!r.parallel.overlap_grad_reduce);
-  BOOST_TEST((r.checkpointing == Checkpointing::kSelective));
-  BOOST_TEST((r.sharding == Sharding::kNoShard));  // Megatron's DDP
+  BOOST_TEST((r.layout.framework == Framework::kMegatron));
+  BOOST_TEST(r.layout.tensor == 4);
+  BOOST_TEST(r.layout.pipeline == 2);
+  BOOST_TEST(r.layout.virtual_stages == 3);
+  BOOST_TEST(r.layout.context == 2);
+  BOOST_TEST(r.layout.expert == 1);
+  BOOST_TEST(r.layout.sequence_parallel);
+  BOOST_TEST(r.layout.distributed_optimizer);
+  BOOST_TEST(!r.layout.overlap_grad_reduce);
+  BOOST_TEST((r.layout.checkpointing == Checkpointing::kSelective));
+  BOOST_TEST((r.layout.sharding == Sharding::kNoShard));  // Megatron's DDP
   BOOST_TEST(r.step_time_measured());
   BOOST_TEST(r.measured_step_s == 5.5);
   BOOST_TEST(r.tokens_per_s == 512.0 * 4096 / 5.5, boost::test_tools::tolerance(1e-12));
@@ -74,7 +74,7 @@ BOOST_AUTO_TEST_CASE(the_general_form_reads_every_new_column) {
   BOOST_TEST(r.cells.back().first == "Notes");  // an unknown column is kept, for echoing
   BOOST_TEST(r.cells.back().second == "run 12");
   const TrainConfig cfg = r.config();
-  BOOST_TEST((cfg.parallel == r.parallel));
+  BOOST_TEST((cfg.layout == r.layout));
   BOOST_TEST(cfg.data_parallel() == 4);
   BOOST_TEST(cfg.per_device_batch() == 128);
 }
@@ -84,8 +84,8 @@ BOOST_AUTO_TEST_CASE(the_moe_a2a_overlap_column_is_megatron_cores_combined_1f1b)
       replaced(replaced(kHeader, "| Notes |", "| MoE A2A Overlap | Notes |"), "| --- |\n", "| --- | --- |\n");
   const MeasuredTable t =
       parse_measured_table(header + replaced(kRow, "| run 12 |", "| True | run 12 |"), "g.md", on_device("h100_80gb"));
-  BOOST_TEST(t.rows.at(0).parallel.moe_a2a_overlap);
-  BOOST_TEST(!parse_measured_table(kHeader + kRow, "g.md", on_device("h100_80gb")).rows.at(0).parallel.moe_a2a_overlap);
+  BOOST_TEST(t.rows.at(0).layout.moe_a2a_overlap);
+  BOOST_TEST(!parse_measured_table(kHeader + kRow, "g.md", on_device("h100_80gb")).rows.at(0).layout.moe_a2a_overlap);
   BOOST_TEST(contains(error_of([&] {
                         parse_measured_table(header + replaced(kRow, "| run 12 |", "| often | run 12 |"), "g.md",
                                              on_device("h100_80gb"));
@@ -100,13 +100,13 @@ BOOST_AUTO_TEST_CASE(absent_columns_take_the_defaults_and_the_commands_framework
       "Sharding Strategy | Activation Checkpointing |\n| - | - | - | - | - | - | - | - | - | - | - |\n";
   const std::string row = "| 1b | 2048 | 8 | a100_80gb | 4 | 64 | 100000 | amp_bf16 | DEFAULT | FULL_SHARD | True |\n";
   const MeasuredRow composer = parse_measured_table(header + row, "f.md").rows.at(0);
-  BOOST_TEST((composer.parallel == Parallelism{}));
+  BOOST_TEST((composer.layout == Layout{.checkpointing = Checkpointing::kFull}));
   BOOST_TEST(!composer.step_time_measured());
-  BOOST_TEST((composer.config().parallel == Parallelism{}));
+  BOOST_TEST((composer.config().layout == Layout{.checkpointing = Checkpointing::kFull}));
   const MeasuredRow megatron =
       parse_measured_table(header + row, "f.md", on_device("", Framework::kMegatron)).rows.at(0);
-  BOOST_TEST((megatron.parallel.framework == Framework::kMegatron));
-  BOOST_TEST((megatron.sharding == Sharding::kFullShard));  // as the table says
+  BOOST_TEST((megatron.layout.framework == Framework::kMegatron));
+  BOOST_TEST((megatron.layout.sharding == Sharding::kFullShard));  // as the table says
   // A Framework column overrides the command's.
   const std::string with_fw =
       replaced(replaced(header, "| Activation Checkpointing |", "| Activation Checkpointing | Framework |"), "| - |\n",
@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(absent_columns_take_the_defaults_and_the_commands_framework
   const MeasuredRow titan = parse_measured_table(with_fw + replaced(row, "True |", "True | torchtitan |"), "f.md",
                                                  on_device("", Framework::kMegatron))
                                 .rows.at(0);
-  BOOST_TEST((titan.parallel.framework == Framework::kTorchtitan));
+  BOOST_TEST((titan.layout.framework == Framework::kTorchtitan));
 }
 
 BOOST_AUTO_TEST_CASE(bad_cells_name_the_file_line_and_column) {
@@ -153,9 +153,9 @@ BOOST_AUTO_TEST_CASE(recompute_and_activation_checkpointing_must_agree) {
     return parse_measured_table(sep + replaced(kRow, "| selective |", "| " + recompute + " | " + ac + " |"), "g.md",
                                 on_device("h100_80gb"));
   };
-  BOOST_TEST((read("full", "True").rows.at(0).checkpointing == Checkpointing::kFull));
-  BOOST_TEST((read("none", "False").rows.at(0).checkpointing == Checkpointing::kNone));
-  BOOST_TEST((read("selective", "selective").rows.at(0).checkpointing == Checkpointing::kSelective));
+  BOOST_TEST((read("full", "True").rows.at(0).layout.checkpointing == Checkpointing::kFull));
+  BOOST_TEST((read("none", "False").rows.at(0).layout.checkpointing == Checkpointing::kNone));
+  BOOST_TEST((read("selective", "selective").rows.at(0).layout.checkpointing == Checkpointing::kSelective));
   const std::string e = error_of([&] { read("full", "False"); });
   BOOST_TEST(contains(e, "g.md:3: 'Recompute' full disagrees with 'Activation Checkpointing' none"), e);
   // Neither: the header names what is missing.
@@ -211,17 +211,17 @@ BOOST_AUTO_TEST_CASE(vtrains_table_is_read_as_it_is) {
   BOOST_TEST(r.global_batch == 32);
   BOOST_TEST(r.micro_batch == 4);
   BOOST_TEST(r.seq_len == 1024);
-  BOOST_TEST((r.parallel.framework == Framework::kMegatron));
-  BOOST_TEST(r.parallel.tensor == 2);
-  BOOST_TEST(r.parallel.pipeline == 2);
+  BOOST_TEST((r.layout.framework == Framework::kMegatron));
+  BOOST_TEST(r.layout.tensor == 2);
+  BOOST_TEST(r.layout.pipeline == 2);
   BOOST_TEST(r.config().data_parallel() == 2);
-  BOOST_TEST(!r.parallel.sequence_parallel);
-  BOOST_TEST(!r.parallel.distributed_optimizer);
-  BOOST_TEST(!r.parallel.overlap_grad_reduce);     // no DDP gradient bucketing
-  BOOST_TEST(r.parallel.pipeline_scatter_gather);  // Megatron-DeepSpeed's default
-  BOOST_TEST((r.checkpointing == Checkpointing::kFull));
+  BOOST_TEST(!r.layout.sequence_parallel);
+  BOOST_TEST(!r.layout.distributed_optimizer);
+  BOOST_TEST(!r.layout.overlap_grad_reduce);     // no DDP gradient bucketing
+  BOOST_TEST(r.layout.pipeline_scatter_gather);  // Megatron-DeepSpeed's default
+  BOOST_TEST((r.layout.checkpointing == Checkpointing::kFull));
   BOOST_TEST((r.precision == Precision::kAmpFp16));
-  BOOST_TEST((r.sharding == Sharding::kNoShard));
+  BOOST_TEST((r.layout.sharding == Sharding::kNoShard));
   BOOST_TEST(r.measured_step_s == 0.219732754, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(r.tokens_per_s == 32.0 * 1024 / 0.219732754, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(r.cells.size() == 11u);
@@ -277,7 +277,7 @@ BOOST_AUTO_TEST_CASE(vtrains_multi_node_table_states_each_models_size) {
   BOOST_TEST_REQUIRE(t.rows.size() == 2u);
   BOOST_TEST(parameter_count(*t.rows[0].architecture, 2048) == 3559271424);
   BOOST_TEST(t.rows[1].model == "gpt-h12288-a96-l96");
-  BOOST_TEST(t.rows[1].parallel.pipeline == 8);
+  BOOST_TEST(t.rows[1].layout.pipeline == 8);
   BOOST_TEST(t.rows[1].measured_step_s == 55.1096, boost::test_tools::tolerance(1e-12));
   // Another size is another model than the one tpsim would cost: an error naming the row.
   const std::string e = error_of(
@@ -331,7 +331,7 @@ BOOST_AUTO_TEST_CASE(vtrains_single_node_times_are_composed_from_a_few_numbers_p
   using Group = std::array<int64_t, 5>;  // hidden, tp, micro-batch, pp, dp
   std::map<Group, std::pair<std::vector<std::array<double, 4>>, std::vector<double>>> groups;
   for (const MeasuredRow& r : t.rows) {
-    const int64_t tp = r.parallel.tensor, pp = r.parallel.pipeline, dp = r.n_gpus / (tp * pp);
+    const int64_t tp = r.layout.tensor, pp = r.layout.pipeline, dp = r.n_gpus / (tp * pp);
     const double m = static_cast<double>(r.global_batch / (r.micro_batch * dp));
     const double per_stage = static_cast<double>(r.architecture->n_layers) / static_cast<double>(pp);
     auto& g = groups[{r.architecture->d_model, tp, r.micro_batch, pp, dp}];

@@ -33,9 +33,9 @@ TrainConfig megatron(int64_t gpus, int64_t tp, int64_t pp, int64_t global_batch,
                 .micro_batch = micro_batch,
                 .n_gpus = gpus,
                 .precision = Precision::kAmpFp16};
-  c.parallel.framework = Framework::kMegatron;
-  c.parallel.tensor = tp;
-  c.parallel.pipeline = pp;
+  c.layout.framework = Framework::kMegatron;
+  c.layout.tensor = tp;
+  c.layout.pipeline = pp;
   return c;
 }
 
@@ -105,7 +105,7 @@ BOOST_AUTO_TEST_CASE(rank_groups_follow_megatrons_order) {
   // 64 GPUs on nodes of 8, tp 4, pp 4, dp 4: tensor groups inside a node; a data-parallel group
   // strides 4 ranks (two of its members per node, over two nodes, four groups sharing a node's NICs);
   // stage boundaries are 16 ranks apart, across nodes.
-  Parallelism par;
+  Layout par;
   par.framework = Framework::kMegatron;
   par.tensor = 4;
   par.pipeline = 4;
@@ -125,7 +125,7 @@ BOOST_AUTO_TEST_CASE(rank_groups_follow_megatrons_order) {
   BOOST_TEST(!model_parallel_layout(par, 8, 8).stage_link_crosses_nodes);
   // pp 4, dp 2 on one node of 8: the tied embedding's group pairs ranks 0 and 6 (and 1 and 7), six
   // apart but inside the node (vTrain's single-node rows were costed across nodes before).
-  Parallelism deep;
+  Layout deep;
   deep.framework = Framework::kMegatron;
   deep.pipeline = 4;
   const ModelParallelLayout d8 = model_parallel_layout(deep, 8, 8);
@@ -139,7 +139,7 @@ BOOST_AUTO_TEST_CASE(rank_groups_follow_megatrons_order) {
   // 32 ranks 2 apart (four per node, eight nodes, two groups per node); the ep ranks 2 apart inside a
   // node (the expert generator: expert tensor parallel 2, then ep); the expert-data-parallel group the
   // 32 / 4 = 8 ranks 8 apart, one per node, every GPU of a node in its own.
-  Parallelism moe;
+  Layout moe;
   moe.framework = Framework::kMegatron;
   moe.tensor = 2;
   moe.context = 2;
@@ -158,7 +158,7 @@ BOOST_AUTO_TEST_CASE(legacy_scatter_gather_sends_a_tp_th_of_the_activations_and_
   Fixture f;
   const CostModel cost(f.device, f.profile.params);
   const CostParams& p = f.profile.params;
-  Parallelism par;
+  Layout par;
   par.framework = Framework::kMegatron;
   par.tensor = 8;
   par.pipeline = 2;
@@ -192,14 +192,14 @@ BOOST_AUTO_TEST_CASE(legacy_scatter_gather_sends_a_tp_th_of_the_activations_and_
   m.d_model = 8192, m.n_heads = 64, m.n_layers = 4, m.max_positions = 2048;
   TrainConfig cfg = megatron(16, 8, 2, 16, 2);
   cfg.seq_len = 2048;
-  cfg.checkpointing = Checkpointing::kFull;
+  cfg.layout.checkpointing = Checkpointing::kFull;
   MegatronEvaluator ev(m, f.device, f.profile.params);
   BOOST_TEST_REQUIRE(check_config(m, f.device, f.profile.params, cfg) == "");
   const double plain = ev.predict(cfg).step_s;
-  cfg.parallel.pipeline_scatter_gather = true;
+  cfg.layout.pipeline_scatter_gather = true;
   BOOST_TEST(ev.predict(cfg).step_s < plain);
-  cfg.parallel = {};
-  cfg.parallel.pipeline_scatter_gather = true;
+  cfg.layout = {};
+  cfg.layout.pipeline_scatter_gather = true;
   BOOST_TEST(
       contains(check_config(m, f.device, f.profile.params, cfg), "--pipeline-scatter-gather is Megatron-LM's option"));
 }
@@ -223,12 +223,12 @@ BOOST_FIXTURE_TEST_CASE(memory_of_a_stage_is_its_parameters_and_in_flight_activa
   BOOST_TEST(mem.sharded_state_bytes == 16.0 * params, tt::tolerance(1e-9));
   BOOST_TEST(mem.activation_bytes >= activations_first);
   // The distributed optimizer shards the 12 bytes of master weights and moments over dp.
-  c.parallel.distributed_optimizer = true;
+  c.layout.distributed_optimizer = true;
   BOOST_TEST(e.memory(c).sharded_state_bytes == (4.0 + 12.0 / 2.0) * params, tt::tolerance(1e-9));
   // Full recompute keeps only each layer's input (and, on the last stage, the head's fp32 softmax
   // of the cross-entropy for the micro-batch in flight).
-  c.parallel.distributed_optimizer = false;
-  c.checkpointing = Checkpointing::kFull;
+  c.layout.distributed_optimizer = false;
+  c.layout.checkpointing = Checkpointing::kFull;
   BlockShape megatron_head = s;
   megatron_head.fp32_vocab_parallel_xent = true;
   OpList head;
@@ -270,30 +270,30 @@ BOOST_FIXTURE_TEST_CASE(layouts_that_cannot_run_are_one_line_errors, Fixture) {
   c = megatron(8, 2, 1, 16, 3);
   BOOST_TEST(contains(why(c), "micro-batch 3 does not divide"));
   c = megatron(8, 2, 1, 8, 1);
-  c.parallel.context = 2;
+  c.layout.context = 2;
   c.seq_len = 1022;  // 1022 tokens do not split into 4 equal chunks
   BOOST_TEST(contains(why(c), "context parallel 2 does not split the sequence length 1022 into 4 equal chunks"));
   c.seq_len = 1024;
-  c.parallel.context = 1;
-  c.parallel.virtual_stages = 2;
+  c.layout.context = 1;
+  c.layout.virtual_stages = 2;
   BOOST_TEST(contains(why(c), "need pipeline parallelism of at least 2"));
   c = megatron(8, 2, 1, 8, 1);
-  c.parallel.framework = Framework::kComposer;
+  c.layout.framework = Framework::kComposer;
   BOOST_TEST(contains(why(c), "composer runs FSDP without tensor"));
-  c.parallel.framework = Framework::kTorchtitan;
+  c.layout.framework = Framework::kTorchtitan;
   BOOST_TEST(contains(why(c), "torchtitan is not modelled yet"));
   for (const TrainConfig& bad : {megatron(24, 3, 1, 24, 1), megatron(12, 8, 1, 12, 1)})
     BOOST_TEST(why(bad).find('\n') == std::string::npos);
 }
 
 BOOST_FIXTURE_TEST_CASE(composer_is_unchanged_by_the_new_fields, Fixture) {
-  // A composer configuration predicts exactly as before Parallelism existed: the same object path.
+  // A composer configuration predicts exactly as before the model-parallel fields existed: the same object path.
   ModelCatalog catalog = ModelCatalog::load_default();
   const ModelConfig& m = catalog.get("1b");
   const TrainConfig c{.seq_len = 2048, .global_batch = 512, .micro_batch = 8, .n_gpus = 8};
   const Prediction a = predict(m, device, profile.params, c);
   TrainConfig same = c;
-  same.parallel = Parallelism{};
+  same.layout = Layout{};
   const Prediction b = predict(m, device, profile.params, same);
   BOOST_TEST(a.step_s == b.step_s);
   BOOST_TEST(a.time.pipeline_bubble_s == 0.0);
@@ -345,8 +345,8 @@ ModelConfig gpt_long() {
 }
 
 TrainConfig with_cp_ep(TrainConfig c, int64_t cp, int64_t ep) {
-  c.parallel.context = cp;
-  c.parallel.expert = ep;
+  c.layout.context = cp;
+  c.layout.expert = ep;
   return c;
 }
 
@@ -392,7 +392,7 @@ BOOST_FIXTURE_TEST_CASE(the_ring_exchanges_k_and_v_per_step_behind_the_steps_att
   const TrainConfig cp4 = with_cp_ep(c, 4, 1);
   const BlockShape local = rank_shape(m, cp4, megatron_padded_vocab(m.vocab_size, 1));
   const CostModel cost(device, profile.params);
-  const ModelParallelLayout l = model_parallel_layout(cp4.parallel, 4, device.gpus_per_node);
+  const ModelParallelLayout l = model_parallel_layout(cp4.layout, 4, device.gpus_per_node);
   BOOST_TEST(l.cp_group.ranks == 4);
   BOOST_TEST(l.cp_group.nodes == 1);
   const RingAttention r = ring_attention(cost, local, 4, l.cp_group);
@@ -422,7 +422,7 @@ BOOST_FIXTURE_TEST_CASE(context_parallelism_halves_activations_and_reduces_over_
   const ModelConfig m = gpt_long();
   TrainConfig c = megatron(8, 2, 1, 16, 2);
   c.seq_len = 4096;
-  c.parallel.sequence_parallel = true;
+  c.layout.sequence_parallel = true;
   MegatronEvaluator e(m, device, profile.params);
   const MemoryBreakdown one = e.memory(c);
   const MemoryBreakdown two = e.memory(with_cp_ep(c, 2, 1));
@@ -431,17 +431,17 @@ BOOST_FIXTURE_TEST_CASE(context_parallelism_halves_activations_and_reduces_over_
   BOOST_TEST(two.transient_bytes * 2.0 == one.transient_bytes, tt::tolerance(1e-12));
   BOOST_TEST(two.sharded_state_bytes == one.sharded_state_bytes, tt::tolerance(1e-12));
   // The distributed optimizer shards over the dp*cp = 4 ranks of the gradient group in both.
-  c.parallel.distributed_optimizer = true;
+  c.layout.distributed_optimizer = true;
   BOOST_TEST(e.memory(with_cp_ep(c, 2, 1)).sharded_state_bytes == e.memory(c).sharded_state_bytes,
              tt::tolerance(1e-12));
   // Megatron's order tp-cp-ep-dp-pp: cp ranks 2 apart; the gradient group all dp x cp = 4 ranks, 2 apart.
-  const ModelParallelLayout l = model_parallel_layout(with_cp_ep(c, 2, 1).parallel, 8, 8);
+  const ModelParallelLayout l = model_parallel_layout(with_cp_ep(c, 2, 1).layout, 8, 8);
   BOOST_TEST(l.cp_group.ranks == 2);
   BOOST_TEST(l.dp_group.ranks == 4);
   BOOST_TEST(l.grad_ranks() == 4);
   // The step's attention: 24 layers x 4 micro-batches (8 sequences per replica, 2 each) of the ring's
   // two steps forward and backward.
-  c.parallel.distributed_optimizer = false;
+  c.layout.distributed_optimizer = false;
   const TrainConfig cp2 = with_cp_ep(c, 2, 1);
   const Prediction p2 = predict(m, device, profile.params, cp2);
   const CostModel cost(device, profile.params);
@@ -483,7 +483,7 @@ BOOST_FIXTURE_TEST_CASE(context_and_expert_layouts_that_cannot_run_are_one_line_
   moe = megatron(8, 2, 1, 8, 1);
   moe.precision = Precision::kAmpBf16;
   BOOST_TEST(contains(why(mixtral(), moe), "needs sequence parallelism (--sp)"));
-  moe.parallel.sequence_parallel = true;
+  moe.layout.sequence_parallel = true;
   BOOST_TEST(why(mixtral(), with_cp_ep(moe, 1, 4)).empty());
   for (const std::string& line : {why(unfused, with_cp_ep(c, 2, 1)), why(mixtral(), with_cp_ep(moe, 1, 3))})
     BOOST_TEST(line.find('\n') == std::string::npos);
@@ -512,7 +512,7 @@ BOOST_FIXTURE_TEST_CASE(expert_parallelism_splits_the_experts_and_dispatches_by_
       BOOST_TEST_REQUIRE(check_config(m, device, profile.params, cfg).empty());
       const BlockShape s = rank_shape(m, cfg, 32000);
       BOOST_TEST(moe_dispatch_bytes(s) == 4096.0 * 2.0 * 4096.0 * 2.0, tt::tolerance(1e-12));
-      const ModelParallelLayout l = model_parallel_layout(cfg.parallel, 8, 8);
+      const ModelParallelLayout l = model_parallel_layout(cfg.layout, 8, 8);
       BOOST_TEST(l.ep_group.ranks == ep);
       BOOST_TEST(l.expert_grad_ranks() == 8 / ep);
       const double e_ep = static_cast<double>(ep);
@@ -524,7 +524,7 @@ BOOST_FIXTURE_TEST_CASE(expert_parallelism_splits_the_experts_and_dispatches_by_
       BOOST_TEST(total == static_cast<double>(layer_parameter_count(m)) * 32.0 + 2.0 * padded_table + 4096.0);
       BOOST_TEST(e.memory(cfg).sharded_state_bytes == 18.0 * local, tt::tolerance(1e-12));
       TrainConfig dist = cfg;
-      dist.parallel.distributed_optimizer = true;
+      dist.layout.distributed_optimizer = true;
       const double master = (local - routed / e_ep) / 8.0 + (routed / e_ep) / (8.0 / e_ep);
       BOOST_TEST(e.memory(dist).sharded_state_bytes == 6.0 * local + 12.0 * master, tt::tolerance(1e-12));
       const Prediction pr = predict(m, device, profile.params, cfg);
@@ -560,10 +560,10 @@ BOOST_FIXTURE_TEST_CASE(expert_tensor_parallelism_keeps_the_experts_whole_across
   TrainConfig c = megatron(8, 2, 1, 8, 1);
   c.precision = Precision::kAmpBf16;
   c.seq_len = 4096;
-  c.parallel.sequence_parallel = true;
-  c.parallel.expert = 4;
+  c.layout.sequence_parallel = true;
+  c.layout.expert = 4;
   TrainConfig whole = c;
-  whole.parallel.expert_tensor = 1;
+  whole.layout.expert_tensor = 1;
   BOOST_TEST_REQUIRE(check_config(m, device, profile.params, c).empty());
   BOOST_TEST_REQUIRE(check_config(m, device, profile.params, whole).empty());
   const BlockShape split = rank_shape(m, c, 32000), own = rank_shape(m, whole, 32000);
@@ -574,8 +574,7 @@ BOOST_FIXTURE_TEST_CASE(expert_tensor_parallelism_keeps_the_experts_whole_across
   BOOST_TEST(moe_dispatch_bytes(split) == moe_dispatch_bytes(own));  // each rank's own 2048 tokens' rows
   for (auto build : {block_forward_ops, block_backward_ops})
     BOOST_TEST(flops_of(build, split) == flops_of(build, own), tt::tolerance(1e-12));
-  const ModelParallelLayout ls = model_parallel_layout(c.parallel, 8, 8),
-                            lo = model_parallel_layout(whole.parallel, 8, 8);
+  const ModelParallelLayout ls = model_parallel_layout(c.layout, 8, 8), lo = model_parallel_layout(whole.layout, 8, 8);
   BOOST_TEST((ls.etp_group.ranks == 2 && lo.etp_group.ranks == 1));
   BOOST_TEST((ls.expert_grad_ranks() == 1 && lo.expert_grad_ranks() == 2));
   BOOST_TEST((lo.ep_group.ranks == 4 && lo.expert_dp_group.ranks == 2));
@@ -588,22 +587,22 @@ BOOST_FIXTURE_TEST_CASE(expert_tensor_parallelism_keeps_the_experts_whole_across
       tt::tolerance(1e-9));
   // The default spelled out (--etp equal to --tp) is the default, byte for byte.
   TrainConfig spelled = c;
-  spelled.parallel.expert_tensor = 2;
+  spelled.layout.expert_tensor = 2;
   BOOST_TEST(predict(m, device, profile.params, spelled).step_s == predict(m, device, profile.params, c).step_s);
   // Expert groups beyond a stage's ranks: etp 2 x ep 8 > tp 2 x dp 4.
   TrainConfig wide = c;
-  wide.parallel.expert = 8;
+  wide.layout.expert = 8;
   BOOST_TEST(contains(check_config(m, device, profile.params, wide),
                       "expert parallel 8 does not divide data x context parallel 4"));
-  wide.parallel.expert_tensor = 1;
+  wide.layout.expert_tensor = 1;
   BOOST_TEST(check_config(m, device, profile.params, wide).empty());
-  wide.parallel.expert_tensor = 4;
+  wide.layout.expert_tensor = 4;
   BOOST_TEST(
       contains(check_config(m, device, profile.params, wide),
                "expert tensor parallel 4 x expert parallel 8 does not divide tensor x data x context parallel 8"));
   TrainConfig dense = megatron(8, 2, 1, 8, 1);
-  dense.parallel.sequence_parallel = true;
-  dense.parallel.expert_tensor = 1;
+  dense.layout.sequence_parallel = true;
+  dense.layout.expert_tensor = 1;
   BOOST_TEST(contains(check_config(gpt_1024(), device, profile.params, dense), "needs a mixture-of-experts model"));
 }
 
@@ -616,13 +615,13 @@ BOOST_FIXTURE_TEST_CASE(bf16_gradient_reduction_halves_the_gradients_bytes, Fixt
   TrainConfig c = megatron(8, 1, 1, 8, 1);
   c.precision = Precision::kAmpBf16;
   TrainConfig half = c;
-  half.parallel.grad_reduce_bf16 = true;
+  half.layout.grad_reduce_bf16 = true;
   BOOST_TEST_REQUIRE(check_config(m, device, profile.params, half).empty());
   MegatronEvaluator e(m, device, profile.params);
   const double params = e.memory(c).sharded_state_bytes / 18.0;
   BOOST_TEST(e.memory(half).sharded_state_bytes == 16.0 * params, tt::tolerance(1e-12));
   const CostModel cost(device, profile.params);
-  const CommGroup dp = model_parallel_layout(c.parallel, 8, device.gpus_per_node).dp_group;
+  const CommGroup dp = model_parallel_layout(c.layout, 8, device.gpus_per_node).dp_group;
   const Prediction fp32 = predict(m, device, profile.params, c), bf16 = predict(m, device, profile.params, half);
   BOOST_TEST(fp32.time.exposed_comm_s == cost.collective_seconds(CollectiveKind::kAllReduce, 4.0 * params, dp),
              tt::tolerance(1e-9));
@@ -724,9 +723,9 @@ BOOST_AUTO_TEST_CASE(megatron_fuses_swiglu_and_keeps_only_fc1s_output) {
   // MegatronEvaluator builds the fused block: Llama 3 8B at tp 2, pp 1, micro-batch 1 of 4,096, no
   // recompute, on 8 GPUs keeps 2 bytes x t x f less per layer than the same block unfused.
   TrainConfig c{.seq_len = 4096, .global_batch = 8, .micro_batch = 1, .n_gpus = 8, .precision = Precision::kAmpBf16};
-  c.parallel.framework = Framework::kMegatron;
-  c.parallel.tensor = 2;
-  c.parallel.sequence_parallel = true;
+  c.layout.framework = Framework::kMegatron;
+  c.layout.tensor = 2;
+  c.layout.sequence_parallel = true;
   const DeviceSpec h100 = load_device("h100_80gb");  // the evaluator keeps references
   const DeviceProfile prof = load_shipped_profile("h100_80gb");
   MegatronEvaluator ev(m, h100, prof.params);
@@ -837,24 +836,24 @@ BOOST_AUTO_TEST_CASE(transformer_engine_casts_the_fp8_weights_once_a_step) {
   // fp8 copies and transposes of its weights beside the bf16 ones, 32 x 2 x 109,051,904 bytes; none
   // when the weights are fp8 parameters (--fp8-param-gather) or under bf16.
   TrainConfig cfg{.seq_len = 4096, .global_batch = 16, .micro_batch = 2, .n_gpus = 8, .precision = Precision::kAmpFp8};
-  cfg.parallel.framework = Framework::kMegatron;
-  cfg.parallel.tensor = 2;
-  cfg.parallel.sequence_parallel = true;
+  cfg.layout.framework = Framework::kMegatron;
+  cfg.layout.tensor = 2;
+  cfg.layout.sequence_parallel = true;
   MegatronEvaluator ev(m, h100, prof.params);
   const MemoryBreakdown cached_weights = ev.memory(cfg);
   BOOST_TEST(cached_weights.gathered_params_bytes == 32.0 * 2.0 * weights, tt::tolerance(1e-12));
-  cfg.parallel.fp8_param_gather = true;
+  cfg.layout.fp8_param_gather = true;
   const MemoryBreakdown fp8_params = ev.memory(cfg);
   BOOST_TEST(fp8_params.gathered_params_bytes == 0.0);
   BOOST_TEST(cached_weights.live_bytes - fp8_params.live_bytes == 32.0 * 2.0 * weights, tt::tolerance(1e-12));
   // The distributed optimizer's all-gather of the updated weights over dp 4 (one node: the ring's
   // time is affine in the bytes): fp8 parameters are gathered as their raw byte, the other weights
   // at 2 bytes, so the step is shorter by the all-gather of one byte per quantized weight element.
-  cfg.parallel.distributed_optimizer = true;
+  cfg.layout.distributed_optimizer = true;
   const double fp8_gather_step = ev.predict(cfg).step_s;
-  cfg.parallel.fp8_param_gather = false;
+  cfg.layout.fp8_param_gather = false;
   const double bf16_gather_step = ev.predict(cfg).step_s;
-  const CommGroup dp = model_parallel_layout(cfg.parallel, cfg.n_gpus, h100.gpus_per_node).dp_group;
+  const CommGroup dp = model_parallel_layout(cfg.layout, cfg.n_gpus, h100.gpus_per_node).dp_group;
   BOOST_TEST(dp.ranks == 4);
   const double one_byte = cost.collective_seconds(CollectiveKind::kAllGather, 64.0 * weights, dp) -
                           cost.collective_seconds(CollectiveKind::kAllGather, 32.0 * weights, dp);
@@ -894,9 +893,9 @@ BOOST_AUTO_TEST_CASE(transformer_engine_runs_the_architectures_native_attention_
   // The evaluator asks for it: the same step with the native rates zeroed spends more on attention
   // and the same on GEMMs.
   TrainConfig c{.seq_len = 8192, .global_batch = 8, .micro_batch = 1, .n_gpus = 8, .precision = Precision::kAmpBf16};
-  c.parallel.framework = Framework::kMegatron;
-  c.parallel.tensor = 4;
-  c.parallel.sequence_parallel = true;
+  c.layout.framework = Framework::kMegatron;
+  c.layout.tensor = 4;
+  c.layout.sequence_parallel = true;
   CostParams none = prof.params;
   none.attn_native_fwd_efficiency = none.attn_native_bwd_efficiency = 0;
   const Prediction with = MegatronEvaluator(m, h100, prof.params).predict(c);
@@ -911,7 +910,7 @@ BOOST_AUTO_TEST_CASE(transformer_engine_runs_the_architectures_native_attention_
 namespace {
 std::vector<int64_t> chunks_of(int64_t n_layers, int64_t pp, int64_t vp, int64_t first, int64_t last, bool emb,
                                bool loss, std::string* why = nullptr) {
-  Parallelism p;
+  Layout p;
   p.framework = Framework::kMegatron;
   p.pipeline = pp, p.virtual_stages = vp;
   p.first_stage_layers = first, p.last_stage_layers = last;
@@ -948,13 +947,13 @@ BOOST_AUTO_TEST_CASE(the_evaluator_refuses_a_split_the_check_refuses) {
   // the evaluator stays usable for the next configuration.
   Fixture f;
   TrainConfig c = megatron(8, 1, 8, 8, 1);
-  c.parallel.virtual_stages = 4;     // 24 layers over 32 chunks
+  c.layout.virtual_stages = 4;       // 24 layers over 32 chunks
   const ModelConfig m = gpt_1024();  // the evaluator keeps a reference
   MegatronEvaluator ev(m, f.device, f.profile.params);
   BOOST_TEST(!check_megatron_config(m, f.device, c).empty());
   BOOST_CHECK_THROW(ev.predict(c), std::invalid_argument);
   BOOST_CHECK_THROW(ev.predict(c), std::invalid_argument);
-  c.parallel.virtual_stages = 1;
+  c.layout.virtual_stages = 1;
   BOOST_TEST(ev.predict(c).step_s > 0);
 }
 
@@ -983,7 +982,7 @@ BOOST_FIXTURE_TEST_CASE(the_heavier_stage_of_an_uneven_split_sets_the_memory, Fi
   // the last stage keeps one micro-batch in flight, its 16 layers' saved bytes and the head's.
   const ModelConfig m = gpt_1024();
   TrainConfig c = megatron(8, 2, 2, 32, 2);
-  c.parallel.first_stage_layers = 8;
+  c.layout.first_stage_layers = 8;
   BOOST_TEST_REQUIRE(check_config(m, device, profile.params, c).empty());
   MegatronEvaluator e(m, device, profile.params);
   const MemoryBreakdown mem = e.memory(c);
@@ -998,7 +997,7 @@ BOOST_FIXTURE_TEST_CASE(the_heavier_stage_of_an_uneven_split_sets_the_memory, Fi
   // Written as an uneven split, the even one (12 and 12) predicts exactly what the plain split does.
   TrainConfig even = megatron(8, 2, 2, 32, 2);
   TrainConfig written = even;
-  written.parallel.first_stage_layers = written.parallel.last_stage_layers = 12;
+  written.layout.first_stage_layers = written.layout.last_stage_layers = 12;
   BOOST_TEST(e.predict(written).step_s == e.predict(even).step_s);
   BOOST_TEST(e.memory(written).peak_bytes == e.memory(even).peak_bytes);
   // The uneven split is slower than the even one: its 16-layer stage sets the pace.
@@ -1037,9 +1036,9 @@ BOOST_FIXTURE_TEST_CASE(tp_comm_overlap_trades_exposed_collectives_for_slower_ge
   const ModelConfig m = gpt_1024();
   TrainConfig off = megatron(8, 4, 1, 8, 1);
   off.precision = Precision::kAmpBf16;
-  off.parallel.sequence_parallel = true;
+  off.layout.sequence_parallel = true;
   TrainConfig on = off;
-  on.parallel.tp_comm_overlap = true;
+  on.layout.tp_comm_overlap = true;
   BOOST_TEST_REQUIRE(check_config(m, device, profile.params, on).empty());
   MegatronEvaluator e(m, device, profile.params);
   const Prediction a = e.predict(off), b = e.predict(on);
@@ -1058,18 +1057,18 @@ BOOST_FIXTURE_TEST_CASE(tp_comm_overlap_that_cannot_run_is_a_one_line_error, Fix
   const ModelConfig m = gpt_1024();
   const auto why = [&](const TrainConfig& c) { return check_config(m, device, profile.params, c); };
   TrainConfig c = megatron(8, 1, 1, 8, 1);
-  c.parallel.tp_comm_overlap = true;
+  c.layout.tp_comm_overlap = true;
   BOOST_TEST(contains(why(c), "needs tensor parallel > 1 and sequence parallelism"));
   c = megatron(8, 2, 1, 8, 1);
-  c.parallel.tp_comm_overlap = true;
+  c.layout.tp_comm_overlap = true;
   BOOST_TEST(contains(why(c), "needs tensor parallel > 1 and sequence parallelism"));
-  c.parallel.sequence_parallel = true;
+  c.layout.sequence_parallel = true;
   BOOST_TEST(why(c).empty());
-  c.parallel.framework = Framework::kComposer;
+  c.layout.framework = Framework::kComposer;
   BOOST_TEST(!why(c).empty());
   c = megatron(8, 1, 2, 8, 1);
-  c.parallel.account_for_loss = true;
-  c.parallel.framework = Framework::kTorchtitan;
+  c.layout.account_for_loss = true;
+  c.layout.framework = Framework::kTorchtitan;
   BOOST_TEST(why(c).find('\n') == std::string::npos);
   BOOST_TEST(!why(c).empty());
 }
@@ -1083,15 +1082,15 @@ BOOST_FIXTURE_TEST_CASE(combined_1f1b_hides_all_to_alls_behind_another_micro_bat
   TrainConfig off = megatron(8, 1, 1, 64, 1);
   off.precision = Precision::kAmpBf16;
   off.seq_len = 4096;
-  off.parallel.expert = 8;
+  off.layout.expert = 8;
   TrainConfig on = off;
-  on.parallel.moe_a2a_overlap = true;
+  on.layout.moe_a2a_overlap = true;
   BOOST_TEST_REQUIRE(check_config(m, device, profile.params, on).empty());
   MegatronEvaluator e(m, device, profile.params);
   const Prediction a = e.predict(off), b = e.predict(on);
   const CostModel cost(device, profile.params);
   const BlockShape s = rank_shape(m, on, 32000);
-  const double a2a = all_to_all_seconds(cost, moe_dispatch_bytes(s), model_parallel_layout(on.parallel, 8, 8).ep_group);
+  const double a2a = all_to_all_seconds(cost, moe_dispatch_bytes(s), model_parallel_layout(on.layout, 8, 8).ep_group);
   BOOST_TEST(a2a > 0);
   BOOST_TEST(b.step_s < a.step_s);
   BOOST_TEST(a.step_s - b.step_s <= 7.0 * 32.0 * 4.0 * a2a * (1 + 1e-9));
@@ -1110,12 +1109,12 @@ BOOST_FIXTURE_TEST_CASE(combined_1f1b_hides_all_to_alls_behind_another_micro_bat
   // With pipeline parallelism the combined schedule is the interleaved one's: 2 stages x 2 chunks
   // of 8 layers, 8 micro-batches.
   TrainConfig pp_off = off;
-  pp_off.parallel.pipeline = 2;
-  pp_off.parallel.virtual_stages = 2;
+  pp_off.layout.pipeline = 2;
+  pp_off.layout.virtual_stages = 2;
   pp_off.n_gpus = 16;
   pp_off.global_batch = 64;
   TrainConfig pp_on = pp_off;
-  pp_on.parallel.moe_a2a_overlap = true;
+  pp_on.layout.moe_a2a_overlap = true;
   BOOST_TEST_REQUIRE(check_config(m, device, profile.params, pp_on).empty());
   BOOST_TEST(e.predict(pp_on).step_s < e.predict(pp_off).step_s);
 }
@@ -1128,23 +1127,23 @@ BOOST_FIXTURE_TEST_CASE(combined_1f1b_that_cannot_run_is_a_one_line_error, Fixtu
   };
   TrainConfig c = megatron(8, 1, 1, 8, 1);
   c.precision = Precision::kAmpBf16;
-  c.parallel.moe_a2a_overlap = true;
+  c.layout.moe_a2a_overlap = true;
   BOOST_TEST(contains(why(gpt_1024(), c), "needs a mixture-of-experts model with expert parallel > 1"));
   BOOST_TEST(contains(why(mixtral(), c), "needs a mixture-of-experts model with expert parallel > 1"));
-  c.parallel.expert = 8;
+  c.layout.expert = 8;
   BOOST_TEST(why(mixtral(), c).empty());
-  c.checkpointing = Checkpointing::kFull;
+  c.layout.checkpointing = Checkpointing::kFull;
   BOOST_TEST(contains(why(mixtral(), c), "does not run with full recompute"));
-  c.checkpointing = Checkpointing::kSelective;
+  c.layout.checkpointing = Checkpointing::kSelective;
   BOOST_TEST(why(mixtral(), c).empty());
   c.precision = Precision::kFp32;
   BOOST_TEST(contains(why(mixtral(), c), "needs bf16 or fp16 weights"));
   c = megatron(16, 1, 2, 16, 1);
   c.precision = Precision::kAmpBf16;
-  c.parallel.expert = 8;
-  c.parallel.moe_a2a_overlap = true;
+  c.layout.expert = 8;
+  c.layout.moe_a2a_overlap = true;
   BOOST_TEST(contains(why(mixtral(), c), "needs virtual stages (--vp) of at least 2"));
-  c.parallel.framework = Framework::kTorchtitan;
+  c.layout.framework = Framework::kTorchtitan;
   BOOST_TEST(!why(mixtral(), c).empty());
   BOOST_TEST(why(mixtral(), c).find('\n') == std::string::npos);
 }

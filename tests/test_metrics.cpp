@@ -27,7 +27,7 @@ BOOST_AUTO_TEST_CASE(mfu_hfu_and_model_tflop_reproduce_every_seed_row) {
       const double seq_per_s = r.tokens_per_s / static_cast<double>(r.seq_len);
       const FoundryMetrics fm =
           foundry_metrics(parameter_count(m, r.seq_len), m.n_layers, m.d_model, r.seq_len, seq_per_s, r.n_gpus,
-                          d.peak(mfu_dtype(r.precision)), r.checkpointing == Checkpointing::kFull);
+                          d.peak(mfu_dtype(r.precision)), r.layout.checkpointing == Checkpointing::kFull);
       BOOST_TEST(std::abs(100 * fm.mfu - r.mfu_percent) <= kPercentPointTol);
       BOOST_TEST(std::abs(100 * fm.hfu - r.hfu_percent) <= kPercentPointTol);
       if (r.model_tflop > 0) {

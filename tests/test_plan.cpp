@@ -265,7 +265,7 @@ tpsim::PlannedConfig config(double score, double headroom_gib, int64_t micro_bat
   c.headroom_bytes = headroom_gib * tpsim::kGiB;
   c.margin_bytes = 2 * tpsim::kGiB;
   c.cfg.micro_batch = micro_batch;
-  c.cfg.checkpointing = ckpt;
+  c.cfg.layout.checkpointing = ckpt;
   return c;
 }
 }  // namespace
@@ -285,7 +285,7 @@ BOOST_AUTO_TEST_CASE(robust_ranking_rules) {
   BOOST_TEST((p.rule == PickRule::kPowerOfTwoMicroBatch));
   // No checkpointing when a configuration without it is within the interval.
   p = pick({config(1.000, 30, 4, Checkpointing::kFull), config(1.02, 10, 4, Checkpointing::kNone)});
-  BOOST_TEST((p.chosen.cfg.checkpointing == Checkpointing::kNone));
+  BOOST_TEST((p.chosen.cfg.layout.checkpointing == Checkpointing::kNone));
   BOOST_TEST((p.rule == PickRule::kLessCheckpointing));
   // Outside the interval (10% apart with +-3%), the fastest stays first.
   p = pick({config(1.10, 30, 4, Checkpointing::kNone), config(1.000, 3, 5, Checkpointing::kFull)});

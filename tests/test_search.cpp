@@ -86,8 +86,8 @@ TrainConfig base_of(const Case& c) {
 }
 
 bool same(const TrainConfig& a, const TrainConfig& b) {
-  return a.micro_batch == b.micro_batch && a.sharding == b.sharding && a.checkpointing == b.checkpointing &&
-         a.global_batch == b.global_batch;
+  return a.micro_batch == b.micro_batch && a.layout.sharding == b.layout.sharding &&
+         a.layout.checkpointing == b.layout.checkpointing && a.global_batch == b.global_batch;
 }
 
 // Runs check(model, d, params, base, brute) for every case, under the case's name, brute-forcing `space`.
@@ -267,7 +267,7 @@ BOOST_AUTO_TEST_CASE(megatron_enumerates_exactly_the_valid_layouts) {
   const ModelConfig& model = catalog.get("125m");
   const DeviceSpec d = load_device("h100_80gb");
   SearchSpace space;
-  space.framework = Framework::kMegatron;
+  space.asked.framework = Framework::kMegatron;
   TrainConfig base;
   base.seq_len = 2048;
   base.n_gpus = 8;
@@ -275,7 +275,7 @@ BOOST_AUTO_TEST_CASE(megatron_enumerates_exactly_the_valid_layouts) {
   const std::vector<Layout> layouts = space.layouts(model, d, base);
   BOOST_TEST(layouts.size() == 22u);
   for (const Layout& l : layouts) {
-    const Parallelism& p = l.parallel;
+    const Layout& p = l;
     BOOST_TEST((p.framework == Framework::kMegatron));
     BOOST_TEST(p.sequence_parallel == (p.tensor > 1));
     BOOST_TEST(p.distributed_optimizer);
@@ -283,16 +283,16 @@ BOOST_AUTO_TEST_CASE(megatron_enumerates_exactly_the_valid_layouts) {
     BOOST_TEST((l.sharding == Sharding::kNoShard));
     BOOST_TEST(base.n_gpus % p.model_parallel() == 0);
   }
-  BOOST_TEST((layouts[0].parallel.tensor == 1 && layouts[0].parallel.pipeline == 1));  // tensor outermost
-  BOOST_TEST((layouts.back().parallel.tensor == 4 && layouts.back().parallel.pipeline == 2));
+  BOOST_TEST((layouts[0].tensor == 1 && layouts[0].pipeline == 1));  // tensor outermost
+  BOOST_TEST((layouts.back().tensor == 4 && layouts.back().pipeline == 2));
   base.global_batch = 4;
   BOOST_TEST(space.layouts(model, d, base).size() == 20u);
   // A fixed axis fixes it: tensor 2 leaves pipeline 1, 2 (vp 1, 2), 4.
   base.global_batch = 16;
-  space.parallel.tensor = 2;
+  space.asked.tensor = 2;
   BOOST_TEST(space.layouts(model, d, base).size() == 8u);
-  space.parallel.sequence_parallel = false;
-  for (const Layout& l : space.layouts(model, d, base)) BOOST_TEST(!l.parallel.sequence_parallel);
+  space.asked.sequence_parallel = false;
+  for (const Layout& l : space.layouts(model, d, base)) BOOST_TEST(!l.sequence_parallel);
   // Composer's space does not depend on the model.
   BOOST_TEST((SearchSpace{}.layouts(model, d, base) == SearchSpace{}.layouts()));
 }
@@ -303,8 +303,8 @@ BOOST_AUTO_TEST_CASE(megatron_fixed_axes_that_leave_no_layout_say_why) {
   const DeviceSpec d = load_device("h100_80gb");
   const CostParams params = load_shipped_profile("h100_80gb").params;
   SearchSpace space;
-  space.framework = Framework::kMegatron;
-  space.parallel.tensor = 8;  // 12 heads
+  space.asked.framework = Framework::kMegatron;
+  space.asked.tensor = 8;  // 12 heads
   TrainConfig base;
   base.seq_len = 2048;
   base.n_gpus = 8;
@@ -325,31 +325,28 @@ BOOST_AUTO_TEST_CASE(check_layout_names_the_broken_constraint) {
   cfg.seq_len = 2048;
   cfg.n_gpus = 16;
   cfg.global_batch = 32;
-  cfg.parallel.tensor = 2;
+  cfg.layout.tensor = 2;
   BOOST_TEST(contains(check_layout(model, cfg), "composer runs FSDP without model parallelism"));
-  cfg.parallel.framework = Framework::kMegatron;
+  cfg.layout.framework = Framework::kMegatron;
   BOOST_TEST(check_layout(model, cfg).empty());
   const auto why = [&](auto change) {
     TrainConfig c = cfg;
-    change(c.parallel, c);
+    change(c.layout, c);
     return check_layout(model, c);
   };
-  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.tensor = 3; }), "tensor parallel 3 does not divide"));
-  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.pipeline = 64; }),
+  BOOST_TEST(contains(why([](Layout& p, TrainConfig&) { p.tensor = 3; }), "tensor parallel 3 does not divide"));
+  BOOST_TEST(contains(why([](Layout& p, TrainConfig&) { p.pipeline = 64; }),
                       "pipeline parallel 64 does not divide the 32 layers"));
-  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.virtual_stages = 2; }), "virtual stages need pipeline"));
-  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.context = 3; }),
-                      "context parallel 3 does not divide the sequence"));
-  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.expert = 2; }),
-                      "expert parallel 2 does not divide the 0 experts"));
-  BOOST_TEST(contains(why([](Parallelism& p, TrainConfig&) { p.tensor = 1, p.sequence_parallel = true; }),
+  BOOST_TEST(contains(why([](Layout& p, TrainConfig&) { p.virtual_stages = 2; }), "virtual stages need pipeline"));
+  BOOST_TEST(
+      contains(why([](Layout& p, TrainConfig&) { p.context = 3; }), "context parallel 3 does not divide the sequence"));
+  BOOST_TEST(
+      contains(why([](Layout& p, TrainConfig&) { p.expert = 2; }), "expert parallel 2 does not divide the 0 experts"));
+  BOOST_TEST(contains(why([](Layout& p, TrainConfig&) { p.tensor = 1, p.sequence_parallel = true; }),
                       "sequence parallelism needs"));
-  BOOST_TEST(
-      contains(why([](Parallelism& p, TrainConfig&) { p.pipeline = 16; }), "= 32 does not divide the GPU count 16"));
-  BOOST_TEST(
-      contains(why([](Parallelism&, TrainConfig& c) { c.global_batch = 12; }), "not a multiple of data parallel 8"));
-  BOOST_TEST(
-      contains(why([](Parallelism&, TrainConfig& c) { c.micro_batch = 3; }), "micro-batch 3 does not divide the 4"));
+  BOOST_TEST(contains(why([](Layout& p, TrainConfig&) { p.pipeline = 16; }), "= 32 does not divide the GPU count 16"));
+  BOOST_TEST(contains(why([](Layout&, TrainConfig& c) { c.global_batch = 12; }), "not a multiple of data parallel 8"));
+  BOOST_TEST(contains(why([](Layout&, TrainConfig& c) { c.micro_batch = 3; }), "micro-batch 3 does not divide the 4"));
 }
 
 // Megatron's search against the brute force over its layouts and the micro-batches dividing the
@@ -359,7 +356,7 @@ BOOST_AUTO_TEST_CASE(megatron_searches_as_the_brute_force_does) {
   const DeviceSpec d = load_device("h100_80gb");
   const CostParams params = load_shipped_profile("h100_80gb").params;
   SearchSpace space;
-  space.framework = Framework::kMegatron;
+  space.asked.framework = Framework::kMegatron;
   for (const char* name : {"125m", "1b", "7b"}) {
     BOOST_TEST_CONTEXT(name) {
       const ModelConfig& model = catalog.get(name);
@@ -380,7 +377,7 @@ BOOST_AUTO_TEST_CASE(megatron_searches_as_the_brute_force_does) {
       const SearchResult all = search(model, d, params, base, space, SearchGoal::kAllThatFit);
       BOOST_TEST_REQUIRE(all.fitting.size() == fitting.size());
       for (size_t i = 0; i < fitting.size(); ++i) {
-        BOOST_TEST((all.fitting[i].cfg.parallel == fitting[i].cfg.parallel));
+        BOOST_TEST((all.fitting[i].cfg.layout == fitting[i].cfg.layout));
         BOOST_TEST(all.fitting[i].cfg.micro_batch == fitting[i].cfg.micro_batch);
         BOOST_TEST(all.fitting[i].cfg.per_device_batch() % all.fitting[i].cfg.micro_batch == 0);
       }
@@ -411,7 +408,7 @@ template <typename Get>
 std::vector<int64_t> values_of(const std::vector<Layout>& layouts, Get get) {
   std::vector<int64_t> v;
   for (const Layout& l : layouts)
-    if (std::find(v.begin(), v.end(), get(l.parallel)) == v.end()) v.push_back(get(l.parallel));
+    if (std::find(v.begin(), v.end(), get(l)) == v.end()) v.push_back(get(l));
   std::sort(v.begin(), v.end());
   return v;
 }
@@ -432,7 +429,7 @@ void check_megatron_search(const ModelConfig& model, const DeviceSpec& d, const 
   const SearchResult all = search(model, d, params, base, space, SearchGoal::kAllThatFit);
   BOOST_TEST_REQUIRE(all.fitting.size() == fitting.size());
   for (size_t i = 0; i < fitting.size(); ++i) {
-    BOOST_TEST((all.fitting[i].cfg.parallel == fitting[i].cfg.parallel));
+    BOOST_TEST((all.fitting[i].cfg.layout == fitting[i].cfg.layout));
     BOOST_TEST(all.fitting[i].cfg.micro_batch == fitting[i].cfg.micro_batch);
   }
   const SearchResult fast = search(model, d, params, base, space, SearchGoal::kFastest);
@@ -454,11 +451,11 @@ BOOST_AUTO_TEST_CASE(megatron_searches_context_parallelism_on_long_sequences) {
   const ModelConfig& model = catalog.get("7b");
   const DeviceSpec d = load_device("h100_80gb");
   SearchSpace space;
-  space.framework = Framework::kMegatron;
+  space.asked.framework = Framework::kMegatron;
   TrainConfig base;
   base.n_gpus = 16;
   base.global_batch = 16;
-  const auto cp_of = [](const Parallelism& p) { return p.context; };
+  const auto cp_of = [](const Layout& p) { return p.context; };
   base.seq_len = 4096;
   BOOST_TEST((values_of(space.layouts(model, d, base), cp_of) == std::vector<int64_t>{1}));
   base.seq_len = 8192;
@@ -467,11 +464,11 @@ BOOST_AUTO_TEST_CASE(megatron_searches_context_parallelism_on_long_sequences) {
   const std::vector<Layout> layouts = space.layouts(model, d, base);
   BOOST_TEST((values_of(layouts, cp_of) == std::vector<int64_t>{1, 2, 4, 8}));
   for (const Layout& l : layouts) {
-    BOOST_TEST(l.parallel.expert == 1);  // dense
-    BOOST_TEST(base.n_gpus % (l.parallel.tensor * l.parallel.context * l.parallel.pipeline) == 0);
+    BOOST_TEST(l.expert == 1);  // dense
+    BOOST_TEST(base.n_gpus % (l.tensor * l.context * l.pipeline) == 0);
   }
   // A fixed degree is taken as given.
-  space.parallel.context = 16;
+  space.asked.context = 16;
   BOOST_TEST((values_of(space.layouts(model, d, base), cp_of) == std::vector<int64_t>{16}));
 }
 
@@ -482,17 +479,17 @@ BOOST_AUTO_TEST_CASE(megatron_searches_expert_parallelism_for_mixtures_of_expert
   const ModelCatalog catalog = ModelCatalog::load_default();
   const DeviceSpec d = load_device("h100_80gb");
   SearchSpace space;
-  space.framework = Framework::kMegatron;
+  space.asked.framework = Framework::kMegatron;
   TrainConfig base;
   base.n_gpus = 8;
   base.global_batch = 64;
   base.seq_len = 4096;
-  const auto ep_of = [](const Parallelism& p) { return p.expert; };
+  const auto ep_of = [](const Layout& p) { return p.expert; };
   const std::vector<Layout> layouts = space.layouts(catalog.get("mixtral-8x7b"), d, base);
   BOOST_TEST((values_of(layouts, ep_of) == std::vector<int64_t>{1, 2, 4, 8}));
   size_t whole_experts_under_tp = 0;
   for (const Layout& l : layouts) {
-    const Parallelism& p = l.parallel;
+    const Layout& p = l;
     const int64_t stage_ranks = base.n_gpus / p.model_parallel() * p.context * p.tensor;
     BOOST_TEST(stage_ranks % (p.expert_tensor_degree() * p.expert) == 0);
     if (p.expert_tensor == 0) BOOST_TEST((base.n_gpus / p.model_parallel() * p.context) % p.expert == 0);
@@ -502,13 +499,13 @@ BOOST_AUTO_TEST_CASE(megatron_searches_expert_parallelism_for_mixtures_of_expert
   }
   BOOST_TEST(whole_experts_under_tp > 0u);
   // tp 8 leaves one data-parallel rank: ep 8 only with the experts whole (etp 1) across the tensor ranks.
-  space.parallel.tensor = 8;
+  space.asked.tensor = 8;
   const std::vector<Layout> tp8 = space.layouts(catalog.get("mixtral-8x7b"), d, base);
-  BOOST_TEST(std::any_of(tp8.begin(), tp8.end(),
-                         [](const Layout& l) { return l.parallel.expert == 8 && l.parallel.expert_tensor == 1; }));
-  BOOST_TEST(std::none_of(tp8.begin(), tp8.end(),
-                          [](const Layout& l) { return l.parallel.expert > 1 && l.parallel.expert_tensor == 0; }));
-  space.parallel.tensor.reset();
+  BOOST_TEST(
+      std::any_of(tp8.begin(), tp8.end(), [](const Layout& l) { return l.expert == 8 && l.expert_tensor == 1; }));
+  BOOST_TEST(
+      std::none_of(tp8.begin(), tp8.end(), [](const Layout& l) { return l.expert > 1 && l.expert_tensor == 0; }));
+  space.asked.tensor.reset();
   BOOST_TEST((values_of(space.layouts(catalog.get("7b"), d, base), ep_of) == std::vector<int64_t>{1}));
 }
 
@@ -517,7 +514,7 @@ BOOST_AUTO_TEST_CASE(megatron_searches_context_and_expert_parallelism_as_the_bru
   const DeviceSpec d = load_device("h100_80gb");
   const CostParams params = load_shipped_profile("h100_80gb").params;
   SearchSpace space;
-  space.framework = Framework::kMegatron;
+  space.asked.framework = Framework::kMegatron;
   space.checkpointing = {Checkpointing::kNone, Checkpointing::kSelective, Checkpointing::kFull};
   TrainConfig base;
   base.n_gpus = 8;

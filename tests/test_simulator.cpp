@@ -46,13 +46,13 @@ BOOST_FIXTURE_TEST_CASE(predictions_are_finite_and_positive_over_the_sweep_range
           for (int64_t mb : {1, 3, 16})
             for (Sharding sh : kAllShardings)
               for (bool ckpt : {false, true}) {
-                const TrainConfig c{.seq_len = seq,
-                                    .global_batch = gpus * 16,
-                                    .micro_batch = mb,
-                                    .n_gpus = gpus,
-                                    .precision = prec,
-                                    .sharding = sh,
-                                    .checkpointing = ckpt ? Checkpointing::kFull : Checkpointing::kNone};
+                const TrainConfig c{
+                    .seq_len = seq,
+                    .global_batch = gpus * 16,
+                    .micro_batch = mb,
+                    .n_gpus = gpus,
+                    .precision = prec,
+                    .layout = {.sharding = sh, .checkpointing = ckpt ? Checkpointing::kFull : Checkpointing::kNone}};
                 if (m.max_positions > 0 && seq > m.max_positions) {  // GPT-2, OPT: a learned table of positions
                   BOOST_TEST(contains(check_config(m, d, prof.params, c), "learned positions"));
                   ++checked;
@@ -82,7 +82,7 @@ BOOST_FIXTURE_TEST_CASE(checkpointing_trades_time_for_memory, Fixture) {
   const DeviceProfile prof = load_shipped_profile("a100_80gb");
   TrainConfig c{.seq_len = 2048, .global_batch = 256, .micro_batch = 4, .n_gpus = 8};
   const Prediction off = predict(model("7b"), d, prof.params, c);
-  c.checkpointing = Checkpointing::kFull;
+  c.layout.checkpointing = Checkpointing::kFull;
   const Prediction on = predict(model("7b"), d, prof.params, c);
   BOOST_TEST(on.memory.peak_bytes < off.memory.peak_bytes);
   BOOST_TEST(on.step_s > off.step_s);
@@ -94,11 +94,12 @@ BOOST_FIXTURE_TEST_CASE(checkpointing_trades_time_for_memory, Fixture) {
 BOOST_FIXTURE_TEST_CASE(sharding_divides_the_state, Fixture) {
   const DeviceSpec d = load_device("h100_80gb");
   const DeviceProfile prof = load_shipped_profile("h100_80gb");
-  TrainConfig c{.seq_len = 2048, .global_batch = 64, .micro_batch = 2, .n_gpus = 16, .sharding = Sharding::kNoShard};
+  TrainConfig c{
+      .seq_len = 2048, .global_batch = 64, .micro_batch = 2, .n_gpus = 16, .layout = {.sharding = Sharding::kNoShard}};
   const Prediction none = predict(model("1b"), d, prof.params, c);
-  c.sharding = Sharding::kFullShard;
+  c.layout.sharding = Sharding::kFullShard;
   const Prediction full = predict(model("1b"), d, prof.params, c);
-  c.sharding = Sharding::kHybridShard;
+  c.layout.sharding = Sharding::kHybridShard;
   const Prediction hybrid = predict(model("1b"), d, prof.params, c);
   BOOST_TEST(full.memory.sharded_state_bytes == none.memory.sharded_state_bytes / 16, tt::tolerance(1e-12));
   BOOST_TEST(hybrid.memory.sharded_state_bytes == none.memory.sharded_state_bytes / 8, tt::tolerance(1e-12));
@@ -106,9 +107,9 @@ BOOST_FIXTURE_TEST_CASE(sharding_divides_the_state, Fixture) {
   // collective; HYBRID_SHARD's gathers stay in a node and only its all-reduce crosses nodes.
   c.n_gpus = 512;
   c.global_batch = 1024;
-  c.sharding = Sharding::kFullShard;
+  c.layout.sharding = Sharding::kFullShard;
   const Prediction full512 = predict(model("1b"), d, prof.params, c);
-  c.sharding = Sharding::kHybridShard;
+  c.layout.sharding = Sharding::kHybridShard;
   const Prediction hybrid512 = predict(model("1b"), d, prof.params, c);
   BOOST_TEST(full512.timeline.comm_s > hybrid512.timeline.comm_s);
 }
@@ -125,7 +126,7 @@ BOOST_FIXTURE_TEST_CASE(search_keeps_the_fastest_configuration_that_fits, Fixtur
     for (bool ckpt : {false, true}) {
       TrainConfig c = base;
       c.micro_batch = mb;
-      c.checkpointing = ckpt ? Checkpointing::kFull : Checkpointing::kNone;
+      c.layout.checkpointing = ckpt ? Checkpointing::kFull : Checkpointing::kNone;
       const Prediction p = predict(model("13b"), d, prof.params, c);
       if (p.fits()) BOOST_TEST(p.step_s >= r.best_prediction.step_s);
     }

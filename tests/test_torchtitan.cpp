@@ -34,10 +34,10 @@ TrainConfig titan(int64_t gpus, int64_t tp, int64_t pp, int64_t global_batch, in
                 .micro_batch = micro_batch,
                 .n_gpus = gpus,
                 .precision = precision};
-  c.parallel.framework = Framework::kTorchtitan;
-  c.parallel.tensor = tp;
-  c.parallel.pipeline = pp;
-  c.parallel.sequence_parallel = tp > 1;
+  c.layout.framework = Framework::kTorchtitan;
+  c.layout.tensor = tp;
+  c.layout.pipeline = pp;
+  c.layout.sequence_parallel = tp > 1;
   return c;
 }
 
@@ -131,7 +131,7 @@ BOOST_FIXTURE_TEST_CASE(tensor_parallel_two_halves_a_ranks_gemm_flops, Fixture) 
 
 BOOST_FIXTURE_TEST_CASE(async_tensor_parallelism_hides_collectives_behind_gemms, Fixture) {
   TrainConfig sync = titan(8, 4, 1, 16, 2), async = sync;
-  async.parallel.async_tensor_parallel = true;
+  async.layout.async_tensor_parallel = true;
   BOOST_REQUIRE(why(async).empty());
   const Prediction a = predict(model, device, profile.params, sync);
   const Prediction b = predict(model, device, profile.params, async);
@@ -164,7 +164,7 @@ BOOST_FIXTURE_TEST_CASE(memory_of_a_small_case_by_hand, Fixture) {
 
   // Full checkpointing keeps each block's input and rebuilds one block at a time.
   TrainConfig full = c;
-  full.checkpointing = Checkpointing::kFull;
+  full.layout.checkpointing = Checkpointing::kFull;
   const double input = 2.0 * 2048 * 1024 * 2.0;
   BOOST_TEST(e.memory(full).activation_bytes == 8.0 * input + saved_of(block_forward_ops, s) +
                                                     saved_of(embedding_forward_ops, s) + saved_of(head_forward_ops, s),
@@ -174,9 +174,9 @@ BOOST_FIXTURE_TEST_CASE(memory_of_a_small_case_by_hand, Fixture) {
 BOOST_FIXTURE_TEST_CASE(checkpointing_modes_trade_memory_for_recompute, Fixture) {
   // none < selective 'op' < every 2nd layer < full in step time, the reverse in activations.
   TrainConfig none = titan(8, 2, 1, 32, 4), op = none, every2 = none, full = none;
-  op.checkpointing = every2.checkpointing = Checkpointing::kSelective;
-  every2.parallel.selective_ac_layers = 2;
-  full.checkpointing = Checkpointing::kFull;
+  op.layout.checkpointing = every2.layout.checkpointing = Checkpointing::kSelective;
+  every2.layout.selective_ac_layers = 2;
+  full.layout.checkpointing = Checkpointing::kFull;
   TorchtitanEvaluator e(model, device, profile.params);
   const double t_none = e.predict(none).step_s, t_op = e.predict(op).step_s;
   const double t_every2 = e.predict(every2).step_s, t_full = e.predict(full).step_s;
@@ -207,7 +207,7 @@ BOOST_FIXTURE_TEST_CASE(pipelines_gather_once_per_step_and_keep_micro_batches_in
   BOOST_TEST(t.fsdp_reduce_bytes == (4.0 * block + table) * 4.0, tt::tolerance(1e-12));
   // Interleaved: 16 micro-batches are a multiple of the 2 stages.
   TrainConfig inter = titan(8, 2, 2, 32, 1);
-  inter.parallel.virtual_stages = 2;
+  inter.layout.virtual_stages = 2;
   BOOST_REQUIRE(why(inter).empty());
   BOOST_TEST(e.predict(inter).step_s > 0.0);
 }
@@ -219,32 +219,32 @@ BOOST_FIXTURE_TEST_CASE(layouts_that_cannot_run_are_one_line_errors, Fixture) {
     BOOST_TEST(w.find('\n') == std::string::npos);
   };
   TrainConfig c = titan(8, 2, 1, 16, 1);
-  c.parallel.context = 2;
+  c.layout.context = 2;
   c.seq_len = 2046;
   expect(c, "context parallel 2 does not split the sequence length 2046 into 4 equal chunks");
   c.seq_len = 2052;  // 4 chunks, but tp 2 x 2 x cp 2 does not divide it
   expect(c, "sequence length 2052 is not a multiple of tensor parallel 2 x 2 x context parallel 2");
   c = titan(8, 1, 1, 16, 1);
-  c.parallel.expert = 2;
+  c.layout.expert = 2;
   expect(c, "expert parallelism (2) is not modelled yet under torchtitan");
   expect(titan(24, 3, 1, 24, 1), "tensor parallel 3 does not divide the 16 attention heads");
   expect(titan(32, 1, 16, 32, 1), "pipeline parallel 16 is more stages than the 8 layers");
   expect(titan(8, 2, 1, 16, 3), "micro-batch 3 does not divide the 4 sequences per data-parallel rank (torchtitan");
   c = titan(8, 2, 1, 16, 1);
-  c.parallel.sequence_parallel = false;
+  c.layout.sequence_parallel = false;
   expect(c, "without sequence parallelism (--no-sp) under torchtitan");
   c = titan(8, 1, 1, 16, 1);
-  c.parallel.async_tensor_parallel = true;
+  c.layout.async_tensor_parallel = true;
   expect(c, "async tensor parallelism needs tensor parallel > 1");
   c = titan(8, 1, 1, 16, 1);
-  c.parallel.selective_ac_layers = 2;
+  c.layout.selective_ac_layers = 2;
   expect(c, "selective_ac_option 2 applies to selective checkpointing only");
   c = titan(8, 1, 1, 16, 1);
-  c.parallel.overlap_grad_reduce = true;
+  c.layout.overlap_grad_reduce = true;
   expect(c, "--overlap-grad-reduce is megatron's");
   c = titan(8, 2, 1, 16, 1);
-  c.parallel.framework = Framework::kMegatron;
-  c.parallel.async_tensor_parallel = true;
+  c.layout.framework = Framework::kMegatron;
+  c.layout.async_tensor_parallel = true;
   expect(c, "async tensor parallelism and selective_ac_option are torchtitan's");
   ModelCatalog catalog = ModelCatalog::load_default();
   Fixture moe;
@@ -265,7 +265,7 @@ double category_flops(void (*build)(const BlockShape&, OpSink&), const BlockShap
 }
 
 TrainConfig with_context(TrainConfig c, int64_t cp) {
-  c.parallel.context = cp;
+  c.layout.context = cp;
   return c;
 }
 
@@ -327,7 +327,7 @@ BOOST_FIXTURE_TEST_CASE(context_parallel_all_gathers_kv_and_rings_fp32_dkv, Fixt
   const double L = 8, m = 4;
   BOOST_TEST(e.traffic(c).cp_bytes == m * L * (2.0 * a.kv_gather_bytes + 4.0 * a.dkv_hop_bytes), tt::tolerance(1e-12));
   TrainConfig full = c;
-  full.checkpointing = Checkpointing::kFull;
+  full.layout.checkpointing = Checkpointing::kFull;
   BOOST_TEST(e.traffic(full).cp_bytes == m * L * (3.0 * a.kv_gather_bytes + 4.0 * a.dkv_hop_bytes),
              tt::tolerance(1e-12));
   BOOST_TEST(e.traffic(titan(8, 1, 1, 16, 2)).cp_bytes == 0.0);
@@ -357,7 +357,7 @@ BOOST_FIXTURE_TEST_CASE(fsdp2_shards_over_dp_shard_times_cp, Fixture) {
 BOOST_FIXTURE_TEST_CASE(hsdp_all_reduces_the_gradient_shards_over_the_replicas, Fixture) {
   // 16 GPUs, data_parallel_replicate_degree 2: dp_shard 8 (one node each), replicas 8 ranks apart.
   TrainConfig c = titan(16, 1, 1, 32, 2);
-  c.parallel.replicate_degree = 2;
+  c.layout.replicate_degree = 2;
   BOOST_REQUIRE(why(c).empty());
   TorchtitanMesh mesh;
   BOOST_REQUIRE(resolve_torchtitan_mesh(c, device.gpus_per_node, &mesh).empty());
@@ -376,7 +376,7 @@ BOOST_FIXTURE_TEST_CASE(hsdp_all_reduces_the_gradient_shards_over_the_replicas, 
   BOOST_TEST(e.memory(c).sharded_state_bytes == 16.0 * (L * block + root) / 8.0, tt::tolerance(1e-12));
   // Without replicas the same 16 ranks shard everything and all-reduce nothing.
   TrainConfig flat = c;
-  flat.parallel.replicate_degree = 0;
+  flat.layout.replicate_degree = 0;
   BOOST_TEST(e.traffic(flat).fsdp_replicate_bytes == 0.0);
   BOOST_TEST(e.memory(flat).sharded_state_bytes == 16.0 * (L * block + root) / 16.0, tt::tolerance(1e-12));
   // Against one replica alone (8 GPUs, the same shard group and micro-batches): the communication
@@ -389,29 +389,29 @@ BOOST_FIXTURE_TEST_CASE(hsdp_all_reduces_the_gradient_shards_over_the_replicas, 
   BOOST_TEST(hsdp.timeline.comm_s - one_replica.timeline.comm_s == m * (L * all_reduce(block) + all_reduce(root)),
              tt::tolerance(1e-9));
   // Degrees that do not multiply to the GPU count, and replicas with nothing to shard.
-  c.parallel.shard_degree = 4;
+  c.layout.shard_degree = 4;
   BOOST_TEST(contains(why(c),
                       "data_parallel_replicate_degree 2 x data_parallel_shard_degree 4 x context 1 x tensor 1 "
                       "x pipeline 1 = 8 is not the GPU count 16"),
              why(c));
-  c.parallel.shard_degree = 1;
-  c.parallel.replicate_degree = 16;
+  c.layout.shard_degree = 1;
+  c.layout.replicate_degree = 16;
   BOOST_TEST(contains(why(c), "torchtitan's DDP (apply_ddp), not modelled yet"), why(c));
 }
 
 BOOST_FIXTURE_TEST_CASE(the_search_runs_torchtitan_layouts, Fixture) {
   SearchSpace space;
-  space.framework = Framework::kTorchtitan;
+  space.asked.framework = Framework::kTorchtitan;
   space.checkpointing = {kAllCheckpointings.begin(), kAllCheckpointings.end()};
   const TrainConfig base{.seq_len = 2048, .global_batch = 64, .n_gpus = 8};
   const SearchResult r = search(model, device, profile.params, base, space, SearchGoal::kAllThatFit);
   BOOST_TEST(r.found);
   bool tp = false, pp = false, selective = false;
   for (const Candidate& c : r.fitting) {
-    BOOST_TEST((c.cfg.parallel.framework == Framework::kTorchtitan));
-    tp = tp || c.cfg.parallel.tensor > 1;
-    pp = pp || c.cfg.parallel.pipeline > 1;
-    selective = selective || c.cfg.checkpointing == Checkpointing::kSelective;
+    BOOST_TEST((c.cfg.layout.framework == Framework::kTorchtitan));
+    tp = tp || c.cfg.layout.tensor > 1;
+    pp = pp || c.cfg.layout.pipeline > 1;
+    selective = selective || c.cfg.layout.checkpointing == Checkpointing::kSelective;
     BOOST_TEST(c.prediction.step_s == predict(model, device, profile.params, c.cfg).step_s);
   }
   BOOST_TEST(tp);
@@ -421,15 +421,15 @@ BOOST_FIXTURE_TEST_CASE(the_search_runs_torchtitan_layouts, Fixture) {
 
 BOOST_FIXTURE_TEST_CASE(the_search_takes_context_parallel_and_the_hsdp_degrees, Fixture) {
   SearchSpace space;
-  space.framework = Framework::kTorchtitan;
-  space.parallel.replicate_degree = 2;
+  space.asked.framework = Framework::kTorchtitan;
+  space.asked.replicate_degree = 2;
   const TrainConfig base{.seq_len = 16384, .global_batch = 16, .n_gpus = 16};
   const SearchResult r = search(model, device, profile.params, base, space, SearchGoal::kAllThatFit);
   BOOST_TEST(r.found);
   bool cp = false;
   for (const Candidate& c : r.fitting) {
-    BOOST_TEST(c.cfg.parallel.replicate_degree == 2);
-    cp = cp || c.cfg.parallel.context > 1;
+    BOOST_TEST(c.cfg.layout.replicate_degree == 2);
+    cp = cp || c.cfg.layout.context > 1;
     BOOST_TEST(c.prediction.step_s == predict(model, device, profile.params, c.cfg).step_s);
   }
   BOOST_TEST(cp);

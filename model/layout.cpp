@@ -1,0 +1,23 @@
+#include "model/layout.hpp"
+
+namespace tpsim {
+
+Layout fixed_layout(const LayoutRequest& r, std::optional<Sharding> sharding) {
+  const FrameworkDef& def = framework_def(r.framework);
+  Layout l;
+  l.framework = r.framework;
+  l.sharding = framework_sharding(r.framework, sharding);
+  for (const DegreeAxis& a : kDegreeAxes) l.*a.value = (r.*a.asked).value_or(1);
+  if (r.expert_tensor) l.set_expert_tensor(*r.expert_tensor);
+  l.sequence_parallel = r.sequence_parallel.value_or(l.tensor > 1);
+  l.distributed_optimizer = r.distributed_optimizer.value_or(def.distributed_optimizer);
+  for (const SwitchAxis& a : kSwitchAxes) l.*a.value = r.*a.asked;
+  l.shard_degree = r.shard_degree.value_or(0);
+  l.replicate_degree = r.replicate_degree.value_or(0);
+  l.first_stage_layers = r.first_stage_layers.value_or(0);
+  l.last_stage_layers = r.last_stage_layers.value_or(0);
+  l.selective_ac_layers = r.selective_ac_layers.value_or(0);
+  return l;
+}
+
+}  // namespace tpsim
