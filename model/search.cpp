@@ -263,8 +263,9 @@ bool same_but_checkpointing(Layout a, const Layout& b) {
 // predicts exactly as FULL_SHARD (model/parallelism.cpp).
 bool equivalent(const Layout& a, const Layout& b, const TrainConfig& base, const DeviceSpec& device) {
   const auto full_like = [](Sharding s) { return s == Sharding::kFullShard || s == Sharding::kHybridShard; };
-  return same_but_sharding(a, b) && full_like(a.sharding) && full_like(b.sharding) &&
-         base.n_gpus <= (device.gpus_per_host > 0 ? device.gpus_per_host : device.gpus_per_node);
+  return full_like(a.sharding) && full_like(b.sharding) &&
+         base.n_gpus <= (device.gpus_per_host > 0 ? device.gpus_per_host : device.gpus_per_node) &&
+         same_but_sharding(a, b);
 }
 
 // The largest m in [lo, hi] with ok(m), for ok true up to some point and false after it; lo - 1 when
@@ -457,9 +458,11 @@ int64_t Searcher::undominated_from(size_t index) const {
   const Layout& layout = layouts_[index];
   if (goal_ != SearchGoal::kFastest || layout.checkpointing == Checkpointing::kNone) return 1;
   int64_t from = 1;
-  for (size_t j = 0; j < index; ++j)
-    if (same_but_checkpointing(layouts_[j], layout) &&
-        recompute_order(layouts_[j].checkpointing) < recompute_order(layout.checkpointing))
+  // Layouts that differ in their checkpointing alone are adjacent (SearchSpace::layouts lists it
+  // innermost): the walk back ends at the first layout that differs in more. (Were one missed, its
+  // micro-batches would be timed, not skipped: the same result, found slower.)
+  for (size_t j = index; j-- > 0 && same_but_checkpointing(layouts_[j], layout);)
+    if (recompute_order(layouts_[j].checkpointing) < recompute_order(layout.checkpointing))
       from = std::max(from, fit_upto_[j] + 1);
   return from;
 }
