@@ -11,6 +11,7 @@
 #include "io/names.hpp"
 #include "io/text_format.hpp"
 #include "cli/args.hpp"
+#include "model/rules.hpp"
 
 namespace tpsim {
 
@@ -191,65 +192,8 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
       "Megatron's core attention under megatron); default: the model's own");
 }
 
-namespace {
-
-// The options a framework does not own, each an error naming its flag and its owner.
-void check_option_owners(const LayoutRequest& r) {
-  const FrameworkDef& def = framework_def(r.framework);
-  const auto refuse = [](std::string_view flag, std::string_view whose, FrameworkOption o) {
-    throw Error(std::string(flag) + ": " + std::string(whose) + " option; use --framework " +
-                std::string(option_owner(o).name));
-  };
-  if (r.selective_ac_layers && !def.owns(FrameworkOption::kSelectiveAcLayers))
-    refuse("--selective-ac-option", "torchtitan's", FrameworkOption::kSelectiveAcLayers);
-  // A framework that shards the optimizer itself, with no flag for it (torchtitan's FSDP2).
-  if (def.distributed_optimizer && !def.owns(FrameworkOption::kDistributedOptimizer) &&
-      (r.distributed_optimizer || r.overlap_grad_reduce))
-    throw Error(std::string(r.distributed_optimizer ? (*r.distributed_optimizer ? "--dist-opt" : "--no-dist-opt")
-                                                    : "--overlap-grad-reduce") +
-                ": megatron's option; torchtitan's FSDP2 shards the optimizer state and reduces gradients during the "
-                "backward");
-  for (const auto& [flag, given] : {std::pair{"--first-stage-layers", r.first_stage_layers.has_value()},
-                                    std::pair{"--last-stage-layers", r.last_stage_layers.has_value()}})
-    if (given && !def.owns(FrameworkOption::kUnevenPipeline))
-      refuse(flag, "Megatron-Core's", FrameworkOption::kUnevenPipeline);
-  for (const SwitchAxis& a : kSwitchAxes)  // --overlap-grad-reduce under composer: below, as model parallelism
-    if (r.*a.asked && !def.owns(a.owner) && a.owner != FrameworkOption::kDistributedOptimizer)
-      refuse(a.names.flag, a.whose, a.owner);
-}
-
-}  // namespace
-
 void check_layout_request(const LayoutRequest& r) {
-  check_option_owners(r);
-  if (r.tp_comm_overlap && r.sequence_parallel == false)
-    throw Error(
-        "--tp-comm-overlap: TransformerEngine's TP communication overlap needs sequence parallelism (--no-sp given)");
-  if (r.tp_comm_overlap && r.tensor == 1)
-    throw Error("--tp-comm-overlap: TransformerEngine's TP communication overlap needs --tp > 1");
-  const FrameworkDef& def = framework_def(r.framework);
-  if (r.unfused_attention.value_or(false) && !def.unfused_attention)
-    throw Error(
-        "--attention unfused: torchtitan runs PyTorch's scaled_dot_product_attention, costed as flash "
-        "attention; its unfused math fallback is not modelled");
-  if (def.data_parallel_degrees) return;  // torchtitan's data_parallel_*_degree, as given
-  if (!def.sharding_strategies) {
-    for (const auto& [flag, given] : {std::pair{"--shard-degree", r.shard_degree.has_value()},
-                                      std::pair{"--replicate-degree", r.replicate_degree.has_value()}})
-      if (given)
-        throw Error(std::string(flag) + ": HSDP's shard and replicate degrees are composer's (FSDP) and " +
-                    "torchtitan's (FSDP2); --framework " + std::string(def.name) + " has its own data parallelism");
-    return;
-  }
-  const std::string composer = ": composer runs FSDP without model parallelism; use --framework megatron";
-  if (r.expert_tensor) throw Error("--etp " + std::to_string(*r.expert_tensor) + composer);
-  for (const DegreeAxis& a : kDegreeAxes)
-    if ((r.*a.asked).value_or(1) > 1)
-      throw Error(std::string(a.names.flag) + " " + std::to_string(*(r.*a.asked)) + composer);
-  for (const auto& [flag, on] : {std::pair{"--sp", r.sequence_parallel.value_or(false)},
-                                 std::pair{"--dist-opt", r.distributed_optimizer.value_or(false)},
-                                 std::pair{"--overlap-grad-reduce", r.overlap_grad_reduce}})
-    if (on) throw Error(flag + composer);
+  if (const BrokenRule b = first_broken_request_rule(r)) throw Error(b.why);
 }
 
 void check_layout_request(LayoutRequest& r, const RunSettings& run) {

@@ -47,12 +47,8 @@ std::string checkpointing_phrase(Checkpointing c);
 // it is read, a bad value one line naming its flag.
 void add_layout_flags(CLI::App* cmd, LayoutRequest& r);
 
-// The flags checked together, each error one line naming a flag: an option of another framework
-// ("--tp-comm-overlap: Megatron-Core's option; use --framework megatron"), under composer any model
-// parallelism, --sp, --dist-opt or --overlap-grad-reduce ("composer runs FSDP without model
-// parallelism; use --framework megatron"), --dist-opt, --no-dist-opt and --overlap-grad-reduce
-// under torchtitan (FSDP2 shards the optimizer state and overlaps its reductions), --tp-comm-overlap
-// with --tp 1 or --no-sp, the HSDP degrees outside composer and torchtitan.
+// The flags checked together (model/rules.hpp first_broken_request_rule: what each framework runs,
+// from the flags alone), each error one line naming a flag.
 void check_layout_request(const LayoutRequest& r);
 
 // `model` with the attention --attention asks for, under `r.framework`: unfused is llm-foundry's

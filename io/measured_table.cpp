@@ -10,6 +10,7 @@
 #include "io/text_format.hpp"
 #include "model/framework.hpp"
 #include "model/layout.hpp"
+#include "model/rules.hpp"
 
 namespace tpsim {
 namespace {
@@ -313,10 +314,10 @@ class RowParser {
       if (const std::string column(a.names.column); !column.empty() && cols_.has(column))
         par.*a.value = cols_.boolean(cells, column, at);
     const int64_t model_parallel = par.model_parallel();
-    if (r.n_gpus % model_parallel != 0)
-      throw Error(at + ": # GPUs " + std::to_string(r.n_gpus) +
-                  " is not a multiple of tensor x context x pipeline parallel " + std::to_string(par.tensor) + " x " +
-                  std::to_string(par.context) + " x " + std::to_string(par.pipeline));
+    TrainConfig row;  // the rule on the degrees alone: the model and batches are checked with the prediction
+    row.n_gpus = r.n_gpus;
+    row.layout = par;
+    if (std::string why = kDegreesDivideGpus.broken({.cfg = row}); !why.empty()) throw Error(at + ": " + why);
     if (cols_.has("Data Parallel")) {
       const int64_t dp = cols_.positive_int(cells, "Data Parallel", at);
       if (dp != r.n_gpus / model_parallel)

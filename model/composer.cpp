@@ -6,6 +6,7 @@
 #include "model/cost.hpp"
 #include "model/ops.hpp"
 #include "model/parallelism.hpp"
+#include "model/rules.hpp"
 
 namespace tpsim {
 namespace {
@@ -66,19 +67,33 @@ SavedActivations saved_activations(const ComputeCosts& k) {
           k.block_backward_buffer_bytes};
 }
 
-}  // namespace
-
-std::string check_composer_config(const ModelConfig&, const DeviceSpec& device, const TrainConfig& cfg) {
-  if (!cfg.layout.is_data_parallel_only() || cfg.layout.distributed_optimizer || cfg.layout.overlap_grad_reduce)
-    return "composer runs FSDP without tensor, pipeline, context or expert parallelism (framework megatron runs them)";
+// Composer's own rules (model/rules.hpp; no-model-parallelism is a general one, by
+// kComposerFramework.model_parallel).
+std::string hsdp_mesh_valid(const RuleInput& in) {
   HsdpMesh mesh;
-  if (std::string why = resolve_hsdp_mesh(cfg.layout, cfg.layout.sharding, cfg.n_gpus, &mesh); !why.empty()) return why;
+  return resolve_hsdp_mesh(in.cfg.layout, in.cfg.layout.sharding, in.cfg.n_gpus, &mesh);
+}
+
+std::string hybrid_shard_whole_nodes(const RuleInput& in) {
+  const TrainConfig& cfg = in.cfg;
+  if (cfg.layout.sharding != Sharding::kHybridShard) return {};
+  const DeviceSpec& device = *in.device;
+  HsdpMesh mesh;
+  resolve_hsdp_mesh(cfg.layout, cfg.layout.sharding, cfg.n_gpus, &mesh);
   const int64_t host = device.gpus_per_host > 0 ? device.gpus_per_host : device.gpus_per_node;  // HYBRID_SHARD's shard
   if (!mesh.mesh && cfg.layout.sharding == Sharding::kHybridShard && cfg.n_gpus > host && cfg.n_gpus % host != 0)
     return "HYBRID_SHARD needs whole nodes: " + std::to_string(cfg.n_gpus) + " GPUs is not a multiple of " +
            std::to_string(host) + " per node";
   return {};
 }
+
+constexpr Rule kHsdpMeshValid{"hsdp-mesh-valid", "--shard-degree --replicate-degree --sharding; fsdp_config",
+                              RuleScope::kConfig, hsdp_mesh_valid};
+constexpr Rule kHybridShardWholeNodes{"hybrid-shard-whole-nodes", "--sharding --gpus; Sharding Strategy",
+                                      RuleScope::kConfig, hybrid_shard_whole_nodes};
+constexpr std::array<const Rule*, 2> kComposerRules = {&kHsdpMeshValid, &kHybridShardWholeNodes};
+
+}  // namespace
 
 ComposerEvaluator::ComposerEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
     : model_(model),
@@ -244,7 +259,8 @@ constinit const FrameworkDef kComposerFramework = {
     .fit_adds = {},
     .fit_uninformed = {},
     .expert_tensor_parallel = false,
-    .check = check_composer_config,
+    .no_model_parallelism = "composer runs FSDP without model parallelism; use --framework megatron",
+    .rules = kComposerRules,
     .make_evaluator = make_evaluator<ComposerEvaluator>,
 };
 

@@ -14,10 +14,6 @@
 
 namespace tpsim {
 
-// Empty when Composer can run `cfg`, else why not, naming the value at fault (check_config calls
-// it after its general rules).
-std::string check_composer_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg);
-
 struct ComputeCosts : MicroBatchOpCosts {
   int64_t micro_batch = -1, seq_len = -1;
   Precision precision = Precision::kAmpBf16;

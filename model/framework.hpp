@@ -21,6 +21,7 @@ struct ModelConfig;
 struct DeviceSpec;
 struct Prediction;
 struct MemoryBreakdown;
+struct Rule;
 
 // Predicts the steps of one model on one device and profile under one framework, remembering what
 // it costed for the configurations that follow (a search asks for many). The referenced model,
@@ -89,8 +90,11 @@ struct FrameworkDef {
   std::span<const CostParamMember> fit_adds, fit_uninformed;
   // The expert tensor-parallel degree a search tries besides tp (Megatron-Core's --etp 1).
   bool expert_tensor_parallel;
-  // Empty when it can run `cfg` (after check_config's general rules), else why not, naming the value.
-  std::string (*check)(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg);
+  // Why a layout with model parallelism does not apply to it, after "--tp 2: " (without
+  // model_parallel; the rule no-model-parallelism).
+  std::string_view no_model_parallelism;
+  // Its own rules (model/rules.hpp), read after the general ones of each scope.
+  std::span<const Rule* const> rules;
   std::unique_ptr<FrameworkEvaluator> (*make_evaluator)(const ModelConfig& model, const DeviceSpec& device,
                                                         const CostParams& params);
 };

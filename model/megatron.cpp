@@ -1,6 +1,7 @@
 #include "model/megatron.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -9,6 +10,7 @@
 #include "model/ops.hpp"
 #include "model/parallelism.hpp"
 #include "model/pipeline.hpp"
+#include "model/rules.hpp"
 
 namespace tpsim {
 namespace {
@@ -38,44 +40,6 @@ double grad_collective(const CostModel& cost, CollectiveKind kind, double dense_
                        const ModelParallelLayout& l) {
   return cost.collective_seconds(kind, dense_bytes, l.dp_group) +
          cost.collective_seconds(kind, expert_bytes, l.expert_dp_group);
-}
-
-// The rules context and expert parallelism add (docs/frameworks.md), each naming the value at fault.
-std::string check_context_and_expert(const ModelConfig& model, const TrainConfig& cfg) {
-  const Layout& par = cfg.layout;
-  const auto n = [](int64_t v) { return std::to_string(v); };
-  if (par.context > 1 && cfg.seq_len % (2 * par.context) != 0)
-    return "context parallel " + n(par.context) + " does not split the sequence length " + n(cfg.seq_len) + " into " +
-           n(2 * par.context) + " equal chunks (Megatron's causal load balancing gives each rank two)";
-  if (par.context > 1 && model.unfused_attention)
-    return "context parallel " + n(par.context) + " needs flash (fused) attention; model " + model.name +
-           " has unfused attention (unfused_attention)";
-  const MoeConfig& e = model.moe;
-  if (par.expert > 1 && !e.active())
-    return "expert parallel " + n(par.expert) + " needs a mixture-of-experts model; " + model.name + " is dense";
-  if (par.expert_tensor > 0 && !e.active())
-    return "expert tensor parallel " + n(par.expert_tensor) + " needs a mixture-of-experts model; " + model.name +
-           " is dense";
-  if (!e.active()) return {};
-  if (e.experts % par.expert != 0)
-    return "expert parallel " + n(par.expert) + " does not divide the " + n(e.experts) + " experts of " + model.name;
-  const int64_t etp = par.expert_tensor_degree();
-  const int64_t dp_cp = cfg.data_parallel() * par.context;
-  if (par.expert_tensor == 0 && dp_cp % par.expert != 0)
-    return "expert parallel " + n(par.expert) + " does not divide data x context parallel " + n(dp_cp) +
-           " (Megatron carves the expert groups out of those ranks; with --etp 1 they span the tensor ranks too)";
-  if ((par.tensor * dp_cp) % (etp * par.expert) != 0)
-    return "expert tensor parallel " + n(etp) + " x expert parallel " + n(par.expert) +
-           " does not divide tensor x data x context parallel " + n(par.tensor * dp_cp) +
-           " (Megatron carves the expert groups out of each stage's ranks)";
-  if (par.tensor > 1 && !par.sequence_parallel)
-    return "a mixture of experts with tensor parallel " + n(par.tensor) +
-           " needs sequence parallelism (--sp), as Megatron-LM asserts";
-  if (e.d_expert % etp != 0)
-    return "expert tensor parallel " + n(etp) + " does not divide the expert width " + n(e.d_expert);
-  if (e.shared_experts > 0 && e.d_shared % par.tensor != 0)
-    return "tensor parallel " + n(par.tensor) + " does not divide the shared expert width " + n(e.d_shared);
-  return {};
 }
 
 // One rank's model for its backward buffers: the model with its tensor-parallel widths, and `moe`,
@@ -109,36 +73,83 @@ UserbuffersSmCost userbuffers_sm_seconds(const LinearSeconds& fwd, const LinearS
   return c;
 }
 
-std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg) {
-  if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
-    return "sliding-window attention under megatron is not modelled yet";
-  const Layout& par = cfg.layout;
+namespace {
+
+// Megatron-Core's own rules (model/rules.hpp), each naming the value at fault.
+std::string tp_comm_overlap_needs_tp_and_sp(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
   if (par.tp_comm_overlap && (par.tensor < 2 || !par.sequence_parallel))
     return "TransformerEngine's tensor-parallel communication overlap (--tp-comm-overlap) needs tensor parallel > 1 "
            "and sequence parallelism";
-  if (par.grad_reduce_bf16 && (cfg.precision == Precision::kAmpFp16 || cfg.precision == Precision::kFp32))
-    return "--grad-reduce-in-bf16 needs bf16 parameters; precision " + std::string(to_string(cfg.precision)) +
-           " keeps its own";
-  if (par.fp8_param_gather && block_gemm_dtype(cfg.precision) != DType::kFp8 &&
-      block_gemm_dtype(cfg.precision) != DType::kFp4)
-    return "--fp8-param-gather needs low-precision weights (amp_fp8, mxfp8 or nvfp4); precision " +
-           std::string(to_string(cfg.precision)) + " has none";
-  if (par.moe_a2a_overlap) {
-    const std::string what = "the expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-comm)";
-    if (!model.moe.active() || par.expert < 2)
-      return what + " needs a mixture-of-experts model with expert parallel > 1, as Megatron-Core asserts";
-    if (cfg.layout.checkpointing == Checkpointing::kFull)
-      return what + " does not run with full recompute, as Megatron-Core asserts";
-    if (cfg.precision == Precision::kFp32) return what + " needs bf16 or fp16 weights, as Megatron-Core asserts";
-    if (par.pipeline > 1 && par.virtual_stages < 2)
-      return what + " with pipeline parallel " + std::to_string(par.pipeline) +
-             " runs Megatron-Core's interleaved schedule: it needs virtual stages (--vp) of at least 2";
-  }
-  if (par.tp_comm_overlap && device.compute_units <= kUserbuffersMaxSms)
-    return "tensor-parallel communication overlap needs the SM count of device " + device.id + " (compute_units)";
-  if (std::string why = check_tensor_pipeline_config(model, cfg, "Megatron-LM"); !why.empty()) return why;
-  return check_context_and_expert(model, cfg);
+  return {};
 }
+
+std::string moe_tensor_needs_sp(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
+  if (in.model->moe.active() && par.tensor > 1 && !par.sequence_parallel)
+    return "a mixture of experts with tensor parallel " + std::to_string(par.tensor) +
+           " needs sequence parallelism (--sp), as Megatron-LM asserts";
+  return {};
+}
+
+std::string grad_reduce_bf16_needs_bf16(const RuleInput& in) {
+  const Precision p = in.cfg.precision;
+  if (in.cfg.layout.grad_reduce_bf16 && (p == Precision::kAmpFp16 || p == Precision::kFp32))
+    return "--grad-reduce-in-bf16 needs bf16 parameters; precision " + std::string(to_string(p)) + " keeps its own";
+  return {};
+}
+
+std::string fp8_param_gather_needs_low_precision(const RuleInput& in) {
+  const Precision p = in.cfg.precision;
+  if (in.cfg.layout.fp8_param_gather && block_gemm_dtype(p) != DType::kFp8 && block_gemm_dtype(p) != DType::kFp4)
+    return "--fp8-param-gather needs low-precision weights (amp_fp8, mxfp8 or nvfp4); precision " +
+           std::string(to_string(p)) + " has none";
+  return {};
+}
+
+std::string moe_a2a_overlap_conditions(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
+  if (!par.moe_a2a_overlap) return {};
+  const std::string what = "the expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-comm)";
+  if (!in.model->moe.active() || par.expert < 2)
+    return what + " needs a mixture-of-experts model with expert parallel > 1, as Megatron-Core asserts";
+  if (par.checkpointing == Checkpointing::kFull)
+    return what + " does not run with full recompute, as Megatron-Core asserts";
+  if (in.cfg.precision == Precision::kFp32) return what + " needs bf16 or fp16 weights, as Megatron-Core asserts";
+  if (par.pipeline > 1 && par.virtual_stages < 2)
+    return what + " with pipeline parallel " + std::to_string(par.pipeline) +
+           " runs Megatron-Core's interleaved schedule: it needs virtual stages (--vp) of at least 2";
+  return {};
+}
+
+std::string userbuffers_sm_count(const RuleInput& in) {
+  if (in.cfg.layout.tp_comm_overlap && in.device->compute_units <= kUserbuffersMaxSms)
+    return "tensor-parallel communication overlap needs the SM count of device " + in.device->id + " (compute_units)";
+  return {};
+}
+
+constexpr Rule kTpCommOverlapNeedsTpAndSp{"tp-comm-overlap-needs-tp-and-sp",
+                                          "--tp-comm-overlap --tp --sp; TP Comm Overlap", RuleScope::kLayout,
+                                          tp_comm_overlap_needs_tp_and_sp};
+constexpr Rule kMoeTensorNeedsSp{"moe-tensor-needs-sp", "--tp --sp; Sequence Parallel", RuleScope::kLayout,
+                                 moe_tensor_needs_sp};
+constexpr Rule kGradReduceBf16NeedsBf16{"grad-reduce-bf16-needs-bf16", "--grad-reduce-in-bf16 --precision",
+                                        RuleScope::kConfig, grad_reduce_bf16_needs_bf16};
+constexpr Rule kFp8ParamGatherNeedsLowPrecision{"fp8-param-gather-needs-low-precision",
+                                                "--fp8-param-gather --precision; FP8 Param Gather", RuleScope::kConfig,
+                                                fp8_param_gather_needs_low_precision};
+constexpr Rule kMoeA2aOverlapConditions{"moe-a2a-overlap-conditions",
+                                        "--overlap-moe-expert-parallel-comm --ep --vp --ckpt; MoE A2A Overlap",
+                                        RuleScope::kConfig, moe_a2a_overlap_conditions};
+constexpr Rule kUserbuffersSmCount{"userbuffers-sm-count", "--tp-comm-overlap --device", RuleScope::kConfig,
+                                   userbuffers_sm_count};
+const std::array<const Rule*, 10> kMegatronRules = {&kTpCommOverlapNeedsTpAndSp, &kContextNeedsFusedAttention,
+                                                    &kMoeTensorNeedsSp,          &kInterleavedMicroBatches,
+                                                    &kPipelineScheduleLimits,    &kSlidingWindowNotModelled,
+                                                    &kGradReduceBf16NeedsBf16,   &kFp8ParamGatherNeedsLowPrecision,
+                                                    &kMoeA2aOverlapConditions,   &kUserbuffersSmCount};
+
+}  // namespace
 
 // Everything of a configuration but its global batch, costed once.
 struct MegatronEvaluator::Costs : MicroBatchOpCosts {
@@ -202,7 +213,7 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   c.layout = model_parallel_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const ModelParallelLayout& l = c.layout;
   if (const std::string why = split_layers(model_.n_layers, par, c.chunk_layers); !why.empty())
-    throw std::invalid_argument("MegatronEvaluator: " + why + " (check_megatron_config refuses the layout)");
+    throw std::invalid_argument("MegatronEvaluator: " + why + " (the rule pipeline-splits-layers refuses the layout)");
   const int64_t vocab = megatron_padded_vocab(model_.vocab_size, l.tp);
   BlockShape shape = rank_shape(model_, cfg, vocab);
   shape.fp32_vocab_parallel_xent = true;  // Megatron's loss: ops.hpp
@@ -614,7 +625,8 @@ constinit const FrameworkDef kMegatronFramework = {
     .fit_adds = kMegatronFitAdds,
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,
-    .check = check_megatron_config,
+    .no_model_parallelism = "",
+    .rules = kMegatronRules,
     .make_evaluator = make_evaluator<MegatronEvaluator>,
 };
 

@@ -40,11 +40,6 @@
 
 namespace tpsim {
 
-// Empty when `cfg` is a layout Megatron-LM can run for `model` on `device`, else why not, naming the
-// value at fault. check_config calls it for cfg.layout.framework == kMegatron after its general
-// checks (degrees at least 1, their product dividing the GPU count, whole data-parallel batches).
-std::string check_megatron_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg);
-
 // What TransformerEngine's userbuffers take from the GEMMs they overlap (--tp-comm-overlap): their
 // communication kernels hold some of the GPU's SMs while a GEMM runs, which then runs on the rest,
 // its time scaled by compute_units / (compute_units - held). The SMs held per GEMM are those of

@@ -180,45 +180,4 @@ RingAttention ring_attention(const CostModel& cost, const BlockShape& local, int
   return r;
 }
 
-std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainConfig& cfg, std::string_view framework) {
-  const Layout& par = cfg.layout;
-  const auto n = [](int64_t v) { return std::to_string(v); };
-  if (model.n_heads % par.tensor != 0)
-    return "tensor parallel " + n(par.tensor) + " does not divide the " + n(model.n_heads) + " attention heads";
-  if (model.kv_heads() % par.tensor != 0)
-    return "tensor parallel " + n(par.tensor) + " does not divide the " + n(model.kv_heads()) + " key/value heads";
-  if (!model.moe.active() && model.d_ffn() % par.tensor != 0)
-    return "tensor parallel " + n(par.tensor) + " does not divide the feed-forward width " + n(model.d_ffn());
-  if (par.pipeline > model.n_layers)
-    return "pipeline parallel " + n(par.pipeline) + " is more stages than the " + n(model.n_layers) + " layers";
-  const FrameworkDef& def = framework_def(par.framework);
-  if ((par.uneven_pipeline() && !def.owns(FrameworkOption::kUnevenPipeline)) ||
-      (par.tp_comm_overlap && !def.owns(FrameworkOption::kTpCommOverlap)) ||
-      (par.moe_a2a_overlap && !def.owns(FrameworkOption::kMoeA2aOverlap)))
-    return std::string(par.tp_comm_overlap   ? "tensor-parallel communication overlap"
-                       : par.moe_a2a_overlap ? "the expert-parallel all-to-all overlap"
-                                             : "uneven pipeline splits") +
-           " are Megatron-Core's (framework megatron), not " + std::string(framework) + "'s";
-  if (par.virtual_stages > 1 && par.pipeline < 2)
-    return "virtual stages (" + n(par.virtual_stages) + ") need pipeline parallelism of at least 2";
-  std::vector<int64_t> chunk_layers;
-  if (std::string why = split_layers(model.n_layers, par, chunk_layers); !why.empty()) return why;
-  if (cfg.per_device_batch() % cfg.micro_batch != 0)
-    return "micro-batch " + n(cfg.micro_batch) + " does not divide the " + n(cfg.per_device_batch()) +
-           " sequences per data-parallel rank (" + std::string(framework) + " needs whole micro-batches)";
-  const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
-  if (par.virtual_stages > 1 && m % par.pipeline != 0)
-    return "interleaved 1F1B needs the " + n(m) + " micro-batches to be a multiple of pipeline parallel " +
-           n(par.pipeline);
-  PipelineCosts pipeline;  // the schedule's own limits (stages, chunks, micro-batches)
-  pipeline.stages = par.pipeline;
-  pipeline.virtual_stages = par.virtual_stages;
-  pipeline.micro_batches = m;
-  const std::vector<double> zero(static_cast<size_t>(std::min<int64_t>(par.pipeline * par.virtual_stages, 1 << 12)),
-                                 0.0);
-  pipeline.fwd_s = pipeline.bwd_s = zero;
-  if (std::string why = check_pipeline(pipeline); !why.empty()) return why;
-  return {};
-}
-
 }  // namespace tpsim

@@ -17,13 +17,6 @@
 
 namespace tpsim {
 
-// The rules Megatron-LM and torchtitan share ("" when `cfg` keeps them): tensor parallel divides the
-// query and key/value heads and the feed-forward width; pipeline parallel at most the layers, and
-// pipeline x virtual stages dividing them; virtual stages only with a pipeline; whole micro-batches
-// (`framework` names who needs them); interleaved 1F1B with a multiple of the stages of
-// micro-batches; and the pipeline schedule's own limits (check_pipeline).
-std::string check_tensor_pipeline_config(const ModelConfig& model, const TrainConfig& cfg, std::string_view framework);
-
 // The shape one rank computes (context, tensor and expert parallelism; `padded_vocab`:
 // megatron_padded_vocab): the sequence's s/cp tokens (each op but the attention runs on them; the
 // attention is ring_attention's), the tensor-parallel slice (tensor_parallel_shape), and for a

@@ -1,5 +1,6 @@
 #include "model/framework.hpp"
 #include "model/search.hpp"
+#include "model/rules.hpp"
 
 #include <algorithm>
 #include <tuple>
@@ -24,87 +25,8 @@ std::vector<Layout> SearchSpace::layouts() const {
   return out;
 }
 
-namespace {
-
-std::string degree_text(const char* name, int64_t v) { return name + std::string(" ") + std::to_string(v); }
-
-// The FFN widths tensor parallelism splits by columns: the dense FFN's, or each routed and shared
-// expert's; the routed experts' only where their own degree (expert tensor parallel) is tp's.
-std::vector<int64_t> ffn_widths(const ModelConfig& m, bool with_routed = true) {
-  if (!m.moe.active()) return {m.d_ffn()};
-  std::vector<int64_t> w;
-  if (with_routed) w.push_back(m.moe.d_expert);
-  if (m.moe.shared_experts > 0) w.push_back(m.moe.d_shared);
-  return w;
-}
-
-// The rules on the degrees alone (the model's shape), before the GPU count and batch.
-std::string check_degrees(const ModelConfig& model, const TrainConfig& cfg) {
-  const Layout& p = cfg.layout;
-  const std::string tp = degree_text("tensor parallel", p.tensor);
-  if (p.tensor < 1 || p.pipeline < 1 || p.virtual_stages < 1 || p.context < 1 || p.expert < 1 || p.expert_tensor < 0)
-    return "parallel degrees must be at least 1";
-  if (model.n_heads % p.tensor != 0 || model.kv_heads() % p.tensor != 0)
-    return tp + " does not divide the " + std::to_string(model.n_heads) + " query heads and " +
-           std::to_string(model.kv_heads()) + " key/value heads of " + model.name;
-  for (int64_t w : ffn_widths(model, p.expert_tensor == 0))
-    if (w % p.tensor != 0) return tp + " does not divide the FFN width " + std::to_string(w) + " of " + model.name;
-  if (p.expert_tensor > 0 && !model.moe.active())
-    return degree_text("expert tensor parallel", p.expert_tensor) + " needs a mixture-of-experts model; " + model.name +
-           " is dense";
-  if (p.expert_tensor > 0 && model.moe.d_expert % p.expert_tensor != 0)
-    return degree_text("expert tensor parallel", p.expert_tensor) + " does not divide the expert width " +
-           std::to_string(model.moe.d_expert) + " of " + model.name;
-  if (!p.uneven_pipeline() && (p.pipeline > model.n_layers || model.n_layers % p.pipeline != 0))
-    return degree_text("pipeline parallel", p.pipeline) + " does not divide the " + std::to_string(model.n_layers) +
-           " layers of " + model.name + " into equal stages";
-  if (p.virtual_stages > 1 && p.pipeline == 1)
-    return "virtual stages need pipeline parallelism (pipeline parallel > 1)";
-  if (!p.uneven_pipeline() && model.n_layers % (p.pipeline * p.virtual_stages) != 0)
-    return degree_text("virtual stages", p.virtual_stages) + " x " + degree_text("pipeline parallel", p.pipeline) +
-           " does not divide the " + std::to_string(model.n_layers) + " layers of " + model.name;
-  if (cfg.seq_len % p.context != 0)
-    return degree_text("context parallel", p.context) + " does not divide the sequence length " +
-           std::to_string(cfg.seq_len);
-  if (p.expert > 1 && (!model.moe.active() || model.moe.experts % p.expert != 0))
-    return degree_text("expert parallel", p.expert) + " does not divide the " + std::to_string(model.moe.experts) +
-           " experts of " + model.name;
-  if (p.sequence_parallel && p.tensor == 1)
-    return "sequence parallelism needs tensor parallelism (tensor parallel > 1)";
-  return {};
-}
-
-}  // namespace
-
 std::string check_layout(const ModelConfig& model, const TrainConfig& cfg) {
-  const Layout& p = cfg.layout;
-  if (!framework_def(p.framework).model_parallel) {
-    if (!p.is_data_parallel_only() || p.distributed_optimizer || p.overlap_grad_reduce)
-      return "composer runs FSDP without model parallelism; use --framework megatron";
-    return {};
-  }
-  if (std::string why = check_degrees(model, cfg); !why.empty()) return why;
-  const int64_t model_parallel = p.model_parallel();
-  if (cfg.n_gpus % model_parallel != 0)
-    return "tensor x pipeline x context parallel = " + std::to_string(model_parallel) +
-           " does not divide the GPU count " + std::to_string(cfg.n_gpus);
-  const int64_t dp = cfg.data_parallel();
-  if (p.expert_tensor == 0 && (dp * p.context) % p.expert != 0)
-    return degree_text("expert parallel", p.expert) + " does not divide data x context parallel " +
-           std::to_string(dp * p.context);
-  if ((p.tensor * dp * p.context) % (p.expert_tensor_degree() * p.expert) != 0)
-    return degree_text("expert tensor parallel", p.expert_tensor_degree()) + " x " +
-           degree_text("expert parallel", p.expert) + " does not divide tensor x data x context parallel " +
-           std::to_string(p.tensor * dp * p.context);
-  if (cfg.global_batch % dp != 0)
-    return "global batch " + std::to_string(cfg.global_batch) + " is not a multiple of data parallel " +
-           std::to_string(dp);
-  if (cfg.micro_batch > 0 && cfg.per_device_batch() % cfg.micro_batch != 0)
-    return "micro-batch " + std::to_string(cfg.micro_batch) + " does not divide the " +
-           std::to_string(cfg.per_device_batch()) +
-           " sequences per data-parallel replica (Megatron-LM takes no "
-           "ragged last micro-batch)";
-  return {};
+  return first_broken_layout_rule(model, cfg).why;
 }
 
 namespace {
@@ -115,13 +37,16 @@ std::vector<T> axis(const std::optional<T>& fixed, std::vector<T> searched) {
   return fixed ? std::vector<T>{*fixed} : searched;
 }
 
-std::vector<int64_t> searched_tensor(const ModelConfig& model, const DeviceSpec& device) {
+// The powers of two up to a node's GPUs that split the model's heads and FFN widths (the rules
+// tensor-divides-heads and tensor-divides-ffn on the routed experts too).
+std::vector<int64_t> searched_tensor(const ModelConfig& model, const DeviceSpec& device, Framework framework) {
   std::vector<int64_t> out;
-  const std::vector<int64_t> widths = ffn_widths(model);
+  TrainConfig trial;
+  trial.layout.framework = framework;
+  const RuleInput in{.model = &model, .cfg = trial};
   for (int64_t tp = 1; tp <= std::max<int64_t>(1, device.gpus_per_node); tp *= 2) {
-    if (model.n_heads % tp == 0 && model.kv_heads() % tp == 0 &&
-        std::all_of(widths.begin(), widths.end(), [&](int64_t w) { return w % tp == 0; }))
-      out.push_back(tp);
+    trial.layout.tensor = tp;
+    if (kTensorDividesHeads.broken(in).empty() && kTensorDividesFfn.broken(in).empty()) out.push_back(tp);
   }
   return out;
 }
@@ -189,10 +114,8 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
   cfg.micro_batch = 0;  // the micro-batch is searched inside each layout
   Layout& p = cfg.layout;
   p = fixed_layout(a);  // the switches and the uneven split as asked; the rest is set below
-  p.async_tensor_parallel = p.tp_comm_overlap = p.moe_a2a_overlap = false;
-  p.selective_ac_layers = 0;
   if (!def.data_parallel_degrees) p.shard_degree = p.replicate_degree = 0;  // torchtitan's as given (TorchtitanMesh)
-  for (int64_t tp : axis(a.tensor, searched_tensor(model, device)))
+  for (int64_t tp : axis(a.tensor, searched_tensor(model, device, a.framework)))
     for (int64_t pp : axis(a.pipeline, divisors(model.n_layers)))
       for (int64_t vp : axis(a.virtual_stages, pp > 1 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1}))
         for (int64_t cp : axis(a.context, searched_context(base, tp)))
@@ -204,12 +127,15 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                   p.expert_tensor = etp;
                   p.sequence_parallel = sp;
                   p.distributed_optimizer = dist_opt;
+                  p.async_tensor_parallel = a.async_tensor_parallel && tp > 1;
+                  p.tp_comm_overlap = a.tp_comm_overlap && tp > 1 && sp;
+                  // What depends on the checkpointing is set below and checked with the
+                  // configuration (check_config).
+                  p.checkpointing = Checkpointing::kNone, p.selective_ac_layers = 0, p.moe_a2a_overlap = false;
                   if (!check_layout(model, cfg).empty()) continue;
                   // Megatron's data parallelism replicates parameters and gradients (DDP, FSDP's
                   // NO_SHARD); the distributed optimizer shards the optimizer state (ZeRO-1).
                   // torchtitan's FSDP2 shards all of them (FULL_SHARD; model/torchtitan.hpp).
-                  p.async_tensor_parallel = a.async_tensor_parallel && tp > 1;
-                  p.tp_comm_overlap = a.tp_comm_overlap && tp > 1 && sp;
                   const Sharding sharding = framework_sharding(a.framework);
                   for (Checkpointing ckpt : s.checkpointing) {
                     p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers.value_or(0) : 0;
@@ -318,8 +244,10 @@ class Searcher {
   Rejection no_layout(const TrainConfig& base) const;
   void search_listed(TrainConfig cfg, size_t index);
   int64_t undominated_from(size_t index) const;
+  // run() checked every rule of the layout at micro-batch 1: only those reading the micro-batch can
+  // break at another.
   bool valid(const TrainConfig& cfg) const {
-    return check_layout(model_, cfg).empty() && check_config(model_, device_, params_, cfg).empty();
+    return !first_broken_micro_batch_rule({.model = &model_, .cfg = cfg, .device = &device_, .params = &params_});
   }
   // Memory of cfg; records it as the leanest when it is. True when it fits.
   bool fits(const TrainConfig& cfg, int order, int64_t position, double* peak = nullptr);
@@ -510,8 +438,7 @@ int64_t largest_fitting_micro_batch(const ModelConfig& model, const DeviceSpec& 
   const int64_t count = every ? cfg.per_device_batch() : static_cast<int64_t>(listed.size());
   const int64_t last = last_ok(1, count, [&](int64_t k) {
     c.micro_batch = micro_batch_at(k);
-    return check_layout(model, c).empty() && check_config(model, device, params, c).empty() &&
-           evaluator.fits(evaluator.memory(c));
+    return check_config(model, device, params, c).empty() && evaluator.fits(evaluator.memory(c));
   });
   return last <= 0 ? 0 : micro_batch_at(last);
 }

@@ -1,4 +1,5 @@
 #include "model/simulator.hpp"
+#include "model/rules.hpp"
 
 #include "model/cost.hpp"
 #include "model/metrics.hpp"
@@ -23,61 +24,7 @@ __attribute__((flatten)) MicroBatchOpCosts cost_micro_batch_ops(const CostModel&
 
 std::string check_config(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
                          const TrainConfig& cfg) {
-  if (std::string arch = check_architecture(model); !arch.empty()) return "model " + model.name + ": " + arch;
-  if (cfg.seq_len <= 0 || cfg.seq_len > kMaxSeqLen)
-    return "sequence length " + std::to_string(cfg.seq_len) + " is outside 1.." + std::to_string(kMaxSeqLen);
-  if (model.learned_positions() && model.max_positions > 0 && cfg.seq_len > model.max_positions)
-    return "sequence length " + std::to_string(cfg.seq_len) + " exceeds the model's " +
-           std::to_string(model.max_positions) + " learned positions";
-  if (cfg.n_gpus <= 0 || cfg.n_gpus > kMaxGpus)
-    return "GPU count " + std::to_string(cfg.n_gpus) + " is outside 1.." + std::to_string(kMaxGpus);
-  if (cfg.global_batch <= 0 || cfg.global_batch > kMaxBatch)
-    return "global batch " + std::to_string(cfg.global_batch) + " is outside 1.." + std::to_string(kMaxBatch);
-  if (framework_def(cfg.layout.framework).batch_per_gpu && cfg.global_batch % cfg.n_gpus != 0)
-    return "global batch " + std::to_string(cfg.global_batch) + " is not a multiple of the GPU count " +
-           std::to_string(cfg.n_gpus);
-  const Layout& par = cfg.layout;
-  const FrameworkDef& def = framework_def(par.framework);
-  const auto use = [](FrameworkOption o) { return "use --framework " + std::string(option_owner(o).name); };
-  if (par.fp8_param_gather && !def.owns(FrameworkOption::kFp8ParamGather))
-    return "--fp8-param-gather is Megatron-Core's option; " + use(FrameworkOption::kFp8ParamGather);
-  if (par.pipeline_scatter_gather && !def.owns(FrameworkOption::kPipelineScatterGather))
-    return "--pipeline-scatter-gather is Megatron-LM's option; " + use(FrameworkOption::kPipelineScatterGather);
-  for (int64_t degree : {par.tensor, par.pipeline, par.virtual_stages, par.context, par.expert})
-    if (degree < 1 || degree > kMaxGpus)
-      return "parallel degree " + std::to_string(degree) + " is outside 1.." + std::to_string(kMaxGpus);
-  if (par.tensor * par.context > kMaxGpus || par.model_parallel() > kMaxGpus || cfg.n_gpus % par.model_parallel() != 0)
-    return "tensor x context x pipeline parallel = " + std::to_string(par.tensor) + " x " +
-           std::to_string(par.context) + " x " + std::to_string(par.pipeline) + " does not divide the " +
-           std::to_string(cfg.n_gpus) + " GPUs";
-  if (cfg.global_batch % cfg.data_parallel() != 0)
-    return "global batch " + std::to_string(cfg.global_batch) + " is not a multiple of the data-parallel degree " +
-           std::to_string(cfg.data_parallel());
-  if (cfg.micro_batch <= 0 || cfg.micro_batch > cfg.per_device_batch())
-    return "micro-batch " + std::to_string(cfg.micro_batch) + " is outside 1..per-device batch " +
-           std::to_string(cfg.per_device_batch());
-  if (static_cast<double>(cfg.micro_batch) * static_cast<double>(cfg.seq_len) > 1e12)
-    return "micro-batch of " + std::to_string(cfg.micro_batch) + " x " + std::to_string(cfg.seq_len) +
-           " tokens is beyond what the simulator models";
-  if (const auto f = scaled_format(cfg.precision); f && !device.supports(*f)) {
-    const bool mx4 = *f == ScaledFormat::kNvfp4 && device.supports(ScaledFormat::kMxfp4);
-    return "precision " + std::string(to_string(cfg.precision)) + " needs " + std::string(kScaledFormatNames[int(*f)]) +
-           " tensor cores, which " + device.id + " does not have" +
-           (mx4 ? " (its fp4 is MXFP4: 32-element blocks with e8m0 scales, not NVFP4)" : "");
-  }
-  for (DType t : {block_gemm_dtype(cfg.precision), other_gemm_dtype(cfg.precision)}) {
-    if (!device.supports(t))
-      return "precision " + std::string(to_string(cfg.precision)) + " needs " + std::string(to_string(t)) +
-             " matmuls, which " + device.id + " does not have";
-    if (!(params.gemm_flops_per_s(t) > 0))
-      return "the " + device.id + " profile has no achieved " + std::string(to_string(t)) + " GEMM rate";
-  }
-  if (device.gpus_per_node <= 0) return "device " + device.id + " has no gpus_per_node";
-  if ((par.async_tensor_parallel && !def.owns(FrameworkOption::kAsyncTensorParallel)) ||
-      (par.selective_ac_layers != 0 && !def.owns(FrameworkOption::kSelectiveAcLayers)))
-    return "async tensor parallelism and selective_ac_option are torchtitan's (framework " +
-           std::string(option_owner(FrameworkOption::kAsyncTensorParallel).name) + " runs them)";
-  return def.check(model, device, cfg);
+  return first_broken_rule(model, device, params, cfg).why;
 }
 
 Evaluator::Evaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)

@@ -59,7 +59,7 @@ struct Prediction {
 void complete_prediction(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg, Prediction& p);
 
 // Empty when the simulator can model this configuration on this device, else the reason, naming
-// the value at fault (a micro-batch larger than the per-device batch, a format the device lacks...).
+// the value at fault: the first rule of the rulebook it breaks (model/rules.hpp).
 std::string check_config(const ModelConfig& model, const DeviceSpec& device, const CostParams& params,
                          const TrainConfig& cfg);
 

@@ -1,6 +1,7 @@
 #include "model/torchtitan.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string_view>
 
@@ -8,6 +9,7 @@
 #include "model/metrics.hpp"
 #include "model/ops.hpp"
 #include "model/parallelism.hpp"
+#include "model/rules.hpp"
 
 namespace tpsim {
 namespace {
@@ -22,45 +24,95 @@ double block_linear_weights(const ModelConfig& m, int64_t tp) {
   return (dm * d(m.q_dim() + 2 * m.kv_dim()) + d(m.q_dim()) * dm + ffn_matrices * dm * d(m.d_ffn())) / d(tp);
 }
 
-}  // namespace
+// torchtitan's own rules (model/rules.hpp), each naming the value at fault.
+std::string expert_parallel_not_modelled(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
+  if (par.expert > 1)
+    return "expert parallelism (" + std::to_string(par.expert) + ") is not modelled yet under torchtitan";
+  return {};
+}
 
-std::string check_torchtitan_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg) {
-  const Layout& par = cfg.layout;
+std::string fsdp2_reduces_in_backward(const RuleInput& in) {
+  if (in.cfg.layout.overlap_grad_reduce)
+    return "--overlap-grad-reduce is megatron's: torchtitan's FSDP2 reduce-scatters each block's gradients during "
+           "the backward";
+  return {};
+}
+
+std::string selective_ac_positive(const RuleInput& in) {
+  const int64_t every = in.cfg.layout.selective_ac_layers;
+  if (every < 0) return "selective_ac_option " + std::to_string(every) + " is below 1";
+  return {};
+}
+
+// parallel_dims.py seq_len_divisor: sequence parallelism then splits each rank's s/cp tokens over tp.
+std::string sequence_divides_over_tp_and_cp(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
   const auto n = [](int64_t v) { return std::to_string(v); };
-  if (par.context > 1 && cfg.seq_len % (2 * par.context) != 0)
-    return "context parallel " + n(par.context) + " does not split the sequence length " + n(cfg.seq_len) + " into " +
-           n(2 * par.context) + " equal chunks (torchtitan's causal load balancing gives each rank two)";
-  // parallel_dims.py seq_len_divisor: sequence parallelism then splits each rank's s/cp tokens over tp.
-  if (par.context > 1 && cfg.seq_len % (2 * par.context * par.tensor) != 0)
-    return "sequence length " + n(cfg.seq_len) + " is not a multiple of tensor parallel " + n(par.tensor) +
+  if (par.context > 1 && in.cfg.seq_len % (2 * par.context * par.tensor) != 0)
+    return "sequence length " + n(in.cfg.seq_len) + " is not a multiple of tensor parallel " + n(par.tensor) +
            " x 2 x context parallel " + n(par.context) + " (torchtitan's seq_len_divisor)";
-  if (par.context > 1 && model.unfused_attention)
-    return "context parallel " + n(par.context) + " needs SDPA's flash attention; model " + model.name +
-           " has unfused attention (unfused_attention)";
-  if (par.expert > 1) return "expert parallelism (" + n(par.expert) + ") is not modelled yet under torchtitan";
-  if (par.grad_reduce_bf16)
-    return "--grad-reduce-in-bf16 is megatron's; torchtitan's FSDP2 reduces in its mixed_precision_reduce dtype";
-  if (par.expert_tensor > 0)
-    return "expert tensor parallelism (" + n(par.expert_tensor) + ") is Megatron-Core's; use --framework megatron";
-  if (model.moe.active()) return "mixture-of-experts models under torchtitan are not modelled yet";
-  if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
-    return "sliding-window attention under torchtitan is not modelled yet";
-  // parallelize_llama.py apply_tp: every block's norms are SequenceParallel whenever tp > 1.
+  return {};
+}
+
+std::string moe_not_modelled(const RuleInput& in) {
+  if (in.model->moe.active()) return "mixture-of-experts models under torchtitan are not modelled yet";
+  return {};
+}
+
+// parallelize_llama.py apply_tp: every block's norms are SequenceParallel whenever tp > 1.
+std::string tensor_needs_sequence_parallel(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
   if (par.tensor > 1 && !par.sequence_parallel)
     return "tensor parallelism without sequence parallelism (--no-sp) under torchtitan is not modelled yet: its "
            "apply_tp always shards the norms along the sequence";
-  if (par.tensor == 1 && par.sequence_parallel) return "sequence parallelism needs tensor parallel > 1";
-  if (par.overlap_grad_reduce)
-    return "--overlap-grad-reduce is megatron's: torchtitan's FSDP2 reduce-scatters each block's gradients during "
-           "the backward";
-  if (par.async_tensor_parallel && par.tensor == 1) return "async tensor parallelism needs tensor parallel > 1";
-  if (par.selective_ac_layers < 0) return "selective_ac_option " + n(par.selective_ac_layers) + " is below 1";
-  if (par.selective_ac_layers > 0 && cfg.layout.checkpointing != Checkpointing::kSelective)
-    return "selective_ac_option " + n(par.selective_ac_layers) + " applies to selective checkpointing only";
-  TorchtitanMesh mesh;
-  if (std::string why = resolve_torchtitan_mesh(cfg, device.gpus_per_node, &mesh); !why.empty()) return why;
-  return check_tensor_pipeline_config(model, cfg, "torchtitan");
+  return {};
 }
+
+std::string async_tp_needs_tensor(const RuleInput& in) {
+  if (in.cfg.layout.async_tensor_parallel && in.cfg.layout.tensor == 1)
+    return "async tensor parallelism needs tensor parallel > 1";
+  return {};
+}
+
+std::string selective_ac_needs_selective(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
+  if (par.selective_ac_layers > 0 && par.checkpointing != Checkpointing::kSelective)
+    return "selective_ac_option " + std::to_string(par.selective_ac_layers) +
+           " applies to selective checkpointing only";
+  return {};
+}
+
+std::string torchtitan_mesh_valid(const RuleInput& in) {
+  TorchtitanMesh mesh;
+  return resolve_torchtitan_mesh(in.cfg, in.device->gpus_per_node, &mesh);
+}
+
+constexpr Rule kExpertParallelNotModelled{"expert-parallel-not-modelled", "--ep; Expert Parallel",
+                                          RuleScope::kFramework, expert_parallel_not_modelled};
+constexpr Rule kFsdp2ReducesInBackward{"fsdp2-reduces-in-backward", "--overlap-grad-reduce; Overlap Grad Reduce",
+                                       RuleScope::kFramework, fsdp2_reduces_in_backward};
+constexpr Rule kSelectiveAcPositive{"selective-ac-positive", "--selective-ac-option", RuleScope::kFramework,
+                                    selective_ac_positive};
+constexpr Rule kSequenceDividesOverTpAndCp{"sequence-divides-over-tp-and-cp", "--seq --tp --cp; SeqLen (T)",
+                                           RuleScope::kLayout, sequence_divides_over_tp_and_cp};
+constexpr Rule kMoeNotModelled{"moe-not-modelled", "--model", RuleScope::kLayout, moe_not_modelled};
+constexpr Rule kTensorNeedsSequenceParallel{"tensor-needs-sequence-parallel", "--tp --no-sp; Sequence Parallel",
+                                            RuleScope::kLayout, tensor_needs_sequence_parallel};
+constexpr Rule kAsyncTpNeedsTensor{"async-tp-needs-tensor", "--async-tp --tp", RuleScope::kLayout,
+                                   async_tp_needs_tensor};
+constexpr Rule kSelectiveAcNeedsSelective{"selective-ac-needs-selective", "--selective-ac-option --ckpt",
+                                          RuleScope::kLayout, selective_ac_needs_selective};
+constexpr Rule kTorchtitanMeshValid{"torchtitan-mesh-valid", "--shard-degree --replicate-degree --cp --tp --pp --gpus",
+                                    RuleScope::kConfig, torchtitan_mesh_valid};
+const std::array<const Rule*, 13> kTorchtitanRules = {
+    &kExpertParallelNotModelled,   &kFsdp2ReducesInBackward,     &kSelectiveAcPositive,
+    &kSequenceDividesOverTpAndCp,  &kContextNeedsFusedAttention, &kMoeNotModelled,
+    &kTensorNeedsSequenceParallel, &kAsyncTpNeedsTensor,         &kSelectiveAcNeedsSelective,
+    &kInterleavedMicroBatches,     &kPipelineScheduleLimits,     &kSlidingWindowNotModelled,
+    &kTorchtitanMeshValid};
+
+}  // namespace
 
 std::string resolve_torchtitan_mesh(const TrainConfig& cfg, int64_t gpus_per_node, TorchtitanMesh* out) {
   *out = TorchtitanMesh{};
@@ -526,7 +578,8 @@ constinit const FrameworkDef kTorchtitanFramework = {
     .fit_adds = {},
     .fit_uninformed = {},
     .expert_tensor_parallel = false,
-    .check = check_torchtitan_config,
+    .no_model_parallelism = "",
+    .rules = kTorchtitanRules,
     .make_evaluator = make_evaluator<TorchtitanEvaluator>,
 };
 

@@ -99,11 +99,6 @@ struct ContextParallelAttention {
 ContextParallelAttention torchtitan_context_parallel(const CostModel& cost, const BlockShape& local, int64_t cp,
                                                      const CommGroup& cp_group);
 
-// Empty when `cfg` is a layout torchtitan can run for `model` on `device`, else why not, naming the
-// value at fault. check_config calls it for cfg.layout.framework == kTorchtitan after its general
-// checks.
-std::string check_torchtitan_config(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg);
-
 // Bytes one rank's collectives move per step, each counted as the full (unsharded) buffer of the
 // collective (cost.hpp collective_seconds): FSDP2's parameter all-gathers and gradient
 // reduce-scatters over the dp_shard x cp group, and the tensor-parallel activations' all-gathers,

@@ -135,7 +135,7 @@ BOOST_AUTO_TEST_CASE(bad_cells_name_the_file_line_and_column) {
            {"| 5.5 |", "| 0 |", "'Step Time (s)' must be positive"},
            {"| 5.5 |", "| nan |", "column 'Step Time (s)' must be finite"},
            {"| 64 | 1 |", "| 40 | 1 |",
-            "# GPUs 40 is not a multiple of tensor x context x pipeline parallel 4 x 2 x 2"}}) {
+            "tensor x pipeline x context parallel = 16 does not divide the GPU count 40"}}) {
     BOOST_TEST_CONTEXT(to) {
       // Copies: clang 14 does not let a lambda capture structured bindings.
       const std::string row = replaced(kRow, from, to);

@@ -10,6 +10,7 @@
 #include "run_tpsim.hpp"
 #include "model/megatron.hpp"
 #include "model/ops.hpp"
+#include "model/rules.hpp"
 #include "model/search.hpp"
 #include "model/simulator.hpp"
 #include "model/torchtitan.hpp"
@@ -245,7 +246,7 @@ BOOST_FIXTURE_TEST_CASE(layouts_that_cannot_run_are_one_line_errors, Fixture) {
   c = titan(8, 2, 1, 16, 1);
   c.layout.framework = Framework::kMegatron;
   c.layout.async_tensor_parallel = true;
-  expect(c, "async tensor parallelism and selective_ac_option are torchtitan's");
+  BOOST_TEST(first_broken_rule(model, device, profile.params, c).rule == "option-owned");
   ModelCatalog catalog = ModelCatalog::load_default();
   Fixture moe;
   moe.model = catalog.get("mixtral-8x7b");
