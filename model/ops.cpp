@@ -12,16 +12,16 @@ namespace tpsim {
 namespace {
 
 double d(int64_t x) { return static_cast<double>(x); }
-int64_t count(double x) { return static_cast<int64_t>(x + 0.5); }
+int64_t count(double x) { return std::llround(x); }
 
 // `op` marked in place as part of `role` (and, for a linear layer's GEMM, which of its three), for
 // pushing as it is: a temporary lives to the end of the push's expression, and nothing is copied.
-const Op& tagged(Op&& op, OpRole role, OpPass pass = OpPass::kNone) {
+const Op& tagged(Op& op, OpRole role, OpPass pass = OpPass::kNone) {
   op.role = role;
   op.pass = pass;
   return op;
 }
-const Op& tagged(Op& op, OpRole role, OpPass pass = OpPass::kNone) { return tagged(std::move(op), role, pass); }
+const Op& tagged(Op&& op, OpRole role, OpPass pass = OpPass::kNone) { return tagged(op, role, pass); }
 
 }  // namespace
 
@@ -387,7 +387,7 @@ UnfusedSizes unfused_sizes(const BlockShape& s) {
 // at micro-batch 1 leaves 2 local heads: vTrain's 32 such runs are this path.)
 bool fused_softmax_available(const BlockShape& s) {
   if (s.precision == Precision::kFp32 || s.torch_attention) return false;
-  const int64_t pow2 = std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(s.seq, 1)));
+  const auto pow2 = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(s.seq, 1))));
   const int64_t warp = std::min<int64_t>(pow2, 32);
   const int64_t per_block = (128 / warp) * (pow2 <= 128 ? 2 : 1);
   const int64_t batches = s.batch * s.n_heads;

@@ -179,7 +179,8 @@ double PipelineSimulator::merged_saving(int64_t s) const {
   if (merged >= cycle)
     for (int64_t k = 0; k < cycle; ++k) per_cycle += saving(k);
   for (int64_t k = 0; k < merged % cycle; ++k) rest += saving(k);
-  return static_cast<double>(merged / cycle) * per_cycle + rest;
+  const int64_t whole_cycles = merged / cycle;
+  return static_cast<double>(whole_cycles) * per_cycle + rest;
 }
 
 void PipelineSimulator::summarize() {

@@ -74,8 +74,8 @@ void add_fitting(const PlanQuery& q, const PlanDevice& device, int64_t n_gpus, s
     const double score = score_of(c.prediction, n_gpus, q.objective);
     const RelativeInterval i =
         device.interval ? interval_at(*device.interval, domain_point(*q.model, c.cfg)) : RelativeInterval{};
-    out.ranked.push_back({device.spec, c.cfg, std::move(c.prediction), score, score * (1.0 + i.p10),
-                          score * (1.0 + i.p90), headroom, margin});
+    out.ranked.push_back(
+        {device.spec, c.cfg, c.prediction, score, score * (1.0 + i.p10), score * (1.0 + i.p90), headroom, margin});
   }
   if (drop.count > 0) out.dropped.push_back(drop);
 }

@@ -65,7 +65,9 @@ std::string options_owned(const RuleInput& in) {
 
 std::string data_parallel_alone(const RuleInput& in) {
   const Layout& l = in.cfg.layout;
-  const auto refuse = [&](std::string given) { return given + ": " + std::string(def_of(in).no_model_parallelism); };
+  const auto refuse = [&](const std::string& given) {
+    return given + ": " + std::string(def_of(in).no_model_parallelism);
+  };
   for (const DegreeAxis& a : kDegreeAxes)
     if (l.*a.value > 1) return refuse(std::string(a.names.flag) + " " + n(l.*a.value));
   if (l.expert_tensor > 0) return refuse(std::string(kExpertTensorAxis.flag) + " " + n(l.expert_tensor));

@@ -417,7 +417,7 @@ void Searcher::time(const TrainConfig& cfg, int order, int64_t position) {
     best_rank_ = fast;
     result_.found = true;
   }
-  if (goal_ == SearchGoal::kAllThatFit) result_.fitting.push_back({cfg, std::move(p)});
+  if (goal_ == SearchGoal::kAllThatFit) result_.fitting.push_back({cfg, p});
 }
 
 }  // namespace
