@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <utility>
 
 #include "io/error.hpp"
 
@@ -230,7 +231,10 @@ std::string heat_map_svg(const HeatMap& h) {
   return s + heat_scale(h, f, hi_text, lo_text, empty) + "</svg>\n";
 }
 
-std::string scatter_loglog_svg(const Scatter& sc) {
+namespace {
+
+// The log-log plot's axes, both alike: whole decades around the data, at least one.
+std::pair<double, double> scatter_decades(const Scatter& sc) {
   double lo = std::numeric_limits<double>::infinity(), hi = 0;
   for (const auto& p : sc.points) {
     check_finite(p.x, "scatter x");
@@ -240,8 +244,15 @@ std::string scatter_loglog_svg(const Scatter& sc) {
     hi = std::max({hi, p.x, p.y});
   }
   if (sc.points.empty()) lo = 1, hi = 10;
-  // Whole decades around the data, at least one.
-  const double a0 = std::floor(std::log10(lo)), a1 = std::max(std::ceil(std::log10(hi)), a0 + 1);
+  const double a0 = std::floor(std::log10(lo));
+  return {a0, std::max(std::ceil(std::log10(hi)), a0 + 1)};
+}
+
+}  // namespace
+
+std::string scatter_loglog_svg(const Scatter& sc) {
+  const std::pair<double, double> decades = scatter_decades(sc);  // not bound: clang 14's lambdas cannot capture
+  const double a0 = decades.first, a1 = decades.second;
   std::vector<std::string> legend = {"y = x", sc.band_label};
   for (const auto& p : sc.points) legend.push_back(p.group);
   const double left = 80, top = 44, size = 440, bottom = 64;
