@@ -83,11 +83,7 @@ CommFitResult fit_comm(const std::vector<CommMeasurement>& ms, const DeviceSpec&
     fit.add_log_error(start, [&m, &device](const CostParams& p) { return comm_log_error(m, device, p); });
   // Two starts: the given values and the measurements' own estimate; the lower cost wins.
   const ceres::Solver::Summary summary = fit.solve({fit.x(), start_from_measurements(ms, device, r.tiers, fit)});
-  r.initial_cost = summary.initial_cost;
-  r.final_cost = summary.final_cost;
-  r.iterations = static_cast<int>(summary.iterations.size());
-  r.converged = summary.termination_type == ceres::CONVERGENCE;
-  r.summary = summary.BriefReport();
+  static_cast<SolveReport&>(r) = solve_report(summary);
   const std::vector<double> stddev =
       options.covariance ? fit.stddevs(summary.final_cost) : std::vector<double>(fit.size(), -1.0);
   r.params = start;

@@ -61,15 +61,11 @@ struct CommFitOptions {
   bool covariance = true;
 };
 
-struct CommFitResult {
-  CostParams params;                        // the start with the fitted values
-  std::vector<LinkTier> tiers;              // the tiers the measurements cover, in enum order
-  std::vector<FittedParameter> fitted;      // per tier: efficiency, then latency
-  std::vector<double> residuals;            // log(predicted / measured median), per measurement
-  double initial_cost = 0, final_cost = 0;  // Ceres cost (robustified, 1/2 sum) of the kept start
-  int iterations = 0;
-  bool converged = false;
-  std::string summary;  // Ceres' brief report
+struct CommFitResult : SolveReport {    // of the kept start
+  CostParams params;                    // the start with the fitted values
+  std::vector<LinkTier> tiers;          // the tiers the measurements cover, in enum order
+  std::vector<FittedParameter> fitted;  // per tier: efficiency, then latency
+  std::vector<double> residuals;        // log(predicted / measured median), per measurement
 };
 
 // log(CostModel(device, params).collective_seconds(...) / m.median_s).

@@ -249,4 +249,12 @@ FittedParameter fitted_report(const ParamInfo& param, double value, double stdde
   return {&param, value, stddev, at_bound, true};
 }
 
+SolveReport solve_report(const ceres::Solver::Summary& summary) {
+  return {.initial_cost = summary.initial_cost,
+          .final_cost = summary.final_cost,
+          .iterations = static_cast<int>(summary.iterations.size()),
+          .converged = summary.termination_type == ceres::CONVERGENCE,
+          .summary = summary.BriefReport()};
+}
+
 }  // namespace tpsim

@@ -57,6 +57,16 @@ using LogErrorFn = std::function<double(const CostParams&)>;
 // unit and bounds only (member is nullptr; value() is not used on them).
 using VectorLogErrorFn = std::function<double(const std::vector<double>&)>;
 
+// What every fit reports of Ceres' solve: its cost (robustified, 1/2 sum) before and after, the
+// iterations, whether it converged, and Ceres' brief report.
+struct SolveReport {
+  double initial_cost = 0, final_cost = 0;
+  int iterations = 0;
+  bool converged = false;
+  std::string summary;
+};
+SolveReport solve_report(const ceres::Solver::Summary& summary);
+
 struct LogSpaceOptions {
   double robust_scale = 0.05;  // Huber loss scale on the log errors
   int max_iterations = 100;

@@ -142,11 +142,7 @@ TableFitResult fit_table(const std::vector<FitRow>& rows, const CostParams& star
 
   TableFitResult r;
   r.params = start;
-  r.initial_cost = summary.initial_cost;
-  r.final_cost = summary.final_cost;
-  r.iterations = static_cast<int>(summary.iterations.size());
-  r.converged = summary.termination_type == ceres::CONVERGENCE;
-  r.summary = summary.BriefReport();
+  static_cast<SolveReport&>(r) = solve_report(summary);
   const std::vector<double> stddev =
       options.covariance ? fit.stddevs(summary.final_cost) : std::vector<double>(n, -1.0);
   for (size_t i = 0; i < n; ++i) {

@@ -52,16 +52,11 @@ struct TableFitOptions {
   int threads = 1;
 };
 
-struct TableFitResult {
+struct TableFitResult : SolveReport {
   CostParams params;
   std::vector<FittedParameter> fitted;
   std::vector<double> residuals;  // log(predicted / measured) per row, after the fit
   std::vector<bool> outliers;
-  double initial_cost = 0;  // Ceres cost (robustified, 1/2 sum) before and after
-  double final_cost = 0;
-  int iterations = 0;
-  bool converged = false;
-  std::string summary;  // Ceres' brief report
 };
 
 // Fits `options.parameters` to `rows`, starting from their values in `start`. Rows may come from
