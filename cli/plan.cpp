@@ -229,6 +229,15 @@ OutputTable rejected_table(const PlanRequest& r, const PlanResult& plan) {
   return why;
 }
 
+// With --tokens, the time to train (and with a price, its cost) and their intervals.
+void add_time_and_cost_columns(const PlanRequest& r, std::vector<std::string>& c) {
+  if (r.train_tokens <= 0) return;
+  for (const char* name : {"Time to Train (days)", "Time Low (days)", "Time High (days)", "GPU-hours"})
+    c.emplace_back(name);
+  if (r.price > 0)
+    for (const char* name : {"Cost ($)", "Cost Low ($)", "Cost High ($)"}) c.emplace_back(name);
+}
+
 std::vector<std::string> ranked_columns(const PlanRequest& r) {
   std::vector<std::string> c = {"Rank",
                                 "GPU",
@@ -246,12 +255,7 @@ std::vector<std::string> ranked_columns(const PlanRequest& r) {
                                 "HFU",
                                 "Memory (GiB)",
                                 "Headroom (GiB)"};
-  if (r.train_tokens > 0) {
-    for (const char* name : {"Time to Train (days)", "Time Low (days)", "Time High (days)", "GPU-hours"})
-      c.emplace_back(name);
-    if (r.price > 0)
-      for (const char* name : {"Cost ($)", "Cost Low ($)", "Cost High ($)"}) c.emplace_back(name);
-  }
+  add_time_and_cost_columns(r, c);
   c.emplace_back("Global Batch");
   if (r.layout_columns) c.insert(c.end(), layout_columns().begin(), layout_columns().end());
   return c;
@@ -358,12 +362,7 @@ std::vector<std::string> per_gpu_count_columns(const PlanRequest& r) {
                                 "Throughput High (T/s)",
                                 "MFU",
                                 "Headroom (GiB)"};
-  if (r.train_tokens > 0) {
-    for (const char* name : {"Time to Train (days)", "Time Low (days)", "Time High (days)", "GPU-hours"})
-      c.emplace_back(name);
-    if (r.price > 0)
-      for (const char* name : {"Cost ($)", "Cost Low ($)", "Cost High ($)"}) c.emplace_back(name);
-  }
+  add_time_and_cost_columns(r, c);
   if (r.layout_columns) c.insert(c.end(), layout_columns().begin(), layout_columns().end());
   c.emplace_back("Chosen by");
   return c;
