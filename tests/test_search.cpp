@@ -376,50 +376,6 @@ BOOST_AUTO_TEST_CASE(check_layout_names_the_broken_constraint) {
   BOOST_TEST(contains(why([](Layout&, TrainConfig& c) { c.micro_batch = 3; }), "micro-batch 3 does not divide the 4"));
 }
 
-// Megatron's search against the brute force over its layouts and the micro-batches dividing the
-// per-replica batch: the same configurations fit, in the same order, and the fastest is the same.
-BOOST_AUTO_TEST_CASE(megatron_searches_as_the_brute_force_does) {
-  const ModelCatalog catalog = ModelCatalog::load_default();
-  const DeviceSpec d = load_device("h100_80gb");
-  const CostParams params = load_shipped_profile("h100_80gb").params;
-  SearchSpace space;
-  space.asked.framework = Framework::kMegatron;
-  for (const char* name : {"125m", "1b", "7b"}) {
-    BOOST_TEST_CONTEXT(name) {
-      const ModelConfig& model = catalog.get(name);
-      TrainConfig base;
-      base.seq_len = 2048;
-      base.n_gpus = 16;
-      base.global_batch = 96;
-      base.micro_batch = 1;
-      std::vector<Candidate> fitting;
-      for (const Layout& l : space.layouts(model, d, base))
-        for (int64_t mb = 1; mb <= with_layout(base, l).per_device_batch(); ++mb) {
-          TrainConfig cfg = with_layout(base, l);
-          cfg.micro_batch = mb;
-          if (!check_layout(model, cfg).empty() || !check_config(model, d, params, cfg).empty()) continue;
-          const Prediction p = predict(model, d, params, cfg);
-          if (p.fits()) fitting.push_back({cfg, p});
-        }
-      const SearchResult all = search(model, d, params, base, space, SearchGoal::kAllThatFit);
-      BOOST_TEST_REQUIRE(all.fitting.size() == fitting.size());
-      for (size_t i = 0; i < fitting.size(); ++i) {
-        BOOST_TEST((all.fitting[i].cfg.layout == fitting[i].cfg.layout));
-        BOOST_TEST(all.fitting[i].cfg.micro_batch == fitting[i].cfg.micro_batch);
-        BOOST_TEST(all.fitting[i].cfg.per_device_batch() % all.fitting[i].cfg.micro_batch == 0);
-      }
-      const SearchResult fast = search(model, d, params, base, space, SearchGoal::kFastest);
-      BOOST_TEST(fast.found == !fitting.empty());
-      if (fast.found) {
-        const auto best = std::min_element(fitting.begin(), fitting.end(), [](const Candidate& a, const Candidate& b) {
-          return a.prediction.step_s < b.prediction.step_s;
-        });
-        BOOST_TEST(fast.best_prediction.step_s == best->prediction.step_s);
-      }
-    }
-  }
-}
-
 namespace {
 
 // A small mixture of experts (Mixtral's shape, narrowed): d 1024, 16 heads over 8 K/V heads, 8
@@ -442,8 +398,9 @@ std::vector<int64_t> values_of(const std::vector<Layout>& layouts, Get get) {
 
 // Megatron's search against the brute force over its layouts (kAllThatFit: the same configurations
 // in the same order; kFastest: the same step time).
-void check_megatron_search(const ModelConfig& model, const DeviceSpec& d, const CostParams& params,
-                           const TrainConfig& base, const SearchSpace& space) {
+// Returns the search's kAllThatFit result.
+SearchResult check_megatron_search(const ModelConfig& model, const DeviceSpec& d, const CostParams& params,
+                                   const TrainConfig& base, const SearchSpace& space) {
   std::vector<Candidate> fitting;
   for (const Layout& l : space.layouts(model, d, base))
     for (int64_t mb = 1; mb <= with_layout(base, l).per_device_batch(); ++mb) {
@@ -467,9 +424,32 @@ void check_megatron_search(const ModelConfig& model, const DeviceSpec& d, const 
     });
     BOOST_TEST(fast.best_prediction.step_s == best->prediction.step_s);
   }
+  return all;
 }
 
 }  // namespace
+
+// Megatron's search against the brute force over its layouts and the micro-batches dividing the
+// per-replica batch: the same configurations fit, in the same order, and the fastest is the same.
+BOOST_AUTO_TEST_CASE(megatron_searches_as_the_brute_force_does) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  const DeviceSpec d = load_device("h100_80gb");
+  const CostParams params = load_shipped_profile("h100_80gb").params;
+  SearchSpace space;
+  space.asked.framework = Framework::kMegatron;
+  for (const char* name : {"125m", "1b", "7b"}) {
+    BOOST_TEST_CONTEXT(name) {
+      const ModelConfig& model = catalog.get(name);
+      TrainConfig base;
+      base.seq_len = 2048;
+      base.n_gpus = 16;
+      base.global_batch = 96;
+      base.micro_batch = 1;
+      const SearchResult all = check_megatron_search(model, d, params, base, space);
+      for (const Candidate& c : all.fitting) BOOST_TEST(c.cfg.per_device_batch() % c.cfg.micro_batch == 0);
+    }
+  }
+}
 
 // Context parallel degrees are searched from 8192 tokens up: powers of two leaving each rank at
 // least 4096 tokens and fitting beside tensor parallelism. MPT 7b (32 heads, 32 layers) on 16 H100s.
