@@ -1,6 +1,7 @@
 #include "cli/run_settings.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <iostream>
 #include <thread>
@@ -128,11 +129,13 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
         r.framework_given = true;
       },
       "composer (llm-foundry FSDP, the default), megatron (tensor, pipeline and data parallel) or torchtitan");
-  const char* const degree_help[kDegreeAxes.size()] = {
-      "tensor parallel degree (megatron; sweep and plan search it when not given)",
-      "pipeline parallel degree: stages of equal layers (megatron)",
-      "virtual stages per pipeline rank: interleaved 1F1B (megatron)", "context parallel degree (megatron, torchtitan)",
-      "expert parallel degree (megatron, mixture-of-experts models)"};
+  constexpr auto degree_help =
+      std::to_array<const char*>({"tensor parallel degree (megatron; sweep and plan search it when not given)",
+                                  "pipeline parallel degree: stages of equal layers (megatron)",
+                                  "virtual stages per pipeline rank: interleaved 1F1B (megatron)",
+                                  "context parallel degree (megatron, torchtitan)",
+                                  "expert parallel degree (megatron, mixture-of-experts models)"});
+  static_assert(degree_help.size() == kDegreeAxes.size(), "one help text per axis of the registry");
   for (size_t i = 0; i < kDegreeAxes.size(); ++i)
     add_parsed(cmd, kDegreeAxes[i].names.flag.data(), r.*kDegreeAxes[i].asked, degree_flag, degree_help[i]);
   add_parsed(cmd, "--etp", r.expert_tensor, degree_flag,
@@ -143,23 +146,24 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
   add_on_off(cmd, "--dist-opt", "--no-dist-opt", r.distributed_optimizer,
              "distributed optimizer: ZeRO-1 over data parallel (megatron; the default)",
              "optimizer state replicated on every data-parallel rank");
-  const char* const switch_help[kSwitchAxes.size()] = {
-      "gradient buckets reduced during the backward (megatron's --overlap-grad-reduce)",
-      "main gradients kept and reduced in bf16, not fp32 (megatron's --grad-reduce-in-bf16; Megatron-Bridge's "
-      "ddp.grad_reduce_in_fp32 False)",
-      "megatron under fp8: the weights are fp8 parameters, not bf16 ones with TransformerEngine's fp8 copy beside "
-      "them (megatron's --fp8-param-gather; Megatron-Bridge's fp8 recipes set it)",
-      "megatron: each tensor-parallel rank sends 1/tp of the activations to the next pipeline stage, which "
-      "all-gathers them (legacy Megatron-LM's and Megatron-DeepSpeed's default, "
-      "--scatter-gather-tensors-in-pipeline; Megatron-Core ignores it); no effect under --sp",
-      "megatron: TransformerEngine's tensor-parallel communication overlap (userbuffers; needs --sp and --tp > 1)",
-      "megatron: Megatron-Core's combined 1F1B, each micro-batch's expert-parallel all-to-alls hidden behind "
-      "another's compute (Megatron-Bridge's moe_a2a_overlap; needs --ep > 1, no full recompute, and --vp > 1 with "
-      "--pp > 1)",
-      "megatron: the embedding counts as a layer of the first stage in the pipeline split "
-      "(--account-for-embedding-in-pipeline-split)",
-      "megatron: the loss counts as a layer of the last stage (--account-for-loss-in-pipeline-split)",
-      "async tensor parallelism: the collectives beside the GEMMs (torchtitan's enable_async_tensor_parallel)"};
+  constexpr auto switch_help = std::to_array<const char*>(
+      {"gradient buckets reduced during the backward (megatron's --overlap-grad-reduce)",
+       "main gradients kept and reduced in bf16, not fp32 (megatron's --grad-reduce-in-bf16; Megatron-Bridge's "
+       "ddp.grad_reduce_in_fp32 False)",
+       "megatron under fp8: the weights are fp8 parameters, not bf16 ones with TransformerEngine's fp8 copy beside "
+       "them (megatron's --fp8-param-gather; Megatron-Bridge's fp8 recipes set it)",
+       "megatron: each tensor-parallel rank sends 1/tp of the activations to the next pipeline stage, which "
+       "all-gathers them (legacy Megatron-LM's and Megatron-DeepSpeed's default, "
+       "--scatter-gather-tensors-in-pipeline; Megatron-Core ignores it); no effect under --sp",
+       "megatron: TransformerEngine's tensor-parallel communication overlap (userbuffers; needs --sp and --tp > 1)",
+       "megatron: Megatron-Core's combined 1F1B, each micro-batch's expert-parallel all-to-alls hidden behind "
+       "another's compute (Megatron-Bridge's moe_a2a_overlap; needs --ep > 1, no full recompute, and --vp > 1 with "
+       "--pp > 1)",
+       "megatron: the embedding counts as a layer of the first stage in the pipeline split "
+       "(--account-for-embedding-in-pipeline-split)",
+       "megatron: the loss counts as a layer of the last stage (--account-for-loss-in-pipeline-split)",
+       "async tensor parallelism: the collectives beside the GEMMs (torchtitan's enable_async_tensor_parallel)"});
+  static_assert(switch_help.size() == kSwitchAxes.size(), "one help text per axis of the registry");
   for (size_t i = 0; i < kSwitchAxes.size(); ++i)
     cmd->add_flag(std::string(kSwitchAxes[i].names.flag), r.*kSwitchAxes[i].asked, switch_help[i]);
   add_parsed(cmd, "--shard-degree", r.shard_degree, mesh_degree_flag,
