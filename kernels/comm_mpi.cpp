@@ -14,6 +14,7 @@
 
 #include "io/error.hpp"
 #include "kernels/comm.hpp"
+#include "kernels/mpi_init.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/reference.hpp"
 #include "kernels/timing.hpp"
@@ -37,18 +38,6 @@ void finalize_mpi() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
-}
-
-// MPI is started by the first communicator and stopped at exit. A program that initialised MPI
-// itself keeps the job of finalising it.
-void ensure_mpi_initialized() {
-  int initialized = 0;
-  TPSIM_MPI_CHECK(MPI_Initialized(&initialized));
-  if (initialized) return;
-  int provided = 0;
-  // Funneled: only the main thread calls MPI; the CPU kernels' OpenMP threads never do.
-  TPSIM_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
-  std::atexit(finalize_mpi);
 }
 
 std::string processor_name() {
@@ -235,6 +224,16 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+void ensure_mpi_initialized() {
+  int initialized = 0;
+  TPSIM_MPI_CHECK(MPI_Initialized(&initialized));
+  if (initialized) return;
+  int provided = 0;
+  // Funneled: only the main thread calls MPI; the CPU kernels' OpenMP threads never do.
+  TPSIM_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+  std::atexit(finalize_mpi);
+}
 
 std::unique_ptr<Communicator> make_mpi_communicator(CommScope scope) {
   return std::make_unique<MpiCommunicator>(scope);

@@ -32,6 +32,24 @@ double gelu_tanh_derivative(double x) {
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// Row i of causal attention's probabilities, p[j] = softmax_j(q_i . k_j / sqrt(dh)) for j <= i, over
+// one head's [seq, dh] q and k (row-major); returns the row's log-sum-exp of the scaled scores.
+double causal_softmax_row(std::span<const float> q, std::span<const float> k, int64_t i, int64_t dh,
+                          std::vector<double>& p) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j <= i; ++j) {
+    double dot = 0;
+    for (int64_t d = 0; d < dh; ++d) dot += static_cast<double>(q[z(i * dh + d)]) * k[z(j * dh + d)];
+    p[z(j)] = dot * scale;
+    mx = std::max(mx, p[z(j)]);
+  }
+  double sum = 0;
+  for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[z(j)] - mx);
+  for (int64_t j = 0; j <= i; ++j) p[z(j)] = std::exp(p[z(j)] - mx) / sum;
+  return mx + std::log(sum);
+}
+
 }  // namespace
 
 void gemm_reference(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, std::span<const float> a,
@@ -56,26 +74,16 @@ void attention_forward_reference(int64_t batch, int64_t heads, int64_t seq, int6
   require(q.size() == elems && k.size() == elems && v.size() == elems && o.size() == elems &&
               lse.size() == z(batch * heads * seq),
           "attention forward buffer sizes");
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-  std::vector<double> s(z(seq));
+  std::vector<double> p(z(seq));
   for (int64_t bh = 0; bh < batch * heads; ++bh) {
     const size_t base = z(bh * seq * dh);
     for (int64_t i = 0; i < seq; ++i) {
-      double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j <= i; ++j) {
-        double dot = 0;
-        for (int64_t d = 0; d < dh; ++d) dot += static_cast<double>(q[base + z(i * dh + d)]) * k[base + z(j * dh + d)];
-        s[z(j)] = dot * scale;
-        mx = std::max(mx, s[z(j)]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[z(j)] - mx);
+      lse[z(bh * seq + i)] = static_cast<float>(causal_softmax_row(q.subspan(base), k.subspan(base), i, dh, p));
       for (int64_t d = 0; d < dh; ++d) {
         double acc = 0;
-        for (int64_t j = 0; j <= i; ++j) acc += std::exp(s[z(j)] - mx) / sum * v[base + z(j * dh + d)];
+        for (int64_t j = 0; j <= i; ++j) acc += p[z(j)] * v[base + z(j * dh + d)];
         o[base + z(i * dh + d)] = static_cast<float>(acc);
       }
-      lse[z(bh * seq + i)] = static_cast<float>(mx + std::log(sum));
     }
   }
 }
@@ -97,18 +105,9 @@ void attention_backward_reference(int64_t batch, int64_t heads, int64_t seq, int
     std::fill(dv_acc.begin(), dv_acc.end(), 0.0);
     for (int64_t i = 0; i < seq; ++i) {
       // P[i, :i] = softmax of the causal scores; dP[i, j] = dO_i . v_j.
-      double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j <= i; ++j) {
-        double dot = 0;
-        for (int64_t d = 0; d < dh; ++d) dot += static_cast<double>(q[base + z(i * dh + d)]) * k[base + z(j * dh + d)];
-        p[z(j)] = dot * scale;
-        mx = std::max(mx, p[z(j)]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[z(j)] - mx);
+      causal_softmax_row(q.subspan(base), k.subspan(base), i, dh, p);
       double row_dot = 0;  // sum_j P[i,j] dP[i,j]
       for (int64_t j = 0; j <= i; ++j) {
-        p[z(j)] = std::exp(p[z(j)] - mx) / sum;
         double dot = 0;
         for (int64_t d = 0; d < dh; ++d)
           dot += static_cast<double>(d_o[base + z(i * dh + d)]) * v[base + z(j * dh + d)];

@@ -101,6 +101,21 @@ constexpr size_t backward_smem_bytes() {
          kTile * kLdS * 2 + 2 * kTile * 4;
 }
 
+// acc += A B over kSteps x kF of the shared dimension: A's fragments at a + kk * a_step (leading
+// dimension lda, layout LA), B's at b + kk * b_step (leading dimension ldb, layout LB).
+template <class T, class LA, class LB, int kSteps>
+__device__ void mma_steps(wmma::fragment<wmma::accumulator, kF, kF, kF, float>& acc, const T* a, int a_step, int lda,
+                          const T* b, int b_step, int ldb) {
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    wmma::fragment<wmma::matrix_a, kF, kF, kF, T, LA> af;
+    wmma::fragment<wmma::matrix_b, kF, kF, kF, T, LB> bf;
+    wmma::load_matrix_sync(af, a + kk * a_step, lda);
+    wmma::load_matrix_sync(bf, b + kk * b_step, ldb);
+    wmma::mma_sync(acc, af, bf, acc);
+  }
+}
+
 template <class T, int DP>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_tc_kernel(int64_t seq, int dh, bool vec, float scale_log2, const T* __restrict__ q,
@@ -190,14 +205,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int n = 0; n < DP / kF; ++n) {
       wmma::fragment<wmma::accumulator, kF, kF, kF, float> acc;
       wmma::load_matrix_sync(acc, ow + n * kF, DP, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kTile / kF; ++kk) {
-        wmma::fragment<wmma::matrix_a, kF, kF, kF, T, wmma::row_major> pf;
-        wmma::fragment<wmma::matrix_b, kF, kF, kF, T, wmma::row_major> vf;
-        wmma::load_matrix_sync(pf, pw + kk * kF, kTile);
-        wmma::load_matrix_sync(vf, vs + kk * kF * ld + n * kF, ld);
-        wmma::mma_sync(acc, pf, vf, acc);
-      }
+      mma_steps<T, wmma::row_major, wmma::row_major, kTile / kF>(acc, pw, kF, kTile, vs + n * kF, kF * ld, ld);
       wmma::store_matrix_sync(ow + n * kF, acc, DP, wmma::mem_row_major);
     }
     __syncwarp();
@@ -217,6 +225,19 @@ __global__ void __launch_bounds__(kThreads)
 
 // A warp's 16 x DP accumulator (dK or dV), times `factor`, through its staging space in shared
 // memory to rows row0.. of out.
+// This warp's kF x kTile block of A_w B^T, to `out` (row-major, leading dimension kTile): A_w the
+// warp's kF rows of a [*, DP] tile, B a [kTile, DP] tile, both row-major with leading dimension ld.
+template <class T, int DP>
+__device__ void warp_rows_times_tile_t(float* out, const T* a_w, const T* b, int ld) {
+#pragma unroll
+  for (int n = 0; n < kTile / kF; ++n) {
+    wmma::fragment<wmma::accumulator, kF, kF, kF, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    mma_steps<T, wmma::row_major, wmma::col_major, DP / kF>(acc, a_w, kF, ld, b + n * kF * ld, kF, ld);
+    wmma::store_matrix_sync(out + n * kF, acc, kTile, wmma::mem_row_major);
+  }
+}
+
 template <class T, int DP>
 __device__ void write_rows(float* stage, wmma::fragment<wmma::accumulator, kF, kF, kF, float> (&acc)[DP / kF],
                            float factor, T* __restrict__ out, int64_t row0, int64_t seq, int dh) {
@@ -283,20 +304,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // S^T = K_w Q^T and, after P^T is taken from it, dP^T = V_w dO^T in the same buffer.
-#pragma unroll
-    for (int n = 0; n < kTile / kF; ++n) {
-      wmma::fragment<wmma::accumulator, kF, kF, kF, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int kk = 0; kk < DP / kF; ++kk) {
-        wmma::fragment<wmma::matrix_a, kF, kF, kF, T, wmma::row_major> kf;
-        wmma::fragment<wmma::matrix_b, kF, kF, kF, T, wmma::col_major> qf;
-        wmma::load_matrix_sync(kf, ks + kF * warp * ld + kk * kF, ld);
-        wmma::load_matrix_sync(qf, qs + n * kF * ld + kk * kF, ld);
-        wmma::mma_sync(acc, kf, qf, acc);
-      }
-      wmma::store_matrix_sync(stw + n * kF, acc, kTile, wmma::mem_row_major);
-    }
+    warp_rows_times_tile_t<T, DP>(stw, ks + kF * warp * ld, qs, ld);
     __syncwarp();
     float p[kHalf];
 #pragma unroll
@@ -307,20 +315,7 @@ __global__ void __launch_bounds__(kThreads)
       ptw[r * kTile + col] = from_float<T>(p[c]);
     }
     __syncwarp();
-#pragma unroll
-    for (int n = 0; n < kTile / kF; ++n) {
-      wmma::fragment<wmma::accumulator, kF, kF, kF, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int kk = 0; kk < DP / kF; ++kk) {
-        wmma::fragment<wmma::matrix_a, kF, kF, kF, T, wmma::row_major> vf;
-        wmma::fragment<wmma::matrix_b, kF, kF, kF, T, wmma::col_major> df;
-        wmma::load_matrix_sync(vf, vs + kF * warp * ld + kk * kF, ld);
-        wmma::load_matrix_sync(df, dos + n * kF * ld + kk * kF, ld);
-        wmma::mma_sync(acc, vf, df, acc);
-      }
-      wmma::store_matrix_sync(stw + n * kF, acc, kTile, wmma::mem_row_major);
-    }
+    warp_rows_times_tile_t<T, DP>(stw, vs + kF * warp * ld, dos, ld);
     __syncwarp();
 #pragma unroll
     for (int c = 0; c < kHalf; ++c) {
@@ -352,14 +347,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int n = 0; n < DP / kF; ++n) {
         wmma::fragment<wmma::accumulator, kF, kF, kF, float> acc;
         wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-        for (int kk = 0; kk < kTile / kF; ++kk) {
-          wmma::fragment<wmma::matrix_a, kF, kF, kF, T, wmma::col_major> sf;
-          wmma::fragment<wmma::matrix_b, kF, kF, kF, T, wmma::row_major> kf;
-          wmma::load_matrix_sync(sf, dst + kk * kF * kLdS + kF * warp, kLdS);
-          wmma::load_matrix_sync(kf, ks + kk * kF * ld + n * kF, ld);
-          wmma::mma_sync(acc, sf, kf, acc);
-        }
+        mma_steps<T, wmma::col_major, wmma::row_major, kTile / kF>(acc, dst + kF * warp, kF * kLdS, kLdS, ks + n * kF,
+                                                                   kF * ld, ld);
         wmma::store_matrix_sync(dqw, acc, kF, wmma::mem_row_major);
         __syncwarp();
         for (int e = lane; e < kF * kF; e += 32) {

@@ -14,25 +14,18 @@
 
 namespace tpsim::gpu {
 
-TPSIM_HD inline float bits_to_float(uint32_t u) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  return __uint_as_float(u);
-#else
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-#endif
+// The same 4 bytes as another type (std::bit_cast, which device code cannot call): a register move
+// under nvcc and hipcc.
+template <class To, class From>
+TPSIM_HD inline To same_bits(From x) {
+  static_assert(sizeof(To) == sizeof(From));
+  To y;
+  __builtin_memcpy(&y, &x, sizeof y);
+  return y;
 }
 
-TPSIM_HD inline uint32_t float_to_bits(float f) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  return u;
-#endif
-}
+TPSIM_HD inline float bits_to_float(uint32_t u) { return same_bits<float>(u); }
+TPSIM_HD inline uint32_t float_to_bits(float f) { return same_bits<uint32_t>(f); }
 
 TPSIM_HD inline float bf16_to_float(uint16_t b) { return bits_to_float(static_cast<uint32_t>(b) << 16); }
 

@@ -16,6 +16,24 @@ constexpr int kSlice = 16;
 constexpr int kThreads = 256;
 constexpr int kPerThread = 4;
 
+// Stages element idx of a kSlice x kTile slice: s[kk][t] = X[t0 + t, k0 + kk] of an operand X with
+// `outer` rows and k columns, stored [k, outer] (k_major) or [outer, k]. Consecutive threads walk the
+// dimension that is contiguous in memory; elements past the edges are zero.
+template <class T>
+__device__ void stage(float (&s)[kSlice][kTile + 1], int idx, const T* __restrict__ x, int64_t t0, int64_t outer,
+                      int64_t k0, int64_t k, bool k_major) {
+  int kk, t;
+  if (k_major) {  // t fastest
+    kk = idx / kTile;
+    t = idx % kTile;
+  } else {  // kk fastest
+    t = idx / kSlice;
+    kk = idx % kSlice;
+  }
+  const int64_t o = t0 + t, kx = k0 + kk;
+  s[kk][t] = o < outer && kx < k ? load_f32(x, k_major ? kx * outer + o : o * k + kx) : 0.0f;
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     gemm_tiled_kernel(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, const T* __restrict__ a,
@@ -29,32 +47,8 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t k0 = 0; k0 < k; k0 += kSlice) {
     for (int idx = threadIdx.x; idx < kSlice * kTile; idx += kThreads) {
-      // Consecutive threads walk the dimension that is contiguous in memory.
-      int kk, i;
-      if (trans_a) {  // A is [k, m]: i fastest
-        kk = idx / kTile;
-        i = idx % kTile;
-      } else {  // A is [m, k]: kk fastest
-        i = idx / kSlice;
-        kk = idx % kSlice;
-      }
-      const int64_t r = row0 + i, kx = k0 + kk;
-      float va = 0.0f;
-      if (r < m && kx < k) va = load_f32(a, trans_a ? kx * m + r : r * k + kx);
-      as[kk][i] = va;
-
-      int j;
-      if (trans_b) {  // B is [n, k]: kk fastest
-        j = idx / kSlice;
-        kk = idx % kSlice;
-      } else {  // B is [k, n]: j fastest
-        kk = idx / kTile;
-        j = idx % kTile;
-      }
-      const int64_t col = col0 + j, ky = k0 + kk;
-      float vb = 0.0f;
-      if (col < n && ky < k) vb = load_f32(b, trans_b ? col * k + ky : ky * n + col);
-      bs[kk][j] = vb;
+      stage(as, idx, a, row0, m, k0, k, /*k_major=*/trans_a);   // A is [k, m] when transposed
+      stage(bs, idx, b, col0, n, k0, k, /*k_major=*/!trans_b);  // B is [k, n] unless transposed
     }
     __syncthreads();
 #pragma unroll

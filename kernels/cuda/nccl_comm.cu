@@ -14,6 +14,7 @@
 #include "kernels/cuda/gpu_kernels.cuh"
 #include "kernels/cuda/nccl_check.hpp"
 #include "kernels/cuda/nccl_comm.hpp"
+#include "kernels/mpi_init.hpp"
 #include "kernels/timing.hpp"
 
 namespace tpsim::TPSIM_GPU_NS {
@@ -32,21 +33,6 @@ namespace tpsim::TPSIM_GPU_NS {
 
 namespace tpsim::TPSIM_GPU_NS {
 namespace {
-
-void finalize_mpi() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
-}
-
-void ensure_mpi_initialized() {
-  int initialized = 0;
-  MPI_CHECK(MPI_Initialized(&initialized));
-  if (initialized) return;
-  int provided = 0;
-  MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
-  std::atexit(finalize_mpi);
-}
 
 // This rank's node as a colour for MPI_Comm_split: the index of its processor name among the
 // sorted names of all ranks (CommScope::kNode groups the ranks sharing a node_name()).
