@@ -7,6 +7,7 @@
 
 #include "calibrate/step_ops.hpp"
 #include "io/error.hpp"
+#include "model/enum_names.hpp"
 #include "model/parallelism.hpp"
 
 namespace tpsim {
@@ -140,12 +141,8 @@ ShapeGroup group_of(const Op& op) {
 }
 
 std::string_view to_string(ShapeGroup g) {
-  switch (g) {
-    case ShapeGroup::kGemm: return "gemm";
-    case ShapeGroup::kAttention: return "attention";
-    case ShapeGroup::kMemoryBound: return "memory-bound";
-  }
-  return "?";
+  constexpr std::array<std::string_view, 3> kNames = {"gemm", "attention", "memory-bound"};
+  return name_of(g, kNames);
 }
 
 std::string shape_text(const Op& op) {

@@ -67,7 +67,7 @@ void set_auto_micro_batch(const ModelConfig& model, const DeviceSpec& device, co
                           TrainConfig& cfg, RunSettings& run) {
   const std::string none =
       "--micro-batch auto: not even a micro-batch of 1 fits on " + device.id + " with these settings";
-  if (!framework_def(cfg.layout.framework).auto_micro_batch_halves) {
+  if (!framework_def(cfg.layout.framework).batching.auto_micro_batch_halves) {
     cfg.micro_batch = largest_fitting_micro_batch(model, device, params, cfg);
     if (cfg.micro_batch == 0) throw Error(none);
     run.notes.push_back("micro-batch auto: " + std::to_string(cfg.micro_batch) + ", the largest that fits");

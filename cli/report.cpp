@@ -205,7 +205,7 @@ std::string no_interval_note(const ModelConfig& model, Framework framework) {
 }
 
 std::string unaligned_gemm_note(const ModelConfig& model, Framework framework) {
-  const auto widths = unaligned_gemm_widths(model, framework_def(framework).padded_vocab);
+  const auto widths = unaligned_gemm_widths(model, framework_def(framework).conventions.padded_vocab);
   if (widths.empty()) return "";
   std::string named;
   for (const auto& [what, width] : widths) named += (named.empty() ? "" : ", ") + what + " " + std::to_string(width);

@@ -313,7 +313,7 @@ ModelConfig attention_as_asked(const ModelConfig& model, const LayoutRequest& s,
       *note = "--attention flash: " + model.name + "'s attention is costed as the profile's causal flash attention";
     return m;
   }
-  if (framework_def(s.framework).core_attention) {
+  if (framework_def(s.framework).conventions.core_attention) {
     use_megatron_core_attention(m);
     if (note)
       *note = "--attention unfused: " + model.name +

@@ -122,23 +122,10 @@ const auto kAttnIrrelevant = {"attn_pdrop",
                               "rope_hf_config",
                               "attn_logit_softcapping",
                               "attn_temperature_tuning"};
-// The ffn_config keys only a mixture of experts takes (MegaBlocks' Arguments, llm-foundry's
-// build_torch_dmoe); MPTMLP and MPTGLU refuse them as unexpected arguments.
-const auto kMoeKeys = {"moe_num_experts",
-                       "moe_top_k",
-                       "moe_world_size",
-                       "moe_loss_weight",
-                       "moe_lbl_in_fp32",
-                       "moe_jitter_eps",
-                       "moe_normalize_expert_weights",
-                       "moe_capacity_factor",
-                       "moe_weight_parallelism",
-                       "moe_expert_model_parallelism",
-                       "memory_optimized_mlp",
-                       "mlp_impl",
-                       "mlp_type",
-                       "uniform_expert_assignment",
-                       "shared_expert"};
+// The ffn_config keys MPTMLP and MPTGLU take; the others of kFfnKeys only a mixture of experts takes
+// (MegaBlocks' Arguments, llm-foundry's build_torch_dmoe), and MPTMLP and MPTGLU refuse them as
+// unexpected arguments.
+const auto kDenseFfnKeys = {"ffn_type", "ffn_act_fn", "ffn_hidden_size", "expansion_ratio", "fc_type", "bias"};
 // Of those, the ones that do not change the cost tpsim models: the load-balancing loss and its
 // precision, router jitter, the normalisation of the expert weights, a debugging switch that deals
 // tokens out evenly, and the kernel choices (grouped or block-sparse GEMMs, MegaBlocks'
@@ -162,6 +149,8 @@ const auto kFfnTypes = {"mptmlp", "mptglu", "te_ln_mlp", "mb_moe", "mb_dmoe", "t
 bool one_of(const std::string& key, std::initializer_list<const char*> keys) {
   return std::any_of(keys.begin(), keys.end(), [&](const char* k) { return key == k; });
 }
+
+bool moe_key(const std::string& key) { return one_of(key, kFfnKeys) && !one_of(key, kDenseFfnKeys); }
 
 std::string shown(const YAML::Node& v) {
   if (v.IsScalar()) return v.Scalar();
@@ -535,7 +524,7 @@ void BlockReader::resolve_ffn(const YAML::Node& block) {
   if (one_of(type, {"mb_moe", "mb_dmoe", "torch_dmoe"}))
     return resolve_moe(type, type_node ? *type_node : block, hidden, bias);
   for (const auto& [key, v] : ffn_)
-    if (one_of(key, kMoeKeys))
+    if (moe_key(key))
       invalid(v, s + "." + key, "a mixture-of-experts setting beside ffn_type " + type + ", which takes no " + key);
   m.ffn = type == "mptglu" ? FfnKind::kGlu : FfnKind::kMlp;
   if (hidden) m.ffn_hidden = *hidden;
@@ -567,7 +556,7 @@ void BlockReader::resolve_moe(const std::string& type, const YAML::Node& where, 
         throw Error(at(where) + ": " + label(s) + ": torch_dmoe needs " + key +
                     " (llm-foundry's build_torch_dmoe has no default for it)");
     for (const auto& [key, v] : ffn_)
-      if (one_of(key, kMoeKeys) && !one_of(key, kTorchDmoeKeys))
+      if (moe_key(key) && !one_of(key, kTorchDmoeKeys))
         invalid(v, s + "." + key,
                 "llm-foundry's build_torch_dmoe takes no " + key + " (\"Invalid arguments to torch dmoe\")");
   }

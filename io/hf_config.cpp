@@ -248,6 +248,22 @@ Activation activation(Section& s, const char* key, const char* if_absent) {
   s.refuse(key, "an activation other than SiLU, GELU and ReLU");
 }
 
+// A size a config gives under its model_type's key, and transformers' default for it.
+struct SizeKey {
+  const char* key;
+  int64_t if_absent;
+};
+
+// The sizes every decoder config gives, each under its model_type's own key.
+ModelConfig core_sizes(Section& s, SizeKey vocab, SizeKey hidden, SizeKey layers, SizeKey heads) {
+  ModelConfig m;
+  m.vocab_size = s.count(vocab.key, vocab.if_absent);
+  m.d_model = s.count(hidden.key, hidden.if_absent);
+  m.n_layers = s.count(layers.key, layers.if_absent);
+  m.n_heads = s.count(heads.key, heads.if_absent);
+  return m;
+}
+
 // transformers' defaults for one model_type of the Llama family (configuration_<type>.py).
 struct Defaults {
   int64_t vocab, hidden, intermediate, layers, heads;
@@ -258,12 +274,9 @@ struct Defaults {
 // Llama and its descendants: RMSNorm (a weight, no bias), RoPE, a gated feed-forward (SwiGLU with
 // hidden_act silu), untied embeddings unless said, no biases unless said.
 ModelConfig llama_family(Section& s, const Defaults& d) {
-  ModelConfig m;
-  m.vocab_size = s.count("vocab_size", d.vocab);
-  m.d_model = s.count("hidden_size", d.hidden);
+  ModelConfig m = core_sizes(s, {"vocab_size", d.vocab}, {"hidden_size", d.hidden}, {"num_hidden_layers", d.layers},
+                             {"num_attention_heads", d.heads});
   m.ffn_hidden = s.count("intermediate_size", d.intermediate);
-  m.n_layers = s.count("num_hidden_layers", d.layers);
-  m.n_heads = s.count("num_attention_heads", d.heads);
   m.n_kv_heads = s.count("num_key_value_heads", d.kv_heads);
   m.head_dim = s.count("head_dim", d.head_dim);
   m.tie_embeddings = s.flag("tie_word_embeddings", false);
@@ -460,13 +473,10 @@ ModelConfig read_dbrx(Section& s, const Source& src) {
 }
 
 ModelConfig read_gpt2(Section& s) {
-  ModelConfig m;  // LayerNorm and linears with biases, a GELU MLP, tied embeddings: MPT's defaults
-  m.d_model = s.count("n_embd", 768);
-  m.n_layers = s.count("n_layer", 12);
-  m.n_heads = s.count("n_head", 12);
+  // LayerNorm and linears with biases, a GELU MLP, tied embeddings: MPT's defaults
+  ModelConfig m = core_sizes(s, {"vocab_size", 50257}, {"n_embd", 768}, {"n_layer", 12}, {"n_head", 12});
   m.max_positions = s.count("n_positions", 1024);  // wpe: a learned table of n_positions rows
   m.ffn_hidden = s.count("n_inner", 4 * m.d_model);
-  m.vocab_size = s.count("vocab_size", 50257);
   m.activation = activation(s, "activation_function", "gelu_new");
   m.tie_embeddings = s.flag("tie_word_embeddings", true);
   s.irrelevant({"n_ctx", "resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon", "summary_type",
@@ -477,11 +487,8 @@ ModelConfig read_gpt2(Section& s) {
 }
 
 ModelConfig read_opt(Section& s) {
-  ModelConfig m;
-  m.vocab_size = s.count("vocab_size", 50272);
-  m.d_model = s.count("hidden_size", 768);
-  m.n_layers = s.count("num_hidden_layers", 12);
-  m.n_heads = s.count("num_attention_heads", 12);
+  ModelConfig m = core_sizes(s, {"vocab_size", 50272}, {"hidden_size", 768}, {"num_hidden_layers", 12},
+                             {"num_attention_heads", 12});
   m.ffn_hidden = s.count("ffn_dim", 3072);
   // OPTLearnedPositionalEmbedding keeps 2 rows more than max_position_embeddings (its offset).
   m.max_positions = s.count("max_position_embeddings", 2048) + 2;
@@ -500,11 +507,8 @@ ModelConfig read_opt(Section& s) {
 }
 
 ModelConfig read_gpt_neox(Section& s) {
-  ModelConfig m;
-  m.vocab_size = s.count("vocab_size", 50432);
-  m.d_model = s.count("hidden_size", 6144);
-  m.n_layers = s.count("num_hidden_layers", 44);
-  m.n_heads = s.count("num_attention_heads", 64);
+  ModelConfig m = core_sizes(s, {"vocab_size", 50432}, {"hidden_size", 6144}, {"num_hidden_layers", 44},
+                             {"num_attention_heads", 64});
   m.ffn_hidden = s.count("intermediate_size", 24576);
   m.activation = activation(s, "hidden_act", "gelu");
   m.tie_embeddings = s.flag("tie_word_embeddings", false);
@@ -527,12 +531,8 @@ ModelConfig read_gpt_neox(Section& s) {
 }
 
 ModelConfig read_gpt_neo(Section& s) {
-  ModelConfig m;
-  m.vocab_size = s.count("vocab_size", 50257);
+  ModelConfig m = core_sizes(s, {"vocab_size", 50257}, {"hidden_size", 2048}, {"num_layers", 24}, {"num_heads", 16});
   m.max_positions = s.count("max_position_embeddings", 2048);
-  m.d_model = s.count("hidden_size", 2048);
-  m.n_layers = s.count("num_layers", 24);
-  m.n_heads = s.count("num_heads", 16);
   m.ffn_hidden = s.count("intermediate_size", 4 * m.d_model);
   m.activation = activation(s, "activation_function", "gelu_new");
   m.tie_embeddings = s.flag("tie_word_embeddings", true);

@@ -2,24 +2,14 @@
 
 #include "io/error.hpp"
 #include "kernels/factory.hpp"
+#include "model/enum_names.hpp"
 
 namespace tpsim {
 
-std::optional<BackendKind> parse_backend(std::string_view s) {
-  if (s == "cpu") return BackendKind::kCpu;
-  if (s == "cuda") return BackendKind::kCuda;
-  if (s == "hip") return BackendKind::kHip;
-  return std::nullopt;
-}
+constexpr std::array<std::string_view, 3> kBackendNames = {"cpu", "cuda", "hip"};
 
-std::string_view to_string(BackendKind k) {
-  switch (k) {
-    case BackendKind::kCpu: return "cpu";
-    case BackendKind::kCuda: return "cuda";
-    case BackendKind::kHip: return "hip";
-  }
-  return "?";
-}
+std::optional<BackendKind> parse_backend(std::string_view s) { return value_named<BackendKind>(s, kBackendNames); }
+std::string_view to_string(BackendKind k) { return name_of(k, kBackendNames); }
 
 bool backend_built(BackendKind kind) {
   switch (kind) {

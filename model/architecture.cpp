@@ -2,26 +2,20 @@
 
 #include <cmath>
 
+#include "model/enum_names.hpp"
+#include "model/units.hpp"
+
 namespace tpsim {
 
 std::string_view to_string(NormKind n) { return n == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"; }
 std::string_view to_string(FfnKind f) { return f == FfnKind::kMlp ? "mlp" : "glu"; }
 std::string_view to_string(Activation a) {
-  switch (a) {
-    case Activation::kGelu: return "gelu";
-    case Activation::kSilu: return "silu";
-    case Activation::kRelu: return "relu";
-  }
-  return "?";
+  constexpr std::array<std::string_view, 3> kNames = {"gelu", "silu", "relu"};
+  return name_of(a, kNames);
 }
 std::string_view to_string(PositionKind p) {
-  switch (p) {
-    case PositionKind::kLearned: return "learned";
-    case PositionKind::kAlibi: return "alibi";
-    case PositionKind::kRope: return "rope";
-    case PositionKind::kNone: return "none";
-  }
-  return "?";
+  constexpr std::array<std::string_view, 4> kNames = {"learned", "alibi", "rope", "none"};
+  return name_of(p, kNames);
 }
 
 int64_t ModelConfig::d_ffn() const {

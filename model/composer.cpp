@@ -186,19 +186,13 @@ Prediction ComposerEvaluator::predict(const TrainConfig& cfg) {
   const MicroBatchResult full = micro_batch_costs(full_compute, fsdp, params, cfg, L);
   if (last == cfg.micro_batch) tail = full;
 
-  StepCosts step;
-  step.n_layers = model.n_layers;
-  step.n_micro = n_micro;
-  step.full = full.costs;
+  MicroBatchCosts each = full.costs;
   // DDP synchronises the gradients on the last micro-batch only: the others run under no_sync.
-  if (layout.ddp && n_micro > 1) step.full.block_reduce_s = step.full.root_reduce_s = 0;
-  step.last = tail.costs;
-  step.optimizer_s = fsdp.optimizer.total();
-  step.step_overhead_s = params.step_overhead_s;
-  step.overlap_slowdown = params.overlap_slowdown;
+  if (layout.ddp && n_micro > 1) each.block_reduce_s = each.root_reduce_s = 0;
 
   Prediction p;
-  p.timeline = simulate_step(step);
+  p.timeline =
+      simulate_step(data_parallel_step(model.n_layers, n_micro, each, tail.costs, fsdp.optimizer.total(), params));
   p.step_s = p.timeline.step_s;
   update_counts(cfg.seq_len);
   p.n_params = n_params_;
@@ -244,21 +238,9 @@ constinit const FrameworkDef kComposerFramework = {
     .name = "composer",
     .sharding_strategies = true,
     .sharding = Sharding::kFullShard,
-    .model_parallel = false,
-    .whole_micro_batches = false,
-    .batch_per_gpu = true,
-    .distributed_optimizer = false,
-    .data_parallel_degrees = false,
-    .padded_vocab = false,
-    .unfused_attention = true,
+    .conventions = {.unfused_attention = true},
+    .batching = {.batch_per_gpu = true, .auto_micro_batch_halves = true},
     .profile_intervals = true,
-    .auto_micro_batch_halves = true,
-    .core_attention = false,
-    .no_sharding_strategies = "",
-    .options = 0,
-    .fit_adds = {},
-    .fit_uninformed = {},
-    .expert_tensor_parallel = false,
     .no_model_parallelism = "composer runs FSDP without model parallelism; use --framework megatron",
     .rules = kComposerRules,
     .make_evaluator = make_evaluator<ComposerEvaluator>,

@@ -49,47 +49,55 @@ enum class FrameworkOption : uint8_t {
 };
 constexpr uint32_t option_bit(FrameworkOption o) { return 1u << static_cast<unsigned>(o); }
 
+// A framework's definition. A field it does not name is off (false, empty, none): each definition
+// lists what it has.
 struct FrameworkDef {
   Framework id;
   std::string_view name;  // as --framework and a table's Framework column take it
   // Its data parallelism: composer lets the run choose among FSDP's sharding strategies (and DDP);
   // otherwise `sharding` is what it always runs (Megatron-Core's DDP: NO_SHARD, --dist-opt sharding
   // the optimizer; torchtitan's FSDP2: FULL_SHARD over the data-parallel ranks).
-  bool sharding_strategies;
+  bool sharding_strategies = false;
   Sharding sharding;  // fixed without sharding_strategies; the default with them
+  // Conventions of its model code.
+  struct Conventions {
+    bool padded_vocab = false;  // the vocabulary padded to a multiple of 128 x tp (Megatron-LM)
+    // Unfused attention (the scores materialised) can be asked of it (--attention unfused).
+    bool unfused_attention = false;
+    // Unfused attention under it is Megatron-LM's core attention (its fused softmax, dropout 0.1);
+    // else llm-foundry's PyTorch attention.
+    bool core_attention = false;
+  } conventions;
   // Tensor, pipeline, context and expert parallelism; without them, data parallelism only.
-  bool model_parallel;
-  // Micro-batches of one size that divide each data-parallel replica's batch; else (composer) the
-  // last micro-batch of a step may be smaller.
-  bool whole_micro_batches;
-  // The global batch divides evenly over the GPUs (llm-foundry's device_train_batch_size); else only
-  // over the data-parallel replicas.
-  bool batch_per_gpu;
-  bool
-      distributed_optimizer;  // sharded optimizer state by default (Megatron-Core's --use-distributed-optimizer, FSDP2)
-  bool data_parallel_degrees;  // HSDP's shard and replicate degrees are given as is (torchtitan's
-                               // data_parallel_*_degree)
-  bool padded_vocab;           // the vocabulary padded to a multiple of 128 x tp (Megatron-LM)
-  // Unfused attention (the scores materialised) can be asked of it (--attention unfused).
-  bool unfused_attention;
+  bool model_parallel = false;
+  // How a step's batch splits.
+  struct Batching {
+    // Micro-batches of one size that divide each data-parallel replica's batch; else (composer) the
+    // last micro-batch of a step may be smaller.
+    bool whole_micro_batches = false;
+    // The global batch divides evenly over the GPUs (llm-foundry's device_train_batch_size); else
+    // only over the data-parallel replicas.
+    bool batch_per_gpu = false;
+    // --micro-batch auto is Composer's: the per-device batch, halved on each out-of-memory; else
+    // the largest micro-batch that fits.
+    bool auto_micro_batch_halves = false;
+  } batching;
+  // Sharded optimizer state by default (Megatron-Core's --use-distributed-optimizer, FSDP2).
+  bool distributed_optimizer = false;
+  // HSDP's shard and replicate degrees are given as is (torchtitan's data_parallel_*_degree).
+  bool data_parallel_degrees = false;
   // The shipped profiles' held-out errors are of runs under it, so its predictions get their
   // interval (Throughput Low/High); the others' errors are stated in docs/accuracy.md instead.
-  bool profile_intervals;
-  // --micro-batch auto is Composer's: the per-device batch, halved on each out-of-memory; else the
-  // largest micro-batch that fits.
-  bool auto_micro_batch_halves;
-  // Unfused attention under it is Megatron-LM's core attention (its fused softmax, dropout 0.1);
-  // else llm-foundry's PyTorch attention.
-  bool core_attention;
+  bool profile_intervals = false;
   // Why --sharding does not apply to it, after "--framework NAME " (without sharding_strategies).
   std::string_view no_sharding_strategies;
-  uint32_t options;  // option_bit of each FrameworkOption it owns
+  uint32_t options = 0;  // option_bit of each FrameworkOption it owns
   bool owns(FrameworkOption o) const { return (options & option_bit(o)) != 0; }
   // The cost parameters a table fit frees beyond the default set when rows of it are fitted, and
   // those of the default set its rows cannot inform (left fixed unless another framework's rows do).
   std::span<const CostParamMember> fit_adds, fit_uninformed;
   // The expert tensor-parallel degree a search tries besides tp (Megatron-Core's --etp 1).
-  bool expert_tensor_parallel;
+  bool expert_tensor_parallel = false;
   // Why a layout with model parallelism does not apply to it, after "--tp 2: " (without
   // model_parallel; the rule no-model-parallelism).
   std::string_view no_model_parallelism;

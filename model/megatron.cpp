@@ -604,18 +604,11 @@ constexpr CostParamMember kMegatronFitUninformed[] = {&CostParams::recompute_fra
 constinit const FrameworkDef kMegatronFramework = {
     .id = Framework::kMegatron,
     .name = "megatron",
-    .sharding_strategies = false,
     .sharding = Sharding::kNoShard,
+    .conventions = {.padded_vocab = true, .unfused_attention = true, .core_attention = true},
     .model_parallel = true,
-    .whole_micro_batches = true,
-    .batch_per_gpu = false,
+    .batching = {.whole_micro_batches = true},
     .distributed_optimizer = true,
-    .data_parallel_degrees = false,
-    .padded_vocab = true,
-    .unfused_attention = true,
-    .profile_intervals = false,
-    .auto_micro_batch_halves = false,
-    .core_attention = true,
     .no_sharding_strategies =
         "has no FSDP sharding strategies (its data parallelism is DDP; --dist-opt shards the optimizer)",
     .options = option_bit(FrameworkOption::kUnevenPipeline) | option_bit(FrameworkOption::kTpCommOverlap) |
@@ -625,7 +618,6 @@ constinit const FrameworkDef kMegatronFramework = {
     .fit_adds = kMegatronFitAdds,
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,
-    .no_model_parallelism = "",
     .rules = kMegatronRules,
     .make_evaluator = make_evaluator<MegatronEvaluator>,
 };

@@ -477,61 +477,56 @@ void unfused_attention_backward(const BlockShape& s, OpSink& out) {
                           false));
 }
 
+// An elementwise op of the feed-forward over its [rows, width] activations, reading, writing and
+// keeping for backward (saved) the given multiples of that tensor's bytes.
+Op ffn_elementwise(const BlockShape& s, const Ffn& f, const char* name, MemKind kind, double read, double written,
+                   double saved = 0) {
+  const double bytes = d(f.rows) * d(f.width) * activation_bytes(s.precision);
+  return tagged(membound_op(name, kind, f.rows, f.width, activation_dtype(s.precision), read * bytes, written * bytes,
+                            1, saved * bytes),
+                f.names->role);
+}
+
 void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
-  const DType act = activation_dtype(s.precision);
-  const double a = activation_bytes(s.precision);
-  const double rf = d(f.rows) * d(f.width);
-  const MemKind kind = activation_kind(s.activation);
-  const char* act_name = f.names->act_fwd[static_cast<int>(s.activation)];
+  const int act = static_cast<int>(s.activation);
   if (fused_swiglu(s)) {
     linear_forward(s, f.fc1(), f.input_saved_elsewhere, out);
     // One kernel reads [gate | up] and writes silu(gate) * up, keeping [gate | up] for its backward.
-    out.push(tagged(
-        membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1, 2.0 * rf * a),
-        f.names->role));
+    out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
   } else if (s.ffn == FfnKind::kGlu) {
     linear_forward(s, f.gate(), f.input_saved_elsewhere, out);
     linear_forward(s, f.up(), /*input_saved_elsewhere=*/true, out);  // the gate keeps x
     // The activation keeps its input (the gate's output); the product keeps both its factors.
-    out.push(tagged(membound_op(act_name, kind, f.rows, f.width, act, rf * a, rf * a, 1, rf * a), f.names->role));
-    out.push(tagged(
-        membound_op(f.names->mul_fwd, MemKind::kMul, f.rows, f.width, act, 2.0 * rf * a, rf * a, 1, 2.0 * rf * a),
-        f.names->role));
+    out.push(ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1));
+    out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
   } else {
     linear_forward(s, f.up(), f.input_saved_elsewhere, out);
     // The activation keeps its input for backward.
-    out.push(tagged(membound_op(act_name, kind, f.rows, f.width, act, rf * a, rf * a, 1, rf * a), f.names->role));
+    out.push(ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1));
   }
   linear_forward(s, f.down(), /*input_saved_elsewhere=*/false, out);
 }
 
 void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
-  const DType act = activation_dtype(s.precision);
-  const double a = activation_bytes(s.precision);
-  const double rf = d(f.rows) * d(f.width);
-  const MemKind kind = activation_backward_kind(s.activation);
-  const char* act_name = f.names->act_bwd[static_cast<int>(s.activation)];
+  const int act = static_cast<int>(s.activation);
   linear_backward(s, f.down(), out);
   if (fused_swiglu(s)) {
     // The same kernel recomputes silu(gate) from the kept [gate | up] and writes both halves'
     // gradients (swiglu_back): the product's bytes, no silu kernel; then fc1's backward, whose one
     // data-gradient GEMM sums over both halves.
-    out.push(
-        tagged(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a, 2.0 * rf * a),
-               f.names->role));
+    out.push(ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2));
     linear_backward(s, f.fc1(), out);
   } else if (s.ffn == FfnKind::kGlu) {
-    out.push(
-        tagged(membound_op(f.names->mul_bwd, MemKind::kMulBackward, f.rows, f.width, act, 3.0 * rf * a, 2.0 * rf * a),
-               f.names->role));
-    out.push(tagged(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a), f.names->role));
+    out.push(ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2));
+    out.push(ffn_elementwise(s, f, f.names->act_bwd[act], activation_backward_kind(s.activation), 2, 1));
     linear_backward(s, f.up(), out);
     linear_backward(s, f.gate(), out);
-    const double rd = d(f.rows) * d(f.d_model);
-    out.push(tagged(membound_op(f.names->dx_sum, MemKind::kAdd, f.rows, f.d_model, act, 2.0 * rd * a, rd * a),
+    const double rd = d(f.rows) * d(f.d_model), a = activation_bytes(s.precision);
+    out.push(tagged(membound_op(f.names->dx_sum, MemKind::kAdd, f.rows, f.d_model, activation_dtype(s.precision),
+                                2.0 * rd * a, rd * a),
                     f.names->role));
   } else {
-    out.push(tagged(membound_op(act_name, kind, f.rows, f.width, act, 2.0 * rf * a, rf * a), f.names->role));
+    out.push(ffn_elementwise(s, f, f.names->act_bwd[act], activation_backward_kind(s.activation), 2, 1));
     linear_backward(s, f.up(), out);
   }
 }

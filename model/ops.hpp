@@ -115,14 +115,14 @@ struct Op {
 // Defined here (inline) so that the per-evaluation builders in ops.cpp cost what private helpers
 // would, and so that calibrate/, kernels/ and the tests make their ops with the same formulas.
 
-// An op with its name, kind and category and every other field zero (one kernel, bf16).
-inline Op blank_op(const char* name, OpKind kind, OpCategory category) {
+// An op with its name, kind, category and dtype and every other field zero (one kernel).
+inline Op blank_op(const char* name, OpKind kind, OpCategory category, DType dtype = DType::kBf16) {
   Op op;
   op.name = name;
   op.kind = kind;
   op.category = category;
   op.mem = MemKind::kNone;
-  op.dtype = DType::kBf16;
+  op.dtype = dtype;
   op.trans_a = op.trans_b = false;
   op.m = op.n = op.k = 0;
   op.batch = op.heads = op.seq = op.head_dim = 0;
@@ -135,6 +135,13 @@ inline Op blank_op(const char* name, OpKind kind, OpCategory category) {
   return op;
 }
 
+// op's m, n and k: a GEMM's dims; a memory-bound op's m rows of n elements (k 0).
+inline void set_dims(Op& op, int64_t m, int64_t n, int64_t k = 0) {
+  op.m = m;
+  op.n = n;
+  op.k = k;
+}
+
 // A GEMM C[m,n] = op(A)[m,k] * op(B)[k,n] (row-major; op() transposes when trans_a / trans_b),
 // computing in `dtype`, reading A and B in `in_bytes` per element and writing C in `out_bytes` per
 // element. 2mnk FLOPs; bytes (mk + kn) * in_bytes read, mn * out_bytes written; saves nothing
@@ -142,13 +149,10 @@ inline Op blank_op(const char* name, OpKind kind, OpCategory category) {
 inline Op gemm_op(const char* name, int64_t m, int64_t n, int64_t k, DType dtype, double in_bytes, double out_bytes,
                   bool trans_a = false, bool trans_b = false) {
   const double md = static_cast<double>(m), nd = static_cast<double>(n), kd = static_cast<double>(k);
-  Op op = blank_op(name, OpKind::kGemm, OpCategory::kGemm);
+  Op op = blank_op(name, OpKind::kGemm, OpCategory::kGemm, dtype);
   op.trans_a = trans_a;
   op.trans_b = trans_b;
-  op.dtype = dtype;
-  op.m = m;
-  op.n = n;
-  op.k = k;
+  set_dims(op, m, n, k);
   op.flops = 2.0 * md * nd * kd;
   op.bytes_read = (md * kd + kd * nd) * in_bytes;
   op.bytes_written = md * nd * out_bytes;
@@ -196,11 +200,9 @@ inline double gemm_output_bytes(DType dtype) {
 // per element, so a cast's bytes must be the formats' sizes times m * n.
 inline Op membound_op(const char* name, MemKind kind, int64_t m, int64_t n, DType dtype, double read, double written,
                       int64_t kernels = 1, double saved = 0, OpCategory category = OpCategory::kOther) {
-  Op op = blank_op(name, OpKind::kMemoryBound, category);
+  Op op = blank_op(name, OpKind::kMemoryBound, category, dtype);
   op.mem = kind;
-  op.m = m;
-  op.n = n;
-  op.dtype = dtype;
+  set_dims(op, m, n);
   op.kernels = kernels;
   op.bytes_read = read;
   op.bytes_written = written;

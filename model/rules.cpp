@@ -215,8 +215,8 @@ std::string micro_batch_divides_replica_batch(const RuleInput& in) {
 // Which frameworks' books hold a general rule (Rule::applies).
 bool needs_model_parallelism(const FrameworkDef& def) { return def.model_parallel; }
 bool without_model_parallelism(const FrameworkDef& def) { return !def.model_parallel; }
-bool splits_batch_per_gpu(const FrameworkDef& def) { return def.batch_per_gpu; }
-bool takes_whole_micro_batches(const FrameworkDef& def) { return def.whole_micro_batches; }
+bool splits_batch_per_gpu(const FrameworkDef& def) { return def.batching.batch_per_gpu; }
+bool takes_whole_micro_batches(const FrameworkDef& def) { return def.batching.whole_micro_batches; }
 
 // ---- The configuration on its device and profile (kConfig) ----
 
@@ -498,7 +498,7 @@ std::string given_hsdp_degrees(const LayoutRequest& r) {
 
 std::string given_unfused_attention(const LayoutRequest& r) {
   const FrameworkDef& def = framework_def(r.framework);
-  if (r.unfused_attention.value_or(false) && !def.unfused_attention)
+  if (r.unfused_attention.value_or(false) && !def.conventions.unfused_attention)
     return "--attention unfused: " + std::string(def.name) +
            " runs PyTorch's scaled_dot_product_attention, costed as flash attention; its unfused math fallback is "
            "not modelled";

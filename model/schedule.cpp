@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "model/profile.hpp"
+
 namespace tpsim {
 namespace {
 
@@ -388,6 +390,19 @@ void simulate_micro_batch(const MicroBatchCosts& c, int64_t n_layers, bool skip,
 }
 
 }  // namespace
+
+StepCosts data_parallel_step(int64_t n_layers, int64_t n_micro, const MicroBatchCosts& full,
+                             const MicroBatchCosts& last, double optimizer_s, const CostParams& params) {
+  StepCosts step;
+  step.n_layers = n_layers;
+  step.n_micro = n_micro;
+  step.full = full;
+  step.last = last;
+  step.optimizer_s = optimizer_s;
+  step.step_overhead_s = params.step_overhead_s;
+  step.overlap_slowdown = params.overlap_slowdown;
+  return step;
+}
 
 Timeline simulate_step(const StepCosts& costs) {
   Streams s(costs.overlap_slowdown);

@@ -48,6 +48,14 @@ struct StepCosts {
   bool skip_steady_state = true;
 };
 
+struct CostParams;
+
+// A data-parallel step of n_micro micro-batches (each `full` but the last) and its optimizer, under
+// the profile's per-step overhead and compute slowdown beside collectives: composer's and
+// torchtitan's FSDP steps.
+StepCosts data_parallel_step(int64_t n_layers, int64_t n_micro, const MicroBatchCosts& full,
+                             const MicroBatchCosts& last, double optimizer_s, const CostParams& params);
+
 struct Timeline {
   double step_s = 0;
   double compute_s = 0;   // compute-stream kernel time, without slowdown

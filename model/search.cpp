@@ -217,13 +217,7 @@ int64_t last_ok(int64_t lo, int64_t hi, Ok ok) {
 
 Rejection rejection(const Layout& layout, RejectionKind kind, int64_t micro_batch = 0, int64_t per_device_batch = 0,
                     double peak_bytes = 0) {
-  Rejection r;
-  r.layout = layout;
-  r.kind = kind;
-  r.micro_batch = micro_batch;
-  r.per_device_batch = per_device_batch;
-  r.peak_bytes = peak_bytes;
-  return r;
+  return Rejection{layout, kind, micro_batch, per_device_batch, peak_bytes};
 }
 
 class Searcher {
@@ -304,7 +298,7 @@ void Searcher::search_layout(const TrainConfig& layout_cfg, size_t index) {
   const int64_t per_device = layout_cfg.per_device_batch();
   // The micro-batches, ascending: every one from 1 (composer, whose last micro-batch may be
   // smaller), or the divisors of the per-replica batch (megatron: check_layout).
-  const bool every = !framework_def(layout_cfg.layout.framework).whole_micro_batches;
+  const bool every = !framework_def(layout_cfg.layout.framework).batching.whole_micro_batches;
   const std::vector<int64_t> listed = every ? std::vector<int64_t>{} : megatron_micro_batches(layout_cfg);
   const auto micro_batch_at = [&](int64_t k) { return every ? k : listed[static_cast<size_t>(k - 1)]; };
   const int64_t count = every ? per_device : static_cast<int64_t>(listed.size());
@@ -432,7 +426,7 @@ int64_t largest_fitting_micro_batch(const ModelConfig& model, const DeviceSpec& 
   Evaluator evaluator(model, device, params);
   TrainConfig c = cfg;
   // Composer: every micro-batch up to the per-device batch; megatron: its divisors (check_layout).
-  const bool every = !framework_def(cfg.layout.framework).whole_micro_batches;
+  const bool every = !framework_def(cfg.layout.framework).batching.whole_micro_batches;
   const std::vector<int64_t> listed = every ? std::vector<int64_t>{} : megatron_micro_batches(cfg);
   const auto micro_batch_at = [&](int64_t k) { return every ? k : listed[static_cast<size_t>(k - 1)]; };
   const int64_t count = every ? cfg.per_device_batch() : static_cast<int64_t>(listed.size());

@@ -375,18 +375,11 @@ Prediction TorchtitanEvaluator::predict_fsdp(const Costs& c, const TrainConfig& 
   mc.block_overhead_s = params_.block_overhead_s;
   mc.last_block_regathered = false;  // apply_fsdp: reshard_after_forward False for the last block
 
-  StepCosts step;
-  step.n_layers = model_.n_layers;
-  step.n_micro = cfg.per_device_batch() / cfg.micro_batch;
-  step.full = step.last = mc;
-  step.optimizer_s = c.optimizer_s.front();
-  step.step_overhead_s = params_.step_overhead_s;
-  step.overlap_slowdown = params_.overlap_slowdown;
-
+  const int64_t n_micro = cfg.per_device_batch() / cfg.micro_batch;
   Prediction p;
-  p.timeline = simulate_step(step);
+  p.timeline = simulate_step(data_parallel_step(model_.n_layers, n_micro, mc, mc, c.optimizer_s.front(), params_));
   p.step_s = p.timeline.step_s;
-  const double m = d(step.n_micro), L = d(model_.n_layers);
+  const double m = d(n_micro), L = d(model_.n_layers);
   CategoryTotals per;
   per.add(c.block_fwd, L);
   per.add(c.block_bwd, L);
@@ -560,25 +553,14 @@ TorchtitanTraffic TorchtitanEvaluator::traffic(const TrainConfig& cfg) {
 constinit const FrameworkDef kTorchtitanFramework = {
     .id = Framework::kTorchtitan,
     .name = "torchtitan",
-    .sharding_strategies = false,
     .sharding = Sharding::kFullShard,
     .model_parallel = true,
-    .whole_micro_batches = true,
-    .batch_per_gpu = false,
+    .batching = {.whole_micro_batches = true},
     .distributed_optimizer = true,
     .data_parallel_degrees = true,
-    .padded_vocab = false,
-    .unfused_attention = false,
-    .profile_intervals = false,
-    .auto_micro_batch_halves = false,
-    .core_attention = false,
     .no_sharding_strategies =
         "shards with FSDP2 over its data-parallel ranks (FULL_SHARD); the sharding strategies are composer's",
     .options = option_bit(FrameworkOption::kAsyncTensorParallel) | option_bit(FrameworkOption::kSelectiveAcLayers),
-    .fit_adds = {},
-    .fit_uninformed = {},
-    .expert_tensor_parallel = false,
-    .no_model_parallelism = "",
     .rules = kTorchtitanRules,
     .make_evaluator = make_evaluator<TorchtitanEvaluator>,
 };

@@ -1,77 +1,35 @@
 #include "model/training.hpp"
 
+#include "model/enum_names.hpp"
+
 namespace tpsim {
 namespace {
 
-template <typename E, size_t N>
-std::optional<E> lookup(std::string_view s, const std::array<std::pair<std::string_view, E>, N>& table) {
-  for (const auto& [name, value] : table)
-    if (name == s) return value;
-  return std::nullopt;
-}
-
-template <typename E, size_t N>
-std::string_view name_of(E e, const std::array<std::pair<std::string_view, E>, N>& table) {
-  for (const auto& [name, value] : table)
-    if (value == e) return name;
-  return "?";
-}
-
-constexpr std::array<std::pair<std::string_view, Precision>, 7> kPrecisions = {{
-    {"amp_bf16", Precision::kAmpBf16},
-    {"amp_fp16", Precision::kAmpFp16},
-    {"amp_fp8", Precision::kAmpFp8},
-    {"bf16", Precision::kBf16},
-    {"fp32", Precision::kFp32},
-    {"mxfp8", Precision::kMxfp8},
-    {"nvfp4", Precision::kNvfp4},
-}};
-constexpr std::array<std::pair<std::string_view, MpMode>, 3> kMpModes = {{
-    {"DEFAULT", MpMode::kDefault},
-    {"PURE", MpMode::kPure},
-    {"FULL", MpMode::kFull},
-}};
-constexpr std::array<std::pair<std::string_view, Sharding>, 4> kShardings = {{
-    {"FULL_SHARD", Sharding::kFullShard},
-    {"SHARD_GRAD_OP", Sharding::kShardGradOp},
-    {"NO_SHARD", Sharding::kNoShard},
-    {"HYBRID_SHARD", Sharding::kHybridShard},
-}};
-constexpr std::array<std::pair<std::string_view, Checkpointing>, 3> kCheckpointings = {{
-    {"none", Checkpointing::kNone},
-    {"selective", Checkpointing::kSelective},
-    {"full", Checkpointing::kFull},
-}};
-
-constexpr std::array<std::pair<std::string_view, Framework>, 3> kFrameworks = {{
-    {"composer", Framework::kComposer},
-    {"megatron", Framework::kMegatron},
-    {"torchtitan", Framework::kTorchtitan},
-}};
+constexpr std::array<std::string_view, 7> kPrecisionNames = {"amp_bf16", "amp_fp16", "amp_fp8", "bf16",
+                                                             "fp32",     "mxfp8",    "nvfp4"};
+constexpr std::array<std::string_view, 3> kMpModeNames = {"DEFAULT", "PURE", "FULL"};
+constexpr std::array<std::string_view, 4> kShardingNames = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
+constexpr std::array<std::string_view, 3> kCheckpointingNames = {"none", "selective", "full"};
+constexpr std::array<std::string_view, 3> kFrameworkNames = {"composer", "megatron", "torchtitan"};
 
 }  // namespace
 
-std::string_view to_string(Framework f) { return name_of(f, kFrameworks); }
-std::optional<Framework> parse_framework(std::string_view s) { return lookup(s, kFrameworks); }
-std::string_view to_string(Precision p) { return name_of(p, kPrecisions); }
-std::string_view to_string(MpMode m) { return name_of(m, kMpModes); }
-std::string_view to_string(Sharding s) { return s == Sharding::kDdp ? "DDP" : name_of(s, kShardings); }
-std::string_view to_string(DType t) { return kDTypeNames[static_cast<int>(t)]; }
-std::optional<Precision> parse_precision(std::string_view s) { return lookup(s, kPrecisions); }
-std::optional<MpMode> parse_mp_mode(std::string_view s) { return lookup(s, kMpModes); }
-std::optional<Sharding> parse_sharding(std::string_view s) { return lookup(s, kShardings); }
-std::string_view to_string(Checkpointing c) { return name_of(c, kCheckpointings); }
-std::optional<Checkpointing> parse_checkpointing(std::string_view s) { return lookup(s, kCheckpointings); }
-std::optional<DType> parse_dtype(std::string_view s) {
-  for (int i = 0; i < kNumDTypes; ++i)
-    if (kDTypeNames[i] == s) return static_cast<DType>(i);
-  return std::nullopt;
+std::string_view to_string(Framework f) { return name_of(f, kFrameworkNames); }
+std::optional<Framework> parse_framework(std::string_view s) { return value_named<Framework>(s, kFrameworkNames); }
+std::string_view to_string(Precision p) { return name_of(p, kPrecisionNames); }
+std::string_view to_string(MpMode m) { return name_of(m, kMpModeNames); }
+std::string_view to_string(Sharding s) { return s == Sharding::kDdp ? "DDP" : name_of(s, kShardingNames); }
+std::string_view to_string(DType t) { return name_of(t, kDTypeNames); }
+std::optional<Precision> parse_precision(std::string_view s) { return value_named<Precision>(s, kPrecisionNames); }
+std::optional<MpMode> parse_mp_mode(std::string_view s) { return value_named<MpMode>(s, kMpModeNames); }
+std::optional<Sharding> parse_sharding(std::string_view s) { return value_named<Sharding>(s, kShardingNames); }
+std::string_view to_string(Checkpointing c) { return name_of(c, kCheckpointingNames); }
+std::optional<Checkpointing> parse_checkpointing(std::string_view s) {
+  return value_named<Checkpointing>(s, kCheckpointingNames);
 }
-
+std::optional<DType> parse_dtype(std::string_view s) { return value_named<DType>(s, kDTypeNames); }
 std::optional<ScaledFormat> parse_scaled_format(std::string_view s) {
-  for (int i = 0; i < kNumScaledFormats; ++i)
-    if (kScaledFormatNames[i] == s) return static_cast<ScaledFormat>(i);
-  return std::nullopt;
+  return value_named<ScaledFormat>(s, kScaledFormatNames);
 }
 
 std::optional<ScaledFormat> scaled_format(Precision p) {
@@ -125,17 +83,6 @@ double reduced_grad_bytes(Precision p, MpMode m) {
   return 4.0;
 }
 
-DType mfu_dtype(Precision p) {
-  switch (p) {
-    case Precision::kMxfp8:
-    case Precision::kAmpFp8: return DType::kFp8;
-    case Precision::kNvfp4: return DType::kFp4;
-    case Precision::kAmpFp16: return DType::kFp16;
-    case Precision::kFp32: return DType::kFp32;
-    case Precision::kAmpBf16:
-    case Precision::kBf16: return DType::kBf16;
-  }
-  return DType::kBf16;
-}
+DType mfu_dtype(Precision p) { return block_gemm_dtype(p); }
 
 }  // namespace tpsim

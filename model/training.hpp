@@ -82,7 +82,8 @@ DType activation_dtype(Precision p);  // bf16, fp16 (amp_fp16) or fp32
 // Bytes per element of gathered parameters and of reduced gradients under an FSDP mixed-precision mode.
 double gathered_param_bytes(Precision p, MpMode m);
 double reduced_grad_bytes(Precision p, MpMode m);
-// The dtype whose peak MFU and HFU divide by (Composer: amp_fp8 -> fp8 peak, bf16 and amp_bf16 -> bf16 ...).
+// The dtype whose peak MFU and HFU divide by: the blocks' matmuls' (Composer: amp_fp8 -> fp8 peak,
+// bf16 and amp_bf16 -> bf16 ...).
 DType mfu_dtype(Precision p);
 
 // The training framework whose conventions a configuration follows (docs/frameworks.md):
