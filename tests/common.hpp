@@ -13,6 +13,14 @@
 
 namespace tpsim::test {
 
+// Adds the models of a --models file's text to `c`; returns the warnings it gave.
+inline std::vector<std::string> add_models(ModelCatalog& c, const std::string& yaml,
+                                           const std::string& origin = "m.yaml") {
+  std::vector<std::string> warnings;
+  c.add_yaml(yaml, origin, warnings);
+  return warnings;
+}
+
 // Runs f and returns the Error's message ("" when nothing was thrown).
 template <typename F>
 std::string error_of(F&& f) {

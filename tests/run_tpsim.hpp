@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace tpsim::testing {
 
@@ -46,6 +47,23 @@ inline Run run_tpsim(const std::string& args) {
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+inline Run run(const std::string& args) { return run_tpsim(args); }
+
+inline std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// The value of `column` in the first data row of a CSV output ("" when it has no such cell).
+inline std::string csv_cell(const std::string& csv, const std::string& column) {
+  const auto split = [](const std::string& line) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+    return cells;
+  };
+  const std::vector<std::string> head = split(first_line(csv)), row = split(first_line(csv.substr(csv.find('\n') + 1)));
+  const auto it = std::find(head.begin(), head.end(), column);
+  const auto i = static_cast<size_t>(it - head.begin());
+  return it == head.end() || i >= row.size() ? "" : row[i];
 }
 
 inline int count_lines(const std::string& s) {

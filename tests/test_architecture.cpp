@@ -5,6 +5,7 @@
 #include "model/architecture.hpp"
 
 using namespace tpsim;
+using tpsim::test::add_models;
 
 BOOST_AUTO_TEST_CASE(parameter_count_matches_every_seed_row_exactly) {
   const ModelCatalog catalog = ModelCatalog::load_default();
@@ -44,15 +45,13 @@ BOOST_AUTO_TEST_CASE(alibi_and_rope_drop_the_learned_positions_as_llm_foundry_co
   // learned positions off though learned_pos_emb says true; no_bias; vocabulary 50432. Its published
   // count (mpt_get_total_params, the sum of parameter sizes) is 6,649,286,656.
   ModelCatalog catalog;
-  std::vector<std::string> warnings;
-  catalog.add_yaml(
+  const std::string yaml =
       "mpt-7b-hf:\n  d_model: 4096\n  n_heads: 32\n  n_layers: 32\n  expansion_ratio: 4\n  max_seq_len: 2048\n"
       "  vocab_size: 50432\n  no_bias: true\n  learned_pos_emb: true\n"
       "  attn_config: {alibi: true, attn_impl: torch, qk_ln: false, clip_qkv: null, softmax_scale: null,\n"
       "                prefix_lm: false, attn_uses_sequence_id: false, alibi_bias_max: 8, attn_pdrop: 0}\n"
-      "  emb_pdrop: 0\n  resid_pdrop: 0\n  logit_scale: null\n  norm_type: low_precision_layernorm\n",
-      "mpt-7b.yaml", warnings);
-  BOOST_TEST(warnings.empty());
+      "  emb_pdrop: 0\n  resid_pdrop: 0\n  logit_scale: null\n  norm_type: low_precision_layernorm\n";
+  BOOST_TEST(add_models(catalog, yaml, "mpt-7b.yaml").empty());
   const ModelConfig& m = catalog.get("mpt-7b-hf");
   BOOST_TEST(!m.learned_positions());
   BOOST_TEST(parameter_count(m, 2048) == 6649286656LL);

@@ -15,14 +15,7 @@
 
 namespace fs = std::filesystem;
 
-namespace {
-using tpsim::testing::count_lines;
-using tpsim::testing::Run;
-using tpsim::testing::slurp;
-Run run(const std::string& args) { return tpsim::testing::run_tpsim(args); }
-
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-}  // namespace
+using namespace tpsim::testing;
 
 namespace {
 // A failed run's stderr: one line, tpsim's error prefix, naming `message`. Returns the run.
@@ -307,20 +300,6 @@ BOOST_AUTO_TEST_CASE(framework_adds_the_layout_columns) {
 }
 
 // Issue 15: Composer's HSDP degrees and DDP, and the cluster network on every command that predicts.
-namespace {
-// The value of `column` in a one-row CSV output.
-std::string csv_cell(const std::string& csv, const std::string& column) {
-  const auto split = [](const std::string& line) {
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
-    return cells;
-  };
-  const std::vector<std::string> head = split(first_line(csv)), row = split(first_line(csv.substr(csv.find('\n') + 1)));
-  const auto it = std::find(head.begin(), head.end(), column);
-  return it == head.end() || static_cast<size_t>(it - head.begin()) >= row.size() ? "" : row[it - head.begin()];
-}
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(hsdp_degrees_and_the_network_are_flags) {
   const std::string p = "predict --model 7b --seq 2048 --gpus 64 --micro-batch 2 --global-batch 128 --format csv ";

@@ -61,6 +61,14 @@ CostParams defaults_of(const std::string& device) {
   return load_profile(std::string(TPSIM_DATA) + "/profiles/defaults/" + device + ".json").params;
 }
 
+// `start` with the intra-node tier's truth: a link efficiency and a latency per ring step.
+CostParams with_intra_node(const CostParams& start, double efficiency, double latency_s) {
+  CostParams truth = start;
+  truth.intra_node_link_efficiency = efficiency;
+  truth.intra_node_latency_s = latency_s;
+  return truth;
+}
+
 const FittedParameter& fitted(const CommFitResult& r, std::string_view name) {
   for (const auto& f : r.fitted)
     if (f.param->name == name) return f;
@@ -82,9 +90,7 @@ void check_recovered(const CommFitResult& r, std::string_view name, double truth
 BOOST_AUTO_TEST_CASE(one_node_fit_recovers_the_intra_node_efficiency_and_latency) {
   const DeviceSpec device = load_device("h100_80gb");
   const CostParams start = defaults_of("h100_80gb");
-  CostParams truth = start;
-  truth.intra_node_link_efficiency = 0.62;
-  truth.intra_node_latency_s = 7.5e-6;
+  const CostParams truth = with_intra_node(start, 0.62, 7.5e-6);
   std::mt19937_64 rng(11);
   const std::vector<CommMeasurement> ms = simulate(device, truth, {8, 1, 1}, rng);
 
@@ -111,9 +117,7 @@ BOOST_AUTO_TEST_CASE(two_node_fit_recovers_both_tiers) {
   // 0.7 x 450 GB/s), else the 16-rank timings would not depend on their efficiency at all.
   const DeviceSpec device = load_device("h100_80gb");
   const CostParams start = defaults_of("h100_80gb");
-  CostParams truth = start;
-  truth.intra_node_link_efficiency = 0.7;
-  truth.intra_node_latency_s = 4e-6;
+  CostParams truth = with_intra_node(start, 0.7, 4e-6);
   truth.inter_node_link_efficiency = 0.3;
   truth.inter_node_latency_s = 14e-6;
   std::mt19937_64 rng(5);
@@ -137,9 +141,7 @@ BOOST_AUTO_TEST_CASE(a_start_far_from_the_truth_still_converges) {
   CostParams start = defaults_of("h100_80gb");
   start.intra_node_link_efficiency = 0.9;
   start.intra_node_latency_s = 1e-4;
-  CostParams truth = start;
-  truth.intra_node_link_efficiency = 0.35;
-  truth.intra_node_latency_s = 1.2e-6;
+  const CostParams truth = with_intra_node(start, 0.35, 1.2e-6);
   std::mt19937_64 rng(3);
   const std::vector<CommMeasurement> ms = simulate(device, truth, {2, 1, 1}, rng);
   const CommFitResult r = fit_comm(ms, device, start);
@@ -151,9 +153,7 @@ BOOST_AUTO_TEST_CASE(a_few_odd_sizes_do_not_drag_the_fit) {
   // A library switching algorithm at some sizes: every seventh measurement three times too slow.
   const DeviceSpec device = load_device("h100_80gb");
   const CostParams start = defaults_of("h100_80gb");
-  CostParams truth = start;
-  truth.intra_node_link_efficiency = 0.55;
-  truth.intra_node_latency_s = 6e-6;
+  const CostParams truth = with_intra_node(start, 0.55, 6e-6);
   std::mt19937_64 rng(9);
   std::vector<CommMeasurement> ms = simulate(device, truth, {4, 1, 1}, rng);
   for (size_t i = 0; i < ms.size(); i += 7) ms[i].median_s *= 3.0;

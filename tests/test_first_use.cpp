@@ -10,9 +10,7 @@
 #include "tests/run_tpsim.hpp"
 
 namespace {
-using tpsim::testing::count_lines;
-using tpsim::testing::Run;
-Run run(const std::string& args) { return tpsim::testing::run_tpsim(args); }
+using namespace tpsim::testing;
 
 const std::string kMpt7b =
     std::string(TPSIM_TEST_DATA) + "/llm-foundry/pretrain/mpt-7b.yaml";  // a copy of llm-foundry's

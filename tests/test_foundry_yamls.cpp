@@ -21,8 +21,7 @@
 using namespace tpsim;
 
 namespace {
-using tpsim::test::contains;
-using tpsim::test::error_of;
+using namespace tpsim::test;
 
 const std::filesystem::path kDir = std::filesystem::path(TPSIM_TEST_DATA) / "llm-foundry";
 

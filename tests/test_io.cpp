@@ -13,8 +13,7 @@ using namespace tpsim;
 namespace fs = std::filesystem;
 
 namespace {
-using tpsim::test::contains;
-using tpsim::test::error_of;
+using namespace tpsim::test;
 
 const std::string kHeader =
     "| Model | SeqLen (T) | # GPUs | GPU | MFU | HFU | MicroBatchSize | GradAccum | GlobalBatchSize | Throughput (S/s) | "
@@ -135,7 +134,7 @@ std::string add_m1(const std::string& extra, std::vector<std::string>& warnings)
 BOOST_AUTO_TEST_CASE(models_files_accept_keys_at_their_modelled_defaults_and_irrelevant_ones) {
   std::vector<std::string> warnings;
   ModelCatalog c;
-  c.add_yaml(
+  const std::string yaml =
       "m1:\n  name: mpt_causal_lm\n  d_model: 1024\n  n_heads: 8\n  n_layers: 4\n  init_device: meta\n"
       "  max_seq_len: 2048\n  emb_pdrop: 0.1\n  resid_pdrop: 0\n  norm_type: low_precision_layernorm\n"
       "  tie_word_embeddings: true\n  head_dim: 128\n  attention_bias: true\n  fc_type: {name: torch}\n"
@@ -144,9 +143,8 @@ BOOST_AUTO_TEST_CASE(models_files_accept_keys_at_their_modelled_defaults_and_irr
       "                qk_ln: false, clip_qkv: null, softmax_scale: null, sliding_window_size: -1, prefix_lm: false,\n"
       "                alibi: false, rope: false, rope_theta: 10000, fused_qkv: true}\n"
       "  ffn_config: {ffn_type: mptmlp, expansion_ratio: 4, ffn_hidden_size: 4096, ffn_act_fn: {name: gelu}}\n"
-      "  init_config: {name: kaiming_normal_, init_div_is_residual: true, emb_init_std: null}\n",
-      "m.yaml", warnings);
-  BOOST_TEST(warnings.empty());
+      "  init_config: {name: kaiming_normal_, init_div_is_residual: true, emb_init_std: null}\n";
+  BOOST_TEST(add_models(c, yaml).empty());
   const ModelConfig& m = c.get("m1");
   BOOST_TEST(m.learned_positions());
   BOOST_TEST(m.d_ffn() == 4096);
@@ -243,9 +241,8 @@ BOOST_AUTO_TEST_CASE(models_files_refuse_what_llm_foundry_refuses) {
 // Issue 14: published models written as llm-foundry MPT blocks count exactly as llm-foundry's
 // mpt_get_total_params (RMSNorm: a weight; no_bias: no bias anywhere, the LayerNorms' included).
 BOOST_AUTO_TEST_CASE(models_files_model_llama_mistral_qwen_and_mixtral_exactly) {
-  std::vector<std::string> warnings;
   ModelCatalog c;
-  c.add_yaml(
+  const std::string yaml =
       "llama3:\n  d_model: 4096\n  n_heads: 32\n  n_layers: 32\n  vocab_size: 128256\n  norm_type: rmsnorm\n"
       "  no_bias: true\n  tie_word_embeddings: false\n"
       "  attn_config: {attn_type: grouped_query_attention, kv_n_heads: 8, rope: true, rope_theta: 500000}\n"
@@ -265,9 +262,8 @@ BOOST_AUTO_TEST_CASE(models_files_model_llama_mistral_qwen_and_mixtral_exactly) 
       "               moe_num_experts: 8, moe_top_k: 2, moe_world_size: 1, moe_loss_weight: 0.02}\n"
       "mpt7b:\n  d_model: 4096\n  n_heads: 32\n  n_layers: 32\n  vocab_size: 50432\n  no_bias: true\n"
       "  attn_config: {alibi: true}\n"
-      "mqa:\n  d_model: 1024\n  n_heads: 8\n  n_layers: 4\n  head_dim: 64\n  attn_config: {attn_type: multiquery_attention}\n",
-      "m.yaml", warnings);
-  BOOST_TEST(warnings.empty());
+      "mqa:\n  d_model: 1024\n  n_heads: 8\n  n_layers: 4\n  head_dim: 64\n  attn_config: {attn_type: multiquery_attention}\n";
+  BOOST_TEST(add_models(c, yaml).empty());
   // Llama-3-8B: per block Q and out 2 * 4096^2, K and V 2 * 4096 * 1024 (8 heads of 128): 41,943,040;
   // SwiGLU 3 * 4096 * 14336 = 176,160,768; two RMSNorms 8,192: 218,112,000. 32 blocks 6,979,584,000;
   // untied wte and lm_head 2 * 128256 * 4096 = 1,050,673,152; norm_f 4,096. Published: 8,030,261,248.

@@ -54,9 +54,7 @@ KernelPlanOptions small_gpu_plan() {
   return o;
 }
 
-using tpsim::testing::Run;
-using tpsim::testing::slurp;
-Run run(const std::string& args) { return tpsim::testing::run_tpsim(args); }
+using namespace tpsim::testing;
 
 }  // namespace
 

@@ -20,10 +20,8 @@
 using namespace tpsim;
 
 namespace {
-using tpsim::test::contains;
-using tpsim::test::error_of;
-using tpsim::testing::count_lines;
-using tpsim::testing::Run;
+using namespace tpsim::test;
+using namespace tpsim::testing;
 
 // A Megatron run in the general form: no GPU column (--device names it), no MP Mode or Sharding
 // Strategy (not composer's), step time measured instead of throughput.
@@ -48,7 +46,6 @@ std::string replaced(std::string s, const std::string& from, const std::string& 
 
 const std::string kVtrain = std::string(TPSIM_TEST_DATA) + "/vtrain/four-rows.csv";
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(the_general_form_reads_every_new_column) {

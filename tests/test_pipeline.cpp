@@ -129,12 +129,7 @@ struct Equal {
   PipelineCosts costs;
   Equal(int64_t p, int64_t v, int64_t m, double f, double b, double d)
       : fwd(p * v, f / static_cast<double>(v)), bwd(p * v, b / static_cast<double>(v)) {
-    costs.stages = p;
-    costs.virtual_stages = v;
-    costs.micro_batches = m;
-    costs.fwd_s = fwd;
-    costs.bwd_s = bwd;
-    costs.p2p_s = d;
+    costs = {.stages = p, .virtual_stages = v, .micro_batches = m, .fwd_s = fwd, .bwd_s = bwd, .p2p_s = d};
   }
 };
 

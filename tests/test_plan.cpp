@@ -15,18 +15,21 @@
 namespace fs = std::filesystem;
 
 namespace {
-using tpsim::testing::Run;
-using tpsim::testing::slurp;
-Run run(const std::string& args) { return tpsim::testing::run_tpsim(args); }
+using namespace tpsim::testing;
 const std::string kData = TPSIM_DATA;
+
+// The JSON of a run that must succeed.
+nlohmann::json json_of(const std::string& args) {
+  const Run r = run(args);
+  BOOST_TEST_REQUIRE(r.status == 0, r.err);
+  return nlohmann::json::parse(r.out);
+}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(plan_ranks_configurations_that_fit_by_time) {
-  const Run r =
-      run("plan --model 30b --seq 8192 --device h100_80gb --gpus 32,64,128 --tokens 1T "
-          "--global-batch-tokens 4Mi --price-per-gpu-hour 2.50 --top 5 --format json");
-  BOOST_TEST_REQUIRE(r.status == 0, r.err);
-  const auto j = nlohmann::json::parse(r.out)["plan"];
+  const auto j = json_of(
+      "plan --model 30b --seq 8192 --device h100_80gb --gpus 32,64,128 --tokens 1T "
+      "--global-batch-tokens 4Mi --price-per-gpu-hour 2.50 --top 5 --format json")["plan"];
   BOOST_TEST_REQUIRE(j.size() == 5u);
   // Rank 1 is the fastest or, by the robust rule, one whose interval overlaps the fastest's.
   double fastest_high = 1e300;
@@ -46,11 +49,9 @@ BOOST_AUTO_TEST_CASE(plan_ranks_configurations_that_fit_by_time) {
 }
 
 BOOST_AUTO_TEST_CASE(plan_says_how_the_global_batch_was_reached_and_why_choices_were_rejected) {
-  const Run r =
-      run("plan --model 1b --seq 2048 --device a100_80gb,h100_80gb --gpus 8,1024 --global-batch-tokens 1M "
-          "--objective cost --price-per-gpu-hour 2 --top 3 --explain --format json");
-  BOOST_TEST_REQUIRE(r.status == 0, r.err);
-  const auto j = nlohmann::json::parse(r.out);
+  const auto j = json_of(
+      "plan --model 1b --seq 2048 --device a100_80gb,h100_80gb --gpus 8,1024 --global-batch-tokens 1M "
+      "--objective cost --price-per-gpu-hour 2 --top 3 --explain --format json");
   BOOST_TEST(j.contains("plan"));
   BOOST_TEST(j["best per device"].size() == 2u);
   BOOST_TEST(j["best per GPU count"].size() == 4u);  // 2 GPU counts x 2 devices
@@ -64,11 +65,9 @@ BOOST_AUTO_TEST_CASE(plan_says_how_the_global_batch_was_reached_and_why_choices_
 }
 
 BOOST_AUTO_TEST_CASE(plan_with_a_micro_batch_plans_only_that_micro_batch) {
-  const Run r =
-      run("plan --model 7b --seq 2048 --device h100_80gb --gpus 8,64 --global-batch-tokens 4Mi "
-          "--micro-batch 3 --top 50 --explain --format json");
-  BOOST_TEST_REQUIRE(r.status == 0, r.err);
-  const auto j = nlohmann::json::parse(r.out);
+  const auto j = json_of(
+      "plan --model 7b --seq 2048 --device h100_80gb --gpus 8,64 --global-batch-tokens 4Mi "
+      "--micro-batch 3 --top 50 --explain --format json");
   BOOST_TEST_REQUIRE(j["plan"].size() > 0u);
   for (const auto& row : j["plan"]) BOOST_TEST(row["MicroBatchSize"].get<int64_t>() == 3);
   // Without it, plan scans every micro-batch that fits.
@@ -81,11 +80,9 @@ BOOST_AUTO_TEST_CASE(plan_with_a_micro_batch_plans_only_that_micro_batch) {
   for (const auto& row : all_rows) other = other || row["MicroBatchSize"].get<int64_t>() != 3;
   BOOST_TEST(other);
   // A micro-batch above the per-GPU batch is a rejection with its reason, not a silent scan.
-  const Run big =
-      run("plan --model 7b --seq 2048 --device h100_80gb --gpus 64 --global-batch-tokens 1Mi "
-          "--micro-batch 64 --explain --format json");
-  BOOST_TEST_REQUIRE(big.status == 0, big.err);
-  const auto b = nlohmann::json::parse(big.out);
+  const auto b = json_of(
+      "plan --model 7b --seq 2048 --device h100_80gb --gpus 64 --global-batch-tokens 1Mi "
+      "--micro-batch 64 --explain --format json");
   BOOST_TEST(b["plan"].empty());
   BOOST_TEST_REQUIRE(b["rejected"].size() > 0u);
   BOOST_TEST(b["rejected"][0]["Reason"].get<std::string>().find(
@@ -100,10 +97,8 @@ BOOST_AUTO_TEST_CASE(predict_and_plan_read_llm_foundry_yamls_and_flags_win) {
   BOOST_TEST(j[0]["GlobalBatchSize"].get<int64_t>() == 1024);
   BOOST_TEST(r.err.find("not modelled, ignored: variables, run_name") != std::string::npos);
   BOOST_TEST(r.err.find("micro-batch auto:") != std::string::npos);
-  const Run o = run("predict --config " + kData +
-                    "/examples/mpt-7b-pretrain.yaml --gpus 64 --seq 4096 --micro-batch 2 --format json");
-  BOOST_TEST_REQUIRE(o.status == 0, o.err);
-  const auto k = nlohmann::json::parse(o.out);
+  const auto k = json_of("predict --config " + kData +
+                         "/examples/mpt-7b-pretrain.yaml --gpus 64 --seq 4096 --micro-batch 2 --format json");
   BOOST_TEST(k[0]["SeqLen (T)"].get<int64_t>() == 4096);
   BOOST_TEST(k[0]["MicroBatchSize"].get<int64_t>() == 2);
   const Run p = run("plan --config " + kData +
@@ -130,14 +125,10 @@ BOOST_AUTO_TEST_CASE(plan_searches_the_kinds_of_checkpointing_asked) {
     for (const auto& row : j["rejected"]) all += row["Choice"].get<std::string>() + "; ";
     return all;
   };
-  const Run d = run(plan);
-  BOOST_TEST_REQUIRE(d.status == 0, d.err);
-  const auto dj = nlohmann::json::parse(d.out);
+  const auto dj = json_of(plan);
   BOOST_TEST(kinds(dj) == (std::vector<std::string>{"full", "none"}));
   BOOST_TEST(choices(dj).find("selective") == std::string::npos);
-  const Run a = run(plan + "--ckpt any");
-  BOOST_TEST_REQUIRE(a.status == 0, a.err);
-  const auto aj = nlohmann::json::parse(a.out);
+  const auto aj = json_of(plan + "--ckpt any");
   BOOST_TEST(kinds(aj) == (std::vector<std::string>{"full", "none", "selective"}));
   BOOST_TEST(choices(aj).find("FULL_SHARD, selective checkpointing; ") != std::string::npos, choices(aj));
   BOOST_TEST(choices(aj).find("FULL_SHARD, checkpointing; ") != std::string::npos);
@@ -179,9 +170,7 @@ BOOST_AUTO_TEST_CASE(plan_lists_the_best_configuration_of_each_gpu_count) {
   const std::string args =
       "plan --model 70b --seq 4096 --device h100_80gb,a100_80gb --gpus 64..512 --tokens 1T "
       "--price-per-gpu-hour 2 ";
-  const Run r = run(args + "--format json");
-  BOOST_TEST_REQUIRE(r.status == 0, r.err);
-  const auto j = nlohmann::json::parse(r.out);
+  const auto j = json_of(args + "--format json");
   BOOST_TEST_REQUIRE(j.contains("best per GPU count"));
   const auto& best = j["best per GPU count"];
   BOOST_TEST_REQUIRE(best.size() == 8u);  // 64, 128, 256, 512 x two devices
@@ -224,9 +213,7 @@ BOOST_AUTO_TEST_CASE(plan_ranks_robustly_within_the_interval_and_keeps_headroom)
     counted = counted || row["Reason"].get<std::string>().find("headroom under 4.0 GiB") != std::string::npos;
   BOOST_TEST(counted);
   // Without a margin the fastest (micro-batch 8) sits at 3.6 GiB; micro-batch 5 is 3.6% slower.
-  const Run z = run(args + "--min-headroom 0");
-  BOOST_TEST_REQUIRE(z.status == 0, z.err);
-  const auto zj = nlohmann::json::parse(z.out)["plan"];
+  const auto zj = json_of(args + "--min-headroom 0")["plan"];
   BOOST_TEST_REQUIRE(zj.size() > dj["plan"].size());
   BOOST_TEST(zj[0]["MicroBatchSize"].get<int64_t>() == 8);
   BOOST_TEST(zj[0]["Headroom (GiB)"].get<double>() < 4.0);
@@ -356,9 +343,8 @@ BOOST_AUTO_TEST_CASE(plan_config_honours_the_yaml_and_help_says_what_plan_does) 
 // degrees, and predicts each as predict does with those degrees; a fixed sharding keeps Composer's
 // own groups.
 BOOST_AUTO_TEST_CASE(plan_searches_hsdp_meshes_and_predict_agrees) {
-  const Run r = run("plan --model 70b --seq 4096 --device h100_80gb --gpus 1024 --top 1000 --format json");
-  BOOST_TEST_REQUIRE(r.status == 0, r.err);
-  const auto rows = nlohmann::json::parse(r.out)["plan"];
+  const auto rows =
+      json_of("plan --model 70b --seq 4096 --device h100_80gb --gpus 1024 --top 1000 --format json")["plan"];
   const nlohmann::json* mesh = nullptr;
   for (const auto& row : rows)
     if (!mesh && row["Sharding Strategy"].get<std::string>().rfind("HYBRID_SHARD (shard ", 0) == 0) mesh = &row;
@@ -380,10 +366,9 @@ BOOST_AUTO_TEST_CASE(plan_searches_hsdp_meshes_and_predict_agrees) {
   const auto pr = nlohmann::json::parse(p.out)[0];  // one table: its rows
   BOOST_TEST(pr["Throughput (T/s)"].get<int64_t>() == (*mesh)["Throughput (T/s)"].get<int64_t>());
   // --sharding HYBRID_SHARD: Composer's groups (a node), no mesh.
-  const Run fixed = run(
-      "plan --model 70b --seq 4096 --device h100_80gb --gpus 1024 --sharding HYBRID_SHARD --top 1000 --format json");
-  BOOST_TEST_REQUIRE(fixed.status == 0, fixed.err);
-  const auto fixed_rows = nlohmann::json::parse(fixed.out)["plan"];
+  const auto fixed_rows = json_of(
+      "plan --model 70b --seq 4096 --device h100_80gb --gpus 1024 --sharding HYBRID_SHARD --top 1000 --format json")
+      ["plan"];
   for (const auto& row : fixed_rows) BOOST_TEST(row["Sharding Strategy"].get<std::string>() == "HYBRID_SHARD");
 }
 
@@ -392,9 +377,7 @@ BOOST_AUTO_TEST_CASE(plan_searches_hsdp_meshes_and_predict_agrees) {
 // the fastest that fits), and predict with its degrees gives the same throughput.
 BOOST_AUTO_TEST_CASE(sweep_searches_hsdp_meshes_as_plan_does) {
   const std::string at = " --seq 4096 --device h100_80gb --gpus 1024 --global-batch-tokens 4Mi --format json";
-  const Run s = run("sweep --models 70b" + at);
-  BOOST_TEST_REQUIRE(s.status == 0, s.err);
-  const auto best = nlohmann::json::parse(s.out)[0];
+  const auto best = json_of("sweep --models 70b" + at)[0];
   const std::string text = best["Sharding Strategy"];
   BOOST_TEST_REQUIRE(text.rfind("HYBRID_SHARD (shard ", 0) == 0u, text);
   const Run p = run("plan --model 70b --top 1000" + at);
@@ -405,14 +388,12 @@ BOOST_AUTO_TEST_CASE(sweep_searches_hsdp_meshes_as_plan_does) {
   BOOST_TEST(best["Throughput (T/s)"].get<int64_t>() >= fastest);
   const int64_t shard = std::stoll(text.substr(text.find("shard ") + 6));
   const int64_t replicate = std::stoll(text.substr(text.find("replicate ") + 10));
-  const Run one =
-      run("predict --model 70b --seq 4096 --device h100_80gb --gpus 1024 --global-batch " +
-          std::to_string(best["GlobalBatchSize"].get<int64_t>()) + " --sharding HYBRID_SHARD --shard-degree " +
-          std::to_string(shard) + " --replicate-degree " + std::to_string(replicate) + " --micro-batch " +
-          std::to_string(best["MicroBatchSize"].get<int64_t>()) +
-          (best["Activation Checkpointing"].get<bool>() ? " --ckpt" : " --no-ckpt") + " --format json");
-  BOOST_TEST_REQUIRE(one.status == 0, one.err);
-  const auto pr = nlohmann::json::parse(one.out)[0];
+  const auto pr =
+      json_of("predict --model 70b --seq 4096 --device h100_80gb --gpus 1024 --global-batch " +
+              std::to_string(best["GlobalBatchSize"].get<int64_t>()) + " --sharding HYBRID_SHARD --shard-degree " +
+              std::to_string(shard) + " --replicate-degree " + std::to_string(replicate) + " --micro-batch " +
+              std::to_string(best["MicroBatchSize"].get<int64_t>()) +
+              (best["Activation Checkpointing"].get<bool>() ? " --ckpt" : " --no-ckpt") + " --format json")[0];
   BOOST_TEST(pr["Sharding Strategy"].get<std::string>() == text);
   BOOST_TEST(pr["Throughput (T/s)"].get<int64_t>() == best["Throughput (T/s)"].get<int64_t>());
   // Without HYBRID_SHARD among --shardings, no mesh.

@@ -27,10 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using tpsim::testing::Run;
-using tpsim::testing::scratch_dir;
-using tpsim::testing::slurp;
-Run run(const std::string& args) { return tpsim::testing::run_tpsim(args); }
+using namespace tpsim::testing;
 
 std::vector<std::string> split(const std::string& line, char sep) {
   std::vector<std::string> v;

@@ -226,25 +226,6 @@ BOOST_AUTO_TEST_CASE(bad_input_through_the_binary) {
   BOOST_TEST(count_lines(ok.out) == 4);
 }
 
-namespace {
-// The cell of `column` in the first data row of a csv output.
-std::string cell(const std::string& csv, const std::string& column) {
-  const auto split = [](const std::string& line) {
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
-    return cells;
-  };
-  std::stringstream lines(csv);
-  std::string head, row;
-  std::getline(lines, head);
-  std::getline(lines, row);
-  const std::vector<std::string> h = split(head), r = split(row);
-  const auto it = std::find(h.begin(), h.end(), column);
-  return it == h.end() || static_cast<size_t>(it - h.begin()) >= r.size() ? "" : r[static_cast<size_t>(it - h.begin())];
-}
-}  // namespace
-
 // Issue 18: without --throughput-1gpu, the one-GPU throughput of a transformer tpsim models is its
 // own prediction: Composer's plain DDP on one GPU, what `tpsim predict` gives a YAML without
 // fsdp_config at --gpus 1. The 1-GPU row equals predict's, cell for cell at the printed precision.
@@ -255,12 +236,12 @@ BOOST_AUTO_TEST_CASE(one_gpu_throughput_is_tpsims_own_prediction) {
   const Run p = run_tpsim("predict --config " + yaml.string() +
                           " --model 1b --device a100_80gb --gpus 1 --micro-batch 4 --format csv");
   BOOST_TEST_REQUIRE(p.status == 0, p.err);
-  BOOST_TEST(cell(p.out, "Sharding Strategy") == "DDP");
+  BOOST_TEST(csv_cell(p.out, "Sharding Strategy") == "DDP");
   const Run s = run_tpsim("scale --model 1b --device a100_80gb --gpus 1,8 --seq 2048 --micro-batch 4 --format csv");
   BOOST_TEST_REQUIRE(s.status == 0, s.err);
   BOOST_TEST(count_lines(s.out) == 3);
-  BOOST_TEST(cell(s.out, "Throughput (samples/s)") == cell(p.out, "Throughput (S/s)"));
-  BOOST_TEST(cell(s.out, "Step (s)") == cell(p.out, "Step Time (s)"));
+  BOOST_TEST(csv_cell(s.out, "Throughput (samples/s)") == csv_cell(p.out, "Throughput (S/s)"));
+  BOOST_TEST(csv_cell(s.out, "Step (s)") == csv_cell(p.out, "Step Time (s)"));
   BOOST_TEST(s.err.find("tpsim's own prediction") != std::string::npos, s.err);
   BOOST_TEST(s.err.find("its interval, the profile's widened beyond its fitted rows") != std::string::npos, s.err);
   // The same on a cluster: its device (mahti: a100_40gb) predicts the one GPU.

@@ -89,6 +89,27 @@ TrainConfig base_of(const Case& c) {
   return base;
 }
 
+// A run of `gpus` GPUs at `seq` tokens a sequence and `global_batch` sequences a step.
+TrainConfig run_of(int64_t seq, int64_t gpus, int64_t global_batch) {
+  TrainConfig run;
+  run.seq_len = seq;
+  run.n_gpus = gpus;
+  run.global_batch = global_batch;
+  return run;
+}
+
+// A model of the shipped catalogue, loaded once.
+const ModelConfig& model_named(const std::string& name) {
+  static const ModelCatalog catalog = ModelCatalog::load_default();
+  return catalog.get(name);
+}
+
+SearchSpace megatron_space() {
+  SearchSpace space;
+  space.asked.framework = Framework::kMegatron;
+  return space;
+}
+
 bool same(const TrainConfig& a, const TrainConfig& b) {
   return a.micro_batch == b.micro_batch && a.layout.sharding == b.layout.sharding &&
          a.layout.checkpointing == b.layout.checkpointing && a.global_batch == b.global_batch;
@@ -287,15 +308,10 @@ BOOST_AUTO_TEST_CASE(a_plan_ranks_every_fitting_configuration_by_score) {
 // and 2 at pp 2 (12 / (2 x 2) is whole; 2 x 4 and 4 x 2 are not): 4 + 4 + 3 = 11 layouts, each
 // without and with checkpointing. A global batch of 4 rules out data parallel 8 (tp 1, pp 1): 10.
 BOOST_AUTO_TEST_CASE(megatron_enumerates_exactly_the_valid_layouts) {
-  const ModelCatalog catalog = ModelCatalog::load_default();
-  const ModelConfig& model = catalog.get("125m");
+  const ModelConfig& model = model_named("125m");
   const DeviceSpec d = load_device("h100_80gb");
-  SearchSpace space;
-  space.asked.framework = Framework::kMegatron;
-  TrainConfig base;
-  base.seq_len = 2048;
-  base.n_gpus = 8;
-  base.global_batch = 16;
+  SearchSpace space = megatron_space();
+  TrainConfig base = run_of(2048, 8, 16);
   const std::vector<Layout> layouts = space.layouts(model, d, base);
   BOOST_TEST(layouts.size() == 22u);
   for (const Layout& l : layouts) {
@@ -322,17 +338,12 @@ BOOST_AUTO_TEST_CASE(megatron_enumerates_exactly_the_valid_layouts) {
 }
 
 BOOST_AUTO_TEST_CASE(megatron_fixed_axes_that_leave_no_layout_say_why) {
-  const ModelCatalog catalog = ModelCatalog::load_default();
-  const ModelConfig& model = catalog.get("125m");
+  const ModelConfig& model = model_named("125m");
   const DeviceSpec d = load_device("h100_80gb");
   const CostParams params = load_shipped_profile("h100_80gb").params;
-  SearchSpace space;
-  space.asked.framework = Framework::kMegatron;
+  SearchSpace space = megatron_space();
   space.asked.tensor = 8;  // 12 heads
-  TrainConfig base;
-  base.seq_len = 2048;
-  base.n_gpus = 8;
-  base.global_batch = 16;
+  TrainConfig base = run_of(2048, 8, 16);
   base.micro_batch = 1;
   const SearchResult r = search(model, d, params, base, space, SearchGoal::kAllThatFit);
   BOOST_TEST(!r.found);
@@ -343,8 +354,7 @@ BOOST_AUTO_TEST_CASE(megatron_fixed_axes_that_leave_no_layout_say_why) {
 
 // The search's constraints, one by one (check_layout).
 BOOST_AUTO_TEST_CASE(check_layout_names_the_broken_constraint) {
-  const ModelCatalog catalog = ModelCatalog::load_default();
-  const ModelConfig& model = catalog.get("7b");  // 32 heads, 32 layers
+  const ModelConfig& model = model_named("7b");  // 32 heads, 32 layers
   TrainConfig cfg;
   cfg.seq_len = 2048;
   cfg.n_gpus = 16;
@@ -435,15 +445,11 @@ BOOST_AUTO_TEST_CASE(megatron_searches_as_the_brute_force_does) {
   const ModelCatalog catalog = ModelCatalog::load_default();
   const DeviceSpec d = load_device("h100_80gb");
   const CostParams params = load_shipped_profile("h100_80gb").params;
-  SearchSpace space;
-  space.asked.framework = Framework::kMegatron;
+  const SearchSpace space = megatron_space();
   for (const char* name : {"125m", "1b", "7b"}) {
     BOOST_TEST_CONTEXT(name) {
       const ModelConfig& model = catalog.get(name);
-      TrainConfig base;
-      base.seq_len = 2048;
-      base.n_gpus = 16;
-      base.global_batch = 96;
+      TrainConfig base = run_of(2048, 16, 96);
       base.micro_batch = 1;
       const SearchResult all = check_megatron_search(model, d, params, base, space);
       for (const Candidate& c : all.fitting) BOOST_TEST(c.cfg.per_device_batch() % c.cfg.micro_batch == 0);
@@ -454,16 +460,11 @@ BOOST_AUTO_TEST_CASE(megatron_searches_as_the_brute_force_does) {
 // Context parallel degrees are searched from 8192 tokens up: powers of two leaving each rank at
 // least 4096 tokens and fitting beside tensor parallelism. MPT 7b (32 heads, 32 layers) on 16 H100s.
 BOOST_AUTO_TEST_CASE(megatron_searches_context_parallelism_on_long_sequences) {
-  const ModelCatalog catalog = ModelCatalog::load_default();
-  const ModelConfig& model = catalog.get("7b");
+  const ModelConfig& model = model_named("7b");
   const DeviceSpec d = load_device("h100_80gb");
-  SearchSpace space;
-  space.asked.framework = Framework::kMegatron;
-  TrainConfig base;
-  base.n_gpus = 16;
-  base.global_batch = 16;
+  SearchSpace space = megatron_space();
+  TrainConfig base = run_of(4096, 16, 16);
   const auto cp_of = [](const Layout& p) { return p.context; };
-  base.seq_len = 4096;
   BOOST_TEST((values_of(space.layouts(model, d, base), cp_of) == std::vector<int64_t>{1}));
   base.seq_len = 8192;
   BOOST_TEST((values_of(space.layouts(model, d, base), cp_of) == std::vector<int64_t>{1, 2}));
@@ -485,12 +486,8 @@ BOOST_AUTO_TEST_CASE(megatron_searches_context_parallelism_on_long_sequences) {
 BOOST_AUTO_TEST_CASE(megatron_searches_expert_parallelism_for_mixtures_of_experts) {
   const ModelCatalog catalog = ModelCatalog::load_default();
   const DeviceSpec d = load_device("h100_80gb");
-  SearchSpace space;
-  space.asked.framework = Framework::kMegatron;
-  TrainConfig base;
-  base.n_gpus = 8;
-  base.global_batch = 64;
-  base.seq_len = 4096;
+  SearchSpace space = megatron_space();
+  const TrainConfig base = run_of(4096, 8, 64);
   const auto ep_of = [](const Layout& p) { return p.expert; };
   const std::vector<Layout> layouts = space.layouts(catalog.get("mixtral-8x7b"), d, base);
   BOOST_TEST((values_of(layouts, ep_of) == std::vector<int64_t>{1, 2, 4, 8}));
@@ -520,8 +517,7 @@ BOOST_AUTO_TEST_CASE(megatron_searches_context_and_expert_parallelism_as_the_bru
   const ModelCatalog catalog = ModelCatalog::load_default();
   const DeviceSpec d = load_device("h100_80gb");
   const CostParams params = load_shipped_profile("h100_80gb").params;
-  SearchSpace space;
-  space.asked.framework = Framework::kMegatron;
+  SearchSpace space = megatron_space();
   space.checkpointing = {Checkpointing::kNone, Checkpointing::kSelective, Checkpointing::kFull};
   TrainConfig base;
   base.n_gpus = 8;

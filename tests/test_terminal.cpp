@@ -15,8 +15,7 @@
 #include "run_tpsim.hpp"
 
 using namespace tpsim;
-using tpsim::test::contains;
-using tpsim::test::error_of;
+using namespace tpsim::test;
 using tpsim::testing::run_tpsim;
 
 namespace {

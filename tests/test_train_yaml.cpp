@@ -11,8 +11,7 @@
 using namespace tpsim;
 
 namespace {
-using tpsim::test::contains;
-using tpsim::test::error_of;
+using namespace tpsim::test;
 std::string example(const char* name) { return std::string(TPSIM_DATA) + "/examples/" + name; }
 }  // namespace
 

@@ -8,7 +8,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "io/catalog.hpp"
+#include "io/devices.hpp"
 #include "io/error.hpp"
+#include "io/profile_io.hpp"
 #include "model/simulator.hpp"
 
 namespace tpsim::fuzz {
@@ -37,6 +40,29 @@ inline void check_prediction(const ModelConfig& m, const DeviceSpec& d, const Co
   const Prediction r = predict(m, d, p, c);
   for (double v : {r.step_s, r.tokens_per_s, r.mfu, r.hfu, r.memory.peak_bytes, r.time.exposed_comm_s})
     require(std::isfinite(v) && v >= 0, "a prediction that is not finite and non-negative");
+}
+
+// The shipped data the targets predict with, loaded once.
+struct Shipped {
+  ModelCatalog models = ModelCatalog::load_default();
+  DeviceSpec h100 = load_device("h100_80gb"), a100 = load_device("a100_80gb");
+  CostParams h100_params = load_shipped_profile("h100_80gb").params;
+  CostParams a100_params = load_shipped_profile("a100_80gb").params;
+};
+
+// One fuzz input, as text, through `read(text, shipped)` (a reader and the checks of what it
+// returns): an Error it throws must be one line (check_error_message). The shipped data is loaded
+// outside, so that an error of its own is not taken for the input's. What LLVMFuzzerTestOneInput
+// returns.
+template <class Read>
+int read_one(const uint8_t* data, size_t size, Read read) {
+  static const Shipped shipped;
+  try {
+    read(std::string(reinterpret_cast<const char*>(data), size), shipped);
+  } catch (const Error& e) {
+    check_error_message(e);
+  }
+  return 0;
 }
 
 }  // namespace tpsim::fuzz
