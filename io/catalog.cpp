@@ -619,7 +619,11 @@ ModelCatalog ModelCatalog::load_default() {
   for (const auto& entry : std::filesystem::directory_iterator(data_dir() / "models" / "hf"))
     if (entry.path().extension() == ".json") hf.push_back(entry.path());
   std::sort(hf.begin(), hf.end());
-  for (const auto& path : hf) c.add_hf_config(path, warnings);
+  for (const auto& path : hf) {
+    ModelConfig named;
+    named.name = hf_model_name(path);
+    c.add_model(named, path);
+  }
   return c;
 }
 
@@ -645,10 +649,32 @@ void ModelCatalog::add_hf_config(const std::filesystem::path& path, std::vector<
   add_model(m);
 }
 
-void ModelCatalog::add_model(const ModelConfig& m) {
+void ModelCatalog::add_model(const ModelConfig& m, std::filesystem::path unread) {
   auto it = std::find_if(models_.begin(), models_.end(), [&](const ModelConfig& x) { return x.name == m.name; });
-  if (it != models_.end()) *it = m;
-  else models_.push_back(m);
+  if (it != models_.end()) {
+    *it = m;
+    unread_[static_cast<size_t>(it - models_.begin())] = std::move(unread);
+  } else {
+    models_.push_back(m);
+    unread_.push_back(std::move(unread));
+  }
+}
+
+const ModelConfig& ModelCatalog::read(size_t i) const {
+  if (!unread_[i].empty()) {
+    // A shipped config's notes and ignored keys are the catalogue's own, checked by the tests.
+    ModelCatalog one;
+    std::vector<std::string> warnings;
+    one.add_hf_config(unread_[i], warnings);
+    models_[i] = one.models_.front();
+    unread_[i].clear();
+  }
+  return models_[i];
+}
+
+const std::vector<ModelConfig>& ModelCatalog::models() const {
+  for (size_t i = 0; i < models_.size(); ++i) read(i);
+  return models_;
 }
 
 void ModelCatalog::add_yaml(const std::string& text, const std::string& origin, std::vector<std::string>& warnings) {
@@ -678,16 +704,16 @@ void ModelCatalog::add_yaml_unguarded(const std::string& text, const std::string
 // A name as written, else the one name that matches it ignoring case (7B is 7b; a --models file
 // that holds both MyModel and mymodel needs the exact spelling).
 const ModelConfig* ModelCatalog::find(std::string_view name) const {
-  for (const auto& m : models_)
-    if (m.name == name) return &m;
+  for (size_t i = 0; i < models_.size(); ++i)
+    if (models_[i].name == name) return &read(i);
   const std::string wanted = to_lower(std::string(name));
-  const ModelConfig* found = nullptr;
-  for (const auto& m : models_) {
-    if (to_lower(m.name) != wanted) continue;
+  std::optional<size_t> found;
+  for (size_t i = 0; i < models_.size(); ++i) {
+    if (to_lower(models_[i].name) != wanted) continue;
     if (found) return nullptr;
-    found = &m;
+    found = i;
   }
-  return found;
+  return found ? &read(*found) : nullptr;
 }
 
 const ModelConfig& ModelCatalog::get(std::string_view name) const {

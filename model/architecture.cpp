@@ -21,7 +21,7 @@ std::string_view to_string(PositionKind p) {
 int64_t ModelConfig::d_ffn() const {
   if (ffn_hidden > 0) return ffn_hidden;
   // Rounded to nearest; check_architecture keeps the product positive and small.
-  return std::llround(expansion_ratio * static_cast<double>(d_model));
+  return round_count(expansion_ratio * static_cast<double>(d_model));
 }
 
 std::vector<std::pair<std::string, int64_t>> unaligned_gemm_widths(const ModelConfig& m, bool vocab_padded) {

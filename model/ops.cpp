@@ -8,11 +8,13 @@
 #include <tuple>
 #include <utility>
 
+#include "model/units.hpp"
+
 namespace tpsim {
 namespace {
 
 double d(int64_t x) { return static_cast<double>(x); }
-int64_t count(double x) { return std::llround(x); }
+int64_t count(double x) { return round_count(x); }
 
 // `op` marked in place as part of `role` (and, for a linear layer's GEMM, which of its three), for
 // pushing as it is: a temporary lives to the end of the push's expression, and nothing is copied.

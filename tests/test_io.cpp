@@ -162,6 +162,24 @@ BOOST_AUTO_TEST_CASE(models_files_accept_keys_at_their_modelled_defaults_and_irr
   BOOST_TEST(shipped.empty());
 }
 
+// The shipped Hugging Face configs are read when their model is first asked for: in catalogue order
+// after the MPT models, each the model that reading its file gives, names found ignoring case.
+BOOST_AUTO_TEST_CASE(shipped_hugging_face_configs_are_read_on_first_use_as_their_files_read) {
+  const ModelCatalog shipped = ModelCatalog::load_default();
+  ModelCatalog direct;
+  std::vector<std::string> warnings;
+  direct.add_file(std::string(TPSIM_DATA) + "/models/hf/qwen3-30b-a3b.json", warnings);
+  const ModelConfig& lazy = shipped.get("Qwen3-30B-A3B");
+  const ModelConfig& read = direct.get("qwen3-30b-a3b");
+  BOOST_TEST(lazy.name == "qwen3-30b-a3b");
+  BOOST_TEST((lazy.d_model == read.d_model && lazy.n_layers == read.n_layers && lazy.moe.experts == read.moe.experts));
+  BOOST_TEST(parameter_count(lazy, 4096) == parameter_count(read, 4096));
+  // A range reaches across them by name, and every model of the catalogue reads.
+  BOOST_TEST((shipped.expand("70b..gpt2", "--models") ==
+              std::vector<std::string>{"70b", "dbrx", "gpt2-large", "gpt2-medium", "gpt2-xl", "gpt2"}));
+  for (const ModelConfig& m : shipped.models()) BOOST_TEST(m.d_model > 0, m.name);
+}
+
 BOOST_AUTO_TEST_CASE(models_files_refuse_what_tpsim_cannot_model_yet_naming_key_and_value) {
   std::vector<std::string> warnings;
   // Issue 14 models grouped-query and multi-query attention, sliding windows, GLU feed-forwards and
