@@ -152,7 +152,7 @@ const std::array<const Rule*, 10> kMegatronRules = {&kTpCommOverlapNeedsTpAndSp,
 }  // namespace
 
 // Everything of a configuration but its global batch, costed once.
-struct MegatronEvaluator::Costs : MicroBatchOpCosts {
+struct MegatronCosts : MicroBatchOpCosts {
   TrainConfig key;  // global_batch unused
   ModelParallelLayout layout;
   double attention_again = 0;                     // selective: the attention forward run again before each backward
@@ -202,15 +202,14 @@ class ExpertSeconds final : public OpSink {
 }  // namespace
 
 MegatronEvaluator::MegatronEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
-    : model_(model), device_(device), params_(params), cost_(device, params) {}
+    : ModelParallelEvaluator(model, device, params) {}
 
 MegatronEvaluator::~MegatronEvaluator() = default;
 
 const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg) {
   if (const Costs* done = memo_.find(cfg)) return *done;
-  Costs& c = memo_.start(cfg);
+  Costs& c = start_costs(cfg);
   const Layout& par = cfg.layout;
-  c.layout = model_parallel_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const ModelParallelLayout& l = c.layout;
   if (const std::string why = split_layers(model_.n_layers, par, c.chunk_layers); !why.empty())
     throw std::invalid_argument("MegatronEvaluator: " + why + " (the rule pipeline-splits-layers refuses the layout)");

@@ -35,6 +35,7 @@
 #include "model/ops.hpp"
 #include "model/framework.hpp"
 #include "model/pipeline.hpp"
+#include "model/model_parallel_evaluator.hpp"
 #include "model/recent_costs.hpp"
 #include "model/simulator.hpp"
 
@@ -65,7 +66,9 @@ struct MegatronStageState {
   double state_bytes = 0;
 };
 
-class MegatronEvaluator final : public FrameworkEvaluator {
+struct MegatronCosts;  // model/megatron.cpp
+
+class MegatronEvaluator final : public ModelParallelEvaluator<MegatronCosts> {
  public:
   MegatronEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params);
   ~MegatronEvaluator() override;
@@ -73,7 +76,7 @@ class MegatronEvaluator final : public FrameworkEvaluator {
   MemoryBreakdown memory(const TrainConfig& cfg) override;
 
  private:
-  struct Costs;
+  using Costs = MegatronCosts;
   const Costs& costs(const TrainConfig& cfg);
   void context_and_expert_costs(Costs& c, const BlockShape& shape, const TrainConfig& cfg) const;
   void tp_comm_overlap_costs(Costs& c, const BlockShape& shape, double td_bytes) const;
@@ -87,14 +90,7 @@ class MegatronEvaluator final : public FrameworkEvaluator {
   void breakdown(const Costs& c, int64_t m, double recompute, const HostTime& host, size_t critical, double tail_s,
                  double merged_saving_s, Prediction& p) const;
 
-  const ModelConfig& model_;
-  const DeviceSpec& device_;
-  const CostParams& params_;
-  CostModel cost_;
-  RecentCosts<Costs> memo_;
-  std::vector<double> fwd_s_, bwd_s_;  // per model chunk, reused
-  double pair_hidden_s_ = 0;           // combined 1F1B: what merging a layer's forward and backward saves
-  PipelineSimulator pipeline_;         // its buffers reused
+  double pair_hidden_s_ = 0;  // combined 1F1B: what merging a layer's forward and backward saves
 };
 
 }  // namespace tpsim

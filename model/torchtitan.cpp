@@ -169,7 +169,7 @@ ContextParallelAttention torchtitan_context_parallel(const CostModel& cost, cons
 }
 
 // Everything of a configuration but its global batch, costed once.
-struct TorchtitanEvaluator::Costs : MicroBatchOpCosts {
+struct TorchtitanCosts : MicroBatchOpCosts {
   TrainConfig key;  // global_batch unused
   ModelParallelLayout layout;
   TorchtitanMesh mesh;
@@ -197,15 +197,14 @@ struct TorchtitanEvaluator::Costs : MicroBatchOpCosts {
 };
 
 TorchtitanEvaluator::TorchtitanEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
-    : model_(model), device_(device), params_(params), cost_(device, params) {}
+    : ModelParallelEvaluator(model, device, params) {}
 
 TorchtitanEvaluator::~TorchtitanEvaluator() = default;
 
 const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& cfg) {
   if (const Costs* done = memo_.find(cfg)) return *done;
-  Costs& c = memo_.start(cfg);
+  Costs& c = start_costs(cfg);
   const Layout& par = cfg.layout;
-  c.layout = model_parallel_layout(par, cfg.n_gpus, device_.gpus_per_node);
   const ModelParallelLayout& l = c.layout;
   resolve_torchtitan_mesh(cfg, device_.gpus_per_node, &c.mesh);
   // The rank's s/cp tokens of each sequence, its tensor-parallel slice; torchtitan does not pad the

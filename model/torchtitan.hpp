@@ -54,6 +54,7 @@
 
 #include "model/framework.hpp"
 #include "model/pipeline.hpp"
+#include "model/model_parallel_evaluator.hpp"
 #include "model/recent_costs.hpp"
 #include "model/simulator.hpp"
 
@@ -113,7 +114,9 @@ struct TorchtitanTraffic {
   double cp_bytes = 0;
 };
 
-class TorchtitanEvaluator final : public FrameworkEvaluator {
+struct TorchtitanCosts;  // model/torchtitan.cpp
+
+class TorchtitanEvaluator final : public ModelParallelEvaluator<TorchtitanCosts> {
  public:
   TorchtitanEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params);
   ~TorchtitanEvaluator() override;
@@ -122,21 +125,13 @@ class TorchtitanEvaluator final : public FrameworkEvaluator {
   TorchtitanTraffic traffic(const TrainConfig& cfg);  // of the most loaded stage (the first)
 
  private:
-  struct Costs;
+  using Costs = TorchtitanCosts;
   const Costs& costs(const TrainConfig& cfg);
   void checkpointing_costs(Costs& c, const TrainConfig& cfg, const BlockShape& shape, double ag);
   void fsdp_costs(Costs& c, const TrainConfig& cfg);
   Prediction predict_fsdp(const Costs& c, const TrainConfig& cfg);
   Prediction predict_pipeline(const Costs& c, const TrainConfig& cfg);
   void finish(const TrainConfig& cfg, Prediction& p);
-
-  const ModelConfig& model_;
-  const DeviceSpec& device_;
-  const CostParams& params_;
-  CostModel cost_;
-  RecentCosts<Costs> memo_;
-  std::vector<double> fwd_s_, bwd_s_;  // per model chunk, reused
-  PipelineSimulator pipeline_;         // its buffers reused
 };
 
 }  // namespace tpsim
