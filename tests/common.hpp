@@ -53,34 +53,27 @@ inline std::vector<MeasuredRow> all_seed_rows() {
 // A Llama-family model (tests/data/hf-configs: Llama 3, Mistral, Qwen2, Mixtral), field by field as
 // its config.json gives it: GQA, RoPE, RMSNorm, no biases, SwiGLU of width ffn, untied embeddings.
 inline ModelConfig llama(int64_t d, int64_t heads, int64_t kv, int64_t layers, int64_t ffn, int64_t vocab) {
-  ModelConfig m;
-  m.name = "llama";
-  m.d_model = d;
-  m.n_heads = heads;
-  m.n_kv_heads = kv;
-  m.n_layers = layers;
-  m.ffn_hidden = ffn;
-  m.vocab_size = vocab;
-  m.positions = PositionKind::kRope;
-  m.norm = NormKind::kRmsNorm;
-  m.norm_bias = m.qkv_bias = m.linear_bias = false;
-  m.ffn = FfnKind::kGlu;
-  m.activation = Activation::kSilu;
-  m.tie_embeddings = false;
-  return m;
+  return {.name = "llama",
+          .d_model = d,
+          .n_heads = heads,
+          .n_layers = layers,
+          .vocab_size = vocab,
+          .n_kv_heads = kv,
+          .ffn_hidden = ffn,
+          .positions = PositionKind::kRope,
+          .norm = NormKind::kRmsNorm,
+          .norm_bias = false,
+          .qkv_bias = false,
+          .linear_bias = false,
+          .ffn = FfnKind::kGlu,
+          .activation = Activation::kSilu,
+          .tie_embeddings = false};
 }
 
 // GPT-2 (openai-community/gpt2): MPT's block shape, biases and tied embeddings, with a learned
 // table of 1024 positions and the unpadded GPT-2 vocabulary.
 inline ModelConfig gpt2() {
-  ModelConfig m;
-  m.name = "gpt2";
-  m.d_model = 768;
-  m.n_heads = 12;
-  m.n_layers = 12;
-  m.vocab_size = 50257;
-  m.max_positions = 1024;
-  return m;
+  return {.name = "gpt2", .d_model = 768, .n_heads = 12, .n_layers = 12, .vocab_size = 50257, .max_positions = 1024};
 }
 
 }  // namespace tpsim::test

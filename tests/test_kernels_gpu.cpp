@@ -231,13 +231,7 @@ std::string describe(const Op& op) {
   Backend& b = *device(kind).backend;
   const TimingOptions o{.warmup = 1, .min_repetitions = 3, .max_repetitions = 5, .min_seconds = 0, .max_seconds = 1};
   OpList fwd;
-  BlockShape s;
-  s.batch = 2;
-  s.seq = 512;
-  s.d_model = 256;
-  s.n_heads = 4;
-  s.d_ffn = 1024;
-  s.vocab = 1000;
+  const BlockShape s{.batch = 2, .seq = 512, .d_model = 256, .n_heads = 4, .d_ffn = 1024, .vocab = 1000};
   block_forward_ops(s, fwd);
   for (const Op& op : fwd) {
     const Timing t = b.time_op(op, o);
