@@ -14,18 +14,8 @@ std::string_view to_string(BackendKind k) { return name_of(k, kBackendNames); }
 bool backend_built(BackendKind kind) {
   switch (kind) {
     case BackendKind::kCpu: return true;
-    case BackendKind::kCuda:
-#ifdef TPSIM_HAVE_CUDA
-      return true;
-#else
-      return false;
-#endif
-    case BackendKind::kHip:
-#ifdef TPSIM_HAVE_HIP
-      return true;
-#else
-      return false;
-#endif
+    case BackendKind::kCuda: return TPSIM_BUILT_CUDA;
+    case BackendKind::kHip: return TPSIM_BUILT_HIP;
   }
   return false;
 }
@@ -36,17 +26,11 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, int index) {
       if (index != 0) throw Error("--device-index " + std::to_string(index) + ": the CPU backend has one device, 0");
       return make_cpu_backend();
     case BackendKind::kCuda:
-#ifdef TPSIM_HAVE_CUDA
-      return make_cuda_backend(index);
-#else
+      if constexpr (TPSIM_BUILT_CUDA) return make_cuda_backend(index);
       throw Error("this build has no CUDA backend (the CUDA toolkit was not found when it was configured)");
-#endif
     case BackendKind::kHip:
-#ifdef TPSIM_HAVE_HIP
-      return make_hip_backend(index);
-#else
+      if constexpr (TPSIM_BUILT_HIP) return make_hip_backend(index);
       throw Error("this build has no HIP backend (hipcc was not found when it was configured)");
-#endif
   }
   throw Error("unknown backend");
 }

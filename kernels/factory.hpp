@@ -1,5 +1,6 @@
 // The constructors the factory (backend.cpp) calls; each lives in its backend's folder and is
-// compiled only when that backend is built.
+// compiled only when that backend is built (TPSIM_BUILT_CUDA, TPSIM_BUILT_HIP), the only builds that
+// call it.
 #pragma once
 
 #include <memory>
@@ -9,11 +10,7 @@
 namespace tpsim {
 
 std::unique_ptr<Backend> make_cpu_backend();
-#ifdef TPSIM_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(int index);
-#endif
-#ifdef TPSIM_HAVE_HIP
 std::unique_ptr<Backend> make_hip_backend(int index);
-#endif
 
 }  // namespace tpsim
