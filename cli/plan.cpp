@@ -239,22 +239,10 @@ void add_time_and_cost_columns(const PlanRequest& r, std::vector<std::string>& c
 }
 
 std::vector<std::string> ranked_columns(const PlanRequest& r) {
-  std::vector<std::string> c = {"Rank",
-                                "GPU",
-                                "# GPUs",
-                                "MicroBatchSize",
-                                "GradAccum",
-                                "GlobalBatchSize",
-                                "GlobalBatchSize (T)",
-                                "Activation Checkpointing",
-                                "Sharding Strategy",
-                                "Throughput (T/s)",
-                                "Throughput Low (T/s)",
-                                "Throughput High (T/s)",
-                                "MFU",
-                                "HFU",
-                                "Memory (GiB)",
-                                "Headroom (GiB)"};
+  std::vector<std::string> c =
+      columns({"Rank", "GPU", "# GPUs", "MicroBatchSize", "GradAccum", "GlobalBatchSize", "GlobalBatchSize (T)",
+               "Activation Checkpointing", "Sharding Strategy", "Throughput (T/s)", "Throughput Low (T/s)",
+               "Throughput High (T/s)", "MFU", "HFU", "Memory (GiB)", "Headroom (GiB)"});
   add_time_and_cost_columns(r, c);
   c.emplace_back("Global Batch");
   if (r.layout_columns) c.insert(c.end(), layout_columns().begin(), layout_columns().end());
@@ -351,17 +339,9 @@ std::string pick_reason(const Pick& p, Objective objective) {
 
 // The columns of the best of each GPU count: what a buyer compares.
 std::vector<std::string> per_gpu_count_columns(const PlanRequest& r) {
-  std::vector<std::string> c = {"GPU",
-                                "# GPUs",
-                                "MicroBatchSize",
-                                "GradAccum",
-                                "Activation Checkpointing",
-                                "Sharding Strategy",
-                                "Throughput (T/s)",
-                                "Throughput Low (T/s)",
-                                "Throughput High (T/s)",
-                                "MFU",
-                                "Headroom (GiB)"};
+  std::vector<std::string> c =
+      columns({"GPU", "# GPUs", "MicroBatchSize", "GradAccum", "Activation Checkpointing", "Sharding Strategy",
+               "Throughput (T/s)", "Throughput Low (T/s)", "Throughput High (T/s)", "MFU", "Headroom (GiB)"});
   add_time_and_cost_columns(r, c);
   if (r.layout_columns) c.insert(c.end(), layout_columns().begin(), layout_columns().end());
   c.emplace_back("Chosen by");

@@ -10,44 +10,35 @@
 namespace tpsim {
 
 const std::vector<std::string>& foundry_columns() {
-  static const std::vector<std::string> c = {"Model",
-                                             "SeqLen (T)",
-                                             "# GPUs",
-                                             "GPU",
-                                             "MFU",
-                                             "HFU",
-                                             "Model TFLOP",
-                                             "MicroBatchSize",
-                                             "GradAccum",
-                                             "GlobalBatchSize",
-                                             "Throughput (S/s)",
-                                             "Throughput (T/s)",
-                                             "Throughput (T/s/GPU)",
-                                             "GlobalBatchSize (T)",
-                                             "Precision",
-                                             "MP Mode",
-                                             "Sharding Strategy",
-                                             "Activation Checkpointing",
-                                             "Activation CPUOffload",
-                                             "NumParams"};
-  return c;
+  static const std::vector<std::string> names = columns({"Model",
+                                                         "SeqLen (T)",
+                                                         "# GPUs",
+                                                         "GPU",
+                                                         "MFU",
+                                                         "HFU",
+                                                         "Model TFLOP",
+                                                         "MicroBatchSize",
+                                                         "GradAccum",
+                                                         "GlobalBatchSize",
+                                                         "Throughput (S/s)",
+                                                         "Throughput (T/s)",
+                                                         "Throughput (T/s/GPU)",
+                                                         "GlobalBatchSize (T)",
+                                                         "Precision",
+                                                         "MP Mode",
+                                                         "Sharding Strategy",
+                                                         "Activation Checkpointing",
+                                                         "Activation CPUOffload",
+                                                         "NumParams"});
+  return names;
 }
 
 const std::vector<std::string>& extra_columns() {
-  static const std::vector<std::string> c = {"Fits",
-                                             "Throughput Low (T/s)",
-                                             "Throughput High (T/s)",
-                                             "Memory (GiB)",
-                                             "Capacity (GiB)",
-                                             "Step Time (s)",
-                                             "GEMM (s)",
-                                             "Attention (s)",
-                                             "Other Compute (s)",
-                                             "Exposed Comm (s)",
-                                             "Optimizer (s)",
-                                             "Overhead (s)",
-                                             "Allocator (s)"};
-  return c;
+  static const std::vector<std::string> names =
+      columns({"Fits", "Throughput Low (T/s)", "Throughput High (T/s)", "Memory (GiB)", "Capacity (GiB)",
+               "Step Time (s)", "GEMM (s)", "Attention (s)", "Other Compute (s)", "Exposed Comm (s)", "Optimizer (s)",
+               "Overhead (s)", "Allocator (s)"});
+  return names;
 }
 
 std::vector<std::string> prediction_columns() {

@@ -2,6 +2,7 @@
 // its order and spelling, then tpsim's own (memory, step-time breakdown).
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,11 @@
 #include "model/simulator.hpp"
 
 namespace tpsim {
+
+// Column names as a list (one helper, so that each command's list reads as one line of names).
+inline std::vector<std::string> columns(std::initializer_list<const char*> names) {
+  return {names.begin(), names.end()};
+}
 
 // Model, SeqLen (T), # GPUs, GPU, MFU, HFU, Model TFLOP, MicroBatchSize, GradAccum,
 // GlobalBatchSize, Throughput (S/s), Throughput (T/s), Throughput (T/s/GPU), GlobalBatchSize (T),

@@ -12,12 +12,8 @@ std::optional<BackendKind> parse_backend(std::string_view s) { return value_name
 std::string_view to_string(BackendKind k) { return name_of(k, kBackendNames); }
 
 bool backend_built(BackendKind kind) {
-  switch (kind) {
-    case BackendKind::kCpu: return true;
-    case BackendKind::kCuda: return TPSIM_BUILT_CUDA;
-    case BackendKind::kHip: return TPSIM_BUILT_HIP;
-  }
-  return false;
+  return kind == BackendKind::kCpu || (kind == BackendKind::kCuda && TPSIM_BUILT_CUDA) ||
+         (kind == BackendKind::kHip && TPSIM_BUILT_HIP);
 }
 
 std::unique_ptr<Backend> make_backend(BackendKind kind, int index) {

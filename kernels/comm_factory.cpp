@@ -5,13 +5,9 @@
 
 namespace tpsim {
 
+// MPI for the CPU, NCCL for CUDA; none for HIP (no RCCL communicator yet).
 bool communicator_built(BackendKind backend) {
-  switch (backend) {
-    case BackendKind::kCpu: return TPSIM_BUILT_MPI;
-    case BackendKind::kCuda: return TPSIM_BUILT_NCCL_COMM;
-    case BackendKind::kHip: return false;
-  }
-  return false;
+  return (backend == BackendKind::kCpu && TPSIM_BUILT_MPI) || (backend == BackendKind::kCuda && TPSIM_BUILT_NCCL_COMM);
 }
 
 std::unique_ptr<Communicator> make_communicator(BackendKind backend, CommScope scope) {

@@ -206,9 +206,7 @@ MegatronEvaluator::MegatronEvaluator(const ModelConfig& model, const DeviceSpec&
 
 MegatronEvaluator::~MegatronEvaluator() = default;
 
-const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg) {
-  if (const Costs* done = memo_.find(cfg)) return *done;
-  Costs& c = start_costs(cfg);
+void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
   const Layout& par = cfg.layout;
   const ModelParallelLayout& l = c.layout;
   if (const std::string why = split_layers(model_.n_layers, par, c.chunk_layers); !why.empty())
@@ -251,8 +249,6 @@ const MegatronEvaluator::Costs& MegatronEvaluator::costs(const TrainConfig& cfg)
   c.saved = {
       c.block_fwd.saved_bytes, c.embed_fwd.saved_bytes, c.head_fwd.saved_bytes, attention_only_saved_bytes(shape),
       block_backward_buffer_bytes(tensor_parallel_slice(model_, l.tp, shape.moe), shape.tokens(), cfg.precision)};
-  memo_.commit();
-  return c;
 }
 
 // Each stage's parameters (the rank's tensor-parallel slice, and 1/(etp*ep) of the routed experts),
@@ -488,13 +484,8 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
   const HostTime host = chunk_seconds(c, recompute);
 
   const int64_t m = cfg.per_device_batch() / cfg.micro_batch;
-  PipelineCosts pc;
-  pc.stages = l.pp;
-  pc.virtual_stages = l.vp;
-  pc.micro_batches = m;
-  pc.fwd_s = fwd_s_;
-  pc.bwd_s = bwd_s_;
-  pc.p2p_s = c.p2p_s;
+  PipelineCosts pc{
+      .stages = l.pp, .virtual_stages = l.vp, .micro_batches = m, .fwd_s = fwd_s_, .bwd_s = bwd_s_, .p2p_s = c.p2p_s};
   pc.combined_1f1b = cfg.layout.moe_a2a_overlap;
   pc.pair_layers = c.chunk_layers;
   pc.pair_hidden_s = pair_hidden_s_;

@@ -77,7 +77,7 @@ class MegatronEvaluator final : public ModelParallelEvaluator<MegatronCosts> {
 
  private:
   using Costs = MegatronCosts;
-  const Costs& costs(const TrainConfig& cfg);
+  void cost_layout(Costs& c, const TrainConfig& cfg) override;
   void context_and_expert_costs(Costs& c, const BlockShape& shape, const TrainConfig& cfg) const;
   void tp_comm_overlap_costs(Costs& c, const BlockShape& shape, double td_bytes) const;
   void stage_costs(Costs& c, const TrainConfig& cfg, int64_t vocab) const;

@@ -22,10 +22,14 @@ class ModelParallelEvaluator : public FrameworkEvaluator {
   ModelParallelEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
       : model_(model), device_(device), params_(params), cost_(device, params) {}
 
-  // A new costing for cfg, its key and its rank placement (model_parallel_layout) set.
-  Costs& start_costs(const TrainConfig& cfg) {
+  // The costing of cfg's layout: one of the last few made (RecentCosts), or a new one, its rank
+  // placement (model_parallel_layout) set before the framework's cost_layout fills it in.
+  const Costs& costs(const TrainConfig& cfg) {
+    if (const Costs* done = memo_.find(cfg)) return *done;
     Costs& c = memo_.start(cfg);
     c.layout = model_parallel_layout(cfg.layout, cfg.n_gpus, device_.gpus_per_node);
+    cost_layout(c, cfg);
+    memo_.commit();
     return c;
   }
 
@@ -36,6 +40,9 @@ class ModelParallelEvaluator : public FrameworkEvaluator {
   RecentCosts<Costs> memo_;
   std::vector<double> fwd_s_, bwd_s_;  // per model chunk, reused
   PipelineSimulator pipeline_;         // its buffers reused
+
+ private:
+  virtual void cost_layout(Costs& c, const TrainConfig& cfg) = 0;
 };
 
 }  // namespace tpsim

@@ -201,10 +201,7 @@ TorchtitanEvaluator::TorchtitanEvaluator(const ModelConfig& model, const DeviceS
 
 TorchtitanEvaluator::~TorchtitanEvaluator() = default;
 
-const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& cfg) {
-  if (const Costs* done = memo_.find(cfg)) return *done;
-  Costs& c = start_costs(cfg);
-  const Layout& par = cfg.layout;
+void TorchtitanEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
   const ModelParallelLayout& l = c.layout;
   resolve_torchtitan_mesh(cfg, device_.gpus_per_node, &c.mesh);
   // The rank's s/cp tokens of each sequence, its tensor-parallel slice; torchtitan does not pad the
@@ -220,8 +217,8 @@ const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& 
   const double a = activation_bytes(cfg.precision);
   const double td = d(shape.tokens()) * d(model_.d_model) * a;
   double ag = 0, rs = 0;
-  tensor_parallel_seconds(cost_, shape, l.tp_group, par.async_tensor_parallel, td, c.tp_block_fwd_s, c.tp_block_bwd_s,
-                          ag, rs);
+  tensor_parallel_seconds(cost_, shape, l.tp_group, cfg.layout.async_tensor_parallel, td, c.tp_block_fwd_s,
+                          c.tp_block_bwd_s, ag, rs);
   c.tp_block_fwd_s += c.cp.fwd_exposed_s;  // full recompute repeats it with the forward
   c.tp_block_bwd_s += c.cp.bwd_exposed_s;
   // Loss parallel: log-softmax's max and sum and the target logit, all-reduced per token.
@@ -235,8 +232,6 @@ const TorchtitanEvaluator::Costs& TorchtitanEvaluator::costs(const TrainConfig& 
 
   checkpointing_costs(c, cfg, shape, ag);
   fsdp_costs(c, cfg);
-  memo_.commit();
-  return c;
 }
 
 // What activation checkpointing runs again and keeps per block, and one block's backward buffers.
@@ -421,13 +416,8 @@ Prediction TorchtitanEvaluator::predict_pipeline(const Costs& c, const TrainConf
   const double p2p_bytes =
       d(cfg.micro_batch) * d(cfg.seq_len / l.cp) * d(model_.d_model) * activation_bytes(cfg.precision) / d(l.tp);
   const double p2p_s = stage_hop_seconds(cost_, l, p2p_bytes);
-  PipelineCosts pc;
-  pc.stages = l.pp;
-  pc.virtual_stages = l.vp;
-  pc.micro_batches = m;
-  pc.fwd_s = fwd_s_;
-  pc.bwd_s = bwd_s_;
-  pc.p2p_s = p2p_s;
+  const PipelineCosts pc{
+      .stages = l.pp, .virtual_stages = l.vp, .micro_batches = m, .fwd_s = fwd_s_, .bwd_s = bwd_s_, .p2p_s = p2p_s};
   const PipelineTimeline& pipe = pipeline_.simulate(pc);
 
   const double stage_gather =

@@ -126,7 +126,7 @@ class TorchtitanEvaluator final : public ModelParallelEvaluator<TorchtitanCosts>
 
  private:
   using Costs = TorchtitanCosts;
-  const Costs& costs(const TrainConfig& cfg);
+  void cost_layout(Costs& c, const TrainConfig& cfg) override;
   void checkpointing_costs(Costs& c, const TrainConfig& cfg, const BlockShape& shape, double ag);
   void fsdp_costs(Costs& c, const TrainConfig& cfg);
   Prediction predict_fsdp(const Costs& c, const TrainConfig& cfg);
