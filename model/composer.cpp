@@ -186,13 +186,12 @@ Prediction ComposerEvaluator::predict(const TrainConfig& cfg) {
   const MicroBatchResult full = micro_batch_costs(full_compute, fsdp, params, cfg, L);
   if (last == cfg.micro_batch) tail = full;
 
-  MicroBatchCosts each = full.costs;
+  StepCosts step = data_parallel_step(model.n_layers, n_micro, full.costs, tail.costs, fsdp.optimizer.total(), params);
   // DDP synchronises the gradients on the last micro-batch only: the others run under no_sync.
-  if (layout.ddp && n_micro > 1) each.block_reduce_s = each.root_reduce_s = 0;
+  if (layout.ddp && n_micro > 1) step.full.block_reduce_s = step.full.root_reduce_s = 0;
 
   Prediction p;
-  p.timeline =
-      simulate_step(data_parallel_step(model.n_layers, n_micro, each, tail.costs, fsdp.optimizer.total(), params));
+  p.timeline = simulate_step(step);
   p.step_s = p.timeline.step_s;
   update_counts(cfg.seq_len);
   p.n_params = n_params_;
