@@ -83,6 +83,8 @@ class ModelCatalog {
   const ModelConfig& read(size_t i) const;  // models_[i], its config.json read first if it is unread
 
   // models_[i] holds only its name while unread_[i] names the config.json it is to be read from.
+  // Reading fills them in from const lookups: a catalogue is not to be shared between threads (no
+  // command does; the cross-validation's threads share resolved rows, not the catalogue).
   mutable std::vector<ModelConfig> models_;
   mutable std::vector<std::filesystem::path> unread_;
 };
