@@ -6,6 +6,7 @@
 #include "io/error.hpp"
 #include "model/interval.hpp"
 #include "model/framework.hpp"
+#include "model/metrics.hpp"
 
 namespace tpsim {
 
@@ -46,6 +47,8 @@ std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>&
         refuse(why);
         continue;
       }
+      if (const std::string why = check_measured_throughput(*r.model, *r.device, r.cfg, m.tokens_per_s); !why.empty())
+        throw Error(m.where() + ": " + why);
       if (m.grad_accum > 0 && m.grad_accum != r.cfg.grad_accum())
         warnings.push_back(m.where() + ": GradAccum " + std::to_string(m.grad_accum) + " disagrees with ceil(" +
                            std::to_string(m.global_batch) + " / " + std::to_string(r.cfg.data_parallel()) + " / " +

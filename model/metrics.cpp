@@ -1,5 +1,10 @@
 #include "model/metrics.hpp"
 
+#include <cstdio>
+
+#include "model/architecture.hpp"
+#include "model/device.hpp"
+
 namespace tpsim {
 
 double foundry_flops_per_seq(int64_t n_params, int64_t seq_len) {
@@ -31,6 +36,23 @@ FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_mod
     case Checkpointing::kFull: m.hfu = (4.0 * flops + 4.0 * attn) * seq_per_s / (gpus * peak_flops_per_s); break;
   }
   return m;
+}
+
+std::string check_measured_throughput(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg,
+                                      double tokens_per_s) {
+  const int64_t active = active_parameter_count(model, cfg.seq_len);
+  const double seq_per_s = tokens_per_s / static_cast<double>(cfg.seq_len);
+  const double least = 3.0 * foundry_flops_per_seq(active, cfg.seq_len) * seq_per_s / static_cast<double>(cfg.n_gpus);
+  const DType dtype = mfu_dtype(cfg.precision);
+  const double peak = device.peak(dtype);
+  if (peak <= 0 || least <= peak) return {};
+  char text[400];
+  std::snprintf(text, sizeof text,
+                "Throughput (T/s) %.6g needs at least %.4g TFLOP/s per GPU (6 FLOPs per token and active parameter, "
+                "%.4g billion of them, over %lld GPUs), more than %s's %s peak of %.4g TFLOP/s",
+                tokens_per_s, least / 1e12, static_cast<double>(active) / 1e9, static_cast<long long>(cfg.n_gpus),
+                device.id.c_str(), std::string(to_string(dtype)).c_str(), peak / 1e12);
+  return text;
 }
 
 }  // namespace tpsim

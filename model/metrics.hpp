@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "model/training.hpp"
 
@@ -53,5 +54,15 @@ FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_mod
 // The same with full checkpointing when `activation_checkpointing`, else none (the seed tables').
 FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len, double seq_per_s,
                                int64_t n_gpus, double peak_flops_per_s, bool activation_checkpointing);
+
+struct ModelConfig;
+struct DeviceSpec;
+
+// Why a measured throughput of `cfg` is one no run reaches, or "": the model FLOPs it needs at the
+// least (the matmuls over the active parameters, forward and backward: 3 x foundry_flops_per_seq
+// per sequence; attention, norms and recompute not counted) per GPU, more than the device's peak
+// for the run's precision (the peak MFU divides by).
+std::string check_measured_throughput(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& cfg,
+                                      double tokens_per_s);
 
 }  // namespace tpsim

@@ -555,6 +555,12 @@ BOOST_AUTO_TEST_CASE(malformed_tables_are_one_line_errors_naming_file_and_line) 
       {"inf-throughput.md", with_row(replace_once(row, "| 46853 |", "| inf |")), "3: column 'Throughput (T/s)'"},
       {"minus-inf-hfu.md", with_row(replace_once(row, "| 19.18 |", "| -inf |")), "3: column 'HFU'"},
       {"huge-throughput.md", with_row(replace_once(row, "| 46853 |", "| 1e999 |")), "3: column 'Throughput (T/s)'"},
+      // 3b at 32768 tokens (2.73 billion active parameters) on 8 H100s at fp8 (1979 TFLOP/s each): at most
+      // about 967,000 tokens/s.
+      {"impossible-throughput.md", with_row(replace_once(row, "| 46853 |", "| 1e300 |")),
+       "3: Throughput (T/s) 1e+300 needs at least"},
+      {"above-peak-throughput.md", with_row(replace_once(row, "| 46853 |", "| 1000000 |")),
+       "more than h100_80gb's fp8 peak of 1979 TFLOP/s"},
       {"negative-throughput.md", with_row(replace_once(row, "| 46853 |", "| -46853 |")),
        "3: column 'Throughput (T/s)'"},
       {"zero-throughput.md", with_row(replace_once(row, "| 46853 |", "| 0 |")),
