@@ -7,6 +7,7 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
@@ -31,7 +32,8 @@ struct PlanOptions {
   RunFlags run;
   LayoutRequest layout;  // megatron: the axes given are fixed, the others searched
   NetworkFlags network;
-  std::string devices = "h100_80gb", gpus, tokens, batch_tokens, price, objective = "time", plot, min_headroom;
+  std::string devices = "h100_80gb", gpus, tokens, price, objective = "time", plot, min_headroom;
+  std::optional<std::string> batch_tokens;  // --global-batch-tokens; unset: not given
   int top = 5;
   bool explain = false;
 };
@@ -61,19 +63,37 @@ Objective parse_objective(const std::string& text) {
   throw Error("--objective '" + text + "': expected time or cost");
 }
 
-// The global batch asked, in sequences, and where it comes from.
-void set_asked_batch(const PlanOptions& o, const RunSettings& run, PlanRequest& r) {
+// The global batch, in sequences, and where it comes from: --global-batch, --global-batch-tokens
+// (whole sequences: a count of tokens between two is rounded, with a note), the --config's
+// global_train_batch_size, else 4Mi tokens. The plan never changes it: a GPU count or layout that
+// cannot run it is rejected (--explain says why).
+void set_asked_batch(const PlanOptions& o, RunSettings& run, PlanRequest& r) {
   const int64_t seq = *run.seq_len;
-  if (!o.batch_tokens.empty()) {
-    r.query.asked_sequences = parse_tokens("--global-batch-tokens", o.batch_tokens) / static_cast<double>(seq);
-    r.asked_from = "--global-batch-tokens " + o.batch_tokens;
-  } else if (run.global_batch) {
-    r.query.asked_sequences = static_cast<double>(*run.global_batch);
-    r.asked_from = "global_train_batch_size " + std::to_string(*run.global_batch) + " in " + run.config_origin;
-  } else {
-    r.query.asked_sequences = 4.0 * 1024 * 1024 / static_cast<double>(seq);
-    r.asked_from = "the default of 4Mi tokens per step";
+  if (!o.run.global_batch.empty() && o.batch_tokens)
+    throw Error("--global-batch and --global-batch-tokens: give one of them");
+  if (!o.run.global_batch.empty()) {
+    r.query.global_batch = parse_count("--global-batch", o.run.global_batch, kMaxBatch);
+    r.asked_from = "--global-batch " + o.run.global_batch;
+    return;
   }
+  if (run.global_batch && !o.batch_tokens) {
+    r.query.global_batch = *run.global_batch;
+    r.asked_from = "global_train_batch_size " + std::to_string(*run.global_batch) + " in " + run.config_origin;
+    return;
+  }
+  const std::string flag =
+      o.batch_tokens ? "--global-batch-tokens " + *o.batch_tokens : "the default of 4Mi tokens per step";
+  const double tokens = o.batch_tokens ? parse_tokens("--global-batch-tokens", *o.batch_tokens) : 4.0 * 1024 * 1024;
+  const double sequences = tokens / static_cast<double>(seq);
+  if (sequences < 0.5 || sequences > static_cast<double>(kMaxBatch))
+    throw Error(flag + ": " + general(sequences, 3) + " sequences of " + std::to_string(seq) + " tokens, outside 1.." +
+                std::to_string(kMaxBatch));
+  r.query.global_batch = round_count(sequences);
+  r.asked_from = flag;
+  if (std::fabs(sequences - static_cast<double>(r.query.global_batch)) > 1e-9)
+    run.notes.push_back(flag + " is " + fixed(sequences, 2) + " sequences of " + std::to_string(seq) +
+                        " tokens: planned with a global batch of " + std::to_string(r.query.global_batch) +
+                        " (--global-batch sets it in sequences)");
 }
 
 // What the search covers. The flags restrict an axis: --sharding, --ckpt KIND/--no-ckpt (--ckpt any
@@ -153,14 +173,6 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, RunSettings& run, boo
   return r;
 }
 
-// How the global batch was reached for a GPU count.
-std::string batch_note(const PlanRequest& r, const TrainConfig& cfg) {
-  const double asked = r.query.asked_sequences;
-  if (std::fabs(static_cast<double>(cfg.global_batch) - asked) < 0.5) return "as asked";
-  return "asked " + std::to_string(static_cast<int64_t>(std::llround(asked))) + " sequences; " +
-         std::to_string(cfg.global_batch) + " is the nearest multiple of " + std::to_string(cfg.n_gpus) + " GPUs";
-}
-
 // A layout in words: FSDP's sharding strategy, or the model-parallel degrees; then checkpointing.
 std::string choice_name(const Layout& l) {
   if (framework_def(l.framework).sharding_strategies)
@@ -172,11 +184,7 @@ std::string choice_name(const Layout& l) {
 std::string rejection_reason(const PlanRequest& r, const PlanRejection& p) {
   const Rejection& why = p.rejection;
   char text[200];
-  if (p.batch_unreachable) {
-    std::snprintf(text, sizeof text, "global batch not reachable: %.0f sequences (%s) is fewer than one per GPU",
-                  r.query.asked_sequences, r.asked_from.c_str());
-    return text;
-  }
+  if (!p.all_reason.empty()) return p.all_reason + " (the global batch, " + r.asked_from + ")";
   switch (why.kind) {
     case RejectionKind::kInvalid: return why.reason;
     case RejectionKind::kMicroBatchTooLarge:
@@ -217,7 +225,10 @@ OutputTable rejected_table(const PlanRequest& r, const PlanResult& plan) {
   for (const PlanRejection& p : plan.rejected)
     rows.push_back({point(p.device, p.gpus),
                     {Cell::str(p.device->id), Cell::integer_value(p.gpus),
-                     Cell::str(p.batch_unreachable ? "all" : choice_name(p.rejection.layout)),
+                     Cell::str(!p.all_reason.empty()   ? "all"
+                               : p.rejection.count > 1 ? choice_name(p.rejection.layout) + " and " +
+                                                             std::to_string(p.rejection.count - 1) + " more layouts"
+                                                       : choice_name(p.rejection.layout)),
                      Cell::str(rejection_reason(r, p))}});
   for (const HeadroomDrop& d : plan.dropped)
     rows.push_back({point(d.device, d.gpus),
@@ -244,7 +255,6 @@ std::vector<std::string> ranked_columns(const PlanRequest& r) {
                "Activation Checkpointing", "Sharding Strategy", "Throughput (T/s)", "Throughput Low (T/s)",
                "Throughput High (T/s)", "MFU", "HFU", "Memory (GiB)", "Headroom (GiB)"});
   add_time_and_cost_columns(r, c);
-  c.emplace_back("Global Batch");
   if (r.layout_columns) c.insert(c.end(), layout_columns().begin(), layout_columns().end());
   return c;
 }
@@ -288,7 +298,6 @@ std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c,
                            Cell::num(p.memory.peak_bytes / kGiB, 1),
                            Cell::num((p.capacity_bytes - p.memory.peak_bytes) / kGiB, 1)};
   if (r.train_tokens > 0) add_time_and_cost(r, c, interval, row);
-  row.push_back(Cell::str(batch_note(r, c.cfg)));
   if (r.layout_columns) add_layout_cells(c.cfg, c.prediction, row);
   return row;
 }
@@ -362,7 +371,7 @@ std::string nothing_reason(const PlanRequest& r, const PlanResult& plan, const P
       continue;
     const std::string why = rejection_reason(r, j);
     if (std::find(reasons.begin(), reasons.end(), why) == reasons.end()) reasons.push_back(why);
-    const bool oom = !j.batch_unreachable && j.rejection.kind == RejectionKind::kOutOfMemory;
+    const bool oom = j.all_reason.empty() && j.rejection.kind == RejectionKind::kOutOfMemory;
     all_out_of_memory = all_out_of_memory && oom;
     if (oom && (least_peak == 0 || j.rejection.peak_bytes < least_peak)) least_peak = j.rejection.peak_bytes;
   }
@@ -551,8 +560,11 @@ void register_plan(CLI::App& app) {
       ->transform(lower_case_ids());
   cmd->add_option("--gpus", o->gpus, "GPU counts to consider: list (32,64,128) or range by powers of two (8..512)");
   cmd->add_option("--tokens", o->tokens, "tokens to train (1T = 1e12): adds time to train, GPU-hours and cost");
+  cmd->add_option("--global-batch", o->run.global_batch,
+                  "sequences per optimizer step, kept at every GPU count: a layout that cannot run it is rejected "
+                  "(--explain); default: the --config's global batch, else 4Mi tokens");
   cmd->add_option("--global-batch-tokens", o->batch_tokens,
-                  "tokens per optimizer step (4M = 4e6, 4Mi = 2^22); default: the --config's global batch, else 4Mi");
+                  "tokens per optimizer step (4M = 4e6, 4Mi = 2^22), in whole sequences; instead of --global-batch");
   cmd->add_option("--price-per-gpu-hour", o->price, "dollars per GPU-hour: adds cost");
   cmd->add_option("--objective", o->objective, "rank by time (fastest) or cost (fewest GPU-hours); see Ranking below")
       ->default_val("time");

@@ -59,6 +59,10 @@ const std::vector<std::string>& layout_columns() {
     for (const DegreeAxis& a : kDegreeAxes) out.emplace_back(a.names.column);
     out.emplace_back(kDataParallelAxis.column);
     out.emplace_back(kExpertTensorAxis.column);
+    // The pipeline split: even unless one of these says otherwise.
+    for (const StageLayersAxis& a : kStageLayersAxes) out.emplace_back(a.names.column);
+    for (const SwitchAxis& a : kSwitchAxes)
+      if (a.owner == FrameworkOption::kUnevenPipeline) out.emplace_back(a.names.column);
     out.emplace_back("Pipeline Bubble (s)");
     return out;
   }();
@@ -120,7 +124,6 @@ const TerminalLayout& terminal_layout() {
                  "GPU-hours",
                  "Cost Low ($)",
                  "Cost High ($)",
-                 "Global Batch",
                  "Predicted HFU",
                  "Predicted Throughput Low (T/s)",
                  "Predicted Throughput High (T/s)",
@@ -143,6 +146,9 @@ void add_layout_cells(const TrainConfig& cfg, const Prediction& prediction, std:
   for (int64_t degree :
        {p.tensor, p.pipeline, p.virtual_stages, p.context, p.expert, cfg.data_parallel(), p.expert_tensor_degree()})
     row.push_back(Cell::integer_value(degree));
+  for (const StageLayersAxis& a : kStageLayersAxes) row.push_back(Cell::integer_value(p.*a.value));
+  for (const SwitchAxis& a : kSwitchAxes)
+    if (a.owner == FrameworkOption::kUnevenPipeline) row.push_back(Cell::flag(p.*a.value));
   row.push_back(prediction.fits() ? Cell::num(prediction.time.pipeline_bubble_s, 4) : Cell::empty());
 }
 
@@ -160,6 +166,8 @@ std::string layout_phrase(const Layout& p) {
   for (const DegreeAxis& a : kDegreeAxes)
     if (p.*a.value > 1) add(label(a.names) + " " + std::to_string(p.*a.value));
   if (p.expert_tensor > 0) add(label(kExpertTensorAxis) + " " + std::to_string(p.expert_tensor));
+  for (const StageLayersAxis& a : kStageLayersAxes)
+    if (p.*a.value > 0) add(std::string(a.names.label) + " " + std::to_string(p.*a.value));
   if (p.sequence_parallel) add(std::string(kSequenceParallelAxis.label));
   if (p.distributed_optimizer) add(std::string(kDistributedOptimizerAxis.label));
   for (const SwitchAxis& a : kSwitchAxes)

@@ -7,14 +7,19 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "io/error.hpp"
 #include "io/files.hpp"
 #include "io/plots.hpp"
 #include "io/progress.hpp"
+#include "io/text_format.hpp"
 #include "model/framework.hpp"
 #include "model/plan.hpp"
+#include "model/rules.hpp"
 #include "model/search.hpp"
+#include "model/units.hpp"
+#include "model/layout.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
@@ -28,27 +33,22 @@ struct SweepOptions {
   CommonOptions common;
   std::vector<std::string> models = {"125m..70b"};
   std::string seq = "512..65536", gpus = "8", devices = "h100_80gb";
-  std::string precision = "amp_bf16", mp_mode = "DEFAULT", tokens = "1Mi";
-  std::optional<std::string> shardings;  // unset: every strategy of the framework
-  std::optional<std::string> ckpt;       // unset: none and full, as llm-foundry can run them
-  std::string plot;                      // SVG: MFU over model size and sequence length
-  LayoutRequest layout;                  // megatron: the axes given are fixed, the others searched
+  std::string precision = "amp_bf16", mp_mode = "DEFAULT";
+  std::optional<std::string> tokens, global_batch;  // unset: not given (1Mi tokens)
+  std::optional<std::string> shardings;             // unset: every strategy of the framework
+  std::optional<std::string> ckpt;                  // unset: none and full, as llm-foundry can run them
+  std::string plot;                                 // SVG: MFU over model size and sequence length
+  LayoutRequest layout;                             // megatron: the axes given are fixed, the others searched
   NetworkFlags network;
 };
-
-// Sequences per step for a token budget: the nearest multiple of the GPU count, at least one
-// sequence per GPU.
-int64_t global_batch_for(double tokens, int64_t seq_len, int64_t n_gpus) {
-  const double per_gpu = std::round(tokens / static_cast<double>(seq_len) / static_cast<double>(n_gpus));
-  return std::max<int64_t>(1, static_cast<int64_t>(std::min(per_gpu, 1e9))) * n_gpus;
-}
 
 // The sweep asked for, checked.
 struct SweepRequest {
   std::vector<std::string> models, devices;
   std::vector<int64_t> seqs, gpus;
-  double tokens = 0;  // per optimizer step
-  TrainConfig base;   // precision and mp_mode
+  double tokens = 0;         // per optimizer step (--global-batch-tokens), when no --global-batch
+  int64_t global_batch = 0;  // --global-batch: sequences per step at every point
+  TrainConfig base;          // precision and mp_mode
   SearchSpace space;
   bool layout_columns = false;  // --framework given
 };
@@ -61,7 +61,9 @@ SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<
   r.devices = parse_name_list("--device", o.devices);
   for (const auto& d : r.devices) ctx.device(d);  // unknown device: Error, before any work
   ctx.check_profiles_used(r.devices);
-  r.tokens = parse_tokens("--global-batch-tokens", o.tokens);
+  if (o.global_batch && o.tokens) throw Error("--global-batch and --global-batch-tokens: give one of them");
+  if (o.global_batch) r.global_batch = parse_count("--global-batch", *o.global_batch, kMaxBatch);
+  else r.tokens = parse_tokens("--global-batch-tokens", o.tokens.value_or("1Mi"));
   r.base.precision = parse_precision_flag("--precision", o.precision);
   r.base.mp_mode = parse_mp_mode_flag("--mp-mode", o.mp_mode);
   if (o.shardings) {  // else SearchSpace's default: every strategy
@@ -110,6 +112,8 @@ class Sweep {
   // The rows run with full checkpointing close to full memory (checkpointed_near_full), as
   // "13b at 4096 on 8 x h100_80gb".
   const std::vector<std::string>& near_full() const { return near_full_; }
+  // The points without a row, "where: why" (the batch does not split, or no layout is valid).
+  const std::vector<std::string>& skipped() const { return skipped_; }
 
  private:
   void device(const std::string& device_id);
@@ -117,6 +121,10 @@ class Sweep {
              size_t column);
   void add_row(const std::string& name, const std::string& device_id, const TrainConfig& cfg, const Prediction& p,
                const std::optional<RelativeInterval>& interval);
+  // Sequences per step at `seq`: --global-batch, or the token budget in whole sequences.
+  int64_t global_batch(int64_t seq) const;
+  // A point with no row: its heat-map cell says why, and so does a note.
+  void skip(size_t heat_row, size_t column, const std::string& where, const std::string& why);
 
   const SweepOptions& o_;
   const SweepRequest& r_;
@@ -127,6 +135,7 @@ class Sweep {
   Progress progress_;
   int64_t done_ = 0, evaluated_ = 0;
   std::vector<std::string> near_full_;
+  std::vector<std::string> skipped_;
 };
 
 void Sweep::run() {
@@ -180,17 +189,29 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
   TrainConfig cfg = r_.base;
   cfg.seq_len = seq;
   cfg.n_gpus = n;
-  cfg.global_batch = global_batch_for(r_.tokens, seq, n);
-  cfg.micro_batch = 1;
-  if (cfg.global_batch > kMaxBatch)
-    throw Error("--global-batch-tokens " + o_.tokens + ": " + std::to_string(cfg.global_batch) + " sequences of " +
-                std::to_string(seq) + " tokens on " + std::to_string(n) + " GPUs, more than the simulator models (" +
-                std::to_string(kMaxBatch) + ")");
-  if (const std::string why = check_config(model, device, profile.params, cfg); !why.empty())
-    throw Error(name + " at sequence length " + std::to_string(seq) + " on " + std::to_string(n) + " GPUs: " + why);
+  cfg.global_batch = global_batch(seq);
+  const std::string where = name + " at sequence length " + std::to_string(seq) + " on " + std::to_string(n) + " GPUs";
+  // What no layout changes (the model, device and precision) is checked as before any search, on
+  // plain data parallelism with a sequence per GPU: an error, not a skipped point.
+  TrainConfig probe = cfg;
+  probe.global_batch = n, probe.micro_batch = 1;
+  if (const std::string why = check_config(model, device, profile.params, probe); !why.empty())
+    throw Error(where + ": " + why);
+  // The batch is the user's: a point that cannot split it as the framework needs is skipped, with
+  // the reason, not run with another batch. (Without model parallelism every layout splits it
+  // alike; a model-parallel search says so layout by layout.)
+  if (!framework_def(r_.space.asked.framework).model_parallel)
+    if (const BrokenRule b = first_broken_layout_rule(model, with_layout(cfg, fixed_layout(r_.space.asked)));
+        b && splits_the_batch(b.rule)) {
+      skip(heat_row, column, where, b.why);
+      return;
+    }
   const SearchResult r = search(model, device, profile.params, cfg, r_.space, SearchGoal::kFastest);
   evaluated_ += r.evaluated;
-  if (!r.found && !r.has_leanest) return;  // every layout invalid
+  if (!r.found && !r.has_leanest) {  // every layout invalid
+    skip(heat_row, column, where, r.rejections.empty() ? "no valid layout" : r.rejections.front().reason);
+    return;
+  }
   if (!r.found) {
     add_row(name, device_id, r.leanest, r.leanest_prediction, interval_for(model, profile, r.leanest));
     heat_.notes[heat_row][column] = "does not fit";
@@ -208,6 +229,21 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
                                        ? ", " + checkpointing_phrase(r.best.layout.checkpointing) + ", "
                                        : std::string(", ")) +
                                   (layout.empty() ? "data parallel" : layout);
+}
+
+int64_t Sweep::global_batch(int64_t seq) const {
+  if (r_.global_batch > 0) return r_.global_batch;
+  const double sequences = r_.tokens / static_cast<double>(seq);
+  const std::string flag = o_.tokens ? "--global-batch-tokens " + *o_.tokens : "the default of 1Mi tokens per step";
+  if (sequences < 0.5 || sequences > static_cast<double>(kMaxBatch))
+    throw Error(flag + ": " + general(sequences, 3) + " sequences of " + std::to_string(seq) + " tokens, outside 1.." +
+                std::to_string(kMaxBatch) + " (--global-batch sets the batch in sequences)");
+  return round_count(sequences);
+}
+
+void Sweep::skip(size_t heat_row, size_t column, const std::string& where, const std::string& why) {
+  heat_.notes[heat_row][column] = why;
+  skipped_.push_back(where + ": " + why);
 }
 
 void Sweep::add_row(const std::string& name, const std::string& device_id, const TrainConfig& cfg, const Prediction& p,
@@ -231,6 +267,7 @@ void run_sweep(const SweepOptions& o) {
   if (!o.plot.empty()) write_file_atomic(o.plot, heat_map_svg(sweep.heat()));
   emit(ctx.render({sweep.table()}), ctx.output());
   if (!sweep.near_full().empty()) std::cerr << "tpsim: note: " << near_full_rows_note(sweep.near_full()) << "\n";
+  for (const std::string& s : sweep.skipped()) std::cerr << "tpsim: note: no row for " << s << "\n";
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cerr << "evaluated " << sweep.evaluated() << " configurations in " << seconds << " s\n";
   ctx.print_notes();
@@ -255,8 +292,11 @@ void register_sweep(CLI::App& app) {
       ->default_val("amp_bf16");
   cmd->add_option("--mp-mode", o->mp_mode, "FSDP mixed precision: DEFAULT, PURE or FULL")->default_val("DEFAULT");
   cmd->add_option("--global-batch-tokens", o->tokens,
-                  "tokens per optimizer step (1Mi = 2^20, 4M = 4e6); rounded to whole sequences per GPU")
-      ->default_val("1Mi");
+                  "tokens per optimizer step (1Mi = 2^20, 4M = 4e6), in whole sequences, kept at every point: a point "
+                  "that cannot split it has no row (a note says why)")
+      ->default_str("1Mi");
+  cmd->add_option("--global-batch", o->global_batch,
+                  "sequences per optimizer step at every point, instead of --global-batch-tokens");
   cmd->add_option("--shardings", o->shardings,
                   "sharding strategies to search (HYBRID_SHARD also on HSDP meshes sharding over 2, 4, ... hosts; "
                   "the Sharding Strategy cell names the mesh)")

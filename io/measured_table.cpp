@@ -212,13 +212,14 @@ const char* const kRequired[] = {"Model",
                                  "Activation Checkpointing"};
 
 // The general form's own columns: llm-foundry's tables have none of them.
-const char* const kGeneralColumns[] = {"Framework",        "Tensor Parallel",         "Pipeline Parallel",
-                                       "Virtual Stages",   "Context Parallel",        "Expert Parallel",
-                                       "Data Parallel",    "Sequence Parallel",       "Recompute",
-                                       "Step Time (s)",    "Distributed Optimizer",   "Overlap Grad Reduce",
-                                       "Attention",        "TP Comm Overlap",         "Account For Embedding",
-                                       "Account For Loss", "Expert Tensor Parallel",  "Grad Reduce In BF16",
-                                       "FP8 Param Gather", "Pipeline Scatter Gather", "MoE A2A Overlap"};
+const char* const kGeneralColumns[] = {"Framework",          "Tensor Parallel",         "Pipeline Parallel",
+                                       "Virtual Stages",     "Context Parallel",        "Expert Parallel",
+                                       "Data Parallel",      "Sequence Parallel",       "Recompute",
+                                       "Step Time (s)",      "Distributed Optimizer",   "Overlap Grad Reduce",
+                                       "Attention",          "TP Comm Overlap",         "Account For Embedding",
+                                       "Account For Loss",   "Expert Tensor Parallel",  "Grad Reduce In BF16",
+                                       "FP8 Param Gather",   "Pipeline Scatter Gather", "MoE A2A Overlap",
+                                       "First Stage Layers", "Last Stage Layers"};
 
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
@@ -313,6 +314,12 @@ class RowParser {
     for (const SwitchAxis& a : kSwitchAxes)
       if (const std::string column(a.names.column); !column.empty() && cols_.has(column))
         par.*a.value = cols_.boolean(cells, column, at);
+    // Megatron-Core's fixed first and last stages; empty or 0: not fixed.
+    for (const StageLayersAxis& a : kStageLayersAxes)
+      if (const std::string column(a.names.column); cols_.has(column)) {
+        const std::string& t = cols_.cell(cells, column, at);
+        if (!t.empty() && t != "0") par.*a.value = cols_.degree(cells, column, at);
+      }
     const int64_t model_parallel = par.model_parallel();
     TrainConfig row;  // the rule on the degrees alone: the model and batches are checked with the prediction
     row.n_gpus = r.n_gpus;

@@ -13,6 +13,7 @@
 // --framework), `Tensor Parallel`, `Pipeline Parallel`, `Virtual Stages`, `Context Parallel`,
 // `Expert Parallel`, `Expert Tensor Parallel` (absent: the tensor-parallel degree, Megatron-Core's
 // default), `Data Parallel` (checked against # GPUs over the model-parallel degrees),
+// `First Stage Layers` and `Last Stage Layers` (--decoder-first/last-pipeline-num-layers; empty or 0: not fixed),
 // `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce`, `Grad Reduce In BF16`
 // (Megatron-LM's --grad-reduce-in-bf16), `FP8 Param Gather` (--fp8-param-gather), `Pipeline Scatter Gather` (legacy
 // Megatron-LM's

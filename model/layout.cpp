@@ -14,8 +14,7 @@ Layout fixed_layout(const LayoutRequest& r, std::optional<Sharding> sharding) {
   for (const SwitchAxis& a : kSwitchAxes) l.*a.value = r.*a.asked;
   l.shard_degree = r.shard_degree.value_or(0);
   l.replicate_degree = r.replicate_degree.value_or(0);
-  l.first_stage_layers = r.first_stage_layers.value_or(0);
-  l.last_stage_layers = r.last_stage_layers.value_or(0);
+  for (const StageLayersAxis& a : kStageLayersAxes) l.*a.value = (r.*a.asked).value_or(0);
   l.selective_ac_layers = r.selective_ac_layers.value_or(0);
   return l;
 }

@@ -114,12 +114,12 @@ inline constexpr std::array<SwitchAxis, 9> kSwitchAxes = {{
      &LayoutRequest::moe_a2a_overlap,
      FrameworkOption::kMoeA2aOverlap,
      "Megatron-Core's"},
-    {{"embedding counted as a layer", "--account-for-embedding", "Account For Embedding", ""},
+    {{"embedding counted as a layer", "--account-for-embedding", "Account For Embedding", "embedding as a layer"},
      &Layout::account_for_embedding,
      &LayoutRequest::account_for_embedding,
      FrameworkOption::kUnevenPipeline,
      "Megatron-Core's"},
-    {{"loss counted as a layer", "--account-for-loss", "Account For Loss", ""},
+    {{"loss counted as a layer", "--account-for-loss", "Account For Loss", "loss as a layer"},
      &Layout::account_for_loss,
      &LayoutRequest::account_for_loss,
      FrameworkOption::kUnevenPipeline,
@@ -129,6 +129,21 @@ inline constexpr std::array<SwitchAxis, 9> kSwitchAxes = {{
      &LayoutRequest::async_tensor_parallel,
      FrameworkOption::kAsyncTensorParallel,
      "torchtitan's"},
+}};
+
+// Megatron-Core's uneven split's fixed first and last stages (0: not fixed).
+struct StageLayersAxis {
+  AxisNames names;
+  int64_t Layout::*value;
+  std::optional<int64_t> LayoutRequest::*asked;
+};
+inline constexpr std::array<StageLayersAxis, 2> kStageLayersAxes = {{
+    {{"first stage layers", "--first-stage-layers", "First Stage Layers", "first stage"},
+     &Layout::first_stage_layers,
+     &LayoutRequest::first_stage_layers},
+    {{"last stage layers", "--last-stage-layers", "Last Stage Layers", "last stage"},
+     &Layout::last_stage_layers,
+     &LayoutRequest::last_stage_layers},
 }};
 
 // The two switches a search may vary, by their framework's default when not asked.

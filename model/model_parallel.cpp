@@ -84,9 +84,11 @@ std::string split_layers(int64_t n_layers, const Layout& par, std::vector<int64_
     return {};
   }
   if (pp < 2) return "an uneven pipeline split needs pipeline parallel of at least 2";
-  if (chunks > n_layers)
+  // The embedding and loss, counted, may each fill a chunk of their own.
+  const int64_t counted = n_layers + (par.account_for_embedding ? 1 : 0) + (par.account_for_loss ? 1 : 0);
+  if (chunks > counted)
     return "pipeline parallel " + n(pp) + " x virtual stages " + n(vp) + " is more model chunks than the " +
-           n(n_layers) + " layers";
+           n(n_layers) + " layers" + (counted > n_layers ? " with the embedding or loss counted" : "");
   const int64_t first = par.first_stage_layers, last = par.last_stage_layers;
   const bool fixed = first > 0 || last > 0;
   if (fixed && (par.account_for_embedding || par.account_for_loss))
@@ -112,7 +114,6 @@ std::string split_layers(int64_t n_layers, const Layout& par, std::vector<int64_
                                                                  : rest / (between * vp);
     }
   } else {
-    const int64_t counted = n_layers + (par.account_for_embedding ? 1 : 0) + (par.account_for_loss ? 1 : 0);
     if (counted % chunks != 0)
       return "the " + n(n_layers) + " layers with the embedding or loss counted as layers (" + n(counted) +
              ") do not split evenly over pipeline parallel " + n(pp) + " x virtual stages " + n(vp);
@@ -120,9 +121,14 @@ std::string split_layers(int64_t n_layers, const Layout& par, std::vector<int64_
     if (par.account_for_embedding) --layers.front();
     if (par.account_for_loss) --layers.back();
   }
-  for (int64_t c = 0; c < chunks; ++c)
-    if (layers[static_cast<size_t>(c)] < 1)
+  // A chunk holding the embedding (loss) counted as its one layer builds no transformer layer:
+  // Megatron-Core allows that (get_num_layers_to_build asserts at least 0 there); every other chunk
+  // needs a layer.
+  for (int64_t c = 0; c < chunks; ++c) {
+    const bool counted_only = (c == 0 && par.account_for_embedding) || (c == chunks - 1 && par.account_for_loss);
+    if (layers[static_cast<size_t>(c)] < (counted_only ? 0 : 1))
       return "the uneven pipeline split leaves model chunk " + n(c) + " (stage " + n(c % pp) + ") with no layers";
+  }
   return {};
 }
 

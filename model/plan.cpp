@@ -3,12 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
-namespace tpsim {
+#include "model/framework.hpp"
+#include "model/layout.hpp"
 
-int64_t planned_global_batch(double asked_sequences, int64_t n_gpus) {
-  const double per_gpu = std::round(asked_sequences / static_cast<double>(n_gpus));
-  return per_gpu < 1 ? 0 : static_cast<int64_t>(per_gpu) * n_gpus;
-}
+namespace tpsim {
 
 namespace {
 
@@ -84,16 +82,21 @@ void plan_point(const PlanQuery& q, const PlanDevice& device, int64_t n_gpus, Pl
   TrainConfig base;
   base.seq_len = q.seq_len;
   base.n_gpus = n_gpus;
-  base.global_batch = planned_global_batch(q.asked_sequences, n_gpus);
+  base.global_batch = q.global_batch;
   base.precision = q.precision;
   base.mp_mode = q.mp_mode;
-  if (base.global_batch == 0) {
-    out.rejected.push_back({device.spec, n_gpus, true, {}});
-    return;
+  // Without model parallelism every layout splits the batch alike (llm-foundry: over every GPU):
+  // one reason for the GPU count. A model-parallel search rejects layout by layout.
+  if (!framework_def(q.space.asked.framework).model_parallel) {
+    TrainConfig trial = with_layout(base, fixed_layout(q.space.asked));
+    if (std::string why = check_layout(*q.model, trial); !why.empty()) {
+      out.rejected.push_back({device.spec, n_gpus, std::move(why), {}});
+      return;
+    }
   }
   SearchResult r = search(*q.model, *device.spec, *device.params, base, q.space, SearchGoal::kAllThatFit);
   add_fitting(q, device, n_gpus, r.fitting, out);
-  for (Rejection& why : r.rejections) out.rejected.push_back({device.spec, n_gpus, false, std::move(why)});
+  for (Rejection& why : r.rejections) out.rejected.push_back({device.spec, n_gpus, {}, std::move(why)});
 }
 
 // The pick among the ranked configurations of `device` (and `gpus`, unless 0).

@@ -63,7 +63,10 @@ struct PlanQuery {
   int64_t seq_len = 0;
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
-  double asked_sequences = 0;  // the global batch asked for, in sequences (rounded per GPU count)
+  // The global batch, in sequences: the user's, never changed. A GPU count or layout that cannot
+  // run it (llm-foundry: a multiple of the GPU count; megatron and torchtitan: of the data-parallel
+  // degree, and whole micro-batches) is a rejection with its reason.
+  int64_t global_batch = 0;
   SearchSpace space;
   Objective objective = Objective::kTime;
   std::optional<double> min_headroom_bytes;  // unset: kDefaultHeadroomFraction of each device's memory
@@ -91,7 +94,7 @@ struct Pick {
 struct PlanRejection {
   const DeviceSpec* device = nullptr;
   int64_t gpus = 0;
-  bool batch_unreachable = false;  // fewer than one sequence per GPU: every layout (no `rejection`)
+  std::string all_reason;  // not empty: every layout of the GPU count is rejected for it (no `rejection`)
   Rejection rejection;
 };
 
@@ -126,13 +129,5 @@ PlanResult plan_runs(const PlanQuery& query, const std::function<void(int64_t)>&
 // Step 3 of the rule on `configs` (any order): the robust group of the fastest first, in the
 // robustness order, then the others by score (ties keep their order). Returns the pick.
 Pick rank_robustly(std::vector<PlannedConfig>& configs);
-
-// Whole sequences per GPU, as close to `asked_sequences` as that allows; 0 when fewer than one.
-// One global batch per GPU count, for every layout: a multiple of the GPU count is a multiple of
-// every layout's data-parallel degree (which divides the GPU count), so each megatron layout meets
-// Megatron-LM's global batch = micro-batch x data parallel x accumulation with some micro-batch,
-// and the layouts of a GPU count are ranked on the same batch. (The price: a batch of fewer
-// sequences than GPUs, which a layout with fewer replicas could run, is not planned.)
-int64_t planned_global_batch(double asked_sequences, int64_t n_gpus);
 
 }  // namespace tpsim

@@ -333,6 +333,10 @@ constexpr std::array kGeneralRules = {
 
 std::span<const Rule* const> general_rules() { return kGeneralRules; }
 
+bool splits_the_batch(std::string_view rule) {
+  return rule == kBatchDividesGpus.name || rule == kDataParallelDividesBatch.name;
+}
+
 namespace {
 
 // Each framework's book in the order it is read (scope by scope, the general rules before its

@@ -68,6 +68,10 @@ BrokenRule first_broken_rule(const ModelConfig& model, const DeviceSpec& device,
 // each layout it builds, with a global batch and micro-batch of 0 checking the degrees alone.
 BrokenRule first_broken_layout_rule(const ModelConfig& model, const TrainConfig& cfg);
 
+// Whether `rule` (a BrokenRule's name) is one the global batch breaks, the layout's degrees being
+// valid: the batch does not split over the GPUs or the data-parallel ranks as the framework needs.
+bool splits_the_batch(std::string_view rule);
+
 // The rules that read the micro-batch, in the book's order: for a configuration that keeps every
 // rule at some other micro-batch, what first_broken_rule would say at this one (a search's bound).
 BrokenRule first_broken_micro_batch_rule(const RuleInput& in);

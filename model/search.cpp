@@ -1,5 +1,6 @@
 #include "model/framework.hpp"
 #include "model/search.hpp"
+#include "model/model_parallel.hpp"
 #include "model/rules.hpp"
 
 #include <algorithm>
@@ -94,6 +95,82 @@ std::vector<int64_t> searched_expert_tensor(const LayoutRequest& a, const ModelC
   return {0};
 }
 
+// The pipeline degrees worth searching: those dividing the GPU count (tensor x pipeline x context
+// must), at most one stage per layer; where the framework has no uneven split, also dividing the
+// layers.
+std::vector<int64_t> searched_pipeline(const ModelConfig& model, const TrainConfig& base, bool uneven) {
+  std::vector<int64_t> out;
+  for (int64_t pp : divisors(std::max<int64_t>(base.n_gpus, 1)))
+    if (pp <= model.n_layers && (uneven || model.n_layers % pp == 0)) out.push_back(pp);
+  return out;
+}
+
+// How the layers are split over the stages: the virtual stages and Megatron-Core's uneven split.
+struct PipelineSplit {
+  int64_t virtual_stages = 1;
+  int64_t first_stage_layers = 0, last_stage_layers = 0;
+  bool account_for_embedding = false, account_for_loss = false;
+};
+
+// Fixed first and last stages no heavier than the stages between them: each middle stage gets the
+// fewest layers (a multiple of vp) that is at least the average, the first and last share the rest
+// (the first the larger half). False when that leaves either end without a layer per chunk.
+bool lighter_ends(int64_t layers, int64_t pp, int64_t vp, PipelineSplit& s) {
+  const int64_t middle = pp > 2 ? (layers + pp * vp - 1) / (pp * vp) * vp : 0;
+  const int64_t ends = layers - (pp - 2) * middle;
+  s.first_stage_layers = (ends + 2 * vp - 1) / (2 * vp) * vp;
+  s.last_stage_layers = ends - s.first_stage_layers;
+  return s.last_stage_layers >= vp && s.first_stage_layers >= vp;
+}
+
+// The splits of `layers` over `pp` stages a search tries, each leaving whole layers in every model
+// chunk (split_layers accepts it), for every virtual-stage count from 1 (or the one asked). For
+// each count, in order: the even split and the embedding and loss both counted as layers
+// (Megatron-Core's --account-for-embedding/loss-in-pipeline-split); where neither gives whole
+// layers, either one counted; where none does, fixed first and last stages lighter than those
+// between (--decoder-first/last-pipeline-num-layers). A split whose chunks hold the same layers as an
+// earlier one of the same count predicts as it and is left out. A split asked for (any uneven option
+// given), or a framework without uneven splits, has that one split only.
+std::vector<PipelineSplit> searched_splits(const LayoutRequest& a, const FrameworkDef& def, int64_t layers,
+                                           int64_t pp) {
+  const bool asked = a.first_stage_layers || a.last_stage_layers || a.account_for_embedding || a.account_for_loss;
+  const PipelineSplit as_asked{1, a.first_stage_layers.value_or(0), a.last_stage_layers.value_or(0),
+                               a.account_for_embedding, a.account_for_loss};
+  const bool search_uneven = !asked && pp > 1 && def.owns(FrameworkOption::kUnevenPipeline);
+  // Each tier is tried only when the tiers before it gave no split.
+  const std::vector<std::vector<PipelineSplit>> tiers =
+      search_uneven ? std::vector<std::vector<PipelineSplit>>{{{}, {1, 0, 0, true, true}},
+                                                              {{1, 0, 0, true, false}, {1, 0, 0, false, true}},
+                                                              {{1, -1, -1, false, false}}}
+                    : std::vector<std::vector<PipelineSplit>>{{as_asked}};
+  std::vector<PipelineSplit> out;
+  Layout trial;
+  trial.pipeline = pp;
+  std::vector<int64_t> chunks;
+  std::vector<std::vector<int64_t>> seen;  // the chunk layers of this count's splits
+  // The embedding and loss counted, a chunk holds at least one of the layers + 2.
+  for (int64_t vp = 1; vp <= std::max<int64_t>(1, (layers + 2) / pp); ++vp) {
+    if ((a.virtual_stages && vp != *a.virtual_stages) || (!a.virtual_stages && vp > 1 && pp == 1)) continue;
+    seen.clear();
+    for (const std::vector<PipelineSplit>& tier : tiers) {
+      for (PipelineSplit s : tier) {
+        s.virtual_stages = vp;
+        if (s.first_stage_layers < 0 && !lighter_ends(layers, pp, vp, s)) continue;
+        trial.virtual_stages = vp;
+        trial.first_stage_layers = s.first_stage_layers, trial.last_stage_layers = s.last_stage_layers;
+        trial.account_for_embedding = s.account_for_embedding, trial.account_for_loss = s.account_for_loss;
+        // An asked split is kept whatever split_layers says: check_layout gives the reason.
+        if (search_uneven && !split_layers(layers, trial, chunks).empty()) continue;
+        if (search_uneven && std::find(seen.begin(), seen.end(), chunks) != seen.end()) continue;
+        seen.push_back(chunks);
+        out.push_back(s);
+      }
+      if (!seen.empty()) break;
+    }
+  }
+  return out;
+}
+
 // The micro-batches a megatron layout can run, ascending: the divisors of the per-replica batch,
 // and under interleaved 1F1B only those leaving a multiple of the pipeline stages of micro-batches.
 std::vector<int64_t> megatron_micro_batches(const TrainConfig& cfg) {
@@ -104,9 +181,21 @@ std::vector<int64_t> megatron_micro_batches(const TrainConfig& cfg) {
   return out;
 }
 
+// A layout rejected for `why`: counted with the earlier ones rejected for the same reason.
+void add_rejection(std::vector<Rejection>& rejections, const Layout& layout, const std::string& why) {
+  for (Rejection& r : rejections)
+    if (r.kind == RejectionKind::kInvalid && r.reason == why) {
+      ++r.count;
+      return;
+    }
+  Rejection r{.layout = layout, .kind = RejectionKind::kInvalid};
+  r.reason = why;
+  rejections.push_back(std::move(r));
+}
+
 // Megatron's layouts: every product of the axes' values that check_layout accepts.
 std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& model, const DeviceSpec& device,
-                                     const TrainConfig& base) {
+                                     const TrainConfig& base, std::vector<Rejection>* batch_rejected) {
   const LayoutRequest& a = s.asked;
   const FrameworkDef& def = framework_def(a.framework);
   std::vector<Layout> out;
@@ -115,15 +204,20 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
   Layout& p = cfg.layout;
   p = fixed_layout(a);  // the switches and the uneven split as asked; the rest is set below
   if (!def.data_parallel_degrees) p.shard_degree = p.replicate_degree = 0;  // torchtitan's as given (TorchtitanMesh)
+  const bool uneven = def.owns(FrameworkOption::kUnevenPipeline);
   for (int64_t tp : axis(a.tensor, searched_tensor(model, device, a.framework)))
-    for (int64_t pp : axis(a.pipeline, divisors(model.n_layers)))
-      for (int64_t vp : axis(a.virtual_stages, pp > 1 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1}))
+    for (int64_t pp : axis(a.pipeline, searched_pipeline(model, base, uneven)))
+      for (const PipelineSplit& split : searched_splits(a, def, model.n_layers, pp))
         for (int64_t cp : axis(a.context, searched_context(base, tp)))
           for (int64_t ep : axis(a.expert, searched_expert(model)))
             for (int64_t etp : searched_expert_tensor(a, model, tp))
               for (bool sp : axis(a.sequence_parallel, {tp > 1}))
                 for (bool dist_opt : axis(a.distributed_optimizer, {def.distributed_optimizer})) {
-                  p.tensor = tp, p.pipeline = pp, p.virtual_stages = vp, p.context = cp, p.expert = ep;
+                  p.tensor = tp, p.pipeline = pp, p.virtual_stages = split.virtual_stages, p.context = cp;
+                  p.expert = ep;
+                  p.first_stage_layers = split.first_stage_layers, p.last_stage_layers = split.last_stage_layers;
+                  p.account_for_embedding = split.account_for_embedding;
+                  p.account_for_loss = split.account_for_loss;
                   p.expert_tensor = etp;
                   p.sequence_parallel = sp;
                   p.distributed_optimizer = dist_opt;
@@ -132,15 +226,18 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                   // What depends on the checkpointing is set below and checked with the
                   // configuration (check_config).
                   p.checkpointing = Checkpointing::kNone, p.selective_ac_layers = 0, p.moe_a2a_overlap = false;
-                  if (!check_layout(model, cfg).empty()) continue;
+                  if (const BrokenRule broken = first_broken_layout_rule(model, cfg)) {
+                    if (batch_rejected && splits_the_batch(broken.rule)) add_rejection(*batch_rejected, p, broken.why);
+                    continue;
+                  }
                   // Megatron's data parallelism replicates parameters and gradients (DDP, FSDP's
                   // NO_SHARD); the distributed optimizer shards the optimizer state (ZeRO-1).
                   // torchtitan's FSDP2 shards all of them (FULL_SHARD; model/torchtitan.hpp).
                   const Sharding sharding = framework_sharding(a.framework);
                   for (Checkpointing ckpt : s.checkpointing) {
                     p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers.value_or(0) : 0;
-                    p.moe_a2a_overlap =
-                        a.moe_a2a_overlap && ep > 1 && ckpt != Checkpointing::kFull && (pp == 1 || vp > 1);
+                    p.moe_a2a_overlap = a.moe_a2a_overlap && ep > 1 && ckpt != Checkpointing::kFull &&
+                                        (pp == 1 || split.virtual_stages > 1);
                     p.sharding = sharding, p.checkpointing = ckpt;
                     out.push_back(p);
                   }
@@ -150,9 +247,10 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
 
 }  // namespace
 
-std::vector<Layout> SearchSpace::layouts(const ModelConfig& model, const DeviceSpec& device,
-                                         const TrainConfig& base) const {
-  if (framework_def(asked.framework).model_parallel) return parallel_layouts(*this, model, device, base);
+std::vector<Layout> SearchSpace::layouts(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& base,
+                                         std::vector<Rejection>* batch_rejected) const {
+  if (framework_def(asked.framework).model_parallel)
+    return parallel_layouts(*this, model, device, base, batch_rejected);
   std::vector<Layout> out = layouts();
   if (!hsdp_meshes || asked.shard_degree || asked.replicate_degree ||
       std::find(shardings.begin(), shardings.end(), Sharding::kHybridShard) == shardings.end())
@@ -263,9 +361,10 @@ class Searcher {
 };
 
 SearchResult Searcher::run(const TrainConfig& base) {
-  layouts_ = space_.layouts(model_, device_, base);
+  layouts_ = space_.layouts(model_, device_, base, &result_.rejections);
   fit_upto_.assign(layouts_.size(), 0);
-  if (layouts_.empty() && framework_def(space_.asked.framework).model_parallel) reject(no_layout(base));
+  if (layouts_.empty() && result_.rejections.empty() && framework_def(space_.asked.framework).model_parallel)
+    reject(no_layout(base));
   for (size_t i = 0; i < layouts_.size(); ++i) {
     const Layout& layout = layouts_[i];
     bool skipped = false;
@@ -279,10 +378,8 @@ SearchResult Searcher::run(const TrainConfig& base) {
     if (skipped) continue;
     TrainConfig cfg = with_layout(base, layout);
     cfg.micro_batch = 1;
-    if (std::string why = check_config(model_, device_, params_, cfg); !why.empty()) {
-      Rejection r = rejection(layout, RejectionKind::kInvalid);
-      r.reason = std::move(why);
-      reject(std::move(r));
+    if (const std::string why = check_config(model_, device_, params_, cfg); !why.empty()) {
+      add_rejection(result_.rejections, layout, why);
       continue;
     }
     if (space_.micro_batches.empty()) search_layout(cfg, i);

@@ -40,12 +40,18 @@ namespace tpsim {
 // The configuration `base` runs with `layout`.
 TrainConfig with_layout(TrainConfig base, const Layout& layout);
 
+struct Rejection;
+
 // A megatron (or torchtitan) search varies each model-parallel axis the LayoutRequest leaves unset
 // and keeps the asked ones:
 //   tensor: powers of two up to the GPUs of a node dividing the query and K/V heads and the FFN
 //     width (Megatron-LM's column/row-parallel split; TP beyond a node crosses the slow network);
-//   pipeline: the divisors of the layer count (Megatron-LM's even split of layers over stages);
-//   virtual_stages: 1, and 2 and 4 where pipeline > 1 and each model chunk gets whole layers;
+//   pipeline: the divisors of the GPU count up to the layer count (under torchtitan, which splits
+//     layers evenly, also dividing the layers);
+//   virtual_stages and the split: every count giving whole layers per model chunk, under megatron
+//     with Megatron-Core's uneven splits where the even one does not divide (search.cpp
+//     searched_splits: the embedding and loss counted as layers, then fixed lighter first and last
+//     stages), each split shown in the layout's columns;
 //   context: 1 below 8192 tokens per sequence; from 8192 up also the powers of two splitting the
 //     sequence into 2cp equal chunks with at least 4096 tokens per rank (search.cpp
 //     searched_context);
@@ -82,7 +88,10 @@ struct SearchSpace {
   // `device`: composer's as above; megatron's the valid products of the parallel axes (those
   // check_layout accepts), tensor outermost, then pipeline, virtual stages, context, expert,
   // sequence parallel, distributed optimizer and checkpointing innermost, each ascending.
-  std::vector<Layout> layouts(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& base) const;
+  // `batch_rejected`, when given, gets the layouts whose degrees are valid but do not split the
+  // global batch (one Rejection per reason, counting its layouts).
+  std::vector<Layout> layouts(const ModelConfig& model, const DeviceSpec& device, const TrainConfig& base,
+                              std::vector<Rejection>* batch_rejected = nullptr) const;
 };
 
 // What a configuration's parallel layout must satisfy for the search to consider it ("" when it
@@ -120,6 +129,7 @@ struct Rejection {
   double peak_bytes = 0;  // kOutOfMemory: the peak of `micro_batch`
   Layout same_as;         // kEquivalent
   std::string reason;     // kInvalid: check_config's reason; kNoLayout: check_layout's
+  int64_t count = 1;      // kInvalid: the layouts rejected for `reason` (`layout` is the first of them)
 };
 
 struct Candidate {

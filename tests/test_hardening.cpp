@@ -371,6 +371,15 @@ BOOST_AUTO_TEST_CASE(zero_negative_fractional_and_absurd_counts_are_one_line_err
   expect_error("plan --model 7b --seq 2048 --gpus 8 --top 0", "--top 0");
   expect_error("plan --model 7b --seq 2048 --gpus 8 --price-per-gpu-hour nan", "--price-per-gpu-hour 'nan'");
   expect_error("plan --model 7b --seq 2048 --gpus 8 --price-per-gpu-hour 1e308", "--price-per-gpu-hour '1e308'");
+  // The batch in sequences or in tokens, not both; in whole sequences, at least one.
+  expect_error("plan --model 7b --seq 2048 --gpus 8 --global-batch 64 --global-batch-tokens 1Mi",
+               "--global-batch and --global-batch-tokens");
+  expect_error("sweep --models 1b --seq 2048 --global-batch 64 --global-batch-tokens 1Mi",
+               "--global-batch and --global-batch-tokens");
+  expect_error("plan --model 7b --seq 2048 --gpus 8 --global-batch 0", "--global-batch '0'");
+  expect_error("sweep --models 1b --seq 2048 --global-batch 0", "--global-batch '0'");
+  expect_error("plan --model 7b --seq 8192 --gpus 8 --global-batch-tokens 1000", "--global-batch-tokens 1000");
+  expect_error("sweep --models 1b --seq 8192 --global-batch-tokens 1000", "--global-batch-tokens 1000");
 }
 
 BOOST_AUTO_TEST_CASE(real_valued_options_reject_nan_inf_and_out_of_range_values) {
@@ -886,7 +895,7 @@ BOOST_AUTO_TEST_CASE(wide_sweeps_print_only_finite_numbers) {
                             "--global-batch-tokens 4M",
                         "md");
   rows += expect_finite(
-      "sweep" + models + " --gpus 1,16 --device a100_40gb,v100_32gb --precision fp32 --global-batch-tokens 1K", "csv");
+      "sweep" + models + " --gpus 1,16 --device a100_40gb,v100_32gb --precision fp32 --global-batch 16", "csv");
   for (const std::string s : {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"})
     rows += expect_finite("sweep --models 125m,1b,13b,70b --seq 512,8192,65536 --gpus 8,32,512 --device " +
                               all_devices(false) + " --precision bf16 --shardings " + s,

@@ -940,6 +940,14 @@ BOOST_AUTO_TEST_CASE(an_uneven_split_gives_each_chunk_megatron_cores_layers) {
   BOOST_TEST(l405.front() == 1);
   BOOST_TEST(l405.back() == 1);
   BOOST_TEST(std::count(l405.begin(), l405.end(), 2) == 62);
+  // NeMo's Qwen3-235B-A22B on B200s: 94 layers + 2 = 96 over pp 8 x vp 12, a layer a chunk; the
+  // first chunk holds the embedding alone and the last the loss alone (Megatron-Core builds no
+  // transformer layer there: get_num_layers_to_build asserts only >= 0).
+  const V q235 = chunks_of(94, 8, 12, 0, 0, true, true);
+  BOOST_TEST_REQUIRE(q235.size() == 96u);
+  BOOST_TEST(q235.front() == 0);
+  BOOST_TEST(q235.back() == 0);
+  BOOST_TEST(std::count(q235.begin(), q235.end(), 1) == 94);
 }
 
 BOOST_AUTO_TEST_CASE(the_evaluator_refuses_a_split_the_check_refuses) {
@@ -971,6 +979,9 @@ BOOST_AUTO_TEST_CASE(uneven_splits_that_cannot_run_are_one_line_errors) {
   BOOST_TEST(contains(why(25, 4, 1, 3, 3, false, false), "do not split evenly over 2 stages"));
   BOOST_TEST(contains(why(24, 2, 2, 3, 0, false, false), "virtual stages 2 do not divide"));
   BOOST_TEST(contains(why(24, 4, 1, 4, 20, false, false), "leaves model chunk 1 (stage 1) with no layers"));
+  // Only a chunk holding the embedding or loss counted may build no layer: 24 + 1 over 25 chunks
+  // of 1 leaves the first chunk the embedding alone.
+  BOOST_TEST(why(24, 5, 5, 0, 0, true, false).empty());
   BOOST_TEST(contains(why(24, 4, 1, 3, 0, true, false), "cannot be combined"));
   BOOST_TEST(contains(why(24, 4, 1, 0, 0, true, false), "do not split evenly over pipeline parallel 4"));
   BOOST_TEST(contains(why(24, 1, 1, 0, 0, true, true), "needs pipeline parallel of at least 2"));

@@ -11,6 +11,7 @@
 
 #include "common.hpp"
 #include "model/framework.hpp"
+#include "model/model_parallel.hpp"
 #include "model/plan.hpp"
 #include "model/rules.hpp"
 #include "model/search.hpp"
@@ -290,10 +291,10 @@ BOOST_AUTO_TEST_CASE(a_plan_ranks_every_fitting_configuration_by_score) {
   q.devices = {{&h100, &ph}, {&a100, &pa}};
   q.gpu_counts = {8, 16};
   q.seq_len = 2048;
-  q.asked_sequences = 3;  // fewer than one per GPU: every count rejected
+  q.global_batch = 3;  // not a multiple of 8 or 16 GPUs (llm-foundry): every count rejected
   BOOST_TEST(plan_runs(q).ranked.empty());
   BOOST_TEST(plan_runs(q).rejected.size() == 4u);
-  q.asked_sequences = 512;
+  q.global_batch = 512;
   q.objective = Objective::kCost;
   const PlanResult plan = plan_runs(q);
   BOOST_TEST_REQUIRE(!plan.ranked.empty());
@@ -308,12 +309,22 @@ BOOST_AUTO_TEST_CASE(a_plan_ranks_every_fitting_configuration_by_score) {
 // and 2 at pp 2 (12 / (2 x 2) is whole; 2 x 4 and 4 x 2 are not): 4 + 4 + 3 = 11 layouts, each
 // without and with checkpointing. A global batch of 4 rules out data parallel 8 (tp 1, pp 1): 10.
 BOOST_AUTO_TEST_CASE(megatron_enumerates_exactly_the_valid_layouts) {
-  const ModelConfig& model = model_named("125m");
+  const ModelConfig& model = model_named("125m");  // 12 layers, 12 heads
   const DeviceSpec d = load_device("h100_80gb");
   SearchSpace space = megatron_space();
   TrainConfig base = run_of(2048, 8, 16);
   const std::vector<Layout> layouts = space.layouts(model, d, base);
-  BOOST_TEST(layouts.size() == 22u);
+  // tp 1, 2, 4 (8 does not divide 12 heads); pp divides the GPUs left. The splits of 12 layers, by
+  // hand: pp 1: vp 1. pp 2: even with vp 1, 2, 3, 6 (6 layers a stage); vp 4 has no even or counted
+  // split (12 / 8, 14 / 8, 13 / 8), so fixed ends: first 8, last 4 (2 and 1 layers a chunk); vp 5
+  // has none (its ends would hold 10 and 2 layers: 2 is under a layer a chunk); vp 7 with the
+  // embedding and loss counted (14 over 14 chunks: the first chunk holds the embedding alone, the
+  // last the loss). pp 4: even with vp 1 and 3; vp 2 with fixed ends first 2, last 2 (the middle
+  // stages 4). pp 8: none (12 layers leave the ends none once the middle stages hold 2). So 1 + 6 +
+  // 3 splits under tp 1 and 2 (pp 1, 2, 4 and, under tp 1, 8 with none), 1 + 6 under tp 4 (pp 1,
+  // 2): 27 layouts, each without and with full checkpointing.
+  BOOST_TEST(layouts.size() == 54u);
+  int fixed_ends = 0, counted = 0;
   for (const Layout& l : layouts) {
     const Layout& p = l;
     BOOST_TEST((p.framework == Framework::kMegatron));
@@ -322,15 +333,36 @@ BOOST_AUTO_TEST_CASE(megatron_enumerates_exactly_the_valid_layouts) {
     BOOST_TEST((p.context == 1 && p.expert == 1));
     BOOST_TEST((l.sharding == Sharding::kNoShard));
     BOOST_TEST(base.n_gpus % p.model_parallel() == 0);
+    std::vector<int64_t> chunks;
+    BOOST_TEST(split_layers(model.n_layers, p, chunks).empty());
+    if (p.first_stage_layers > 0) {
+      ++fixed_ends;
+      const bool pp2 =
+          p.pipeline == 2 && p.virtual_stages == 4 && p.first_stage_layers == 8 && p.last_stage_layers == 4;
+      const bool pp4 =
+          p.pipeline == 4 && p.virtual_stages == 2 && p.first_stage_layers == 2 && p.last_stage_layers == 2;
+      BOOST_TEST((pp2 || pp4));
+    }
+    if (p.account_for_embedding) {
+      ++counted;
+      BOOST_TEST((p.account_for_loss && p.pipeline == 2 && p.virtual_stages == 7));
+    }
   }
+  BOOST_TEST(counted == 2 * 3);
+  BOOST_TEST(fixed_ends == 2 * (3 + 2));  // pp 2 under the three tp, pp 4 under tp 1 and 2; x 2 checkpointing
   BOOST_TEST((layouts[0].tensor == 1 && layouts[0].pipeline == 1));  // tensor outermost
   BOOST_TEST((layouts.back().tensor == 4 && layouts.back().pipeline == 2));
+  // A global batch of 4: data parallel 8 (tp 1, pp 1) does not divide it, and says so.
   base.global_batch = 4;
-  BOOST_TEST(space.layouts(model, d, base).size() == 20u);
-  // A fixed axis fixes it: tensor 2 leaves pipeline 1, 2 (vp 1, 2), 4.
+  std::vector<Rejection> rejected;
+  BOOST_TEST(space.layouts(model, d, base, &rejected).size() == 52u);
+  BOOST_TEST_REQUIRE(rejected.size() == 1u);
+  BOOST_TEST(rejected[0].reason == "global batch 4 is not a multiple of data parallel 8");
+  BOOST_TEST(rejected[0].count == 1);  // one layout before checkpointing
+  // A fixed axis fixes it: tensor 2 leaves pipeline 1, 2 (six splits), 4 (three).
   base.global_batch = 16;
   space.asked.tensor = 2;
-  BOOST_TEST(space.layouts(model, d, base).size() == 8u);
+  BOOST_TEST(space.layouts(model, d, base).size() == 20u);
   space.asked.sequence_parallel = false;
   for (const Layout& l : space.layouts(model, d, base)) BOOST_TEST(!l.sequence_parallel);
   // Composer's space does not depend on the model.
