@@ -10,8 +10,9 @@
 //   3. wall time of the headline sweep, process start-up included (the median of 5 runs of
 //      `tpsim sweep --models 125m..70b --seq 512..65536`), and of issue 15's megatron searches:
 //      `sweep --models 125m..70b --seq 512..65536 --gpus 8..1024 --framework megatron` (target 5 s)
-//      and `plan --model 70b --seq 4096 --gpus 64..1024 --framework megatron` (target 1 s); and the
-//      same sweep under `--framework torchtitan` (for information).
+//      and `plan --model 70b --seq 4096 --gpus 64..1024 --framework megatron` (target 1 s); issue
+//      39's frontier plan, `plan --model llama-3.1-405b --seq 8192 --gpus 256..2048 --framework
+//      megatron` (target 1 s); and the same sweep under `--framework torchtitan` (for information).
 // Rates are the median of five timing windows (a shared machine's hiccups land in one).
 #include <sys/wait.h>
 #include <unistd.h>
@@ -191,6 +192,9 @@ void run_bench(const BenchOptions& o) {
       o.sweep_runs);
   const double megatron_plan = median_wall(
       {"plan", "--model", "70b", "--seq", "4096", "--gpus", "64..1024", "--framework", "megatron"}, o.sweep_runs);
+  const double frontier_plan = median_wall(
+      {"plan", "--model", "llama-3.1-405b", "--seq", "8192", "--gpus", "256..2048", "--framework", "megatron"},
+      o.sweep_runs);
   const double torchtitan_sweep = median_wall(
       {"sweep", "--models", "125m..70b", "--seq", "512..65536", "--gpus", "8..1024", "--framework", "torchtitan"},
       o.sweep_runs);
@@ -216,6 +220,7 @@ void run_bench(const BenchOptions& o) {
   t.add_row(wall_row("megatron sweep 125m..70b x 512..65536 x 8..1024 GPUs (tp, pp, vp, dp)", megatron_sweep, 5.0,
                      o.sweep_runs));
   t.add_row(wall_row("megatron plan 70b at 4096 on 64..1024 GPUs", megatron_plan, 1.0, o.sweep_runs));
+  t.add_row(wall_row("megatron plan llama-3.1-405b at 8192 on 256..2048 GPUs", frontier_plan, 1.0, o.sweep_runs));
   t.add_row({Cell::str("torchtitan sweep 125m..70b x 512..65536 x 8..1024 GPUs (tp, pp, vp, FSDP2), wall time incl. "
                        "start-up (median of " +
                        std::to_string(o.sweep_runs) + ")"),

@@ -298,7 +298,7 @@ std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c,
                            Cell::num(p.memory.peak_bytes / kGiB, 1),
                            Cell::num((p.capacity_bytes - p.memory.peak_bytes) / kGiB, 1)};
   if (r.train_tokens > 0) add_time_and_cost(r, c, interval, row);
-  if (r.layout_columns) add_layout_cells(c.cfg, c.prediction, row);
+  if (r.layout_columns) add_layout_cells(c.cfg, row);
   return row;
 }
 
@@ -312,8 +312,8 @@ void add_bar(StackedBars& bars, const PlannedConfig& c, int rank) {
   bars.bars.push_back("#" + std::to_string(rank) + " " + c.device->id + " x" + std::to_string(c.cfg.n_gpus) + " mb" +
                       std::to_string(c.cfg.micro_batch) + " " + layout +
                       kCkpt[static_cast<int>(c.cfg.layout.checkpointing)]);
-  bars.values.push_back(
-      {t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s, t.allocator_s});
+  bars.values.push_back({t.gemm_s, t.attention_s, t.other_compute_s, t.exposed_comm_s, t.optimizer_s, t.overhead_s,
+                         t.pipeline_bubble_s, t.allocator_s});
 }
 
 // A configuration in a few words: "128 x h100_80gb, micro-batch 5, FULL_SHARD, checkpointing".
@@ -413,7 +413,7 @@ OutputTable per_gpu_count_table(const PlanRequest& r, const PlanResult& plan, Co
           Cell::num(100 * c.prediction.mfu, 2), Cell::num(c.headroom_bytes / kGiB, 1)})
       row.push_back(cell);
     if (r.train_tokens > 0) add_time_and_cost(r, c, interval, row);
-    if (r.layout_columns) add_layout_cells(c.cfg, c.prediction, row);
+    if (r.layout_columns) add_layout_cells(c.cfg, row);
     row.push_back(Cell::str(pick_reason(*p.pick, r.query.objective)));
     t.add_row(std::move(row));
   }
@@ -450,7 +450,7 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
     if (r.train_tokens > 0) row.push_back(Cell::num(days, 2));
     if (r.train_tokens > 0 && r.price > 0)
       row.push_back(Cell::num(days * 24.0 * static_cast<double>(c.cfg.n_gpus) * r.price, 0));
-    if (r.layout_columns) add_layout_cells(c.cfg, c.prediction, row);
+    if (r.layout_columns) add_layout_cells(c.cfg, row);
     best.add_row(std::move(row));
   }
   return best;
@@ -462,8 +462,8 @@ OutputTable ranked_table(const PlanRequest& r, const PlanResult& plan, Context& 
   ranked.columns = ranked_columns(r);
   bars.title = "Step time of the ranked configurations";
   bars.y_label = "seconds per optimizer step";
-  bars.series = {"GEMM",      "attention", "other compute",    "exposed communication",
-                 "optimizer", "overhead",  "allocator retries"};
+  bars.series = {"GEMM",      "attention", "other compute",   "exposed communication",
+                 "optimizer", "overhead",  "pipeline bubble", "allocator retries"};
   for (size_t i = 0; i < plan.ranked.size() && static_cast<int>(i) < top; ++i) {
     const PlannedConfig& c = plan.ranked[i];
     ranked.add_row(

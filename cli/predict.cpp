@@ -168,7 +168,7 @@ void run_predict(const PredictOptions& o) {
   t.title = "prediction";
   t.columns = prediction_columns(asked.framework_given);
   std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile, cfg));
-  if (asked.framework_given) add_layout_cells(cfg, p, row);
+  if (asked.framework_given) add_layout_cells(cfg, row);
   t.add_row(std::move(row));
   std::cerr << no_interval_note(model, cfg.layout.framework) << unaligned_gemm_note(model, cfg.layout.framework);
   if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)

@@ -37,7 +37,7 @@ const std::vector<std::string>& extra_columns() {
   static const std::vector<std::string> names =
       columns({"Fits", "Throughput Low (T/s)", "Throughput High (T/s)", "Memory (GiB)", "Capacity (GiB)",
                "Step Time (s)", "GEMM (s)", "Attention (s)", "Other Compute (s)", "Exposed Comm (s)", "Optimizer (s)",
-               "Overhead (s)", "Allocator (s)"});
+               "Overhead (s)", "Pipeline Bubble (s)", "Allocator (s)"});
   return names;
 }
 
@@ -63,7 +63,6 @@ const std::vector<std::string>& layout_columns() {
     for (const StageLayersAxis& a : kStageLayersAxes) out.emplace_back(a.names.column);
     for (const SwitchAxis& a : kSwitchAxes)
       if (a.owner == FrameworkOption::kUnevenPipeline) out.emplace_back(a.names.column);
-    out.emplace_back("Pipeline Bubble (s)");
     return out;
   }();
   return c;
@@ -117,7 +116,6 @@ const TerminalLayout& terminal_layout() {
                  "Throughput Low (T/s)",
                  "Throughput High (T/s)",
                  "Capacity (GiB)",
-                 "Pipeline Bubble (s)",
                  "Headroom (GiB)",
                  "Time Low (days)",
                  "Time High (days)",
@@ -129,8 +127,8 @@ const TerminalLayout& terminal_layout() {
                  "Predicted Throughput High (T/s)",
                  "Predicted Memory (GiB)"};
     l.total = "Step Time (s)";
-    l.parts = {"GEMM (s)",      "Attention (s)", "Other Compute (s)", "Exposed Comm (s)",
-               "Optimizer (s)", "Overhead (s)",  "Allocator (s)"};
+    l.parts = {"GEMM (s)",      "Attention (s)", "Other Compute (s)",   "Exposed Comm (s)",
+               "Optimizer (s)", "Overhead (s)",  "Pipeline Bubble (s)", "Allocator (s)"};
     l.details.push_back(l.total);
     l.details.insert(l.details.end(), l.parts.begin(), l.parts.end());
     // llm-foundry's headers without their units (metrics.hpp: MFU and HFU in percent, Model TFLOP
@@ -141,7 +139,7 @@ const TerminalLayout& terminal_layout() {
   return layout;
 }
 
-void add_layout_cells(const TrainConfig& cfg, const Prediction& prediction, std::vector<Cell>& row) {
+void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row) {
   const Layout& p = cfg.layout;
   for (int64_t degree :
        {p.tensor, p.pipeline, p.virtual_stages, p.context, p.expert, cfg.data_parallel(), p.expert_tensor_degree()})
@@ -149,7 +147,6 @@ void add_layout_cells(const TrainConfig& cfg, const Prediction& prediction, std:
   for (const StageLayersAxis& a : kStageLayersAxes) row.push_back(Cell::integer_value(p.*a.value));
   for (const SwitchAxis& a : kSwitchAxes)
     if (a.owner == FrameworkOption::kUnevenPipeline) row.push_back(Cell::flag(p.*a.value));
-  row.push_back(prediction.fits() ? Cell::num(prediction.time.pipeline_bubble_s, 4) : Cell::empty());
 }
 
 std::string sharding_text(const Layout& p) {
@@ -281,6 +278,7 @@ std::vector<Cell> prediction_row(const std::string& model, const std::string& de
       when_fits(Cell::num(p.time.exposed_comm_s, 4)),
       when_fits(Cell::num(p.time.optimizer_s, 4)),
       when_fits(Cell::num(p.time.overhead_s, 4)),
+      when_fits(Cell::num(p.time.pipeline_bubble_s, 4)),
       when_fits(Cell::num(p.time.allocator_s, 4)),
   };
   return row;

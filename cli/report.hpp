@@ -40,11 +40,12 @@ std::vector<std::string> prediction_columns(bool with_layout);
 const TerminalLayout& terminal_layout();
 
 // Tensor Parallel, Pipeline Parallel, Virtual Stages, Context Parallel, Expert Parallel, Data
-// Parallel: the layout of a configuration. Shown when --framework is given (a composer run without
+// Parallel, Expert Tensor Parallel and the pipeline split (First/Last Stage Layers, Account For
+// Embedding/Loss): the layout of a configuration. Shown when --framework is given (a composer run without
 // it prints as before issue 15: its degrees are all 1), after every other column, so that the
 // columns of llm-foundry and tpsim keep their places.
 const std::vector<std::string>& layout_columns();
-void add_layout_cells(const TrainConfig& cfg, const Prediction& prediction, std::vector<Cell>& row);
+void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row);
 // The layout in a few words, for notes and labels: "tp 2, pp 4, vp 2, sp, dist-opt" (the degrees
 // above 1 and the switches on); "" for data parallelism alone.
 std::string layout_phrase(const Layout& p);

@@ -249,7 +249,7 @@ void Sweep::skip(size_t heat_row, size_t column, const std::string& where, const
 void Sweep::add_row(const std::string& name, const std::string& device_id, const TrainConfig& cfg, const Prediction& p,
                     const std::optional<RelativeInterval>& interval) {
   std::vector<Cell> row = prediction_row(name, device_id, cfg, p, interval);
-  if (r_.layout_columns) add_layout_cells(cfg, p, row);
+  if (r_.layout_columns) add_layout_cells(cfg, row);
   table_.add_row(std::move(row));
 }
 

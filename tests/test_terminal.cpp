@@ -47,7 +47,7 @@ OutputTable sweep_table(bool layout) {
     cfg.global_batch = 64;
     const Prediction p = predict(catalog.get(name), device, profile.params, cfg);
     std::vector<Cell> row = prediction_row(name, device.id, cfg, p, std::nullopt);
-    if (layout) add_layout_cells(cfg, p, row);
+    if (layout) add_layout_cells(cfg, row);
     t.add_row(std::move(row));
   }
   return t;
