@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -42,19 +43,46 @@ struct PlanOptions {
 struct PlanRequest {
   PlanQuery query;
   std::vector<std::string> device_ids;
-  double train_tokens = 0;      // 0: no time to train
-  double price = 0;             // dollars per GPU-hour; 0: no cost
+  double train_tokens = 0;               // 0: no time to train
+  std::map<std::string, double> prices;  // dollars per GPU-hour by device id; empty: no cost
+  bool priced() const { return !prices.empty(); }
+  double price(const DeviceSpec* d) const { return prices.at(d->id); }
   std::string asked_from;       // where the global batch asked comes from
   bool layout_columns = false;  // --framework given
   std::string yaml_note;        // what the --config YAML fixed and what plan searched ("": no YAML)
 };
 
-double parse_price(const std::string& text) {
-  if (text.empty()) return 0;
-  const std::optional<double> price = parse_number(text);
-  if (!price || !std::isfinite(*price) || *price <= 0 || *price > 1e6)
-    throw Error("--price-per-gpu-hour '" + text + "': expected a positive number of dollars");
-  return *price;
+// --price-per-gpu-hour: one price for every device ("2.5"), or one per device
+// ("h100_80gb=2.5,b200=4.9"), naming each device planned and no other.
+std::map<std::string, double> parse_prices(const std::string& text, const std::vector<std::string>& devices) {
+  std::map<std::string, double> out;
+  if (text.empty()) return out;
+  const auto dollars = [&](const std::string& value) {
+    const std::optional<double> price = parse_number(value);
+    if (!price || !std::isfinite(*price) || *price <= 0 || *price > 1e6)
+      throw Error("--price-per-gpu-hour '" + text + "': expected a positive number of dollars" +
+                  (value == text ? "" : ", got '" + value + "'") + " (one price, or DEVICE=PRICE,...)");
+    return *price;
+  };
+  if (text.find('=') == std::string::npos) {
+    const double price = dollars(text);
+    for (const std::string& d : devices) out[d] = price;
+    return out;
+  }
+  for (const std::string& item : parse_name_list("--price-per-gpu-hour", text)) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error("--price-per-gpu-hour '" + text + "': '" + item + "' is not DEVICE=PRICE");
+    std::string id = item.substr(0, eq);
+    std::transform(id.begin(), id.end(), id.begin(), ::tolower);
+    if (std::find(devices.begin(), devices.end(), id) == devices.end())
+      throw Error("--price-per-gpu-hour '" + text + "': " + id + " is not a --device of this plan");
+    if (!out.emplace(id, dollars(item.substr(eq + 1))).second)
+      throw Error("--price-per-gpu-hour '" + text + "': " + id + " is priced twice");
+  }
+  for (const std::string& d : devices)
+    if (!out.count(d)) throw Error("--price-per-gpu-hour '" + text + "': no price for --device " + d);
+  return out;
 }
 
 Objective parse_objective(const std::string& text) {
@@ -147,8 +175,8 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, RunSettings& run, boo
   r.query.objective = parse_objective(o.objective);
   if (o.top < 1 || o.top > 1000) throw Error("--top " + std::to_string(o.top) + ": expected 1 to 1000");
   r.train_tokens = o.tokens.empty() ? 0.0 : parse_tokens("--tokens", o.tokens);
-  r.price = parse_price(o.price);
-  if (r.query.objective == Objective::kCost && r.price == 0) throw Error("--objective cost needs --price-per-gpu-hour");
+  r.prices = parse_prices(o.price, r.device_ids);
+  if (r.query.objective == Objective::kCost && !r.priced()) throw Error("--objective cost needs --price-per-gpu-hour");
   if (const double m = parse_min_headroom(o.min_headroom); m >= 0) r.query.min_headroom_bytes = m;
   set_asked_batch(o, run, r);
   LayoutRequest asked = o.layout;
@@ -167,8 +195,9 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, RunSettings& run, boo
   r.query.space.asked = asked;
   r.layout_columns = asked.framework_given;
   for (const auto& d : r.device_ids) {
-    r.query.devices.push_back(
-        {&ctx.device(d), &ctx.profile(d).params, interval_model_for(*run.model, ctx.profile(d), asked.framework)});
+    r.query.devices.push_back({&ctx.device(d), &ctx.profile(d).params,
+                               interval_model_for(*run.model, ctx.profile(d), asked.framework),
+                               r.priced() ? r.prices.at(d) : 1.0});
   }
   return r;
 }
@@ -245,7 +274,7 @@ void add_time_and_cost_columns(const PlanRequest& r, std::vector<std::string>& c
   if (r.train_tokens <= 0) return;
   for (const char* name : {"Time to Train (days)", "Time Low (days)", "Time High (days)", "GPU-hours"})
     c.emplace_back(name);
-  if (r.price > 0)
+  if (r.priced())
     for (const char* name : {"Cost ($)", "Cost Low ($)", "Cost High ($)"}) c.emplace_back(name);
 }
 
@@ -270,10 +299,11 @@ void add_time_and_cost(const PlanRequest& r, const PlannedConfig& c, const std::
   row.push_back(interval ? Cell::num(r.train_tokens / hi / 86400.0, 2) : Cell::empty());
   row.push_back(interval ? Cell::num(r.train_tokens / lo / 86400.0, 2) : Cell::empty());
   row.push_back(Cell::num(gpu_hours, 0));
-  if (r.price <= 0) return;
-  row.push_back(Cell::num(gpu_hours * r.price, 0));
-  row.push_back(interval ? Cell::num(gpu_hours * r.price * t / hi, 0) : Cell::empty());
-  row.push_back(interval ? Cell::num(gpu_hours * r.price * t / lo, 0) : Cell::empty());
+  if (!r.priced()) return;
+  const double price = r.price(c.device);
+  row.push_back(Cell::num(gpu_hours * price, 0));
+  row.push_back(interval ? Cell::num(gpu_hours * price * t / hi, 0) : Cell::empty());
+  row.push_back(interval ? Cell::num(gpu_hours * price * t / lo, 0) : Cell::empty());
 }
 
 std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c,
@@ -427,7 +457,7 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
   best.columns = {
       "GPU", "# GPUs", "MicroBatchSize", "Activation Checkpointing", "Sharding Strategy", "Throughput (T/s)", "MFU"};
   if (r.train_tokens > 0) best.columns.emplace_back("Time to Train (days)");
-  if (r.train_tokens > 0 && r.price > 0) best.columns.emplace_back("Cost ($)");
+  if (r.train_tokens > 0 && r.priced()) best.columns.emplace_back("Cost ($)");
   if (r.layout_columns) best.columns.insert(best.columns.end(), layout_columns().begin(), layout_columns().end());
   for (const PointPick& pp : plan.per_device) {
     if (!pp.pick) {
@@ -448,8 +478,8 @@ OutputTable best_per_device(const PlanRequest& r, const PlanResult& plan) {
                              Cell::num(100 * p.mfu, 2)};
     const double days = r.train_tokens / p.tokens_per_s / 86400.0;
     if (r.train_tokens > 0) row.push_back(Cell::num(days, 2));
-    if (r.train_tokens > 0 && r.price > 0)
-      row.push_back(Cell::num(days * 24.0 * static_cast<double>(c.cfg.n_gpus) * r.price, 0));
+    if (r.train_tokens > 0 && r.priced())
+      row.push_back(Cell::num(days * 24.0 * static_cast<double>(c.cfg.n_gpus) * r.price(c.device), 0));
     if (r.layout_columns) add_layout_cells(c.cfg, row);
     best.add_row(std::move(row));
   }
@@ -536,7 +566,7 @@ void describe_plan_run_flags(CLI::App* cmd) {
 
 constexpr const char* kRankingFooter =
     "Ranking: configurations with less headroom than --min-headroom are dropped. The rest are scored (seconds, or "
-    "GPU-seconds, per token). Those whose interval (the profile's held-out p10/p90 error) overlaps the best's go "
+    "dollars at each device's --price-per-gpu-hour, per token). Those whose interval (the profile's held-out p10/p90 error) overlaps the best's go "
     "first, ordered by: headroom (at least twice the margin before less; under it, more before less), a "
     "power-of-two micro-batch, less checkpointing (none, selective, full), fewer parallel degrees to set "
     "(model-parallel, an HSDP mesh), then the "
@@ -565,7 +595,9 @@ void register_plan(CLI::App& app) {
                   "(--explain); default: the --config's global batch, else 4Mi tokens");
   cmd->add_option("--global-batch-tokens", o->batch_tokens,
                   "tokens per optimizer step (4M = 4e6, 4Mi = 2^22), in whole sequences; instead of --global-batch");
-  cmd->add_option("--price-per-gpu-hour", o->price, "dollars per GPU-hour: adds cost");
+  cmd->add_option("--price-per-gpu-hour", o->price,
+                  "dollars per GPU-hour, one for every device (2.5) or one per device (h100_80gb=2.5,b200=4.9): "
+                  "adds cost, and --objective cost ranks by dollars per token");
   cmd->add_option("--objective", o->objective, "rank by time (fastest) or cost (fewest GPU-hours); see Ranking below")
       ->default_val("time");
   cmd->add_option("--min-headroom", o->min_headroom,

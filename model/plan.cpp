@@ -10,9 +10,10 @@ namespace tpsim {
 
 namespace {
 
-double score_of(const Prediction& p, int64_t n_gpus, Objective objective) {
+double score_of(const Prediction& p, int64_t n_gpus, Objective objective, double price_per_gpu_hour) {
   const double seconds_per_token = 1.0 / p.tokens_per_s;
-  return objective == Objective::kCost ? seconds_per_token * static_cast<double>(n_gpus) : seconds_per_token;
+  return objective == Objective::kCost ? seconds_per_token * static_cast<double>(n_gpus) * price_per_gpu_hour / 3600.0
+                                       : seconds_per_token;
 }
 
 bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
@@ -69,7 +70,7 @@ void add_fitting(const PlanQuery& q, const PlanDevice& device, int64_t n_gpus, s
       ++drop.count;
       continue;
     }
-    const double score = score_of(c.prediction, n_gpus, q.objective);
+    const double score = score_of(c.prediction, n_gpus, q.objective, device.price_per_gpu_hour);
     const RelativeInterval i =
         device.interval ? interval_at(*device.interval, domain_point(*q.model, c.cfg)) : RelativeInterval{};
     out.ranked.push_back(

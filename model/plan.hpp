@@ -7,7 +7,8 @@
 //   1. Headroom: configurations whose headroom (device memory - predicted peak) is under the margin
 //      are dropped and counted. The margin is --min-headroom, by default 5% of the device's memory
 //      (kDefaultHeadroomFraction: why there).
-//   2. Score: seconds per token (time) or GPU-seconds per token (cost), lowest first.
+//   2. Score: seconds per token (time) or dollars per token (cost: GPU-seconds per token at each
+//      device's price per GPU-hour), lowest first.
 //   3. Robustness: the configurations whose score interval (the profile's held-out p10/p90 error,
 //      widened beyond its fitted rows, model/interval.hpp; score x (1 + p10) to score x (1 + p90))
 //      overlaps the fastest's cannot be told apart by the prediction. Among them, in turn: (a)
@@ -32,7 +33,7 @@ namespace tpsim {
 
 enum class Objective : uint8_t {
   kTime,  // seconds per token: the fastest run
-  kCost,  // GPU-seconds per token: the fewest GPU-hours
+  kCost,  // dollars per token (GPU-seconds per token x each device's price): the cheapest run
 };
 
 // The default --min-headroom: 5% of the device's memory (4 GiB of 80, 2 of 40, 7 of 141). The
@@ -54,6 +55,7 @@ struct PlanDevice {
   const DeviceSpec* spec = nullptr;
   const CostParams* params = nullptr;
   std::optional<IntervalModel> interval;  // widened per configuration beyond its fit's domain
+  double price_per_gpu_hour = 1;          // what Objective::kCost scores (1: GPU-hours)
 };
 
 struct PlanQuery {
@@ -76,7 +78,7 @@ struct PlannedConfig {
   const DeviceSpec* device = nullptr;
   TrainConfig cfg;
   Prediction prediction;
-  double score = 0;                      // lower is better: seconds, or GPU-seconds, per token
+  double score = 0;                      // lower is better: seconds, or dollars (GPU-hours x price), per token
   double score_low = 0, score_high = 0;  // the interval of the score (equal to it without one)
   double headroom_bytes = 0;             // device memory - predicted peak
   double margin_bytes = 0;               // the headroom margin of its device

@@ -371,6 +371,13 @@ BOOST_AUTO_TEST_CASE(zero_negative_fractional_and_absurd_counts_are_one_line_err
   expect_error("plan --model 7b --seq 2048 --gpus 8 --top 0", "--top 0");
   expect_error("plan --model 7b --seq 2048 --gpus 8 --price-per-gpu-hour nan", "--price-per-gpu-hour 'nan'");
   expect_error("plan --model 7b --seq 2048 --gpus 8 --price-per-gpu-hour 1e308", "--price-per-gpu-hour '1e308'");
+  // A price per device names each planned device once and no other.
+  expect_error("plan --model 7b --seq 2048 --gpus 8 --device h100_80gb,b200 --price-per-gpu-hour h100_80gb=2.5",
+               "no price for --device b200");
+  expect_error("plan --model 7b --seq 2048 --gpus 8 --price-per-gpu-hour b200=4.9", "b200 is not a --device");
+  expect_error("plan --model 7b --seq 2048 --gpus 8 --price-per-gpu-hour h100_80gb=2,h100_80gb=3", "priced twice");
+  expect_error("plan --model 7b --seq 2048 --gpus 8 --price-per-gpu-hour h100_80gb=nan", "got 'nan'");
+  expect_error("plan --model 7b --seq 2048 --gpus 8 --price-per-gpu-hour =2", "is not DEVICE=PRICE");
   // The batch in sequences or in tokens, not both; in whole sequences, at least one.
   expect_error("plan --model 7b --seq 2048 --gpus 8 --global-batch 64 --global-batch-tokens 1Mi",
                "--global-batch and --global-batch-tokens");

@@ -459,3 +459,30 @@ BOOST_AUTO_TEST_CASE(sweep_keeps_the_global_batch_and_names_the_points_it_cannot
                         "the GPU count 64") != std::string::npos,
              r.err);
 }
+
+// A price per device: an H100 at $2.50 and a B200 at $4.90 compare by what they cost, and the cost
+// objective ranks by dollars per token, not GPU-hours.
+BOOST_AUTO_TEST_CASE(plan_prices_each_device_and_ranks_cost_by_dollars) {
+  const std::string run =
+      "plan --model 7b --seq 4096 --device h100_80gb,b200 --gpus 8 --tokens 1T --objective cost --top 50 ";
+  const auto priced = json_of(run + "--price-per-gpu-hour h100_80gb=2.5,b200=4.9 --format json");
+  BOOST_TEST_REQUIRE(priced["plan"].size() > 2u);
+  double last = 0;
+  for (const auto& row : priced["plan"]) {
+    const double price = row["GPU"].get<std::string>() == "b200" ? 4.9 : 2.5;
+    BOOST_TEST(row["Cost ($)"].get<double>() == row["GPU-hours"].get<double>() * price,
+               boost::test_tools::tolerance(1e-3));
+  }
+  // Without an interval group to reorder (megatron has none), the cost ranking is by dollars.
+  const auto megatron = json_of(run + "--framework megatron --price-per-gpu-hour h100_80gb=2.5,b200=4.9 --format json");
+  for (const auto& row : megatron["plan"]) {
+    const double cost = row["Cost ($)"].get<double>();
+    BOOST_TEST(cost >= last * (1 - 1e-6));
+    last = cost;
+  }
+  // One price is every device's.
+  const auto one = json_of(run + "--price-per-gpu-hour 3 --format json");
+  for (const auto& row : one["plan"])
+    BOOST_TEST(row["Cost ($)"].get<double>() == row["GPU-hours"].get<double>() * 3.0,
+               boost::test_tools::tolerance(1e-3));
+}

@@ -300,7 +300,17 @@ BOOST_AUTO_TEST_CASE(a_plan_ranks_every_fitting_configuration_by_score) {
   BOOST_TEST_REQUIRE(!plan.ranked.empty());
   for (size_t i = 1; i < plan.ranked.size(); ++i) BOOST_TEST(plan.ranked[i - 1].score <= plan.ranked[i].score);
   const PlannedConfig& top = plan.ranked.front();
-  BOOST_TEST(top.score == static_cast<double>(top.cfg.n_gpus) / top.prediction.tokens_per_s);
+  // The cost score is dollars per token: GPU-seconds per token at the device's price per GPU-hour
+  // (1 when not set: GPU-hours).
+  BOOST_TEST(top.score == static_cast<double>(top.cfg.n_gpus) / top.prediction.tokens_per_s / 3600.0,
+             boost::test_tools::tolerance(1e-12));
+  q.devices[0].price_per_gpu_hour = 2.5;
+  q.devices[1].price_per_gpu_hour = 100.0;  // the A100s priced out of the top
+  const PlanResult priced = plan_runs(q);
+  BOOST_TEST(priced.top.chosen.device->id == "h100_80gb");
+  BOOST_TEST(priced.top.chosen.score == 2.5 * static_cast<double>(priced.top.chosen.cfg.n_gpus) /
+                                            priced.top.chosen.prediction.tokens_per_s / 3600.0,
+             boost::test_tools::tolerance(1e-12));
 }
 
 // Megatron's space for MPT 125m (12 heads, 12 layers, FFN 3072) on 8 H100s (8 per node), counted
