@@ -16,10 +16,8 @@
 #include "io/text_format.hpp"
 #include "model/framework.hpp"
 #include "model/plan.hpp"
-#include "model/rules.hpp"
 #include "model/search.hpp"
 #include "model/units.hpp"
-#include "model/layout.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
@@ -198,14 +196,11 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
   if (const std::string why = check_config(model, device, profile.params, probe); !why.empty())
     throw Error(where + ": " + why);
   // The batch is the user's: a point that cannot split it as the framework needs is skipped, with
-  // the reason, not run with another batch. (Without model parallelism every layout splits it
-  // alike; a model-parallel search says so layout by layout.)
-  if (!framework_def(r_.space.asked.framework).model_parallel)
-    if (const BrokenRule b = first_broken_layout_rule(model, with_layout(cfg, fixed_layout(r_.space.asked)));
-        b && splits_the_batch(b.rule)) {
-      skip(heat_row, column, where, b.why);
-      return;
-    }
+  // the reason, not run with another batch.
+  if (const std::string why = batch_unsplit(model, cfg, r_.space.asked); !why.empty()) {
+    skip(heat_row, column, where, why);
+    return;
+  }
   const SearchResult r = search(model, device, profile.params, cfg, r_.space, SearchGoal::kFastest);
   evaluated_ += r.evaluated;
   if (!r.found && !r.has_leanest) {  // every layout invalid

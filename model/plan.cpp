@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/framework.hpp"
-#include "model/layout.hpp"
-
 namespace tpsim {
 
 namespace {
@@ -86,14 +83,9 @@ void plan_point(const PlanQuery& q, const PlanDevice& device, int64_t n_gpus, Pl
   base.global_batch = q.global_batch;
   base.precision = q.precision;
   base.mp_mode = q.mp_mode;
-  // Without model parallelism every layout splits the batch alike (llm-foundry: over every GPU):
-  // one reason for the GPU count. A model-parallel search rejects layout by layout.
-  if (!framework_def(q.space.asked.framework).model_parallel) {
-    TrainConfig trial = with_layout(base, fixed_layout(q.space.asked));
-    if (std::string why = check_layout(*q.model, trial); !why.empty()) {
-      out.rejected.push_back({device.spec, n_gpus, std::move(why), {}});
-      return;
-    }
+  if (std::string why = batch_unsplit(*q.model, base, q.space.asked); !why.empty()) {
+    out.rejected.push_back({device.spec, n_gpus, std::move(why), {}});
+    return;
   }
   SearchResult r = search(*q.model, *device.spec, *device.params, base, q.space, SearchGoal::kAllThatFit);
   add_fitting(q, device, n_gpus, r.fitting, out);

@@ -1,10 +1,12 @@
 #include "model/framework.hpp"
+#include "model/layout.hpp"
 #include "model/search.hpp"
 #include "model/model_parallel.hpp"
 #include "model/rules.hpp"
 
 #include <algorithm>
 #include <tuple>
+#include <utility>
 
 namespace tpsim {
 
@@ -28,6 +30,12 @@ std::vector<Layout> SearchSpace::layouts() const {
 
 std::string check_layout(const ModelConfig& model, const TrainConfig& cfg) {
   return first_broken_layout_rule(model, cfg).why;
+}
+
+std::string batch_unsplit(const ModelConfig& model, const TrainConfig& base, const LayoutRequest& asked) {
+  if (framework_def(asked.framework).model_parallel) return {};
+  const BrokenRule broken = first_broken_layout_rule(model, with_layout(base, fixed_layout(asked)));
+  return broken && splits_the_batch(broken.rule) ? broken.why : std::string{};
 }
 
 namespace {
@@ -204,10 +212,13 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
   Layout& p = cfg.layout;
   p = fixed_layout(a);  // the switches and the uneven split as asked; the rest is set below
   if (!def.data_parallel_degrees) p.shard_degree = p.replicate_degree = 0;  // torchtitan's as given (TorchtitanMesh)
-  const bool uneven = def.owns(FrameworkOption::kUnevenPipeline);
+  // The pipeline degrees and their splits do not depend on tp: listed once, not per tp.
+  std::vector<std::pair<int64_t, std::vector<PipelineSplit>>> pipelines;
+  for (int64_t pp : axis(a.pipeline, searched_pipeline(model, base, def.owns(FrameworkOption::kUnevenPipeline))))
+    pipelines.emplace_back(pp, searched_splits(a, def, model.n_layers, pp));
   for (int64_t tp : axis(a.tensor, searched_tensor(model, device, a.framework)))
-    for (int64_t pp : axis(a.pipeline, searched_pipeline(model, base, uneven)))
-      for (const PipelineSplit& split : searched_splits(a, def, model.n_layers, pp))
+    for (const auto& [pp, splits] : pipelines)
+      for (const PipelineSplit& split : splits)
         for (int64_t cp : axis(a.context, searched_context(base, tp)))
           for (int64_t ep : axis(a.expert, searched_expert(model)))
             for (int64_t etp : searched_expert_tensor(a, model, tp))

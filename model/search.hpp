@@ -105,6 +105,12 @@ struct SearchSpace {
 // holds the simulator's own rules; predict checks both.
 std::string check_layout(const ModelConfig& model, const TrainConfig& cfg);
 
+// Why no layout of `asked` can split the global batch of `base` ("" when some may): without model
+// parallelism every layout splits it alike (llm-foundry: over every GPU), so one rule answers for
+// the GPU count; a model-parallel search answers layout by layout (SearchSpace::layouts'
+// batch_rejected).
+std::string batch_unsplit(const ModelConfig& model, const TrainConfig& base, const LayoutRequest& asked);
+
 enum class SearchGoal : uint8_t {
   kFastest,     // the fastest configuration that fits (and, when none fits, the leanest)
   kAllThatFit,  // every configuration that fits, each with its prediction
