@@ -84,6 +84,14 @@ constexpr double kMaxBytes = 64.0 * kGiB;
 
 }  // namespace
 
+int64_t whole_sequences(const std::string& what, double tokens, int64_t seq) {
+  const double sequences = tokens / static_cast<double>(seq);
+  if (sequences < 0.5 || sequences > static_cast<double>(kMaxBatch))
+    throw Error(what + ": " + general(sequences, 3) + " sequences of " + std::to_string(seq) + " tokens, outside 1.." +
+                std::to_string(kMaxBatch) + " (--global-batch sets the batch in sequences)");
+  return round_count(sequences);
+}
+
 double parse_tokens(const std::string& flag, const std::string& text) {
   if (text.empty()) throw Error(flag + ": empty value");
   size_t used = 0;

@@ -22,6 +22,10 @@ std::vector<int64_t> parse_count_list(const std::string& flag, const std::string
 // Suffixes K, M, G/B, T are decimal; Ki, Mi, Gi, Ti binary.
 double parse_tokens(const std::string& flag, const std::string& text);
 
+// A global batch of `tokens` in whole sequences of `seq` tokens (a count between two is rounded to
+// the nearest); Error naming `what` (the flag and its value) when that is under 1 or beyond kMaxBatch.
+int64_t whole_sequences(const std::string& what, double tokens, int64_t seq);
+
 // The enums of a training configuration, by llm-foundry's spelling, with an error naming the flag
 // and the values it takes.
 Precision parse_precision_flag(const std::string& flag, const std::string& text);

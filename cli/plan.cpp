@@ -113,10 +113,7 @@ void set_asked_batch(const PlanOptions& o, RunSettings& run, PlanRequest& r) {
       o.batch_tokens ? "--global-batch-tokens " + *o.batch_tokens : "the default of 4Mi tokens per step";
   const double tokens = o.batch_tokens ? parse_tokens("--global-batch-tokens", *o.batch_tokens) : 4.0 * 1024 * 1024;
   const double sequences = tokens / static_cast<double>(seq);
-  if (sequences < 0.5 || sequences > static_cast<double>(kMaxBatch))
-    throw Error(flag + ": " + general(sequences, 3) + " sequences of " + std::to_string(seq) + " tokens, outside 1.." +
-                std::to_string(kMaxBatch));
-  r.query.global_batch = round_count(sequences);
+  r.query.global_batch = whole_sequences(flag, tokens, seq);
   r.asked_from = flag;
   if (std::fabs(sequences - static_cast<double>(r.query.global_batch)) > 1e-9)
     run.notes.push_back(flag + " is " + fixed(sequences, 2) + " sequences of " + std::to_string(seq) +

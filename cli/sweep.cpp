@@ -13,11 +13,9 @@
 #include "io/files.hpp"
 #include "io/plots.hpp"
 #include "io/progress.hpp"
-#include "io/text_format.hpp"
 #include "model/framework.hpp"
 #include "model/plan.hpp"
 #include "model/search.hpp"
-#include "model/units.hpp"
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/context.hpp"
@@ -228,12 +226,8 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
 
 int64_t Sweep::global_batch(int64_t seq) const {
   if (r_.global_batch > 0) return r_.global_batch;
-  const double sequences = r_.tokens / static_cast<double>(seq);
-  const std::string flag = o_.tokens ? "--global-batch-tokens " + *o_.tokens : "the default of 1Mi tokens per step";
-  if (sequences < 0.5 || sequences > static_cast<double>(kMaxBatch))
-    throw Error(flag + ": " + general(sequences, 3) + " sequences of " + std::to_string(seq) + " tokens, outside 1.." +
-                std::to_string(kMaxBatch) + " (--global-batch sets the batch in sequences)");
-  return round_count(sequences);
+  return whole_sequences(o_.tokens ? "--global-batch-tokens " + *o_.tokens : "the default of 1Mi tokens per step",
+                         r_.tokens, seq);
 }
 
 void Sweep::skip(size_t heat_row, size_t column, const std::string& where, const std::string& why) {
