@@ -190,6 +190,19 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, RunSettings& run, boo
   r.query.space = plan_space(run, sharding_any, composer);
   r.yaml_note = yaml_note(run, r.query.space, composer);
   r.query.space.asked = asked;
+  // llm-foundry lowers a micro-batch larger than the per-device batch to it (the search does too).
+  if (composer && r.query.space.micro_batches.size() == 1) {
+    const int64_t mb = r.query.space.micro_batches.front();
+    std::string lowered;
+    for (int64_t n : r.query.gpu_counts)
+      if (r.query.global_batch % n == 0 && r.query.global_batch / n < mb)
+        lowered += (lowered.empty() ? "" : ", ") + std::to_string(r.query.global_batch / n) + " on " +
+                   std::to_string(n) + " GPUs";
+    if (!lowered.empty())
+      run.notes.push_back("micro-batch " + std::to_string(mb) +
+                          " is more than the per-device batch at some GPU counts: lowered to it (" + lowered +
+                          "), as llm-foundry does");
+  }
   r.layout_columns = asked.framework_given;
   for (const auto& d : r.device_ids) {
     r.query.devices.push_back({&ctx.device(d), &ctx.profile(d).params,

@@ -94,13 +94,25 @@ void set_batch_from_global(const PredictOptions& o, RunSettings& run, const Mode
   cfg.global_batch = flag ? parse_count("--global-batch", o.run.global_batch, kMaxBatch) : *run.global_batch;
   if (cfg.global_batch % cfg.data_parallel() != 0)
     throw Error(origin_of(run, flag, "--global-batch", "global_train_batch_size", cfg.global_batch) +
-                ": not a multiple of " + replicas_phrase(cfg));
+                ": not a multiple of " + replicas_phrase(cfg) +
+                (framework_def(cfg.layout.framework).batching.batch_per_gpu
+                     ? " (llm-foundry's calculate_batch_size_info refuses it too)"
+                     : ""));
   if (run.micro_batch_auto) {
     set_auto_micro_batch(model, device, params, cfg, run);
     return;
   }
   if (!run.micro_batch) throw Error(micro_batch_missing(run, "a number, or auto"));
   cfg.micro_batch = *run.micro_batch;
+  // llm-foundry lowers a micro-batch larger than the per-device batch to it, with a warning
+  // (calculate_batch_size_info); Megatron-LM and torchtitan refuse it.
+  if (cfg.micro_batch > cfg.per_device_batch() && !framework_def(cfg.layout.framework).batching.whole_micro_batches) {
+    run.notes.push_back(
+        origin_of(run, !o.run.micro_batch.empty(), "--micro-batch", "device_train_microbatch_size", cfg.micro_batch) +
+        " is more than the per-device batch " + std::to_string(cfg.per_device_batch()) +
+        " (global batch / --gpus): lowered to it, as llm-foundry does");
+    cfg.micro_batch = cfg.per_device_batch();
+  }
   if (cfg.micro_batch > cfg.per_device_batch())
     throw Error(
         origin_of(run, !o.run.micro_batch.empty(), "--micro-batch", "device_train_microbatch_size", cfg.micro_batch) +
@@ -111,7 +123,11 @@ void set_batch_from_global(const PredictOptions& o, RunSettings& run, const Mode
 // No global batch: micro-batch x gradient accumulation x GPUs.
 void set_batch_from_accumulation(const PredictOptions& o, const RunSettings& run, TrainConfig& cfg) {
   if (run.micro_batch_auto)
-    throw Error("--micro-batch auto needs a global batch (--global-batch, or global_train_batch_size in --config)");
+    throw Error(std::string(run.config_origin.empty() ? "--micro-batch auto"
+                                                      : "micro-batch auto (--micro-batch, or "
+                                                        "device_train_microbatch_size's default)") +
+                " needs a global batch (--global-batch, or global_train_batch_size in " +
+                (run.config_origin.empty() ? std::string("--config") : run.config_origin) + ")");
   if (!run.micro_batch) throw Error(micro_batch_missing(run, "a number, or auto with a global batch"));
   cfg.micro_batch = *run.micro_batch;
   const int64_t accum = o.run.grad_accum.empty() ? 1 : parse_count("--grad-accum", o.run.grad_accum, kMaxBatch);

@@ -438,6 +438,20 @@ void read_fsdp_config(const YAML::Node& v, const std::string& origin, TrainYaml&
         throw Error(yaml::where(origin, fv) + ": " + label + " '" + s +
                     "' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
       t.sharding = *parsed;
+    } else if (fk == "mixed_precision" && fv.IsMap()) {
+      TrainYaml::MixedPrecisionMap m{.where = yaml::where(origin, fv)};
+      for (const auto& d : fv) {
+        const std::string dk = yaml::key(d.first, origin);
+        std::string* dtype = dk == "param_dtype"    ? &m.param
+                             : dk == "reduce_dtype" ? &m.reduce
+                             : dk == "buffer_dtype" ? &m.buffer
+                                                    : nullptr;
+        if (!dtype)
+          throw Error(yaml::where(origin, d.first) + ": unknown key '" + label + "." + dk +
+                      "' (Composer reads param_dtype, reduce_dtype and buffer_dtype)");
+        if (!d.second.IsNull()) *dtype = yaml::as_string(d.second, origin, label + "." + dk);
+      }
+      t.mixed_precision_map = m;
     } else if (fk == "mixed_precision") {
       const std::string s = yaml::as_string(fv, origin, label);
       const auto parsed = parse_mp_mode(s);
@@ -473,7 +487,10 @@ void check_top_level_keys(const YAML::Node& root, const std::string& origin) {
           yaml::where(origin, kv.first) + ": unknown top-level key '" + key + "'" + nearest_train_key(key) +
           ": llm-foundry's train.py refuses keys outside its TrainConfig (values of your own go under variables)");
     const YAML::Node& v = kv.second;
-    if (!one_of(key, kTrainRefused) || v.IsNull() || ((v.IsMap() || v.IsSequence()) && v.size() == 0)) continue;
+    // Composer's Trainer compiles the model whenever compile_config is not None: an empty map is
+    // torch.compile with its defaults, refused like any other.
+    const bool empty = (v.IsMap() || v.IsSequence()) && v.size() == 0;
+    if (!one_of(key, kTrainRefused) || v.IsNull() || (empty && key != "compile_config")) continue;
     const std::string what =
         key == "compile_config" ? "torch.compile of the model"
         : key == "tp_config"    ? "tensor parallelism"
@@ -507,6 +524,57 @@ void read_run_keys(const YAML::Node& root, const std::string& origin, TrainYaml&
   }
 }
 
+// A dtype as Composer's _get_torch_dtype reads it (composer/distributed/mosaic_parallelism.py):
+// "fp32", "bf16" or "fp16"; fp8 names are bf16 there (PyTorch has no fp8 dtype for FSDP); "" (not
+// given) keeps the parameters' fp32. Empty optional: a name Composer refuses.
+std::optional<std::string> composer_dtype(const std::string& name) {
+  if (name.empty() || one_of(name, {"float32", "torch.float32", "fp32"})) return "fp32";
+  if (one_of(name, {"float16", "torch.float16", "half", "fp16", "amp", "amp_fp16"})) return "fp16";
+  if (one_of(name,
+             {"bfloat16", "bfloat", "torch.bfloat16", "bf16", "amp_bf16", "float8", "torch.float8", "fp8", "amp_fp8"}))
+    return "bf16";
+  return std::nullopt;
+}
+
+// fsdp_config.mixed_precision as a map, once the precision is known: the FSDP mixed precision it
+// equals, by Composer's own three (get_mixed_precision: FULL casts nothing, DEFAULT casts the
+// parameters to the precision's dtype and reduces in fp32, PURE casts both), or an error naming the
+// pair tpsim does not model. buffer_dtype casts buffers only (no parameters, no gradients): not
+// costed, listed as ignored.
+void resolve_mixed_precision_map(TrainYaml& t) {
+  if (!t.mixed_precision_map) return;
+  const TrainYaml::MixedPrecisionMap& m = *t.mixed_precision_map;
+  const std::string label = "fsdp_config.mixed_precision";
+  std::string dtypes[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string& written = i == 0 ? m.param : m.reduce;
+    const std::optional<std::string> d = composer_dtype(written);
+    if (!d)
+      throw Error(m.where + ": " + label + (i == 0 ? ".param_dtype" : ".reduce_dtype") + " '" + written +
+                  "' is not a dtype Composer reads (fp32, bf16, fp16 and their torch names)");
+    dtypes[i] = *d;
+  }
+  if (!m.buffer.empty() && !composer_dtype(m.buffer))
+    throw Error(m.where + ": " + label + ".buffer_dtype '" + m.buffer +
+                "' is not a dtype Composer reads (fp32, bf16, fp16 and their torch names)");
+  const Precision precision = t.precision.value_or(Precision::kAmpBf16);  // TrainConfig's default
+  // The YAML's precisions (amp_bf16, amp_fp16, amp_fp8, bf16, fp32) are all names Composer reads.
+  const std::string compute = composer_dtype(std::string(to_string(precision))).value_or("bf16");
+  const std::string& param = dtypes[0];
+  const std::string& reduce = dtypes[1];
+  if (param == "fp32" && reduce == "fp32") t.mp_mode = MpMode::kFull;
+  else if (param == compute && reduce == "fp32") t.mp_mode = MpMode::kDefault;
+  else if (param == compute && reduce == compute) t.mp_mode = MpMode::kPure;
+  else
+    throw Error(m.where + ": " + label + ": param_dtype " + param + " with reduce_dtype " + reduce + " under " +
+                std::string(to_string(precision)) +
+                " is none of Composer's FULL (fp32, fp32), DEFAULT (the precision's, fp32) or PURE (the precision's, "
+                "the precision's): tpsim cannot model it yet");
+  t.notes.push_back(label + ": read as " + std::string(to_string(*t.mp_mode)) + " (param_dtype " + param +
+                    ", reduce_dtype " + reduce + ")");
+  if (!m.buffer.empty()) t.ignored.push_back(label + ".buffer_dtype");
+}
+
 // model.activation_checkpointing_target beside fsdp_config.activation_checkpointing: whole blocks are
 // full checkpointing; another target is an error unless the run does not checkpoint at all
 // (activation_checkpointing: false), where llm-foundry never reads it.
@@ -527,6 +595,12 @@ TrainYaml parse_train_yaml_unguarded(const std::string& text, const std::string&
   const std::optional<std::string> target_refusal = read_model(model, origin, t);
   read_run_keys(root, origin, t);
   check_top_level_keys(root, origin);
+  resolve_mixed_precision_map(t);
+  // TrainConfig's default for device_train_microbatch_size is "auto".
+  if (!t.micro_batch && !t.micro_batch_auto) {
+    t.micro_batch_auto = true;
+    t.notes.push_back("device_train_microbatch_size not written: auto, llm-foundry's default");
+  }
   // Without one, llm-foundry's train.py hands the Trainer no FSDP config, and Composer's Trainer wraps
   // the model in DistributedDataParallel ("if not self.state.fsdp_enabled and dist.get_world_size() > 1:
   // ... prepare_ddp_module", composer/trainer/trainer.py).

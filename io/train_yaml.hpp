@@ -24,6 +24,13 @@ struct TrainYaml {
   bool micro_batch_auto = false;        // device_train_microbatch_size: auto
   std::optional<Precision> precision;
   std::optional<MpMode> mp_mode;
+  // fsdp_config.mixed_precision written as a map (param_dtype, reduce_dtype, buffer_dtype; Composer's
+  // get_mixed_precision): each dtype as written, "" when not given (FSDP then keeps fp32). Resolved
+  // into mp_mode once the precision is known.
+  struct MixedPrecisionMap {
+    std::string param, reduce, buffer, where;
+  };
+  std::optional<MixedPrecisionMap> mixed_precision_map;
   std::optional<Sharding> sharding;
   std::optional<Checkpointing> checkpointing;  // fsdp_config.activation_checkpointing: true is kFull
   std::vector<std::string> ignored;  // keys the simulator does not model ("optimizer", "model.attn_config.alibi", ...)

@@ -456,8 +456,14 @@ void Searcher::search_listed(TrainConfig cfg, size_t index) {
     cfg.micro_batch = space_.micro_batches[k];
     const auto position = static_cast<int64_t>(k);
     if (cfg.micro_batch > cfg.per_device_batch()) {
-      reject(rejection(layouts_[index], RejectionKind::kMicroBatchTooLarge, cfg.micro_batch, cfg.per_device_batch()));
-      continue;
+      // llm-foundry lowers it to the per-device batch (calculate_batch_size_info); Megatron-LM and
+      // torchtitan refuse it.
+      if (!framework_def(cfg.layout.framework).batching.whole_micro_batches) {
+        cfg.micro_batch = cfg.per_device_batch();
+      } else {
+        reject(rejection(layouts_[index], RejectionKind::kMicroBatchTooLarge, cfg.micro_batch, cfg.per_device_batch()));
+        continue;
+      }
     }
     double peak = 0;
     if (!valid(cfg)) continue;

@@ -119,7 +119,7 @@ enum class SearchGoal : uint8_t {
 // Why a layout, or some of its micro-batches, were not kept.
 enum class RejectionKind : uint8_t {
   kInvalid,             // check_config refuses the layout: `reason`
-  kMicroBatchTooLarge,  // a listed micro-batch is more than the per-device batch
+  kMicroBatchTooLarge,  // a listed micro-batch is more than the per-device batch (composer lowers it instead)
   kOutOfMemory,         // not even the smallest micro-batch fits: it needs `peak_bytes`
   kOutOfMemoryAbove,    // micro-batches above `micro_batch` do not fit
   kEquivalent,          // predicts exactly as an earlier layout (`same_as`)

@@ -72,7 +72,9 @@ BOOST_AUTO_TEST_CASE(bad_input_is_one_line_and_a_non_zero_exit) {
       {"predict --model 7b --seq 2048 --gpus 1e308 --micro-batch 1", "--gpus '1e308'"},
       {"predict --model 7b --seq 2048 --gpus 9223372036854775808 --micro-batch 1", "--gpus"},
       {"predict --model 7b --seq 0 --gpus 8 --micro-batch 1", "--seq '0'"},
-      {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 4 --global-batch 16", "--micro-batch 4"},
+      // Megatron-LM refuses a micro-batch above the per-replica batch (llm-foundry lowers it).
+      {"predict --model 7b --seq 2048 --gpus 8 --framework megatron --micro-batch 4 --global-batch 16",
+       "--micro-batch 4"},
       {"predict --model 7b --seq 2048 --gpus 8 --micro-batch 1 --global-batch 12", "not a multiple"},
       {"predict --model 7b --seq 2048 --gpus 12 --micro-batch 1 --sharding HYBRID_SHARD",
        "HYBRID_SHARD needs whole nodes"},

@@ -272,14 +272,22 @@ BOOST_AUTO_TEST_CASE(rejections_say_why) {
   BOOST_TEST(r.rejections[2].micro_batch == 1);
   BOOST_TEST(r.rejections[2].peak_bytes > d.memory_bytes);
 
-  // A listed micro-batch above the per-device batch is rejected, not searched.
+  // A listed micro-batch above the per-device batch: composer lowers it to that batch, as
+  // llm-foundry does; megatron rejects it (Megatron-LM asserts), not searched.
   space = SearchSpace{};
   space.micro_batches = {64};
   const SearchResult listed =
       search(catalog.get("1b"), d, params, base_of({"a100_40gb", "1b", 2048, 8, 64}), space, SearchGoal::kAllThatFit);
-  BOOST_TEST_REQUIRE(!listed.rejections.empty());
-  BOOST_TEST((listed.rejections[0].kind == RejectionKind::kMicroBatchTooLarge));
-  BOOST_TEST(listed.rejections[0].per_device_batch == 8);
+  BOOST_TEST_REQUIRE(!listed.fitting.empty());
+  for (const Candidate& c : listed.fitting) BOOST_TEST(c.cfg.micro_batch == 8);
+  SearchSpace megatron = megatron_space();
+  megatron.micro_batches = {64};
+  megatron.asked.tensor = 1, megatron.asked.pipeline = 1, megatron.asked.context = 1;
+  const SearchResult refused = search(catalog.get("1b"), d, params, base_of({"a100_40gb", "1b", 2048, 8, 64}), megatron,
+                                      SearchGoal::kAllThatFit);
+  BOOST_TEST_REQUIRE(!refused.rejections.empty());
+  BOOST_TEST((refused.rejections[0].kind == RejectionKind::kMicroBatchTooLarge));
+  BOOST_TEST(refused.rejections[0].per_device_batch == 8);
 }
 
 BOOST_AUTO_TEST_CASE(a_plan_ranks_every_fitting_configuration_by_score) {

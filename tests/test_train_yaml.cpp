@@ -109,7 +109,7 @@ BOOST_AUTO_TEST_CASE(model_blocks_read_strictly_as_models_files_do) {
   // A key of attn_config at the top of the block: a note, as llm-foundry leaves it unread.
   const TrainYaml r = parse_train_yaml(kModel + "  rope: true\n", "t.yaml");
   BOOST_TEST(r.model.learned_positions());
-  BOOST_TEST_REQUIRE(r.notes.size() == 1u);
+  BOOST_TEST_REQUIRE(r.notes.size() == 2u);  // and device_train_microbatch_size's default, auto
   BOOST_TEST(contains(r.notes[0], "model: 'rope' belongs in attn_config"));
 }
 
@@ -247,6 +247,10 @@ BOOST_AUTO_TEST_CASE(top_level_keys_are_llm_foundrys_train_config) {
       "outside its TrainConfig (values of your own go under variables)");
   BOOST_TEST(error_of([] { parse_train_yaml(kModel + "compile_config: {mode: max-autotune}\n", "t.yaml"); }) ==
              "t.yaml:6: compile_config -- torch.compile of the model: tpsim cannot model it yet");
+  // compile_config: {} is torch.compile with its defaults (Composer compiles whenever it is not
+  // None): refused as well, not read as no compile.
+  BOOST_TEST(error_of([] { parse_train_yaml(kModel + "compile_config: {}\n", "t.yaml"); }) ==
+             "t.yaml:6: compile_config -- torch.compile of the model: tpsim cannot model it yet");
   BOOST_TEST(contains(error_of([] { parse_train_yaml(kModel + "tp_config: {tensor_parallel_degree: 2}\n", "t.yaml"); }),
                       "t.yaml:6: tp_config -- tensor parallelism: tpsim cannot model it yet"));
   BOOST_TEST(contains(
@@ -259,4 +263,37 @@ BOOST_AUTO_TEST_CASE(top_level_keys_are_llm_foundrys_train_config) {
   BOOST_TEST(contains(
       error_of([] { parse_train_yaml("model: {name: bert, d_model: 8, n_heads: 1, n_layers: 1}\n", "t.yaml"); }),
       "model.name: bert -- a model other than llm-foundry's mpt_causal_lm"));
+}
+
+// Issue 39: Composer's fsdp_config.mixed_precision may be a map of dtypes (get_mixed_precision);
+// it is read as the FSDP mixed precision it equals, or refused as not modelled, never as malformed.
+BOOST_AUTO_TEST_CASE(a_mixed_precision_map_reads_as_the_mode_it_equals) {
+  const auto mp = [](const std::string& map, const std::string& precision = "amp_bf16") {
+    return parse_train_yaml(kModel + "precision: " + precision + "\nfsdp_config:\n  mixed_precision: " + map + "\n",
+                            "t.yaml");
+  };
+  // DEFAULT: parameters in the precision's dtype, gradients reduced in fp32; buffers not costed.
+  const TrainYaml d = mp("{param_dtype: bf16, reduce_dtype: fp32, buffer_dtype: bf16}");
+  BOOST_TEST((d.mp_mode == MpMode::kDefault));
+  BOOST_TEST(d.ignored == (std::vector<std::string>{"fsdp_config.mixed_precision.buffer_dtype"}));
+  // PURE: both in the precision's dtype, by any of torch's names; FULL: neither cast (not given).
+  BOOST_TEST((mp("{param_dtype: torch.bfloat16, reduce_dtype: bfloat16}").mp_mode == MpMode::kPure));
+  BOOST_TEST((mp("{}").mp_mode == MpMode::kFull));
+  BOOST_TEST((mp("{param_dtype: fp16, reduce_dtype: fp16}", "amp_fp16").mp_mode == MpMode::kPure));
+  // A pair none of the three is refused naming it; an unknown dtype or key is malformed.
+  BOOST_TEST(contains(error_of([&] { mp("{param_dtype: fp32, reduce_dtype: bf16}"); }),
+                      "param_dtype fp32 with reduce_dtype bf16 under amp_bf16 is none of Composer's"));
+  BOOST_TEST(contains(error_of([&] { mp("{param_dtype: int8}"); }),
+                      "fsdp_config.mixed_precision.param_dtype 'int8' is not a dtype Composer reads"));
+  BOOST_TEST(
+      contains(error_of([&] { mp("{param_type: bf16}"); }), "unknown key 'fsdp_config.mixed_precision.param_type'"));
+}
+
+// Issue 39: without device_train_microbatch_size llm-foundry's TrainConfig runs auto.
+BOOST_AUTO_TEST_CASE(no_micro_batch_is_llm_foundrys_auto) {
+  const TrainYaml t = parse_train_yaml(kModel + "global_train_batch_size: 64\n", "t.yaml");
+  BOOST_TEST(t.micro_batch_auto);
+  BOOST_TEST(!t.micro_batch.has_value());
+  BOOST_TEST(t.notes ==
+             (std::vector<std::string>{"device_train_microbatch_size not written: auto, llm-foundry's default"}));
 }
