@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 
 #include "io/devices.hpp"
@@ -111,6 +112,39 @@ const DeviceProfile& Context::base_profile(const std::string& device_id) {
   auto it = defaults_.find(device_id);
   if (it == defaults_.end()) it = defaults_.emplace(device_id, load_default_profile(device_id)).first;
   return it->second;
+}
+
+const DeviceProfile& Context::held_out_base_profile(const std::string& device_id) {
+  if (!has_user_profile(device_id)) return base_profile(device_id);
+  const DeviceProfile& fitted = profile(device_id);
+  const auto fit = fitted.extra.find("fit");
+  if (fit == fitted.extra.end() || !fit->is_object()) return fitted;
+  const auto text = [&](const char* key, const std::string& otherwise) {
+    const auto v = fit->find(key);
+    return v != fit->end() && v->is_string() ? v->get<std::string>() : otherwise;
+  };
+  const std::string path = text("base_profile", "");
+  const std::string& file = user_profiles_.at(device_id);
+  const std::string defaults = "profiles/defaults/" + device_id + ".json";
+  const DeviceProfile* base = nullptr;
+  if (path.size() >= defaults.size() && path.compare(path.size() - defaults.size(), defaults.size(), defaults) == 0) {
+    auto it = defaults_.find(device_id);
+    if (it == defaults_.end()) it = defaults_.emplace(device_id, load_default_profile(device_id)).first;
+    base = &it->second;
+  } else if (!path.empty() && std::filesystem::is_regular_file(path)) {
+    auto it = fit_bases_.find(device_id);
+    if (it == fit_bases_.end()) it = fit_bases_.emplace(device_id, load_profile(path)).first;
+    base = &it->second;
+  } else {
+    throw Error("--profile " + file + " was fitted to measured rows (" + text("command", "calibrate table") +
+                ") from " + (path.empty() ? "a base profile it does not name" : path + ", which is not readable") +
+                ": held-out folds must not start from parameters fitted on the rows they hold out; give the profile "
+                "it was fitted from as --profile");
+  }
+  const std::string note = "--profile " + file + " was fitted to measured rows: the held-out folds start from " +
+                           base->origin + ", the profile it was fitted from";
+  if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
+  return *base;
 }
 
 void Context::check_profiles_used(const std::vector<std::string>& device_ids, const std::string& used_by) const {

@@ -52,6 +52,12 @@ class Context {
   // What fits start from: a --profile for the device, else its reasoned default (never the shipped
   // profile, which has seen the seed tables).
   const DeviceProfile& base_profile(const std::string& device_id);
+  // What held-out fits (validate --cv) start from: base_profile's, except that a --profile fitted to
+  // measured rows (its "fit" record: calibrate table) gives way to the profile it was fitted from
+  // (the record's base_profile; the shipped defaults wherever the repository stood), with a note:
+  // a fold must never start from parameters fitted on the rows it holds out. Error when that base
+  // cannot be read.
+  const DeviceProfile& held_out_base_profile(const std::string& device_id);
   bool has_user_profile(const std::string& device_id) const { return user_profiles_.count(device_id) > 0; }
   // A --profile applies to its own device: when the command uses none of the profiles' devices,
   // an Error naming the files; a profile whose device is not used, among others that are, a warning.
@@ -85,6 +91,7 @@ class Context {
   std::map<std::string, DeviceSpec> devices_;
   std::map<std::string, DeviceProfile> profiles_;
   std::map<std::string, DeviceProfile> defaults_;
+  std::map<std::string, DeviceProfile> fit_bases_;    // held_out_base_profile's bases read from files
   std::map<std::string, std::string> user_profiles_;  // device -> the --profile file
   OutputOptions out_;
   std::optional<std::string> output_;

@@ -72,7 +72,7 @@ OutputTable summary_table(const std::vector<RowResult>& results) {
 // Held-out predictions, each interval from the held-out errors of its own device.
 std::vector<RowResult> held_out_results(Context& ctx, const std::vector<ResolvedRow>& rows, const CvSpec& spec,
                                         const ValidateOptions& o) {
-  const std::vector<FitRow> fits = fit_rows(ctx, rows);
+  const std::vector<FitRow> fits = fit_rows(ctx, rows, /*held_out=*/true);
   TableFitOptions options;
   options.parameters = o.fit_parameters.empty() ? table_fit_parameters(ctx, rows)
                                                 : parse_parameter_list("--fit-parameters", o.fit_parameters);

@@ -60,13 +60,13 @@ std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>&
   return rows;
 }
 
-std::vector<FitRow> fit_rows(Context& ctx, const std::vector<ResolvedRow>& rows) {
+std::vector<FitRow> fit_rows(Context& ctx, const std::vector<ResolvedRow>& rows, bool held_out) {
   std::vector<FitRow> out;
   for (const auto& r : rows) {
     FitRow f;
     f.model = r.model;
     f.device = r.device;
-    f.base = &ctx.base_profile(r.row.gpu).params;
+    f.base = held_out ? &ctx.held_out_base_profile(r.row.gpu).params : &ctx.base_profile(r.row.gpu).params;
     f.cfg = r.cfg;
     f.measured_tokens_per_s = r.row.tokens_per_s;
     f.where = r.row.where();

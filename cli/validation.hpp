@@ -44,7 +44,9 @@ struct RowResult {
 RowResult predict_row(const ResolvedRow& r, const CostParams& params);
 
 // Rows for a table fit, each on its device's base profile (a --profile, else the reasoned default).
-std::vector<FitRow> fit_rows(Context& ctx, const std::vector<ResolvedRow>& rows);
+// The rows a fit reads, each starting from its device's base_profile; `held_out`: from
+// held_out_base_profile (validate --cv).
+std::vector<FitRow> fit_rows(Context& ctx, const std::vector<ResolvedRow>& rows, bool held_out = false);
 
 // What a table fit adjusts for these rows: the default set, plus the fp8 GEMM rate when fp8 rows
 // are present and no kernel run measured it.

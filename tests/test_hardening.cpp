@@ -836,6 +836,20 @@ BOOST_AUTO_TEST_CASE(malformed_profiles_are_one_line_errors) {
   }
 }
 
+// validate --cv with a profile fitted to measured rows starts its folds from the profile it was
+// fitted from; when that cannot be read, one line says why rather than folds that start from the fit.
+BOOST_AUTO_TEST_CASE(held_out_folds_need_the_profile_a_fit_started_from) {
+  const std::string text = slurp(kData + "/profiles/h100_80gb.json");
+  const size_t at = text.find("\"base_profile\": \"");
+  BOOST_TEST_REQUIRE(at != std::string::npos);
+  const size_t value = at + std::string("\"base_profile\": \"").size();
+  const fs::path lost = write("lost-base-profile.json",
+                              text.substr(0, value) + "/nowhere/base.json" + text.substr(text.find('"', value)));
+  expect_error(
+      "validate --cv kfold:3 --table " + kData + "/measured/h100_80gb_bf16_small.md --profile " + lost.string(),
+      "--profile " + lost.string() + " was fitted to measured rows");
+}
+
 BOOST_AUTO_TEST_CASE(a_profile_applies_to_its_own_device) {
   const std::string h100 = kData + "/profiles/h100_80gb.json", a100 = kData + "/profiles/a100_80gb.json";
   const std::string named = "--profile " + h100 + " is for device h100_80gb, which this run does not use";

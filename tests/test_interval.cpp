@@ -155,3 +155,21 @@ BOOST_AUTO_TEST_CASE(validate_reports_the_coverage_of_held_out_rows) {
   BOOST_TEST(row["In Interval"].get<int>() <= 11);
   for (const auto& rr : j["rows"]) BOOST_TEST(rr["Doublings Beyond Fitted"].get<double>() > 0);
 }
+
+// Honest folds (issue 39): validate --cv with a --profile fitted to the very table validated must
+// not start its folds from that fit (its held-out errors would be in-sample). The shipped H100
+// profile was fitted (calibrate table) from the reasoned defaults to tables that include
+// h100_80gb_bf16_small.md: with it as --profile, every fold starts from the defaults, exactly as
+// without it, and a note says so.
+BOOST_AUTO_TEST_CASE(cross_validation_never_starts_from_a_fit_to_the_rows_it_holds_out) {
+  const std::string table =
+      "validate --cv kfold:3 --table " + std::string(TPSIM_DATA) + "/measured/h100_80gb_bf16_small.md --format csv";
+  const tpsim::testing::Run plain = tpsim::testing::run_tpsim(table);
+  const tpsim::testing::Run fitted =
+      tpsim::testing::run_tpsim(table + " --profile " + std::string(TPSIM_DATA) + "/profiles/h100_80gb.json");
+  BOOST_TEST_REQUIRE(plain.status == 0, plain.err);
+  BOOST_TEST_REQUIRE(fitted.status == 0, fitted.err);
+  BOOST_TEST(fitted.out == plain.out);
+  BOOST_TEST(fitted.err.find("was fitted to measured rows: the held-out folds start from") != std::string::npos,
+             fitted.err);
+}
