@@ -84,6 +84,39 @@ double log_error(const FitRow& row, const CostParams& params) {
   return std::log(p.tokens_per_s / row.measured_tokens_per_s);
 }
 
+std::vector<double> parameter_sensitivities(const std::vector<FitRow>& rows,
+                                            const std::vector<const ParamInfo*>& params) {
+  std::vector<double> out(params.size(), 0.0);
+  for (const FitRow& row : rows) {
+    const double at = std::log(predict(*row.model, *row.device, *row.base, row.cfg).tokens_per_s);
+    for (size_t i = 0; i < params.size(); ++i) {
+      CostParams moved = *row.base;
+      double& v = params[i]->value(moved);
+      if (!(v > 0)) continue;  // an unused (zero) rate or time: nothing to move
+      v *= 1.01;
+      const double next = std::log(predict(*row.model, *row.device, moved, row.cfg).tokens_per_s);
+      if (std::isfinite(next) && std::isfinite(at)) out[i] += std::fabs(next - at) / std::log(1.01);
+    }
+  }
+  for (double& s : out) s /= static_cast<double>(std::max<size_t>(rows.size(), 1));
+  return out;
+}
+
+std::vector<const ParamInfo*> determinable_parameters(const std::vector<FitRow>& rows,
+                                                      const std::vector<const ParamInfo*>& params) {
+  const size_t most = std::max<size_t>(1, rows.size() / kRowsPerParameter);
+  if (params.size() <= most) return params;
+  const std::vector<double> sensitivity = parameter_sensitivities(rows, params);
+  std::vector<size_t> used(params.size());
+  for (size_t i = 0; i < used.size(); ++i) used[i] = i;
+  std::stable_sort(used.begin(), used.end(), [&](size_t a, size_t b) { return sensitivity[a] > sensitivity[b]; });
+  used.resize(most);
+  std::sort(used.begin(), used.end());
+  std::vector<const ParamInfo*> out;
+  for (size_t i : used) out.push_back(params[i]);
+  return out;
+}
+
 double sm_clock_scale(const DeviceSpec& from, const CostParams& from_params, const DeviceSpec& to,
                       const CostParams& to_params) {
   const double from_rate = from_params.gemm_flops_per_s(DType::kBf16),

@@ -73,6 +73,22 @@ std::string_view range_source(const ParamInfo& param);
 // log(predicted / measured) of one row under `params` (its device's profile with fitted values).
 double log_error(const FitRow& row, const CostParams& params);
 
+// How much the rows depend on each of `params`: the mean over rows of |d log(predicted) / d log(p)|,
+// by moving each parameter 1% from the row's own profile (0: no row depends on it).
+std::vector<double> parameter_sensitivities(const std::vector<FitRow>& rows,
+                                            const std::vector<const ParamInfo*>& params);
+
+// About three rows per freed parameter: fewer leave the fit free to trade parameters against one
+// another and the rows' noise (kRowsPerParameter).
+inline constexpr int kRowsPerParameter = 3;
+
+// What `rows` can determine of `params`: all of them where there are kRowsPerParameter rows a
+// parameter (a parameter no row depends on is then left to the fit, which keeps it: fit_table);
+// else the ones the rows depend on most (parameter_sensitivities), one per kRowsPerParameter rows
+// (at least one), in the order given.
+std::vector<const ParamInfo*> determinable_parameters(const std::vector<FitRow>& rows,
+                                                      const std::vector<const ParamInfo*>& params);
+
 // What carries across devices for the attention kernels. The runs' attention kernels (FlashAttention
 // 1 and 2, the Triton kernel; 2023) issue Ampere's mma.sync on every device and none of Hopper's
 // wgmma: their rate scales with SMs x clock, not with the tensor-core peak a cuBLAS GEMM reaches.

@@ -112,6 +112,35 @@ void print_report(const TableCalibration& c, const CalibrateTableFlags& f, const
   std::cerr << "  wrote " << f.out << "\n";
 }
 
+std::string names_of(const std::vector<const ParamInfo*>& params) {
+  std::string s;
+  for (const ParamInfo* p : params) s += (s.empty() ? "" : ", ") + std::string(p->name);
+  return s;
+}
+
+// The default set freed only as far as the rows determine it (determinable_parameters): the rest
+// kept from the base profile, with a warning naming them. Parameters given with --parameters are all
+// freed; a warning says when the rows cannot determine them.
+void free_what_the_rows_determine(const std::vector<FitRow>& fits, bool asked,
+                                  std::vector<const ParamInfo*>& parameters) {
+  const std::vector<const ParamInfo*> determined = determinable_parameters(fits, parameters);
+  if (determined.size() == parameters.size()) return;
+  std::vector<const ParamInfo*> kept;
+  for (const ParamInfo* p : parameters)
+    if (std::find(determined.begin(), determined.end(), p) == determined.end()) kept.push_back(p);
+  const std::string why = std::to_string(fits.size()) + " rows determine at most " + std::to_string(determined.size()) +
+                          " of the " + std::to_string(parameters.size()) + " parameters (about " +
+                          std::to_string(kRowsPerParameter) + " rows each)";
+  if (asked) {
+    std::cerr << "tpsim: warning: --parameters: " << why << "; fitting all asked, " << names_of(kept)
+              << " among them\n";
+    return;
+  }
+  std::cerr << "tpsim: warning: " << why << ": fitting " << names_of(determined) << "; keeping " << names_of(kept)
+            << " from the base profile (--parameters frees them)\n";
+  parameters = determined;
+}
+
 void run_calibrate_table(const CalibrateTableFlags& f, const std::string& command_line) {
   CommonOptions common = f.common;
   if (!f.base.empty()) common.profile_files.push_back(f.base);
@@ -133,6 +162,7 @@ void run_calibrate_table(const CalibrateTableFlags& f, const std::string& comman
   if (!f.transfer) o.interval_cv = parse_cv(f.interval_cv);
   const DeviceProfile& base = ctx.base_profile(f.device);
   const std::vector<FitRow> fits = fit_rows(ctx, rows);
+  free_what_the_rows_determine(fits, !f.parameters.empty(), o.fit.parameters);
   std::vector<MeasuredRow> measured;
   for (const auto& r : rows) measured.push_back(r.row);
   Progress progress("held-out fits for the interval (--cv " +
