@@ -185,6 +185,7 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, RunSettings& run, boo
   r.query.seq_len = *run.seq_len;
   r.query.precision = run.precision;
   r.query.mp_mode = run.mp_mode;
+  r.query.lora = run.lora;
   check_no_sharding_flag(asked, "--sharding", !o.run.sharding.empty());
   const bool composer = framework_def(asked.framework).sharding_strategies;
   r.query.space = plan_space(run, sharding_any, composer);
@@ -295,6 +296,7 @@ std::vector<std::string> ranked_columns(const PlanRequest& r) {
                "Throughput High (T/s)", "MFU", "HFU", "Memory (GiB)", "Headroom (GiB)"});
   add_time_and_cost_columns(r, c);
   if (r.layout_columns) c.insert(c.end(), layout_columns().begin(), layout_columns().end());
+  if (r.query.lora.active()) c.insert(c.end(), lora_columns().begin(), lora_columns().end());
   return c;
 }
 
@@ -339,6 +341,7 @@ std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c,
                            Cell::num((p.capacity_bytes - p.memory.peak_bytes) / kGiB, 1)};
   if (r.train_tokens > 0) add_time_and_cost(r, c, interval, row);
   if (r.layout_columns) add_layout_cells(c.cfg, row);
+  if (r.query.lora.active()) add_lora_cells(c.cfg, row);
   return row;
 }
 

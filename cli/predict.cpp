@@ -150,6 +150,7 @@ TrainConfig predict_config(const PredictOptions& o, RunSettings& run, const Layo
   cfg.n_gpus = parse_count("--gpus", o.gpus, kMaxGpus);
   cfg.precision = run.precision;
   cfg.mp_mode = run.mp_mode;
+  cfg.lora = run.lora;
   // Megatron's data parallelism replicates parameters and gradients, torchtitan's FSDP2 shards them
   // (framework_sharding).
   cfg.layout = fixed_layout(asked, run.sharding);
@@ -183,8 +184,10 @@ void run_predict(const PredictOptions& o) {
   OutputTable t;
   t.title = "prediction";
   t.columns = prediction_columns(asked.framework_given);
+  if (cfg.lora.active()) t.columns.insert(t.columns.end(), lora_columns().begin(), lora_columns().end());
   std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile, cfg));
   if (asked.framework_given) add_layout_cells(cfg, row);
+  if (cfg.lora.active()) add_lora_cells(cfg, row);
   t.add_row(std::move(row));
   std::cerr << no_interval_note(model, cfg.layout.framework) << unaligned_gemm_note(model, cfg.layout.framework);
   if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)

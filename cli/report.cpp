@@ -1,4 +1,7 @@
 #include "cli/report.hpp"
+
+#include <algorithm>
+
 #include "io/measured_table.hpp"
 #include "io/text_format.hpp"
 #include "model/framework.hpp"
@@ -147,6 +150,18 @@ void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row) {
   for (const StageLayersAxis& a : kStageLayersAxes) row.push_back(Cell::integer_value(p.*a.value));
   for (const SwitchAxis& a : kSwitchAxes)
     if (a.owner == FrameworkOption::kUnevenPipeline) row.push_back(Cell::flag(p.*a.value));
+}
+
+const std::vector<std::string>& lora_columns() {
+  static const std::vector<std::string> c = {"LoRA Rank", "LoRA Targets"};
+  return c;
+}
+
+void add_lora_cells(const TrainConfig& cfg, std::vector<Cell>& row) {
+  std::string targets = lora_targets_name(cfg.lora);
+  std::replace(targets.begin(), targets.end(), ',', ';');
+  row.push_back(Cell::integer_value(cfg.lora.rank));
+  row.push_back(Cell::str(targets));
 }
 
 std::string sharding_text(const Layout& p) {

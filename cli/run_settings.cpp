@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -79,6 +80,56 @@ void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt, bool
     f.ckpt_any = ckpt_any;
     add_ckpt_flags(cmd, f.ckpt, ckpt_any);
   }
+  add_lora_flags(cmd, f.lora);
+}
+
+void add_lora_flags(CLI::App* cmd, LoraFlags& f) {
+  cmd->add_option("--lora-rank", f.rank,
+                  "fine-tune with LoRA adapters of this rank, every base weight frozen (0: train every weight; "
+                  "default: the --config's peft_config, else 0)");
+  cmd->add_option("--lora-targets", f.targets,
+                  "the linears LoRA adapts: Megatron-Core's linear_qkv,linear_proj,linear_fc1,linear_fc2 (one "
+                  "adapter per fused linear), Hugging Face's q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj "
+                  "(and Wqkv, out_proj), torchtitan's wq,wk,wv,wo,w1,w3,w2, or all-linear");
+  cmd->add_option("--lora-alpha", f.alpha, "LoRA's alpha (scale alpha/rank; no cost, printed)");
+  cmd->add_option("--lora-dropout", f.dropout,
+                  "dropout probability of each adapter's input (Hugging Face PEFT's lora_dropout; default 0)");
+}
+
+Lora resolve_lora(const LoraFlags& f, Lora l) {
+  if (f.rank) {
+    l.rank = *f.rank == "0" ? 0 : parse_count("--lora-rank", *f.rank, kMaxLoraRank);
+    if (l.rank == 0) return {};
+  }
+  if (f.targets) {
+    if (const std::string why = parse_lora_targets(*f.targets, l); !why.empty())
+      throw Error("--lora-targets '" + *f.targets + "': " + why);
+  }
+  const auto fraction = [](const std::string& flag, const std::string& text, double lo, double hi) {
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v < lo || v >= hi)
+      throw Error(flag + " '" + text + "': expected a number in [" + general(lo) + ", " + general(hi) + ")");
+    return v;
+  };
+  if (f.alpha) l.alpha = fraction("--lora-alpha", *f.alpha, 0.0, 1e9);
+  if (f.dropout) l.dropout_per_mille = std::llround(1000.0 * fraction("--lora-dropout", *f.dropout, 0.0, 1.0));
+  if (!l.active() && (f.targets || f.alpha || f.dropout))
+    throw Error(std::string(f.targets ? "--lora-targets"
+                            : f.alpha ? "--lora-alpha"
+                                      : "--lora-dropout") +
+                ": no LoRA rank (give --lora-rank, or a --config with a peft_config)");
+  if (l.active() && l.target_bits == 0)
+    throw Error("--lora-rank " + std::to_string(l.rank) +
+                ": no targets (give --lora-targets: linear_qkv,... under Megatron-Core's names, q_proj,v_proj,... "
+                "under Hugging Face's, or all-linear)");
+  return l;
+}
+
+std::string lora_phrase(const Lora& l) {
+  std::string s = "LoRA rank " + std::to_string(l.rank) + " on " + lora_targets_name(l);
+  if (l.alpha > 0) s += " (alpha " + general(l.alpha) + ")";
+  return s;
 }
 
 namespace {
@@ -271,6 +322,7 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
           "GPU holds all parameters, gradients and optimizer state; the gradients are all-reduced in 25 MiB "
           "buckets on the last micro-batch");
     s.checkpointing = y.checkpointing;
+    s.lora = y.lora;
     s.shard_degree = y.shard_degree;
     s.replicate_degree = y.replicate_degree;
     if (!y.ignored.empty()) {
@@ -298,6 +350,7 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
     s.ckpt_asked = parse_ckpt_flag(*f.ckpt, f.ckpt_any);
     if (s.ckpt_asked.size() == 1) s.checkpointing = s.ckpt_asked.front();
   }
+  s.lora = resolve_lora(f.lora, s.lora);
   if (!s.model) throw Error("--model: no model given (name one, or give --config with a model: block)");
   if (!s.seq_len) throw Error("--seq: no sequence length given (or max_seq_len in --config)");
   return s;

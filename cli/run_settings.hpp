@@ -14,15 +14,28 @@
 
 namespace tpsim {
 
+// --lora-rank, --lora-targets, --lora-alpha, --lora-dropout (model/lora.hpp): as given; unset: not given.
+struct LoraFlags {
+  std::optional<std::string> rank, targets, alpha, dropout;
+};
+void add_lora_flags(CLI::App* cmd, LoraFlags& f);
+// `base` (a --config's peft_config, or none) with the flags applied, each checked (one line naming the
+// flag); --lora-rank 0 trains every weight. A rank without targets is the rulebook's refusal.
+Lora resolve_lora(const LoraFlags& f, Lora base);
+// How a note names a run's LoRA: "LoRA rank 16 on linear_qkv (alpha 32)".
+std::string lora_phrase(const Lora& l);
+
 struct RunFlags {
   std::string config;  // llm-foundry training YAML
   std::string model, seq, micro_batch, global_batch, grad_accum, precision, mp_mode, sharding;
   std::optional<std::string> ckpt;  // --ckpt's value ("full" when bare, "none" from --no-ckpt); unset: not given
   bool ckpt_any = false;            // the command searches: --ckpt also takes any
+  LoraFlags lora;
 };
 
 // --config, --model, --seq, --micro-batch (a number or auto), --precision, --mp-mode, --sharding,
-// --ckpt[=KIND]/--no-ckpt (with `ckpt_any`, also --ckpt any). Commands add their own batch flags.
+// --ckpt[=KIND]/--no-ckpt (with `ckpt_any`, also --ckpt any), the LoRA flags. Commands add their own
+// batch flags.
 void add_run_flags(CLI::App* cmd, RunFlags& f, bool with_sharding_and_ckpt, bool ckpt_any = false);
 
 // --ckpt [none|selective|full] (a bare --ckpt is full, as it was when it was a switch) and --no-ckpt
@@ -80,6 +93,7 @@ struct RunSettings {
   std::optional<Checkpointing> checkpointing;             // the YAML's, or the one kind --ckpt names
   std::optional<int64_t> shard_degree, replicate_degree;  // the YAML's fsdp_config HSDP degrees
   std::vector<Checkpointing> ckpt_asked;                  // what --ckpt names (every kind for any); empty: not given
+  Lora lora;                                              // the YAML's peft_config, then the LoRA flags
   std::string config_origin;                              // the YAML, if any
   // What the YAML has that the simulator ignores or models differently: printed by print_notes once
   // the command's input is known to be good, so that bad input stays one line on stderr.

@@ -36,6 +36,7 @@ struct SweepOptions {
   std::string plot;                                 // SVG: MFU over model size and sequence length
   LayoutRequest layout;                             // megatron: the axes given are fixed, the others searched
   NetworkFlags network;
+  LoraFlags lora;
 };
 
 // The sweep asked for, checked.
@@ -62,6 +63,7 @@ SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<
   else r.tokens = parse_tokens("--global-batch-tokens", o.tokens.value_or("1Mi"));
   r.base.precision = parse_precision_flag("--precision", o.precision);
   r.base.mp_mode = parse_mp_mode_flag("--mp-mode", o.mp_mode);
+  r.base.lora = resolve_lora(o.lora, {});
   if (o.shardings) {  // else SearchSpace's default: every strategy
     r.space.shardings.clear();
     for (const auto& s : parse_name_list("--shardings", *o.shardings))
@@ -100,6 +102,7 @@ class Sweep {
         progress_("sweep", static_cast<int64_t>(r.devices.size() * r.models.size() * r.seqs.size() * r.gpus.size())) {
     table_.title = "sweep";
     table_.columns = prediction_columns(r.layout_columns);
+    if (r.base.lora.active()) table_.columns.insert(table_.columns.end(), lora_columns().begin(), lora_columns().end());
   }
   void run();
   const OutputTable& table() const { return table_; }
@@ -239,6 +242,7 @@ void Sweep::add_row(const std::string& name, const std::string& device_id, const
                     const std::optional<RelativeInterval>& interval) {
   std::vector<Cell> row = prediction_row(name, device_id, cfg, p, interval);
   if (r_.layout_columns) add_layout_cells(cfg, row);
+  if (cfg.lora.active()) add_lora_cells(cfg, row);
   table_.add_row(std::move(row));
 }
 
@@ -297,6 +301,7 @@ void register_sweep(CLI::App& app) {
   cmd->get_option("--no-ckpt")->description("search only runs without activation checkpointing (--ckpt none)");
   add_layout_flags(cmd, o->layout);
   add_network_flags(cmd, o->network);
+  add_lora_flags(cmd, o->lora);
   cmd->add_option("--profile", o->common.profile_files, "device profile JSON (repeatable)");
   cmd->add_option("--plot", o->plot, "also write an SVG heat map of MFU over model size and sequence length");
   add_output_options(cmd, o->common);

@@ -219,7 +219,8 @@ const char* const kGeneralColumns[] = {"Framework",          "Tensor Parallel", 
                                        "Attention",          "TP Comm Overlap",         "Account For Embedding",
                                        "Account For Loss",   "Expert Tensor Parallel",  "Grad Reduce In BF16",
                                        "FP8 Param Gather",   "Pipeline Scatter Gather", "MoE A2A Overlap",
-                                       "First Stage Layers", "Last Stage Layers"};
+                                       "First Stage Layers", "Last Stage Layers",       "LoRA Rank",
+                                       "LoRA Targets"};
 
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
@@ -269,6 +270,7 @@ class RowParser {
     if (cols_.has("Activation CPUOffload"))
       r.activation_cpu_offload = cols_.boolean(cells, "Activation CPUOffload", at);
     if (cols_.has("Attention")) r.unfused_attention = read_attention(cells, at);
+    read_lora(cells, at, r);
     if (cols_.has("MFU")) r.mfu_percent = cols_.number(cells, "MFU", at);
     if (cols_.has("HFU")) r.hfu_percent = cols_.number(cells, "HFU", at);
     if (cols_.has("Model TFLOP")) r.model_tflop = cols_.number(cells, "Model TFLOP", at);
@@ -356,6 +358,24 @@ class RowParser {
                     "' (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD)");
       r.layout.sharding = *s;
     }
+  }
+
+  // LoRA Rank (empty or 0: none) and LoRA Targets (names separated by ';', required with a rank).
+  void read_lora(const std::vector<std::string>& cells, const std::string& at, MeasuredRow& r) const {
+    if (cols_.has("LoRA Targets") && !cols_.has("LoRA Rank"))
+      throw Error(at + ": column 'LoRA Targets' without 'LoRA Rank'");
+    if (!cols_.has("LoRA Rank")) return;
+    const std::string& rank = cols_.cell(cells, "LoRA Rank", at);
+    if (rank.empty() || rank == "0") return;
+    r.lora.rank = cols_.positive_int(cells, "LoRA Rank", at);
+    if (r.lora.rank > kMaxLoraRank)
+      throw Error(at + ": 'LoRA Rank' " + rank + " is beyond " + std::to_string(kMaxLoraRank));
+    if (!cols_.has("LoRA Targets") || cols_.cell(cells, "LoRA Targets", at).empty())
+      throw Error(at + ": 'LoRA Rank' " + rank + " without 'LoRA Targets'");
+    std::string names = cols_.cell(cells, "LoRA Targets", at);
+    std::replace(names.begin(), names.end(), ';', ',');
+    if (const std::string why = parse_lora_targets(names, r.lora); !why.empty())
+      throw Error(at + ": 'LoRA Targets': " + why);
   }
 
   // flash (the default) or unfused (Megatron's core attention).

@@ -14,6 +14,8 @@
 // `Expert Parallel`, `Expert Tensor Parallel` (absent: the tensor-parallel degree, Megatron-Core's
 // default), `Data Parallel` (checked against # GPUs over the model-parallel degrees),
 // `First Stage Layers` and `Last Stage Layers` (--decoder-first/last-pipeline-num-layers; empty or 0: not fixed),
+// `LoRA Rank` and `LoRA Targets` (a fine-tuning run: --lora-rank and --lora-targets, the names separated by ';';
+// rank empty or 0: every weight trained),
 // `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce`, `Grad Reduce In BF16`
 // (Megatron-LM's --grad-reduce-in-bf16), `FP8 Param Gather` (--fp8-param-gather), `Pipeline Scatter Gather` (legacy
 // Megatron-LM's
@@ -66,6 +68,7 @@ struct MeasuredRow {
   bool activation_cpu_offload = false;
   bool unfused_attention = false;  // Attention 'unfused': the row's model costed with use_megatron_core_attention
   Layout layout;  // framework, sharding, checkpointing, degrees (all 1 under composer for llm-foundry's tables)
+  Lora lora;      // LoRA Rank, LoRA Targets: rank 0 when absent
   // The row's own architecture (vTrain's rows), named `model`; empty: `model` names a model of the
   // catalogue or --models.
   std::optional<ModelConfig> architecture;
@@ -86,7 +89,8 @@ struct MeasuredRow {
             .n_gpus = n_gpus,
             .precision = precision,
             .mp_mode = mp_mode,
-            .layout = layout};
+            .layout = layout,
+            .lora = lora};
   }
 };
 

@@ -1,5 +1,6 @@
 #include "io/train_yaml.hpp"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -320,6 +321,127 @@ nlohmann::json to_json(const YAML::Node& n, const std::string& origin) {
   return v;
 }
 
+// Hugging Face PEFT's LoraConfig keys (peft/tuners/lora/config.py) as llm-foundry passes
+// model.peft_config to it (hf_causal_lm.py _get_peft_config: peft_type LORA and task_type CAUSAL_LM
+// only): those tpsim models, those that change nothing a step costs, and the rest refused by name.
+const auto kPeftKeys = {"peft_type",
+                        "task_type",
+                        "r",
+                        "lora_alpha",
+                        "lora_dropout",
+                        "target_modules",
+                        "bias",
+                        "fan_in_fan_out",
+                        "init_lora_weights",
+                        "use_rslora",
+                        "use_dora",
+                        "modules_to_save",
+                        "layers_to_transform",
+                        "layers_pattern",
+                        "rank_pattern",
+                        "alpha_pattern",
+                        "inference_mode",
+                        "base_model_name_or_path",
+                        "revision",
+                        "exclude_modules",
+                        "lora_bias",
+                        "layer_replication",
+                        "target_parameters",
+                        "loftq_config",
+                        "megatron_config",
+                        "megatron_core",
+                        "eva_config",
+                        "corda_config",
+                        "runtime_config",
+                        "auto_mapping"};
+// Initialisation, the adapters' scale and bookkeeping: no effect on a step's cost.
+const auto kPeftIrrelevant = {
+    "fan_in_fan_out", "init_lora_weights", "use_rslora", "inference_mode", "base_model_name_or_path",
+    "revision",       "loftq_config",      "eva_config", "corda_config",   "runtime_config",
+    "auto_mapping"};
+
+// model.peft_config (LoRA only). target_modules is a list of module names (or PEFT's "all-linear");
+// a string other than all-linear is a regular expression PEFT matches against full module names,
+// which tpsim does not evaluate: refused. `fused_qkv_model`: the model's Q, K and V are one linear
+// (MPT's and DBRX's Wqkv, GPT-NeoX's query_key_value), which PEFT's all-linear adapts as one.
+Lora read_peft_config(const YAML::Node& peft, const std::string& origin, bool fused_qkv_model, TrainYaml& t) {
+  need_map(peft, origin, "model.peft_config");
+  Lora l;
+  l.rank = 8;  // LoraConfig's defaults
+  l.alpha = 8;
+  bool targets = false;
+  std::set<std::string> seen;
+  for (const auto& kv : peft) {
+    const std::string key = yaml::key(kv.first, origin);
+    const YAML::Node& v = kv.second;
+    const std::string label = "model.peft_config." + key;
+    if (!seen.insert(key).second) throw Error(yaml::where(origin, v) + ": model.peft_config: duplicate key " + key);
+    const auto refuse = [&](const std::string& what) {
+      throw Error(yaml::where(origin, v) + ": " + label + ": " + what + " -- tpsim cannot model it yet");
+    };
+    if (key == "peft_type") {
+      const std::string type = yaml::as_string(v, origin, label);
+      std::string upper;
+      for (char c : type) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      if (upper != "LORA")
+        throw Error(yaml::where(origin, v) + ": " + label + ": " + type +
+                    " -- llm-foundry takes only LORA (hf_causal_lm.py _get_peft_config)");
+    } else if (key == "task_type") {
+      const std::string type = yaml::as_string(v, origin, label);
+      std::string upper;
+      for (char c : type) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      if (upper != "CAUSAL_LM")
+        throw Error(yaml::where(origin, v) + ": " + label + ": " + type +
+                    " -- llm-foundry takes only CAUSAL_LM (hf_causal_lm.py _get_peft_config)");
+    } else if (key == "r") {
+      l.rank = yaml::as_count(v, origin, label, kMaxLoraRank);
+    } else if (key == "lora_alpha") {
+      l.alpha = yaml::as_double(v, origin, label);
+      if (!(l.alpha > 0 && l.alpha < 1e9))
+        throw Error(yaml::where(origin, v) + ": " + label + ": not a positive number");
+    } else if (key == "lora_dropout") {
+      const double p = yaml::as_double(v, origin, label);
+      if (!(p >= 0 && p < 1)) throw Error(yaml::where(origin, v) + ": " + label + ": not a probability in [0, 1)");
+      l.dropout_per_mille = std::llround(1000.0 * p);
+    } else if (key == "target_modules") {
+      std::string names;
+      if (v.IsSequence()) {
+        for (const auto& x : v) names += (names.empty() ? "" : ",") + yaml::as_string(x, origin, label);
+      } else {
+        names = yaml::as_string(v, origin, label);
+        if (names != "all-linear")
+          refuse("'" + names + "' is a regular expression PEFT matches against module names; give a list of names");
+      }
+      if (const std::string why = parse_lora_targets(names, l); !why.empty())
+        throw Error(yaml::where(origin, v) + ": " + label + ": " + why);
+      if (names == "all-linear" && fused_qkv_model) l.fused_qkv = true;
+      targets = true;
+    } else if (key == "bias") {
+      if (yaml::as_string(v, origin, label) != "none") refuse("biases trained beside the adapters");
+    } else if (key == "use_dora") {
+      if (yaml::as_bool(v, origin, label)) refuse("true (DoRA: a weight-decomposed adapter)");
+    } else if (key == "lora_bias") {
+      if (yaml::as_bool(v, origin, label)) refuse("true (a bias on each adapter's B)");
+    } else if (one_of(key, {"modules_to_save", "layers_to_transform", "layers_pattern", "exclude_modules",
+                            "layer_replication", "target_parameters", "megatron_config", "megatron_core"})) {
+      if (!v.IsNull() && !(v.IsSequence() && v.size() == 0) && !(key == "megatron_core" && v.IsScalar()))
+        refuse("modules trained or adapted beyond target_modules");
+    } else if (one_of(key, {"rank_pattern", "alpha_pattern"})) {
+      if (!v.IsNull() && !(v.IsMap() && v.size() == 0)) refuse("a rank or alpha per module");
+    } else if (one_of(key, kPeftIrrelevant)) {
+      t.ignored.push_back(label);
+    } else {
+      throw Error(yaml::where(origin, kv.first) + ": model.peft_config: unknown key '" + key + "'" +
+                  yaml::did_you_mean(key, kPeftKeys) + " (Hugging Face PEFT's LoraConfig)");
+    }
+  }
+  if (!targets)
+    throw Error(yaml::where(origin, peft) +
+                ": model.peft_config: no target_modules -- PEFT then picks them by model type; name them "
+                "(q_proj, v_proj, ..., or all-linear)");
+  return l;
+}
+
 // model: {name: hf_causal_lm, pretrained_model_name_or_path: X, config_overrides: {...}, ...}: the
 // model is X's config.json (resolve_pretrained_config: a local folder, the Hugging Face cache, the
 // shipped configs; never the network) with the overrides applied as llm-foundry applies them.
@@ -327,6 +449,7 @@ void read_hf_causal_lm(const YAML::Node& model, const std::string& origin, Train
   std::optional<std::string> name;
   std::vector<HfOverride> overrides;
   std::set<std::string> seen;
+  std::optional<YAML::Node> peft;
   for (const auto& kv : model) {
     const std::string key = yaml::key(kv.first, origin);
     const YAML::Node& v = kv.second;
@@ -349,11 +472,13 @@ void read_hf_causal_lm(const YAML::Node& model, const std::string& origin, Train
     } else if (key == "load_in_8bit") {
       if (yaml::as_bool(v, origin, label))
         throw Error(yaml::where(origin, v) + ": " + label + ": true -- 8-bit weights: tpsim cannot model them yet");
-    } else if (key == "peft_config" || key == "pretrained_lora_id_or_path") {
+    } else if (key == "peft_config") {
+      if (!v.IsNull()) peft.emplace(v);
+    } else if (key == "pretrained_lora_id_or_path") {
       if (!v.IsNull())
         throw Error(yaml::where(origin, v) + ": " + label +
-                    " -- LoRA (PEFT) changes which parameters have gradients and " +
-                    "optimizer state: tpsim cannot model it yet");
+                    " -- a trained LoRA adapter whose rank and targets are in its own adapter_config.json, which "
+                    "tpsim does not read; give them as model.peft_config or --lora-rank/--lora-targets");
     } else if (one_of(key, kHfIrrelevant)) t.ignored.push_back(label);
     else
       throw Error(yaml::where(origin, kv.first) + ": model: unknown key '" + key + "'" +
@@ -375,6 +500,12 @@ void read_hf_causal_lm(const YAML::Node& model, const std::string& origin, Train
   t.notes.push_back("model.pretrained_model_name_or_path: " + *name + " -- the config.json read is " + config.string());
   for (const auto& k : h.ignored) t.ignored.push_back("config." + k);
   for (const auto& n : h.notes) t.notes.push_back("model: " + n);
+  if (peft) {
+    const bool fused_qkv = h.model_type == "mpt" || h.model_type == "dbrx" || h.model_type == "gpt_neox";
+    t.lora = read_peft_config(*peft, origin, fused_qkv, t);
+    t.notes.push_back("model.peft_config: fine-tuned with LoRA rank " + std::to_string(t.lora.rank) + " on " +
+                      lora_targets_name(t.lora) + ", every base weight frozen");
+  }
 }
 
 // The model block, read strictly as a --models entry is (read_model_block); the model is named

@@ -33,6 +33,7 @@ struct TrainYaml {
   std::optional<MixedPrecisionMap> mixed_precision_map;
   std::optional<Sharding> sharding;
   std::optional<Checkpointing> checkpointing;  // fsdp_config.activation_checkpointing: true is kFull
+  Lora lora;  // model.peft_config (hf_causal_lm): LoRA's rank, alpha, dropout and targets; rank 0: none
   std::vector<std::string> ignored;  // keys the simulator does not model ("optimizer", "model.attn_config.alibi", ...)
   std::vector<std::string> notes;    // modelled differently than written (e.g. attn_impl)
   // fsdp_config.data_parallel_shard_degree / data_parallel_replicate_degree (HSDP's device mesh): -1

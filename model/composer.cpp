@@ -102,16 +102,20 @@ ComposerEvaluator::ComposerEvaluator(const ModelConfig& model, const DeviceSpec&
       cost_(device, params),
       block_params_(static_cast<double>(layer_parameter_count(model))) {}
 
-const ComputeCosts& ComposerEvaluator::compute_costs(int64_t micro_batch, int64_t seq_len, Precision precision) {
+const ComputeCosts& ComposerEvaluator::compute_costs(int64_t micro_batch, const TrainConfig& cfg) {
   constexpr size_t kComputeMemoSlots = 1024;
+  const int64_t seq_len = cfg.seq_len;
+  const Precision precision = cfg.precision;
   const size_t slot = static_cast<size_t>(micro_batch) % kComputeMemoSlots;
   if (slot >= memo_.size()) memo_.resize(slot + 1);
   ComputeCosts& k = memo_[slot];
-  if (k.micro_batch == micro_batch && k.seq_len == seq_len && k.precision == precision) return k;
-  const BlockShape shape = block_shape(model_, micro_batch, seq_len, precision);
+  if (k.micro_batch == micro_batch && k.seq_len == seq_len && k.precision == precision && k.lora == cfg.lora) return k;
+  BlockShape shape = block_shape(model_, micro_batch, seq_len, precision);
+  shape.lora = cfg.lora;
   k.micro_batch = micro_batch;
   k.seq_len = seq_len;
   k.precision = precision;
+  k.lora = cfg.lora;
   static_cast<MicroBatchOpCosts&>(k) = cost_micro_batch_ops(cost_, shape);
   k.block_attention_only_bytes = attention_only_saved_bytes(shape);
   k.block_backward_buffer_bytes = block_backward_buffer_bytes(model_, shape.tokens(), precision);
@@ -122,7 +126,7 @@ const FsdpCosts& ComposerEvaluator::fsdp_costs(const TrainConfig& cfg) {
   for (const FsdpCosts& q : fsdp_memo_)
     if (q.sharding == cfg.layout.sharding && q.n_gpus == cfg.n_gpus && q.seq_len == cfg.seq_len &&
         q.precision == cfg.precision && q.mp_mode == cfg.mp_mode && q.shard_degree == cfg.layout.shard_degree &&
-        q.replicate_degree == cfg.layout.replicate_degree)
+        q.replicate_degree == cfg.layout.replicate_degree && q.lora == cfg.lora)
       return q;
   FsdpCosts& q = fsdp_memo_[fsdp_next_];
   fsdp_next_ = (fsdp_next_ + 1) % fsdp_memo_.size();
@@ -133,19 +137,31 @@ const FsdpCosts& ComposerEvaluator::fsdp_costs(const TrainConfig& cfg) {
   q.mp_mode = cfg.mp_mode;
   q.shard_degree = cfg.layout.shard_degree;
   q.replicate_degree = cfg.layout.replicate_degree;
+  q.lora = cfg.lora;
   q.layout = composer_layout(cfg.layout.sharding, cfg.layout, cfg.n_gpus, device_.gpus_per_node, device_.gpus_per_host);
   const FsdpLayout& layout = q.layout;
+  // Under LoRA the blocks' weights are frozen and their adapters trained: llm-foundry wraps each
+  // adapter module (its A and its B) in an FSDP unit of its own (prepare_hf_causal_lm_model_for_fsdp,
+  // "PEFT layers should be individually wrapped"), gathered beside its block and reduce-scattered
+  // alone; the frozen units are gathered and never reduced. DDP buckets only the adapters' gradients.
+  BlockShape lora_shape = block_shape(model_, 1, 1, cfg.precision);
+  lora_shape.lora = cfg.lora;
+  int adapters = 0;
+  const double lora_params = lora_block_params(lora_shape, &adapters);
+  const double lora_units = 2.0 * adapters;
   const double block_params = block_params_;
+  const double block_trained = cfg.lora.active() ? lora_params : block_params;
   const double root_params = static_cast<double>(embedding_parameter_count(model_, cfg.seq_len));
-  const double total_params = block_params * static_cast<double>(model_.n_layers) + root_params;
+  const double root_trained = cfg.lora.active() ? 0.0 : root_params;
+  const double total_trained = block_trained * static_cast<double>(model_.n_layers) + root_trained;
   const double shard = static_cast<double>(layout.shard_ranks);
   // DDP: autocast's copies in the compute dtype; gradients reduced in the parameters' fp32.
   const double gb = gathered_param_bytes(cfg.precision, layout.ddp ? MpMode::kDefault : cfg.mp_mode);
   const double rb = layout.ddp ? 4.0 : reduced_grad_bytes(cfg.precision, cfg.mp_mode);
   // FSDP's casts for one block: before each gather, and around the gradient reduction.
-  q.cast = costed(cost_, fsdp_pre_gather_ops, block_params, shard, gb);
-  q.reduce_casts = costed(cost_, fsdp_pre_reduce_ops, block_params, shard, std::min(gb, 4.0), rb);
-  q.optimizer = costed(cost_, optimizer_ops, total_params / shard);
+  q.cast = costed(cost_, fsdp_pre_gather_ops, block_params + lora_params, shard, gb);
+  q.reduce_casts = costed(cost_, fsdp_pre_reduce_ops, block_trained, shard, std::min(gb, 4.0), rb);
+  q.optimizer = costed(cost_, optimizer_ops, total_trained / shard);
   // Collectives of one block and of the root unit.
   const auto gather = [&](double bytes) {
     return cost_.collective_seconds(CollectiveKind::kAllGather, bytes, layout.shard_group);
@@ -161,10 +177,17 @@ const FsdpCosts& ComposerEvaluator::fsdp_costs(const TrainConfig& cfg) {
       s += cost_.collective_seconds(CollectiveKind::kAllReduce, bytes / shard, layout.replica_group);
     return s;
   };
-  q.block_gather_s = layout.gather_in_forward || layout.gather_in_backward ? gather(block_params * gb) : 0.0;
+  const bool gathers = layout.gather_in_forward || layout.gather_in_backward;
+  if (cfg.lora.active() && !layout.ddp) {
+    const double unit = lora_params / lora_units;
+    q.block_gather_s = gathers ? gather(block_params * gb) + lora_units * gather(unit * gb) : 0.0;
+    q.block_reduce_s = lora_units * reduce(unit * rb);
+  } else {
+    q.block_gather_s = gathers ? gather(block_params * gb) : 0.0;
+    q.block_reduce_s = reduce(block_trained * rb);
+  }
   q.root_gather_s = layout.gather_in_forward ? gather(root_params * gb) : 0.0;
-  q.block_reduce_s = reduce(block_params * rb);
-  q.root_reduce_s = reduce(root_params * rb);
+  q.root_reduce_s = reduce(root_trained * rb);
   return q;
 }
 
@@ -180,9 +203,8 @@ Prediction ComposerEvaluator::predict(const TrainConfig& cfg) {
   // The tail's costs first: the full micro-batch's memo entry, which may share the tail's slot, is
   // then held by reference until the memory estimate below (no copy of it per prediction).
   MicroBatchResult tail;
-  if (last != cfg.micro_batch)
-    tail = micro_batch_costs(compute_costs(last, cfg.seq_len, cfg.precision), fsdp, params, cfg, L);
-  const ComputeCosts& full_compute = compute_costs(cfg.micro_batch, cfg.seq_len, cfg.precision);
+  if (last != cfg.micro_batch) tail = micro_batch_costs(compute_costs(last, cfg), fsdp, params, cfg, L);
+  const ComputeCosts& full_compute = compute_costs(cfg.micro_batch, cfg);
   const MicroBatchResult full = micro_batch_costs(full_compute, fsdp, params, cfg, L);
   if (last == cfg.micro_batch) tail = full;
 
@@ -193,7 +215,7 @@ Prediction ComposerEvaluator::predict(const TrainConfig& cfg) {
   Prediction p;
   p.timeline = simulate_step(step);
   p.step_s = p.timeline.step_s;
-  update_counts(cfg.seq_len);
+  update_counts(cfg);
   p.n_params = n_params_;
   p.active_params = active_params_;
 
@@ -219,17 +241,18 @@ Prediction ComposerEvaluator::predict(const TrainConfig& cfg) {
 }
 
 MemoryBreakdown ComposerEvaluator::memory(const TrainConfig& cfg) {
-  const ComputeCosts& k = compute_costs(cfg.micro_batch, cfg.seq_len, cfg.precision);
-  update_counts(cfg.seq_len);
+  const ComputeCosts& k = compute_costs(cfg.micro_batch, cfg);
+  update_counts(cfg);
   return estimate_memory(memory_counts_, cfg, saved_activations(k), fsdp_costs(cfg).layout, params_);
 }
 
-void ComposerEvaluator::update_counts(int64_t seq_len) {
-  if (counts_seq_ == seq_len) return;
-  counts_seq_ = seq_len;
-  n_params_ = parameter_count(model_, seq_len);
-  active_params_ = active_parameter_count(model_, seq_len);
-  memory_counts_ = model_memory_counts(model_, seq_len);
+void ComposerEvaluator::update_counts(const TrainConfig& cfg) {
+  if (counts_seq_ == cfg.seq_len && counts_lora_ == cfg.lora) return;
+  counts_seq_ = cfg.seq_len;
+  counts_lora_ = cfg.lora;
+  n_params_ = parameter_count(model_, cfg.seq_len);
+  active_params_ = active_parameter_count(model_, cfg.seq_len);
+  memory_counts_ = model_memory_counts(model_, cfg.seq_len, cfg.lora);
 }
 
 constinit const FrameworkDef kComposerFramework = {

@@ -17,6 +17,7 @@ namespace tpsim {
 struct ComputeCosts : MicroBatchOpCosts {
   int64_t micro_batch = -1, seq_len = -1;
   Precision precision = Precision::kAmpBf16;
+  Lora lora;
   // Of block_fwd's saved bytes, what only the attention kernel keeps (selective checkpointing drops
   // it). block_fwd.attention is the attention forward's seconds, which selective checkpointing runs
   // again before each block's backward.
@@ -35,6 +36,7 @@ struct FsdpCosts {
   CategoryTotals cast, reduce_casts, optimizer;
   double block_gather_s = 0, root_gather_s = 0, block_reduce_s = 0, root_reduce_s = 0;
   int64_t shard_degree = 0, replicate_degree = 0;  // Layout's HSDP degrees, as given
+  Lora lora;
 };
 
 // Predicts many Composer configurations of one model on one device and profile. The ops of a
@@ -50,10 +52,11 @@ class ComposerEvaluator final : public FrameworkEvaluator {
   MemoryBreakdown memory(const TrainConfig& cfg) override;
 
  private:
-  const ComputeCosts& compute_costs(int64_t micro_batch, int64_t seq_len, Precision precision);
+  const ComputeCosts& compute_costs(int64_t micro_batch, const TrainConfig& cfg);
   const FsdpCosts& fsdp_costs(const TrainConfig& cfg);
-  // The parameter counts at sequence length counts_seq_ (learned positions make them depend on it).
-  void update_counts(int64_t seq_len);
+  // The parameter counts at sequence length counts_seq_ (learned positions make them depend on it)
+  // and under LoRA counts_lora_.
+  void update_counts(const TrainConfig& cfg);
 
   const ModelConfig& model_;
   const DeviceSpec& device_;
@@ -61,6 +64,7 @@ class ComposerEvaluator final : public FrameworkEvaluator {
   CostModel cost_;
   double block_params_;
   int64_t counts_seq_ = -1, n_params_ = 0, active_params_ = 0;
+  Lora counts_lora_;
   ModelMemoryCounts memory_counts_;
   std::vector<ComputeCosts> memo_;  // slot: micro-batch size modulo 1024, grown as used
   std::array<FsdpCosts, 4> fsdp_memo_{};

@@ -171,7 +171,9 @@ struct MegatronCosts : MicroBatchOpCosts {
   double cp_ep_block_fwd_s = 0, cp_ep_block_bwd_s = 0;
   double ring_again_s = 0;                  // selective: the forward ring's exposed exchange again
   std::vector<double> stage_params;         // local parameters per stage
+  std::vector<double> stage_trained;        // of them, those trained (all, or under LoRA the adapters)
   std::vector<double> stage_master_params;  // of them, those whose fp32 master weights and moments the rank keeps
+  double lora_block = 0;                    // one block's local LoRA adapter parameters
   std::vector<double> reduce_s;             // per stage: data-parallel gradient reduction
   std::vector<double> gather_s;             // per stage: distributed optimizer's parameter all-gather
   std::vector<double> optimizer_s;          // per stage
@@ -227,6 +229,7 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     c.expert_fwd_s = fwd.seconds, c.expert_bwd_s = bwd.seconds;
   }
   context_and_expert_costs(c, shape, cfg);
+  c.lora_block = lora_block_params(shape);
   c.attention_again = cfg.layout.checkpointing == Checkpointing::kSelective ? c.block_fwd.attention : 0.0;
   c.ring_again_s = cfg.layout.checkpointing == Checkpointing::kSelective ? c.ring.fwd_exposed_s : 0.0;
 
@@ -268,18 +271,24 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
   c.stage_layers = stage_layers_of(c.chunk_layers, l.pp);
   const double gb = megatron_grad_bytes(cfg);
   c.stage_params.assign(static_cast<size_t>(l.pp), 0.0);
+  c.stage_trained.assign(c.stage_params.size(), 0.0);
   c.reduce_s.assign(c.stage_params.size(), 0.0);
   c.gather_s.assign(c.stage_params.size(), 0.0);
   c.optimizer_s.assign(c.stage_params.size(), 0.0);
   c.stage_master_params.assign(c.stage_params.size(), 0.0);
+  // Under LoRA (Megatron-Bridge's PEFT) the base weights are frozen: Megatron-Core's DDP buffers,
+  // reduces and (distributed optimizer) shards only the adapters, which are dense (never the experts').
+  const bool lora = cfg.lora.active();
   for (int64_t s = 0; s < l.pp; ++s) {
     const double layers_per_stage = d(c.stage_layers[static_cast<size_t>(s)]);
     double p = layers_per_stage * block;
     if (s == 0) p += table + positions;
     if (s == l.pp - 1) p += final_norm + (!model_.tie_embeddings || l.pp > 1 ? table : 0.0);
     const size_t i = static_cast<size_t>(s);
-    c.stage_params[i] = p;
-    const double experts = layers_per_stage * expert_block, dense = p - experts;
+    const double adapters = layers_per_stage * c.lora_block;
+    c.stage_params[i] = p + adapters;
+    c.stage_trained[i] = lora ? adapters : p;
+    const double experts = lora ? 0.0 : layers_per_stage * expert_block, dense = c.stage_trained[i] - experts;
     if (par.distributed_optimizer) {
       c.reduce_s[i] = grad_collective(cost_, CollectiveKind::kReduceScatter, dense * gb, experts * gb, l);
       // The updated weights, 2 bytes each; fp8 parameters (fp8_param_gather under per-tensor fp8)
@@ -287,9 +296,10 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
       // _allocate_buffers_for_parameters: "it is necessary to use torch.uint8"), 1 byte each: the
       // quantized linears' weights, as many per layer as the per-step weight casts write fp8 and
       // transpose bytes for (half of per_step_written_bytes); the routed experts' are all of them.
-      // MXFP8 and NVFP4 weights are costed at 2 bytes (their gather is not read here).
+      // MXFP8 and NVFP4 weights are costed at 2 bytes (their gather is not read here). The adapters
+      // are bf16.
       double gather_dense = dense * 2.0, gather_experts = experts * 2.0;
-      if (par.fp8_param_gather && cfg.precision == Precision::kAmpFp8) {
+      if (par.fp8_param_gather && cfg.precision == Precision::kAmpFp8 && !lora) {
         const double fp8_layer = c.block_fwd.per_step_written_bytes / 2.0;
         const double fp8_experts_layer = std::min(expert_block, fp8_layer);
         gather_experts -= layers_per_stage * fp8_experts_layer;
@@ -301,14 +311,14 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
     }
     // Adam over the rank's fp32 master parameters (or its shard), then the copy into the bf16 weights.
     const double master =
-        par.distributed_optimizer ? dense / d(l.grad_ranks()) + experts / d(l.expert_grad_ranks()) : p;
+        par.distributed_optimizer ? dense / d(l.grad_ranks()) + experts / d(l.expert_grad_ranks()) : c.stage_trained[i];
     c.stage_master_params[i] = master;
     CategoryTotals opt = costed(cost_, optimizer_ops, master);
     c.optimizer_s[i] =
         opt.total() + cost_.op_seconds(membound_op("optim.copy_to_model", MemKind::kCast, static_cast<int64_t>(master),
                                                    1, DType::kFp32, 4.0 * master, 2.0 * master));
   }
-  c.embedding_sync_s = l.pp > 1 && model_.tie_embeddings
+  c.embedding_sync_s = l.pp > 1 && model_.tie_embeddings && !lora
                            ? cost_.collective_seconds(CollectiveKind::kAllReduce, table * gb, l.embedding_group)
                            : 0.0;
 }
@@ -553,7 +563,6 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
     per_layer = c.saved.block - c.saved.block_attention_only;
     rebuilt = c.saved.block_attention_only;
   }
-  const double weights_and_grads = 2.0 + megatron_grad_bytes(cfg);
   MemoryBreakdown worst;
   for (int64_t s = 0; s < l.pp; ++s) {
     // in flight: the warm-up's forwards plus one (combined 1F1B's warm-up is one longer)
@@ -565,7 +574,8 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
     for (int64_t k = 0; k < std::min(warmup, m * l.vp); ++k)
       layers_in_flight += c.chunk_layers[static_cast<size_t>(((k / l.pp) % l.vp) * l.pp + s)];
     MemoryBreakdown mb;
-    mb.sharded_state_bytes = c.stage_params[static_cast<size_t>(s)] * weights_and_grads +
+    mb.sharded_state_bytes = c.stage_params[static_cast<size_t>(s)] * 2.0 +
+                             c.stage_trained[static_cast<size_t>(s)] * megatron_grad_bytes(cfg) +
                              12.0 * c.stage_master_params[static_cast<size_t>(s)];
     mb.activation_bytes = d(layers_in_flight) * per_layer + rebuilt;
     if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.saved.embed;

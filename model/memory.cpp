@@ -9,8 +9,9 @@ namespace tpsim {
 namespace {
 
 struct MemoryInputs {
-  double block_params = 0;  // parameters of one block
-  double root_params = 0;   // parameters outside the blocks (embeddings, final norm)
+  double block_params = 0;                     // parameters of one block
+  double root_params = 0;                      // parameters outside the blocks (embeddings, final norm)
+  double block_trained = 0, root_trained = 0;  // of them, those trained (ModelMemoryCounts)
   int64_t n_layers = 0;
   double block_saved_bytes = 0;  // one block's forward saved_bytes
   double block_input_bytes = 0;  // one block's input (what checkpointing keeps)
@@ -27,6 +28,8 @@ MemoryInputs memory_inputs(const ModelMemoryCounts& model, const TrainConfig& cf
   MemoryInputs in;
   in.block_params = model.block_params;
   in.root_params = model.root_params;
+  in.block_trained = model.block_trained;
+  in.root_trained = model.root_trained;
   in.n_layers = model.n_layers;
   in.block_saved_bytes = saved.block;
   in.block_input_bytes = td * a;
@@ -55,28 +58,29 @@ KeptActivations kept_activations(const MemoryInputs& in, const TrainConfig& cfg)
 }
 
 // Plain PyTorch DDP under Composer's amp: every GPU holds the fp32 parameters, their fp32 gradients
-// and Adam's two moments (16 bytes per parameter), and DDP's gradient buckets, a second fp32 copy of
-// every gradient (gradient_as_bucket_view is False in Composer's prepare_ddp_module; PyTorch's
-// DistributedDataParallel documents the saving as "the total gradients size" when it is True).
-// Autocast's copies of the weights in the compute dtype are kept for the backward of the matmuls
-// that used them: all of them at the loss, or, under full checkpointing, those of the block being
-// recomputed and the next (as FSDP's two gathered blocks). fp32 runs compute with the weights
-// themselves. The backward adds one block's gradients in the compute dtype before they are
-// accumulated into the fp32 ones. One GPU runs no DDP (Composer wraps only when distributed).
+// and Adam's two moments (16 bytes per parameter; 4 for a frozen one, which has neither), and DDP's
+// gradient buckets, a second fp32 copy of every gradient (gradient_as_bucket_view is False in Composer's
+// prepare_ddp_module; PyTorch's DistributedDataParallel documents the saving as "the total gradients size" when it is
+// True). Autocast's copies of the weights in the compute dtype are kept for the backward of the matmuls that used them:
+// all of them at the loss, or, under full checkpointing, those of the block being recomputed and the next (as FSDP's
+// two gathered blocks). fp32 runs compute with the weights themselves. The backward adds one block's gradients in the
+// compute dtype before they are accumulated into the fp32 ones. One GPU runs no DDP (Composer wraps only when
+// distributed).
 MemoryBreakdown ddp_memory(const MemoryInputs& in, const TrainConfig& cfg, const CostParams& params) {
   const double L = static_cast<double>(in.n_layers);
   const double total_params = in.block_params * L + in.root_params;
+  const double total_trained = in.block_trained * L + in.root_trained;
   const double compute_bytes = gathered_param_bytes(cfg.precision, MpMode::kDefault);
   MemoryBreakdown m;
-  m.sharded_state_bytes = 16.0 * total_params;
+  m.sharded_state_bytes = 4.0 * total_params + 12.0 * total_trained;
   if (compute_bytes < 4.0) {
     const double blocks = cfg.layout.checkpointing == Checkpointing::kFull ? std::min(2.0, L) : L;
     m.gathered_params_bytes = (in.root_params + blocks * in.block_params) * compute_bytes;
   }
-  const double buckets = cfg.n_gpus > 1 ? 4.0 * total_params : 0.0;
+  const double buckets = cfg.n_gpus > 1 ? 4.0 * total_trained : 0.0;
   const KeptActivations a = kept_activations(in, cfg);
   const double at_loss = a.kept + in.head_saved_bytes;
-  const double backward = in.backward_buffer_bytes + in.block_params * compute_bytes;
+  const double backward = in.backward_buffer_bytes + in.block_trained * compute_bytes;
   const double at_backward = a.kept + a.rebuilt + backward;
   m.activation_bytes = at_loss >= at_backward ? at_loss : a.kept + a.rebuilt;
   m.transient_bytes = buckets + (at_loss >= at_backward ? 0.0 : backward);
@@ -101,9 +105,19 @@ double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Pre
   return (td + tq + 2.0 * tkv + ffn) * activation_bytes(p);
 }
 
-ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len) {
-  return {static_cast<double>(layer_parameter_count(model)),
-          static_cast<double>(embedding_parameter_count(model, seq_len)), model.n_layers, model.d_model};
+ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len, const Lora& lora) {
+  ModelMemoryCounts c;
+  c.root_params = static_cast<double>(embedding_parameter_count(model, seq_len));
+  c.n_layers = model.n_layers;
+  c.d_model = model.d_model;
+  if (lora.active()) {
+    c.block_trained = lora_model_block_params(model, lora);
+    c.block_params = static_cast<double>(layer_parameter_count(model)) + c.block_trained;
+  } else {
+    c.block_params = c.block_trained = static_cast<double>(layer_parameter_count(model));
+    c.root_trained = c.root_params;
+  }
+  return c;
 }
 
 MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfig& cfg, const SavedActivations& saved,
@@ -111,13 +125,17 @@ MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfi
   const MemoryInputs in = memory_inputs(model, cfg, saved);
   if (layout.ddp) return ddp_memory(in, cfg, params);
   const double total_params = in.block_params * static_cast<double>(in.n_layers) + in.root_params;
+  const double total_trained = in.block_trained * static_cast<double>(in.n_layers) + in.root_trained;
   const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
   const double rb = reduced_grad_bytes(cfg.precision, cfg.mp_mode);
   const double L = static_cast<double>(in.n_layers);
 
   MemoryBreakdown m;
-  // fp32 master parameters (4), gradients (4) and Adam's two moments (8), sharded.
-  m.sharded_state_bytes = 16.0 * total_params / static_cast<double>(layout.shard_ranks);
+  // fp32 master parameters (4), gradients (4) and Adam's two moments (8), sharded; a frozen
+  // parameter (LoRA) only its 4: llm-foundry wraps the adapters in FSDP units of their own
+  // (prepare_hf_causal_lm_model_for_fsdp), so the blocks' flat parameters, all frozen, have no
+  // gradient.
+  m.sharded_state_bytes = (4.0 * total_params + 12.0 * total_trained) / static_cast<double>(layout.shard_ranks);
 
   // Gathered parameters: the root unit stays gathered through the step; blocks are gathered two at
   // a time (limit_all_gathers), or all of them between forward and backward under SHARD_GRAD_OP.
@@ -135,7 +153,7 @@ MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfi
   // Peak B: the first block backward; the logits are gone, one block's activations are rebuilt
   // under checkpointing, and unsharded gradients sit beside the gradient buffers: the block being
   // computed (compute dtype) and the one waiting for its reduce-scatter (reduce dtype).
-  const double grads = in.block_params * (gb + rb);
+  const double grads = in.block_trained * (gb + rb);
   const double at_backward = kept + rebuilt + in.backward_buffer_bytes + grads;
 
   m.gathered_params_bytes = gathered;

@@ -62,12 +62,16 @@ double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Pre
 
 // The parameter counts memory needs, computed once per model and sequence length.
 struct ModelMemoryCounts {
-  double block_params = 0;  // layer_parameter_count: one block with all its experts
+  double block_params = 0;  // layer_parameter_count: one block with all its experts (and its LoRA adapters)
   double root_params = 0;   // embedding_parameter_count: outside the blocks
+  // Of them, those trained, with gradients and optimizer state: all of them, or under LoRA the
+  // block's adapters and nothing of the root.
+  double block_trained = 0;
+  double root_trained = 0;
   int64_t n_layers = 0;
   int64_t d_model = 0;
 };
-ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len);
+ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len, const Lora& lora = {});
 
 // Peak memory of one GPU for `cfg`: the parameters, gradients and optimizer state of `model` under
 // `layout`, the activations `saved` per micro-batch, and the buffers of a block's backward.

@@ -30,6 +30,12 @@
 // HFU with selective checkpointing (Korthikanti et al. 2022, Sec. 5): the attention term is run
 // 4 times (its forward again in the backward) and the parameter term 3 times:
 //   HFU = (3 * flops_per_seq + 4 * attn_flops_per_seq) * seq_per_s / (gpus * peak).
+// LoRA (model/lora.hpp), with `lora_params` adapter parameters over the whole model: the forward and
+// the data gradient over the base and adapter parameters, the weight gradient over the adapters
+// only, as Megatron-Bridge's flop_utils (the frozen model's FLOPs times 2/3) and NeMo AutoModel's
+// benchmark ((2 + lora/frozen) / 3) count them: the parameter term 3 * flops_per_seq becomes
+//   2 * flops_per_seq(n_params + lora_params) + flops_per_seq(lora_params),
+// and full checkpointing adds the forward again, flops_per_seq(n_params + lora_params).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +56,8 @@ double foundry_attn_flops_per_seq(int64_t n_layers, int64_t d_model, int64_t seq
 
 // `n_params`: the parameters flops_per_batch multiplies (active_parameter_count()).
 FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len, double seq_per_s,
-                               int64_t n_gpus, double peak_flops_per_s, Checkpointing checkpointing);
+                               int64_t n_gpus, double peak_flops_per_s, Checkpointing checkpointing,
+                               int64_t lora_params = 0);
 // The same with full checkpointing when `activation_checkpointing`, else none (the seed tables').
 FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_model, int64_t seq_len, double seq_per_s,
                                int64_t n_gpus, double peak_flops_per_s, bool activation_checkpointing);

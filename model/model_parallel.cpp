@@ -18,6 +18,7 @@ BlockShape rank_shape(const ModelConfig& model, const TrainConfig& cfg, int64_t 
   const Layout& par = cfg.layout;
   BlockShape s = tensor_parallel_shape(block_shape(model, cfg.micro_batch, cfg.seq_len / par.context, cfg.precision),
                                        par.tensor, par.sequence_parallel, padded_vocab);
+  s.lora = cfg.lora;
   if (s.moe.active()) {
     s.moe.d_expert /= par.expert_tensor_degree();
     s.moe.d_shared /= par.tensor;

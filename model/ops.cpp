@@ -1,8 +1,10 @@
 #include "model/ops.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -90,13 +92,34 @@ struct LinearNames {
   const char* cast_in;
   const char* cast_grad;
   const char* cast_weight;  // the weight's own cast (BlockShape::fp8_weight_cache)
-  OpRole role;              // of every op of the layer
+  // Its LoRA adapter's (BlockShape::lora).
+  const char* lora_dropout_fwd;
+  const char* lora_a_fwd;
+  const char* lora_b_fwd;
+  const char* lora_add_fwd;
+  const char* lora_scale_bwd;
+  const char* lora_b_dgrad;
+  const char* lora_b_wgrad;
+  const char* lora_a_dgrad;
+  const char* lora_a_wgrad;
+  const char* lora_dropout_bwd;
+  const char* lora_dx_sum;
+  OpRole role;  // of every op of the layer
 };
-#define TPSIM_LINEAR(stem, role)                                                                       \
-  {                                                                                                    \
-    stem ".fwd", stem ".dgrad", stem ".wgrad", stem ".bgrad", stem ".fp8_cast", stem ".fp8_cast_grad", \
-        stem ".fp8_cast_weight", role                                                                  \
+#define TPSIM_LINEAR(stem, role)                                                                            \
+  {                                                                                                         \
+    stem ".fwd", stem ".dgrad", stem ".wgrad", stem ".bgrad", stem ".fp8_cast", stem ".fp8_cast_grad",      \
+        stem ".fp8_cast_weight", stem ".lora.dropout.fwd", stem ".lora_a.fwd", stem ".lora_b.fwd",          \
+        stem ".lora.add.fwd", stem ".lora.scale.bwd", stem ".lora_b.dgrad", stem ".lora_b.wgrad",           \
+        stem ".lora_a.dgrad", stem ".lora_a.wgrad", stem ".lora.dropout.bwd", stem ".lora.dx_sum.bwd", role \
   }
+
+// The LoRA adapters on one linear: each one's output width (n), over the linear's rows and k.
+struct Adapters {
+  int count = 0;
+  std::array<int64_t, 3> widths{};
+  void add(int64_t n) { widths[static_cast<size_t>(count++)] = n; }
+};
 
 // A linear layer y[rows, n] = x[rows, k] W^T over `rows` tokens; `groups` > 1: one weight per group
 // (the routed experts), run as grouped GEMMs.
@@ -105,21 +128,50 @@ struct Linear {
   int64_t rows, n, k;
   int64_t groups;
   bool bias;
-  int64_t saved_rows;  // rows of the input it keeps for backward (row_tokens() for a column-parallel
-                       // linear under sequence parallelism; else rows)
+  int64_t saved_rows;   // rows of the input it keeps for backward (row_tokens() for a column-parallel
+                        // linear under sequence parallelism; else rows)
+  bool frozen = false;  // LoRA: no weight gradient, so its input is kept only for its adapters
+  Adapters adapters;
+  // Whether its backward needs its input: for its weight gradient or its adapters'.
+  bool needs_input() const { return !frozen || adapters.count > 0; }
 };
 
+// The adapters `s.lora` puts on the linear of the projections `bits` of output widths `widths` (in
+// LoraTarget order among the bits), one over all of them when `fused`.
+Adapters adapters_of(const BlockShape& s, uint8_t bits, bool fused, std::initializer_list<int64_t> widths) {
+  Adapters a;
+  if (!s.lora.active()) return a;
+  uint8_t bit = 1;
+  while (bit && !(bits & bit)) bit = static_cast<uint8_t>(bit << 1);
+  int64_t fused_width = 0;
+  for (const int64_t w : widths) {
+    if (s.lora.target_bits & bits & bit) {
+      if (fused) fused_width += w;
+      else a.add(w);
+    }
+    bit = static_cast<uint8_t>(bit << 1);
+  }
+  if (fused && fused_width > 0) a.add(fused_width);
+  return a;
+}
+
 Linear qkv(const BlockShape& s) {
-  return {TPSIM_LINEAR("attn.Wqkv", OpRole::kQkv),
-          s.tokens(),
-          s.q_dim() + 2 * s.kv_dim(),
-          s.d_model,
-          1,
-          s.qkv_bias,
-          s.row_tokens()};
+  Linear l{TPSIM_LINEAR("attn.Wqkv", OpRole::kQkv),
+           s.tokens(),
+           s.q_dim() + 2 * s.kv_dim(),
+           s.d_model,
+           1,
+           s.qkv_bias,
+           s.row_tokens()};
+  l.frozen = s.lora.active();
+  l.adapters = adapters_of(s, kLoraQkv, s.lora.fused_qkv, {s.q_dim(), s.kv_dim(), s.kv_dim()});
+  return l;
 }
 Linear out_proj(const BlockShape& s) {
-  return {TPSIM_LINEAR("attn.out_proj", OpRole::kAttnOut), s.tokens(), s.d_model, s.q_dim(), 1, s.bias, s.tokens()};
+  Linear l{TPSIM_LINEAR("attn.out_proj", OpRole::kAttnOut), s.tokens(), s.d_model, s.q_dim(), 1, s.bias, s.tokens()};
+  l.frozen = s.lora.active();
+  l.adapters = adapters_of(s, lora_bit(LoraTarget::kO), false, {s.d_model});
+  return l;
 }
 
 // One feed-forward network (dense, the routed experts, or the shared experts): its ops' names
@@ -161,17 +213,43 @@ struct Ffn {
   bool bias;
   bool input_saved_elsewhere;  // another op keeps its input for backward
   int64_t d_model;
-  int64_t input_rows;  // rows of its input kept for backward (row_tokens() for the dense FFN)
-  Linear gate() const { return {names->gate, rows, width, d_model, groups, bias, input_rows}; }
-  Linear up() const { return {names->up, rows, width, d_model, groups, bias, input_rows}; }
-  Linear down() const { return {names->down, rows, d_model, width, groups, bias, rows}; }
+  int64_t input_rows;            // rows of its input kept for backward (row_tokens() for the dense FFN)
+  const BlockShape* lora_shape;  // the dense feed-forward under LoRA: its adapters' shape; else null
+  bool frozen;                   // LoRA: every weight frozen
+  Linear with(Linear l, uint8_t bits, bool fused, std::initializer_list<int64_t> widths) const {
+    l.frozen = frozen;
+    if (lora_shape) l.adapters = adapters_of(*lora_shape, bits, fused, widths);
+    return l;
+  }
+  // Megatron-Core's one linear_fc1 adapter over gate and up, where they run as two linears: on the gate.
+  bool fused_fc1_adapter() const {
+    return lora_shape && lora_shape->lora.fused_fc1 && lora_shape->ffn == FfnKind::kGlu;
+  }
+  Linear gate() const {
+    if (fused_fc1_adapter())
+      return with({names->gate, rows, width, d_model, groups, bias, input_rows}, kLoraGateUp, true, {width, width});
+    return with({names->gate, rows, width, d_model, groups, bias, input_rows}, lora_bit(LoraTarget::kGate), false,
+                {width});
+  }
+  Linear up() const {
+    return with({names->up, rows, width, d_model, groups, bias, input_rows},
+                fused_fc1_adapter() ? uint8_t{0} : lora_bit(LoraTarget::kUp), false, {width});
+  }
+  Linear down() const {
+    return with({names->down, rows, d_model, width, groups, bias, rows}, lora_bit(LoraTarget::kDown), false, {d_model});
+  }
   // Megatron-Core's linear_fc1 of a gated unit: [gate | up] = x [W_gate | W_up]^T, one GEMM (one per
   // expert) of twice the width, one cast of x and of the weight under fp8.
-  Linear fc1() const { return {names->fc1, rows, 2 * width, d_model, groups, bias, input_rows}; }
+  Linear fc1() const {
+    return with({names->fc1, rows, 2 * width, d_model, groups, bias, input_rows}, kLoraGateUp,
+                lora_shape && lora_shape->lora.fused_fc1, {width, width});
+  }
 };
 
 Ffn dense_ffn(const BlockShape& s) {
-  return {&kDenseFfn, s.tokens(), s.d_ffn, 1, s.bias, false, s.d_model, s.row_tokens()};
+  return {
+      &kDenseFfn,     s.tokens(), s.d_ffn, 1, s.bias, false, s.d_model, s.row_tokens(), s.lora.active() ? &s : nullptr,
+      s.lora.active()};
 }
 
 MemKind activation_kind(Activation act) {
@@ -222,21 +300,93 @@ double quantized_bytes(Precision p) {
   return element + (block > 0 ? 1.0 / block : 0.0);
 }
 
-// Forward of a linear layer. `input_saved_elsewhere`: another op already keeps the input alive.
-void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, OpSink& out) {
+// The LoRA adapters' forward on linear `l` (model/lora.hpp), each in the precision's non-block GEMM
+// dtype (the adapters are plain linears beside the quantized base): a dropout of the input when the
+// run has one (keeping its mask and the dropped copy), h = x A^T (keeping x, unless another op keeps
+// it, for A's weight gradient), y_a = h B^T (keeping h for B's), and y += scale * y_a (a scale and an
+// add kernel, as Hugging Face PEFT and Megatron-Bridge run it).
+void lora_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, OpSink& out) {
+  const double a = activation_bytes(s.precision);
+  const DType act = activation_dtype(s.precision);
+  const DType dt = other_gemm_dtype(s.precision);
+  const int64_t r = s.lora.rank;
+  const double xk = d(l.rows) * d(l.k), kept_x = d(l.saved_rows) * d(l.k);
+  bool x_kept = input_saved_elsewhere;
+  for (int i = 0; i < l.adapters.count; ++i) {
+    const int64_t n = l.adapters.widths[static_cast<size_t>(i)];
+    const double yn = d(l.rows) * d(n);
+    double saved_x = 0;
+    if (s.lora.dropout_per_mille > 0) {
+      Op drop = membound_op(l.names.lora_dropout_fwd, MemKind::kDropout, l.rows, l.k, act, xk * a, xk * (a + 1.0), 1,
+                            kept_x * (a + 1.0));
+      drop.k = s.lora.dropout_per_mille;
+      out.push(tagged(drop, l.names.role));
+    } else if (!x_kept) {
+      saved_x = kept_x * a;
+      x_kept = true;
+    }
+    Op fa = gemm_op(l.names.lora_a_fwd, l.rows, r, l.k, dt, a, a, false, true);
+    fa.saved_bytes = saved_x;
+    out.push(tagged(fa, l.names.role, OpPass::kForward));
+    Op fb = gemm_op(l.names.lora_b_fwd, l.rows, n, r, dt, a, a, false, true);
+    fb.saved_bytes = d(l.rows) * d(r) * a;
+    out.push(tagged(fb, l.names.role, OpPass::kForward));
+    out.push(tagged(membound_op(l.names.lora_add_fwd, MemKind::kAdd, l.rows, n, act, 3.0 * yn * a, 2.0 * yn * a, 2),
+                    l.names.role));
+  }
+}
+
+// Their backward: the output gradient scaled, dh = dy B and dB = dy^T h, dx_a = dh A and dA = dh^T x,
+// the dropout's backward, and dx_a summed into the base linear's input gradient.
+void lora_backward(const BlockShape& s, const Linear& l, OpSink& out) {
+  const double a = activation_bytes(s.precision);
+  const DType act = activation_dtype(s.precision);
+  const DType dt = other_gemm_dtype(s.precision);
+  const int64_t r = s.lora.rank;
+  const double xk = d(l.rows) * d(l.k);
+  for (int i = 0; i < l.adapters.count; ++i) {
+    const int64_t n = l.adapters.widths[static_cast<size_t>(i)];
+    const double yn = d(l.rows) * d(n);
+    out.push(
+        tagged(membound_op(l.names.lora_scale_bwd, MemKind::kScale, l.rows, n, act, yn * a, yn * a), l.names.role));
+    out.push(tagged(gemm_op(l.names.lora_b_dgrad, l.rows, r, n, dt, a, a), l.names.role, OpPass::kDataGrad));
+    out.push(
+        tagged(gemm_op(l.names.lora_b_wgrad, n, r, l.rows, dt, a, a, true, false), l.names.role, OpPass::kWeightGrad));
+    out.push(tagged(gemm_op(l.names.lora_a_dgrad, l.rows, l.k, r, dt, a, a), l.names.role, OpPass::kDataGrad));
+    out.push(tagged(gemm_op(l.names.lora_a_wgrad, r, l.k, l.rows, dt, a, a, true, false), l.names.role,
+                    OpPass::kWeightGrad));
+    if (s.lora.dropout_per_mille > 0) {
+      Op drop =
+          membound_op(l.names.lora_dropout_bwd, MemKind::kDropoutBackward, l.rows, l.k, act, xk * (a + 1.0), xk * a);
+      drop.k = s.lora.dropout_per_mille;
+      out.push(tagged(drop, l.names.role));
+    }
+    out.push(
+        tagged(membound_op(l.names.lora_dx_sum, MemKind::kAdd, l.rows, l.k, act, 2.0 * xk * a, xk * a), l.names.role));
+  }
+}
+
+// Forward of a linear layer. `input_saved_elsewhere`: another op already keeps the input alive;
+// `adapter_input_kept`: ... the unquantized input its adapters read (the same but under fp8). A frozen linear (LoRA)
+// keeps no input of its own (PyTorch's autograd and TransformerEngine keep a linear's input only for its weight
+// gradient) and, quantized, casts its input without the transposed copy the weight gradient would read.
+void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, bool adapter_input_kept,
+                    OpSink& out) {
   const double a = activation_bytes(s.precision);
   const DType act = activation_dtype(s.precision);
   const double t = d(l.rows);
   const double w = d(l.groups) * d(l.n) * d(l.k);  // weight elements
   const DType dt = block_gemm_dtype(s.precision);
-  double saved = input_saved_elsewhere ? 0.0 : d(l.saved_rows) * d(l.k) * a;
+  const bool keeps_input = !l.frozen && !input_saved_elsewhere;
+  double saved = keeps_input ? d(l.saved_rows) * d(l.k) * a : 0.0;
   if (const double q = quantized_bytes(s.precision); q > 0) {
     // TransformerEngine: cast (and transpose, for the weight gradient) the input and the weight to
     // fp8 (or MXFP8/NVFP4 with their block scales), computing amax on the way; the low-precision
     // copy of the input is what it keeps for backward.
+    const double copies = l.frozen ? 1.0 : 2.0;
     if (s.fp8_weight_cache) {  // the input every micro-batch; the weight once a step, into the cache
       out.push(tagged(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a,
-                                  2.0 * q * t * d(l.k), cast_launches(s, l, 1)),
+                                  copies * q * t * d(l.k), cast_launches(s, l, 1)),
                       l.names.role));
       Op weight = membound_op(l.names.cast_weight, MemKind::kCast, l.groups * l.n, l.k, act, w * a, 2.0 * q * w,
                               cast_launches(s, l, 1));
@@ -244,20 +394,25 @@ void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsew
       out.push(tagged(weight, l.names.role));
     } else {
       out.push(tagged(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
-                                  2.0 * q * (t * d(l.k) + w), cast_launches(s, l, 2)),
+                                  copies * q * t * d(l.k) + 2.0 * q * w, cast_launches(s, l, 2)),
                       l.names.role));
     }
-    saved = d(l.saved_rows) * d(l.k) * q;
+    saved = l.frozen ? 0.0 : d(l.saved_rows) * d(l.k) * q;
     Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, q, a, false, true);
     if (l.groups != 1) g = grouped(s, g, l, false, q, a);
     g.saved_bytes = saved;
     out.push(tagged(g, l.names.role, OpPass::kForward));
+    lora_forward(s, l, adapter_input_kept, out);
     return;
   }
   Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, a, a, false, true);  // y = x W^T
   if (l.groups != 1) g = grouped(s, g, l, false, a, a);
   g.saved_bytes = saved;
   out.push(tagged(g, l.names.role, OpPass::kForward));
+  lora_forward(s, l, adapter_input_kept, out);
+}
+void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsewhere, OpSink& out) {
+  linear_forward(s, l, input_saved_elsewhere, input_saved_elsewhere, out);
 }
 
 void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
@@ -267,19 +422,19 @@ void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
   const DType dt = block_gemm_dtype(s.precision);
   const double q = quantized_bytes(s.precision);
   const double in_bytes = q > 0 ? q : a;
-  if (q > 0)  // cast-transpose of the output gradient
+  lora_backward(s, l, out);
+  if (q > 0)  // cast-transpose of the output gradient (frozen: only the copy the data gradient reads)
     out.push(tagged(membound_op(l.names.cast_grad, MemKind::kCast, l.rows, l.n, act, t * d(l.n) * a,
-                                2.0 * q * t * d(l.n), cast_launches(s, l, 1)),
+                                (l.frozen ? 1.0 : 2.0) * q * t * d(l.n), cast_launches(s, l, 1)),
                     l.names.role));
   // dX[t,K] = dY[t,N] W[N,K];  dW[N,K] = dY^T[N,t] X[t,K]; the parameter gradient is written in
   // the parameter dtype (bf16 under FSDP mixed precision). Grouped: each expert's rows.
-  Op dgrad = gemm_op(l.names.dgrad, l.rows, l.k, l.n, dt, in_bytes, a);               // dX = dY W
-  Op wgrad = gemm_op(l.names.wgrad, l.n, l.k, l.rows, dt, in_bytes, a, true, false);  // dW = dY^T X
-  if (l.groups != 1) {
-    dgrad = grouped(s, dgrad, l, false, in_bytes, a);
-    wgrad = grouped(s, wgrad, l, true, in_bytes, a);
-  }
+  Op dgrad = gemm_op(l.names.dgrad, l.rows, l.k, l.n, dt, in_bytes, a);  // dX = dY W
+  if (l.groups != 1) dgrad = grouped(s, dgrad, l, false, in_bytes, a);
   out.push(tagged(dgrad, l.names.role, OpPass::kDataGrad));
+  if (l.frozen) return;
+  Op wgrad = gemm_op(l.names.wgrad, l.n, l.k, l.rows, dt, in_bytes, a, true, false);  // dW = dY^T X
+  if (l.groups != 1) wgrad = grouped(s, wgrad, l, true, in_bytes, a);
   out.push(tagged(wgrad, l.names.role, OpPass::kWeightGrad));
   if (l.bias)
     out.push(tagged(membound_op(l.names.bgrad, MemKind::kBiasGrad, l.rows, l.n, act, t * d(l.n) * a, d(l.n) * a),
@@ -496,8 +651,10 @@ void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
     // One kernel reads [gate | up] and writes silu(gate) * up, keeping [gate | up] for its backward.
     out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
   } else if (s.ffn == FfnKind::kGlu) {
-    linear_forward(s, f.gate(), f.input_saved_elsewhere, out);
-    linear_forward(s, f.up(), /*input_saved_elsewhere=*/true, out);  // the gate keeps x
+    const Linear gate = f.gate();
+    linear_forward(s, gate, f.input_saved_elsewhere, out);
+    // The gate keeps x (frozen under LoRA: only if its adapters do).
+    linear_forward(s, f.up(), /*input_saved_elsewhere=*/f.input_saved_elsewhere || gate.needs_input(), out);
     // The activation keeps its input (the gate's output); the product keeps both its factors.
     out.push(ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1));
     out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
@@ -535,12 +692,14 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
 
 Ffn expert_ffn(const BlockShape& s) {
   const int64_t rows = s.expert_rows();
-  return {&kExpertFfn, rows, s.moe.d_expert, s.moe.experts / s.ep, false, false, s.d_model, rows};
+  return {&kExpertFfn, rows, s.moe.d_expert, s.moe.experts / s.ep, false, false,
+          s.d_model,   rows, nullptr,        s.lora.active()};
 }
 Ffn shared_ffn(const BlockShape& s) {
   // The shared experts see every token: one dense FFN of their widths together (DeepSeek fuses
   // them so; Qwen2-MoE has one), with x kept by the router.
-  return {&kSharedFfn, s.tokens(), s.moe.shared_experts * s.moe.d_shared, 1, false, true, s.d_model, s.tokens()};
+  return {&kSharedFfn, s.tokens(),     s.moe.shared_experts * s.moe.d_shared, 1, false, true, s.d_model, s.tokens(),
+          nullptr,     s.lora.active()};
 }
 
 // The mixture-of-experts feed-forward of one block, forward. Index tensors are int64 (torch.topk).
@@ -554,7 +713,7 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   // keeping its input x for its weight gradient (and for the shared experts).
   Op router =
       gemm_op("moe.router.fwd", s.tokens(), e.experts, s.d_model, other_gemm_dtype(s.precision), a, a, false, true);
-  router.saved_bytes = td * a;
+  router.saved_bytes = s.lora.active() ? 0.0 : td * a;  // frozen under LoRA: no weight gradient
   out.push(tagged(router, OpRole::kRouter, OpPass::kForward));
   // Softmax in fp32 and top-k: keeps the probabilities and the chosen indices.
   Op topk = membound_op("moe.router.topk.fwd", MemKind::kRouter, s.tokens(), e.experts, act, te * a,
@@ -599,14 +758,15 @@ void moe_backward(const BlockShape& s, OpSink& out) {
                       OpRole::kSharedExpert));
       out.push(tagged(gemm_op("moe.shared_gate.dgrad", s.tokens(), s.d_model, 1, dt, a, a), OpRole::kSharedExpert,
                       OpPass::kDataGrad));
-      out.push(tagged(gemm_op("moe.shared_gate.wgrad", 1, s.d_model, s.tokens(), dt, a, a, true, false),
-                      OpRole::kSharedExpert, OpPass::kWeightGrad));
+      if (!s.lora.active())
+        out.push(tagged(gemm_op("moe.shared_gate.wgrad", 1, s.d_model, s.tokens(), dt, a, a, true, false),
+                        OpRole::kSharedExpert, OpPass::kWeightGrad));
       ++sums;
     }
     ffn_backward(s, shared_ffn(s), out);
     ++sums;
   }
-  if (e.output_bias)
+  if (e.output_bias && !s.lora.active())
     out.push(
         membound_op("moe.output_bias.bgrad", MemKind::kBiasGrad, s.tokens(), s.d_model, act, td * a, d(s.d_model) * a));
   // Un-permutation's backward is a permutation: each choice's row of dy times its weight, and the
@@ -627,8 +787,9 @@ void moe_backward(const BlockShape& s, OpSink& out) {
   out.push(tagged(topk, OpRole::kRouter));
   out.push(tagged(gemm_op("moe.router.dgrad", s.tokens(), s.d_model, e.experts, dt, a, a), OpRole::kRouter,
                   OpPass::kDataGrad));
-  out.push(tagged(gemm_op("moe.router.wgrad", e.experts, s.d_model, s.tokens(), dt, a, a, true, false), OpRole::kRouter,
-                  OpPass::kWeightGrad));
+  if (!s.lora.active())
+    out.push(tagged(gemm_op("moe.router.wgrad", e.experts, s.d_model, s.tokens(), dt, a, a, true, false),
+                    OpRole::kRouter, OpPass::kWeightGrad));
   out.push(membound_op("moe.dx_sum.bwd", MemKind::kAdd, s.tokens(), s.d_model, act, 2.0 * d(sums) * td * a,
                        d(sums) * td * a, sums));
 }
@@ -643,8 +804,10 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
   if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.fwd", s));
   if (s.unfused_attention) unfused_attention_forward(s, /*keep=*/true, out);
   else out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
-  // Flash attention keeps its output, which is the out projection's input.
-  linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8 && !s.unfused_attention, out);
+  // Flash attention keeps its output, which is the out projection's input (in bf16: under fp8 the
+  // out projection keeps its own quantized copy, and its LoRA adapters share the attention's).
+  linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8 && !s.unfused_attention,
+                 /*adapter_input_kept=*/!s.unfused_attention, out);
   out.push(residual_add("resid_attn.fwd", s));
   out.push(norm_forward("norm_2.fwd", s));
   if (s.moe.active()) moe_forward(s, out);
@@ -677,6 +840,35 @@ void attention_recompute_ops(const BlockShape& s, OpSink& out) {
   out.push(op);
 }
 
+double lora_block_params(const BlockShape& s, int* adapters) {
+  if (adapters) *adapters = 0;
+  if (!s.lora.active()) return 0.0;
+  double p = 0;
+  const auto add = [&](const Linear& l) {
+    for (int i = 0; i < l.adapters.count; ++i)
+      p += d(s.lora.rank) * (d(l.k) + d(l.adapters.widths[static_cast<size_t>(i)]));
+    if (adapters) *adapters += l.adapters.count;
+  };
+  add(qkv(s));
+  add(out_proj(s));
+  if (!s.moe.active()) {
+    const Ffn f = dense_ffn(s);
+    if (fused_swiglu(s)) add(f.fc1());
+    else if (s.ffn == FfnKind::kGlu) {
+      add(f.gate());
+      add(f.up());
+    } else add(f.up());
+    add(f.down());
+  }
+  return p;
+}
+
+double lora_model_block_params(const ModelConfig& m, const Lora& lora) {
+  BlockShape s = block_shape(m, 1, 1, Precision::kAmpBf16);
+  s.lora = lora;
+  return lora_block_params(s);
+}
+
 int64_t BlockShape::expert_rows() const {
   const int64_t rows = moe_routed_rows(moe, tokens());
   const int64_t etp = expert_tensor_parallel();
@@ -705,8 +897,8 @@ void embedding_forward_ops(const BlockShape& s, OpSink& out) {
   const double t = d(s.tokens());
   const double td = t * d(s.d_model);
   Op wte = membound_op("wte.fwd", MemKind::kEmbedding, s.tokens(), s.d_model, act, td * a + t * 8.0, td * a, 1,
-                       t * 8.0);  // keeps the token ids
-  wte.k = s.vocab;                // table rows
+                       s.lora.active() ? 0.0 : t * 8.0);  // keeps the token ids for its gradient
+  wte.k = s.vocab;                                        // table rows
   out.push(wte);
   if (s.positions != PositionKind::kLearned) return;  // ALiBi and RoPE act in the attention
   out.push(
@@ -714,6 +906,7 @@ void embedding_forward_ops(const BlockShape& s, OpSink& out) {
 }
 
 void embedding_backward_ops(const BlockShape& s, OpSink& out) {
+  if (s.lora.active()) return;  // frozen: the embeddings' gradients are not computed
   const DType act = activation_dtype(s.precision);
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens());
@@ -738,7 +931,8 @@ void head_forward_ops(const BlockShape& s, OpSink& out) {
   const double tv = t * d(s.vocab);
   out.push(norm_forward("norm_f.fwd", s));
   Op logits = gemm_op("logits.fwd", s.tokens(), s.vocab, s.d_model, other_gemm_dtype(s.precision), a, a, false, true);
-  logits.saved_bytes = d(s.row_tokens()) * d(s.d_model) * a;  // its input, for the weight gradient
+  // its input, for the weight gradient (none under LoRA: frozen)
+  logits.saved_bytes = s.lora.active() ? 0.0 : d(s.row_tokens()) * d(s.d_model) * a;
   out.push(logits);
   if (s.fp32_vocab_parallel_xent) {
     // Megatron-LM's vocab_parallel_cross_entropy(logits.float()) (core/tensor_parallel/cross_entropy.py,
@@ -768,9 +962,10 @@ void head_backward_ops(const BlockShape& s, OpSink& out) {
     out.push(membound_op("loss.xent.bwd", MemKind::kCrossEntropyBackward, s.tokens(), s.vocab, act, tv * a,
                          tv * a));  // scale the stored gradient by dL
   out.push(gemm_op("logits.dgrad", s.tokens(), s.d_model, s.vocab, dt, a, a));
-  // Into the tied wte gradient, or the untied lm_head's: the same GEMM.
-  out.push(gemm_op(s.tie_embeddings ? "logits.wgrad" : "lm_head.wgrad", s.vocab, s.d_model, s.tokens(), dt, a, a, true,
-                   false));
+  // Into the tied wte gradient, or the untied lm_head's: the same GEMM (frozen under LoRA: none).
+  if (!s.lora.active())
+    out.push(gemm_op(s.tie_embeddings ? "logits.wgrad" : "lm_head.wgrad", s.vocab, s.d_model, s.tokens(), dt, a, a,
+                     true, false));
   out.push(norm_backward("norm_f.bwd", s));
 }
 

@@ -300,6 +300,11 @@ struct BlockShape {
   // so the rank's experts run over the routed rows of tokens() * expert_tp / tp tokens (expert_rows):
   // all of them at expert_tp = tp, its own tokens/tp at expert_tp = 1, the same FLOPs either way.
   int64_t expert_tp = 0;
+  // LoRA (model/lora.hpp): every weight frozen (no weight-gradient GEMMs, bias gradients, router or
+  // embedding gradients), adapters on the targeted linears of the attention and the dense
+  // feed-forward, each with its forward (x A^T, then B, then scaled and added to the output) and
+  // backward (the two data and two weight gradients and the sum into the input's gradient).
+  Lora lora;
 
   int64_t tokens() const { return batch * seq; }
   int64_t expert_tensor_parallel() const { return expert_tp > 0 ? expert_tp : tp; }
@@ -315,6 +320,14 @@ struct BlockShape {
 };
 
 BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_len, Precision p);
+
+// The LoRA adapters' parameters of one block as the shape computes it (its tensor-parallel slice:
+// each adapter's r x k and n x r over the linear's local k and n): what the block's ops train, and
+// all its trained parameters under LoRA. 0 without LoRA.
+// With `adapters`, the number of adapters too.
+double lora_block_params(const BlockShape& s, int* adapters = nullptr);
+// The same for one whole block of `m` (no tensor parallelism).
+double lora_model_block_params(const ModelConfig& m, const Lora& lora);
 
 // The shape one of `tp` tensor-parallel ranks computes (Megatron-LM's ColumnParallelLinear and
 // RowParallelLinear, Shoeybi et al. 2019): query and key/value heads and the dense feed-forward

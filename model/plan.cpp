@@ -83,6 +83,7 @@ void plan_point(const PlanQuery& q, const PlanDevice& device, int64_t n_gpus, Pl
   base.global_batch = q.global_batch;
   base.precision = q.precision;
   base.mp_mode = q.mp_mode;
+  base.lora = q.lora;
   if (std::string why = batch_unsplit(*q.model, base, q.space.asked); !why.empty()) {
     out.rejected.push_back({device.spec, n_gpus, std::move(why), {}});
     return;

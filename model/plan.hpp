@@ -65,6 +65,7 @@ struct PlanQuery {
   int64_t seq_len = 0;
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
+  Lora lora;  // fine-tuning with LoRA (model/lora.hpp); rank 0: every weight trained
   // The global batch, in sequences: the user's, never changed. A GPU count or layout that cannot
   // run it (llm-foundry: a multiple of the GPU count; megatron and torchtitan: of the data-parallel
   // degree, and whole micro-batches) is a rejection with its reason.

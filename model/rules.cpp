@@ -262,6 +262,29 @@ std::string device_runs_precision(const RuleInput& in) {
   return {};
 }
 
+// LoRA (model/lora.hpp): a rank with targets, on linears the model has; the experts' linears are not
+// adapted (tpsim costs adapters on the attention and the dense feed-forward).
+std::string lora_targets_modelled(const RuleInput& in) {
+  const Lora& l = in.cfg.lora;
+  const ModelConfig& m = *in.model;
+  if (!l.active()) {
+    if (l.target_bits != 0) return "LoRA targets " + lora_targets_name(l) + " without a rank (--lora-rank)";
+    return {};
+  }
+  if (l.rank > kMaxLoraRank) return "LoRA rank " + n(l.rank) + " is beyond " + n(kMaxLoraRank);
+  if (l.target_bits == 0) return "LoRA rank " + n(l.rank) + " without targets (--lora-targets, target_modules)";
+  const uint8_t ffn = kLoraGateUp | lora_bit(LoraTarget::kDown);
+  if (m.moe.active() && (l.target_bits & ffn))
+    return "LoRA on " + lora_targets_name(l) + ": model " + m.name +
+           " is a mixture of experts, and adapters on its experts' linears are not modelled (adapt the attention: "
+           "linear_qkv, linear_proj, q_proj, ...)";
+  if (m.ffn != FfnKind::kGlu && l.adapts(LoraTarget::kGate) && !l.fused_fc1)
+    return "LoRA on gate_proj: model " + m.name + "'s feed-forward is an MLP without a gate projection";
+  if (l.dropout_per_mille < 0 || l.dropout_per_mille >= 1000)
+    return "LoRA dropout " + n(l.dropout_per_mille) + " per mille is not a probability below 1";
+  return {};
+}
+
 std::string device_has_nodes(const RuleInput& in) {
   if (in.device->gpus_per_node <= 0) return "device " + in.device->id + " has no gpus_per_node";
   return {};
@@ -303,6 +326,9 @@ constexpr Rule kPositionsCoverSequence{"positions-cover-sequence", "--seq --mode
                                        positions_cover_sequence};
 constexpr Rule kDeviceRunsPrecision{"device-runs-precision", "--precision --device; Precision, GPU",
                                     RuleScope::kConfig, device_runs_precision};
+constexpr Rule kLoraTargetsModelled{"lora-targets-modelled",
+                                    "--lora-rank --lora-targets --lora-dropout; peft_config; LoRA Rank, LoRA Targets",
+                                    RuleScope::kConfig, lora_targets_modelled};
 constexpr Rule kDeviceHasNodes{"device-has-nodes", "--device, the device file's gpus_per_node", RuleScope::kConfig,
                                device_has_nodes};
 // clang-format on
@@ -326,7 +352,7 @@ constexpr std::array kGeneralRules = {
     &kContextSplitsSequence, &kExpertDividesExperts, &kSequenceParallelNeedsTensor, &kDegreesDivideGpus,
     &kExpertGroupsFit,       &kBatchDividesGpus,     &kDataParallelDividesBatch,    &kMicroBatchDividesReplicaBatch,
     &kBatchesGiven,          &kArchitectureValid,    &kPositionsCoverSequence,      &kDeviceRunsPrecision,
-    &kDeviceHasNodes,
+    &kDeviceHasNodes,        &kLoraTargetsModelled,
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "model/cost.hpp"
 #include "model/metrics.hpp"
 #include "model/ops.hpp"
+#include "model/units.hpp"
 
 namespace tpsim {
 
@@ -49,9 +50,12 @@ void complete_prediction(const ModelConfig& model, const DeviceSpec& device, con
   p.seq_per_s = static_cast<double>(cfg.global_batch) / p.step_s;
   p.tokens_per_s = p.seq_per_s * static_cast<double>(cfg.seq_len);
   p.tokens_per_s_per_gpu = p.tokens_per_s / static_cast<double>(cfg.n_gpus);
+  const int64_t lora_params =
+      cfg.lora.active() ? round_count(static_cast<double>(model.n_layers) * lora_model_block_params(model, cfg.lora))
+                        : 0;
   const FoundryMetrics fm =
       foundry_metrics(p.active_params, model.n_layers, model.d_model, cfg.seq_len, p.seq_per_s, cfg.n_gpus,
-                      device.peak(mfu_dtype(cfg.precision)), cfg.layout.checkpointing);
+                      device.peak(mfu_dtype(cfg.precision)), cfg.layout.checkpointing, lora_params);
   p.mfu = fm.mfu;
   p.hfu = fm.hfu;
   p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;

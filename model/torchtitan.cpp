@@ -189,11 +189,13 @@ struct TorchtitanCosts : MicroBatchOpCosts {
   double kept_per_block = 0, rebuilt = 0, backward_buffers = 0;
   // FSDP2 over the dp_shard x cp group (HSDP: and the all-reduce over dp_replicate), per
   // tensor-parallel rank.
-  double block_params = 0, root_params = 0;  // before sharding
+  double block_params = 0, root_params = 0;    // before sharding (a block's with its LoRA adapters)
+  double block_trained = 0, root_trained = 0;  // of them, those trained: all, or under LoRA the adapters
+  double lora_block = 0;                       // one block's local LoRA adapter parameters
   double block_gather_bytes = 0, root_gather_bytes = 0, reduce_bytes_per_param = 0;
   CategoryTotals cast, reduce_casts;
   double block_gather_s = 0, root_gather_s = 0, block_reduce_s = 0, root_reduce_s = 0;
-  std::vector<double> stage_params, stage_root_params, optimizer_s;  // per pipeline stage
+  std::vector<double> stage_params, stage_root_params, stage_trained, optimizer_s;  // per pipeline stage
 };
 
 TorchtitanEvaluator::TorchtitanEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
@@ -208,6 +210,7 @@ void TorchtitanEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
   // vocabulary: DTensor splits it in ceil(V / tp) rows.
   const BlockShape shape = rank_shape(model_, cfg, model_.vocab_size);
   static_cast<MicroBatchOpCosts&>(c) = cost_micro_batch_ops(cost_, shape);
+  c.lora_block = lora_block_params(shape);
   // Context parallelism: the block's one attention (step 0) becomes the ring's cp steps.
   c.cp = torchtitan_context_parallel(cost_, shape, l.cp, l.cp_group);
   c.block_fwd.attention += d(l.cp - 1) * c.cp.step_fwd_s;
@@ -245,7 +248,12 @@ void TorchtitanEvaluator::checkpointing_costs(Costs& c, const TrainConfig& cfg, 
   // (whole-sequence) input of its two column-parallel groups, which autograd saves for their weight
   // gradients (Megatron keeps only its own tokens/tp and gathers again).
   const double row_td = d(shape.row_tokens()) * d(model_.d_model) * a;
-  const double full_block = c.block_fwd.saved_bytes + (tp ? 2.0 * (td - row_td) : 0.0);
+  // Under LoRA a frozen group keeps its gathered input only for its adapters.
+  const Lora& lora = cfg.lora;
+  const double gathered_groups =
+      !lora.active() ? 2.0
+                     : ((lora.target_bits & kLoraQkv) ? 1.0 : 0.0) + ((lora.target_bits & kLoraGateUp) ? 1.0 : 0.0);
+  const double full_block = c.block_fwd.saved_bytes + (tp ? gathered_groups * (td - row_td) : 0.0);
   const double t = d(shape.tokens());
   const bool glu = model_.ffn == FfnKind::kGlu;
   // Selective 'op' (apply_ac's _save_list): every other matmul's output (torchtitan's order wq wk wv
@@ -305,8 +313,14 @@ void TorchtitanEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg) {
   const double shard = d(mesh.shard_ranks());
   const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
   const double fp8_weights = cfg.precision == Precision::kAmpFp8 ? block_linear_weights(model_, l.tp) : 0.0;
-  c.block_params = d(layer_parameter_count(model_)) / d(l.tp);
+  // Under LoRA the base weights are frozen (torchtitan's LoRAConverter): FSDP2 gathers them and
+  // reduce-scatters only the adapters' gradients; Adam keeps state for the adapters alone.
+  const bool lora = cfg.lora.active();
+  const double base = d(layer_parameter_count(model_)) / d(l.tp);
+  c.block_params = base + c.lora_block;
   c.root_params = d(embedding_parameter_count(model_, cfg.seq_len)) / d(l.tp);
+  c.block_trained = lora ? c.lora_block : c.block_params;
+  c.root_trained = lora ? 0.0 : c.root_params;
   c.block_gather_bytes = (c.block_params - fp8_weights) * gb + fp8_weights * 1.0;
   c.root_gather_bytes = c.root_params * gb;
   c.reduce_bytes_per_param = reduced_grad_bytes(cfg.precision, cfg.mp_mode);
@@ -314,7 +328,7 @@ void TorchtitanEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg) {
   c.cast = gathers ? costed(cost_, fsdp_pre_gather_ops, c.block_params, shard, c.block_gather_bytes / c.block_params)
                    : CategoryTotals{};
   c.reduce_casts =
-      costed(cost_, fsdp_pre_reduce_ops, c.block_params, shard, std::min(gb, 4.0), c.reduce_bytes_per_param);
+      costed(cost_, fsdp_pre_reduce_ops, c.block_trained, shard, std::min(gb, 4.0), c.reduce_bytes_per_param);
   const auto gather = [&](double bytes) {
     return gathers ? cost_.collective_seconds(CollectiveKind::kAllGather, bytes, mesh.shard_group) : 0.0;
   };
@@ -329,14 +343,15 @@ void TorchtitanEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg) {
   };
   c.block_gather_s = gather(c.block_gather_bytes);
   c.root_gather_s = gather(c.root_gather_bytes);
-  c.block_reduce_s = reduce(c.block_params);
-  c.root_reduce_s = reduce(c.root_params);
+  c.block_reduce_s = reduce(c.block_trained);
+  c.root_reduce_s = reduce(c.root_trained);
 
   // Stages: the first holds the embedding, the last the final norm and output (pipeline_llama.py).
   const double table = d(model_.vocab_size) * d(model_.d_model) / d(l.tp);
   const double layers_per_stage = d(model_.n_layers) / d(l.pp);
   c.stage_params.assign(static_cast<size_t>(l.pp), 0.0);
   c.stage_root_params.assign(c.stage_params.size(), 0.0);
+  c.stage_trained.assign(c.stage_params.size(), 0.0);
   c.optimizer_s.assign(c.stage_params.size(), 0.0);
   for (int64_t s = 0; s < l.pp; ++s) {
     const size_t i = static_cast<size_t>(s);
@@ -345,8 +360,9 @@ void TorchtitanEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg) {
     if (l.pp > 1 && s == l.pp - 1) root += std::max(c.root_params - table, 0.0) + (model_.tie_embeddings ? table : 0.0);
     c.stage_root_params[i] = root;
     c.stage_params[i] = layers_per_stage * c.block_params + root;
+    c.stage_trained[i] = layers_per_stage * c.block_trained + (lora ? 0.0 : root);
     // Adam over the fp32 shard; FSDP2 casts to bf16 at the all-gather (cast above), no copy-back.
-    c.optimizer_s[i] = costed(cost_, optimizer_ops, c.stage_params[i] / shard).total();
+    c.optimizer_s[i] = costed(cost_, optimizer_ops, c.stage_trained[i] / shard).total();
   }
 }
 
@@ -431,6 +447,7 @@ Prediction TorchtitanEvaluator::predict_pipeline(const Costs& c, const TrainConf
     for (int64_t k = 0; k < l.vp; ++k) stage_backward += bwd_s_[static_cast<size_t>(k * l.pp + s)];
     const double reduce =
         layers_per_stage * c.block_reduce_s + c.root_reduce_s * (c.stage_root_params[i] / c.root_params);
+
     const double end = start + pipe.stage_end_s[i] + std::max(reduce - stage_backward, c.block_reduce_s);
     if (end > flushed) flushed = end, critical = i;
     optimizer = std::max(optimizer, c.optimizer_s[i]);
@@ -501,7 +518,8 @@ MemoryBreakdown TorchtitanEvaluator::memory(const TrainConfig& cfg) {
     const int64_t warmup = l.pp == 1 ? 1 : pipeline_warmup(l.pp, l.vp, m, s) + 1;
     const double in_flight = d(std::min(warmup, m * l.vp));
     MemoryBreakdown mb;
-    mb.sharded_state_bytes = 16.0 * c.stage_params[i] / d(c.mesh.shard_ranks());
+    // 4 bytes per frozen parameter (LoRA's base), 16 per trained one.
+    mb.sharded_state_bytes = (4.0 * c.stage_params[i] + 12.0 * c.stage_trained[i]) / d(c.mesh.shard_ranks());
     if (c.mesh.shard_ranks() > 1 || l.pp > 1)
       mb.gathered_params_bytes = l.pp == 1
                                      ? c.root_gather_bytes + std::min(2.0, d(model_.n_layers)) * c.block_gather_bytes
@@ -509,7 +527,7 @@ MemoryBreakdown TorchtitanEvaluator::memory(const TrainConfig& cfg) {
     mb.activation_bytes = in_flight * layers_per_chunk * c.kept_per_block + c.rebuilt;
     if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.embed_fwd.saved_bytes;
     if (s == l.pp - 1) mb.activation_bytes += c.head_fwd.saved_bytes;
-    mb.transient_bytes = c.backward_buffers + (l.pp == 1 ? c.block_params * (gb + rb) : c.stage_params[i] * rb);
+    mb.transient_bytes = c.backward_buffers + (l.pp == 1 ? c.block_trained * (gb + rb) : c.stage_trained[i] * rb);
     mb = with_peak(mb, params_);
     if (mb.peak_bytes > worst.peak_bytes) worst = mb;
   }
@@ -530,7 +548,8 @@ TorchtitanTraffic TorchtitanEvaluator::traffic(const TrainConfig& cfg) {
     t.fsdp_gather_bytes = l.pp == 1 ? m * (c.root_gather_bytes + (2.0 * L - 1.0) * c.block_gather_bytes)
                                     : L * c.block_gather_bytes + root * c.root_gather_bytes / c.root_params;
   }
-  t.fsdp_reduce_bytes = (l.pp == 1 ? m : 1.0) * (L * c.block_params + root) * c.reduce_bytes_per_param;
+  const double root_trained = c.root_trained > 0 ? root : 0.0;
+  t.fsdp_reduce_bytes = (l.pp == 1 ? m : 1.0) * (L * c.block_trained + root_trained) * c.reduce_bytes_per_param;
   if (shard == 1) t.fsdp_reduce_bytes = 0;
   if (c.mesh.dp_replicate > 1) t.fsdp_replicate_bytes = t.fsdp_reduce_bytes / d(shard);
   t.tp_bytes =

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "model/lora.hpp"
+
 namespace tpsim {
 
 // Number formats a kernel can compute in; indexes per-format peak and achieved rates.
@@ -198,6 +200,7 @@ struct TrainConfig {
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
   Layout layout;  // degrees all 1: data parallelism alone, as llm-foundry runs
+  Lora lora;      // rank 0: every weight trained (pre-training, full fine-tuning); model/lora.hpp
 
   // Model replicas: the GPU count over the tensor, context and pipeline degrees.
   int64_t data_parallel() const { return n_gpus / layout.model_parallel(); }
@@ -210,7 +213,7 @@ struct TrainConfig {
 // The same configuration but perhaps for its global batch (what a search varies for one costing).
 inline bool same_but_global_batch(const TrainConfig& a, const TrainConfig& b) {
   return a.seq_len == b.seq_len && a.micro_batch == b.micro_batch && a.n_gpus == b.n_gpus &&
-         a.precision == b.precision && a.mp_mode == b.mp_mode && a.layout == b.layout;
+         a.precision == b.precision && a.mp_mode == b.mp_mode && a.layout == b.layout && a.lora == b.lora;
 }
 
 // Upper bounds that keep every count and byte total exact and finite.

@@ -1,5 +1,6 @@
 #define BOOST_TEST_MODULE hf_config
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 
 #include <cstdlib>
 #include <filesystem>
@@ -204,6 +205,36 @@ std::string hf_yaml(const std::string& model_keys) {
 
 }  // namespace
 
+// model.peft_config: Hugging Face PEFT's LoraConfig as llm-foundry passes it; what tpsim does not model
+// is refused naming file:line and key.
+BOOST_AUTO_TEST_CASE(peft_config_is_read_as_lora_or_refused_by_key) {
+  const auto yaml = [](const std::string& peft) {
+    return hf_yaml("  pretrained_model_name_or_path: meta-llama/Llama-3.1-8B\n  peft_config:\n" + peft);
+  };
+  const TrainYaml t = parse_train_yaml(
+      yaml("    r: 16\n    lora_alpha: 32\n    target_modules: all-linear\n    init_lora_weights: gaussian\n"),
+      "l.yaml");
+  BOOST_TEST(t.lora.rank == 16);
+  BOOST_TEST(t.lora.target_bits == kLoraAll);
+  BOOST_TEST(!t.lora.fused_qkv);  // Llama's q_proj, k_proj, v_proj: one adapter each
+  BOOST_TEST(std::count(t.ignored.begin(), t.ignored.end(), "model.peft_config.init_lora_weights") == 1);
+  const auto error = [&](const std::string& peft) {
+    return error_of([&] { parse_train_yaml(yaml(peft), "l.yaml"); });
+  };
+  BOOST_TEST(contains(error("    target_modules: '.*proj'\n"),
+                      "l.yaml:6: model.peft_config.target_modules: '.*proj' is a regular expression"));
+  BOOST_TEST(contains(error("    target_modules: [q_proj]\n    use_dora: true\n"),
+                      "l.yaml:7: model.peft_config.use_dora: true (DoRA"));
+  BOOST_TEST(contains(error("    target_modules: [q_proj]\n    modules_to_save: [lm_head]\n"),
+                      "model.peft_config.modules_to_save: modules trained or adapted beyond target_modules"));
+  BOOST_TEST(error("    target_modules: [q_proj]\n    lora_rank: 8\n") ==
+             "l.yaml:7: model.peft_config: unknown key 'lora_rank' (did you mean lora_bias?) (Hugging Face PEFT's "
+             "LoraConfig)");
+  BOOST_TEST(contains(error("    target_modules: [q_proj]\n    peft_type: PREFIX_TUNING\n"),
+                      "PREFIX_TUNING -- llm-foundry takes only LORA"));
+  BOOST_TEST(contains(error("    target_modules: [c_attn]\n"), "'c_attn' is not a linear tpsim knows"));
+}
+
 BOOST_AUTO_TEST_CASE(hf_causal_lm_resolves_shipped_configs_and_applies_overrides) {
   const TrainYaml t = parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: meta-llama/Llama-3.1-8B\n"
                                                "  pretrained: false\n  use_flash_attention_2: true\n"),
@@ -220,11 +251,11 @@ BOOST_AUTO_TEST_CASE(hf_causal_lm_resolves_shipped_configs_and_applies_overrides
                    hf_yaml("  pretrained_model_name_or_path: gpt2\n  config_overrides:\n    n_positons: 2048\n"),
                    "g.yaml");
              }) == "g.yaml:6: unknown key 'n_positons' for model_type gpt2 (did you mean n_positions?)");
-  BOOST_TEST(contains(error_of([] {
-                        parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  peft_config: {r: 8}\n"),
-                                         "g.yaml");
-                      }),
-                      "g.yaml:5: model.peft_config -- LoRA (PEFT) changes which parameters have gradients"));
+  BOOST_TEST(error_of([] {
+               parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  peft_config: {r: 8}\n"), "g.yaml");
+             }) ==
+             "g.yaml:5: model.peft_config: no target_modules -- PEFT then picks them by model type; name them "
+             "(q_proj, v_proj, ..., or all-linear)");
   BOOST_TEST(contains(error_of([] {
                         parse_train_yaml(hf_yaml("  pretrained_model_name_or_path: gpt2\n  load_in_8bit: true\n"),
                                          "g.yaml");
@@ -270,8 +301,13 @@ BOOST_AUTO_TEST_CASE(llm_foundrys_own_hf_causal_lm_yamls_predict_or_name_what_th
   BOOST_TEST(read_train_yaml(dir / "finetune" / "dbrx-full-ft.yaml").model.moe.experts == 16);
   BOOST_TEST((read_train_yaml(dir / "pretrain" / "opt-3b.yaml").model.activation == Activation::kRelu));
   BOOST_TEST(parameter_count(read_train_yaml(dir / "finetune" / "mpt-7b_dolly_sft.yaml").model, 2048) == 6649286656LL);
-  BOOST_TEST(contains(error_of([&] { read_train_yaml(dir / "finetune" / "dbrx-lora-ft.yaml"); }),
-                      "model.peft_config -- LoRA"));
+  // peft_config: r 64, lora_alpha 128, lora_dropout 0.05, target_modules [Wqkv] (DBRX's fused QKV).
+  const TrainYaml lora = read_train_yaml(dir / "finetune" / "dbrx-lora-ft.yaml");
+  BOOST_TEST(lora.lora.rank == 64);
+  BOOST_TEST(lora.lora.alpha == 128.0);
+  BOOST_TEST(lora.lora.dropout_per_mille == 50);
+  BOOST_TEST(lora.lora.target_bits == kLoraQkv);
+  BOOST_TEST(lora.lora.fused_qkv);
   BOOST_TEST(contains(error_of([&] { read_train_yaml(dir / "pretrain" / "gpt-neo-125m.yaml"); }), "attention_types"));
   // llm-foundry itself refuses this one: LlamaConfig has neither max_seq_len nor attn_config to override.
   const std::string adapt = error_of([&] { read_train_yaml(dir / "finetune" / "llama-3-8b_domain_adapt.yaml"); });
