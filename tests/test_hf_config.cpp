@@ -218,9 +218,7 @@ BOOST_AUTO_TEST_CASE(peft_config_is_read_as_lora_or_refused_by_key) {
   BOOST_TEST(t.lora.target_bits == kLoraAll);
   BOOST_TEST(!t.lora.fused_qkv);  // Llama's q_proj, k_proj, v_proj: one adapter each
   BOOST_TEST(std::count(t.ignored.begin(), t.ignored.end(), "model.peft_config.init_lora_weights") == 1);
-  const auto error = [&](const std::string& peft) {
-    return error_of([&] { parse_train_yaml(yaml(peft), "l.yaml"); });
-  };
+  const auto error = [&](const std::string& peft) { return error_of([&] { parse_train_yaml(yaml(peft), "l.yaml"); }); };
   BOOST_TEST(contains(error("    target_modules: '.*proj'\n"),
                       "l.yaml:6: model.peft_config.target_modules: '.*proj' is a regular expression"));
   BOOST_TEST(contains(error("    target_modules: [q_proj]\n    use_dora: true\n"),
