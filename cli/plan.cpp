@@ -50,6 +50,9 @@ struct PlanRequest {
   std::string asked_from;       // where the global batch asked comes from
   bool layout_columns = false;  // --framework given
   std::string yaml_note;        // what the --config YAML fixed and what plan searched ("": no YAML)
+  OptionalColumns optional() const {
+    return {.megatron_fsdp = query.space.asked.megatron_fsdp.has_value(), .lora = query.lora.active()};
+  }
 };
 
 // --price-per-gpu-hour: one price for every device ("2.5"), or one per device
@@ -296,7 +299,7 @@ std::vector<std::string> ranked_columns(const PlanRequest& r) {
                "Throughput High (T/s)", "MFU", "HFU", "Memory (GiB)", "Headroom (GiB)"});
   add_time_and_cost_columns(r, c);
   if (r.layout_columns) c.insert(c.end(), layout_columns().begin(), layout_columns().end());
-  if (r.query.lora.active()) c.insert(c.end(), lora_columns().begin(), lora_columns().end());
+  add_optional_columns(r.optional(), c);
   return c;
 }
 
@@ -341,7 +344,7 @@ std::vector<Cell> ranked_row(const PlanRequest& r, const PlannedConfig& c,
                            Cell::num((p.capacity_bytes - p.memory.peak_bytes) / kGiB, 1)};
   if (r.train_tokens > 0) add_time_and_cost(r, c, interval, row);
   if (r.layout_columns) add_layout_cells(c.cfg, row);
-  if (r.query.lora.active()) add_lora_cells(c.cfg, row);
+  add_optional_cells(r.optional(), c.cfg, row);
   return row;
 }
 

@@ -184,10 +184,12 @@ void run_predict(const PredictOptions& o) {
   OutputTable t;
   t.title = "prediction";
   t.columns = prediction_columns(asked.framework_given);
-  if (cfg.lora.active()) t.columns.insert(t.columns.end(), lora_columns().begin(), lora_columns().end());
+  const OptionalColumns optional{.megatron_fsdp = cfg.layout.megatron_fsdp != MegatronFsdp::kOff,
+                                 .lora = cfg.lora.active()};
+  add_optional_columns(optional, t.columns);
   std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile, cfg));
   if (asked.framework_given) add_layout_cells(cfg, row);
-  if (cfg.lora.active()) add_lora_cells(cfg, row);
+  add_optional_cells(optional, cfg, row);
   t.add_row(std::move(row));
   std::cerr << no_interval_note(model, cfg.layout.framework) << unaligned_gemm_note(model, cfg.layout.framework);
   if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)

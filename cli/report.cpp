@@ -152,12 +152,14 @@ void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row) {
     if (a.owner == FrameworkOption::kUnevenPipeline) row.push_back(Cell::flag(p.*a.value));
 }
 
-const std::vector<std::string>& lora_columns() {
-  static const std::vector<std::string> c = {"LoRA Rank", "LoRA Targets"};
-  return c;
+void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& columns) {
+  if (o.megatron_fsdp) columns.emplace_back(kMegatronFsdpAxis.column);
+  if (o.lora) columns.insert(columns.end(), {"LoRA Rank", "LoRA Targets"});
 }
 
-void add_lora_cells(const TrainConfig& cfg, std::vector<Cell>& row) {
+void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::vector<Cell>& row) {
+  if (o.megatron_fsdp) row.push_back(Cell::str(std::string(to_string(cfg.layout.megatron_fsdp))));
+  if (!o.lora) return;
   std::string targets = lora_targets_name(cfg.lora);
   std::replace(targets.begin(), targets.end(), ',', ';');
   row.push_back(Cell::integer_value(cfg.lora.rank));
@@ -182,6 +184,8 @@ std::string layout_phrase(const Layout& p) {
     if (p.*a.value > 0) add(std::string(a.names.label) + " " + std::to_string(p.*a.value));
   if (p.sequence_parallel) add(std::string(kSequenceParallelAxis.label));
   if (p.distributed_optimizer) add(std::string(kDistributedOptimizerAxis.label));
+  if (p.megatron_fsdp != MegatronFsdp::kOff)
+    add(std::string(kMegatronFsdpAxis.label) + " " + std::string(to_string(p.megatron_fsdp)));
   for (const SwitchAxis& a : kSwitchAxes)
     if (p.*a.value && !a.names.label.empty()) add(std::string(a.names.label));
   return out;

@@ -46,11 +46,16 @@ const TerminalLayout& terminal_layout();
 // columns of llm-foundry and tpsim keep their places.
 const std::vector<std::string>& layout_columns();
 void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row);
-// LoRA Rank and LoRA Targets (Megatron-Core's names when fused, else PEFT's, separated by ';'): what a
-// fine-tuning run trains. Shown when the run has LoRA, after every other column (the measured-table
-// reader reads them back).
-const std::vector<std::string>& lora_columns();
-void add_lora_cells(const TrainConfig& cfg, std::vector<Cell>& row);
+// The columns shown only when a run uses what they say, after every other column (the measured-table
+// reader reads them back): `Megatron FSDP` (its strategy, `megatron_fsdp`), `LoRA Rank` and `LoRA
+// Targets` (Megatron-Core's names when fused, else PEFT's, separated by ';': what a fine-tuning run
+// trains, `lora`).
+struct OptionalColumns {
+  bool megatron_fsdp = false, lora = false;
+  bool any() const { return megatron_fsdp || lora; }
+};
+void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& columns);
+void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::vector<Cell>& row);
 // The layout in a few words, for notes and labels: "tp 2, pp 4, vp 2, sp, dist-opt" (the degrees
 // above 1 and the switches on); "" for data parallelism alone.
 std::string layout_phrase(const Layout& p);

@@ -232,6 +232,17 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
       },
       "torchtitan's selective checkpointing: op (per-op, the default) or N (every N-th block in full)")
       ->type_name("op|N");
+  add_parsed(
+      cmd, kMegatronFsdpAxis.flag.data(), r.megatron_fsdp,  // a literal: null-terminated
+      [](const std::string& flag, const std::string& text) -> MegatronFsdp {
+        const auto m = parse_megatron_fsdp(text);
+        if (!m || *m == MegatronFsdp::kOff)
+          throw Error(flag + " '" + text + "': expected no_shard, optim, optim_grads or optim_grads_params");
+        return *m;
+      },
+      "megatron: Megatron-FSDP with this --data-parallel-sharding-strategy: no_shard, optim (optimizer state), "
+      "optim_grads (and gradients), optim_grads_params (and parameters: ZeRO-3)")
+      ->type_name("STRATEGY");
   add_parsed(cmd, "--first-stage-layers", r.first_stage_layers, layers_flag,
              "megatron: layers of the first pipeline stage, the rest split evenly (Megatron-Core's "
              "--decoder-first-pipeline-num-layers)");

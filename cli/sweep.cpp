@@ -40,6 +40,9 @@ struct SweepOptions {
 };
 
 // The sweep asked for, checked.
+struct SweepRequest;
+OptionalColumns optional_of(const SweepRequest& r);
+
 struct SweepRequest {
   std::vector<std::string> models, devices;
   std::vector<int64_t> seqs, gpus;
@@ -49,6 +52,10 @@ struct SweepRequest {
   SearchSpace space;
   bool layout_columns = false;  // --framework given
 };
+
+OptionalColumns optional_of(const SweepRequest& r) {
+  return {.megatron_fsdp = r.space.asked.megatron_fsdp.has_value(), .lora = r.base.lora.active()};
+}
 
 SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<std::string>& model_specs) {
   SweepRequest r;
@@ -102,7 +109,7 @@ class Sweep {
         progress_("sweep", static_cast<int64_t>(r.devices.size() * r.models.size() * r.seqs.size() * r.gpus.size())) {
     table_.title = "sweep";
     table_.columns = prediction_columns(r.layout_columns);
-    if (r.base.lora.active()) table_.columns.insert(table_.columns.end(), lora_columns().begin(), lora_columns().end());
+    add_optional_columns(optional_of(r), table_.columns);
   }
   void run();
   const OutputTable& table() const { return table_; }
@@ -242,7 +249,7 @@ void Sweep::add_row(const std::string& name, const std::string& device_id, const
                     const std::optional<RelativeInterval>& interval) {
   std::vector<Cell> row = prediction_row(name, device_id, cfg, p, interval);
   if (r_.layout_columns) add_layout_cells(cfg, row);
-  if (cfg.lora.active()) add_lora_cells(cfg, row);
+  add_optional_cells(optional_of(r_), cfg, row);
   table_.add_row(std::move(row));
 }
 

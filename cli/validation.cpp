@@ -38,7 +38,7 @@ std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>&
         refused->push_back(m.where() + ": " + why);
       };
       if (m.activation_cpu_offload) {
-        refuse("activation CPU offload is not modelled");
+        refuse("activation CPU offload is not modelled yet");
         continue;
       }
       r.cfg = m.config();

@@ -212,15 +212,32 @@ const char* const kRequired[] = {"Model",
                                  "Activation Checkpointing"};
 
 // The general form's own columns: llm-foundry's tables have none of them.
-const char* const kGeneralColumns[] = {"Framework",          "Tensor Parallel",         "Pipeline Parallel",
-                                       "Virtual Stages",     "Context Parallel",        "Expert Parallel",
-                                       "Data Parallel",      "Sequence Parallel",       "Recompute",
-                                       "Step Time (s)",      "Distributed Optimizer",   "Overlap Grad Reduce",
-                                       "Attention",          "TP Comm Overlap",         "Account For Embedding",
-                                       "Account For Loss",   "Expert Tensor Parallel",  "Grad Reduce In BF16",
-                                       "FP8 Param Gather",   "Pipeline Scatter Gather", "MoE A2A Overlap",
-                                       "First Stage Layers", "Last Stage Layers",       "LoRA Rank",
-                                       "LoRA Targets"};
+const char* const kGeneralColumns[] = {"Framework",
+                                       "Tensor Parallel",
+                                       "Pipeline Parallel",
+                                       "Virtual Stages",
+                                       "Context Parallel",
+                                       "Expert Parallel",
+                                       "Data Parallel",
+                                       "Sequence Parallel",
+                                       "Recompute",
+                                       "Step Time (s)",
+                                       "Distributed Optimizer",
+                                       "Overlap Grad Reduce",
+                                       "Attention",
+                                       "TP Comm Overlap",
+                                       "Account For Embedding",
+                                       "Account For Loss",
+                                       "Expert Tensor Parallel",
+                                       "Grad Reduce In BF16",
+                                       "FP8 Param Gather",
+                                       "Pipeline Scatter Gather",
+                                       "MoE A2A Overlap",
+                                       "First Stage Layers",
+                                       "Last Stage Layers",
+                                       "LoRA Rank",
+                                       "LoRA Targets",
+                                       "Megatron FSDP"};
 
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
@@ -316,6 +333,18 @@ class RowParser {
     for (const SwitchAxis& a : kSwitchAxes)
       if (const std::string column(a.names.column); !column.empty() && cols_.has(column))
         par.*a.value = cols_.boolean(cells, column, at);
+    // Megatron-FSDP's strategy (empty or off: none): the distributed optimizer and overlapped gradient
+    // reduction as it sets them, unless the row's own columns say otherwise (megatron-fsdp-modelled).
+    if (const std::string column(kMegatronFsdpAxis.column); cols_.has(column)) {
+      const std::string t = cols_.cell(cells, column, at);
+      const auto m = parse_megatron_fsdp(t.empty() ? "off" : t);
+      if (!m)
+        throw Error(at + ": column '" + column +
+                    "' must be off, no_shard, optim, optim_grads or optim_grads_params, got '" + t + "'");
+      const bool dist_opt = par.distributed_optimizer;
+      set_megatron_fsdp(par, *m);
+      if (cols_.has(std::string(kDistributedOptimizerAxis.column))) par.distributed_optimizer = dist_opt;
+    }
     // Megatron-Core's fixed first and last stages; empty or 0: not fixed.
     for (const StageLayersAxis& a : kStageLayersAxes)
       if (const std::string column(a.names.column); cols_.has(column)) {
@@ -341,7 +370,8 @@ class RowParser {
   // aside; torchtitan's is FSDP2 (FULL_SHARD).
   void read_sharding(const std::vector<std::string>& cells, const std::string& at, MeasuredRow& r) const {
     const bool composer = framework_def(r.layout.framework).sharding_strategies;
-    if (!composer) r.layout.sharding = framework_sharding(r.layout.framework);
+    if (!composer && r.layout.megatron_fsdp == MegatronFsdp::kOff)
+      r.layout.sharding = framework_sharding(r.layout.framework);
     for (const char* col : {"MP Mode", "Sharding Strategy"})
       if (composer && !cols_.has(col)) throw Error(at + ": a composer row needs the column '" + std::string(col) + "'");
     if (cols_.has("MP Mode")) {

@@ -14,6 +14,7 @@
 // `Expert Parallel`, `Expert Tensor Parallel` (absent: the tensor-parallel degree, Megatron-Core's
 // default), `Data Parallel` (checked against # GPUs over the model-parallel degrees),
 // `First Stage Layers` and `Last Stage Layers` (--decoder-first/last-pipeline-num-layers; empty or 0: not fixed),
+// `Megatron FSDP` (Megatron-FSDP's strategy, --megatron-fsdp; empty or off: none),
 // `LoRA Rank` and `LoRA Targets` (a fine-tuning run: --lora-rank and --lora-targets, the names separated by ';';
 // rank empty or 0: every weight trained),
 // `Sequence Parallel`, `Distributed Optimizer`, `Overlap Grad Reduce`, `Grad Reduce In BF16`

@@ -46,6 +46,7 @@ enum class FrameworkOption : uint8_t {
   kDistributedOptimizer,   // --dist-opt / --no-dist-opt, --overlap-grad-reduce
   kAsyncTensorParallel,    // torchtitan's enable_async_tensor_parallel
   kSelectiveAcLayers,      // torchtitan's selective_ac_option as a layer period
+  kMegatronFsdp,           // Megatron-FSDP (--megatron-fsdp)
 };
 constexpr uint32_t option_bit(FrameworkOption o) { return 1u << static_cast<unsigned>(o); }
 

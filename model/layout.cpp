@@ -16,7 +16,18 @@ Layout fixed_layout(const LayoutRequest& r, std::optional<Sharding> sharding) {
   l.replicate_degree = r.replicate_degree.value_or(0);
   for (const StageLayersAxis& a : kStageLayersAxes) l.*a.value = (r.*a.asked).value_or(0);
   l.selective_ac_layers = r.selective_ac_layers.value_or(0);
+  if (r.megatron_fsdp) set_megatron_fsdp(l, *r.megatron_fsdp);
   return l;
+}
+
+void set_megatron_fsdp(Layout& l, MegatronFsdp m) {
+  l.megatron_fsdp = m;
+  if (m == MegatronFsdp::kOff) return;
+  l.distributed_optimizer = m >= MegatronFsdp::kOptim;
+  l.overlap_grad_reduce = true;
+  l.sharding = m == MegatronFsdp::kOptimGradsParams ? Sharding::kFullShard
+               : m == MegatronFsdp::kOptimGrads     ? Sharding::kShardGradOp
+                                                    : Sharding::kNoShard;
 }
 
 }  // namespace tpsim

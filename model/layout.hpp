@@ -32,6 +32,9 @@ struct LayoutRequest {
   std::optional<int64_t> first_stage_layers, last_stage_layers;
   // torchtitan: selective_ac_option under selective checkpointing: 0 'op', N every N-th block.
   std::optional<int64_t> selective_ac_layers;
+  // megatron: Megatron-FSDP's strategy (never searched); it sets the distributed optimizer and the
+  // overlapped gradient reduction as Megatron-FSDP runs them.
+  std::optional<MegatronFsdp> megatron_fsdp;
   // The switches (kSwitchAxes): on when given, never searched.
   bool overlap_grad_reduce = false, grad_reduce_bf16 = false, fp8_param_gather = false, pipeline_scatter_gather = false,
        account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, moe_a2a_overlap = false,
@@ -45,6 +48,13 @@ struct LayoutRequest {
 // expert tensor parallel tp's, sequence parallel wherever tensor > 1, its distributed-optimizer
 // default, no HSDP mesh), the sharding `sharding` under framework_sharding, no checkpointing.
 Layout fixed_layout(const LayoutRequest& r, std::optional<Sharding> sharding = std::nullopt);
+
+// Megatron-FSDP's strategy `m` and what it sets with it (Megatron-Bridge's _set_megatron_fsdp_overrides
+// and Megatron-Core's DistributedDataParallelConfig): the distributed optimizer from optim on,
+// gradient reduction overlapped with the backward, and the FSDP strategy it amounts to as the
+// Sharding Strategy column names it (optim_grads_params FULL_SHARD, optim_grads SHARD_GRAD_OP,
+// NO_SHARD below). kOff changes nothing else.
+void set_megatron_fsdp(Layout& l, MegatronFsdp m);
 
 // How a flag, a measured table's column, an output and a rule name one axis.
 struct AxisNames {
@@ -145,6 +155,9 @@ inline constexpr std::array<StageLayersAxis, 2> kStageLayersAxes = {{
      &Layout::last_stage_layers,
      &LayoutRequest::last_stage_layers},
 }};
+
+// Megatron-FSDP's strategy: its flag and its column.
+inline constexpr AxisNames kMegatronFsdpAxis = {"Megatron-FSDP", "--megatron-fsdp", "Megatron FSDP", "megatron-fsdp"};
 
 // The two switches a search may vary, by their framework's default when not asked.
 inline constexpr AxisNames kSequenceParallelAxis = {"sequence parallelism", "--sp", "Sequence Parallel", "sp"};

@@ -122,6 +122,22 @@ std::string moe_a2a_overlap_conditions(const RuleInput& in) {
   return {};
 }
 
+// Megatron-FSDP's sharded gradients and parameters are modelled on one pipeline stage, and under the
+// distributed optimizer's flags as it sets them (fixed_layout); a layout built otherwise (a measured
+// row's columns) says which.
+std::string megatron_fsdp_modelled(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
+  if (par.megatron_fsdp == MegatronFsdp::kOff) return {};
+  const std::string what = "Megatron-FSDP " + std::string(to_string(par.megatron_fsdp));
+  if (par.fsdp_shards_grads() && par.pipeline > 1)
+    return what + " with pipeline parallel " + std::to_string(par.pipeline) +
+           ": tpsim models Megatron-FSDP's sharded gradients and parameters on one pipeline stage (--pp 1)";
+  if (par.distributed_optimizer != (par.megatron_fsdp >= MegatronFsdp::kOptim))
+    return what + (par.distributed_optimizer ? " shards no optimizer state" : " shards the optimizer state") +
+           ": the Distributed Optimizer column says otherwise";
+  return {};
+}
+
 std::string userbuffers_sm_count(const RuleInput& in) {
   if (in.cfg.layout.tp_comm_overlap && in.device->compute_units <= kUserbuffersMaxSms)
     return "tensor-parallel communication overlap needs the SM count of device " + in.device->id + " (compute_units)";
@@ -143,11 +159,14 @@ constexpr Rule kMoeA2aOverlapConditions{"moe-a2a-overlap-conditions",
                                         RuleScope::kConfig, moe_a2a_overlap_conditions};
 constexpr Rule kUserbuffersSmCount{"userbuffers-sm-count", "--tp-comm-overlap --device", RuleScope::kConfig,
                                    userbuffers_sm_count};
-const std::array<const Rule*, 10> kMegatronRules = {&kTpCommOverlapNeedsTpAndSp, &kContextNeedsFusedAttention,
+constexpr Rule kMegatronFsdpModelled{"megatron-fsdp-modelled", "--megatron-fsdp --pp --dist-opt; Megatron FSDP",
+                                     RuleScope::kLayout, megatron_fsdp_modelled};
+const std::array<const Rule*, 11> kMegatronRules = {&kTpCommOverlapNeedsTpAndSp, &kContextNeedsFusedAttention,
                                                     &kMoeTensorNeedsSp,          &kInterleavedMicroBatches,
                                                     &kPipelineScheduleLimits,    &kSlidingWindowNotModelled,
                                                     &kGradReduceBf16NeedsBf16,   &kFp8ParamGatherNeedsLowPrecision,
-                                                    &kMoeA2aOverlapConditions,   &kUserbuffersSmCount};
+                                                    &kMoeA2aOverlapConditions,   &kUserbuffersSmCount,
+                                                    &kMegatronFsdpModelled};
 
 }  // namespace
 
@@ -178,6 +197,11 @@ struct MegatronCosts : MicroBatchOpCosts {
   std::vector<double> gather_s;             // per stage: distributed optimizer's parameter all-gather
   std::vector<double> optimizer_s;          // per stage
   double embedding_sync_s = 0;              // first and last stage
+  // Megatron-FSDP (Layout::megatron_fsdp), per micro-batch: one layer's parameter all-gather (ZeRO-3)
+  // and gradient reduce-scatter (ZeRO-2 and 3), the root units' all-gather (ZeRO-3: the embedding and
+  // the output layer), and the bytes of one layer's gathered parameters and unsharded gradients.
+  double fsdp_layer_gather_s = 0, fsdp_layer_reduce_s = 0, fsdp_root_gather_s = 0;
+  double fsdp_layer_gather_bytes = 0, fsdp_layer_grad_bytes = 0, fsdp_root_bytes = 0;
   SavedActivations saved;
   std::vector<int64_t> chunk_layers;  // per model chunk, in model order (split_layers)
   std::vector<int64_t> stage_layers;  // per stage: its chunks' layers
@@ -318,9 +342,50 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
         opt.total() + cost_.op_seconds(membound_op("optim.copy_to_model", MemKind::kCast, static_cast<int64_t>(master),
                                                    1, DType::kFp32, 4.0 * master, 2.0 * master));
   }
+  fsdp_costs(c, cfg, block, expert_block, table + positions + final_norm + (model_.tie_embeddings ? 0.0 : table));
   c.embedding_sync_s = l.pp > 1 && model_.tie_embeddings && !lora
                            ? cost_.collective_seconds(CollectiveKind::kAllReduce, table * gb, l.embedding_group)
                            : 0.0;
+}
+
+// Megatron-FSDP (megatron/core/distributed/fsdp; docs/user-guide/features/megatron_fsdp.md): under
+// optim_grads and optim_grads_params each layer's gradients are reduce-scattered over the
+// data-parallel (x context) ranks after its backward, every micro-batch; under optim_grads_params
+// each layer is all-gathered before its forward and again before its backward (in the gather dtype:
+// bf16, or the fp8 bytes of the quantized linears under --fp8-param-gather), and the embedding and
+// output layer before the forward. One stage (megatron-fsdp-modelled). At the step's end the last
+// layer's and the root's reduce-scatter are exposed (reduce_s); the optimizer steps each rank's
+// shard (the distributed optimizer's master parameters); optim_grads gathers the updated parameters
+// after it as the distributed optimizer does (gather_s), optim_grads_params does not.
+void MegatronEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg, double block, double expert_block,
+                                   double root) const {
+  const Layout& par = cfg.layout;
+  const ModelParallelLayout& l = c.layout;
+  c.fsdp_layer_gather_s = c.fsdp_layer_reduce_s = c.fsdp_root_gather_s = 0;
+  c.fsdp_layer_gather_bytes = c.fsdp_layer_grad_bytes = c.fsdp_root_bytes = 0;
+  if (!par.fsdp_shards_grads()) return;
+  const double gb = megatron_grad_bytes(cfg);
+  const bool lora = cfg.lora.active();
+  const double trained_experts = lora ? 0.0 : expert_block;
+  const double trained_dense = (lora ? c.lora_block : block) - trained_experts;
+  c.fsdp_layer_reduce_s =
+      grad_collective(cost_, CollectiveKind::kReduceScatter, trained_dense * gb, trained_experts * gb, l);
+  c.fsdp_layer_grad_bytes = (trained_dense + trained_experts) * gb;
+  const double root_reduce = lora ? 0.0 : grad_collective(cost_, CollectiveKind::kReduceScatter, root * gb, 0.0, l);
+  c.reduce_s.assign(c.reduce_s.size(), c.fsdp_layer_reduce_s + root_reduce);
+  if (!par.fsdp_shards_params()) return;
+  double gather_dense = (block + c.lora_block - expert_block) * 2.0, gather_experts = expert_block * 2.0;
+  if (par.fp8_param_gather && cfg.precision == Precision::kAmpFp8) {
+    const double fp8_layer = c.block_fwd.per_step_written_bytes / 2.0;
+    const double fp8_experts_layer = std::min(expert_block, fp8_layer);
+    gather_experts -= fp8_experts_layer;
+    gather_dense -= fp8_layer - fp8_experts_layer;
+  }
+  c.fsdp_layer_gather_s = grad_collective(cost_, CollectiveKind::kAllGather, gather_dense, gather_experts, l);
+  c.fsdp_layer_gather_bytes = gather_dense + gather_experts;
+  c.fsdp_root_bytes = root * 2.0;
+  c.fsdp_root_gather_s = grad_collective(cost_, CollectiveKind::kAllGather, c.fsdp_root_bytes, 0.0, l);
+  c.gather_s.assign(c.gather_s.size(), 0.0);
 }
 
 // TransformerEngine's tensor-parallel communication overlap (Megatron-Core's --tp-comm-overlap,
@@ -407,9 +472,22 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
     return s;
   };
   const double f_pass = pass(c.block_fwd, c.tp_block_fwd_s + c.cp_ep_block_fwd_s, tp_launches, host.block_fwd);
-  const double block_f = f_pass + params_.block_overhead_s;
   const double b_pass = pass(c.block_bwd, c.tp_block_bwd_s + c.cp_ep_block_bwd_s, tp_launches, host.block_bwd);
-  const double block_b = b_pass + recompute * f_pass + c.attention_again + c.ring_again_s + params_.block_overhead_s;
+  const double b_all = b_pass + recompute * f_pass + c.attention_again + c.ring_again_s;
+  // Megatron-FSDP: a layer's collectives run on their own streams beside its compute (the next
+  // layer's gather prefetched during this one's forward; its gather before and its reduce-scatter
+  // after the backward): the layer takes the longer of the two, the compute slowed by the SMs the
+  // collectives hold where they overlap (overlap_slowdown, as Composer's FSDP schedule has it).
+  const auto beside = [this](double compute, double comm) {
+    return std::max(compute, comm) + params_.overlap_slowdown * std::min(compute, comm);
+  };
+  const double f_fsdp = c.fsdp_layer_gather_s, b_fsdp = c.fsdp_layer_gather_s + c.fsdp_layer_reduce_s;
+  const double f_layer = f_fsdp > 0 ? beside(f_pass, f_fsdp) : f_pass;
+  const double b_layer = b_fsdp > 0 ? beside(b_all, b_fsdp) : b_all;
+  host.fsdp_layer = (f_layer - f_pass) + (b_layer - b_all);
+  host.fsdp_first = c.fsdp_root_gather_s + c.fsdp_layer_gather_s;
+  const double block_f = f_layer + params_.block_overhead_s;
+  const double block_b = b_layer + params_.block_overhead_s;
   pair_hidden_s_ = 0;
   if (c.key.layout.moe_a2a_overlap) {
     // Combined 1F1B merges a layer's forward of one micro-batch with its backward of another
@@ -445,6 +523,7 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
   fwd_s_.back() += pass(c.head_fwd, c.tp_head_fwd_s, l.tp > 1 ? 3.0 : 0.0, host.last);
   bwd_s_.back() += pass(c.head_bwd, c.tp_head_bwd_s, l.tp > 1 ? 1.0 : 0.0, host.last);
   for (int64_t s = 0; s < l.pp; ++s) fwd_s_[static_cast<size_t>(s)] += params_.microbatch_overhead_s;
+  fwd_s_.front() += host.fsdp_first;
   return host;
 }
 
@@ -464,6 +543,7 @@ void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, c
                       d(c.stage_layers[critical]) * c.block_fwd.per_step_s;
   double comm = per_layer_m * (c.tp_block_fwd_s * (1.0 + recompute) + c.tp_block_bwd_s);
   comm += per_layer_m * (c.cp_ep_block_fwd_s * (1.0 + recompute) + c.cp_ep_block_bwd_s + c.ring_again_s);
+  comm += per_layer_m * host.fsdp_layer + (first ? md * host.fsdp_first : 0.0);
   if (first) {
     t.gemm_s += md * (c.embed_fwd.gemm + c.embed_bwd.gemm);
     t.other_compute_s += md * (c.embed_fwd.other + c.embed_bwd.other + c.embed_fwd.attention);
@@ -512,7 +592,9 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
     double stage_backward = 0;
     for (int64_t k = 0; k < l.vp; ++k) stage_backward += bwd_s_[static_cast<size_t>(k * l.pp + s)];
     double reduce = c.reduce_s[i];
-    if (cfg.layout.overlap_grad_reduce) reduce = std::max(reduce - stage_backward, 0.0);
+    // (Megatron-FSDP's sharded gradients are reduced during each backward: reduce_s is what is left.)
+    if (cfg.layout.overlap_grad_reduce && !cfg.layout.fsdp_shards_grads())
+      reduce = std::max(reduce - stage_backward, 0.0);
     if (s == 0 || s == l.pp - 1) reduce += c.embedding_sync_s;
     // The step's one cast of the stage's low-precision weights (the first micro-batch's).
     const double end = pipe.stage_end_s[i] + d(c.stage_layers[i]) * c.block_fwd.per_step_s + reduce;
@@ -574,9 +656,20 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
     for (int64_t k = 0; k < std::min(warmup, m * l.vp); ++k)
       layers_in_flight += c.chunk_layers[static_cast<size_t>(((k / l.pp) % l.vp) * l.pp + s)];
     MemoryBreakdown mb;
-    mb.sharded_state_bytes = c.stage_params[static_cast<size_t>(s)] * 2.0 +
-                             c.stage_trained[static_cast<size_t>(s)] * megatron_grad_bytes(cfg) +
-                             12.0 * c.stage_master_params[static_cast<size_t>(s)];
+    const size_t si = static_cast<size_t>(s);
+    double weight_bytes = c.stage_params[si] * 2.0, grad_bytes = c.stage_trained[si] * megatron_grad_bytes(cfg);
+    if (par.fsdp_shards_grads()) {
+      // Megatron-FSDP: the gradients sharded over the data-parallel ranks beside two layers' unsharded
+      // buffers; under optim_grads_params the weights too (in their gather bytes) beside the two
+      // layers being computed and prefetched (its double buffer) and the output layer at the loss.
+      grad_bytes = grad_bytes / d(l.grad_ranks()) + 2.0 * c.fsdp_layer_grad_bytes;
+      if (par.fsdp_shards_params()) {
+        const double stage_gathered = d(c.stage_layers[si]) * c.fsdp_layer_gather_bytes + c.fsdp_root_bytes;
+        weight_bytes = stage_gathered / d(l.grad_ranks()) + 2.0 * c.fsdp_layer_gather_bytes +
+                       (model_.tie_embeddings ? 1.0 : 0.5) * c.fsdp_root_bytes;
+      }
+    }
+    mb.sharded_state_bytes = weight_bytes + grad_bytes + 12.0 * c.stage_master_params[si];
     mb.activation_bytes = d(layers_in_flight) * per_layer + rebuilt;
     if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.saved.embed;
     if (s == l.pp - 1) mb.activation_bytes += c.saved.head;
@@ -614,7 +707,7 @@ constinit const FrameworkDef kMegatronFramework = {
     .options = option_bit(FrameworkOption::kUnevenPipeline) | option_bit(FrameworkOption::kTpCommOverlap) |
                option_bit(FrameworkOption::kMoeA2aOverlap) | option_bit(FrameworkOption::kGradReduceBf16) |
                option_bit(FrameworkOption::kFp8ParamGather) | option_bit(FrameworkOption::kPipelineScatterGather) |
-               option_bit(FrameworkOption::kDistributedOptimizer),
+               option_bit(FrameworkOption::kDistributedOptimizer) | option_bit(FrameworkOption::kMegatronFsdp),
     .fit_adds = kMegatronFitAdds,
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,

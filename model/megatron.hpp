@@ -81,10 +81,14 @@ class MegatronEvaluator final : public ModelParallelEvaluator<MegatronCosts> {
   void context_and_expert_costs(Costs& c, const BlockShape& shape, const TrainConfig& cfg) const;
   void tp_comm_overlap_costs(Costs& c, const BlockShape& shape, double td_bytes) const;
   void stage_costs(Costs& c, const TrainConfig& cfg, int64_t vocab) const;
+  void fsdp_costs(Costs& c, const TrainConfig& cfg, double block, double expert_block, double root) const;
   // The host's time beyond the GPU's per block forward and backward (with its recompute) and per
   // micro-batch on the first and last chunk.
   struct HostTime {
     double block_fwd = 0, block_bwd = 0, first = 0, last = 0;
+    // Megatron-FSDP: what a layer's gathers and reduce-scatters add beyond its compute (per micro-batch,
+    // forward and backward together), and the first unit's gather before each micro-batch's forward.
+    double fsdp_layer = 0, fsdp_first = 0;
   };
   HostTime chunk_seconds(const Costs& c, double recompute);
   void breakdown(const Costs& c, int64_t m, double recompute, const HostTime& host, size_t critical, double tail_s,

@@ -57,6 +57,8 @@ std::string options_owned(const RuleInput& in) {
     return refuse("--last-stage-layers", "Megatron-Core's", uneven);
   if (l.selective_ac_layers != 0 && !def.owns(FrameworkOption::kSelectiveAcLayers))
     return refuse("--selective-ac-option", "torchtitan's", option_owner(FrameworkOption::kSelectiveAcLayers).name);
+  if (l.megatron_fsdp != MegatronFsdp::kOff && !def.owns(FrameworkOption::kMegatronFsdp))
+    return refuse(kMegatronFsdpAxis.flag, "Megatron-Core's", option_owner(FrameworkOption::kMegatronFsdp).name);
   if (l.expert_tensor > 0 && def.model_parallel && !def.expert_tensor_parallel)
     return refuse(std::string(kExpertTensorAxis.flag) + " " + n(l.expert_tensor), "Megatron-Core's",
                   expert_tensor_owner().name);
@@ -486,6 +488,13 @@ struct RequestRule {
 
 std::string given_options_owned(const LayoutRequest& r) {
   const FrameworkDef& def = framework_def(r.framework);
+  if (r.megatron_fsdp && !def.owns(FrameworkOption::kMegatronFsdp))
+    return std::string(kMegatronFsdpAxis.flag) + ": Megatron-Core's option; use --framework " +
+           std::string(option_owner(FrameworkOption::kMegatronFsdp).name);
+  if (r.megatron_fsdp && r.distributed_optimizer)
+    return std::string(*r.distributed_optimizer ? "--dist-opt" : "--no-dist-opt") + " with " +
+           std::string(kMegatronFsdpAxis.flag) + " " + std::string(to_string(*r.megatron_fsdp)) +
+           ": the strategy says what the optimizer shards; give one of them";
   if (r.selective_ac_layers && !def.owns(FrameworkOption::kSelectiveAcLayers))
     return "--selective-ac-option: torchtitan's option; use --framework " +
            std::string(option_owner(FrameworkOption::kSelectiveAcLayers).name);

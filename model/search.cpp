@@ -250,6 +250,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                     p.moe_a2a_overlap = a.moe_a2a_overlap && ep > 1 && ckpt != Checkpointing::kFull &&
                                         (pp == 1 || split.virtual_stages > 1);
                     p.sharding = sharding, p.checkpointing = ckpt;
+                    set_megatron_fsdp(p, p.megatron_fsdp);
                     out.push_back(p);
                   }
                 }

@@ -11,11 +11,17 @@ constexpr std::array<std::string_view, 3> kMpModeNames = {"DEFAULT", "PURE", "FU
 constexpr std::array<std::string_view, 4> kShardingNames = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
 constexpr std::array<std::string_view, 3> kCheckpointingNames = {"none", "selective", "full"};
 constexpr std::array<std::string_view, 3> kFrameworkNames = {"composer", "megatron", "torchtitan"};
+constexpr std::array<std::string_view, 5> kMegatronFsdpNames = {"off", "no_shard", "optim", "optim_grads",
+                                                                "optim_grads_params"};
 
 }  // namespace
 
 std::string_view to_string(Framework f) { return name_of(f, kFrameworkNames); }
 std::optional<Framework> parse_framework(std::string_view s) { return value_named<Framework>(s, kFrameworkNames); }
+std::string_view to_string(MegatronFsdp m) { return name_of(m, kMegatronFsdpNames); }
+std::optional<MegatronFsdp> parse_megatron_fsdp(std::string_view s) {
+  return value_named<MegatronFsdp>(s, kMegatronFsdpNames);
+}
 std::string_view to_string(Precision p) { return name_of(p, kPrecisionNames); }
 std::string_view to_string(MpMode m) { return name_of(m, kMpModeNames); }
 std::string_view to_string(Sharding s) { return s == Sharding::kDdp ? "DDP" : name_of(s, kShardingNames); }

@@ -104,6 +104,21 @@ inline constexpr Framework kDefaultFramework = Framework::kComposer;  // a run t
 std::string_view to_string(Framework f);                              // "composer", "megatron", "torchtitan"
 std::optional<Framework> parse_framework(std::string_view s);
 
+// Megatron-Core's own fully sharded data parallelism (Megatron-FSDP: Megatron-LM's --use-megatron-fsdp
+// with --data-parallel-sharding-strategy; Megatron-Bridge's use_megatron_fsdp), by what it shards
+// over the data-parallel (x context) ranks (megatron/core/distributed/fsdp/src/README.md):
+//   kOff: Megatron-Core's DDP, with or without the distributed optimizer (--dist-opt);
+//   kNoShard: nothing (DDP's memory; the gradient all-reduce overlapped with the last backward);
+//   kOptim: the optimizer state (ZeRO-1: the distributed optimizer's memory and collectives);
+//   kOptimGrads: and the gradients (ZeRO-2): each micro-batch's gradients reduce-scattered during
+//     its backward, layer by layer; the updated parameters all-gathered after the optimizer step;
+//   kOptimGradsParams: and the parameters (ZeRO-3): each layer all-gathered before its forward and
+//     again before its backward (prefetched one layer ahead, two layers' buffers), its gradients
+//     reduce-scattered after its backward, every micro-batch.
+enum class MegatronFsdp : uint8_t { kOff, kNoShard, kOptim, kOptimGrads, kOptimGradsParams };
+std::string_view to_string(MegatronFsdp m);  // "off", "no_shard", "optim", "optim_grads", "optim_grads_params"
+std::optional<MegatronFsdp> parse_megatron_fsdp(std::string_view s);
+
 // A configuration's layout: every choice of a training run but its size (sequence length, batches,
 // GPU count) and number formats: the framework, its data parallelism (the FSDP sharding strategy),
 // activation checkpointing, and how its GPUs divide the model beyond data parallelism. Ranks are
@@ -170,6 +185,8 @@ struct Layout {
   // moe_a2a_overlap): the expert-parallel all-to-alls of one micro-batch hidden behind another's
   // compute (model/megatron.hpp, model/pipeline.hpp).
   bool moe_a2a_overlap = false;
+  // megatron: Megatron-FSDP's sharding strategy (above); kOff: Megatron-Core's DDP.
+  MegatronFsdp megatron_fsdp = MegatronFsdp::kOff;
 
   bool uneven_pipeline() const {
     return first_stage_layers > 0 || last_stage_layers > 0 || account_for_embedding || account_for_loss;
@@ -183,8 +200,11 @@ struct Layout {
   bool is_data_parallel_only() const {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
            !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16 &&
-           !pipeline_scatter_gather && !moe_a2a_overlap;
+           !pipeline_scatter_gather && !moe_a2a_overlap && megatron_fsdp == MegatronFsdp::kOff;
   }
+  // Megatron-FSDP sharding the gradients (ZeRO-2), and the parameters too (ZeRO-3).
+  bool fsdp_shards_grads() const { return megatron_fsdp >= MegatronFsdp::kOptimGrads; }
+  bool fsdp_shards_params() const { return megatron_fsdp == MegatronFsdp::kOptimGradsParams; }
   bool operator==(const Layout&) const = default;
 };
 

@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "common.hpp"
+#include "io/measured_table.hpp"
+#include "model/layout.hpp"
 #include "model/megatron.hpp"
 #include "model/ops.hpp"
 #include "model/parallelism.hpp"
@@ -1157,6 +1159,133 @@ BOOST_FIXTURE_TEST_CASE(combined_1f1b_that_cannot_run_is_a_one_line_error, Fixtu
   c.layout.framework = Framework::kTorchtitan;
   BOOST_TEST(!why(mixtral(), c).empty());
   BOOST_TEST(why(mixtral(), c).find('\n') == std::string::npos);
+}
+
+// Megatron-FSDP (megatron/core/distributed/fsdp) on one stage of 8 ranks, bf16 with fp32 main
+// gradients: optim shards the 12 bytes of master weights and Adam moments (the distributed
+// optimizer's memory); optim_grads the 4 bytes of gradients too, beside two layers' unsharded
+// gradient buffers; optim_grads_params the 2 bytes of weights too, beside the two layers being
+// computed and prefetched and the tied embedding and output layer gathered whole.
+BOOST_FIXTURE_TEST_CASE(megatron_fsdp_shards_what_its_strategy_names, Fixture) {
+  const ModelConfig m = gpt_1024();
+  TrainConfig c = megatron(8, 1, 1, 32, 1);
+  c.precision = Precision::kAmpBf16;
+  MegatronEvaluator e(m, device, profile.params);
+  const auto state = [&](MegatronFsdp strategy) {
+    set_megatron_fsdp(c.layout, strategy);
+    BOOST_TEST_REQUIRE(check_config(m, device, profile.params, c).empty());
+    return e.memory(c).sharded_state_bytes;
+  };
+  const double optim = state(MegatronFsdp::kOptim);
+  const double params = optim / (2.0 + 4.0 + 12.0 / 8.0);  // this stage's parameters: all of them
+  const double block = static_cast<double>(layer_parameter_count(m));
+  const double root = params - 24.0 * block;  // the padded embedding, positions and final norm
+  BOOST_TEST(root > 50257.0 * 1024.0);
+  BOOST_TEST(root < 51000.0 * 1024.0 + 1024.0 * 1024.0);
+  BOOST_TEST(state(MegatronFsdp::kOptimGrads) == 2.0 * params + 4.0 * params / 8.0 + 2.0 * 4.0 * block + 1.5 * params,
+             tt::tolerance(1e-9));
+  BOOST_TEST(state(MegatronFsdp::kOptimGradsParams) == 2.0 * params / 8.0 + 2.0 * 2.0 * block + 2.0 * root +
+                                                           4.0 * params / 8.0 + 2.0 * 4.0 * block + 1.5 * params,
+             tt::tolerance(1e-9));
+  // The layout as Megatron-Bridge runs it: the distributed optimizer on from optim, the gradient
+  // reduction overlapped, and the FSDP strategy each amounts to in the Sharding Strategy column.
+  BOOST_TEST(c.layout.distributed_optimizer);
+  BOOST_TEST(c.layout.overlap_grad_reduce);
+  BOOST_TEST(to_string(c.layout.sharding) == "FULL_SHARD");
+  set_megatron_fsdp(c.layout, MegatronFsdp::kOptimGrads);
+  BOOST_TEST(to_string(c.layout.sharding) == "SHARD_GRAD_OP");
+  set_megatron_fsdp(c.layout, MegatronFsdp::kNoShard);
+  BOOST_TEST(!c.layout.distributed_optimizer);
+  BOOST_TEST(to_string(c.layout.sharding) == "NO_SHARD");
+}
+
+// Megatron-FSDP communicates every micro-batch (each layer's gradients reduce-scattered after its
+// backward; under optim_grads_params each layer gathered before its forward and its backward),
+// where the distributed optimizer reduces once a step. On a link a thousand times slower than
+// NVLink the collectives dominate: two more micro-batches add two micro-batches' compute to a
+// distributed-optimizer step and 2 x 24 layers' collectives to a Megatron-FSDP one, more again
+// when the parameters are gathered too.
+BOOST_FIXTURE_TEST_CASE(megatron_fsdp_communicates_every_micro_batch, Fixture) {
+  const ModelConfig m = gpt_1024();
+  DeviceSpec slow = device;
+  slow.intra_node_bytes_per_s /= 1000.0;
+  MegatronEvaluator e(m, slow, profile.params);
+  const auto added = [&](MegatronFsdp strategy) {
+    TrainConfig c = megatron(8, 1, 1, 16, 1);
+    c.precision = Precision::kAmpBf16;
+    set_megatron_fsdp(c.layout, strategy);
+    BOOST_TEST_REQUIRE(check_config(m, slow, profile.params, c).empty());
+    const double two = e.predict(c).step_s;
+    c.global_batch = 32;
+    return e.predict(c).step_s - two;
+  };
+  const double optim = added(MegatronFsdp::kOptim), grads = added(MegatronFsdp::kOptimGrads);
+  const double params = added(MegatronFsdp::kOptimGradsParams);
+  TrainConfig fast = megatron(8, 1, 1, 32, 1);
+  fast.precision = Precision::kAmpBf16;
+  fast.layout.distributed_optimizer = true;
+  const Prediction p = MegatronEvaluator(m, device, profile.params).predict(fast);
+  BOOST_TEST(optim < 2.0 * p.step_s / 4.0 * 1.05);  // two of the 4 micro-batches' compute, no more
+  BOOST_TEST(grads > 10.0 * optim);
+  BOOST_TEST(params > 1.5 * grads);
+  // And the breakdown says where: the step's parts still add to it.
+  TrainConfig c = megatron(8, 1, 1, 32, 1);
+  c.precision = Precision::kAmpBf16;
+  set_megatron_fsdp(c.layout, MegatronFsdp::kOptimGradsParams);
+  const Prediction q = e.predict(c);
+  BOOST_TEST(q.time.exposed_comm_s > 0.5 * q.step_s);
+  const StepBreakdown& t = q.time;
+  BOOST_TEST(t.gemm_s + t.attention_s + t.other_compute_s + t.exposed_comm_s + t.optimizer_s + t.overhead_s +
+                     t.pipeline_bubble_s + t.allocator_s ==
+                 q.step_s,
+             tt::tolerance(1e-6));
+}
+
+BOOST_FIXTURE_TEST_CASE(megatron_fsdp_layouts_tpsim_does_not_model_are_refused, Fixture) {
+  const ModelConfig m = gpt_1024();
+  const auto rule = [&](const TrainConfig& c) { return first_broken_rule(m, device, profile.params, c); };
+  TrainConfig c = megatron(8, 1, 2, 32, 1);
+  c.precision = Precision::kAmpBf16;
+  set_megatron_fsdp(c.layout, MegatronFsdp::kOptimGrads);
+  BOOST_TEST(rule(c).rule == "megatron-fsdp-modelled");
+  BOOST_TEST(contains(rule(c).why, "optim_grads with pipeline parallel 2"));
+  set_megatron_fsdp(c.layout, MegatronFsdp::kOptim);  // ZeRO-1 is the distributed optimizer's: any stages
+  BOOST_TEST(rule(c).rule == "");
+  c = megatron(8, 1, 1, 32, 1);
+  c.precision = Precision::kAmpBf16;
+  set_megatron_fsdp(c.layout, MegatronFsdp::kOptimGradsParams);
+  c.layout.distributed_optimizer = false;  // a measured row's own column
+  BOOST_TEST(contains(rule(c).why, "shards the optimizer state: the Distributed Optimizer column says otherwise"));
+  c.layout.distributed_optimizer = true;
+  c.layout.framework = Framework::kTorchtitan;
+  BOOST_TEST(rule(c).rule == "option-owned");
+  BOOST_TEST(contains(rule(c).why, "Megatron-Core's option; use --framework megatron"));
+}
+
+BOOST_AUTO_TEST_CASE(measured_tables_read_the_megatron_fsdp_strategy) {
+  const std::string head =
+      "Model,SeqLen (T),# GPUs,GPU,Precision,MicroBatchSize,GlobalBatchSize,Framework,Recompute,Megatron FSDP,"
+      "Throughput (T/s)\n";
+  const MeasuredTable t = parse_measured_table(head +
+                                                   "llama-3-8b,8192,8,h100_80gb,amp_bf16,1,128,megatron,none,"
+                                                   "optim_grads_params,100000\n"
+                                                   "llama-3-8b,8192,8,h100_80gb,amp_bf16,1,128,megatron,none,,100000\n",
+                                               "t.csv");
+  BOOST_TEST_REQUIRE(t.rows.size() == 2u);
+  const Layout& zero3 = t.rows[0].config().layout;
+  BOOST_TEST(to_string(zero3.megatron_fsdp) == "optim_grads_params");
+  BOOST_TEST(zero3.distributed_optimizer);
+  BOOST_TEST(to_string(zero3.sharding) == "FULL_SHARD");
+  BOOST_TEST(to_string(t.rows[1].config().layout.megatron_fsdp) == "off");
+  BOOST_TEST(to_string(t.rows[1].config().layout.sharding) == "NO_SHARD");
+  try {
+    parse_measured_table(head + "llama-3-8b,8192,8,h100_80gb,amp_bf16,1,128,megatron,none,zero3,100000\n", "t.csv");
+    BOOST_ERROR("zero3 accepted");
+  } catch (const std::exception& e) {
+    BOOST_TEST(std::string(e.what()) ==
+               "t.csv:2: column 'Megatron FSDP' must be off, no_shard, optim, optim_grads or optim_grads_params, got "
+               "'zero3'");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(recent_costs_keep_the_last_four_committed_costings) {
