@@ -51,7 +51,7 @@ struct PlanRequest {
   bool layout_columns = false;  // --framework given
   std::string yaml_note;        // what the --config YAML fixed and what plan searched ("": no YAML)
   OptionalColumns optional() const {
-    return {.megatron_fsdp = query.space.asked.megatron_fsdp.has_value(), .lora = query.lora.active()};
+    return {.megatron_fsdp = owns_megatron_fsdp(query.space.asked.framework), .lora = query.lora.active()};
   }
 };
 

@@ -152,6 +152,8 @@ void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row) {
     if (a.owner == FrameworkOption::kUnevenPipeline) row.push_back(Cell::flag(p.*a.value));
 }
 
+bool owns_megatron_fsdp(Framework f) { return framework_def(f).owns(FrameworkOption::kMegatronFsdp); }
+
 void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& columns) {
   if (o.megatron_fsdp) columns.emplace_back(kMegatronFsdpAxis.column);
   if (o.lora) columns.insert(columns.end(), {"LoRA Rank", "LoRA Targets"});

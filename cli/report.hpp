@@ -50,6 +50,9 @@ void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row);
 // reader reads them back): `Megatron FSDP` (its strategy, `megatron_fsdp`), `LoRA Rank` and `LoRA
 // Targets` (Megatron-Core's names when fused, else PEFT's, separated by ';': what a fine-tuning run
 // trains, `lora`).
+// The columns that follow the layout's where they apply: Megatron FSDP under a framework that has it
+// (searched by sweep and plan, so shown whether or not it was asked), LoRA's when adapters are trained.
+bool owns_megatron_fsdp(Framework f);
 struct OptionalColumns {
   bool megatron_fsdp = false, lora = false;
   bool any() const { return megatron_fsdp || lora; }

@@ -54,7 +54,7 @@ struct SweepRequest {
 };
 
 OptionalColumns optional_of(const SweepRequest& r) {
-  return {.megatron_fsdp = r.space.asked.megatron_fsdp.has_value(), .lora = r.base.lora.active()};
+  return {.megatron_fsdp = owns_megatron_fsdp(r.space.asked.framework), .lora = r.base.lora.active()};
 }
 
 SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<std::string>& model_specs) {

@@ -201,6 +201,15 @@ void add_rejection(std::vector<Rejection>& rejections, const Layout& layout, con
   rejections.push_back(std::move(r));
 }
 
+// Megatron-FSDP's strategies a search tries: the asked one; else, where the framework has it and
+// one pipeline stage holds the model (megatron-fsdp-modelled), DDP (with its distributed-optimizer
+// axis) and the two strategies that shard more than it (gradients; gradients and parameters).
+std::vector<MegatronFsdp> searched_megatron_fsdp(const LayoutRequest& a, const FrameworkDef& def, int64_t pp) {
+  if (a.megatron_fsdp) return {*a.megatron_fsdp};
+  if (!def.owns(FrameworkOption::kMegatronFsdp) || pp > 1) return {MegatronFsdp::kOff};
+  return {MegatronFsdp::kOff, MegatronFsdp::kOptimGrads, MegatronFsdp::kOptimGradsParams};
+}
+
 // Megatron's layouts: every product of the axes' values that check_layout accepts.
 std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& model, const DeviceSpec& device,
                                      const TrainConfig& base, std::vector<Rejection>* batch_rejected) {
@@ -212,6 +221,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
   Layout& p = cfg.layout;
   p = fixed_layout(a);  // the switches and the uneven split as asked; the rest is set below
   if (!def.data_parallel_degrees) p.shard_degree = p.replicate_degree = 0;  // torchtitan's as given (TorchtitanMesh)
+  const bool overlap_grad_reduce = p.overlap_grad_reduce;                   // as asked; Megatron-FSDP sets it
   // The pipeline degrees and their splits do not depend on tp: listed once, not per tp.
   std::vector<std::pair<int64_t, std::vector<PipelineSplit>>> pipelines;
   for (int64_t pp : axis(a.pipeline, searched_pipeline(model, base, def.owns(FrameworkOption::kUnevenPipeline))))
@@ -223,37 +233,45 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
           for (int64_t ep : axis(a.expert, searched_expert(model)))
             for (int64_t etp : searched_expert_tensor(a, model, tp))
               for (bool sp : axis(a.sequence_parallel, {tp > 1}))
-                for (bool dist_opt : axis(a.distributed_optimizer, {def.distributed_optimizer})) {
-                  p.tensor = tp, p.pipeline = pp, p.virtual_stages = split.virtual_stages, p.context = cp;
-                  p.expert = ep;
-                  p.first_stage_layers = split.first_stage_layers, p.last_stage_layers = split.last_stage_layers;
-                  p.account_for_embedding = split.account_for_embedding;
-                  p.account_for_loss = split.account_for_loss;
-                  p.expert_tensor = etp;
-                  p.sequence_parallel = sp;
-                  p.distributed_optimizer = dist_opt;
-                  p.async_tensor_parallel = a.async_tensor_parallel && tp > 1;
-                  p.tp_comm_overlap = a.tp_comm_overlap && tp > 1 && sp;
-                  // What depends on the checkpointing is set below and checked with the
-                  // configuration (check_config).
-                  p.checkpointing = Checkpointing::kNone, p.selective_ac_layers = 0, p.moe_a2a_overlap = false;
-                  if (const BrokenRule broken = first_broken_layout_rule(model, cfg)) {
-                    if (batch_rejected && splits_the_batch(broken.rule)) add_rejection(*batch_rejected, p, broken.why);
-                    continue;
+                for (bool dist_opt : axis(a.distributed_optimizer, {def.distributed_optimizer}))
+                  for (MegatronFsdp fsdp : searched_megatron_fsdp(a, def, pp)) {
+                    // A strategy sets the distributed optimizer itself: one layout, not one per
+                    // value; over one data-parallel rank it shards nothing.
+                    if (fsdp != MegatronFsdp::kOff && !a.megatron_fsdp &&
+                        (dist_opt != def.distributed_optimizer || base.n_gpus == tp * cp * pp))
+                      continue;
+                    p.tensor = tp, p.pipeline = pp, p.virtual_stages = split.virtual_stages, p.context = cp;
+                    p.expert = ep;
+                    p.first_stage_layers = split.first_stage_layers, p.last_stage_layers = split.last_stage_layers;
+                    p.account_for_embedding = split.account_for_embedding;
+                    p.account_for_loss = split.account_for_loss;
+                    p.expert_tensor = etp;
+                    p.sequence_parallel = sp;
+                    p.distributed_optimizer = dist_opt, p.overlap_grad_reduce = overlap_grad_reduce;
+                    set_megatron_fsdp(p, fsdp);
+                    p.async_tensor_parallel = a.async_tensor_parallel && tp > 1;
+                    p.tp_comm_overlap = a.tp_comm_overlap && tp > 1 && sp;
+                    // What depends on the checkpointing is set below and checked with the
+                    // configuration (check_config).
+                    p.checkpointing = Checkpointing::kNone, p.selective_ac_layers = 0, p.moe_a2a_overlap = false;
+                    if (const BrokenRule broken = first_broken_layout_rule(model, cfg)) {
+                      if (batch_rejected && splits_the_batch(broken.rule))
+                        add_rejection(*batch_rejected, p, broken.why);
+                      continue;
+                    }
+                    // Megatron's data parallelism replicates parameters and gradients (DDP, FSDP's
+                    // NO_SHARD); the distributed optimizer shards the optimizer state (ZeRO-1).
+                    // torchtitan's FSDP2 shards all of them (FULL_SHARD; model/torchtitan.hpp).
+                    const Sharding sharding = framework_sharding(a.framework);
+                    for (Checkpointing ckpt : s.checkpointing) {
+                      p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers.value_or(0) : 0;
+                      p.moe_a2a_overlap = a.moe_a2a_overlap && ep > 1 && ckpt != Checkpointing::kFull &&
+                                          (pp == 1 || split.virtual_stages > 1);
+                      p.sharding = sharding, p.checkpointing = ckpt;
+                      set_megatron_fsdp(p, fsdp);
+                      out.push_back(p);
+                    }
                   }
-                  // Megatron's data parallelism replicates parameters and gradients (DDP, FSDP's
-                  // NO_SHARD); the distributed optimizer shards the optimizer state (ZeRO-1).
-                  // torchtitan's FSDP2 shards all of them (FULL_SHARD; model/torchtitan.hpp).
-                  const Sharding sharding = framework_sharding(a.framework);
-                  for (Checkpointing ckpt : s.checkpointing) {
-                    p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers.value_or(0) : 0;
-                    p.moe_a2a_overlap = a.moe_a2a_overlap && ep > 1 && ckpt != Checkpointing::kFull &&
-                                        (pp == 1 || split.virtual_stages > 1);
-                    p.sharding = sharding, p.checkpointing = ckpt;
-                    set_megatron_fsdp(p, p.megatron_fsdp);
-                    out.push_back(p);
-                  }
-                }
   return out;
 }
 

@@ -28,8 +28,9 @@ struct Recipe {
   int64_t gpus, seq, global_batch, micro_batch;
   int64_t tp, pp, vp, cp, ep, etp;  // etp 0: tp's
   Precision precision;
-  bool embedding_and_loss_as_layers;  // account_for_embedding/loss_in_pipeline_split
-  bool fits;                          // in tpsim's memory model, without checkpointing
+  bool embedding_and_loss_as_layers;       // account_for_embedding/loss_in_pipeline_split
+  bool fits;                               // in tpsim's memory model, without checkpointing
+  MegatronFsdp fsdp = MegatronFsdp::kOff;  // Megatron-FSDP's strategy (use_megatron_fsdp)
 };
 
 // The megatron recipes. Both sources run the gradients reduced in bf16 (Megatron-Bridge's
@@ -43,6 +44,8 @@ const Recipe kRecipes[] = {
     {"MB35", "llama-3-70b", "h100_80gb", 64, 8192, 256, 1, 4, 8, 5, 1, 1, 0, Precision::kAmpFp8, false, true},
     {"N42", "llama-3-70b", "b200", 64, 8192, 128, 1, 2, 4, 5, 2, 1, 0, Precision::kAmpBf16, false, true},
     {"MB59", "llama-3-8b", "h100_80gb", 8, 8192, 128, 1, 1, 1, 1, 2, 1, 0, Precision::kAmpBf16, false, true},
+    {"MB60", "llama-3-8b", "h100_80gb", 8, 8192, 128, 1, 1, 1, 1, 1, 1, 0, Precision::kAmpFp8, false, true,
+     MegatronFsdp::kOptimGradsParams},
     {"U6", "llama-2-13b", "h100_80gb", 16, 4096, 128, 1, 1, 4, 10, 1, 1, 0, Precision::kAmpFp8, false, true},
     {"U7", "llama-2-70b", "h100_80gb", 64, 4096, 128, 1, 4, 4, 20, 1, 1, 0, Precision::kAmpFp8, false, true},
     {"U3", "megatron-gpt-175b", "h100_80gb", 128, 2048, 256, 1, 4, 8, 6, 1, 1, 0, Precision::kAmpFp8, false, true},
@@ -91,6 +94,7 @@ Layout layout_of(const Recipe& r) {
   l.set_expert_tensor(r.etp > 0 ? r.etp : r.tp);
   l.sequence_parallel = r.tp > 1;
   l.account_for_embedding = l.account_for_loss = r.embedding_and_loss_as_layers;
+  set_megatron_fsdp(l, r.fsdp);
   return l;
 }
 

@@ -340,8 +340,10 @@ BOOST_AUTO_TEST_CASE(megatron_enumerates_exactly_the_valid_layouts) {
   // last the loss). pp 4: even with vp 1 and 3; vp 2 with fixed ends first 2, last 2 (the middle
   // stages 4). pp 8: none (12 layers leave the ends none once the middle stages hold 2). So 1 + 6 +
   // 3 splits under tp 1 and 2 (pp 1, 2, 4 and, under tp 1, 8 with none), 1 + 6 under tp 4 (pp 1,
-  // 2): 27 layouts, each without and with full checkpointing.
-  BOOST_TEST(layouts.size() == 54u);
+  // 2): 27 layouts. The three on one stage (tp 1, 2, 4: data parallel 8, 4, 2) each again under
+  // Megatron-FSDP's optim_grads and optim_grads_params: 33, each without and with full checkpointing.
+  BOOST_TEST(layouts.size() == 66u);
+  int fsdp = 0;
   int fixed_ends = 0, counted = 0;
   for (const Layout& l : layouts) {
     const Layout& p = l;
@@ -349,7 +351,13 @@ BOOST_AUTO_TEST_CASE(megatron_enumerates_exactly_the_valid_layouts) {
     BOOST_TEST(p.sequence_parallel == (p.tensor > 1));
     BOOST_TEST(p.distributed_optimizer);
     BOOST_TEST((p.context == 1 && p.expert == 1));
-    BOOST_TEST((l.sharding == Sharding::kNoShard));
+    if (p.megatron_fsdp == MegatronFsdp::kOff) {
+      BOOST_TEST((l.sharding == Sharding::kNoShard));
+    } else {
+      ++fsdp;
+      BOOST_TEST(p.pipeline == 1);
+      BOOST_TEST((l.sharding == (p.fsdp_shards_params() ? Sharding::kFullShard : Sharding::kShardGradOp)));
+    }
     BOOST_TEST(base.n_gpus % p.model_parallel() == 0);
     std::vector<int64_t> chunks;
     BOOST_TEST(split_layers(model.n_layers, p, chunks).empty());
@@ -367,20 +375,22 @@ BOOST_AUTO_TEST_CASE(megatron_enumerates_exactly_the_valid_layouts) {
     }
   }
   BOOST_TEST(counted == 2 * 3);
+  BOOST_TEST(fsdp == 2 * 3 * 2);
   BOOST_TEST(fixed_ends == 2 * (3 + 2));  // pp 2 under the three tp, pp 4 under tp 1 and 2; x 2 checkpointing
   BOOST_TEST((layouts[0].tensor == 1 && layouts[0].pipeline == 1));  // tensor outermost
   BOOST_TEST((layouts.back().tensor == 4 && layouts.back().pipeline == 2));
   // A global batch of 4: data parallel 8 (tp 1, pp 1) does not divide it, and says so.
   base.global_batch = 4;
   std::vector<Rejection> rejected;
-  BOOST_TEST(space.layouts(model, d, base, &rejected).size() == 52u);
+  BOOST_TEST(space.layouts(model, d, base, &rejected).size() == 60u);
   BOOST_TEST_REQUIRE(rejected.size() == 1u);
   BOOST_TEST(rejected[0].reason == "global batch 4 is not a multiple of data parallel 8");
-  BOOST_TEST(rejected[0].count == 1);  // one layout before checkpointing
-  // A fixed axis fixes it: tensor 2 leaves pipeline 1, 2 (six splits), 4 (three).
+  BOOST_TEST(rejected[0].count == 3);  // one layout under DDP and two strategies, before checkpointing
+  // A fixed axis fixes it: tensor 2 leaves pipeline 1 (and its two strategies), 2 (six splits), 4
+  // (three).
   base.global_batch = 16;
   space.asked.tensor = 2;
-  BOOST_TEST(space.layouts(model, d, base).size() == 20u);
+  BOOST_TEST(space.layouts(model, d, base).size() == 24u);
   space.asked.sequence_parallel = false;
   for (const Layout& l : space.layouts(model, d, base)) BOOST_TEST(!l.sequence_parallel);
   // Composer's space does not depend on the model.
