@@ -213,7 +213,10 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
        "megatron: the embedding counts as a layer of the first stage in the pipeline split "
        "(--account-for-embedding-in-pipeline-split)",
        "megatron: the loss counts as a layer of the last stage (--account-for-loss-in-pipeline-split)",
-       "async tensor parallelism: the collectives beside the GEMMs (torchtitan's enable_async_tensor_parallel)"});
+       "async tensor parallelism: the collectives beside the GEMMs (torchtitan's enable_async_tensor_parallel)",
+       "composer, torchtitan: torch.compile of each transformer block, which fuses its norm and elementwise kernels "
+       "(Composer's compile_config, torchtitan's compile)",
+       "torchtitan: model.norm_type fused_rmsnorm, its Triton RMSNorm kernel (default: rmsnorm, PyTorch ops)"});
   static_assert(switch_help.size() == kSwitchAxes.size(), "one help text per axis of the registry");
   for (size_t i = 0; i < kSwitchAxes.size(); ++i)
     cmd->add_flag(std::string(kSwitchAxes[i].names.flag), r.*kSwitchAxes[i].asked, switch_help[i]);
@@ -263,6 +266,7 @@ void check_layout_request(const LayoutRequest& r) {
 }
 
 void check_layout_request(LayoutRequest& r, const RunSettings& run) {
+  r.torch_compile = r.torch_compile || run.torch_compile;  // the YAML's compile_config, or --compile
   check_layout_request(r);
   if (!run.shard_degree && !run.replicate_degree) return;
   if (!framework_def(r.framework).sharding_strategies)
@@ -334,6 +338,7 @@ RunSettings resolve_run(const Context& ctx, const RunFlags& f) {
           "buckets on the last micro-batch");
     s.checkpointing = y.checkpointing;
     s.lora = y.lora;
+    s.torch_compile = y.torch_compile;
     s.shard_degree = y.shard_degree;
     s.replicate_degree = y.replicate_degree;
     if (!y.ignored.empty()) {

@@ -94,6 +94,7 @@ struct RunSettings {
   std::optional<int64_t> shard_degree, replicate_degree;  // the YAML's fsdp_config HSDP degrees
   std::vector<Checkpointing> ckpt_asked;                  // what --ckpt names (every kind for any); empty: not given
   Lora lora;                                              // the YAML's peft_config, then the LoRA flags
+  bool torch_compile = false;                             // the YAML's compile_config
   std::string config_origin;                              // the YAML, if any
   // What the YAML has that the simulator ignores or models differently: printed by print_notes once
   // the command's input is known to be good, so that bad input stays one line on stderr.

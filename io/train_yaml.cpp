@@ -224,10 +224,10 @@ const auto kTrainIrrelevant = {"variables",
                                "accumulate_train_batch_on_tokens",
                                "spin_dataloaders"};
 // Known and changing the speed of a step, not modelled: refused unless null or empty.
-const auto kTrainRefused = {"compile_config", "tp_config", "parallelism_config"};
+const auto kTrainRefused = {"tp_config", "parallelism_config"};
 // The keys modelled where the run is resolved (parse_train_yaml).
 const auto kTrainModelled = {"model",     "max_seq_len", "global_train_batch_size", "device_train_microbatch_size",
-                             "precision", "fsdp_config"};
+                             "precision", "fsdp_config", "compile_config"};
 
 // Every key llm-foundry's TrainConfig knows: modelled, irrelevant or refused.
 bool known_train_key(const std::string& key) {
@@ -618,16 +618,40 @@ void check_top_level_keys(const YAML::Node& root, const std::string& origin) {
           yaml::where(origin, kv.first) + ": unknown top-level key '" + key + "'" + nearest_train_key(key) +
           ": llm-foundry's train.py refuses keys outside its TrainConfig (values of your own go under variables)");
     const YAML::Node& v = kv.second;
-    // Composer's Trainer compiles the model whenever compile_config is not None: an empty map is
-    // torch.compile with its defaults, refused like any other.
     const bool empty = (v.IsMap() || v.IsSequence()) && v.size() == 0;
-    if (!one_of(key, kTrainRefused) || v.IsNull() || (empty && key != "compile_config")) continue;
-    const std::string what =
-        key == "compile_config" ? "torch.compile of the model"
-        : key == "tp_config"    ? "tensor parallelism"
-                                : "parallelism settings beyond fsdp_config (tensor parallelism, or FSDP written there)";
+    if (!one_of(key, kTrainRefused) || v.IsNull() || empty) continue;
+    const std::string what = key == "tp_config" ? "tensor parallelism"
+                                                : "parallelism settings beyond fsdp_config (tensor parallelism, or "
+                                                  "FSDP written there)";
     throw Error(yaml::where(origin, v) + ": " + key + " -- " + what + ": tpsim cannot model it yet");
   }
+}
+
+// compile_config: Composer's Trainer compiles the model whenever it is not None (an empty map is
+// torch.compile with its defaults; composer/trainer/trainer.py passes the map to torch.compile).
+// What it models is Inductor's fusions with the default mode; a mode or backend that changes the
+// kernels otherwise (CUDA graphs under reduce-overhead, autotuned GEMM templates under
+// max-autotune) is refused by name; dynamic and fullgraph do not change the kernels of a
+// fixed-shape step.
+void read_compile_config(const YAML::Node& v, const std::string& origin, TrainYaml& t) {
+  if (v.IsNull()) return;
+  if (!v.IsMap()) throw Error(yaml::where(origin, v) + ": compile_config must be a map of torch.compile's arguments");
+  for (const auto& kv : v) {
+    const std::string key = yaml::key(kv.first, origin);
+    const std::string label = "compile_config." + key;
+    if (key == "dynamic" || key == "fullgraph") continue;
+    const bool modelled = (key == "mode" && yaml::as_string(kv.second, origin, label) == "default") ||
+                          (key == "backend" && yaml::as_string(kv.second, origin, label) == "inductor");
+    if (key == "mode" || key == "backend") {
+      if (!modelled)
+        throw Error(yaml::where(origin, kv.second) + ": " + label + " '" + yaml::as_string(kv.second, origin, label) +
+                    "' -- tpsim models torch.compile's default mode with Inductor only");
+      continue;
+    }
+    throw Error(yaml::where(origin, kv.first) + ": " + label +
+                " -- not modelled (tpsim models torch.compile's mode, backend, dynamic and fullgraph)");
+  }
+  t.torch_compile = true;
 }
 
 // The top-level keys after the model block (a top-level max_seq_len overrides model.max_seq_len).
@@ -635,7 +659,8 @@ void read_run_keys(const YAML::Node& root, const std::string& origin, TrainYaml&
   for (const auto& kv : root) {
     const std::string key = yaml::key(kv.first, origin);
     const YAML::Node& v = kv.second;
-    if (key == "max_seq_len") t.seq_len = as_count(v, origin, key, kMaxSeqLen);
+    if (key == "compile_config") read_compile_config(v, origin, t);
+    else if (key == "max_seq_len") t.seq_len = as_count(v, origin, key, kMaxSeqLen);
     else if (key == "global_train_batch_size") t.global_batch = as_count(v, origin, key, kMaxBatch);
     else if (key == "device_train_microbatch_size") {
       if (v.IsScalar() && v.Scalar() == "auto") t.micro_batch_auto = true;

@@ -43,6 +43,8 @@ struct TrainYaml {
   // An fsdp_config (not null) is written. Without one llm-foundry runs plain PyTorch DDP
   // (Sharding::kDdp), which the run resolves (cli/run_settings) and notes.
   bool has_fsdp_config = false;
+  // compile_config given and not null: torch.compile of the model (Layout::torch_compile).
+  bool torch_compile = false;
 };
 
 TrainYaml parse_train_yaml(const std::string& text, const std::string& origin);

@@ -109,13 +109,18 @@ const ComputeCosts& ComposerEvaluator::compute_costs(int64_t micro_batch, const 
   const size_t slot = static_cast<size_t>(micro_batch) % kComputeMemoSlots;
   if (slot >= memo_.size()) memo_.resize(slot + 1);
   ComputeCosts& k = memo_[slot];
-  if (k.micro_batch == micro_batch && k.seq_len == seq_len && k.precision == precision && k.lora == cfg.lora) return k;
+  if (k.micro_batch == micro_batch && k.seq_len == seq_len && k.precision == precision && k.lora == cfg.lora &&
+      k.torch_compile == cfg.layout.torch_compile)
+    return k;
   BlockShape shape = block_shape(model_, micro_batch, seq_len, precision);
   shape.lora = cfg.lora;
+  shape.torch_compile = cfg.layout.torch_compile;
+  shape.eager_rms_norm = shape.eager_rope = kComposerFramework.conventions.eager_norm_rope;
   k.micro_batch = micro_batch;
   k.seq_len = seq_len;
   k.precision = precision;
   k.lora = cfg.lora;
+  k.torch_compile = cfg.layout.torch_compile;
   static_cast<MicroBatchOpCosts&>(k) = cost_micro_batch_ops(cost_, shape);
   k.block_attention_only_bytes = attention_only_saved_bytes(shape);
   k.block_backward_buffer_bytes = block_backward_buffer_bytes(model_, shape.tokens(), precision);
@@ -263,6 +268,7 @@ constinit const FrameworkDef kComposerFramework = {
     .conventions = {.unfused_attention = true},
     .batching = {.batch_per_gpu = true, .auto_micro_batch_halves = true},
     .profile_intervals = true,
+    .options = option_bit(FrameworkOption::kTorchCompile),
     .no_model_parallelism = "composer runs FSDP without model parallelism; use --framework megatron",
     .rules = kComposerRules,
     .make_evaluator = make_evaluator<ComposerEvaluator>,

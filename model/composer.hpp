@@ -18,6 +18,7 @@ struct ComputeCosts : MicroBatchOpCosts {
   int64_t micro_batch = -1, seq_len = -1;
   Precision precision = Precision::kAmpBf16;
   Lora lora;
+  bool torch_compile = false;
   // Of block_fwd's saved bytes, what only the attention kernel keeps (selective checkpointing drops
   // it). block_fwd.attention is the attention forward's seconds, which selective checkpointing runs
   // again before each block's backward.

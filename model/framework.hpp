@@ -47,6 +47,8 @@ enum class FrameworkOption : uint8_t {
   kAsyncTensorParallel,    // torchtitan's enable_async_tensor_parallel
   kSelectiveAcLayers,      // torchtitan's selective_ac_option as a layer period
   kMegatronFsdp,           // Megatron-FSDP (--megatron-fsdp)
+  kTorchCompile,           // torch.compile of each block (Composer's compile_config, torchtitan's compile)
+  kFusedRmsNorm,           // torchtitan's norm_type = "fused_rmsnorm"
 };
 constexpr uint32_t option_bit(FrameworkOption o) { return 1u << static_cast<unsigned>(o); }
 
@@ -68,6 +70,9 @@ struct FrameworkDef {
     // Unfused attention under it is Megatron-LM's core attention (its fused softmax, dropout 0.1);
     // else llm-foundry's PyTorch attention.
     bool core_attention = false;
+    // Its RMSNorm and RoPE are PyTorch ops run one kernel each in eager mode, not fused kernels
+    // (torchtitan's norms.py RMSNorm and model.py apply_rotary_emb; BlockShape::eager_rms_norm, eager_rope).
+    bool eager_norm_rope = false;
   } conventions;
   // Tensor, pipeline, context and expert parallelism; without them, data parallelism only.
   bool model_parallel = false;

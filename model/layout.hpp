@@ -32,13 +32,13 @@ struct LayoutRequest {
   std::optional<int64_t> first_stage_layers, last_stage_layers;
   // torchtitan: selective_ac_option under selective checkpointing: 0 'op', N every N-th block.
   std::optional<int64_t> selective_ac_layers;
-  // megatron: Megatron-FSDP's strategy (never searched); it sets the distributed optimizer and the
-  // overlapped gradient reduction as Megatron-FSDP runs them.
+  // megatron: Megatron-FSDP's strategy (searched on one-stage layouts unless given); it sets the distributed optimizer
+  // and the overlapped gradient reduction as Megatron-FSDP runs them.
   std::optional<MegatronFsdp> megatron_fsdp;
   // The switches (kSwitchAxes): on when given, never searched.
   bool overlap_grad_reduce = false, grad_reduce_bf16 = false, fp8_param_gather = false, pipeline_scatter_gather = false,
        account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, moe_a2a_overlap = false,
-       async_tensor_parallel = false;
+       async_tensor_parallel = false, torch_compile = false, fused_rmsnorm = false;
   // --attention: true unfused (the scores materialised, as the framework runs it without a fused
   // kernel), false flash; unset: the model's own.
   std::optional<bool> unfused_attention;
@@ -93,7 +93,7 @@ struct SwitchAxis {
   FrameworkOption owner;
   std::string_view whose;
 };
-inline constexpr std::array<SwitchAxis, 9> kSwitchAxes = {{
+inline constexpr std::array<SwitchAxis, 11> kSwitchAxes = {{
     {{"overlapped gradient reduction", "--overlap-grad-reduce", "Overlap Grad Reduce", "overlapped grad reduce"},
      &Layout::overlap_grad_reduce,
      &LayoutRequest::overlap_grad_reduce,
@@ -138,6 +138,16 @@ inline constexpr std::array<SwitchAxis, 9> kSwitchAxes = {{
      &Layout::async_tensor_parallel,
      &LayoutRequest::async_tensor_parallel,
      FrameworkOption::kAsyncTensorParallel,
+     "torchtitan's"},
+    {{"torch.compile", "--compile", "Compile", "compiled"},
+     &Layout::torch_compile,
+     &LayoutRequest::torch_compile,
+     FrameworkOption::kTorchCompile,
+     "PyTorch's"},
+    {{"fused RMSNorm", "--fused-rmsnorm", "Fused RMSNorm", "fused rmsnorm"},
+     &Layout::fused_rmsnorm,
+     &LayoutRequest::fused_rmsnorm,
+     FrameworkOption::kFusedRmsNorm,
      "torchtitan's"},
 }};
 

@@ -19,6 +19,9 @@ BlockShape rank_shape(const ModelConfig& model, const TrainConfig& cfg, int64_t 
   BlockShape s = tensor_parallel_shape(block_shape(model, cfg.micro_batch, cfg.seq_len / par.context, cfg.precision),
                                        par.tensor, par.sequence_parallel, padded_vocab);
   s.lora = cfg.lora;
+  s.torch_compile = par.torch_compile;
+  s.eager_rope = framework_def(par.framework).conventions.eager_norm_rope;
+  s.eager_rms_norm = s.eager_rope && !par.fused_rmsnorm;
   if (s.moe.active()) {
     s.moe.d_expert /= par.expert_tensor_degree();
     s.moe.d_shared /= par.tensor;

@@ -441,33 +441,74 @@ void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
                     l.names.role));
 }
 
-Op norm_forward(const char* name, const BlockShape& s) {
+// What torch.compile makes of a norm (BlockShape::torch_compile): nothing (outside a compiled block
+// or without compile), its own fused kernel, or one kernel with the residual add before it (forward)
+// or the residual gradient sum after it (backward).
+enum class NormFusion : uint8_t { kNone, kAlone, kWithAdd };
+
+NormFusion block_norm_fusion(const BlockShape& s, bool after_add) {
+  if (!s.torch_compile) return NormFusion::kNone;
+  return after_add ? NormFusion::kWithAdd : NormFusion::kAlone;
+}
+
+// torchtitan's RMSNorm run eagerly (BlockShape::eager_rms_norm): x.float(), pow(2), mean, rsqrt,
+// the product, type_as and the weight's product, each a kernel over the [rows, d] tensor in fp32 or
+// the activation dtype, by bytes per element.
+double eager_rms_read(double a) { return a + 4.0 + 4.0 + 4.0 + 4.0 + a; }  // of each kernel in turn
+double eager_rms_written(double a) { return 4.0 + 4.0 + 4.0 + a + a; }
+// Autograd's backward of the same ops: the weight's product (input and weight gradients), type_as,
+// the product's two inputs' gradients, pow's, their sum and the cast back.
+double eager_rms_bwd_read(double a) { return 3.0 * a + a + 4.0 + 8.0 + 4.0 + 8.0 + 4.0; }
+double eager_rms_bwd_written(double a) { return a + 4.0 + 4.0 + 4.0 + 4.0 + a; }
+constexpr int64_t kEagerRmsKernels = 8, kEagerRmsBwdKernels = 9;
+
+Op norm_forward(const char* name, const BlockShape& s, NormFusion fusion = NormFusion::kNone) {
   const double a = activation_bytes(s.precision);
   const double td = d(s.row_tokens()) * d(s.d_model);
   const DType act = activation_dtype(s.precision);
+  // Fused with the residual add before it, which writes the sum and the norm's input stays on chip.
+  const double input = fusion == NormFusion::kWithAdd ? 0.0 : td * a;
+  const int64_t kernels = fusion == NormFusion::kWithAdd ? 0 : 1;
   if (s.norm == NormKind::kRmsNorm) {
-    // RMSNorm: reads x and w, writes y and an fp32 rstd per row; keeps x and the rstd.
     const double rstd = d(s.row_tokens()) * 4.0;
-    return membound_op(name, MemKind::kRmsNorm, s.row_tokens(), s.d_model, act, td * a + d(s.d_model) * a,
-                       td * a + rstd, 1, td * a + rstd);
+    if (s.eager_rms_norm && fusion == NormFusion::kNone) {
+      // Eager: the passes above; autograd keeps x in fp32 (for pow and the product), the rstd and
+      // the normalised bf16 tensor (for the weight's product).
+      const double e = d(s.row_tokens()) * d(s.d_model);
+      return membound_op(name, MemKind::kRmsNorm, s.row_tokens(), s.d_model, act,
+                         e * eager_rms_read(a) + d(s.d_model) * a, e * eager_rms_written(a) + rstd, kEagerRmsKernels,
+                         e * (4.0 + a) + rstd);
+    }
+    // RMSNorm: reads x and w, writes y and an fp32 rstd per row; keeps x and the rstd.
+    return membound_op(name, MemKind::kRmsNorm, s.row_tokens(), s.d_model, act, input + d(s.d_model) * a, td * a + rstd,
+                       kernels, td * a + rstd);
   }
   const double stats = d(s.row_tokens()) * 8.0;   // fp32 mean and rstd per token
   const double params = s.norm_bias ? 2.0 : 1.0;  // weight, and bias
   // Keeps its input and statistics for backward.
-  return membound_op(name, MemKind::kLayerNorm, s.row_tokens(), s.d_model, act, td * a + params * d(s.d_model) * a,
-                     td * a + stats, 1, td * a + stats);
+  return membound_op(name, MemKind::kLayerNorm, s.row_tokens(), s.d_model, act, input + params * d(s.d_model) * a,
+                     td * a + stats, kernels, td * a + stats);
 }
 
-Op norm_backward(const char* name, const BlockShape& s) {
+Op norm_backward(const char* name, const BlockShape& s, NormFusion fusion = NormFusion::kNone) {
   const double a = activation_bytes(s.precision);
   const double td = d(s.row_tokens()) * d(s.d_model);
   const bool rms = s.norm == NormKind::kRmsNorm;
   const double stats = d(s.row_tokens()) * (rms ? 4.0 : 8.0);
   const double params = rms || !s.norm_bias ? 1.0 : 2.0;
+  const MemKind kind = rms ? MemKind::kRmsNormBackward : MemKind::kLayerNormBackward;
+  if (rms && s.eager_rms_norm && fusion == NormFusion::kNone) {
+    const double e = d(s.row_tokens()) * d(s.d_model);
+    return membound_op(name, kind, s.row_tokens(), s.d_model, activation_dtype(s.precision),
+                       e * eager_rms_bwd_read(a) + stats, e * eager_rms_bwd_written(a) + d(s.d_model) * 4.0,
+                       kEagerRmsBwdKernels);
+  }
   // Input gradient (reads dY, x, stats) and weight/bias gradients (reads dY, x again): two kernels.
-  return membound_op(name, rms ? MemKind::kRmsNormBackward : MemKind::kLayerNormBackward, s.row_tokens(), s.d_model,
-                     activation_dtype(s.precision), 4.0 * td * a + 2.0 * stats, td * a + params * d(s.d_model) * 4.0,
-                     2);
+  // Fused with the residual gradient sum after it, the input gradient is summed on chip, not
+  // written for the add to read (residual_add_backward).
+  const double dx = fusion == NormFusion::kWithAdd ? 0.0 : td * a;
+  return membound_op(name, kind, s.row_tokens(), s.d_model, activation_dtype(s.precision), 4.0 * td * a + 2.0 * stats,
+                     dx + params * d(s.d_model) * 4.0, 2);
 }
 
 Op residual_add(const char* name, const BlockShape& s) {
@@ -477,13 +518,29 @@ Op residual_add(const char* name, const BlockShape& s) {
                      td * a);
 }
 
+// The skip and branch gradients of a residual summed; under torch.compile inside the norm's
+// backward kernel before it (NormFusion::kWithAdd): it reads the skip's gradient only, no launch.
+Op residual_add_backward(const char* name, const BlockShape& s) {
+  Op op = residual_add(name, s);
+  if (s.torch_compile) {
+    op.bytes_read /= 2.0;
+    op.kernels = 0;
+  }
+  return op;
+}
+
 // RoPE on q and k (in place) after the QKV GEMM, and on dq and dk in the backward: reads and
 // writes t * (q_dim + kv_dim), plus the fp32 cos and sin tables (seq x head_dim/2 each).
+// Eager under eager_rope (torchtitan's apply_rotary_emb on q and on k): float() (reads a,
+// writes 4 bytes an element), the complex product with freqs_cis (reads 4, writes 4) and type_as
+// (reads 4, writes a): three kernels each; its backward the same passes in reverse.
 Op rope(const char* name, const BlockShape& s) {
   const double a = activation_bytes(s.precision);
   const double tqk = d(s.tokens()) * d(s.q_dim() + s.kv_dim());
+  const bool eager = s.eager_rope && !s.torch_compile;
   Op op = membound_op(name, MemKind::kRope, s.tokens(), s.q_dim() + s.kv_dim(), activation_dtype(s.precision),
-                      tqk * a + d(s.seq) * d(s.d_head()) * 4.0, tqk * a);
+                      (eager ? a + 8.0 : a) * tqk + d(s.seq) * d(s.d_head()) * 4.0, (eager ? a + 8.0 : a) * tqk,
+                      eager ? 6 : 1);
   op.k = s.d_head();
   return op;
 }
@@ -655,9 +712,14 @@ void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
     linear_forward(s, gate, f.input_saved_elsewhere, out);
     // The gate keeps x (frozen under LoRA: only if its adapters do).
     linear_forward(s, f.up(), /*input_saved_elsewhere=*/f.input_saved_elsewhere || gate.needs_input(), out);
-    // The activation keeps its input (the gate's output); the product keeps both its factors.
-    out.push(ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1));
-    out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
+    if (s.torch_compile) {
+      // Inductor's one kernel: reads gate and up, writes act(gate) * up, keeps gate and up.
+      out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
+    } else {
+      // The activation keeps its input (the gate's output); the product keeps both its factors.
+      out.push(ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1));
+      out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
+    }
   } else {
     linear_forward(s, f.up(), f.input_saved_elsewhere, out);
     // The activation keeps its input for backward.
@@ -676,8 +738,10 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
     out.push(ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2));
     linear_backward(s, f.fc1(), out);
   } else if (s.ffn == FfnKind::kGlu) {
+    // Under torch.compile one kernel reads gate, up and the gradient, and writes both gradients.
     out.push(ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2));
-    out.push(ffn_elementwise(s, f, f.names->act_bwd[act], activation_backward_kind(s.activation), 2, 1));
+    if (!s.torch_compile)
+      out.push(ffn_elementwise(s, f, f.names->act_bwd[act], activation_backward_kind(s.activation), 2, 1));
     linear_backward(s, f.up(), out);
     linear_backward(s, f.gate(), out);
     const double rd = d(f.rows) * d(f.d_model), a = activation_bytes(s.precision);
@@ -798,7 +862,7 @@ void moe_backward(const BlockShape& s, OpSink& out) {
 
 void block_forward_ops(const BlockShape& s, OpSink& out) {
   const bool fp8 = quantized_bytes(s.precision) > 0;
-  out.push(norm_forward("norm_1.fwd", s));
+  out.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
   linear_forward(s, qkv(s), false, out);
   if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/true, out);
   if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.fwd", s));
@@ -809,25 +873,26 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
   linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8 && !s.unfused_attention,
                  /*adapter_input_kept=*/!s.unfused_attention, out);
   out.push(residual_add("resid_attn.fwd", s));
-  out.push(norm_forward("norm_2.fwd", s));
+  out.push(norm_forward("norm_2.fwd", s, block_norm_fusion(s, /*after_add=*/true)));
   if (s.moe.active()) moe_forward(s, out);
   else ffn_forward(s, dense_ffn(s), out);
   out.push(residual_add("resid_ffn.fwd", s));
 }
 
 void block_backward_ops(const BlockShape& s, OpSink& out) {
-  out.push(residual_add("resid_ffn.bwd", s));  // the skip and branch gradients summed
+  // The skip and branch gradients summed (under torch.compile in norm_1's backward kernel).
+  out.push(residual_add_backward("resid_ffn.bwd", s));
   if (s.moe.active()) moe_backward(s, out);
   else ffn_backward(s, dense_ffn(s), out);
-  out.push(norm_backward("norm_2.bwd", s));
-  out.push(residual_add("resid_attn.bwd", s));
+  out.push(norm_backward("norm_2.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
+  out.push(residual_add_backward("resid_attn.bwd", s));
   linear_backward(s, out_proj(s), out);
   if (s.unfused_attention) unfused_attention_backward(s, out);
   else out.push(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, s));
   if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.bwd", s));
   if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/false, out);
   linear_backward(s, qkv(s), out);
-  out.push(norm_backward("norm_1.bwd", s));
+  out.push(norm_backward("norm_1.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
 }
 
 void attention_recompute_ops(const BlockShape& s, OpSink& out) {

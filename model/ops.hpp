@@ -273,6 +273,21 @@ struct BlockShape {
   // keeps (SwiGLUFunction saves its input and recomputes silu in the backward), one forward and one
   // backward kernel for silu(gate) * up. Applies to a GLU with SiLU (dense, routed and shared experts).
   bool fused_swiglu = false;
+  // torch.compile of the block (Layout::torch_compile; PyTorch's Inductor, which compiles each
+  // TransformerBlock as torchtitan's apply_compile and Composer's compile_config do): the block's
+  // memory-bound kernels fused where Inductor fuses them, GEMMs and attention as they are. Modelled:
+  // the attention's residual add and the second norm one kernel (the add writes the sum and its
+  // norm); each norm's backward and the residual gradient sum after it one kernel; a GLU's
+  // activation and product one kernel each way (as fused_swiglu's, with the gate and up GEMMs
+  // apart); RMSNorm and RoPE single kernels under eager_rms_norm and eager_rope. The last residual
+  // add and the first norm of a block stay apart (each block is its own graph).
+  bool torch_compile = false;
+  // RMSNorm and RoPE as PyTorch ops in eager mode, one kernel each op, not single fused kernels:
+  // torchtitan's norms.py RMSNorm (x.float(), pow, mean, rsqrt, the product, type_as, the weight's
+  // product) and model.py apply_rotary_emb (float(), view_as_complex, the complex product,
+  // view_as_real, type_as), the backward as autograd runs them. torch_compile fuses each block's
+  // back into one kernel each (the final norm, outside the blocks, stays eager).
+  bool eager_rms_norm = false, eager_rope = false;
   // Flash attention by the architecture's native fused kernel (CostParams::attn_native_*): what
   // TransformerEngine's DotProductAttention runs under Megatron-Core (cuDNN's fused attention).
   bool native_attention = false;

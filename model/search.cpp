@@ -20,6 +20,7 @@ std::vector<Layout> SearchSpace::layouts() const {
   Layout composer;
   composer.shard_degree = asked.shard_degree.value_or(0);
   composer.replicate_degree = asked.replicate_degree.value_or(0);
+  composer.torch_compile = asked.torch_compile;
   for (Sharding sharding : shardings)
     for (Checkpointing ckpt : checkpointing) {
       composer.sharding = sharding, composer.checkpointing = ckpt;
@@ -290,6 +291,7 @@ std::vector<Layout> SearchSpace::layouts(const ModelConfig& model, const DeviceS
   for (int64_t shard = 2 * per_host; shard < base.n_gpus; shard *= 2) {
     if (base.n_gpus % shard != 0) continue;
     Layout mesh;
+    mesh.torch_compile = asked.torch_compile;
     mesh.sharding = Sharding::kHybridShard;
     mesh.shard_degree = shard;
     mesh.replicate_degree = base.n_gpus / shard;

@@ -562,13 +562,15 @@ constinit const FrameworkDef kTorchtitanFramework = {
     .id = Framework::kTorchtitan,
     .name = "torchtitan",
     .sharding = Sharding::kFullShard,
+    .conventions = {.eager_norm_rope = true},
     .model_parallel = true,
     .batching = {.whole_micro_batches = true},
     .distributed_optimizer = true,
     .data_parallel_degrees = true,
     .no_sharding_strategies =
         "shards with FSDP2 over its data-parallel ranks (FULL_SHARD); the sharding strategies are composer's",
-    .options = option_bit(FrameworkOption::kAsyncTensorParallel) | option_bit(FrameworkOption::kSelectiveAcLayers),
+    .options = option_bit(FrameworkOption::kAsyncTensorParallel) | option_bit(FrameworkOption::kSelectiveAcLayers) |
+               option_bit(FrameworkOption::kTorchCompile) | option_bit(FrameworkOption::kFusedRmsNorm),
     .rules = kTorchtitanRules,
     .make_evaluator = make_evaluator<TorchtitanEvaluator>,
 };

@@ -187,6 +187,13 @@ struct Layout {
   bool moe_a2a_overlap = false;
   // megatron: Megatron-FSDP's sharding strategy (above); kOff: Megatron-Core's DDP.
   MegatronFsdp megatron_fsdp = MegatronFsdp::kOff;
+  // composer and torchtitan: torch.compile of each transformer block (Composer's compile_config,
+  // torchtitan's compile): Inductor fuses the block's elementwise and norm kernels (model/ops.hpp
+  // BlockShape::torch_compile says which).
+  bool torch_compile = false;
+  // torchtitan: model.norm_type "fused_rmsnorm" (its Triton RMSNorm kernel, one kernel each way),
+  // not "rmsnorm" (PyTorch ops; BlockShape::eager_rms_norm).
+  bool fused_rmsnorm = false;
 
   bool uneven_pipeline() const {
     return first_stage_layers > 0 || last_stage_layers > 0 || account_for_embedding || account_for_loss;

@@ -410,3 +410,63 @@ BOOST_AUTO_TEST_CASE(qk_norm_adds_an_rms_norm_of_q_and_k_and_keeps_their_inputs)
   BOOST_TEST(total_saved_bytes(b) - total_saved_bytes(a) == extra, boost::test_tools::tolerance(kExact));
   BOOST_TEST(total_flops(b) == total_flops(a));  // memory-bound: no FLOPs counted
 }
+
+// torchtitan's eager RMSNorm and RoPE (BlockShape::eager_rms_norm, eager_rope: its norms.py and
+// apply_rotary_emb as PyTorch ops) against torch.compile of the block, on Llama 3 8B's shapes at
+// 2 x 2048 tokens in bf16 (a = 2 bytes an element), by hand: per element of the [t, 4096] tensor an
+// eager RMSNorm reads 2 + 4 + 4 + 4 + 4 + 2 = 20 bytes and writes 4 + 4 + 4 + 2 + 2 = 16 over 8
+// kernels, keeps 4 + 2 (x in fp32, the normalised bf16) and the fp32 rstd; its backward reads
+// 3a + a + 4 + 8 + 4 + 8 + 4 = 36 and writes 2 + 4 + 4 + 4 + 4 + 2 = 20. Eager RoPE reads and
+// writes 2 + 8 = 10 bytes an element of q and k (float(), the complex product, type_as).
+BOOST_AUTO_TEST_CASE(torch_compile_fuses_torchtitans_eager_norms_rope_and_glu) {
+  BlockShape eager = block_shape(llama3_8b(), 2, 2048, Precision::kAmpBf16);
+  eager.eager_rms_norm = eager.eager_rope = true;
+  BlockShape compiled = eager;
+  compiled.torch_compile = true;
+  const double t = d(eager.tokens()), e = t * 4096.0, rstd = t * 4.0, qk = t * (4096.0 + 1024.0);
+  const auto named = [](const OpList& ops, const std::string& name) -> const Op& {
+    for (const Op& op : ops)
+      if (name == op.name) return op;
+    BOOST_FAIL("no op " << name);
+    return *ops.begin();
+  };
+  OpList ef, cf, eb, cb;
+  block_forward_ops(eager, ef);
+  block_forward_ops(compiled, cf);
+  block_backward_ops(eager, eb);
+  block_backward_ops(compiled, cb);
+  const Op& norm = named(ef, "norm_1.fwd");
+  BOOST_TEST(norm.bytes_read == 20.0 * e + 4096.0 * 2.0, tt::tolerance(kExact));
+  BOOST_TEST(norm.bytes_written == 16.0 * e + rstd, tt::tolerance(kExact));
+  BOOST_TEST(norm.kernels == 8);
+  BOOST_TEST(norm.saved_bytes == 6.0 * e + rstd, tt::tolerance(kExact));
+  const Op& norm_bwd = named(eb, "norm_1.bwd");
+  BOOST_TEST(norm_bwd.bytes_read == 36.0 * e + rstd, tt::tolerance(kExact));
+  BOOST_TEST(norm_bwd.bytes_written == 20.0 * e + 4096.0 * 4.0, tt::tolerance(kExact));
+  BOOST_TEST(named(ef, "attn.rope.fwd").bytes_written == 10.0 * qk, tt::tolerance(kExact));
+  BOOST_TEST(named(cf, "attn.rope.fwd").bytes_written == 2.0 * qk, tt::tolerance(kExact));
+  // Compiled: norm_1 is one kernel (x and w in, y and rstd out); norm_2 is inside the residual add's
+  // kernel (its input never read back); each norm's backward writes no input gradient for the
+  // residual sum after it, which reads only the skip's gradient; the GLU's SiLU and product are one
+  // kernel each way, keeping the gate's and up's outputs (not SiLU's too).
+  BOOST_TEST(named(cf, "norm_1.fwd").bytes_read == 2.0 * e + 4096.0 * 2.0, tt::tolerance(kExact));
+  BOOST_TEST(named(cf, "norm_2.fwd").bytes_read == 4096.0 * 2.0, tt::tolerance(kExact));
+  BOOST_TEST(named(cf, "norm_2.fwd").kernels == 0);
+  BOOST_TEST(named(cb, "norm_2.bwd").bytes_written == 4096.0 * 4.0, tt::tolerance(kExact));
+  BOOST_TEST(named(cb, "resid_attn.bwd").bytes_read == 2.0 * e, tt::tolerance(kExact));
+  BOOST_TEST(named(cb, "resid_attn.bwd").kernels == 0);
+  const auto count = [](const OpList& ops, MemKind k) {
+    int n = 0;
+    for (const Op& op : ops) n += op.mem == k && op.kind == OpKind::kMemoryBound;
+    return n;
+  };
+  BOOST_TEST(count(ef, MemKind::kSilu) == 1);
+  BOOST_TEST(count(cf, MemKind::kSilu) == 0);
+  BOOST_TEST(count(cb, MemKind::kSiluBackward) == 0);
+  BOOST_TEST(total_saved_bytes(ef) - total_saved_bytes(cf) ==
+                 2.0 * (4.0 * e) + t * 14336.0 * 2.0,  // two norms' fp32 x and normalised copy; SiLU's input
+             tt::tolerance(kExact));
+  // The GEMMs and the attention are Inductor's to leave alone.
+  BOOST_TEST(sum_flops(cf, is_gemm) == sum_flops(ef, is_gemm), tt::tolerance(kExact));
+  BOOST_TEST(sum_flops(cb, is_gemm) == sum_flops(eb, is_gemm), tt::tolerance(kExact));
+}

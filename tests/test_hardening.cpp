@@ -1043,8 +1043,10 @@ BOOST_AUTO_TEST_CASE(architectures_tpsim_cannot_model_are_one_line_errors) {
   const std::string source = slurp(kData + "/examples/mpt-1b-long-context.yaml");
   const std::vector<std::pair<std::string, std::string>> configs = {
       {replace_once(source, "precision:", "optimiser: {}\nprecision:"), ":22: unknown top-level key 'optimiser'"},
-      {replace_once(source, "precision:", "compile_config: {mode: default}\nprecision:"),
-       ":22: compile_config -- torch.compile"},
+      {replace_once(source, "precision:", "compile_config: {mode: max-autotune}\nprecision:"),
+       ":22: compile_config.mode 'max-autotune' -- tpsim models torch.compile's default mode"},
+      {replace_once(source, "precision:", "compile_config: {options: {triton.cudagraphs: true}}\nprecision:"),
+       ":22: compile_config.options -- not modelled"},
       {replace_once(replace_once(source, "activation_checkpointing: false", "activation_checkpointing: true"),
                     "  n_layers: 24\n", "  n_layers: 24\n  activation_checkpointing_target: {MPTBlock: first-4}\n"),
        ":11: model.activation_checkpointing_target: {MPTBlock: first-4} -- tpsim models checkpointing of whole blocks"},

@@ -246,11 +246,19 @@ BOOST_AUTO_TEST_CASE(top_level_keys_are_llm_foundrys_train_config) {
       "t.yaml:6: unknown top-level key 'optimiser' (did you mean optimizer?): llm-foundry's train.py refuses keys "
       "outside its TrainConfig (values of your own go under variables)");
   BOOST_TEST(error_of([] { parse_train_yaml(kModel + "compile_config: {mode: max-autotune}\n", "t.yaml"); }) ==
-             "t.yaml:6: compile_config -- torch.compile of the model: tpsim cannot model it yet");
+             "t.yaml:6: compile_config.mode 'max-autotune' -- tpsim models torch.compile's default mode with Inductor "
+             "only");
+  BOOST_TEST(
+      error_of([] { parse_train_yaml(kModel + "compile_config: {backend: eager}\n", "t.yaml"); }) ==
+      "t.yaml:6: compile_config.backend 'eager' -- tpsim models torch.compile's default mode with Inductor only");
+  BOOST_TEST(error_of([] { parse_train_yaml(kModel + "compile_config: [1]\n", "t.yaml"); }) ==
+             "t.yaml:6: compile_config must be a map of torch.compile's arguments");
   // compile_config: {} is torch.compile with its defaults (Composer compiles whenever it is not
-  // None): refused as well, not read as no compile.
-  BOOST_TEST(error_of([] { parse_train_yaml(kModel + "compile_config: {}\n", "t.yaml"); }) ==
-             "t.yaml:6: compile_config -- torch.compile of the model: tpsim cannot model it yet");
+  // None); null is no compile.
+  BOOST_TEST(parse_train_yaml(kModel + "compile_config: {}\n", "t.yaml").torch_compile);
+  BOOST_TEST(parse_train_yaml(kModel + "compile_config: {mode: default, dynamic: false, fullgraph: true}\n", "t.yaml")
+                 .torch_compile);
+  BOOST_TEST(!parse_train_yaml(kModel + "compile_config: null\n", "t.yaml").torch_compile);
   BOOST_TEST(contains(error_of([] { parse_train_yaml(kModel + "tp_config: {tensor_parallel_degree: 2}\n", "t.yaml"); }),
                       "t.yaml:6: tp_config -- tensor parallelism: tpsim cannot model it yet"));
   BOOST_TEST(contains(

@@ -9,7 +9,7 @@
 #   - torchtitan's "selective" activation checkpointing (per-op or every other layer) is not
 #     Megatron-LM's recompute of the attention core that `--ckpt selective` models; such rows are
 #     predicted with --ckpt selective and marked.
-#   - torch.compile (fused elementwise kernels) is not modelled: compiled rows are marked.
+#   - torch.compile rows are predicted with --compile (Composer's compiled blocks).
 #   - the framework is predicted as llm-foundry/Composer FSDP (issue 15 adds torchtitan and Megatron).
 set -eu
 TPSIM=${1:-build/cli/tpsim}
@@ -39,11 +39,12 @@ EOF
     selective*) k=selective; notes="torchtitan $ckpt checkpointing, predicted as attention-core recompute" ;;
     *) k=none; notes="checkpointing not stated: predicted without" ;;
   esac
-  [ "$compile" = on ] && notes="${notes:+$notes; }torch.compile not modelled"
+  flags=""
+  [ "$compile" = on ] && flags="--compile" && notes="${notes:+$notes; }torch.compile"
   notes="${notes:+$notes; }$fw"
   batch=$((gbt / seq))
   out=$("$TPSIM" predict --model "$model" --device "$gpu" --gpus "$n" --seq "$seq" --global-batch "$batch" \
-        --micro-batch "$mb" --precision "$p" --ckpt "$k" --format csv 2>/dev/null | tail -n 1) || {
+        --micro-batch "$mb" --precision "$p" --ckpt "$k" $flags --format csv 2>/dev/null | tail -n 1) || {
     echo "| $src | $model | $gpu | $n | $seq | $gbt | $mb | $prec | $ckpt | $tps | (tpsim refused) | | $notes |"
     continue
   }
