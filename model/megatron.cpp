@@ -10,6 +10,7 @@
 #include "model/ops.hpp"
 #include "model/parallelism.hpp"
 #include "model/pipeline.hpp"
+#include "model/schedule.hpp"
 #include "model/rules.hpp"
 
 namespace tpsim {
@@ -477,13 +478,11 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
   // Megatron-FSDP: a layer's collectives run on their own streams beside its compute (the next
   // layer's gather prefetched during this one's forward; its gather before and its reduce-scatter
   // after the backward): the layer takes the longer of the two, the compute slowed by the SMs the
-  // collectives hold where they overlap (overlap_slowdown, as Composer's FSDP schedule has it).
-  const auto beside = [this](double compute, double comm) {
-    return std::max(compute, comm) + params_.overlap_slowdown * std::min(compute, comm);
-  };
+  // collectives hold where they overlap (side_by_side_seconds, as Composer's FSDP schedule has it).
+  const double slowdown = params_.overlap_slowdown;
   const double f_fsdp = c.fsdp_layer_gather_s, b_fsdp = c.fsdp_layer_gather_s + c.fsdp_layer_reduce_s;
-  const double f_layer = f_fsdp > 0 ? beside(f_pass, f_fsdp) : f_pass;
-  const double b_layer = b_fsdp > 0 ? beside(b_all, b_fsdp) : b_all;
+  const double f_layer = f_fsdp > 0 ? side_by_side_seconds(f_pass, f_fsdp, slowdown) : f_pass;
+  const double b_layer = b_fsdp > 0 ? side_by_side_seconds(b_all, b_fsdp, slowdown) : b_all;
   host.fsdp_layer = (f_layer - f_pass) + (b_layer - b_all);
   host.fsdp_first = c.fsdp_root_gather_s + c.fsdp_layer_gather_s;
   const double block_f = f_layer + params_.block_overhead_s;
@@ -504,9 +503,9 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
     const double mlp_f = std::max(c.expert_fwd_s + tp_mlp_f + c.expert_tp_change_s, 0.0);
     const double mlp_b = std::max(c.expert_bwd_s + tp_mlp_b + c.expert_tp_change_s, 0.0);
     const double attn_f = std::max(gpu_f - mlp_f - 2.0 * a2a, 0.0), attn_b = std::max(gpu_b - mlp_b - 2.0 * a2a, 0.0);
-    const double beside = std::min(attn_f, a2a) + std::min(mlp_f + mlp_b, 2.0 * a2a) + std::min(attn_b, a2a);
-    const double merged_gpu = std::max(attn_f, a2a) + std::max(mlp_f + mlp_b, 2.0 * a2a) + std::max(attn_b, a2a) +
-                              params_.overlap_slowdown * beside;
+    const double merged_gpu = side_by_side_seconds(attn_f, a2a, slowdown) +
+                              side_by_side_seconds(mlp_f + mlp_b, 2.0 * a2a, slowdown) +
+                              side_by_side_seconds(attn_b, a2a, slowdown);
     const double merged =
         smooth_max(merged_gpu, (c.block_fwd.kernels + c.block_bwd.kernels + 2.0 * tp_launches) * issue);
     pair_hidden_s_ = std::max(f_pass + b_pass + c.attention_again + c.ring_again_s - merged, 0.0);

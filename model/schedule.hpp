@@ -9,9 +9,17 @@
 // bandwidth). Whatever compute does not hide is exposed.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace tpsim {
+
+// Compute and a collective issued beside it on another stream, taken as overlapping from their
+// start: the longer of the two, the compute slowed by `slowdown` (CostParams::overlap_slowdown) for
+// the time they overlap, as the stream timeline below charges it.
+inline double side_by_side_seconds(double compute, double comm, double slowdown) {
+  return std::max(compute, comm) + slowdown * std::min(compute, comm);
+}
 
 // Costs of one micro-batch, in seconds, each at least 0. Collective times are 0 where the strategy
 // issues none.
