@@ -46,16 +46,13 @@ const TerminalLayout& terminal_layout();
 // columns of llm-foundry and tpsim keep their places.
 const std::vector<std::string>& layout_columns();
 void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row);
-// The columns shown only when a run uses what they say, after every other column (the measured-table
-// reader reads them back): `Megatron FSDP` (its strategy, `megatron_fsdp`), `LoRA Rank` and `LoRA
-// Targets` (Megatron-Core's names when fused, else PEFT's, separated by ';': what a fine-tuning run
-// trains, `lora`).
-// The columns that follow the layout's where they apply: Megatron FSDP under a framework that has it
-// (searched by sweep and plan, so shown whether or not it was asked), LoRA's when adapters are trained.
+// The columns that follow every other where they apply (the measured-table reader reads them back):
+// `Megatron FSDP` (the strategy) under a framework that has it, searched by sweep and plan and so
+// shown whether or not it was asked; `LoRA Rank` and `LoRA Targets` (Megatron-Core's names when
+// fused, else PEFT's, separated by ';') when adapters are trained.
 bool owns_megatron_fsdp(Framework f);
 struct OptionalColumns {
   bool megatron_fsdp = false, lora = false;
-  bool any() const { return megatron_fsdp || lora; }
 };
 void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& columns);
 void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::vector<Cell>& row);
