@@ -177,8 +177,9 @@ std::string shape_key(const Op& op) {
 
 namespace {
 
-// The sweep: a step's ops for every configuration (its blocks are alike: one of each is enough),
-// then the optimizer and FSDP's casts over a device's shard; each passed to `add`.
+// The sweep: a step's ops for every configuration (a uniform model's blocks are alike: one of each
+// is enough; a model whose layers differ gives all of them), then the optimizer and FSDP's casts
+// over a device's shard, per layer group; each passed to `add`.
 template <typename Add>
 void add_sweep_ops(const KernelPlanOptions& o, const Add& add) {
   for (const ModelConfig& m : o.models)
@@ -188,18 +189,20 @@ void add_sweep_ops(const KernelPlanOptions& o, const Add& add) {
           StepOptions so;
           so.micro_batch = mb;
           so.seq_len = seq;
-          so.layers = 1;
+          so.layers = m.uniform() ? 1 : 0;
           so.precision = p;
           for (const StepOp& s : training_step_ops(m, so))
             if (s.part != StepPart::kOptimizer) add(s.op);
           const double shard = static_cast<double>(o.shard_ranks);
-          const double block_params = static_cast<double>(layer_parameter_count(m));
           OpVector v;
           optimizer_ops(static_cast<double>(parameter_count(m, seq)) / shard, v);
           if (o.shard_ranks > 1) {
             const double gb = gathered_param_bytes(p, MpMode::kDefault);
-            fsdp_pre_gather_ops(block_params, shard, gb, v);
-            fsdp_pre_reduce_ops(block_params, shard, std::min(gb, 4.0), reduced_grad_bytes(p, MpMode::kDefault), v);
+            for (const LayerGroup& g : layer_pattern(m).groups) {
+              const double block_params = static_cast<double>(layer_parameter_count(g.model));
+              fsdp_pre_gather_ops(block_params, shard, gb, v);
+              fsdp_pre_reduce_ops(block_params, shard, std::min(gb, 4.0), reduced_grad_bytes(p, MpMode::kDefault), v);
+            }
           }
           for (const Op& op : v.ops) add(op);
         }

@@ -31,11 +31,18 @@ std::vector<StepOp> training_step_ops(const ModelConfig& model, const StepOption
   if (o.seq_len < 1 || o.seq_len > kMaxSeqLen)
     throw Error("--seq " + std::to_string(o.seq_len) + " is outside 1.." + std::to_string(kMaxSeqLen));
 
-  const BlockShape shape = block_shape(model, o.micro_batch, o.seq_len, o.precision);
+  // Each layer's block is its group's (layer_pattern); the embedding and head are every group's alike.
+  const LayerPattern pattern = layer_pattern(model);
+  std::vector<BlockShape> shapes;
+  for (const LayerGroup& g : pattern.groups)
+    shapes.push_back(block_shape(g.model, o.micro_batch, o.seq_len, o.precision));
+  std::vector<size_t> group_of;
+  for (const LayerRun& r : pattern.runs)
+    group_of.insert(group_of.end(), static_cast<size_t>(r.layers), static_cast<size_t>(r.group));
   std::vector<StepOp> out;
   const auto add = [&](const auto& build, StepPart part, int64_t layer) {
     OpVector v;
-    build(shape, v);
+    build(shapes[layer < 0 ? 0 : group_of[static_cast<size_t>(layer)]], v);
     for (const Op& op : v.ops) out.push_back({op, part, layer});
   };
   add(embedding_forward_ops, StepPart::kEmbeddingForward, -1);

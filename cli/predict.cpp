@@ -1,4 +1,5 @@
 // tpsim predict: one configuration, one row.
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -191,10 +192,17 @@ void run_predict(const PredictOptions& o) {
   add_optional_cells(optional, cfg, row);
   t.add_row(std::move(row));
   std::cerr << no_interval_note(model, cfg.layout.framework) << unaligned_gemm_note(model, cfg.layout.framework);
-  if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len)
+  if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len) {
+    const int64_t sliding = model.uniform() ? model.n_layers
+                                            : std::count_if(model.layers.begin(), model.layers.end(),
+                                                            [](const LayerKind& k) { return k.sliding; });
     std::cerr << "tpsim: note: MFU and HFU count attention over all " << cfg.seq_len << " tokens, as llm-foundry's "
               << "flops_per_batch does; " << model.name << " attends within " << model.sliding_window
+              << (sliding < model.n_layers
+                      ? " in " + std::to_string(sliding) + " of its " + std::to_string(model.n_layers) + " layers"
+                      : std::string())
               << " (the step time is costed with the window)\n";
+  }
   emit(ctx.render({t}), ctx.output());
   if (!p.fits()) std::cerr << does_not_fit_line(p, device.id);
   if (checkpointed_near_full(p)) std::cerr << "tpsim: note: " << near_full_note(p) << "\n";

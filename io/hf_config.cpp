@@ -292,19 +292,31 @@ ModelConfig llama_family(Section& s, const Defaults& d) {
   return m;
 }
 
-// transformers' layer_types (newer configs): every layer "full_attention", or every layer
-// "sliding_attention" (the window applies everywhere); a mix has no field.
+// m's per-layer kinds (ModelConfig::layers), made one per layer from its uniform fields on first
+// use; read_hf_config collapses them back when they come out all alike (set_layer_kinds).
+std::vector<LayerKind>& per_layer(ModelConfig& m) {
+  if (m.layers.empty()) m.layers.assign(static_cast<size_t>(m.n_layers), LayerKind{m.sliding_window > 0, false});
+  return m.layers;
+}
+
+// transformers' layer_types (newer configs): per layer "full_attention" or "sliding_attention"
+// (a window of `window` keys).
 void layer_types(Section& s, ModelConfig& m, int64_t window) {
   const json* v = s.value("layer_types");
   if (!v) return;
   if (!v->is_array() || static_cast<int64_t>(v->size()) != m.n_layers)
-    s.bad("layer_types", "must list one type per layer");
-  const auto all = [&](const char* t) {
-    return std::all_of(v->begin(), v->end(), [&](const json& x) { return x == t; });
-  };
-  if (all("full_attention")) m.sliding_window = 0;
-  else if (all("sliding_attention")) m.sliding_window = window;
-  else s.refuse("layer_types", "sliding-window attention in some layers and full attention in others");
+    s.bad("layer_types", "must list one type per layer (" + std::to_string(m.n_layers) + ")");
+  std::vector<LayerKind>& kinds = per_layer(m);
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& t = (*v)[i];
+    if (t == "full_attention") kinds[i].sliding = false;
+    else if (t == "sliding_attention") kinds[i].sliding = true;
+    else if (t.is_string()) s.refuse("layer_types", "layer type " + t.dump() + " (layer " + std::to_string(i) + ")");
+    else s.bad("layer_types", "must list layer type names");
+  }
+  const bool slides = std::any_of(kinds.begin(), kinds.end(), [](const LayerKind& k) { return k.sliding; });
+  if (slides && window <= 0) s.bad("layer_types", "lists sliding_attention layers without a sliding_window");
+  if (slides) m.sliding_window = window;
 }
 
 // Mistral and Mixtral: sliding_window applies to every layer; null turns it off.
@@ -315,24 +327,38 @@ void mistral_window(Section& s, ModelConfig& m, int64_t if_absent) {
 }
 
 // Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE: with use_sliding_window, the layers from max_window_layers on
-// slide (modeling_qwen2.py); all or none can be modelled, some cannot.
+// slide (configuration_qwen2.py's layer_types: "sliding_attention" where i >= max_window_layers).
 void qwen_window(Section& s, ModelConfig& m, int64_t max_window_layers) {
   const bool use = s.flag("use_sliding_window", false);
   const int64_t window = s.count("sliding_window", 4096);
   const int64_t first = s.count("max_window_layers", max_window_layers, 0);
-  if (use && first == 0) m.sliding_window = window;
-  else if (use && first < m.n_layers)
-    s.refuse("max_window_layers", "sliding-window attention in only the layers from max_window_layers on");
+  if (use && first < m.n_layers) {
+    m.sliding_window = window;
+    std::vector<LayerKind>& kinds = per_layer(m);
+    for (int64_t i = 0; i < m.n_layers; ++i) kinds[static_cast<size_t>(i)].sliding = i >= first;
+  }
   layer_types(s, m, window);
 }
 
 // Qwen-MoE: a layer is sparse unless listed in mlp_only_layers or off the decoder_sparse_step
-// (modeling_qwen2_moe.py); tpsim models every layer alike.
-void qwen_sparse_layers(Section& s, const ModelConfig& m) {
-  if (const int64_t step = s.count("decoder_sparse_step", 1); step != 1 && m.n_layers > 1)
-    s.refuse("decoder_sparse_step", "dense feed-forward layers between the expert layers");
-  if (const json* only = s.value("mlp_only_layers"); only && (!only->is_array() || !only->empty()))
-    s.refuse("mlp_only_layers", "dense feed-forward layers among the expert layers");
+// (modeling_qwen2_moe.py: sparse when layer_idx is not in mlp_only_layers and (layer_idx + 1) %
+// decoder_sparse_step == 0); its dense layers have an MLP of intermediate_size.
+void qwen_sparse_layers(Section& s, ModelConfig& m) {
+  const int64_t step = s.count("decoder_sparse_step", 1);
+  std::vector<bool> dense(static_cast<size_t>(m.n_layers), false);
+  for (int64_t i = 0; i < m.n_layers; ++i) dense[static_cast<size_t>(i)] = (i + 1) % step != 0;
+  if (const json* only = s.value("mlp_only_layers")) {
+    if (!only->is_array()) s.bad("mlp_only_layers", "must be a list of layer indices");
+    for (const json& i : *only) {
+      if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= m.n_layers)
+        s.bad("mlp_only_layers", "must list layer indices from 0 to " + std::to_string(m.n_layers - 1));
+      dense[static_cast<size_t>(i.get<int64_t>())] = true;
+    }
+  }
+  if (std::find(dense.begin(), dense.end(), true) != dense.end()) {
+    std::vector<LayerKind>& kinds = per_layer(m);
+    for (size_t i = 0; i < dense.size(); ++i) kinds[i].dense_ffn = dense[i];
+  }
   s.irrelevant({"norm_topk_prob", "output_router_logits", "router_aux_loss_coef"});
 }
 
@@ -538,27 +564,24 @@ ModelConfig read_gpt_neo(Section& s) {
   m.tie_embeddings = s.flag("tie_word_embeddings", true);
   m.qkv_bias = false;  // GPTNeoSelfAttention: q, k, v without bias; out_proj with one
   const int64_t window = s.count("window_size", 256);
-  // attention_types: [[["global", "local"], 12]] -> 24 layers alternating global and local.
-  std::set<std::string> kinds;
-  int64_t layers = 0;
+  // attention_types: [[["global", "local"], 12]] -> 24 layers alternating global and local
+  // (configuration_gpt_neo.py expand_attention_types_params: each entry's types, repeated).
+  std::vector<LayerKind> kinds;
   const json* types = s.value("attention_types");
   const json spec = types ? *types : json::parse(R"([[["global", "local"], 12]])");
   for (const json& group : spec) {
     if (!group.is_array() || group.size() != 2 || !group[0].is_array() || !group[1].is_number_integer() ||
         group[1].get<int64_t>() < 0 || group[1].get<int64_t>() > (1 << 16))
       s.bad("attention_types", "must be a list of [[types...], repeats]");
-    for (const json& t : group[0]) {
+    for (const json& t : group[0])
       if (t != "global" && t != "local") s.bad("attention_types", "names types other than global and local");
-      kinds.insert(t.get<std::string>());
-      layers += group[1].get<int64_t>();
-    }
+    for (int64_t r = 0; r < group[1].get<int64_t>() && static_cast<int64_t>(kinds.size()) <= m.n_layers; ++r)
+      for (const json& t : group[0]) kinds.push_back({t == "local", false});
   }
-  if (layers != m.n_layers)
+  if (static_cast<int64_t>(kinds.size()) != m.n_layers)
     s.bad("attention_types", "does not describe num_layers (" + std::to_string(m.n_layers) + ") layers");
-  if (kinds.size() > 1)
-    s.refuse("attention_types",
-             "local attention (a window of " + std::to_string(window) + ") in some layers and global in others");
-  if (kinds.count("local")) m.sliding_window = window;
+  m.sliding_window = window;
+  m.layers = kinds;
   s.irrelevant({"attention_layers", "resid_dropout", "embed_dropout", "attention_dropout", "classifier_dropout",
                 "layer_norm_epsilon", "gradient_checkpointing", "summary_type", "summary_use_proj",
                 "summary_activation", "summary_proj_to_labels", "summary_first_dropout"});
@@ -671,6 +694,10 @@ HfConfig read_hf_config(const std::string& text, const std::string& origin, cons
                 "' is not one tpsim models (supported: " + supported_types() + ")");
   refuse_generic(s);
   s.finish(out, true);
+  if (!out.model.layers.empty()) {
+    const std::vector<LayerKind> kinds = out.model.layers;
+    set_layer_kinds(out.model, kinds);
+  }
   if (std::string why = check_architecture(out.model); !why.empty())
     throw Error(origin + ": model_type " + out.model_type + ": " + why);
   return out;

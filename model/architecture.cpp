@@ -1,6 +1,8 @@
 #include "model/architecture.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "model/enum_names.hpp"
 #include "model/units.hpp"
@@ -42,11 +44,63 @@ std::vector<std::pair<std::string, int64_t>> unaligned_gemm_widths(const ModelCo
   return widths;
 }
 
+void set_layer_kinds(ModelConfig& m, const std::vector<LayerKind>& kinds) {
+  const bool one_kind = std::all_of(kinds.begin(), kinds.end(), [&](const LayerKind& k) { return k == kinds.front(); });
+  if (kinds.empty() || !one_kind) {
+    m.layers = kinds;
+    return;
+  }
+  m = layer_model(m, kinds.front());
+}
+
+ModelConfig layer_model(const ModelConfig& m, const LayerKind& k) {
+  ModelConfig out = m;
+  out.layers.clear();
+  if (!k.sliding) out.sliding_window = 0;
+  if (k.dense_ffn) out.moe = MoeConfig{};
+  return out;
+}
+
+LayerPattern layer_pattern(const ModelConfig& m) {
+  LayerPattern p;
+  if (m.layers.empty()) {
+    p.groups.push_back({m, m.n_layers});
+    p.runs.push_back({0, m.n_layers});
+    return p;
+  }
+  std::vector<LayerKind> kinds;
+  for (const LayerKind& k : m.layers) {
+    const auto it = std::find(kinds.begin(), kinds.end(), k);
+    const int g = static_cast<int>(it - kinds.begin());
+    if (it == kinds.end()) {
+      kinds.push_back(k);
+      p.groups.push_back({layer_model(m, k), 0});
+    }
+    ++p.groups[static_cast<size_t>(g)].layers;
+    if (!p.runs.empty() && p.runs.back().group == g) ++p.runs.back().layers;
+    else p.runs.push_back({g, 1});
+  }
+  return p;
+}
+
+std::vector<int64_t> LayerPattern::count_in(int64_t first, int64_t count) const {
+  std::vector<int64_t> out(groups.size(), 0);
+  int64_t at = 0;
+  const int64_t end = first + count;
+  for (const LayerRun& r : runs) {
+    const int64_t from = std::max(at, first), to = std::min(at + r.layers, end);
+    if (to > from) out[static_cast<size_t>(r.group)] += to - from;
+    at += r.layers;
+    if (at >= end) break;
+  }
+  return out;
+}
+
 bool ModelConfig::is_mpt_default() const {
   return kv_heads() == n_heads && d_head() * n_heads == d_model && norm == NormKind::kLayerNorm && norm_bias &&
          qkv_bias && linear_bias && ffn == FfnKind::kMlp && activation == Activation::kGelu && tie_embeddings &&
          positions == PositionKind::kLearned && max_positions == 0 && sliding_window == 0 && qk_norm == QkNorm::kNone &&
-         !moe.active() && !unfused_attention;
+         !moe.active() && !unfused_attention && layers.empty();
 }
 
 namespace {
@@ -99,6 +153,16 @@ std::string check_architecture(const ModelConfig& m) {
     return "the key/value heads (" + str(m.kv_heads()) + ") must divide the query heads (" + str(m.n_heads) + ")";
   if (m.d_ffn() <= 0) return "expansion_ratio * d_model rounds to zero";
   if (m.max_positions > 0 && !m.learned_positions()) return "a learned position table without learned positions";
+  if (!m.layers.empty()) {
+    if (static_cast<int64_t>(m.layers.size()) != m.n_layers)
+      return "the per-layer kinds (" + str(static_cast<int64_t>(m.layers.size())) + ") are not one per layer (" +
+             str(m.n_layers) + ")";
+    const auto any = [&](bool LayerKind::*f) {
+      return std::any_of(m.layers.begin(), m.layers.end(), [&](const LayerKind& k) { return k.*f; });
+    };
+    if (any(&LayerKind::sliding) && m.sliding_window <= 0) return "sliding-window layers without a window";
+    if (any(&LayerKind::dense_ffn) && !m.moe.active()) return "dense feed-forward layers in a model without experts";
+  }
   return check_moe(m.moe);
 }
 
@@ -136,11 +200,18 @@ int64_t ffn_params(const ModelConfig& m, int64_t routed_experts) {
 
 }  // namespace
 
+void require_uniform(const ModelConfig& m, const char* what) {
+  if (!m.uniform())
+    throw std::logic_error(std::string(what) + ": " + m.name + " has layers of several kinds (use layer_pattern)");
+}
+
 int64_t layer_parameter_count(const ModelConfig& m) {
+  require_uniform(m, "layer_parameter_count");
   return attention_params(m) + 2 * norm_params(m) + ffn_params(m, m.moe.experts);
 }
 
 int64_t layer_active_parameter_count(const ModelConfig& m) {
+  require_uniform(m, "layer_active_parameter_count");
   if (!m.moe.active()) return layer_parameter_count(m);
   return attention_params(m) + 2 * norm_params(m) + ffn_params(m, m.moe.top_k);
 }
@@ -153,13 +224,25 @@ int64_t embedding_parameter_count(const ModelConfig& m, int64_t seq_len) {
   return token + output + position + norm_params(m);
 }
 
+int64_t blocks_parameter_count(const ModelConfig& m) {
+  int64_t n = 0;
+  for (const LayerGroup& g : layer_pattern(m).groups) n += g.layers * layer_parameter_count(g.model);
+  return n;
+}
+
+int64_t blocks_active_parameter_count(const ModelConfig& m) {
+  int64_t n = 0;
+  for (const LayerGroup& g : layer_pattern(m).groups) n += g.layers * layer_active_parameter_count(g.model);
+  return n;
+}
+
 int64_t parameter_count(const ModelConfig& m, int64_t seq_len) {
-  return m.n_layers * layer_parameter_count(m) + embedding_parameter_count(m, seq_len);
+  return blocks_parameter_count(m) + embedding_parameter_count(m, seq_len);
 }
 
 int64_t active_parameter_count(const ModelConfig& m, int64_t seq_len) {
   const int64_t embedding = embedding_parameter_count(m, seq_len) - (m.tie_embeddings ? 0 : m.vocab_size * m.d_model);
-  return m.n_layers * layer_active_parameter_count(m) + embedding;
+  return blocks_active_parameter_count(m) + embedding;
 }
 
 ModelConfig vtrain_gpt_model(int64_t hidden, int64_t heads, int64_t layers) {

@@ -54,6 +54,16 @@ struct MoeConfig {
   bool active() const { return experts > 0; }
 };
 
+// How one layer departs from the model's block (ModelConfig's fields): the per-layer patterns of
+// Hugging Face's layer_types, Qwen-MoE's decoder_sparse_step and mlp_only_layers, Qwen2's
+// max_window_layers (ModelConfig::layers).
+struct LayerKind {
+  bool sliding = false;    // attends within ModelConfig::sliding_window keys, else the whole causal prefix
+  bool dense_ffn = false;  // a dense feed-forward of d_ffn() where the model's other layers have experts
+
+  bool operator==(const LayerKind&) const = default;
+};
+
 struct ModelConfig {
   std::string name;
   int64_t d_model = 0;
@@ -88,6 +98,10 @@ struct ModelConfig {
   // a batched matmul; each a PyTorch kernel) instead of Megatron's fused causal softmax.
   bool torch_attention = false;
   double attention_dropout = 0;  // probability, unfused attention only
+  // One kind per layer, in model order, when the layers differ; empty: every layer is the block the
+  // fields above describe (sliding when sliding_window > 0). With layers, sliding_window is the
+  // window of the layers whose kind slides, and moe the experts of those whose kind is not dense.
+  std::vector<LayerKind> layers;
 
   int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
@@ -95,10 +109,43 @@ struct ModelConfig {
   int64_t kv_dim() const { return kv_heads() * d_head(); }  // width of K and of V
   int64_t d_ffn() const;                                    // dense FFN width
   bool learned_positions() const { return positions == PositionKind::kLearned; }
+  bool uniform() const { return layers.empty(); }  // every layer the block the fields describe
   // The MPT defaults the seed tables were measured with: MHA, LayerNorm with biases everywhere,
   // GELU MLP, learned positions, tied embeddings, full causal attention, dense.
   bool is_mpt_default() const;
 };
+
+// A model's layers as groups of equal layers: each group one kind, as a uniform model of that
+// kind's block (layer_model), with how many layers it has; and the runs of consecutive layers of
+// one group, in model order. Costs and memory are summed per group; a schedule steps through the
+// runs (and skips the steady state within each). A uniform model: one group, one run.
+struct LayerGroup {
+  ModelConfig model;   // the block of this kind, layers empty
+  int64_t layers = 0;  // how many of the model's layers are of it
+};
+struct LayerRun {
+  int group = 0;
+  int64_t layers = 0;
+};
+struct LayerPattern {
+  std::vector<LayerGroup> groups;  // in order of first appearance
+  std::vector<LayerRun> runs;      // in model order
+  // Layers of each group among layers [first, first + count) (a pipeline chunk's), by group.
+  std::vector<int64_t> count_in(int64_t first, int64_t count) const;
+};
+LayerPattern layer_pattern(const ModelConfig& m);
+
+// `m`'s block as layer kind `k` makes it: a uniform model (layers empty) whose sliding window and
+// experts are the kind's.
+ModelConfig layer_model(const ModelConfig& m, const LayerKind& k);
+
+// Sets m's layers to `kinds` (one per layer), or, when they are all of one kind, m's fields to that
+// kind's block with no per-layer kinds (so that a uniform model has one representation).
+void set_layer_kinds(ModelConfig& m, const std::vector<LayerKind>& kinds);
+
+// Throws std::logic_error naming `what` when m's layers differ: what costs one block must be given
+// a group's model (layer_pattern), never a per-layer model.
+void require_uniform(const ModelConfig& m, const char* what);
 
 // Empty when the architecture can be modelled, else the reason (heads that do not divide d_model,
 // query heads not a multiple of the key/value heads, ...).
@@ -111,7 +158,9 @@ std::string check_architecture(const ModelConfig& m);
 // (Megatron), so the output layer is aligned whatever the model's vocabulary.
 std::vector<std::pair<std::string, int64_t>> unaligned_gemm_widths(const ModelConfig& m, bool vocab_padded);
 
-// Parameters of one transformer block, every expert included: attention (Q: d x q_dim, K and V:
+// Parameters of one transformer block of a uniform model (ModelConfig::uniform; throws
+// std::logic_error otherwise: a per-layer model's blocks are its layer_pattern's groups), every
+// expert included: attention (Q: d x q_dim, K and V:
 // d x kv_dim each, out: q_dim x d, with their biases), the two norms, and the feed-forward (dense:
 // 2 or 3 matrices of d x d_ffn and their biases; mixture of experts: the router (d x experts, no
 // bias), each routed and shared expert's matrices, the shared gate and the output bias).
@@ -125,6 +174,11 @@ int64_t layer_active_parameter_count(const ModelConfig& m);
 // Parameters outside the blocks: the token embedding (V*d), the output projection when untied (V*d),
 // learned positions (max_positions or seq_len rows of d) and the final norm.
 int64_t embedding_parameter_count(const ModelConfig& m, int64_t seq_len);
+
+// Parameters of all the blocks, and of them those active (layer_active_parameter_count), summed
+// over the layers' kinds.
+int64_t blocks_parameter_count(const ModelConfig& m);
+int64_t blocks_active_parameter_count(const ModelConfig& m);
 
 // Total parameters (the NumParams column): llm-foundry's mpt_get_total_params for MPT models, the
 // sum of parameter sizes for Hugging Face ones. MPT defaults: L*(12d^2 + 13d) + d*(V + S + 2).

@@ -11,19 +11,14 @@
 namespace tpsim {
 namespace {
 
-struct MicroBatchResult {
-  MicroBatchCosts costs;
-  CategoryTotals categories;  // compute of one micro-batch by category
-};
-
-// Costs of one micro-batch: its shared compute costs, FSDP's casts and collectives for the
-// configuration's sharding, and the recompute its checkpointing adds.
-MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, const CostParams& params,
-                                   const TrainConfig& cfg, double n_layers) {
-  const double L = n_layers;
+// Costs of one micro-batch's blocks of one layer group (`k`, `qb`: the group's block; L: its
+// layers): their compute, FSDP's casts and collectives for the configuration's sharding, and the
+// recompute its checkpointing adds; with `ends`, the embedding's and head's too (once per micro-batch).
+MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpBlockCosts& qb, const FsdpCosts& q,
+                                   const CostParams& params, const TrainConfig& cfg, double L, bool ends) {
   const FsdpLayout& layout = q.layout;
   MicroBatchResult r;
-  const CategoryTotals &f = k.block_fwd, &b = k.block_bwd, &cast = q.cast, &red = q.reduce_casts;
+  const CategoryTotals &f = k.block_fwd, &b = k.block_bwd, &cast = qb.cast, &red = qb.reduce_casts;
 
   const double recompute = cfg.layout.checkpointing == Checkpointing::kFull ? params.recompute_fraction : 0.0;
   // Selective checkpointing runs each block's attention forward (block_fwd's only attention op)
@@ -47,24 +42,21 @@ MicroBatchResult micro_batch_costs(const ComputeCosts& k, const FsdpCosts& q, co
   r.categories.attention += L * attention_again;  // + 0 without selective checkpointing
   r.categories.add(cast, L * casts_per_block);
   r.categories.add(red, L);
-  r.categories.add(k.embed_fwd, 1);
-  r.categories.add(k.embed_bwd, 1);
-  r.categories.add(k.head_fwd, 1);
-  r.categories.add(k.head_bwd, 1);
+  if (ends) {
+    r.categories.add(k.embed_fwd, 1);
+    r.categories.add(k.embed_bwd, 1);
+    r.categories.add(k.head_fwd, 1);
+    r.categories.add(k.head_bwd, 1);
+  }
 
   if (layout.gather_in_forward) {
-    c.block_gather_fwd_s = q.block_gather_s;
+    c.block_gather_fwd_s = qb.gather_s;
     c.root_gather_s = q.root_gather_s;
   }
-  if (layout.gather_in_backward) c.block_gather_bwd_s = q.block_gather_s;
-  c.block_reduce_s = q.block_reduce_s;
+  if (layout.gather_in_backward) c.block_gather_bwd_s = qb.gather_s;
+  c.block_reduce_s = qb.reduce_s;
   c.root_reduce_s = q.root_reduce_s;
   return r;
-}
-
-SavedActivations saved_activations(const ComputeCosts& k) {
-  return {k.block_fwd.saved_bytes, k.embed_fwd.saved_bytes, k.head_fwd.saved_bytes, k.block_attention_only_bytes,
-          k.block_backward_buffer_bytes};
 }
 
 // Composer's own rules (model/rules.hpp; no-model-parallelism is a general one, by
@@ -96,23 +88,23 @@ constexpr std::array<const Rule*, 2> kComposerRules = {&kHsdpMeshValid, &kHybrid
 }  // namespace
 
 ComposerEvaluator::ComposerEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
-    : model_(model),
-      device_(device),
-      params_(params),
-      cost_(device, params),
-      block_params_(static_cast<double>(layer_parameter_count(model))) {}
+    : model_(model), device_(device), params_(params), cost_(device, params), pattern_(layer_pattern(model)) {
+  for (const LayerGroup& g : pattern_.groups)
+    block_params_.push_back(static_cast<double>(layer_parameter_count(g.model)));
+}
 
-const ComputeCosts& ComposerEvaluator::compute_costs(int64_t micro_batch, const TrainConfig& cfg) {
+const ComputeCosts& ComposerEvaluator::compute_costs(int64_t micro_batch, const TrainConfig& cfg, size_t group) {
   constexpr size_t kComputeMemoSlots = 1024;
   const int64_t seq_len = cfg.seq_len;
   const Precision precision = cfg.precision;
-  const size_t slot = static_cast<size_t>(micro_batch) % kComputeMemoSlots;
+  const size_t slot = (static_cast<size_t>(micro_batch) % kComputeMemoSlots) * pattern_.groups.size() + group;
   if (slot >= memo_.size()) memo_.resize(slot + 1);
   ComputeCosts& k = memo_[slot];
   if (k.micro_batch == micro_batch && k.seq_len == seq_len && k.precision == precision && k.lora == cfg.lora &&
       k.torch_compile == cfg.layout.torch_compile)
     return k;
-  BlockShape shape = block_shape(model_, micro_batch, seq_len, precision);
+  const ModelConfig& model = pattern_.groups[group].model;
+  BlockShape shape = block_shape(model, micro_batch, seq_len, precision);
   shape.lora = cfg.lora;
   shape.torch_compile = cfg.layout.torch_compile;
   shape.eager_rms_norm = shape.eager_rope = kComposerFramework.conventions.eager_norm_rope;
@@ -123,7 +115,7 @@ const ComputeCosts& ComposerEvaluator::compute_costs(int64_t micro_batch, const 
   k.torch_compile = cfg.layout.torch_compile;
   static_cast<MicroBatchOpCosts&>(k) = cost_micro_batch_ops(cost_, shape);
   k.block_attention_only_bytes = attention_only_saved_bytes(shape);
-  k.block_backward_buffer_bytes = block_backward_buffer_bytes(model_, shape.tokens(), precision);
+  k.block_backward_buffer_bytes = block_backward_buffer_bytes(model, shape.tokens(), precision);
   return k;
 }
 
@@ -149,24 +141,12 @@ const FsdpCosts& ComposerEvaluator::fsdp_costs(const TrainConfig& cfg) {
   // adapter module (its A and its B) in an FSDP unit of its own (prepare_hf_causal_lm_model_for_fsdp,
   // "PEFT layers should be individually wrapped"), gathered beside its block and reduce-scattered
   // alone; the frozen units are gathered and never reduced. DDP buckets only the adapters' gradients.
-  BlockShape lora_shape = block_shape(model_, 1, 1, cfg.precision);
-  lora_shape.lora = cfg.lora;
-  int adapters = 0;
-  const double lora_params = lora_block_params(lora_shape, &adapters);
-  const double lora_units = 2.0 * adapters;
-  const double block_params = block_params_;
-  const double block_trained = cfg.lora.active() ? lora_params : block_params;
   const double root_params = static_cast<double>(embedding_parameter_count(model_, cfg.seq_len));
   const double root_trained = cfg.lora.active() ? 0.0 : root_params;
-  const double total_trained = block_trained * static_cast<double>(model_.n_layers) + root_trained;
   const double shard = static_cast<double>(layout.shard_ranks);
   // DDP: autocast's copies in the compute dtype; gradients reduced in the parameters' fp32.
   const double gb = gathered_param_bytes(cfg.precision, layout.ddp ? MpMode::kDefault : cfg.mp_mode);
   const double rb = layout.ddp ? 4.0 : reduced_grad_bytes(cfg.precision, cfg.mp_mode);
-  // FSDP's casts for one block: before each gather, and around the gradient reduction.
-  q.cast = costed(cost_, fsdp_pre_gather_ops, block_params + lora_params, shard, gb);
-  q.reduce_casts = costed(cost_, fsdp_pre_reduce_ops, block_trained, shard, std::min(gb, 4.0), rb);
-  q.optimizer = costed(cost_, optimizer_ops, total_trained / shard);
   // Collectives of one block and of the root unit.
   const auto gather = [&](double bytes) {
     return cost_.collective_seconds(CollectiveKind::kAllGather, bytes, layout.shard_group);
@@ -183,17 +163,67 @@ const FsdpCosts& ComposerEvaluator::fsdp_costs(const TrainConfig& cfg) {
     return s;
   };
   const bool gathers = layout.gather_in_forward || layout.gather_in_backward;
-  if (cfg.lora.active() && !layout.ddp) {
-    const double unit = lora_params / lora_units;
-    q.block_gather_s = gathers ? gather(block_params * gb) + lora_units * gather(unit * gb) : 0.0;
-    q.block_reduce_s = lora_units * reduce(unit * rb);
-  } else {
-    q.block_gather_s = gathers ? gather(block_params * gb) : 0.0;
-    q.block_reduce_s = reduce(block_trained * rb);
+  double total_trained = root_trained;
+  q.blocks.resize(pattern_.groups.size());
+  for (size_t g = 0; g < pattern_.groups.size(); ++g) {
+    // Under LoRA the blocks' weights are frozen and their adapters trained: llm-foundry wraps each
+    // adapter module (its A and its B) in an FSDP unit of its own (prepare_hf_causal_lm_model_for_fsdp,
+    // "PEFT layers should be individually wrapped"), gathered beside its block and reduce-scattered
+    // alone; the frozen units are gathered and never reduced. DDP buckets only the adapters' gradients.
+    BlockShape lora_shape = block_shape(pattern_.groups[g].model, 1, 1, cfg.precision);
+    lora_shape.lora = cfg.lora;
+    int adapters = 0;
+    const double lora_params = lora_block_params(lora_shape, &adapters);
+    const double lora_units = 2.0 * adapters;
+    const double block_params = block_params_[g];
+    const double block_trained = cfg.lora.active() ? lora_params : block_params;
+    total_trained += block_trained * static_cast<double>(pattern_.groups[g].layers);
+    FsdpBlockCosts& b = q.blocks[g];
+    // FSDP's casts for one block: before each gather, and around the gradient reduction.
+    b.cast = costed(cost_, fsdp_pre_gather_ops, block_params + lora_params, shard, gb);
+    b.reduce_casts = costed(cost_, fsdp_pre_reduce_ops, block_trained, shard, std::min(gb, 4.0), rb);
+    if (cfg.lora.active() && !layout.ddp) {
+      const double unit = lora_params / lora_units;
+      b.gather_s = gathers ? gather(block_params * gb) + lora_units * gather(unit * gb) : 0.0;
+      b.reduce_s = lora_units * reduce(unit * rb);
+    } else {
+      b.gather_s = gathers ? gather(block_params * gb) : 0.0;
+      b.reduce_s = reduce(block_trained * rb);
+    }
   }
+  q.optimizer = costed(cost_, optimizer_ops, total_trained / shard);
   q.root_gather_s = layout.gather_in_forward ? gather(root_params * gb) : 0.0;
   q.root_reduce_s = reduce(root_trained * rb);
   return q;
+}
+
+MicroBatchResult ComposerEvaluator::micro_batch_result(int64_t micro_batch, const TrainConfig& cfg,
+                                                       const FsdpCosts& fsdp, std::vector<MicroBatchCosts>* groups) {
+  MicroBatchResult r;
+  for (size_t g = 0; g < pattern_.groups.size(); ++g) {
+    const double L = static_cast<double>(pattern_.groups[g].layers);
+    const MicroBatchResult group =
+        micro_batch_costs(compute_costs(micro_batch, cfg, g), fsdp.blocks[g], fsdp, params_, cfg, L, g == 0);
+    if (g == 0) r.costs = group.costs;
+    r.categories.add(group.categories, 1.0);
+    if (groups) groups->push_back(group.costs);
+  }
+  return r;
+}
+
+SavedActivations ComposerEvaluator::saved_activations(int64_t micro_batch, const TrainConfig& cfg) {
+  SavedActivations a;
+  for (size_t g = 0; g < pattern_.groups.size(); ++g) {
+    const ComputeCosts& k = compute_costs(micro_batch, cfg, g);
+    const double L = static_cast<double>(pattern_.groups[g].layers);
+    if (g == 0) a.embed = k.embed_fwd.saved_bytes, a.head = k.head_fwd.saved_bytes;
+    a.block = std::max(a.block, k.block_fwd.saved_bytes);
+    a.block_attention_only = std::max(a.block_attention_only, k.block_attention_only_bytes);
+    a.block_backward_buffers = std::max(a.block_backward_buffers, k.block_backward_buffer_bytes);
+    a.blocks += L * k.block_fwd.saved_bytes;
+    a.blocks_attention_only += L * k.block_attention_only_bytes;
+  }
+  return a;
 }
 
 Prediction ComposerEvaluator::predict(const TrainConfig& cfg) {
@@ -201,21 +231,23 @@ Prediction ComposerEvaluator::predict(const TrainConfig& cfg) {
   const CostParams& params = params_;
   const FsdpCosts& fsdp = fsdp_costs(cfg);
   const FsdpLayout& layout = fsdp.layout;
-  const double L = static_cast<double>(model.n_layers);
+  const bool per_layer = pattern_.groups.size() > 1;
 
   const int64_t n_micro = cfg.grad_accum();
   const int64_t last = cfg.last_micro_batch();
-  // The tail's costs first: the full micro-batch's memo entry, which may share the tail's slot, is
-  // then held by reference until the memory estimate below (no copy of it per prediction).
-  MicroBatchResult tail;
-  if (last != cfg.micro_batch) tail = micro_batch_costs(compute_costs(last, cfg), fsdp, params, cfg, L);
-  const ComputeCosts& full_compute = compute_costs(cfg.micro_batch, cfg);
-  const MicroBatchResult full = micro_batch_costs(full_compute, fsdp, params, cfg, L);
-  if (last == cfg.micro_batch) tail = full;
-
-  StepCosts step = data_parallel_step(model.n_layers, n_micro, full.costs, tail.costs, fsdp.optimizer.total(), params);
+  StepCosts step = data_parallel_step(model.n_layers, n_micro, {}, {}, fsdp.optimizer.total(), params);
+  if (per_layer) step.runs = pattern_.runs;
+  const MicroBatchResult full = micro_batch_result(cfg.micro_batch, cfg, fsdp, per_layer ? &step.full_groups : nullptr);
+  const MicroBatchResult tail =
+      last == cfg.micro_batch ? full : micro_batch_result(last, cfg, fsdp, per_layer ? &step.last_groups : nullptr);
+  if (last == cfg.micro_batch) step.last_groups = step.full_groups;
+  step.full = full.costs;
+  step.last = tail.costs;
   // DDP synchronises the gradients on the last micro-batch only: the others run under no_sync.
-  if (layout.ddp && n_micro > 1) step.full.block_reduce_s = step.full.root_reduce_s = 0;
+  if (layout.ddp && n_micro > 1) {
+    step.full.block_reduce_s = step.full.root_reduce_s = 0;
+    for (MicroBatchCosts& g : step.full_groups) g.block_reduce_s = g.root_reduce_s = 0;
+  }
 
   Prediction p;
   p.timeline = simulate_step(step);
@@ -234,7 +266,7 @@ Prediction ComposerEvaluator::predict(const TrainConfig& cfg) {
   p.time.exposed_comm_s = p.timeline.exposed_comm_s;
 
   // Memory, from the full micro-batch's saved activations.
-  p.memory = estimate_memory(memory_counts_, cfg, saved_activations(full_compute), layout, params);
+  p.memory = estimate_memory(memory_counts_, cfg, saved_activations(cfg.micro_batch, cfg), layout, params);
   // Full checkpointing near full memory: the allocator's retries stall the whole step.
   if (cfg.layout.checkpointing == Checkpointing::kFull) {
     p.time.allocator_s = p.step_s * allocator_retry_fraction(device_.memory_bytes - p.memory.peak_bytes, params);
@@ -246,9 +278,9 @@ Prediction ComposerEvaluator::predict(const TrainConfig& cfg) {
 }
 
 MemoryBreakdown ComposerEvaluator::memory(const TrainConfig& cfg) {
-  const ComputeCosts& k = compute_costs(cfg.micro_batch, cfg);
+  const SavedActivations saved = saved_activations(cfg.micro_batch, cfg);
   update_counts(cfg);
-  return estimate_memory(memory_counts_, cfg, saved_activations(k), fsdp_costs(cfg).layout, params_);
+  return estimate_memory(memory_counts_, cfg, saved, fsdp_costs(cfg).layout, params_);
 }
 
 void ComposerEvaluator::update_counts(const TrainConfig& cfg) {

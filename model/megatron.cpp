@@ -171,41 +171,80 @@ const std::array<const Rule*, 11> kMegatronRules = {&kTpCommOverlapNeedsTpAndSp,
 
 }  // namespace
 
-// Everything of a configuration but its global batch, costed once.
-struct MegatronCosts : MicroBatchOpCosts {
-  TrainConfig key;  // global_batch unused
-  ModelParallelLayout layout;
-  double attention_again = 0;                     // selective: the attention forward run again before each backward
-  double tp_block_fwd_s = 0, tp_block_bwd_s = 0;  // one block's tensor-parallel collectives
-  double tp_embed_s = 0, tp_head_fwd_s = 0, tp_head_bwd_s = 0;
-  double p2p_s = 0;
-  // Context and expert parallelism, per block and micro-batch: the ring's exposed K/V exchange (and
-  // again before the backward under selective recompute), the dispatcher's all-to-alls, and for a
-  // mixture of experts under tensor parallelism the change from the dense MLP's all-gather and
-  // reduce-scatter of t tokens to those of the routed (and shared) experts' rows.
+// One block of a layer group (layer_pattern; the only group of a uniform model) on one rank, per
+// micro-batch, and what it holds.
+struct MegatronBlock {
+  CategoryTotals fwd, bwd;
+  double attention_again = 0;         // selective: the attention forward run again before each backward
+  double tp_fwd_s = 0, tp_bwd_s = 0;  // its tensor-parallel collectives
+  // Context and expert parallelism: the ring's exposed K/V exchange (and again before the backward
+  // under selective recompute), the dispatcher's all-to-alls, and for a mixture of experts under
+  // tensor parallelism the change from the dense MLP's all-gather and reduce-scatter of t tokens to
+  // those of the routed (and shared) experts' rows.
   RingAttention ring;
   double all_to_all_s = 0;  // one of the dispatcher's four
   // Combined 1F1B's split of a block: the GPU seconds of its experts' ops (routed and shared) and the
   // change in its MLP's tensor-parallel collectives that the experts bring (expert_tp_change_s).
   double expert_fwd_s = 0, expert_bwd_s = 0, expert_tp_change_s = 0;
-  double cp_ep_block_fwd_s = 0, cp_ep_block_bwd_s = 0;
-  double ring_again_s = 0;                  // selective: the forward ring's exposed exchange again
+  double cp_ep_fwd_s = 0, cp_ep_bwd_s = 0;
+  double ring_again_s = 0;   // selective: the forward ring's exposed exchange again
+  double params = 0;         // local parameters: the tensor-parallel slice, 1/(etp*ep) of the routed experts
+  double expert_params = 0;  // of them, the routed experts'
+  double lora = 0;           // local LoRA adapter parameters
+  // Megatron-FSDP, per micro-batch: the layer's parameter all-gather (ZeRO-3) and gradient
+  // reduce-scatter (ZeRO-2 and 3), and the bytes of its gathered parameters and unsharded gradients.
+  double fsdp_gather_s = 0, fsdp_reduce_s = 0, fsdp_gather_bytes = 0, fsdp_grad_bytes = 0;
+  // What its forward keeps for the backward, of that what only the attention kernel keeps, and its
+  // backward's gradient buffers.
+  double saved = 0, saved_attention_only = 0, backward_buffers = 0;
+};
+
+// Everything of a configuration but its global batch, costed once.
+struct MegatronCosts {
+  TrainConfig key;  // global_batch unused
+  ModelParallelLayout layout;
+  CategoryTotals embed_fwd, embed_bwd, head_fwd, head_bwd;
+  std::vector<MegatronBlock> blocks;  // by layer group
+  double tp_embed_s = 0, tp_head_fwd_s = 0, tp_head_bwd_s = 0;
+  double p2p_s = 0;
   std::vector<double> stage_params;         // local parameters per stage
   std::vector<double> stage_trained;        // of them, those trained (all, or under LoRA the adapters)
   std::vector<double> stage_master_params;  // of them, those whose fp32 master weights and moments the rank keeps
-  double lora_block = 0;                    // one block's local LoRA adapter parameters
   std::vector<double> reduce_s;             // per stage: data-parallel gradient reduction
   std::vector<double> gather_s;             // per stage: distributed optimizer's parameter all-gather
   std::vector<double> optimizer_s;          // per stage
   double embedding_sync_s = 0;              // first and last stage
-  // Megatron-FSDP (Layout::megatron_fsdp), per micro-batch: one layer's parameter all-gather (ZeRO-3)
-  // and gradient reduce-scatter (ZeRO-2 and 3), the root units' all-gather (ZeRO-3: the embedding and
-  // the output layer), and the bytes of one layer's gathered parameters and unsharded gradients.
-  double fsdp_layer_gather_s = 0, fsdp_layer_reduce_s = 0, fsdp_root_gather_s = 0;
-  double fsdp_layer_gather_bytes = 0, fsdp_layer_grad_bytes = 0, fsdp_root_bytes = 0;
-  SavedActivations saved;
-  std::vector<int64_t> chunk_layers;  // per model chunk, in model order (split_layers)
-  std::vector<int64_t> stage_layers;  // per stage: its chunks' layers
+  // Megatron-FSDP (Layout::megatron_fsdp), per micro-batch: the root units' all-gather (ZeRO-3: the
+  // embedding and the output layer) and their bytes.
+  double fsdp_root_gather_s = 0, fsdp_root_bytes = 0;
+  double embed_saved = 0, head_saved = 0;  // what the embedding and head keep for the backward
+  std::vector<int64_t> chunk_layers;       // per model chunk, in model order (split_layers)
+  std::vector<int64_t> stage_layers;       // per stage: its chunks' layers
+  // Layers of each group per model chunk and per stage (chunk k's of group g at k * groups + g).
+  std::vector<int64_t> chunk_group_layers, stage_group_layers;
+
+  size_t groups() const { return blocks.size(); }
+  // The sum over chunk k's (stage s's) layers of f(block).
+  template <class F>
+  double over_chunk(size_t k, F&& f) const {
+    double sum = 0;
+    for (size_t g = 0; g < groups(); ++g)
+      if (const int64_t n = chunk_group_layers[k * groups() + g]; n > 0) sum += static_cast<double>(n) * f(blocks[g]);
+    return sum;
+  }
+  template <class F>
+  double over_stage(size_t s, F&& f) const {
+    double sum = 0;
+    for (size_t g = 0; g < groups(); ++g)
+      if (const int64_t n = stage_group_layers[s * groups() + g]; n > 0) sum += static_cast<double>(n) * f(blocks[g]);
+    return sum;
+  }
+  template <class F>
+  double most(F&& f) const {
+    double m = 0;
+    for (const MegatronBlock& b : blocks) m = std::max(m, f(b));
+    return m;
+  }
 };
 
 namespace {
@@ -229,7 +268,7 @@ class ExpertSeconds final : public OpSink {
 }  // namespace
 
 MegatronEvaluator::MegatronEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
-    : ModelParallelEvaluator(model, device, params) {}
+    : ModelParallelEvaluator(model, device, params), pattern_(layer_pattern(model)) {}
 
 MegatronEvaluator::~MegatronEvaluator() = default;
 
@@ -239,44 +278,72 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
   if (const std::string why = split_layers(model_.n_layers, par, c.chunk_layers); !why.empty())
     throw std::invalid_argument("MegatronEvaluator: " + why + " (the rule pipeline-splits-layers refuses the layout)");
   const int64_t vocab = megatron_padded_vocab(model_.vocab_size, l.tp);
-  BlockShape shape = rank_shape(model_, cfg, vocab);
-  shape.fp32_vocab_parallel_xent = true;  // Megatron's loss: ops.hpp
-  shape.fused_swiglu = true;              // bias_activation_fusion: ops.hpp
-  shape.native_attention = true;          // TransformerEngine's cuDNN fused attention: ops.hpp
-  shape.per_expert_launches = true;       // TransformerEngine's GroupedLinear, one GEMM per expert: ops.hpp
-  shape.fp8_weight_cache = true;          // set_is_first_microbatch: the weights cast once a step: ops.hpp
-  static_cast<MicroBatchOpCosts&>(c) = cost_micro_batch_ops(cost_, shape);
-  c.expert_fwd_s = c.expert_bwd_s = 0;
-  if (par.moe_a2a_overlap) {
-    ExpertSeconds fwd(cost_), bwd(cost_);
-    block_forward_ops(shape, fwd);
-    block_backward_ops(shape, bwd);
-    c.expert_fwd_s = fwd.seconds, c.expert_bwd_s = bwd.seconds;
-  }
-  context_and_expert_costs(c, shape, cfg);
-  c.lora_block = lora_block_params(shape);
-  c.attention_again = cfg.layout.checkpointing == Checkpointing::kSelective ? c.block_fwd.attention : 0.0;
-  c.ring_again_s = cfg.layout.checkpointing == Checkpointing::kSelective ? c.ring.fwd_exposed_s : 0.0;
-
+  const size_t groups = pattern_.groups.size();
+  c.blocks.resize(groups);
   // The tensor-parallel collectives: an all-reduce, or an all-gather plus a reduce-scatter (the same
   // time in the ring model), of one micro-batch's t x d activations.
   const double a = activation_bytes(cfg.precision);
-  const double td_bytes = d(shape.tokens()) * d(model_.d_model) * a;
-  const double sync = cost_.collective_seconds(CollectiveKind::kAllReduce, td_bytes, l.tp_group);
-  const double per_token = cost_.collective_seconds(CollectiveKind::kAllReduce, d(shape.tokens()) * 4.0, l.tp_group);
-  c.tp_block_fwd_s = 2.0 * sync;
-  c.tp_block_bwd_s = 2.0 * sync;
-  if (par.tp_comm_overlap) tp_comm_overlap_costs(c, shape, td_bytes);
-  c.tp_embed_s = sync;
-  c.tp_head_fwd_s = (par.sequence_parallel ? sync / 2.0 : 0.0) + 3.0 * per_token;
-  c.tp_head_bwd_s = sync;
-
-  c.p2p_s = pipeline_send_seconds(cost_, l, par, td_bytes);
-
+  double td_bytes = 0;
+  for (size_t g = 0; g < groups; ++g) {
+    const ModelConfig& model = pattern_.groups[g].model;
+    BlockShape shape = rank_shape(model, cfg, vocab);
+    shape.fp32_vocab_parallel_xent = true;  // Megatron's loss: ops.hpp
+    shape.fused_swiglu = true;              // bias_activation_fusion: ops.hpp
+    shape.native_attention = true;          // TransformerEngine's cuDNN fused attention: ops.hpp
+    shape.per_expert_launches = true;       // TransformerEngine's GroupedLinear, one GEMM per expert: ops.hpp
+    shape.fp8_weight_cache = true;          // set_is_first_microbatch: the weights cast once a step: ops.hpp
+    MegatronBlock& b = c.blocks[g];
+    const MicroBatchOpCosts ops = cost_micro_batch_ops(cost_, shape);
+    b.fwd = ops.block_fwd, b.bwd = ops.block_bwd;
+    if (g == 0) {
+      c.embed_fwd = ops.embed_fwd, c.embed_bwd = ops.embed_bwd, c.head_fwd = ops.head_fwd, c.head_bwd = ops.head_bwd;
+      c.embed_saved = ops.embed_fwd.saved_bytes, c.head_saved = ops.head_fwd.saved_bytes;
+      td_bytes = d(shape.tokens()) * d(model_.d_model) * a;
+      const double sync = cost_.collective_seconds(CollectiveKind::kAllReduce, td_bytes, l.tp_group);
+      const double per_token =
+          cost_.collective_seconds(CollectiveKind::kAllReduce, d(shape.tokens()) * 4.0, l.tp_group);
+      c.tp_embed_s = sync;
+      c.tp_head_fwd_s = (par.sequence_parallel ? sync / 2.0 : 0.0) + 3.0 * per_token;
+      c.tp_head_bwd_s = sync;
+      c.p2p_s = pipeline_send_seconds(cost_, l, par, td_bytes);
+    }
+    b.expert_fwd_s = b.expert_bwd_s = 0;
+    if (par.moe_a2a_overlap) {
+      ExpertSeconds fwd(cost_), bwd(cost_);
+      block_forward_ops(shape, fwd);
+      block_backward_ops(shape, bwd);
+      b.expert_fwd_s = fwd.seconds, b.expert_bwd_s = bwd.seconds;
+    }
+    context_and_expert_costs(b, c.layout, shape, cfg);
+    b.lora = lora_block_params(shape);
+    b.attention_again = cfg.layout.checkpointing == Checkpointing::kSelective ? b.fwd.attention : 0.0;
+    b.ring_again_s = cfg.layout.checkpointing == Checkpointing::kSelective ? b.ring.fwd_exposed_s : 0.0;
+    const double sync = cost_.collective_seconds(CollectiveKind::kAllReduce, td_bytes, l.tp_group);
+    b.tp_fwd_s = 2.0 * sync;
+    b.tp_bwd_s = 2.0 * sync;
+    if (par.tp_comm_overlap) tp_comm_overlap_costs(b, c.layout, shape, td_bytes);
+    b.saved = b.fwd.saved_bytes;
+    b.saved_attention_only = attention_only_saved_bytes(shape);
+    b.backward_buffers =
+        block_backward_buffer_bytes(tensor_parallel_slice(model, l.tp, shape.moe), shape.tokens(), cfg.precision);
+    // The rank's parameters of the block (1/(etp*ep) of the routed experts).
+    const double routed = routed_expert_params(model);
+    b.expert_params = routed / d(l.etp * l.ep);
+    b.params = (d(layer_parameter_count(model)) - routed) / d(l.tp) + b.expert_params;
+  }
+  // Each chunk's and stage's layers of each group.
+  c.stage_layers = stage_layers_of(c.chunk_layers, l.pp);
+  c.chunk_group_layers.clear();
+  c.stage_group_layers.assign(static_cast<size_t>(l.pp) * groups, 0);
+  int64_t first = 0;
+  for (size_t k = 0; k < c.chunk_layers.size(); ++k) {
+    const std::vector<int64_t> n = pattern_.count_in(first, c.chunk_layers[k]);
+    first += c.chunk_layers[k];
+    c.chunk_group_layers.insert(c.chunk_group_layers.end(), n.begin(), n.end());
+    const size_t stage = k % static_cast<size_t>(l.pp);
+    for (size_t g = 0; g < groups; ++g) c.stage_group_layers[stage * groups + g] += n[g];
+  }
   stage_costs(c, cfg, vocab);
-  c.saved = {
-      c.block_fwd.saved_bytes, c.embed_fwd.saved_bytes, c.head_fwd.saved_bytes, attention_only_saved_bytes(shape),
-      block_backward_buffer_bytes(tensor_parallel_slice(model_, l.tp, shape.moe), shape.tokens(), cfg.precision)};
 }
 
 // Each stage's parameters (the rank's tensor-parallel slice, and 1/(etp*ep) of the routed experts),
@@ -285,15 +352,11 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
 void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vocab) const {
   const Layout& par = cfg.layout;
   const ModelParallelLayout& l = c.layout;
-  const double routed = routed_expert_params(model_);
-  const double expert_block = routed / d(l.etp * l.ep);
-  const double block = (d(layer_parameter_count(model_)) - routed) / d(l.tp) + expert_block;
   const double table = d(vocab) * d(model_.d_model) / d(l.tp);
   const double positions = model_.learned_positions()
                                ? d(model_.max_positions > 0 ? model_.max_positions : cfg.seq_len) * d(model_.d_model)
                                : 0.0;
   const double final_norm = d(model_.d_model) * (model_.norm == NormKind::kLayerNorm && model_.norm_bias ? 2.0 : 1.0);
-  c.stage_layers = stage_layers_of(c.chunk_layers, l.pp);
   const double gb = megatron_grad_bytes(cfg);
   c.stage_params.assign(static_cast<size_t>(l.pp), 0.0);
   c.stage_trained.assign(c.stage_params.size(), 0.0);
@@ -305,15 +368,15 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
   // reduces and (distributed optimizer) shards only the adapters, which are dense (never the experts').
   const bool lora = cfg.lora.active();
   for (int64_t s = 0; s < l.pp; ++s) {
-    const double layers_per_stage = d(c.stage_layers[static_cast<size_t>(s)]);
-    double p = layers_per_stage * block;
+    const size_t i = static_cast<size_t>(s);
+    double p = c.over_stage(i, [](const MegatronBlock& b) { return b.params; });
     if (s == 0) p += table + positions;
     if (s == l.pp - 1) p += final_norm + (!model_.tie_embeddings || l.pp > 1 ? table : 0.0);
-    const size_t i = static_cast<size_t>(s);
-    const double adapters = layers_per_stage * c.lora_block;
+    const double adapters = c.over_stage(i, [](const MegatronBlock& b) { return b.lora; });
     c.stage_params[i] = p + adapters;
     c.stage_trained[i] = lora ? adapters : p;
-    const double experts = lora ? 0.0 : layers_per_stage * expert_block, dense = c.stage_trained[i] - experts;
+    const double experts = lora ? 0.0 : c.over_stage(i, [](const MegatronBlock& b) { return b.expert_params; });
+    const double dense = c.stage_trained[i] - experts;
     if (par.distributed_optimizer) {
       c.reduce_s[i] = grad_collective(cost_, CollectiveKind::kReduceScatter, dense * gb, experts * gb, l);
       // The updated weights, 2 bytes each; fp8 parameters (fp8_param_gather under per-tensor fp8)
@@ -325,10 +388,12 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
       // are bf16.
       double gather_dense = dense * 2.0, gather_experts = experts * 2.0;
       if (par.fp8_param_gather && cfg.precision == Precision::kAmpFp8 && !lora) {
-        const double fp8_layer = c.block_fwd.per_step_written_bytes / 2.0;
-        const double fp8_experts_layer = std::min(expert_block, fp8_layer);
-        gather_experts -= layers_per_stage * fp8_experts_layer;
-        gather_dense -= layers_per_stage * (fp8_layer - fp8_experts_layer);
+        const auto fp8_experts = [](const MegatronBlock& b) {
+          return std::min(b.expert_params, b.fwd.per_step_written_bytes / 2.0);
+        };
+        gather_experts -= c.over_stage(i, fp8_experts);
+        gather_dense -= c.over_stage(
+            i, [&](const MegatronBlock& b) { return b.fwd.per_step_written_bytes / 2.0 - fp8_experts(b); });
       }
       c.gather_s[i] = grad_collective(cost_, CollectiveKind::kAllGather, gather_dense, gather_experts, l);
     } else {
@@ -343,7 +408,7 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
         opt.total() + cost_.op_seconds(membound_op("optim.copy_to_model", MemKind::kCast, static_cast<int64_t>(master),
                                                    1, DType::kFp32, 4.0 * master, 2.0 * master));
   }
-  fsdp_costs(c, cfg, block, expert_block, table + positions + final_norm + (model_.tie_embeddings ? 0.0 : table));
+  fsdp_costs(c, cfg, table + positions + final_norm + (model_.tie_embeddings ? 0.0 : table));
   c.embedding_sync_s = l.pp > 1 && model_.tie_embeddings && !lora
                            ? cost_.collective_seconds(CollectiveKind::kAllReduce, table * gb, l.embedding_group)
                            : 0.0;
@@ -358,32 +423,38 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
 // layer's and the root's reduce-scatter are exposed (reduce_s); the optimizer steps each rank's
 // shard (the distributed optimizer's master parameters); optim_grads gathers the updated parameters
 // after it as the distributed optimizer does (gather_s), optim_grads_params does not.
-void MegatronEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg, double block, double expert_block,
-                                   double root) const {
+void MegatronEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg, double root) const {
   const Layout& par = cfg.layout;
   const ModelParallelLayout& l = c.layout;
-  c.fsdp_layer_gather_s = c.fsdp_layer_reduce_s = c.fsdp_root_gather_s = 0;
-  c.fsdp_layer_gather_bytes = c.fsdp_layer_grad_bytes = c.fsdp_root_bytes = 0;
+  c.fsdp_root_gather_s = c.fsdp_root_bytes = 0;
+  for (MegatronBlock& b : c.blocks) b.fsdp_gather_s = b.fsdp_reduce_s = b.fsdp_gather_bytes = b.fsdp_grad_bytes = 0;
   if (!par.fsdp_shards_grads()) return;
   const double gb = megatron_grad_bytes(cfg);
   const bool lora = cfg.lora.active();
-  const double trained_experts = lora ? 0.0 : expert_block;
-  const double trained_dense = (lora ? c.lora_block : block) - trained_experts;
-  c.fsdp_layer_reduce_s =
-      grad_collective(cost_, CollectiveKind::kReduceScatter, trained_dense * gb, trained_experts * gb, l);
-  c.fsdp_layer_grad_bytes = (trained_dense + trained_experts) * gb;
-  const double root_reduce = lora ? 0.0 : grad_collective(cost_, CollectiveKind::kReduceScatter, root * gb, 0.0, l);
-  c.reduce_s.assign(c.reduce_s.size(), c.fsdp_layer_reduce_s + root_reduce);
-  if (!par.fsdp_shards_params()) return;
-  double gather_dense = (block + c.lora_block - expert_block) * 2.0, gather_experts = expert_block * 2.0;
-  if (par.fp8_param_gather && cfg.precision == Precision::kAmpFp8) {
-    const double fp8_layer = c.block_fwd.per_step_written_bytes / 2.0;
-    const double fp8_experts_layer = std::min(expert_block, fp8_layer);
-    gather_experts -= fp8_experts_layer;
-    gather_dense -= fp8_layer - fp8_experts_layer;
+  for (MegatronBlock& b : c.blocks) {
+    const double trained_experts = lora ? 0.0 : b.expert_params;
+    const double trained_dense = (lora ? b.lora : b.params) - trained_experts;
+    b.fsdp_reduce_s =
+        grad_collective(cost_, CollectiveKind::kReduceScatter, trained_dense * gb, trained_experts * gb, l);
+    b.fsdp_grad_bytes = (trained_dense + trained_experts) * gb;
   }
-  c.fsdp_layer_gather_s = grad_collective(cost_, CollectiveKind::kAllGather, gather_dense, gather_experts, l);
-  c.fsdp_layer_gather_bytes = gather_dense + gather_experts;
+  // What is left after the last backward: the last layer's reduce-scatter (the step's last block is
+  // the model's last) and the root's.
+  const double root_reduce = lora ? 0.0 : grad_collective(cost_, CollectiveKind::kReduceScatter, root * gb, 0.0, l);
+  const double last_layer = c.blocks[static_cast<size_t>(pattern_.runs.back().group)].fsdp_reduce_s;
+  c.reduce_s.assign(c.reduce_s.size(), last_layer + root_reduce);
+  if (!par.fsdp_shards_params()) return;
+  for (MegatronBlock& b : c.blocks) {
+    double gather_dense = (b.params + b.lora - b.expert_params) * 2.0, gather_experts = b.expert_params * 2.0;
+    if (par.fp8_param_gather && cfg.precision == Precision::kAmpFp8) {
+      const double fp8_layer = b.fwd.per_step_written_bytes / 2.0;
+      const double fp8_experts_layer = std::min(b.expert_params, fp8_layer);
+      gather_experts -= fp8_experts_layer;
+      gather_dense -= fp8_layer - fp8_experts_layer;
+    }
+    b.fsdp_gather_s = grad_collective(cost_, CollectiveKind::kAllGather, gather_dense, gather_experts, l);
+    b.fsdp_gather_bytes = gather_dense + gather_experts;
+  }
   c.fsdp_root_bytes = root * 2.0;
   c.fsdp_root_gather_s = grad_collective(cost_, CollectiveKind::kAllGather, c.fsdp_root_bytes, 0.0, l);
   c.gather_s.assign(c.gather_s.size(), 0.0);
@@ -395,14 +466,15 @@ void MegatronEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg, double bloc
 // exposed only beyond those GEMMs' time (tensor_parallel_seconds, as torchtitan's async TP), and the
 // GEMMs slowed by the SMs the userbuffers kernels hold (userbuffers_sm_seconds). The embedding's and
 // head's collectives stay exposed (they are not TransformerEngine linears).
-void MegatronEvaluator::tp_comm_overlap_costs(Costs& c, const BlockShape& shape, double td_bytes) const {
+void MegatronEvaluator::tp_comm_overlap_costs(MegatronBlock& b, const ModelParallelLayout& l, const BlockShape& shape,
+                                              double td_bytes) const {
   double ag = 0, rs = 0;
-  tensor_parallel_seconds(cost_, shape, c.layout.tp_group, true, td_bytes, c.tp_block_fwd_s, c.tp_block_bwd_s, ag, rs);
+  tensor_parallel_seconds(cost_, shape, l.tp_group, true, td_bytes, b.tp_fwd_s, b.tp_bwd_s, ag, rs);
   const UserbuffersSmCost sm = userbuffers_sm_seconds(
       linear_seconds(cost_, block_forward_ops, shape, OpPass::kForward),
       linear_seconds(cost_, block_backward_ops, shape, OpPass::kDataGrad), device_.compute_units);
-  c.block_fwd.gemm += sm.fwd_s;
-  c.block_bwd.gemm += sm.bwd_s;
+  b.fwd.gemm += sm.fwd_s;
+  b.bwd.gemm += sm.bwd_s;
 }
 
 // Context parallelism: the block's one attention (of the rank's s/cp tokens) becomes the ring's cp
@@ -417,22 +489,22 @@ void MegatronEvaluator::tp_comm_overlap_costs(Costs& c, const BlockShape& shape,
 // reduce-scattered before the return (gather_from_sequence_parallel_region, its reverse), over the
 // routed rows of the rank's t tokens where the dense MLP's ran over t tokens; the shared experts are
 // a dense MLP's own all-gather and reduce-scatter beside them.
-void MegatronEvaluator::context_and_expert_costs(Costs& c, const BlockShape& shape, const TrainConfig& cfg) const {
-  const ModelParallelLayout& l = c.layout;
-  c.ring = ring_attention(cost_, shape, l.cp, l.cp_group);
+void MegatronEvaluator::context_and_expert_costs(MegatronBlock& b, const ModelParallelLayout& l,
+                                                 const BlockShape& shape, const TrainConfig& cfg) const {
+  b.ring = ring_attention(cost_, shape, l.cp, l.cp_group);
   const double extra_steps = d(l.cp - 1);
-  c.block_fwd.attention += extra_steps * c.ring.step_fwd_s;
-  c.block_bwd.attention += extra_steps * c.ring.step_bwd_s;
-  c.block_fwd.kernels += 2.0 * extra_steps;  // an attention kernel and a send/receive per step
-  c.block_bwd.kernels += 2.0 * extra_steps;
-  c.cp_ep_block_fwd_s = c.ring.fwd_exposed_s;
-  c.cp_ep_block_bwd_s = c.ring.bwd_exposed_s;
-  c.all_to_all_s = 0;
-  c.expert_tp_change_s = 0;
+  b.fwd.attention += extra_steps * b.ring.step_fwd_s;
+  b.bwd.attention += extra_steps * b.ring.step_bwd_s;
+  b.fwd.kernels += 2.0 * extra_steps;  // an attention kernel and a send/receive per step
+  b.bwd.kernels += 2.0 * extra_steps;
+  b.cp_ep_fwd_s = b.ring.fwd_exposed_s;
+  b.cp_ep_bwd_s = b.ring.bwd_exposed_s;
+  b.all_to_all_s = 0;
+  b.expert_tp_change_s = 0;
   if (!shape.moe.active()) return;
   const double a = activation_bytes(cfg.precision);
   const double dm = d(model_.d_model);
-  c.all_to_all_s = all_to_all_seconds(cost_, moe_dispatch_bytes(shape), l.ep_group);
+  b.all_to_all_s = all_to_all_seconds(cost_, moe_dispatch_bytes(shape), l.ep_group);
   // the time of an all-gather and a reduce-scatter of `rows` rows over `group`
   const auto gather_scatter = [&](double rows, const CommGroup& group) {
     return cost_.collective_seconds(CollectiveKind::kAllReduce, rows * dm * a, group);
@@ -440,13 +512,13 @@ void MegatronEvaluator::context_and_expert_costs(Costs& c, const BlockShape& sha
   double tp_change =
       gather_scatter(d(shape.expert_rows()), l.etp_group) - gather_scatter(d(shape.tokens()), l.tp_group);
   if (shape.moe.shared_experts > 0) tp_change += gather_scatter(d(shape.tokens()), l.tp_group);
-  c.expert_tp_change_s = tp_change;
-  const double moe_s = 2.0 * c.all_to_all_s + tp_change;
-  c.cp_ep_block_fwd_s += moe_s;
-  c.cp_ep_block_bwd_s += moe_s;
+  b.expert_tp_change_s = tp_change;
+  const double moe_s = 2.0 * b.all_to_all_s + tp_change;
+  b.cp_ep_fwd_s += moe_s;
+  b.cp_ep_bwd_s += moe_s;
   const double launches = l.ep > 1 ? 2.0 : 0.0;
-  c.block_fwd.kernels += launches;
-  c.block_bwd.kernels += launches;
+  b.fwd.kernels += launches;
+  b.bwd.kernels += launches;
 }
 
 // The seconds of one micro-batch's forward and backward of every model chunk (fwd_s_, bwd_s_), and
@@ -462,6 +534,7 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
   const double issue = params_.host_kernel_issue_s;
   const double tp_launches = l.tp > 1 ? 2.0 : 0.0;
   HostTime host;
+  host.blocks.assign(c.groups(), {});
   const auto smooth_max = [](double gpu, double host_s) {
     const double g2 = gpu * gpu, h2 = host_s * host_s;
     return std::sqrt(std::sqrt(g2 * g2 + h2 * h2));
@@ -472,56 +545,68 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
     host_extra += s - gpu;
     return s;
   };
-  const double f_pass = pass(c.block_fwd, c.tp_block_fwd_s + c.cp_ep_block_fwd_s, tp_launches, host.block_fwd);
-  const double b_pass = pass(c.block_bwd, c.tp_block_bwd_s + c.cp_ep_block_bwd_s, tp_launches, host.block_bwd);
-  const double b_all = b_pass + recompute * f_pass + c.attention_again + c.ring_again_s;
-  // Megatron-FSDP: a layer's collectives run on their own streams beside its compute (the next
-  // layer's gather prefetched during this one's forward; its gather before and its reduce-scatter
-  // after the backward): the layer takes the longer of the two, the compute slowed by the SMs the
-  // collectives hold where they overlap (side_by_side_seconds, as Composer's FSDP schedule has it).
   const double slowdown = params_.overlap_slowdown;
-  const double f_fsdp = c.fsdp_layer_gather_s, b_fsdp = c.fsdp_layer_gather_s + c.fsdp_layer_reduce_s;
-  const double f_layer = f_fsdp > 0 ? side_by_side_seconds(f_pass, f_fsdp, slowdown) : f_pass;
-  const double b_layer = b_fsdp > 0 ? side_by_side_seconds(b_all, b_fsdp, slowdown) : b_all;
-  host.fsdp_layer = (f_layer - f_pass) + (b_layer - b_all);
-  host.fsdp_first = c.fsdp_root_gather_s + c.fsdp_layer_gather_s;
-  const double block_f = f_layer + params_.block_overhead_s;
-  const double block_b = b_layer + params_.block_overhead_s;
-  pair_hidden_s_ = 0;
-  if (c.key.layout.moe_a2a_overlap) {
-    // Combined 1F1B merges a layer's forward of one micro-batch with its backward of another
-    // (megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
-    //   communication stream: combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd
-    //   compute stream:       attn_fwd    | mlp_bwd, mlp_fwd           | attn_bwd
-    // three phases, each as long as the longer of its two streams; the compute that runs beside an
-    // all-to-all slows by overlap_slowdown (the SMs the collective holds). "mlp" is the experts with
-    // their (expert) tensor-parallel collectives, "attn" the rest of the block.
-    const double a2a = c.all_to_all_s, tp_mlp_f = c.tp_block_fwd_s / 2.0, tp_mlp_b = c.tp_block_bwd_s / 2.0;
-    const double gpu_f = c.block_fwd.total() + c.tp_block_fwd_s + c.cp_ep_block_fwd_s;
-    const double gpu_b =
-        c.block_bwd.total() + c.tp_block_bwd_s + c.cp_ep_block_bwd_s + c.attention_again + c.ring_again_s;
-    const double mlp_f = std::max(c.expert_fwd_s + tp_mlp_f + c.expert_tp_change_s, 0.0);
-    const double mlp_b = std::max(c.expert_bwd_s + tp_mlp_b + c.expert_tp_change_s, 0.0);
-    const double attn_f = std::max(gpu_f - mlp_f - 2.0 * a2a, 0.0), attn_b = std::max(gpu_b - mlp_b - 2.0 * a2a, 0.0);
-    const double merged_gpu = side_by_side_seconds(attn_f, a2a, slowdown) +
-                              side_by_side_seconds(mlp_f + mlp_b, 2.0 * a2a, slowdown) +
-                              side_by_side_seconds(attn_b, a2a, slowdown);
-    const double merged =
-        smooth_max(merged_gpu, (c.block_fwd.kernels + c.block_bwd.kernels + 2.0 * tp_launches) * issue);
-    pair_hidden_s_ = std::max(f_pass + b_pass + c.attention_again + c.ring_again_s - merged, 0.0);
+  double pair_hidden = 0;  // over every layer of the model
+  for (size_t g = 0; g < c.groups(); ++g) {
+    const MegatronBlock& b = c.blocks[g];
+    HostTime::Block& h = host.blocks[g];
+    const double f_pass = pass(b.fwd, b.tp_fwd_s + b.cp_ep_fwd_s, tp_launches, h.fwd);
+    const double b_pass = pass(b.bwd, b.tp_bwd_s + b.cp_ep_bwd_s, tp_launches, h.bwd);
+    const double b_all = b_pass + recompute * f_pass + b.attention_again + b.ring_again_s;
+    // Megatron-FSDP: a layer's collectives run on their own streams beside its compute (the next
+    // layer's gather prefetched during this one's forward; its gather before and its reduce-scatter
+    // after the backward): the layer takes the longer of the two, the compute slowed by the SMs the
+    // collectives hold where they overlap (side_by_side_seconds, as Composer's FSDP schedule has it).
+    const double f_fsdp = b.fsdp_gather_s, b_fsdp = b.fsdp_gather_s + b.fsdp_reduce_s;
+    const double f_layer = f_fsdp > 0 ? side_by_side_seconds(f_pass, f_fsdp, slowdown) : f_pass;
+    const double b_layer = b_fsdp > 0 ? side_by_side_seconds(b_all, b_fsdp, slowdown) : b_all;
+    h.fsdp = (f_layer - f_pass) + (b_layer - b_all);
+    h.f_s = f_layer + params_.block_overhead_s;
+    h.b_s = b_layer + params_.block_overhead_s;
+    if (c.key.layout.moe_a2a_overlap) {
+      // Combined 1F1B merges a layer's forward of one micro-batch with its backward of another
+      // (megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
+      //   communication stream: combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd
+      //   compute stream:       attn_fwd    | mlp_bwd, mlp_fwd           | attn_bwd
+      // three phases, each as long as the longer of its two streams; the compute that runs beside an
+      // all-to-all slows by overlap_slowdown (the SMs the collective holds). "mlp" is the experts with
+      // their (expert) tensor-parallel collectives, "attn" the rest of the block.
+      const double a2a = b.all_to_all_s, tp_mlp_f = b.tp_fwd_s / 2.0, tp_mlp_b = b.tp_bwd_s / 2.0;
+      const double gpu_f = b.fwd.total() + b.tp_fwd_s + b.cp_ep_fwd_s;
+      const double gpu_b = b.bwd.total() + b.tp_bwd_s + b.cp_ep_bwd_s + b.attention_again + b.ring_again_s;
+      const double mlp_f = std::max(b.expert_fwd_s + tp_mlp_f + b.expert_tp_change_s, 0.0);
+      const double mlp_b = std::max(b.expert_bwd_s + tp_mlp_b + b.expert_tp_change_s, 0.0);
+      const double attn_f = std::max(gpu_f - mlp_f - 2.0 * a2a, 0.0);
+      const double attn_b = std::max(gpu_b - mlp_b - 2.0 * a2a, 0.0);
+      const double merged_gpu = side_by_side_seconds(attn_f, a2a, slowdown) +
+                                side_by_side_seconds(mlp_f + mlp_b, 2.0 * a2a, slowdown) +
+                                side_by_side_seconds(attn_b, a2a, slowdown);
+      const double merged = smooth_max(merged_gpu, (b.fwd.kernels + b.bwd.kernels + 2.0 * tp_launches) * issue);
+      pair_hidden +=
+          d(pattern_.groups[g].layers) * std::max(f_pass + b_pass + b.attention_again + b.ring_again_s - merged, 0.0);
+    }
+    h.bwd += recompute * h.fwd;
   }
-  host.block_bwd += recompute * host.block_fwd;
+  // The pipeline pairs layers by count: per paired layer, the mean over the model's layers (exact
+  // when they are all alike).
+  pair_hidden_s_ = pair_hidden / d(model_.n_layers);
   fwd_s_.resize(static_cast<size_t>(chunks));
   bwd_s_.resize(static_cast<size_t>(chunks));
   for (size_t k = 0; k < fwd_s_.size(); ++k) {
-    fwd_s_[k] = d(c.chunk_layers[k]) * block_f;
-    bwd_s_[k] = d(c.chunk_layers[k]) * block_b;
+    fwd_s_[k] = bwd_s_[k] = 0;
+    for (size_t g = 0; g < c.groups(); ++g) {
+      const double n = d(c.chunk_group_layers[k * c.groups() + g]);
+      fwd_s_[k] += n * host.blocks[g].f_s;
+      bwd_s_[k] += n * host.blocks[g].b_s;
+    }
   }
   fwd_s_.front() += pass(c.embed_fwd, c.tp_embed_s, l.tp > 1 ? 1.0 : 0.0, host.first);
   bwd_s_.front() += pass(c.embed_bwd, 0.0, 0.0, host.first);
   fwd_s_.back() += pass(c.head_fwd, c.tp_head_fwd_s, l.tp > 1 ? 3.0 : 0.0, host.last);
   bwd_s_.back() += pass(c.head_bwd, c.tp_head_bwd_s, l.tp > 1 ? 1.0 : 0.0, host.last);
   for (int64_t s = 0; s < l.pp; ++s) fwd_s_[static_cast<size_t>(s)] += params_.microbatch_overhead_s;
+  const MegatronBlock& first = c.blocks[static_cast<size_t>(pattern_.runs.front().group)];
+  host.fsdp_first = c.fsdp_root_gather_s + first.fsdp_gather_s;
   fwd_s_.front() += host.fsdp_first;
   return host;
 }
@@ -533,16 +618,26 @@ void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, c
                                   double tail_s, double merged_saving_s, Prediction& p) const {
   const ModelParallelLayout& l = c.layout;
   const double md = d(m);
-  const double per_layer_m = d(c.stage_layers[critical]) * md;
   const bool first = critical == 0, last = critical + 1 == static_cast<size_t>(l.pp);
+  const auto stage = [&](auto&& f) { return md * c.over_stage(critical, f); };
   StepBreakdown& t = p.time;
-  t.gemm_s = per_layer_m * (c.block_fwd.gemm * (1.0 + recompute) + c.block_bwd.gemm);
-  t.attention_s = per_layer_m * (c.block_fwd.attention * (1.0 + recompute) + c.block_bwd.attention + c.attention_again);
-  t.other_compute_s = per_layer_m * (c.block_fwd.other * (1.0 + recompute) + c.block_bwd.other) +
-                      d(c.stage_layers[critical]) * c.block_fwd.per_step_s;
-  double comm = per_layer_m * (c.tp_block_fwd_s * (1.0 + recompute) + c.tp_block_bwd_s);
-  comm += per_layer_m * (c.cp_ep_block_fwd_s * (1.0 + recompute) + c.cp_ep_block_bwd_s + c.ring_again_s);
-  comm += per_layer_m * host.fsdp_layer + (first ? md * host.fsdp_first : 0.0);
+  t.gemm_s = stage([&](const MegatronBlock& b) { return b.fwd.gemm * (1.0 + recompute) + b.bwd.gemm; });
+  t.attention_s = stage([&](const MegatronBlock& b) {
+    return b.fwd.attention * (1.0 + recompute) + b.bwd.attention + b.attention_again;
+  });
+  t.other_compute_s = stage([&](const MegatronBlock& b) { return b.fwd.other * (1.0 + recompute) + b.bwd.other; }) +
+                      c.over_stage(critical, [](const MegatronBlock& b) { return b.fwd.per_step_s; });
+  double comm = stage([&](const MegatronBlock& b) {
+    return b.tp_fwd_s * (1.0 + recompute) + b.tp_bwd_s + b.cp_ep_fwd_s * (1.0 + recompute) + b.cp_ep_bwd_s +
+           b.ring_again_s;
+  });
+  double host_blocks = 0;  // per micro-batch on this stage
+  for (size_t g = 0; g < c.groups(); ++g) {
+    const double n = d(c.stage_group_layers[critical * c.groups() + g]);
+    comm += md * n * host.blocks[g].fsdp;
+    host_blocks += n * (host.blocks[g].fwd + host.blocks[g].bwd);
+  }
+  comm += first ? md * host.fsdp_first : 0.0;
   if (first) {
     t.gemm_s += md * (c.embed_fwd.gemm + c.embed_bwd.gemm);
     t.other_compute_s += md * (c.embed_fwd.other + c.embed_bwd.other + c.embed_fwd.attention);
@@ -556,8 +651,8 @@ void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, c
   // Combined 1F1B's merged steps hide all-to-alls (merged_saving_s on this stage).
   t.exposed_comm_s = std::max(comm + tail_s - merged_saving_s, 0.0);
   t.optimizer_s = p.timeline.optimizer_s;
-  t.overhead_s = md * params_.microbatch_overhead_s + 2.0 * per_layer_m * params_.block_overhead_s +
-                 per_layer_m * (host.block_fwd + host.block_bwd) +
+  const double per_layer_m = d(c.stage_layers[critical]) * md;
+  t.overhead_s = md * params_.microbatch_overhead_s + 2.0 * per_layer_m * params_.block_overhead_s + md * host_blocks +
                  md * ((first ? host.first : 0.0) + (last ? host.last : 0.0)) + params_.step_overhead_s;
   const double accounted =
       t.gemm_s + t.attention_s + t.other_compute_s + t.exposed_comm_s + t.optimizer_s + t.overhead_s;
@@ -596,7 +691,8 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
       reduce = std::max(reduce - stage_backward, 0.0);
     if (s == 0 || s == l.pp - 1) reduce += c.embedding_sync_s;
     // The step's one cast of the stage's low-precision weights (the first micro-batch's).
-    const double end = pipe.stage_end_s[i] + d(c.stage_layers[i]) * c.block_fwd.per_step_s + reduce;
+    const double end =
+        pipe.stage_end_s[i] + c.over_stage(i, [](const MegatronBlock& b) { return b.fwd.per_step_s; }) + reduce;
     if (end > flushed) {
       flushed = end;
       critical = i;
@@ -624,10 +720,10 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
 // dp under the distributed optimizer: Megatron-LM's docs give 18 and 6 + 12/dp bytes per parameter
 // for bf16); the activations of the chunk-micro-batches in flight (1F1B: the first stage holds p of
 // them, stage s p - s; interleaved: Megatron's warm-up count plus one; combined 1F1B one more), each
-// the saved bytes of its
-// layers (full recompute: only each layer's input; selective: without the attention-only bytes); the
-// embedding's saved bytes on the first stage and one micro-batch's logits on the last; and the
-// transient buffers of one block's backward (with full recompute, the rebuilt block beside them).
+// the saved bytes of its layers (full recompute: only each layer's input; selective: without the
+// attention-only bytes); the embedding's saved bytes on the first stage and one micro-batch's logits
+// on the last; and the transient buffers of one block's backward (with full recompute, the rebuilt
+// block beside them): of a model whose layers differ, its largest block's.
 MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
   const Costs& c = costs(cfg);
   const ModelParallelLayout& l = c.layout;
@@ -636,24 +732,28 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
   const double a = activation_bytes(cfg.precision);
   const double tokens = d(cfg.micro_batch) * d(cfg.seq_len / l.cp);  // the rank's s/cp of each sequence
   const double input = tokens * d(model_.d_model) * a / (par.sequence_parallel ? d(l.tp) : 1.0);
-  double per_layer = c.saved.block, rebuilt = 0;
-  if (cfg.layout.checkpointing == Checkpointing::kFull) {
-    per_layer = input;
-    rebuilt = c.saved.block;
-  } else if (cfg.layout.checkpointing == Checkpointing::kSelective) {
-    per_layer = c.saved.block - c.saved.block_attention_only;
-    rebuilt = c.saved.block_attention_only;
-  }
+  const Checkpointing ckpt = cfg.layout.checkpointing;
+  const auto per_layer = [&](const MegatronBlock& b) {
+    return ckpt == Checkpointing::kFull        ? input
+           : ckpt == Checkpointing::kSelective ? b.saved - b.saved_attention_only
+                                               : b.saved;
+  };
+  const double rebuilt = ckpt == Checkpointing::kFull ? c.most([](const MegatronBlock& b) { return b.saved; })
+                         : ckpt == Checkpointing::kSelective
+                             ? c.most([](const MegatronBlock& b) { return b.saved_attention_only; })
+                             : 0.0;
+  const double layer_gather = c.most([](const MegatronBlock& b) { return b.fsdp_gather_bytes; });
+  const double layer_grads = c.most([](const MegatronBlock& b) { return b.fsdp_grad_bytes; });
   MemoryBreakdown worst;
   for (int64_t s = 0; s < l.pp; ++s) {
     // in flight: the warm-up's forwards plus one (combined 1F1B's warm-up is one longer)
     const int64_t warmup = pipeline_warmup(l.pp, l.vp, m, s, /*combined_1f1b=*/par.moe_a2a_overlap) + 1;
     const double in_flight = d(std::min(warmup, m * l.vp));
     // The layers of the chunk-micro-batches in flight: the stage's first forwards, virtual
-    // micro-batch k on its chunk (k / pp) % vp (pipeline.hpp), of equal layers when the split is even.
-    int64_t layers_in_flight = 0;
+    // micro-batch k on its chunk (k / pp) % vp (pipeline.hpp).
+    double saved_in_flight = 0;
     for (int64_t k = 0; k < std::min(warmup, m * l.vp); ++k)
-      layers_in_flight += c.chunk_layers[static_cast<size_t>(((k / l.pp) % l.vp) * l.pp + s)];
+      saved_in_flight += c.over_chunk(static_cast<size_t>(((k / l.pp) % l.vp) * l.pp + s), per_layer);
     MemoryBreakdown mb;
     const size_t si = static_cast<size_t>(s);
     double weight_bytes = c.stage_params[si] * 2.0, grad_bytes = c.stage_trained[si] * megatron_grad_bytes(cfg);
@@ -661,22 +761,23 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
       // Megatron-FSDP: the gradients sharded over the data-parallel ranks beside two layers' unsharded
       // buffers; under optim_grads_params the weights too (in their gather bytes) beside the two
       // layers being computed and prefetched (its double buffer) and the output layer at the loss.
-      grad_bytes = grad_bytes / d(l.grad_ranks()) + 2.0 * c.fsdp_layer_grad_bytes;
+      grad_bytes = grad_bytes / d(l.grad_ranks()) + 2.0 * layer_grads;
       if (par.fsdp_shards_params()) {
-        const double stage_gathered = d(c.stage_layers[si]) * c.fsdp_layer_gather_bytes + c.fsdp_root_bytes;
-        weight_bytes = stage_gathered / d(l.grad_ranks()) + 2.0 * c.fsdp_layer_gather_bytes +
+        const double stage_gathered =
+            c.over_stage(si, [](const MegatronBlock& b) { return b.fsdp_gather_bytes; }) + c.fsdp_root_bytes;
+        weight_bytes = stage_gathered / d(l.grad_ranks()) + 2.0 * layer_gather +
                        (model_.tie_embeddings ? 1.0 : 0.5) * c.fsdp_root_bytes;
       }
     }
     mb.sharded_state_bytes = weight_bytes + grad_bytes + 12.0 * c.stage_master_params[si];
-    mb.activation_bytes = d(layers_in_flight) * per_layer + rebuilt;
-    if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.saved.embed;
-    if (s == l.pp - 1) mb.activation_bytes += c.saved.head;
-    mb.transient_bytes = c.saved.block_backward_buffers;
+    mb.activation_bytes = saved_in_flight + rebuilt;
+    if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.embed_saved;
+    if (s == l.pp - 1) mb.activation_bytes += c.head_saved;
+    mb.transient_bytes = c.most([](const MegatronBlock& b) { return b.backward_buffers; });
     // TransformerEngine's fp8 copies (and transposes) of the stage's weights beside the bf16 ones,
     // kept all step; as fp8 parameters (fp8_param_gather) they are the weights the 2 bytes count.
     if (!par.fp8_param_gather)
-      mb.gathered_params_bytes = d(c.stage_layers[static_cast<size_t>(s)]) * c.block_fwd.per_step_written_bytes;
+      mb.gathered_params_bytes = c.over_stage(si, [](const MegatronBlock& b) { return b.fwd.per_step_written_bytes; });
     mb = with_peak(mb, params_);
     if (mb.peak_bytes > worst.peak_bytes) worst = mb;
   }

@@ -67,6 +67,7 @@ struct MegatronStageState {
 };
 
 struct MegatronCosts;  // model/megatron.cpp
+struct MegatronBlock;  // model/megatron.cpp
 
 class MegatronEvaluator final : public ModelParallelEvaluator<MegatronCosts> {
  public:
@@ -78,22 +79,32 @@ class MegatronEvaluator final : public ModelParallelEvaluator<MegatronCosts> {
  private:
   using Costs = MegatronCosts;
   void cost_layout(Costs& c, const TrainConfig& cfg) override;
-  void context_and_expert_costs(Costs& c, const BlockShape& shape, const TrainConfig& cfg) const;
-  void tp_comm_overlap_costs(Costs& c, const BlockShape& shape, double td_bytes) const;
+  void context_and_expert_costs(MegatronBlock& b, const ModelParallelLayout& l, const BlockShape& shape,
+                                const TrainConfig& cfg) const;
+  void tp_comm_overlap_costs(MegatronBlock& b, const ModelParallelLayout& l, const BlockShape& shape,
+                             double td_bytes) const;
   void stage_costs(Costs& c, const TrainConfig& cfg, int64_t vocab) const;
-  void fsdp_costs(Costs& c, const TrainConfig& cfg, double block, double expert_block, double root) const;
-  // The host's time beyond the GPU's per block forward and backward (with its recompute) and per
-  // micro-batch on the first and last chunk.
+  void fsdp_costs(Costs& c, const TrainConfig& cfg, double root) const;
+  // Per layer group, one block's seconds per micro-batch in the pipeline (forward, and backward with
+  // its recompute) and the host's time beyond the GPU's in them; per micro-batch the host's on the
+  // first and last chunk.
   struct HostTime {
-    double block_fwd = 0, block_bwd = 0, first = 0, last = 0;
-    // Megatron-FSDP: what a layer's gathers and reduce-scatters add beyond its compute (per micro-batch,
-    // forward and backward together), and the first unit's gather before each micro-batch's forward.
-    double fsdp_layer = 0, fsdp_first = 0;
+    struct Block {
+      double f_s = 0, b_s = 0;  // the block's forward and backward in the pipeline
+      double fwd = 0, bwd = 0;  // the host's time beyond the GPU's in them
+      // Megatron-FSDP: what a layer's gathers and reduce-scatters add beyond its compute (forward
+      // and backward together).
+      double fsdp = 0;
+    };
+    std::vector<Block> blocks;  // by layer group
+    double first = 0, last = 0;
+    double fsdp_first = 0;  // Megatron-FSDP: the first unit's gather before each micro-batch's forward
   };
   HostTime chunk_seconds(const Costs& c, double recompute);
   void breakdown(const Costs& c, int64_t m, double recompute, const HostTime& host, size_t critical, double tail_s,
                  double merged_saving_s, Prediction& p) const;
 
+  LayerPattern pattern_;
   double pair_hidden_s_ = 0;  // combined 1F1B: what merging a layer's forward and backward saves
 };
 

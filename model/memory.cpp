@@ -9,9 +9,10 @@ namespace tpsim {
 namespace {
 
 struct MemoryInputs {
-  double block_params = 0;                     // parameters of one block
-  double root_params = 0;                      // parameters outside the blocks (embeddings, final norm)
-  double block_trained = 0, root_trained = 0;  // of them, those trained (ModelMemoryCounts)
+  double block_params = 0;                       // parameters of one block (the largest)
+  double blocks_params = 0, blocks_trained = 0;  // of all blocks
+  double root_params = 0;                        // parameters outside the blocks (embeddings, final norm)
+  double block_trained = 0, root_trained = 0;    // of them, those trained (ModelMemoryCounts)
   int64_t n_layers = 0;
   double block_saved_bytes = 0;  // one block's forward saved_bytes
   double block_input_bytes = 0;  // one block's input (what checkpointing keeps)
@@ -19,6 +20,7 @@ struct MemoryInputs {
   double head_saved_bytes = 0;
   double backward_buffer_bytes = 0;       // gradient buffers of one block's backward
   double block_attention_only_bytes = 0;  // what selective checkpointing stops keeping per block
+  double blocks_saved_bytes = 0, blocks_attention_only_bytes = 0;  // every block's
 };
 
 MemoryInputs memory_inputs(const ModelMemoryCounts& model, const TrainConfig& cfg, const SavedActivations& saved) {
@@ -29,6 +31,10 @@ MemoryInputs memory_inputs(const ModelMemoryCounts& model, const TrainConfig& cf
   in.block_params = model.block_params;
   in.root_params = model.root_params;
   in.block_trained = model.block_trained;
+  in.blocks_params = model.blocks_params;
+  in.blocks_trained = model.blocks_trained;
+  in.blocks_saved_bytes = saved.blocks;
+  in.blocks_attention_only_bytes = saved.blocks_attention_only;
   in.root_trained = model.root_trained;
   in.n_layers = model.n_layers;
   in.block_saved_bytes = saved.block;
@@ -46,15 +52,15 @@ struct KeptActivations {
   double kept = 0, rebuilt = 0;
 };
 KeptActivations kept_activations(const MemoryInputs& in, const TrainConfig& cfg) {
-  double per_block = in.block_saved_bytes, rebuilt = 0.0;
+  double blocks = in.blocks_saved_bytes, rebuilt = 0.0;
   if (cfg.layout.checkpointing == Checkpointing::kFull) {
-    per_block = in.block_input_bytes;
+    blocks = static_cast<double>(in.n_layers) * in.block_input_bytes;
     rebuilt = in.block_saved_bytes;
   } else if (cfg.layout.checkpointing == Checkpointing::kSelective) {
-    per_block = in.block_saved_bytes - in.block_attention_only_bytes;
+    blocks = in.blocks_saved_bytes - in.blocks_attention_only_bytes;
     rebuilt = in.block_attention_only_bytes;
   }
-  return {static_cast<double>(in.n_layers) * per_block + in.embed_saved_bytes, rebuilt};
+  return {blocks + in.embed_saved_bytes, rebuilt};
 }
 
 // Plain PyTorch DDP under Composer's amp: every GPU holds the fp32 parameters, their fp32 gradients
@@ -68,14 +74,15 @@ KeptActivations kept_activations(const MemoryInputs& in, const TrainConfig& cfg)
 // distributed).
 MemoryBreakdown ddp_memory(const MemoryInputs& in, const TrainConfig& cfg, const CostParams& params) {
   const double L = static_cast<double>(in.n_layers);
-  const double total_params = in.block_params * L + in.root_params;
-  const double total_trained = in.block_trained * L + in.root_trained;
+  const double total_params = in.blocks_params + in.root_params;
+  const double total_trained = in.blocks_trained + in.root_trained;
   const double compute_bytes = gathered_param_bytes(cfg.precision, MpMode::kDefault);
   MemoryBreakdown m;
   m.sharded_state_bytes = 4.0 * total_params + 12.0 * total_trained;
   if (compute_bytes < 4.0) {
-    const double blocks = cfg.layout.checkpointing == Checkpointing::kFull ? std::min(2.0, L) : L;
-    m.gathered_params_bytes = (in.root_params + blocks * in.block_params) * compute_bytes;
+    const double blocks =
+        cfg.layout.checkpointing == Checkpointing::kFull ? std::min(2.0, L) * in.block_params : in.blocks_params;
+    m.gathered_params_bytes = (in.root_params + blocks) * compute_bytes;
   }
   const double buckets = cfg.n_gpus > 1 ? 4.0 * total_trained : 0.0;
   const KeptActivations a = kept_activations(in, cfg);
@@ -90,6 +97,7 @@ MemoryBreakdown ddp_memory(const MemoryInputs& in, const TrainConfig& cfg, const
 }  // namespace
 
 double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Precision p) {
+  require_uniform(model, "block_backward_buffer_bytes");
   const double t = static_cast<double>(tokens);
   const double td = t * static_cast<double>(model.d_model);
   const double tq = t * static_cast<double>(model.q_dim());
@@ -110,12 +118,15 @@ ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len,
   c.root_params = static_cast<double>(embedding_parameter_count(model, seq_len));
   c.n_layers = model.n_layers;
   c.d_model = model.d_model;
-  if (lora.active()) {
-    c.block_trained = lora_model_block_params(model, lora);
-    c.block_params = static_cast<double>(layer_parameter_count(model)) + c.block_trained;
-  } else {
-    c.block_params = c.block_trained = static_cast<double>(layer_parameter_count(model));
-    c.root_trained = c.root_params;
+  if (!lora.active()) c.root_trained = c.root_params;
+  for (const LayerGroup& g : layer_pattern(model).groups) {
+    const double trained =
+        lora.active() ? lora_model_block_params(g.model, lora) : static_cast<double>(layer_parameter_count(g.model));
+    const double params = (lora.active() ? static_cast<double>(layer_parameter_count(g.model)) : 0.0) + trained;
+    c.block_params = std::max(c.block_params, params);
+    c.block_trained = std::max(c.block_trained, trained);
+    c.blocks_params += static_cast<double>(g.layers) * params;
+    c.blocks_trained += static_cast<double>(g.layers) * trained;
   }
   return c;
 }
@@ -124,8 +135,8 @@ MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfi
                                 const FsdpLayout& layout, const CostParams& params) {
   const MemoryInputs in = memory_inputs(model, cfg, saved);
   if (layout.ddp) return ddp_memory(in, cfg, params);
-  const double total_params = in.block_params * static_cast<double>(in.n_layers) + in.root_params;
-  const double total_trained = in.block_trained * static_cast<double>(in.n_layers) + in.root_trained;
+  const double total_params = in.blocks_params + in.root_params;
+  const double total_trained = in.blocks_trained + in.root_trained;
   const double gb = gathered_param_bytes(cfg.precision, cfg.mp_mode);
   const double rb = reduced_grad_bytes(cfg.precision, cfg.mp_mode);
   const double L = static_cast<double>(in.n_layers);
@@ -141,8 +152,8 @@ MemoryBreakdown estimate_memory(const ModelMemoryCounts& model, const TrainConfi
   // a time (limit_all_gathers), or all of them between forward and backward under SHARD_GRAD_OP.
   // Under NO_SHARD the low-precision copies are made per block in the same way.
   const bool all_blocks = layout.gather_in_forward && !layout.gather_in_backward;
-  const double blocks_gathered = all_blocks ? L : std::min(2.0, L);
-  const double gathered = (in.root_params + blocks_gathered * in.block_params) * gb;
+  const double blocks_gathered = all_blocks ? in.blocks_params : std::min(2.0, L) * in.block_params;
+  const double gathered = (in.root_params + blocks_gathered) * gb;
 
   // Under selective checkpointing each block drops what only the attention kernel keeps, and the
   // block in backward rebuilds it.

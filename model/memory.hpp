@@ -46,12 +46,16 @@ inline MemoryBreakdown with_peak(MemoryBreakdown m, const CostParams& params) {
 
 // What one micro-batch's forward keeps for the backward (the sums of its ops' saved_bytes), and
 // the gradient buffers of one block's backward: what depends on the micro-batch, not the layout.
+// Of a model whose layers differ (layer_pattern), `block` and the other one-block values are its
+// largest block's (what one block rebuilds or buffers at a time) and `blocks` the sums over all.
 struct SavedActivations {
   double block = 0;                   // one block's forward
   double embed = 0;                   // the embeddings
   double head = 0;                    // final norm, logits input, logits/gradient buffer
   double block_attention_only = 0;    // of `block`, what only the attention kernel keeps (selective drops it)
   double block_backward_buffers = 0;  // block_backward_buffer_bytes
+  double blocks = 0;                  // every block's forward
+  double blocks_attention_only = 0;   // of `blocks`, what only the attention kernels keep
 };
 
 // Bytes of the gradient buffers of one block's backward over `tokens` tokens: the incoming
@@ -61,6 +65,8 @@ struct SavedActivations {
 double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Precision p);
 
 // The parameter counts memory needs, computed once per model and sequence length.
+// Of a model whose layers differ, the block values are its largest block's and the blocks values the
+// sums over its layers.
 struct ModelMemoryCounts {
   double block_params = 0;  // layer_parameter_count: one block with all its experts (and its LoRA adapters)
   double root_params = 0;   // embedding_parameter_count: outside the blocks
@@ -68,6 +74,7 @@ struct ModelMemoryCounts {
   // block's adapters and nothing of the root.
   double block_trained = 0;
   double root_trained = 0;
+  double blocks_params = 0, blocks_trained = 0;  // every block's
   int64_t n_layers = 0;
   int64_t d_model = 0;
 };

@@ -37,6 +37,7 @@ void OpList::push(const Op& op) {
 }
 
 BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_len, Precision p) {
+  require_uniform(m, "block_shape");
   BlockShape s;
   s.batch = micro_batch;
   s.seq = seq_len;

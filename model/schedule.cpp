@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <span>
+#include <vector>
 
 #include "model/profile.hpp"
 
@@ -353,20 +355,27 @@ struct Backward {
   double freed = 0, gathered_next = Streams::kNoGather;
 };
 
-// The gather of block i-1 is issued once block i+1's gathered parameters are freed (after its
-// backward), then block i computes, then its gradients are reduced. Block 0 gathers nothing next.
-void backward_block(const MicroBatchCosts& c, bool gather_next, Streams& s, Backward& b) {
+// The gather of block i-1 (`next_gather_s`: its own, 0 for block 0, which gathers nothing next) is
+// issued once block i+1's gathered parameters are freed (after its backward), then block i
+// computes, then its gradients are reduced.
+void backward_block(const MicroBatchCosts& c, double next_gather_s, Streams& s, Backward& b) {
   ++s.blocks_stepped;
   const double gathered = b.gathered_next;
-  if (c.block_gather_bwd_s > 0 && gather_next) b.gathered_next = s.comm(b.freed, c.block_gather_bwd_s);
+  if (next_gather_s > 0) b.gathered_next = s.comm(b.freed, next_gather_s);
   s.idle(c.block_overhead_s);
   b.freed = s.compute(gathered, c.block_bwd_s);
   s.comm(b.freed, c.block_reduce_s);
 }
 
-// One micro-batch: root gather and embedding, the blocks' forwards, the head, the blocks' backwards,
-// the embedding's backward and the root's reduce.
-void simulate_micro_batch(const MicroBatchCosts& c, int64_t n_layers, bool skip, Streams& s) {
+// A run of `n` equal blocks, each costing what `block`'s block fields say.
+struct BlockRun {
+  const MicroBatchCosts* block;
+  int64_t n;
+};
+
+// One micro-batch: root gather and embedding, the blocks' forwards run by run, the head, the
+// blocks' backwards in reverse, the embedding's backward and the root's reduce.
+void simulate_micro_batch(const MicroBatchCosts& c, std::span<const BlockRun> runs, bool skip, Streams& s) {
   s.idle(c.overhead_s);
   const double start = s.compute_free();
   const double root = s.comm(start, c.root_gather_s);
@@ -374,19 +383,39 @@ void simulate_micro_batch(const MicroBatchCosts& c, int64_t n_layers, bool skip,
   s.compute(c.root_gather_s > 0 ? root : Streams::kNoGather, c.embed_fwd_s);
   Forward f{start, start};
   const Carried<2, 0> forward_times{{&f.done1, &f.done2}, {}};
-  repeat({Streams::kBlock, n_layers, skip}, forward_times, s, [&] { forward_block(c, s, f); });
+  for (const BlockRun& r : runs)
+    repeat({Streams::kBlock, r.n, skip}, forward_times, s, [&] { forward_block(*r.block, s, f); });
 
   // Loss and head; the last block's backward gather is issued as the head's backward starts.
   Backward b{s.compute_free()};
   s.compute(Streams::kNoGather, c.head_s);
-  if (c.block_gather_bwd_s > 0 && c.last_block_regathered)
-    b.gathered_next = s.comm(b.freed, c.block_gather_bwd_s);  // block L-1
-  // Blocks L-1 .. 1 repeat; block 0, whose gather of block -1 does not exist, ends the loop.
+  const MicroBatchCosts& last_block = *runs.back().block;
+  if (last_block.block_gather_bwd_s > 0 && c.last_block_regathered)
+    b.gathered_next = s.comm(b.freed, last_block.block_gather_bwd_s);  // block L-1
+  // Each run's blocks but its first repeat, gathering one of their own next; its first gathers the
+  // block before the run (none before block 0, which ends the loop).
   const Carried<1, 1> backward_times{{&b.freed}, {&b.gathered_next}};
-  repeat({Streams::kBlock, std::max<int64_t>(n_layers - 1, 0), skip}, backward_times, s,
-         [&] { backward_block(c, true, s, b); });
-  if (n_layers > 0) backward_block(c, false, s, b);
+  for (size_t i = runs.size(); i-- > 0;) {
+    const MicroBatchCosts& block = *runs[i].block;
+    repeat({Streams::kBlock, std::max<int64_t>(runs[i].n - 1, 0), skip}, backward_times, s,
+           [&] { backward_block(block, block.block_gather_bwd_s, s, b); });
+    if (runs[i].n > 0) backward_block(block, i > 0 ? runs[i - 1].block->block_gather_bwd_s : 0.0, s, b);
+  }
   s.comm(s.compute(Streams::kNoGather, c.embed_bwd_s), c.root_reduce_s);
+}
+
+// The block runs of a micro-batch whose costs are `c` (per group: `groups`): one run of `c`'s
+// block for a uniform model (in `one`, allocating nothing), else the model's runs (in `many`).
+std::span<const BlockRun> block_runs(const StepCosts& costs, const MicroBatchCosts& c,
+                                     const std::vector<MicroBatchCosts>& groups, BlockRun& one,
+                                     std::vector<BlockRun>& many) {
+  if (costs.runs.empty()) {
+    one = {&c, costs.n_layers};
+    return {&one, 1};
+  }
+  many.clear();
+  for (const LayerRun& r : costs.runs) many.push_back({&groups.at(static_cast<size_t>(r.group)), r.layers});
+  return many;
 }
 
 }  // namespace
@@ -413,9 +442,17 @@ Timeline simulate_step(const StepCosts& costs) {
   Loop micro_batches{Streams::kMicroBatch, n_full, costs.skip_steady_state};
   micro_batches.starts_drained = true;
   micro_batches.lead_idle_s = costs.full.overhead_s;
-  const auto full = [&] { simulate_micro_batch(costs.full, costs.n_layers, costs.skip_steady_state, s); };
+  BlockRun one;
+  std::vector<BlockRun> many;
+  const std::span<const BlockRun> full_runs = block_runs(costs, costs.full, costs.full_groups, one, many);
+  const auto full = [&] { simulate_micro_batch(costs.full, full_runs, costs.skip_steady_state, s); };
   repeat(micro_batches, NothingCarried{}, s, full);
-  if (n_full < n) simulate_micro_batch(costs.last, costs.n_layers, costs.skip_steady_state, s);
+  if (n_full < n) {
+    BlockRun last_one;
+    std::vector<BlockRun> last_many;
+    simulate_micro_batch(costs.last, block_runs(costs, costs.last, costs.last_groups, last_one, last_many),
+                         costs.skip_steady_state, s);
+  }
 
   // The optimizer needs every reduced gradient.
   const double optimizer_start = std::max(s.compute_free(), s.comm_free());

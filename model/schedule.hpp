@@ -11,6 +11,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
+
+#include "model/architecture.hpp"
 
 namespace tpsim {
 
@@ -51,8 +54,14 @@ struct StepCosts {
   double optimizer_s = 0;
   double step_overhead_s = 0;
   double overlap_slowdown = 0;
-  // Identical blocks and micro-batches reach a steady state; skip it exactly instead of stepping
-  // through every block. false: step through everything (the slow reference the tests use).
+  // A model whose layers differ (layer_pattern): its runs of equal layers in model order and, per
+  // group, a full and a last micro-batch's costs whose block fields are that group's block (the
+  // other fields are full's and last's). Empty: n_layers blocks of full's and last's.
+  std::vector<LayerRun> runs;
+  std::vector<MicroBatchCosts> full_groups, last_groups;
+  // Identical blocks and micro-batches reach a steady state (within each run of equal layers); skip
+  // it exactly instead of stepping through every block. false: step through everything (the slow reference the tests
+  // use).
   bool skip_steady_state = true;
 };
 

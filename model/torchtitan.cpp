@@ -60,6 +60,13 @@ std::string moe_not_modelled(const RuleInput& in) {
   return {};
 }
 
+std::string layer_pattern_not_modelled(const RuleInput& in) {
+  if (!in.model->uniform())
+    return "models whose layers differ (" + in.model->name +
+           " mixes sliding-window and full attention layers) under torchtitan are not modelled yet";
+  return {};
+}
+
 // parallelize_llama.py apply_tp: every block's norms are SequenceParallel whenever tp > 1.
 std::string tensor_needs_sequence_parallel(const RuleInput& in) {
   const Layout& par = in.cfg.layout;
@@ -97,6 +104,8 @@ constexpr Rule kSelectiveAcPositive{"selective-ac-positive", "--selective-ac-opt
 constexpr Rule kSequenceDividesOverTpAndCp{"sequence-divides-over-tp-and-cp", "--seq --tp --cp; SeqLen (T)",
                                            RuleScope::kLayout, sequence_divides_over_tp_and_cp};
 constexpr Rule kMoeNotModelled{"moe-not-modelled", "--model", RuleScope::kLayout, moe_not_modelled};
+constexpr Rule kLayerPatternNotModelled{"layer-pattern-not-modelled", "--model", RuleScope::kLayout,
+                                        layer_pattern_not_modelled};
 constexpr Rule kTensorNeedsSequenceParallel{"tensor-needs-sequence-parallel", "--tp --no-sp; Sequence Parallel",
                                             RuleScope::kLayout, tensor_needs_sequence_parallel};
 constexpr Rule kAsyncTpNeedsTensor{"async-tp-needs-tensor", "--async-tp --tp", RuleScope::kLayout,
@@ -105,12 +114,12 @@ constexpr Rule kSelectiveAcNeedsSelective{"selective-ac-needs-selective", "--sel
                                           RuleScope::kLayout, selective_ac_needs_selective};
 constexpr Rule kTorchtitanMeshValid{"torchtitan-mesh-valid", "--shard-degree --replicate-degree --cp --tp --pp --gpus",
                                     RuleScope::kConfig, torchtitan_mesh_valid};
-const std::array<const Rule*, 13> kTorchtitanRules = {
-    &kExpertParallelNotModelled,   &kFsdp2ReducesInBackward,     &kSelectiveAcPositive,
-    &kSequenceDividesOverTpAndCp,  &kContextNeedsFusedAttention, &kMoeNotModelled,
-    &kTensorNeedsSequenceParallel, &kAsyncTpNeedsTensor,         &kSelectiveAcNeedsSelective,
-    &kInterleavedMicroBatches,     &kPipelineScheduleLimits,     &kSlidingWindowNotModelled,
-    &kTorchtitanMeshValid};
+const std::array<const Rule*, 14> kTorchtitanRules = {
+    &kExpertParallelNotModelled,  &kFsdp2ReducesInBackward,      &kSelectiveAcPositive,
+    &kSequenceDividesOverTpAndCp, &kContextNeedsFusedAttention,  &kMoeNotModelled,
+    &kLayerPatternNotModelled,    &kTensorNeedsSequenceParallel, &kAsyncTpNeedsTensor,
+    &kSelectiveAcNeedsSelective,  &kInterleavedMicroBatches,     &kPipelineScheduleLimits,
+    &kSlidingWindowNotModelled,   &kTorchtitanMeshValid};
 
 }  // namespace
 
