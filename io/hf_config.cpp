@@ -294,7 +294,9 @@ ModelConfig llama_family(Section& s, const Defaults& d) {
 
 // m's per-layer kinds (ModelConfig::layers), made one per layer from its uniform fields on first
 // use; read_hf_config collapses them back when they come out all alike (set_layer_kinds).
-std::vector<LayerKind>& per_layer(ModelConfig& m) {
+std::vector<LayerKind>& per_layer(Section& s, ModelConfig& m) {
+  if (m.n_layers > (1 << 16))  // check_architecture's bound, before one kind per layer is made
+    s.bad("num_hidden_layers", "is beyond what the simulator models (2^16 layers)");
   if (m.layers.empty()) m.layers.assign(static_cast<size_t>(m.n_layers), LayerKind{m.sliding_window > 0, false});
   return m.layers;
 }
@@ -306,7 +308,7 @@ void layer_types(Section& s, ModelConfig& m, int64_t window) {
   if (!v) return;
   if (!v->is_array() || static_cast<int64_t>(v->size()) != m.n_layers)
     s.bad("layer_types", "must list one type per layer (" + std::to_string(m.n_layers) + ")");
-  std::vector<LayerKind>& kinds = per_layer(m);
+  std::vector<LayerKind>& kinds = per_layer(s, m);
   for (size_t i = 0; i < v->size(); ++i) {
     const json& t = (*v)[i];
     if (t == "full_attention") kinds[i].sliding = false;
@@ -334,7 +336,7 @@ void qwen_window(Section& s, ModelConfig& m, int64_t max_window_layers) {
   const int64_t first = s.count("max_window_layers", max_window_layers, 0);
   if (use && first < m.n_layers) {
     m.sliding_window = window;
-    std::vector<LayerKind>& kinds = per_layer(m);
+    std::vector<LayerKind>& kinds = per_layer(s, m);
     for (int64_t i = 0; i < m.n_layers; ++i) kinds[static_cast<size_t>(i)].sliding = i >= first;
   }
   layer_types(s, m, window);
@@ -356,7 +358,7 @@ void qwen_sparse_layers(Section& s, ModelConfig& m) {
     }
   }
   if (std::find(dense.begin(), dense.end(), true) != dense.end()) {
-    std::vector<LayerKind>& kinds = per_layer(m);
+    std::vector<LayerKind>& kinds = per_layer(s, m);
     for (size_t i = 0; i < dense.size(); ++i) kinds[i].dense_ffn = dense[i];
   }
   s.irrelevant({"norm_topk_prob", "output_router_logits", "router_aux_loss_coef"});
@@ -437,6 +439,55 @@ ModelConfig read_qwen3_moe(Section& s) {
   m.moe.experts = s.count("num_experts", 128);
   m.moe.top_k = s.count("num_experts_per_tok", 8);
   m.moe.d_expert = s.count("moe_intermediate_size", 768);
+  return m;
+}
+
+// DeepSeek-V3 (configuration_deepseek_v3.py's defaults) and Kimi-K2 (model_type kimi_k2, the same
+// DeepseekV3ForCausalLM): latent attention; routed experts of moe_intermediate_size with one shared
+// MLP of n_shared_experts x moe_intermediate_size; layers before first_k_dense_replace, and with
+// moe_layer_freq those off its multiple (DeepSeek's modeling_deepseek.py), a dense MLP of
+// intermediate_size; topk_method noaux_tc's per-expert score bias (e_score_correction_bias).
+ModelConfig read_deepseek_v3(Section& s) {
+  ModelConfig m = llama_family(s, {129280, 7168, 18432, 61, 128, 128, 0});
+  if (s.flag("attention_bias", false)) s.refuse("attention_bias", "biases on latent attention's projections");
+  if (m.n_kv_heads != m.n_heads)
+    s.bad("num_key_value_heads", "must equal num_attention_heads (latent attention: a key and value per head)");
+  MlaConfig& a = m.mla;
+  a.q_lora_rank = s.count("q_lora_rank", 1536);
+  a.kv_lora_rank = s.count("kv_lora_rank", 512);
+  a.qk_nope_head_dim = s.count("qk_nope_head_dim", 128, 0);
+  a.qk_rope_head_dim = s.count("qk_rope_head_dim", 64);
+  a.v_head_dim = s.count("v_head_dim", 128);
+  m.head_dim = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  const int64_t experts = s.count("n_routed_experts", 256);
+  const int64_t d_expert = s.count("moe_intermediate_size", 2048);
+  m.moe.experts = experts;
+  m.moe.top_k = s.count("num_experts_per_tok", 8);
+  m.moe.d_expert = d_expert;
+  if (const int64_t shared = s.count("n_shared_experts", 1, 0); shared > 0) {
+    m.moe.shared_experts = 1;
+    m.moe.d_shared = shared * d_expert;
+  }
+  const std::string method = s.text("topk_method", "noaux_tc");
+  if (method != "noaux_tc" && method != "greedy" && method != "group_limited_greedy")
+    s.refuse("topk_method", "a routing method other than noaux_tc, greedy and group_limited_greedy");
+  m.moe.router_bias = method == "noaux_tc";
+  if (const std::string f = s.text("scoring_func", "sigmoid"); f != "sigmoid" && f != "softmax")
+    s.refuse("scoring_func", "router scores other than sigmoid and softmax");
+  const int64_t dense_first = s.count("first_k_dense_replace", 3, 0);
+  const int64_t freq = s.count("moe_layer_freq", 1);
+  std::vector<LayerKind>& kinds = per_layer(s, m);
+  for (int64_t i = 0; i < m.n_layers; ++i) kinds[static_cast<size_t>(i)].dense_ffn = i < dense_first || i % freq != 0;
+  // Group-limited routing (n_group, topk_group) and the score's scaling and normalisation change a
+  // router of t x experts scores by elementwise work only; the balancing loss's weights change no op.
+  s.irrelevant({"n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor", "aux_loss_alpha", "seq_aux",
+                "ep_size", "rope_interleave"});
+  // The multi-token prediction module a checkpoint carries: Hugging Face's model does not build it,
+  // and a run trains it only when the framework is asked to (Megatron-LM's --mtp-num-layers).
+  if (const int64_t mtp = s.count("num_nextn_predict_layers", 0, 0); mtp > 0)
+    s.src().out.notes.push_back("num_nextn_predict_layers " + std::to_string(mtp) +
+                                ": the checkpoint's multi-token prediction module is not part of the model costed "
+                                "(Hugging Face's model does not build it)");
   return m;
 }
 
@@ -590,6 +641,8 @@ ModelConfig read_gpt_neo(Section& s) {
 
 using Reader = ModelConfig (*)(Section&);
 const std::map<std::string, Reader> kReaders = {{"llama", read_llama},
+                                                {"deepseek_v3", read_deepseek_v3},
+                                                {"kimi_k2", read_deepseek_v3},
                                                 {"mistral", read_mistral},
                                                 {"mixtral", read_mixtral},
                                                 {"qwen2", read_qwen2},

@@ -34,6 +34,11 @@ std::vector<std::pair<std::string, int64_t>> unaligned_gemm_widths(const ModelCo
   if (!vocab_padded) check("output layer", m.vocab_size);
   check("hidden size", m.d_model);
   check("query width", m.q_dim());
+  if (m.mla.active()) {
+    check("query rank", m.mla.q_lora_rank);
+    check("key/value rank", m.mla.kv_lora_rank + m.mla.qk_rope_head_dim);
+    check("value width", m.o_dim());
+  }
   if (m.kv_dim() != m.q_dim()) check("key/value width", m.kv_dim());
   if (m.moe.active()) {
     check("expert width", m.moe.d_expert);
@@ -110,7 +115,7 @@ std::string str(int64_t v) { return std::to_string(v); }
 std::string check_moe(const MoeConfig& e) {
   if (!e.active()) {
     if (e.top_k != 0 || e.d_expert != 0 || e.shared_experts != 0 || e.d_shared != 0 || e.shared_gate ||
-        e.capacity_factor != 0 || e.output_bias)
+        e.capacity_factor != 0 || e.output_bias || e.router_bias)
       return "mixture-of-experts settings without experts";
     return {};
   }
@@ -153,6 +158,19 @@ std::string check_architecture(const ModelConfig& m) {
     return "the key/value heads (" + str(m.kv_heads()) + ") must divide the query heads (" + str(m.n_heads) + ")";
   if (m.d_ffn() <= 0) return "expansion_ratio * d_model rounds to zero";
   if (m.max_positions > 0 && !m.learned_positions()) return "a learned position table without learned positions";
+  if (m.mla.active() || m.mla != MlaConfig{}) {
+    const MlaConfig& a = m.mla;
+    if (!m.mla.active()) return "latent attention settings without kv_lora_rank";
+    if (a.q_lora_rank < 0 || a.kv_lora_rank > (1 << 16) || a.q_lora_rank > (1 << 16) || a.qk_nope_head_dim < 0 ||
+        a.qk_rope_head_dim <= 0 || a.qk_rope_head_dim % 2 != 0 || a.v_head_dim <= 0 || a.qk_nope_head_dim > 4096 ||
+        a.qk_rope_head_dim > 4096 || a.v_head_dim > 4096)
+      return "latent attention needs ranks up to 2^16 and a positive, even qk_rope_head_dim and a positive v_head_dim "
+             "(each at most 4096)";
+    if (m.d_head() != a.qk_nope_head_dim + a.qk_rope_head_dim || m.kv_heads() != m.n_heads)
+      return "latent attention's heads are qk_nope_head_dim + qk_rope_head_dim wide, one key and value per head";
+    if (m.positions != PositionKind::kRope || m.qkv_bias || m.qk_norm != QkNorm::kNone || m.unfused_attention)
+      return "latent attention with RoPE, no projection biases, no QK-norm and fused attention only";
+  }
   if (!m.layers.empty()) {
     if (static_cast<int64_t>(m.layers.size()) != m.n_layers)
       return "the per-layer kinds (" + str(static_cast<int64_t>(m.layers.size())) + ") are not one per layer (" +
@@ -176,6 +194,15 @@ int64_t norm_params(const ModelConfig& m) {
 int64_t ffn_weights(const ModelConfig& m, int64_t f) { return (m.ffn == FfnKind::kGlu ? 3 : 2) * m.d_model * f; }
 
 int64_t attention_params(const ModelConfig& m) {
+  if (m.mla.active()) {  // down projections and their norms, up projections, out projection; no biases
+    const MlaConfig& a = m.mla;
+    const int64_t d = m.d_model, h = m.n_heads;
+    const int64_t query =
+        a.q_lora_rank > 0 ? d * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * m.q_dim() : d * m.q_dim();
+    const int64_t key_value = d * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank +
+                              a.kv_lora_rank * h * (a.qk_nope_head_dim + a.v_head_dim);
+    return query + key_value + m.o_dim() * d;
+  }
   const int64_t d = m.d_model, q = m.q_dim(), kv = m.kv_dim();
   const int64_t weights = d * q + 2 * d * kv + q * d;
   const int64_t biases = (m.qkv_bias ? q + 2 * kv : 0) + (m.linear_bias ? d : 0);
@@ -192,7 +219,7 @@ int64_t ffn_params(const ModelConfig& m, int64_t routed_experts) {
     return ffn_weights(m, f) + biases;
   }
   const MoeConfig& e = m.moe;
-  const int64_t router = d * e.experts;
+  const int64_t router = d * e.experts + (e.router_bias ? e.experts : 0);
   const int64_t routed = ffn_weights(m, e.d_expert) * routed_experts;
   const int64_t shared = e.shared_experts * ffn_weights(m, e.d_shared) + (e.shared_gate ? d : 0);
   return router + routed + shared + (e.output_bias ? d : 0);

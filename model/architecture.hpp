@@ -50,8 +50,27 @@ struct MoeConfig {
   // are dropped and shorter groups padded. 0: dropless (MegaBlocks dMoE, Mixtral, DBRX).
   double capacity_factor = 0;
   bool output_bias = false;  // MegaBlocks: one d_model bias after the experts (MPT without no_bias)
+  // A bias per routed expert on the router's scores (DeepSeek-V3's e_score_correction_bias, which
+  // its auxiliary-loss-free balancing adjusts): `experts` parameters more, the same ops.
+  bool router_bias = false;
 
   bool active() const { return experts > 0; }
+};
+
+// Multi-head latent attention (DeepSeek-AI, "DeepSeek-V2", 2024, Sec. 2.1; DeepSeek-V3, Kimi-K2),
+// in its training form: the hidden state projected down to a compressed query (q_lora_rank, then
+// an RMSNorm) and a compressed key/value (kv_lora_rank, then an RMSNorm) plus one RoPE key part
+// shared by every head (qk_rope_head_dim); the compressed parts projected up per head to the
+// query's and key's unrotated parts (qk_nope_head_dim) and RoPE parts, and to the value
+// (v_head_dim); attention over heads of nope + rope for Q and K and v_head_dim for V; the out
+// projection from n_heads * v_head_dim.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;   // 0: the query projected from the hidden state directly (DeepSeek-V2-Lite)
+  int64_t kv_lora_rank = 0;  // 0: not latent attention
+  int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+
+  bool active() const { return kv_lora_rank > 0; }
+  bool operator==(const MlaConfig&) const = default;
 };
 
 // How one layer departs from the model's block (ModelConfig's fields): the per-layer patterns of
@@ -98,6 +117,9 @@ struct ModelConfig {
   // a batched matmul; each a PyTorch kernel) instead of Megatron's fused causal softmax.
   bool torch_attention = false;
   double attention_dropout = 0;  // probability, unfused attention only
+  // Latent attention (MlaConfig); with it, head_dim is the query's and key's head (nope + rope),
+  // n_kv_heads n_heads (each head its own key and value after the up projection).
+  MlaConfig mla;
   // One kind per layer, in model order, when the layers differ; empty: every layer is the block the
   // fields above describe (sliding when sliding_window > 0). With layers, sliding_window is the
   // window of the layers whose kind slides, and moe the experts of those whose kind is not dense.
@@ -105,9 +127,11 @@ struct ModelConfig {
 
   int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
-  int64_t q_dim() const { return n_heads * d_head(); }      // width of Q and of the attention output
-  int64_t kv_dim() const { return kv_heads() * d_head(); }  // width of K and of V
-  int64_t d_ffn() const;                                    // dense FFN width
+  int64_t q_dim() const { return n_heads * d_head(); }                         // width of Q and of the attention output
+  int64_t kv_dim() const { return kv_heads() * d_head(); }                     // width of K and of V
+  int64_t v_head() const { return mla.active() ? mla.v_head_dim : d_head(); }  // a value head
+  int64_t o_dim() const { return n_heads * v_head(); }                         // width of the attention output
+  int64_t d_ffn() const;                                                       // dense FFN width
   bool learned_positions() const { return positions == PositionKind::kLearned; }
   bool uniform() const { return layers.empty(); }  // every layer the block the fields describe
   // The MPT defaults the seed tables were measured with: MHA, LayerNorm with biases everywhere,

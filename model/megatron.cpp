@@ -321,6 +321,16 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     const double sync = cost_.collective_seconds(CollectiveKind::kAllReduce, td_bytes, l.tp_group);
     b.tp_fwd_s = 2.0 * sync;
     b.tp_bwd_s = 2.0 * sync;
+    if (model.mla.active()) {
+      // Latent attention gathers its compressed query and key/value (and the shared RoPE key) before
+      // the up projections, not the hidden state: the down projections run on each rank's own rows.
+      const MlaConfig& mla = model.mla;
+      const double width =
+          d((mla.q_lora_rank > 0 ? mla.q_lora_rank : model.d_model) + mla.kv_lora_rank + mla.qk_rope_head_dim);
+      const double attn_in =
+          cost_.collective_seconds(CollectiveKind::kAllReduce, td_bytes * width / d(model.d_model), l.tp_group);
+      b.tp_fwd_s = b.tp_bwd_s = sync + attn_in;
+    }
     if (par.tp_comm_overlap) tp_comm_overlap_costs(b, c.layout, shape, td_bytes);
     b.saved = b.fwd.saved_bytes;
     b.saved_attention_only = attention_only_saved_bytes(shape);

@@ -102,6 +102,12 @@ double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Pre
   const double td = t * static_cast<double>(model.d_model);
   const double tq = t * static_cast<double>(model.q_dim());
   const double tkv = t * static_cast<double>(model.kv_dim());
+  const double tv = t * static_cast<double>(model.kv_heads() * model.v_head());
+  // Latent attention: the compressed query's and key/value's gradients too.
+  const double latent =
+      model.mla.active()
+          ? t * static_cast<double>(model.mla.q_lora_rank + model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
+          : 0.0;
   const double per_width = model.ffn == FfnKind::kGlu ? 3.0 : 2.0;
   double ffn = per_width * t * static_cast<double>(model.d_ffn());
   if (model.moe.active()) {
@@ -110,7 +116,7 @@ double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Pre
     ffn = per_width * rows * static_cast<double>(e.d_expert) + 2.0 * rows * static_cast<double>(model.d_model) +
           t * static_cast<double>(e.experts) + per_width * t * static_cast<double>(e.shared_experts * e.d_shared);
   }
-  return (td + tq + 2.0 * tkv + ffn) * activation_bytes(p);
+  return (td + tq + tkv + tv + latent + ffn) * activation_bytes(p);
 }
 
 ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len, const Lora& lora) {

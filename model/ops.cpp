@@ -59,6 +59,7 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
   s.window = m.sliding_window > 0 && m.sliding_window < seq_len ? m.sliding_window : 0;
   s.moe = m.moe;
   s.qk_norm = m.qk_norm;
+  s.mla = m.mla;
   s.unfused_attention = m.unfused_attention;
   s.torch_attention = m.unfused_attention && m.torch_attention;
   s.attention_dropout_per_mille = static_cast<int64_t>(std::lround(m.attention_dropout * 1000.0));
@@ -169,9 +170,62 @@ Linear qkv(const BlockShape& s) {
   return l;
 }
 Linear out_proj(const BlockShape& s) {
-  Linear l{TPSIM_LINEAR("attn.out_proj", OpRole::kAttnOut), s.tokens(), s.d_model, s.q_dim(), 1, s.bias, s.tokens()};
+  Linear l{TPSIM_LINEAR("attn.out_proj", OpRole::kAttnOut), s.tokens(), s.d_model, s.o_dim(), 1, s.bias, s.tokens()};
   l.frozen = s.lora.active();
   l.adapters = adapters_of(s, lora_bit(LoraTarget::kO), false, {s.d_model});
+  return l;
+}
+
+// Latent attention's four projections (Megatron-Core's multi_latent_attention.py, with
+// TransformerEngine): the down projections replicated on every tensor-parallel rank ("duplicated")
+// over its own rows (row_tokens: s/tp under sequence parallelism), the up projections column-parallel
+// over the heads, their inputs gathered to every token (each keeps its own rows for the backward).
+// Under LoRA all four are frozen and carry no adapters (tpsim's targets are the standard projections').
+Linear mla_q_down(const BlockShape& s) {
+  Linear l{TPSIM_LINEAR("attn.q_down", OpRole::kQkv),
+           s.row_tokens(),
+           s.mla.q_lora_rank,
+           s.d_model,
+           1,
+           false,
+           s.row_tokens()};
+  l.frozen = s.lora.active();
+  return l;
+}
+Linear mla_kv_down(const BlockShape& s) {
+  Linear l{TPSIM_LINEAR("attn.kv_down", OpRole::kQkv),
+           s.row_tokens(),
+           s.mla.kv_lora_rank + s.mla.qk_rope_head_dim,
+           s.d_model,
+           1,
+           false,
+           s.row_tokens()};
+  l.frozen = s.lora.active();
+  return l;
+}
+// The query's up projection from the compressed query, or (q_lora_rank 0) its projection from the
+// hidden state, column-parallel as the standard QKV.
+Linear mla_q_up(const BlockShape& s) {
+  const bool direct = s.mla.q_lora_rank == 0;
+  Linear l{TPSIM_LINEAR("attn.q_up", OpRole::kQkv),
+           s.tokens(),
+           s.q_dim(),
+           direct ? s.d_model : s.mla.q_lora_rank,
+           1,
+           false,
+           s.row_tokens()};
+  l.frozen = s.lora.active();
+  return l;
+}
+Linear mla_kv_up(const BlockShape& s) {
+  Linear l{TPSIM_LINEAR("attn.kv_up", OpRole::kQkv),
+           s.tokens(),
+           s.n_heads * (s.mla.qk_nope_head_dim + s.v_head()),
+           s.mla.kv_lora_rank,
+           1,
+           false,
+           s.row_tokens()};
+  l.frozen = s.lora.active();
   return l;
 }
 
@@ -570,6 +624,74 @@ void qk_norm_ops(const BlockShape& s, bool forward, OpSink& out) {
   }
 }
 
+// An RMSNorm over rows of `cols` (latent attention's compressed query and key/value): reads x and
+// the weight, writes y and an fp32 rstd per row, keeps x and the rstd; its backward the input and
+// weight gradients (two kernels), as norm_forward and norm_backward's.
+Op rms_norm(const char* name, const BlockShape& s, int64_t rows, int64_t cols, bool forward) {
+  const double a = activation_bytes(s.precision);
+  const DType act = activation_dtype(s.precision);
+  const double e = d(rows) * d(cols), rstd = d(rows) * 4.0;
+  if (forward)
+    return membound_op(name, MemKind::kRmsNorm, rows, cols, act, e * a + d(cols) * a, e * a + rstd, 1, e * a + rstd);
+  return membound_op(name, MemKind::kRmsNormBackward, rows, cols, act, 4.0 * e * a + 2.0 * rstd, e * a + d(cols) * 4.0,
+                     2);
+}
+
+// Latent attention's RoPE with the assembly of the attention's inputs (Megatron-Core's
+// apply_rope_fusion: fused_apply_mla_rope_for_q and fused_apply_mla_rope_for_kv, two kernels): reads
+// the up projections' query and key/value and the shared RoPE key, writes the query, the key (the
+// shared RoPE part repeated per head) and the value; the backward the reverse (the shared part's
+// gradient summed over the heads), with the fp32 cos and sin tables.
+Op mla_rope(const char* name, const BlockShape& s, bool forward) {
+  const double a = activation_bytes(s.precision);
+  const double t = d(s.tokens());
+  const double up = t * d(s.q_dim() + s.n_heads * (s.mla.qk_nope_head_dim + s.v_head()) + s.mla.qk_rope_head_dim);
+  const double assembled = t * d(s.q_dim() + s.kv_dim() + s.v_dim());
+  const double tables = d(s.seq) * d(s.mla.qk_rope_head_dim) * 4.0;
+  Op op = membound_op(name, MemKind::kRope, s.tokens(), s.q_dim() + s.kv_dim(), activation_dtype(s.precision),
+                      (forward ? up : assembled) * a + tables, (forward ? assembled : up) * a, 2);
+  op.k = s.d_head();
+  return op;
+}
+
+// Latent attention's query, key and value, forward: the down projections over the rank's rows (each
+// keeping the norm's output it reads, once), their norms, the up projections over every token, and
+// the RoPE that assembles the attention's inputs. The attention keeps q, k and v; nothing else here.
+void mla_forward(const BlockShape& s, OpSink& out) {
+  const bool q_lora = s.mla.q_lora_rank > 0;
+  if (q_lora) {
+    linear_forward(s, mla_q_down(s), false, out);
+    out.push(rms_norm("attn.q_norm.fwd", s, s.row_tokens(), s.mla.q_lora_rank, true));
+  } else {
+    linear_forward(s, mla_q_up(s), false, out);  // from the hidden state, which it keeps
+  }
+  linear_forward(s, mla_kv_down(s), /*input_saved_elsewhere=*/true, out);
+  out.push(rms_norm("attn.kv_norm.fwd", s, s.row_tokens(), s.mla.kv_lora_rank, true));
+  if (q_lora) linear_forward(s, mla_q_up(s), false, out);
+  linear_forward(s, mla_kv_up(s), false, out);
+  out.push(mla_rope("attn.rope.fwd", s, true));
+}
+
+// Its backward: the RoPE's, each linear's gradients, the norms', and the two down projections'
+// input gradients summed.
+void mla_backward(const BlockShape& s, OpSink& out) {
+  const bool q_lora = s.mla.q_lora_rank > 0;
+  out.push(mla_rope("attn.rope.bwd", s, false));
+  linear_backward(s, mla_kv_up(s), out);
+  if (q_lora) linear_backward(s, mla_q_up(s), out);
+  out.push(rms_norm("attn.kv_norm.bwd", s, s.row_tokens(), s.mla.kv_lora_rank, false));
+  linear_backward(s, mla_kv_down(s), out);
+  if (q_lora) {
+    out.push(rms_norm("attn.q_norm.bwd", s, s.row_tokens(), s.mla.q_lora_rank, false));
+    linear_backward(s, mla_q_down(s), out);
+  } else {
+    linear_backward(s, mla_q_up(s), out);
+  }
+  const double a = activation_bytes(s.precision), td = d(s.row_tokens()) * d(s.d_model);
+  out.push(membound_op("attn.dx_sum.bwd", MemKind::kAdd, s.row_tokens(), s.d_model, activation_dtype(s.precision),
+                       2.0 * td * a, td * a));
+}
+
 // Unfused causal attention over r = batch x heads x seq query rows of seq keys (Megatron-LM's
 // CoreAttention: baddbmm of Q and K^T, the fused upper-triangular scaled masked softmax, dropout,
 // bmm with V). Every product runs over the whole seq x seq square (the mask is applied after the
@@ -864,9 +986,13 @@ void moe_backward(const BlockShape& s, OpSink& out) {
 void block_forward_ops(const BlockShape& s, OpSink& out) {
   const bool fp8 = quantized_bytes(s.precision) > 0;
   out.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
-  linear_forward(s, qkv(s), false, out);
-  if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/true, out);
-  if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.fwd", s));
+  if (s.mla.active()) {
+    mla_forward(s, out);
+  } else {
+    linear_forward(s, qkv(s), false, out);
+    if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/true, out);
+    if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.fwd", s));
+  }
   if (s.unfused_attention) unfused_attention_forward(s, /*keep=*/true, out);
   else out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
   // Flash attention keeps its output, which is the out projection's input (in bf16: under fp8 the
@@ -890,9 +1016,13 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
   linear_backward(s, out_proj(s), out);
   if (s.unfused_attention) unfused_attention_backward(s, out);
   else out.push(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, s));
-  if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.bwd", s));
-  if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/false, out);
-  linear_backward(s, qkv(s), out);
+  if (s.mla.active()) {
+    mla_backward(s, out);
+  } else {
+    if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.bwd", s));
+    if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/false, out);
+    linear_backward(s, qkv(s), out);
+  }
   out.push(norm_backward("norm_1.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
 }
 
@@ -915,7 +1045,7 @@ double lora_block_params(const BlockShape& s, int* adapters) {
       p += d(s.lora.rank) * (d(l.k) + d(l.adapters.widths[static_cast<size_t>(i)]));
     if (adapters) *adapters += l.adapters.count;
   };
-  add(qkv(s));
+  if (!s.mla.active()) add(qkv(s));  // latent attention's projections carry none (lora-targets-modelled)
   add(out_proj(s));
   if (!s.moe.active()) {
     const Ffn f = dense_ffn(s);

@@ -261,8 +261,11 @@ struct BlockShape {
   int64_t window = 0;              // sliding window, set only when shorter than seq; 0: the whole causal prefix
   MoeConfig moe;                   // experts: 0 for a dense feed-forward
   QkNorm qk_norm = QkNorm::kNone;  // RMSNorm of q and k before RoPE (Qwen3 per head, OLMo 2 whole)
-  bool unfused_attention = false;  // the scores materialised (ModelConfig::unfused_attention)
-  bool torch_attention = false;    // ... by PyTorch's kernels, as llm-foundry's attn_impl: torch
+  // Latent attention (ModelConfig::mla): head_dim is then the query's and key's head, kv_heads
+  // n_heads, and the value's head mla.v_head_dim.
+  MlaConfig mla;
+  bool unfused_attention = false;           // the scores materialised (ModelConfig::unfused_attention)
+  bool torch_attention = false;             // ... by PyTorch's kernels, as llm-foundry's attn_impl: torch
   int64_t attention_dropout_per_mille = 0;  // unfused attention's dropout probability x 1000
   int64_t tp = 1;                           // tensor-parallel ranks the heads and FFN columns are split over
   bool sequence_parallel = false;           // the token-wise ops' rows split over the tp ranks too
@@ -332,6 +335,9 @@ struct BlockShape {
   int64_t n_kv_heads() const { return kv_heads > 0 ? kv_heads : n_heads; }
   int64_t q_dim() const { return n_heads * d_head(); }        // width of Q and of the attention output
   int64_t kv_dim() const { return n_kv_heads() * d_head(); }  // width of K and of V
+  int64_t v_head() const { return mla.active() ? mla.v_head_dim : d_head(); }
+  int64_t v_dim() const { return n_kv_heads() * v_head(); }  // width of V
+  int64_t o_dim() const { return n_heads * v_head(); }       // width of the attention output
 };
 
 BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_len, Precision p);
@@ -366,14 +372,15 @@ inline double sliding_window_fraction(int64_t seq, int64_t window) {
 // seq, head_dim) of `s`, with K and V of n_kv_heads heads (grouped-query: each K/V head serves
 // n_heads / n_kv_heads query heads), in the precision's non-block GEMM dtype, activations in its
 // activation bytes `a` and an fp32 log-sum-exp per row. ALiBi's bias is computed inside the kernel
-// (no op, no bytes).
-// The score and value products each take 2*seq^2*head_dim FLOPs per query head without the mask;
-// the causal kernel skips the blocks above the diagonal, about half. Grouped-query attention does
-// the same FLOPs per query head and changes only the bytes of K and V. A sliding window shorter than
-// the sequence scales the FLOPs by sliding_window_fraction and is carried in the op's `k` (unused
-// by attention otherwise; 0: no window) for CostModel::attention_efficiency.
-// Forward: 2 products -> 2*b*h*s^2*dh executed FLOPs, reads q, k, v, writes o and the log-sum-exp,
-// and keeps all five for backward.
+// (no op, no bytes). Latent attention's value heads (v_head) may be narrower than its query and key
+// heads (head_dim); the op's `n` carries the value head then (0: head_dim).
+// The score product takes 2*seq^2*head_dim FLOPs per query head and the value product
+// 2*seq^2*v_head without the mask; the causal kernel skips the blocks above the diagonal, about
+// half. Grouped-query attention does the same FLOPs per query head and changes only the bytes of K
+// and V. A sliding window shorter than the sequence scales the FLOPs by sliding_window_fraction
+// and is carried in the op's `k` (0: no window) for CostModel::attention_efficiency.
+// Forward: 2 products -> b*h*s^2*(head_dim + v_head) executed FLOPs, reads q, k, v, writes o and the
+// log-sum-exp, and keeps all five for backward.
 // Backward: 5 products (scores recomputed, dV, dP, dQ, dK) -> 2.5x the forward; reads q, k, v, o,
 // dO and the log-sum-exp, writes dQ, dK, dV.
 inline Op attention_op(const char* name, OpKind kind, const BlockShape& s) {
@@ -382,7 +389,8 @@ inline Op attention_op(const char* name, OpKind kind, const BlockShape& s) {
   const double b = static_cast<double>(s.batch), h = static_cast<double>(s.n_heads);
   const double seq = static_cast<double>(s.seq);
   const double t = static_cast<double>(s.tokens());
-  const double tq = t * static_cast<double>(s.q_dim()), tkv = t * static_cast<double>(s.kv_dim());
+  const double tq = t * static_cast<double>(s.q_dim()), tk = t * static_cast<double>(s.kv_dim());
+  const double tv = t * static_cast<double>(s.v_dim()), to = t * static_cast<double>(s.o_dim());
   const double lse = b * h * seq * 4.0;  // fp32 log-sum-exp per row
   Op op = blank_op(name, kind, OpCategory::kAttention);
   op.dtype = other_gemm_dtype(s.precision);
@@ -390,21 +398,23 @@ inline Op attention_op(const char* name, OpKind kind, const BlockShape& s) {
   op.heads = s.n_heads;
   op.seq = s.seq;
   op.head_dim = dh;
+  if (s.v_head() != dh) op.n = s.v_head();
   op.native_kernel = s.native_attention;
-  double forward_flops = 2.0 * b * h * seq * seq * static_cast<double>(dh);
+  double forward_flops = s.v_head() == dh ? 2.0 * b * h * seq * seq * static_cast<double>(dh)
+                                          : b * h * seq * seq * static_cast<double>(dh + s.v_head());
   if (s.window > 0) {
     forward_flops *= sliding_window_fraction(s.seq, s.window);
     op.k = s.window;
   }
   if (kind == OpKind::kAttentionFwd) {
     op.flops = forward_flops;
-    op.bytes_read = (tq + 2.0 * tkv) * a;
-    op.bytes_written = tq * a + lse;
-    op.saved_bytes = (tq + 2.0 * tkv) * a + tq * a + lse;  // q, k, v, output, log-sum-exp
+    op.bytes_read = (tq + tk + tv) * a;
+    op.bytes_written = to * a + lse;
+    op.saved_bytes = (tq + tk + tv) * a + to * a + lse;  // q, k, v, output, log-sum-exp
   } else {
     op.flops = 2.5 * forward_flops;
-    op.bytes_read = (tq + 2.0 * tkv + 2.0 * tq) * a + lse;  // q, k, v, o, dO
-    op.bytes_written = (tq + 2.0 * tkv) * a;                // dQ, dK, dV
+    op.bytes_read = (tq + tk + tv + 2.0 * to) * a + lse;  // q, k, v, o, dO
+    op.bytes_written = (tq + tk + tv) * a;                // dQ, dK, dV
   }
   return op;
 }

@@ -280,6 +280,10 @@ std::string lora_targets_modelled(const RuleInput& in) {
     return "LoRA on " + lora_targets_name(l) + ": model " + m.name +
            " is a mixture of experts, and adapters on its experts' linears are not modelled (adapt the attention: "
            "linear_qkv, linear_proj, q_proj, ...)";
+  if (m.mla.active() && (l.target_bits & kLoraQkv))
+    return "LoRA on " + lora_targets_name(l) + ": model " + m.name +
+           " has latent attention, and adapters on its down and up projections are not modelled (adapt its out "
+           "projection: linear_proj, o_proj)";
   if (m.ffn != FfnKind::kGlu && l.adapts(LoraTarget::kGate) && !l.fused_fc1)
     return "LoRA on gate_proj: model " + m.name + "'s feed-forward is an MLP without a gate projection";
   if (l.dropout_per_mille < 0 || l.dropout_per_mille >= 1000)
