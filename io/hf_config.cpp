@@ -491,6 +491,34 @@ ModelConfig read_deepseek_v3(Section& s) {
   return m;
 }
 
+// GPT-OSS (configuration_gpt_oss.py's defaults; OpenAI's gpt-oss model card): biases on q, k, v and
+// o_proj (attention_bias), a learned sink logit per head, layer_types alternating a window of
+// sliding_window with full attention (sliding first when absent), num_local_experts experts of
+// intermediate_size with biases on their linears, top num_experts_per_tok, a router with a bias, no
+// dense feed-forward. Its SwiGLU clamps the gate and up values (swiglu_limit) and adds 1 to up:
+// elementwise work the same bytes as SiLU's GLU, costed so.
+ModelConfig read_gpt_oss(Section& s) {
+  ModelConfig m = llama_family(s, {201088, 2880, 2880, 36, 64, 8, 64});
+  m.qkv_bias = m.linear_bias = s.flag("attention_bias", true);
+  m.attention_sinks = true;
+  m.moe.experts = s.count("num_local_experts", 128);
+  m.moe.top_k = s.count("num_experts_per_tok", 4);
+  // The original release's name for the same count.
+  if (const int64_t k = s.count("experts_per_token", m.moe.top_k); k != m.moe.top_k)
+    s.bad("experts_per_token", "differs from num_experts_per_tok (" + std::to_string(m.moe.top_k) + ")");
+  m.moe.d_expert = m.ffn_hidden;
+  m.moe.router_bias = m.moe.expert_bias = true;
+  m.sliding_window = s.count("sliding_window", 128);
+  if (!s.value("layer_types")) {
+    std::vector<LayerKind>& kinds = per_layer(s, m);
+    for (size_t i = 0; i < kinds.size(); ++i) kinds[i].sliding = (i + 1) % 2 != 0;
+  }
+  layer_types(s, m, m.sliding_window);
+  s.irrelevant(
+      {"swiglu_limit", "swiglu_alpha", "initial_context_length", "router_aux_loss_coef", "output_router_logits"});
+  return m;
+}
+
 ModelConfig read_olmo(Section& s) {
   ModelConfig m = llama_family(s, {50304, 4096, 11008, 32, 32, 0, 0});
   attention_bias_unmodelled(s);
@@ -640,21 +668,14 @@ ModelConfig read_gpt_neo(Section& s) {
 }
 
 using Reader = ModelConfig (*)(Section&);
-const std::map<std::string, Reader> kReaders = {{"llama", read_llama},
-                                                {"deepseek_v3", read_deepseek_v3},
-                                                {"kimi_k2", read_deepseek_v3},
-                                                {"mistral", read_mistral},
-                                                {"mixtral", read_mixtral},
-                                                {"qwen2", read_qwen2},
-                                                {"qwen2_moe", read_qwen2_moe},
-                                                {"qwen3", read_qwen3},
-                                                {"qwen3_moe", read_qwen3_moe},
-                                                {"olmo", read_olmo},
-                                                {"olmo2", read_olmo2},
-                                                {"gpt2", read_gpt2},
-                                                {"opt", read_opt},
-                                                {"gpt_neox", read_gpt_neox},
-                                                {"gpt_neo", read_gpt_neo}};
+const std::map<std::string, Reader> kReaders = {{"llama", read_llama},         {"deepseek_v3", read_deepseek_v3},
+                                                {"kimi_k2", read_deepseek_v3}, {"gpt_oss", read_gpt_oss},
+                                                {"mistral", read_mistral},     {"mixtral", read_mixtral},
+                                                {"qwen2", read_qwen2},         {"qwen2_moe", read_qwen2_moe},
+                                                {"qwen3", read_qwen3},         {"qwen3_moe", read_qwen3_moe},
+                                                {"olmo", read_olmo},           {"olmo2", read_olmo2},
+                                                {"gpt2", read_gpt2},           {"opt", read_opt},
+                                                {"gpt_neox", read_gpt_neox},   {"gpt_neo", read_gpt_neo}};
 
 std::string supported_types() {
   std::string all;

@@ -115,7 +115,7 @@ std::string str(int64_t v) { return std::to_string(v); }
 std::string check_moe(const MoeConfig& e) {
   if (!e.active()) {
     if (e.top_k != 0 || e.d_expert != 0 || e.shared_experts != 0 || e.d_shared != 0 || e.shared_gate ||
-        e.capacity_factor != 0 || e.output_bias || e.router_bias)
+        e.capacity_factor != 0 || e.output_bias || e.router_bias || e.expert_bias)
       return "mixture-of-experts settings without experts";
     return {};
   }
@@ -207,7 +207,7 @@ int64_t attention_params(const ModelConfig& m) {
   const int64_t weights = d * q + 2 * d * kv + q * d;
   const int64_t biases = (m.qkv_bias ? q + 2 * kv : 0) + (m.linear_bias ? d : 0);
   const int64_t qk_norm = m.qk_norm == QkNorm::kPerHead ? 2 * m.d_head() : m.qk_norm == QkNorm::kWhole ? q + kv : 0;
-  return weights + biases + qk_norm;
+  return weights + biases + qk_norm + (m.attention_sinks ? m.n_heads : 0);
 }
 
 // The feed-forward with `routed_experts` of the routed experts' weights counted.
@@ -220,7 +220,8 @@ int64_t ffn_params(const ModelConfig& m, int64_t routed_experts) {
   }
   const MoeConfig& e = m.moe;
   const int64_t router = d * e.experts + (e.router_bias ? e.experts : 0);
-  const int64_t routed = ffn_weights(m, e.d_expert) * routed_experts;
+  const int64_t expert_biases = e.expert_bias ? (m.ffn == FfnKind::kGlu ? 2 : 1) * e.d_expert + d : 0;
+  const int64_t routed = (ffn_weights(m, e.d_expert) + expert_biases) * routed_experts;
   const int64_t shared = e.shared_experts * ffn_weights(m, e.d_shared) + (e.shared_gate ? d : 0);
   return router + routed + shared + (e.output_bias ? d : 0);
 }

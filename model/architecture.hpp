@@ -53,6 +53,9 @@ struct MoeConfig {
   // A bias per routed expert on the router's scores (DeepSeek-V3's e_score_correction_bias, which
   // its auxiliary-loss-free balancing adjusts): `experts` parameters more, the same ops.
   bool router_bias = false;
+  // Biases on every routed expert's linears (GPT-OSS's gate_up_proj_bias and down_proj_bias): per
+  // expert 2 x d_expert (GLU) or d_expert, and d_model.
+  bool expert_bias = false;
 
   bool active() const { return experts > 0; }
 };
@@ -117,6 +120,9 @@ struct ModelConfig {
   // a batched matmul; each a PyTorch kernel) instead of Megatron's fused causal softmax.
   bool torch_attention = false;
   double attention_dropout = 0;  // probability, unfused attention only
+  // A learned logit per query head that every softmax row includes (GPT-OSS's attention sinks):
+  // n_heads parameters per layer; the attention kernel reads them, no op of its own.
+  bool attention_sinks = false;
   // Latent attention (MlaConfig); with it, head_dim is the query's and key's head (nope + rope),
   // n_kv_heads n_heads (each head its own key and value after the up projection).
   MlaConfig mla;

@@ -879,7 +879,7 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
 
 Ffn expert_ffn(const BlockShape& s) {
   const int64_t rows = s.expert_rows();
-  return {&kExpertFfn, rows, s.moe.d_expert, s.moe.experts / s.ep, false, false,
+  return {&kExpertFfn, rows, s.moe.d_expert, s.moe.experts / s.ep, s.moe.expert_bias, false,
           s.d_model,   rows, nullptr,        s.lora.active()};
 }
 Ffn shared_ffn(const BlockShape& s) {

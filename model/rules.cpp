@@ -463,10 +463,17 @@ std::string pipeline_schedule_limits(const RuleInput& in) {
   return check_pipeline(pipeline);
 }
 
+// Megatron-Core passes a window to TransformerEngine's fused attention (window_size), which the
+// cost model's windowed attention covers; with context parallelism (the ring's windowed steps) or
+// Megatron's unfused core attention it is not modelled, nor under torchtitan.
 std::string sliding_window_not_modelled(const RuleInput& in) {
   const ModelConfig& m = *in.model;
-  if (m.sliding_window > 0 && m.sliding_window < in.cfg.seq_len)
-    return "sliding-window attention under " + std::string(def_of(in).name) + " is not modelled yet";
+  if (m.sliding_window <= 0 || m.sliding_window >= in.cfg.seq_len) return {};
+  const std::string what = "sliding-window attention under " + std::string(def_of(in).name);
+  if (def_of(in).id != Framework::kMegatron) return what + " is not modelled yet";
+  if (in.cfg.layout.context > 1)
+    return what + " with context parallel " + n(in.cfg.layout.context) + " is not modelled yet";
+  if (m.unfused_attention) return what + "'s unfused core attention is not modelled yet";
   return {};
 }
 

@@ -103,7 +103,11 @@ BOOST_AUTO_TEST_CASE(shipped_configs_match_their_published_counts) {
                       {"mpt-7b-8k", 6649286656, 0},
                       {"gpt-neo-125m", 125e6, 0.5e6},
                       {"deepseek-v3", 671e9, 0.5e9},  // the main model; the checkpoint adds its MTP module
-                      {"kimi-k2", 1e12, 0.05e12}};    // mpt-7b's shape at max_seq_len 8192 (ALiBi: no table grows)
+                      {"kimi-k2", 1e12, 0.05e12},
+                      // OpenAI's gpt-oss model card, Table 1: 116.83B and 20.91B total (the MXFP4
+                      // release's experts counted as parameters), to the 0.01B printed.
+                      {"gpt-oss-120b", 116.83e9, 0.005e9},
+                      {"gpt-oss-20b", 20.91e9, 0.005e9}};  // mpt-7b's shape at max_seq_len 8192 (ALiBi: no table grows)
   for (const Row& r : rows) {
     BOOST_TEST_CONTEXT(r.name) {
       const double count = static_cast<double>(count_of(shipped(r.name)));
@@ -125,6 +129,36 @@ BOOST_AUTO_TEST_CASE(every_shipped_config_reads_and_the_catalogue_keeps_mpt_firs
   BOOST_TEST(!neo.layers[0].sliding);
   BOOST_TEST(neo.layers[1].sliding);
   BOOST_TEST(neo.sliding_window == 256);
+}
+
+// GPT-OSS by hand: per layer q (2880 x 4096), k and v (2880 x 512 each) and o (4096 x 2880) with
+// their biases and 64 sink logits; a router of 128 (32) experts with a bias; each expert's gate_up
+// (2880 x 5760) and down (2880 x 2880) with biases; two norms. Its model card's active count (5.13B,
+// 3.61B) is the blocks' with top 4 experts plus the unembedding, which active_parameter_count
+// gives (the input table, a lookup, is left out).
+BOOST_AUTO_TEST_CASE(gpt_oss_counts_by_hand_and_alternates_windows) {
+  const int64_t dm = 2880, attention = dm * 4096 + 4096 + 2 * (dm * 512 + 512) + 4096 * dm + dm + 64;
+  const int64_t expert = dm * 5760 + 5760 + 2880 * dm + dm, norms = 2 * dm, table = 201088 * dm;
+  for (const auto& [name, layers, experts, active_published] :
+       {std::tuple{"gpt-oss-120b", 36, 128, 5.13e9}, std::tuple{"gpt-oss-20b", 24, 32, 3.61e9}}) {
+    BOOST_TEST_CONTEXT(name) {
+      const ModelConfig m = read_hf_config_file(shipped(name)).model;
+      const int64_t router = dm * experts + experts;
+      BOOST_TEST(parameter_count(m, 4096) == layers * (attention + router + experts * expert + norms) + 2 * table + dm);
+      const int64_t active = active_parameter_count(m, 4096);
+      BOOST_TEST(active == layers * (attention + router + 4 * expert + norms) + table + dm);
+      BOOST_TEST(std::abs(static_cast<double>(active) - active_published) <= 0.005e9);
+      BOOST_TEST_REQUIRE(m.layers.size() == static_cast<size_t>(layers));
+      BOOST_TEST(m.layers[0].sliding);  // sliding first, then full, alternating
+      BOOST_TEST(!m.layers[1].sliding);
+      BOOST_TEST(m.sliding_window == 128);
+    }
+  }
+  BOOST_TEST(contains(error_of([] {
+                        read_hf_config(R"({"model_type": "gpt_oss", "num_experts_per_tok": 4, "experts_per_token": 2})",
+                                       "c.json");
+                      }),
+                      "c.json:1: experts_per_token: 2 differs from num_experts_per_tok (4)"));
 }
 
 BOOST_AUTO_TEST_CASE(qk_norm_parameters_count) {

@@ -230,3 +230,22 @@ BOOST_FIXTURE_TEST_CASE(torchtitan_refuses_a_pattern_by_name, Fixture) {
   cfg.layout.sharding = Sharding::kFullShard;
   BOOST_TEST(contains(check_config(m, device, profile.params, cfg), "layers differ"));
 }
+
+// Megatron runs a window through TransformerEngine's fused attention: modelled, but not with
+// context parallelism (the ring's windowed steps) or under torchtitan.
+BOOST_FIXTURE_TEST_CASE(megatron_models_a_window_but_not_with_context_parallelism, Fixture) {
+  ModelConfig m = test::llama(2048, 16, 8, 4, 5632, 32000);
+  m.sliding_window = 512;
+  set_layer_kinds(m, {{true, false}, {false, false}, {true, false}, {false, false}});
+  TrainConfig cfg = megatron(8, 1);
+  BOOST_TEST(check_config(m, device, profile.params, cfg) == "");
+  const Prediction windowed = predict(m, device, profile.params, cfg);
+  ModelConfig full = m;
+  set_layer_kinds(full, std::vector<LayerKind>(4));
+  const Prediction whole = predict(full, device, profile.params, cfg);
+  // Half the layers attend within 512 of 2,048 keys: less attention, the same GEMMs.
+  BOOST_TEST(windowed.time.attention_s < whole.time.attention_s);
+  BOOST_TEST(windowed.time.gemm_s == whole.time.gemm_s, tt::tolerance(1e-12));
+  cfg.layout.context = 2;
+  BOOST_TEST(contains(check_config(m, device, profile.params, cfg), "with context parallel 2 is not modelled"));
+}

@@ -100,6 +100,9 @@ void check_shape(const Op& op) {
         throw Error("op " + name + ": attention batch, heads, seq, head_dim (" + std::to_string(op.batch) + ", " +
                     std::to_string(op.heads) + ", " + std::to_string(op.seq) + ", " + std::to_string(op.head_dim) +
                     ") must be positive");
+      if (op.n != 0 && op.n != op.head_dim)  // latent attention's value heads (ops.hpp attention_op)
+        throw Error("op " + name + ": attention with value heads of " + std::to_string(op.n) +
+                    " beside score heads of " + std::to_string(op.head_dim) + " is not run by the CPU backend yet");
       return;
     case OpKind::kMemoryBound:
       if (op.m < 1 || op.n < 1)

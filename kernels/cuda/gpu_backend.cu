@@ -208,6 +208,9 @@ std::string attention_unsupported(const Op& op) {
   if (op.batch < 1 || op.heads < 1 || op.seq < 1 || op.head_dim < 1) return std::string(op.name) + ": empty shape";
   if (!attention_head_dim_supported(op.head_dim))
     return "attention head_dim " + std::to_string(op.head_dim) + " > 128 is not implemented";
+  if (op.n != 0 && op.n != op.head_dim)  // latent attention's value heads (ops.hpp attention_op)
+    return "attention with value heads of " + std::to_string(op.n) + " beside score heads of " +
+           std::to_string(op.head_dim) + " is not implemented";
   if (op.batch * op.heads > 0x7fffffffll || (op.seq + 31) / 32 > 65535) return "attention shape exceeds one launch";
   return "";
 }
