@@ -12,7 +12,9 @@
 //      `sweep --models 125m..70b --seq 512..65536 --gpus 8..1024 --framework megatron` (target 5 s)
 //      and `plan --model 70b --seq 4096 --gpus 64..1024 --framework megatron` (target 1 s); issue
 //      39's frontier plan, `plan --model llama-3.1-405b --seq 8192 --gpus 256..2048 --framework
-//      megatron` (target 1 s); and the same sweep under `--framework torchtitan` (for information).
+//      megatron` (target 1 s); and the same sweep under `--framework torchtitan` (for information);
+//      issue 40's per-layer models (DeepSeek-V3, GPT-OSS 120B) searched as the others, and `plan
+//      --model deepseek-v3 --seq 4096 --gpus 256..2048 --framework megatron` (for information).
 // Rates are the median of five timing windows (a shared machine's hiccups land in one).
 #include <sys/wait.h>
 #include <unistd.h>
@@ -185,6 +187,10 @@ void run_bench(const BenchOptions& o) {
   const Rate predict_rate_ = predict_rate(models("125m..70b"), device, params, o.seconds, sink);
   const Rate llama_rate = search_rates(models("llama-3.1-8b,llama-3.1-70b"), device, params, o.seconds, sink).first;
   const Rate mixtral_rate = search_rates(models("mixtral-8x7b"), device, params, o.seconds, sink).first;
+  // Models whose layers differ (issue 40): latent attention with dense and expert layers, and
+  // alternating windowed and full attention over experts.
+  const Rate deepseek_rate = search_rates(models("deepseek-v3"), device, params, o.seconds, sink).first;
+  const Rate gpt_oss_rate = search_rates(models("gpt-oss-120b"), device, params, o.seconds, sink).first;
 
   const double median = median_wall({"sweep", "--models", "125m..70b", "--seq", "512..65536"}, o.sweep_runs);
   const double megatron_sweep = median_wall(
@@ -195,6 +201,9 @@ void run_bench(const BenchOptions& o) {
   const double frontier_plan = median_wall(
       {"plan", "--model", "llama-3.1-405b", "--seq", "8192", "--gpus", "256..2048", "--framework", "megatron"},
       o.sweep_runs);
+  const double deepseek_plan =
+      median_wall({"plan", "--model", "deepseek-v3", "--seq", "4096", "--gpus", "256..2048", "--framework", "megatron"},
+                  o.sweep_runs);
   const double torchtitan_sweep = median_wall(
       {"sweep", "--models", "125m..70b", "--seq", "512..65536", "--gpus", "8..1024", "--framework", "torchtitan"},
       o.sweep_runs);
@@ -210,6 +219,12 @@ void run_bench(const BenchOptions& o) {
              Cell::num(llama_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
   t.add_row({Cell::str("the same for Mixtral 8x7B (8 experts, top 2), one core (" + mixtral_rate.describe() + ")"),
              Cell::num(mixtral_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
+  t.add_row({Cell::str("the same for DeepSeek-V3 (latent attention, 3 dense and 58 expert layers), one core (" +
+                       deepseek_rate.describe() + ")"),
+             Cell::num(deepseek_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
+  t.add_row({Cell::str("the same for GPT-OSS 120B (windowed and full attention alternating, 128 experts), one core (" +
+                       gpt_oss_rate.describe() + ")"),
+             Cell::num(gpt_oss_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
   t.add_row({Cell::str("searches of the fastest configuration (one model, sequence length, GPU count), one core (" +
                        searches_rate.describe() + ")"),
              Cell::num(searches_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
@@ -221,6 +236,9 @@ void run_bench(const BenchOptions& o) {
                      o.sweep_runs));
   t.add_row(wall_row("megatron plan 70b at 4096 on 64..1024 GPUs", megatron_plan, 1.0, o.sweep_runs));
   t.add_row(wall_row("megatron plan llama-3.1-405b at 8192 on 256..2048 GPUs", frontier_plan, 1.0, o.sweep_runs));
+  t.add_row({Cell::str("megatron plan deepseek-v3 at 4096 on 256..2048 GPUs, wall time incl. start-up (median of " +
+                       std::to_string(o.sweep_runs) + ")"),
+             Cell::num(deepseek_plan, 3), Cell::str("s"), Cell::str("-"), Cell::str("-")});
   t.add_row({Cell::str("torchtitan sweep 125m..70b x 512..65536 x 8..1024 GPUs (tp, pp, vp, FSDP2), wall time incl. "
                        "start-up (median of " +
                        std::to_string(o.sweep_runs) + ")"),
