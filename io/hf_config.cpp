@@ -519,6 +519,34 @@ ModelConfig read_gpt_oss(Section& s) {
   return m;
 }
 
+// Gemma 3's text model (configuration_gemma3.py's Gemma3TextConfig defaults): GeGLU
+// (hidden_activation), head_dim 256, QK-norm per head, four RMSNorms per block (before and after
+// the attention and the MLP), tied embeddings, windowed layers but every sliding_window_pattern-th
+// (modeling_gemma3.py: sliding unless (i + 1) % pattern == 0) unless layer_types says. The
+// embedding's scaling by sqrt(hidden_size) runs inside the lookup; query_pre_attn_scalar only
+// scales the scores. Logit soft-capping (Gemma 2's) is refused until costed.
+ModelConfig read_gemma3_text(Section& s) {
+  ModelConfig m = llama_family(s, {262208, 2304, 9216, 26, 8, 4, 256});
+  attention_bias_unmodelled(s);
+  m.activation = activation(s, "hidden_activation", "gelu_pytorch_tanh");
+  m.tie_embeddings = s.flag("tie_word_embeddings", true);
+  m.qk_norm = QkNorm::kPerHead;
+  m.post_norms = true;
+  for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"})
+    if (s.value(cap)) s.refuse(cap, "logit soft-capping");
+  m.sliding_window = s.count("sliding_window", 4096);
+  const int64_t pattern = s.count("sliding_window_pattern", 6);
+  if (!s.value("layer_types")) {
+    std::vector<LayerKind>& kinds = per_layer(s, m);
+    for (size_t i = 0; i < kinds.size(); ++i) kinds[i].sliding = (static_cast<int64_t>(i) + 1) % pattern != 0;
+  }
+  layer_types(s, m, m.sliding_window);
+  if (s.flag("use_bidirectional_attention", false))
+    s.refuse("use_bidirectional_attention", "attention over the whole sequence, not causal");
+  s.irrelevant({"query_pre_attn_scalar", "rope_local_base_freq", "cache_implementation"});
+  return m;
+}
+
 ModelConfig read_olmo(Section& s) {
   ModelConfig m = llama_family(s, {50304, 4096, 11008, 32, 32, 0, 0});
   attention_bias_unmodelled(s);
@@ -668,14 +696,23 @@ ModelConfig read_gpt_neo(Section& s) {
 }
 
 using Reader = ModelConfig (*)(Section&);
-const std::map<std::string, Reader> kReaders = {{"llama", read_llama},         {"deepseek_v3", read_deepseek_v3},
-                                                {"kimi_k2", read_deepseek_v3}, {"gpt_oss", read_gpt_oss},
-                                                {"mistral", read_mistral},     {"mixtral", read_mixtral},
-                                                {"qwen2", read_qwen2},         {"qwen2_moe", read_qwen2_moe},
-                                                {"qwen3", read_qwen3},         {"qwen3_moe", read_qwen3_moe},
-                                                {"olmo", read_olmo},           {"olmo2", read_olmo2},
-                                                {"gpt2", read_gpt2},           {"opt", read_opt},
-                                                {"gpt_neox", read_gpt_neox},   {"gpt_neo", read_gpt_neo}};
+const std::map<std::string, Reader> kReaders = {{"llama", read_llama},
+                                                {"deepseek_v3", read_deepseek_v3},
+                                                {"kimi_k2", read_deepseek_v3},
+                                                {"gpt_oss", read_gpt_oss},
+                                                {"gemma3_text", read_gemma3_text},
+                                                {"mistral", read_mistral},
+                                                {"mixtral", read_mixtral},
+                                                {"qwen2", read_qwen2},
+                                                {"qwen2_moe", read_qwen2_moe},
+                                                {"qwen3", read_qwen3},
+                                                {"qwen3_moe", read_qwen3_moe},
+                                                {"olmo", read_olmo},
+                                                {"olmo2", read_olmo2},
+                                                {"gpt2", read_gpt2},
+                                                {"opt", read_opt},
+                                                {"gpt_neox", read_gpt_neox},
+                                                {"gpt_neo", read_gpt_neo}};
 
 std::string supported_types() {
   std::string all;

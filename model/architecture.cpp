@@ -235,13 +235,13 @@ void require_uniform(const ModelConfig& m, const char* what) {
 
 int64_t layer_parameter_count(const ModelConfig& m) {
   require_uniform(m, "layer_parameter_count");
-  return attention_params(m) + 2 * norm_params(m) + ffn_params(m, m.moe.experts);
+  return attention_params(m) + (m.post_norms ? 4 : 2) * norm_params(m) + ffn_params(m, m.moe.experts);
 }
 
 int64_t layer_active_parameter_count(const ModelConfig& m) {
   require_uniform(m, "layer_active_parameter_count");
   if (!m.moe.active()) return layer_parameter_count(m);
-  return attention_params(m) + 2 * norm_params(m) + ffn_params(m, m.moe.top_k);
+  return attention_params(m) + (m.post_norms ? 4 : 2) * norm_params(m) + ffn_params(m, m.moe.top_k);
 }
 
 int64_t embedding_parameter_count(const ModelConfig& m, int64_t seq_len) {

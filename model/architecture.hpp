@@ -120,6 +120,10 @@ struct ModelConfig {
   // a batched matmul; each a PyTorch kernel) instead of Megatron's fused causal softmax.
   bool torch_attention = false;
   double attention_dropout = 0;  // probability, unfused attention only
+  // RMSNorms on the attention's and the feed-forward's outputs before each residual add, beside the
+  // norms before them (Gemma 2 and 3: post_attention_layernorm, post_feedforward_layernorm): four
+  // norms per block.
+  bool post_norms = false;
   // A learned logit per query head that every softmax row includes (GPT-OSS's attention sinks):
   // n_heads parameters per layer; the attention kernel reads them, no op of its own.
   bool attention_sinks = false;

@@ -60,6 +60,7 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
   s.moe = m.moe;
   s.qk_norm = m.qk_norm;
   s.mla = m.mla;
+  s.post_norms = m.post_norms;
   s.unfused_attention = m.unfused_attention;
   s.torch_attention = m.unfused_attention && m.torch_attention;
   s.attention_dropout_per_mille = static_cast<int64_t>(std::lround(m.attention_dropout * 1000.0));
@@ -999,20 +1000,24 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
   // out projection keeps its own quantized copy, and its LoRA adapters share the attention's).
   linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8 && !s.unfused_attention,
                  /*adapter_input_kept=*/!s.unfused_attention, out);
+  if (s.post_norms) out.push(norm_forward("norm_post_attn.fwd", s));
   out.push(residual_add("resid_attn.fwd", s));
   out.push(norm_forward("norm_2.fwd", s, block_norm_fusion(s, /*after_add=*/true)));
   if (s.moe.active()) moe_forward(s, out);
   else ffn_forward(s, dense_ffn(s), out);
+  if (s.post_norms) out.push(norm_forward("norm_post_ffn.fwd", s));
   out.push(residual_add("resid_ffn.fwd", s));
 }
 
 void block_backward_ops(const BlockShape& s, OpSink& out) {
   // The skip and branch gradients summed (under torch.compile in norm_1's backward kernel).
   out.push(residual_add_backward("resid_ffn.bwd", s));
+  if (s.post_norms) out.push(norm_backward("norm_post_ffn.bwd", s));
   if (s.moe.active()) moe_backward(s, out);
   else ffn_backward(s, dense_ffn(s), out);
   out.push(norm_backward("norm_2.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
   out.push(residual_add_backward("resid_attn.bwd", s));
+  if (s.post_norms) out.push(norm_backward("norm_post_attn.bwd", s));
   linear_backward(s, out_proj(s), out);
   if (s.unfused_attention) unfused_attention_backward(s, out);
   else out.push(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, s));

@@ -264,6 +264,7 @@ struct BlockShape {
   // Latent attention (ModelConfig::mla): head_dim is then the query's and key's head, kv_heads
   // n_heads, and the value's head mla.v_head_dim.
   MlaConfig mla;
+  bool post_norms = false;                  // a norm on each branch's output before its residual add (Gemma 2, 3)
   bool unfused_attention = false;           // the scores materialised (ModelConfig::unfused_attention)
   bool torch_attention = false;             // ... by PyTorch's kernels, as llm-foundry's attn_impl: torch
   int64_t attention_dropout_per_mille = 0;  // unfused attention's dropout probability x 1000

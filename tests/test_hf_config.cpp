@@ -10,6 +10,7 @@
 #include "io/hf_config.hpp"
 #include "io/train_yaml.hpp"
 #include "model/architecture.hpp"
+#include "model/ops.hpp"
 
 using namespace tpsim;
 using test::contains;
@@ -68,46 +69,49 @@ BOOST_AUTO_TEST_CASE(shipped_configs_match_their_published_counts) {
     double published;
     double tolerance;  // absolute, in parameters
   };
-  const Row rows[] = {{"llama-2-7b", 7e9, 0.5e9},
-                      {"llama-2-13b", 13e9, 0.5e9},
-                      {"llama-2-70b", 70e9, 0.015 * 70e9},
-                      {"llama-3-70b", 70e9, 1e9},
-                      {"llama-3.1-8b", 8e9, 0.5e9},
-                      {"llama-3.1-405b", 405e9, 1e9},
-                      {"llama-3.2-1b", 1.23e9, 0.01e9},
-                      {"llama-3.2-3b", 3.21e9, 0.005e9},
-                      {"llama-3.3-70b", 70e9, 1e9},
-                      {"mixtral-8x22b", 141e9, 0.5e9},
-                      {"qwen2.5-14b", 14.7e9, 0.1e9},
-                      {"qwen2.5-32b", 32.5e9, 0.01 * 32.5e9},
-                      {"qwen2.5-72b", 72.7e9, 0.05e9},
-                      {"qwen3-8b", 8.2e9, 0.05e9},
-                      {"qwen3-32b", 32.8e9, 0.05e9},
-                      {"qwen3-30b-a3b", 30.5e9, 0.05e9},
-                      {"qwen3-235b-a22b", 235e9, 0.5e9},
-                      {"qwen1.5-moe-a2.7b", 14.3e9, 0.05e9},
-                      {"dbrx", 132e9, 0.5e9},
-                      {"olmo-2-7b", 7.3e9, 0.05e9},
-                      {"gpt2-medium", 355e6, 0.5e6},
-                      {"gpt2-large", 774e6, 0.5e6},
-                      {"gpt2-xl", 1.5e9, 0.06e9},
-                      {"opt-1.3b", 1.3e9, 0.05e9},
-                      {"opt-2.7b", 2.7e9, 0.05e9},
-                      {"opt-6.7b", 6.7e9, 0.05e9},
-                      {"opt-13b", 13e9, 0.5e9},
-                      {"opt-30b", 30e9, 0.5e9},
-                      {"pythia-1.4b", 1414647808, 0},
-                      {"pythia-6.9b", 6857302016, 0},
-                      {"pythia-12b", 11846072320, 0},
-                      {"mpt-30b", 30e9, 0.5e9},
-                      {"mpt-7b-8k", 6649286656, 0},
-                      {"gpt-neo-125m", 125e6, 0.5e6},
-                      {"deepseek-v3", 671e9, 0.5e9},  // the main model; the checkpoint adds its MTP module
-                      {"kimi-k2", 1e12, 0.05e12},
-                      // OpenAI's gpt-oss model card, Table 1: 116.83B and 20.91B total (the MXFP4
-                      // release's experts counted as parameters), to the 0.01B printed.
-                      {"gpt-oss-120b", 116.83e9, 0.005e9},
-                      {"gpt-oss-20b", 20.91e9, 0.005e9}};  // mpt-7b's shape at max_seq_len 8192 (ALiBi: no table grows)
+  const Row rows[] = {
+      {"llama-2-7b", 7e9, 0.5e9},
+      {"llama-2-13b", 13e9, 0.5e9},
+      {"llama-2-70b", 70e9, 0.015 * 70e9},
+      {"llama-3-70b", 70e9, 1e9},
+      {"llama-3.1-8b", 8e9, 0.5e9},
+      {"llama-3.1-405b", 405e9, 1e9},
+      {"llama-3.2-1b", 1.23e9, 0.01e9},
+      {"llama-3.2-3b", 3.21e9, 0.005e9},
+      {"llama-3.3-70b", 70e9, 1e9},
+      {"mixtral-8x22b", 141e9, 0.5e9},
+      {"qwen2.5-14b", 14.7e9, 0.1e9},
+      {"qwen2.5-32b", 32.5e9, 0.01 * 32.5e9},
+      {"qwen2.5-72b", 72.7e9, 0.05e9},
+      {"qwen3-8b", 8.2e9, 0.05e9},
+      {"qwen3-32b", 32.8e9, 0.05e9},
+      {"qwen3-30b-a3b", 30.5e9, 0.05e9},
+      {"qwen3-235b-a22b", 235e9, 0.5e9},
+      {"qwen1.5-moe-a2.7b", 14.3e9, 0.05e9},
+      {"dbrx", 132e9, 0.5e9},
+      {"olmo-2-7b", 7.3e9, 0.05e9},
+      {"gpt2-medium", 355e6, 0.5e6},
+      {"gpt2-large", 774e6, 0.5e6},
+      {"gpt2-xl", 1.5e9, 0.06e9},
+      {"opt-1.3b", 1.3e9, 0.05e9},
+      {"opt-2.7b", 2.7e9, 0.05e9},
+      {"opt-6.7b", 6.7e9, 0.05e9},
+      {"opt-13b", 13e9, 0.5e9},
+      {"opt-30b", 30e9, 0.5e9},
+      {"pythia-1.4b", 1414647808, 0},
+      {"pythia-6.9b", 6857302016, 0},
+      {"pythia-12b", 11846072320, 0},
+      {"mpt-30b", 30e9, 0.5e9},
+      {"mpt-7b-8k", 6649286656, 0},
+      {"gpt-neo-125m", 125e6, 0.5e6},
+      {"deepseek-v3", 671e9, 0.5e9},  // the main model; the checkpoint adds its MTP module
+      {"kimi-k2", 1e12, 0.05e12},
+      // OpenAI's gpt-oss model card, Table 1: 116.83B and 20.91B total (the MXFP4
+      // release's experts counted as parameters), to the 0.01B printed.
+      {"gpt-oss-120b", 116.83e9, 0.005e9},
+      {"gpt-oss-20b", 20.91e9, 0.005e9},
+      {"gemma-3-1b", 1e9,
+       0.005e9}};  // Google's model card: 1B  // mpt-7b's shape at max_seq_len 8192 (ALiBi: no table grows)
   for (const Row& r : rows) {
     BOOST_TEST_CONTEXT(r.name) {
       const double count = static_cast<double>(count_of(shipped(r.name)));
@@ -159,6 +163,30 @@ BOOST_AUTO_TEST_CASE(gpt_oss_counts_by_hand_and_alternates_windows) {
                                        "c.json");
                       }),
                       "c.json:1: experts_per_token: 2 differs from num_experts_per_tok (4)"));
+}
+
+// Gemma 3 1B by hand: per layer q (1152 x 1024), k and v (1152 x 256), o (1024 x 1152), q_norm
+// and k_norm of 256, GeGLU of 6912 (three matrices), four norms of 1152; the tied table of 262,144
+// rows and the final norm: 999,885,952. Layers 5, 11, 17 and 23 attend globally, the others within
+// 512 (sliding_window_pattern 6).
+BOOST_AUTO_TEST_CASE(gemma_3_counts_by_hand_with_four_norms_and_its_local_global_pattern) {
+  const ModelConfig m = read_hf_config_file(shipped("gemma-3-1b")).model;
+  const int64_t dm = 1152, layer = dm * 1024 + 2 * dm * 256 + 1024 * dm + 2 * 256 + 3 * dm * 6912 + 4 * dm;
+  BOOST_TEST(parameter_count(m, 4096) == 26 * layer + 262144 * dm + dm);
+  BOOST_TEST(parameter_count(m, 4096) == 999885952);
+  BOOST_TEST_REQUIRE(m.layers.size() == 26u);
+  for (size_t i = 0; i < 26; ++i) BOOST_TEST(m.layers[i].sliding == ((i + 1) % 6 != 0), "layer " << i);
+  BOOST_TEST(m.sliding_window == 512);
+  BOOST_TEST((m.activation == Activation::kGelu && m.ffn == FfnKind::kGlu && m.tie_embeddings));
+  const BlockShape s = block_shape(layer_pattern(m).groups.front().model, 1, 4096, Precision::kAmpBf16);
+  OpList fwd;
+  block_forward_ops(s, fwd);
+  int norms = 0;
+  for (const Op& op : fwd) norms += op.mem == MemKind::kRmsNorm && op.n == dm;
+  BOOST_TEST(norms == 4);  // before and after the attention and the MLP
+  BOOST_TEST(contains(
+      error_of([] { read_hf_config(R"({"model_type": "gemma3_text", "final_logit_softcapping": 30.0})", "c.json"); }),
+      "final_logit_softcapping: 30.0 -- logit soft-capping: tpsim cannot model it yet"));
 }
 
 BOOST_AUTO_TEST_CASE(qk_norm_parameters_count) {
