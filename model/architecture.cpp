@@ -253,12 +253,14 @@ int64_t embedding_parameter_count(const ModelConfig& m, int64_t seq_len) {
 }
 
 int64_t blocks_parameter_count(const ModelConfig& m) {
+  if (m.uniform()) return m.n_layers * layer_parameter_count(m);  // no pattern to build (the hot path)
   int64_t n = 0;
   for (const LayerGroup& g : layer_pattern(m).groups) n += g.layers * layer_parameter_count(g.model);
   return n;
 }
 
 int64_t blocks_active_parameter_count(const ModelConfig& m) {
+  if (m.uniform()) return m.n_layers * layer_active_parameter_count(m);
   int64_t n = 0;
   for (const LayerGroup& g : layer_pattern(m).groups) n += g.layers * layer_active_parameter_count(g.model);
   return n;

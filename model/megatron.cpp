@@ -341,17 +341,22 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     b.expert_params = routed / d(l.etp * l.ep);
     b.params = (d(layer_parameter_count(model)) - routed) / d(l.tp) + b.expert_params;
   }
-  // Each chunk's and stage's layers of each group.
+  // Each chunk's and stage's layers of each group (a uniform model's: its chunks' and stages').
   c.stage_layers = stage_layers_of(c.chunk_layers, l.pp);
-  c.chunk_group_layers.clear();
-  c.stage_group_layers.assign(static_cast<size_t>(l.pp) * groups, 0);
-  int64_t first = 0;
-  for (size_t k = 0; k < c.chunk_layers.size(); ++k) {
-    const std::vector<int64_t> n = pattern_.count_in(first, c.chunk_layers[k]);
-    first += c.chunk_layers[k];
-    c.chunk_group_layers.insert(c.chunk_group_layers.end(), n.begin(), n.end());
-    const size_t stage = k % static_cast<size_t>(l.pp);
-    for (size_t g = 0; g < groups; ++g) c.stage_group_layers[stage * groups + g] += n[g];
+  if (groups == 1) {
+    c.chunk_group_layers = c.chunk_layers;
+    c.stage_group_layers = c.stage_layers;
+  } else {
+    c.chunk_group_layers.clear();
+    c.stage_group_layers.assign(static_cast<size_t>(l.pp) * groups, 0);
+    int64_t first = 0;
+    for (size_t k = 0; k < c.chunk_layers.size(); ++k) {
+      const std::vector<int64_t> n = pattern_.count_in(first, c.chunk_layers[k]);
+      first += c.chunk_layers[k];
+      c.chunk_group_layers.insert(c.chunk_group_layers.end(), n.begin(), n.end());
+      const size_t stage = k % static_cast<size_t>(l.pp);
+      for (size_t g = 0; g < groups; ++g) c.stage_group_layers[stage * groups + g] += n[g];
+    }
   }
   stage_costs(c, cfg, vocab);
 }
@@ -544,7 +549,8 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
   const double issue = params_.host_kernel_issue_s;
   const double tp_launches = l.tp > 1 ? 2.0 : 0.0;
   HostTime host;
-  host.blocks.assign(c.groups(), {});
+  host_blocks_.assign(c.groups(), {});
+  host.blocks = host_blocks_;
   const auto smooth_max = [](double gpu, double host_s) {
     const double g2 = gpu * gpu, h2 = host_s * host_s;
     return std::sqrt(std::sqrt(g2 * g2 + h2 * h2));

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -96,7 +97,7 @@ class MegatronEvaluator final : public ModelParallelEvaluator<MegatronCosts> {
       // and backward together).
       double fsdp = 0;
     };
-    std::vector<Block> blocks;  // by layer group
+    std::span<Block> blocks;  // by layer group (the evaluator's host_blocks_)
     double first = 0, last = 0;
     double fsdp_first = 0;  // Megatron-FSDP: the first unit's gather before each micro-batch's forward
   };
@@ -105,7 +106,8 @@ class MegatronEvaluator final : public ModelParallelEvaluator<MegatronCosts> {
                  double merged_saving_s, Prediction& p) const;
 
   LayerPattern pattern_;
-  double pair_hidden_s_ = 0;  // combined 1F1B: what merging a layer's forward and backward saves
+  std::vector<HostTime::Block> host_blocks_;  // chunk_seconds' per-group storage, reused
+  double pair_hidden_s_ = 0;                  // combined 1F1B: what merging a layer's forward and backward saves
 };
 
 }  // namespace tpsim

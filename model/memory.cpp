@@ -125,6 +125,11 @@ ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len,
   c.n_layers = model.n_layers;
   c.d_model = model.d_model;
   if (!lora.active()) c.root_trained = c.root_params;
+  if (model.uniform() && !lora.active()) {  // the common case, without a pattern to build
+    c.block_params = c.block_trained = static_cast<double>(layer_parameter_count(model));
+    c.blocks_params = c.blocks_trained = static_cast<double>(model.n_layers) * c.block_params;
+    return c;
+  }
   for (const LayerGroup& g : layer_pattern(model).groups) {
     const double trained =
         lora.active() ? lora_model_block_params(g.model, lora) : static_cast<double>(layer_parameter_count(g.model));
