@@ -758,6 +758,11 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
                          : ckpt == Checkpointing::kSelective
                              ? c.most([](const MegatronBlock& b) { return b.saved_attention_only; })
                              : 0.0;
+  const bool uniform = c.groups() == 1;
+  if (!uniform) {
+    chunk_saved_.resize(c.chunk_layers.size());
+    for (size_t k = 0; k < chunk_saved_.size(); ++k) chunk_saved_[k] = c.over_chunk(k, per_layer);
+  }
   const double layer_gather = c.most([](const MegatronBlock& b) { return b.fsdp_gather_bytes; });
   const double layer_grads = c.most([](const MegatronBlock& b) { return b.fsdp_grad_bytes; });
   MemoryBreakdown worst;
@@ -766,10 +771,16 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
     const int64_t warmup = pipeline_warmup(l.pp, l.vp, m, s, /*combined_1f1b=*/par.moe_a2a_overlap) + 1;
     const double in_flight = d(std::min(warmup, m * l.vp));
     // The layers of the chunk-micro-batches in flight: the stage's first forwards, virtual
-    // micro-batch k on its chunk (k / pp) % vp (pipeline.hpp).
+    // micro-batch k on its chunk (k / pp) % vp (pipeline.hpp); each chunk's saved bytes (of a
+    // uniform model: its layers times one layer's).
+    int64_t layers_in_flight = 0;
     double saved_in_flight = 0;
-    for (int64_t k = 0; k < std::min(warmup, m * l.vp); ++k)
-      saved_in_flight += c.over_chunk(static_cast<size_t>(((k / l.pp) % l.vp) * l.pp + s), per_layer);
+    for (int64_t k = 0; k < std::min(warmup, m * l.vp); ++k) {
+      const size_t chunk = static_cast<size_t>(((k / l.pp) % l.vp) * l.pp + s);
+      if (uniform) layers_in_flight += c.chunk_layers[chunk];
+      else saved_in_flight += chunk_saved_[chunk];
+    }
+    if (uniform) saved_in_flight = d(layers_in_flight) * per_layer(c.blocks.front());
     MemoryBreakdown mb;
     const size_t si = static_cast<size_t>(s);
     double weight_bytes = c.stage_params[si] * 2.0, grad_bytes = c.stage_trained[si] * megatron_grad_bytes(cfg);

@@ -107,6 +107,7 @@ class MegatronEvaluator final : public ModelParallelEvaluator<MegatronCosts> {
 
   LayerPattern pattern_;
   std::vector<HostTime::Block> host_blocks_;  // chunk_seconds' per-group storage, reused
+  std::vector<double> chunk_saved_;           // memory(): per model chunk, its layers' saved bytes
   double pair_hidden_s_ = 0;                  // combined 1F1B: what merging a layer's forward and backward saves
 };
 
