@@ -13,7 +13,7 @@
 //      and `plan --model 70b --seq 4096 --gpus 64..1024 --framework megatron` (target 1 s); issue
 //      39's frontier plan, `plan --model llama-3.1-405b --seq 8192 --gpus 256..2048 --framework
 //      megatron` (target 1 s); and the same sweep under `--framework torchtitan` (for information);
-//      issue 40's per-layer models (DeepSeek-V3, GPT-OSS 120B) searched as the others, and `plan
+//      issue 40's per-layer models: GPT-OSS 120B searched as the others, and `plan
 //      --model deepseek-v3 --seq 4096 --gpus 256..2048 --framework megatron` (for information).
 // Rates are the median of five timing windows (a shared machine's hiccups land in one).
 #include <sys/wait.h>
@@ -187,9 +187,8 @@ void run_bench(const BenchOptions& o) {
   const Rate predict_rate_ = predict_rate(models("125m..70b"), device, params, o.seconds, sink);
   const Rate llama_rate = search_rates(models("llama-3.1-8b,llama-3.1-70b"), device, params, o.seconds, sink).first;
   const Rate mixtral_rate = search_rates(models("mixtral-8x7b"), device, params, o.seconds, sink).first;
-  // Models whose layers differ (issue 40): latent attention with dense and expert layers, and
-  // alternating windowed and full attention over experts.
-  const Rate deepseek_rate = search_rates(models("deepseek-v3"), device, params, o.seconds, sink).first;
+  // Models whose layers differ (issue 40): alternating windowed and full attention over experts
+  // (DeepSeek-V3 fits no FSDP layout of 64 GPUs: its Megatron plan is timed below).
   const Rate gpt_oss_rate = search_rates(models("gpt-oss-120b"), device, params, o.seconds, sink).first;
 
   const double median = median_wall({"sweep", "--models", "125m..70b", "--seq", "512..65536"}, o.sweep_runs);
@@ -219,9 +218,6 @@ void run_bench(const BenchOptions& o) {
              Cell::num(llama_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
   t.add_row({Cell::str("the same for Mixtral 8x7B (8 experts, top 2), one core (" + mixtral_rate.describe() + ")"),
              Cell::num(mixtral_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
-  t.add_row({Cell::str("the same for DeepSeek-V3 (latent attention, 3 dense and 58 expert layers), one core (" +
-                       deepseek_rate.describe() + ")"),
-             Cell::num(deepseek_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
   t.add_row({Cell::str("the same for GPT-OSS 120B (windowed and full attention alternating, 128 experts), one core (" +
                        gpt_oss_rate.describe() + ")"),
              Cell::num(gpt_oss_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
