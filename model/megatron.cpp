@@ -227,16 +227,18 @@ struct MegatronCosts {
   // The sum over chunk k's (stage s's) layers of f(block).
   template <class F>
   double over_chunk(size_t k, F&& f) const {
-    double sum = 0;
-    for (size_t g = 0; g < groups(); ++g)
-      if (const int64_t n = chunk_group_layers[k * groups() + g]; n > 0) sum += static_cast<double>(n) * f(blocks[g]);
-    return sum;
+    return over(chunk_group_layers, k, f);
   }
   template <class F>
   double over_stage(size_t s, F&& f) const {
+    return over(stage_group_layers, s, f);
+  }
+  // ... over the layers `counts` gives part i (of each group) of.
+  template <class F>
+  double over(const std::vector<int64_t>& counts, size_t i, F&& f) const {
     double sum = 0;
     for (size_t g = 0; g < groups(); ++g)
-      if (const int64_t n = stage_group_layers[s * groups() + g]; n > 0) sum += static_cast<double>(n) * f(blocks[g]);
+      if (const int64_t n = counts[i * groups() + g]; n > 0) sum += static_cast<double>(n) * f(blocks[g]);
     return sum;
   }
   template <class F>
