@@ -182,52 +182,28 @@ Linear out_proj(const BlockShape& s) {
 // over its own rows (row_tokens: s/tp under sequence parallelism), the up projections column-parallel
 // over the heads, their inputs gathered to every token (each keeps its own rows for the backward).
 // Under LoRA all four are frozen and carry no adapters (tpsim's targets are the standard projections').
-Linear mla_q_down(const BlockShape& s) {
-  Linear l{TPSIM_LINEAR("attn.q_down", OpRole::kQkv),
-           s.row_tokens(),
-           s.mla.q_lora_rank,
-           s.d_model,
-           1,
-           false,
-           s.row_tokens()};
+// One of them: no bias, keeping its own rows of the input, frozen under LoRA.
+Linear mla_linear(const BlockShape& s, const LinearNames& names, int64_t rows, int64_t n, int64_t k) {
+  Linear l{names, rows, n, k, 1, false, s.row_tokens()};
   l.frozen = s.lora.active();
   return l;
 }
+Linear mla_q_down(const BlockShape& s) {
+  return mla_linear(s, TPSIM_LINEAR("attn.q_down", OpRole::kQkv), s.row_tokens(), s.mla.q_lora_rank, s.d_model);
+}
 Linear mla_kv_down(const BlockShape& s) {
-  Linear l{TPSIM_LINEAR("attn.kv_down", OpRole::kQkv),
-           s.row_tokens(),
-           s.mla.kv_lora_rank + s.mla.qk_rope_head_dim,
-           s.d_model,
-           1,
-           false,
-           s.row_tokens()};
-  l.frozen = s.lora.active();
-  return l;
+  return mla_linear(s, TPSIM_LINEAR("attn.kv_down", OpRole::kQkv), s.row_tokens(),
+                    s.mla.kv_lora_rank + s.mla.qk_rope_head_dim, s.d_model);
 }
 // The query's up projection from the compressed query, or (q_lora_rank 0) its projection from the
 // hidden state, column-parallel as the standard QKV.
 Linear mla_q_up(const BlockShape& s) {
-  const bool direct = s.mla.q_lora_rank == 0;
-  Linear l{TPSIM_LINEAR("attn.q_up", OpRole::kQkv),
-           s.tokens(),
-           s.q_dim(),
-           direct ? s.d_model : s.mla.q_lora_rank,
-           1,
-           false,
-           s.row_tokens()};
-  l.frozen = s.lora.active();
-  return l;
+  return mla_linear(s, TPSIM_LINEAR("attn.q_up", OpRole::kQkv), s.tokens(), s.q_dim(),
+                    s.mla.q_lora_rank == 0 ? s.d_model : s.mla.q_lora_rank);
 }
 Linear mla_kv_up(const BlockShape& s) {
-  Linear l{TPSIM_LINEAR("attn.kv_up", OpRole::kQkv),
-           s.tokens(),
-           s.n_heads * (s.mla.qk_nope_head_dim + s.v_head()),
-           s.mla.kv_lora_rank,
-           1,
-           false,
-           s.row_tokens()};
-  l.frozen = s.lora.active();
-  return l;
+  return mla_linear(s, TPSIM_LINEAR("attn.kv_up", OpRole::kQkv), s.tokens(),
+                    s.n_heads * (s.mla.qk_nope_head_dim + s.v_head()), s.mla.kv_lora_rank);
 }
 
 // One feed-forward network (dense, the routed experts, or the shared experts): its ops' names
