@@ -192,17 +192,22 @@ void run_predict(const PredictOptions& o) {
   add_optional_cells(optional, cfg, row);
   t.add_row(std::move(row));
   std::cerr << no_interval_note(model, cfg.layout.framework) << unaligned_gemm_note(model, cfg.layout.framework);
-  if (model.sliding_window > 0 && model.sliding_window < cfg.seq_len) {
-    const int64_t sliding = model.uniform() ? model.n_layers
-                                            : std::count_if(model.layers.begin(), model.layers.end(),
-                                                            [](const LayerKind& k) { return k.sliding; });
+  // Windowed and chunked layers: the step is costed with them; MFU counts every layer's full attention.
+  const auto restricted = [&](int64_t span, bool LayerKind::*kind, const char* how) {
+    if (span <= 0 || span >= cfg.seq_len) return;
+    const int64_t layers = model.uniform() ? model.n_layers
+                                           : std::count_if(model.layers.begin(), model.layers.end(),
+                                                           [&](const LayerKind& k) { return k.*kind; });
+    if (layers == 0) return;
     std::cerr << "tpsim: note: MFU and HFU count attention over all " << cfg.seq_len << " tokens, as llm-foundry's "
-              << "flops_per_batch does; " << model.name << " attends within " << model.sliding_window
-              << (sliding < model.n_layers
-                      ? " in " + std::to_string(sliding) + " of its " + std::to_string(model.n_layers) + " layers"
+              << "flops_per_batch does; " << model.name << " attends " << how << span
+              << (layers < model.n_layers
+                      ? " in " + std::to_string(layers) + " of its " + std::to_string(model.n_layers) + " layers"
                       : std::string())
-              << " (the step time is costed with the window)\n";
-  }
+              << " (the step time is costed with it)\n";
+  };
+  restricted(model.sliding_window, &LayerKind::sliding, "within ");
+  restricted(model.attention_chunk, &LayerKind::chunked, "within chunks of ");
   emit(ctx.render({t}), ctx.output());
   if (!p.fits()) std::cerr << does_not_fit_line(p, device.id);
   if (checkpointed_near_full(p)) std::cerr << "tpsim: note: " << near_full_note(p) << "\n";

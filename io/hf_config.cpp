@@ -547,6 +547,106 @@ ModelConfig read_gemma3_text(Section& s) {
   return m;
 }
 
+using Reader = ModelConfig (*)(Section&);
+
+// An image-text model's language model (Gemma 3's gemma3 and Llama 4's llama4: a text_config of
+// `text_type` beside a vision_config): the text_config read as that model_type's own config, the
+// vision encoder and projector left out with a note. A text step runs the language model only; a
+// step with images also runs the vision tower, which tpsim does not cost.
+ModelConfig read_text_model(Section& s, const char* text_type, Reader reader, const std::string& vision) {
+  const json* t = s.value("text_config");
+  if (!t) s.bad("text_config", "is missing: an image-text config's language model is its text_config");
+  if (!t->is_object()) s.bad("text_config", "must be an object");
+  Section text(*t, "text_config.", s.src());
+  if (const std::string type = text.text("model_type", text_type); type != text_type)
+    text.bad("model_type",
+             std::string("must be ") + text_type + " (the language model of " + s.src().out.model_type + ")");
+  ModelConfig m = reader(text);
+  refuse_generic(text);
+  text.finish(s.src().out, true);
+  if (s.flag("tie_word_embeddings", m.tie_embeddings) != m.tie_embeddings)
+    s.refuse("tie_word_embeddings", "a top-level tie of the embeddings unlike text_config's");
+  if (const json* v = s.value("vision_config"); v && !v->is_object()) s.bad("vision_config", "must be an object");
+  s.irrelevant({"vision_config", "image_token_index", "image_token_id", "boi_token_index", "eoi_token_index"});
+  s.src().out.notes.push_back("vision_config: not costed and not counted (" + vision +
+                              "): the model costed is the text_config's language model, as a step over text alone "
+                              "runs it");
+  return m;
+}
+
+// Llama 4's text model (configuration_llama4.py's Llama4TextConfig defaults, modeling_llama4.py;
+// Meta's llama-models models/llama4/model.py agrees): a mixture of experts in the layers of moe_layers
+// (absent: every interleave_moe_layer_step-th from step - 1), num_local_experts routed experts and
+// one shared expert, each a SwiGLU of intermediate_size, a dense SwiGLU of intermediate_size_mlp in
+// the other layers, top num_experts_per_tok (a sigmoid of the top logit); RoPE in the layers
+// no_rope_layers marks 1 (absent or empty: all but every no_rope_layer_interval-th), and those layers
+// alone attend within chunks of attention_chunk_size ("chunked_attention" of layer_types) and, with
+// use_qk_norm, normalise q and k per head without a weight (Llama4TextL2Norm); the NoPE layers attend
+// to the whole causal prefix. attn_temperature_tuning scales the NoPE layers' queries by a factor of
+// the position (an elementwise pass over q, uncosted); the router scales the experts' input instead
+// of their output (the same bytes).
+ModelConfig read_llama4_text(Section& s) {
+  ModelConfig m = llama_family(s, {202048, 5120, 8192, 48, 40, 8, 128});
+  attention_bias_unmodelled(s);
+  const int64_t expert_width = m.ffn_hidden;  // intermediate_size
+  m.ffn_hidden = s.count("intermediate_size_mlp", 16384);
+  m.moe.experts = s.count("num_local_experts", 16);
+  m.moe.top_k = s.count("num_experts_per_tok", 1);
+  m.moe.d_expert = expert_width;
+  m.moe.shared_experts = 1;
+  m.moe.d_shared = expert_width;
+  if (s.flag("use_qk_norm", true)) m.qk_norm = QkNorm::kPerHeadNoWeight;
+  m.attention_chunk = s.count("attention_chunk_size", 8192);
+  const auto n = static_cast<size_t>(m.n_layers);
+  std::vector<LayerKind>& kinds = per_layer(s, m);
+  const int64_t step = s.count("interleave_moe_layer_step", 1);
+  std::vector<bool> moe(n, false);
+  if (const json* v = s.value("moe_layers")) {
+    if (!v->is_array()) s.bad("moe_layers", "must be a list of layer indices");
+    for (const json& i : *v) {
+      if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= m.n_layers)
+        s.bad("moe_layers", "must list layer indices from 0 to " + std::to_string(m.n_layers - 1));
+      moe[static_cast<size_t>(i.get<int64_t>())] = true;
+    }
+  } else {
+    for (int64_t i = step - 1; i < m.n_layers; i += step) moe[static_cast<size_t>(i)] = true;
+  }
+  const int64_t interval = s.count("no_rope_layer_interval", 4);
+  std::vector<bool> rope(n, false);
+  for (size_t i = 0; i < n; ++i) rope[i] = static_cast<int64_t>(i + 1) % interval != 0;
+  if (const json* v = s.value("no_rope_layers"); v && !(v->is_array() && v->empty())) {
+    if (!v->is_array() || v->size() != n)
+      s.bad("no_rope_layers", "must list 1 (RoPE) or 0 (no RoPE) for each of the " + std::to_string(n) + " layers");
+    for (size_t i = 0; i < n; ++i) {
+      const json& f = (*v)[i];
+      if (!f.is_number_integer() || (f.get<int64_t>() != 0 && f.get<int64_t>() != 1))
+        s.bad("no_rope_layers", "must list 1 (RoPE) or 0 (no RoPE) for each layer");
+      rope[i] = f.get<int64_t>() == 1;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) kinds[i] = LayerKind{false, !moe[i], rope[i], !rope[i]};
+  if (const json* v = s.value("layer_types")) {
+    if (!v->is_array() || v->size() != n)
+      s.bad("layer_types", "must list one type per layer (" + std::to_string(n) + ")");
+    for (size_t i = 0; i < n; ++i) {
+      const json& t = (*v)[i];
+      if (t == "full_attention") kinds[i].chunked = false;
+      else if (t == "chunked_attention") kinds[i].chunked = true;
+      else if (t.is_string()) s.refuse("layer_types", "layer type " + t.dump() + " (layer " + std::to_string(i) + ")");
+      else s.bad("layer_types", "must list layer type names");
+    }
+  }
+  s.irrelevant({"attn_temperature_tuning", "floor_scale", "attn_scale", "router_aux_loss_coef", "router_jitter_noise",
+                "output_router_logits", "for_llm_compressor", "cache_implementation"});
+  return m;
+}
+
+// Llama 4's image-text config (Llama4Config): the text_config's language model.
+ModelConfig read_llama4(Section& s) {
+  return read_text_model(s, "llama4_text", read_llama4_text,
+                         "the vision encoder (34 layers), its pixel-shuffle adapter and the projector");
+}
+
 ModelConfig read_olmo(Section& s) {
   ModelConfig m = llama_family(s, {50304, 4096, 11008, 32, 32, 0, 0});
   attention_bias_unmodelled(s);
@@ -695,11 +795,19 @@ ModelConfig read_gpt_neo(Section& s) {
   return m;
 }
 
-using Reader = ModelConfig (*)(Section&);
+ModelConfig read_gemma3(Section& s) {
+  // Gemma3Config (configuration_gemma3.py): 256 image tokens per image after the projector.
+  s.irrelevant({"mm_tokens_per_image"});
+  return read_text_model(s, "gemma3_text", read_gemma3_text, "the SigLIP vision encoder and its projector");
+}
+
 const std::map<std::string, Reader> kReaders = {{"llama", read_llama},
                                                 {"deepseek_v3", read_deepseek_v3},
                                                 {"kimi_k2", read_deepseek_v3},
                                                 {"gpt_oss", read_gpt_oss},
+                                                {"gemma3", read_gemma3},
+                                                {"llama4", read_llama4},
+                                                {"llama4_text", read_llama4_text},
                                                 {"gemma3_text", read_gemma3_text},
                                                 {"mistral", read_mistral},
                                                 {"mixtral", read_mixtral},

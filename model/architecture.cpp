@@ -62,6 +62,11 @@ ModelConfig layer_model(const ModelConfig& m, const LayerKind& k) {
   ModelConfig out = m;
   out.layers.clear();
   if (!k.sliding) out.sliding_window = 0;
+  if (!k.chunked) out.attention_chunk = 0;
+  if (k.nope) {
+    out.positions = PositionKind::kNone;
+    if (out.qk_norm == QkNorm::kPerHeadNoWeight) out.qk_norm = QkNorm::kNone;
+  }
   if (k.dense_ffn) out.moe = MoeConfig{};
   return out;
 }
@@ -104,8 +109,8 @@ std::vector<int64_t> LayerPattern::count_in(int64_t first, int64_t count) const 
 bool ModelConfig::is_mpt_default() const {
   return kv_heads() == n_heads && d_head() * n_heads == d_model && norm == NormKind::kLayerNorm && norm_bias &&
          qkv_bias && linear_bias && ffn == FfnKind::kMlp && activation == Activation::kGelu && tie_embeddings &&
-         positions == PositionKind::kLearned && max_positions == 0 && sliding_window == 0 && qk_norm == QkNorm::kNone &&
-         !moe.active() && !unfused_attention && layers.empty();
+         positions == PositionKind::kLearned && max_positions == 0 && sliding_window == 0 && attention_chunk == 0 &&
+         qk_norm == QkNorm::kNone && !moe.active() && !unfused_attention && layers.empty();
 }
 
 namespace {
@@ -145,6 +150,8 @@ std::string check_architecture(const ModelConfig& m) {
   if (m.ffn_hidden < 0) return "the feed-forward width must be positive";
   if (m.max_positions < 0) return "the number of learned positions must be positive";
   if (m.sliding_window < 0) return "the sliding window must be positive";
+  if (m.attention_chunk < 0 || m.attention_chunk > (1 << 24))
+    return "the attention chunk must be positive and at most 2^24";
   if (!(m.expansion_ratio > 0) || !std::isfinite(m.expansion_ratio) || m.expansion_ratio > 1024)
     return "expansion_ratio must be a positive number no larger than 1024";
   // Keep every count well inside int64 and every byte count well inside double precision.
@@ -158,6 +165,8 @@ std::string check_architecture(const ModelConfig& m) {
     return "the key/value heads (" + str(m.kv_heads()) + ") must divide the query heads (" + str(m.n_heads) + ")";
   if (m.d_ffn() <= 0) return "expansion_ratio * d_model rounds to zero";
   if (m.max_positions > 0 && !m.learned_positions()) return "a learned position table without learned positions";
+  if (m.layers.empty() && m.sliding_window > 0 && m.attention_chunk > 0)
+    return "a sliding window and chunked attention in the same layers";
   if (m.mla.active() || m.mla != MlaConfig{}) {
     const MlaConfig& a = m.mla;
     if (!m.mla.active()) return "latent attention settings without kv_lora_rank";
@@ -179,6 +188,11 @@ std::string check_architecture(const ModelConfig& m) {
       return std::any_of(m.layers.begin(), m.layers.end(), [&](const LayerKind& k) { return k.*f; });
     };
     if (any(&LayerKind::sliding) && m.sliding_window <= 0) return "sliding-window layers without a window";
+    if (any(&LayerKind::chunked) && m.attention_chunk <= 0) return "chunked-attention layers without a chunk size";
+    if (std::any_of(m.layers.begin(), m.layers.end(), [](const LayerKind& k) { return k.sliding && k.chunked; }))
+      return "a layer both sliding and chunked";
+    if (any(&LayerKind::nope) && m.positions != PositionKind::kRope)
+      return "layers without RoPE in a model whose other layers have no RoPE either";
     if (any(&LayerKind::dense_ffn) && !m.moe.active()) return "dense feed-forward layers in a model without experts";
   }
   return check_moe(m.moe);
@@ -206,7 +220,9 @@ int64_t attention_params(const ModelConfig& m) {
   const int64_t d = m.d_model, q = m.q_dim(), kv = m.kv_dim();
   const int64_t weights = d * q + 2 * d * kv + q * d;
   const int64_t biases = (m.qkv_bias ? q + 2 * kv : 0) + (m.linear_bias ? d : 0);
-  const int64_t qk_norm = m.qk_norm == QkNorm::kPerHead ? 2 * m.d_head() : m.qk_norm == QkNorm::kWhole ? q + kv : 0;
+  const int64_t qk_norm = m.qk_norm == QkNorm::kPerHead ? 2 * m.d_head()
+                          : m.qk_norm == QkNorm::kWhole ? q + kv
+                                                        : 0;  // kPerHeadNoWeight: none
   return weights + biases + qk_norm + (m.attention_sinks ? m.n_heads : 0);
 }
 

@@ -27,8 +27,9 @@ enum class Activation : uint8_t { kGelu, kSilu, kRelu };
 enum class PositionKind : uint8_t { kLearned, kAlibi, kRope, kNone };
 // RMSNorm on the queries and keys before the attention: kPerHead, one weight of head_dim shared by
 // every head (Qwen3, Qwen3-MoE); kWhole, one weight over all of Q (q_dim) and one over all of K
-// (kv_dim) (OLMo 2). Elementwise; its parameters count.
-enum class QkNorm : uint8_t { kNone, kPerHead, kWhole };
+// (kv_dim) (OLMo 2); kPerHeadNoWeight, per head without a weight (Llama 4's L2Norm: x * rsqrt(mean(x^2)
+// + eps), no parameters). Elementwise; its parameters count.
+enum class QkNorm : uint8_t { kNone, kPerHead, kWhole, kPerHeadNoWeight };
 
 std::string_view to_string(NormKind n);
 std::string_view to_string(FfnKind f);
@@ -78,10 +79,14 @@ struct MlaConfig {
 
 // How one layer departs from the model's block (ModelConfig's fields): the per-layer patterns of
 // Hugging Face's layer_types, Qwen-MoE's decoder_sparse_step and mlp_only_layers, Qwen2's
-// max_window_layers (ModelConfig::layers).
+// max_window_layers, Llama 4's no_rope_layers and interleave_moe_layer_step (ModelConfig::layers).
 struct LayerKind {
   bool sliding = false;    // attends within ModelConfig::sliding_window keys, else the whole causal prefix
   bool dense_ffn = false;  // a dense feed-forward of d_ffn() where the model's other layers have experts
+  bool chunked = false;    // attends within its chunk of ModelConfig::attention_chunk tokens (Llama 4)
+  // No RoPE where the model's other layers rotate q and k (Llama 4's NoPE layers), and none of what
+  // only the rotated layers run: a kPerHeadNoWeight QK-norm.
+  bool nope = false;
 
   bool operator==(const LayerKind&) const = default;
 };
@@ -107,6 +112,10 @@ struct ModelConfig {
   Activation activation = Activation::kGelu;
   bool tie_embeddings = true;  // output projection shares the token embedding's weight
   int64_t sliding_window = 0;  // keys each query attends to at most (Mistral); 0: the whole causal prefix
+  // Chunked attention (Llama 4's attention_chunk_size): the sequence cut into chunks of this many
+  // tokens, each query attending causally within its own chunk only: attention over independent
+  // sequences of the chunk's length. 0: the whole causal prefix.
+  int64_t attention_chunk = 0;
   QkNorm qk_norm = QkNorm::kNone;
   MoeConfig moe;
   // How the attention core is computed: fused flash attention (causal blocks skipped, nothing of
@@ -132,7 +141,9 @@ struct ModelConfig {
   MlaConfig mla;
   // One kind per layer, in model order, when the layers differ; empty: every layer is the block the
   // fields above describe (sliding when sliding_window > 0). With layers, sliding_window is the
-  // window of the layers whose kind slides, and moe the experts of those whose kind is not dense.
+  // window of the layers whose kind slides, attention_chunk the chunk of those whose kind is chunked,
+  // positions those of the layers whose kind is not nope, and moe the experts of those whose kind is
+  // not dense.
   std::vector<LayerKind> layers;
 
   int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
@@ -169,8 +180,8 @@ struct LayerPattern {
 };
 LayerPattern layer_pattern(const ModelConfig& m);
 
-// `m`'s block as layer kind `k` makes it: a uniform model (layers empty) whose sliding window and
-// experts are the kind's.
+// `m`'s block as layer kind `k` makes it: a uniform model (layers empty) whose sliding window, chunk,
+// positions and experts are the kind's.
 ModelConfig layer_model(const ModelConfig& m, const LayerKind& k);
 
 // Sets m's layers to `kinds` (one per layer), or, when they are all of one kind, m's fields to that

@@ -162,11 +162,17 @@ constexpr Rule kUserbuffersSmCount{"userbuffers-sm-count", "--tp-comm-overlap --
                                    userbuffers_sm_count};
 constexpr Rule kMegatronFsdpModelled{"megatron-fsdp-modelled", "--megatron-fsdp --pp --dist-opt; Megatron FSDP",
                                      RuleScope::kLayout, megatron_fsdp_modelled};
-const std::array<const Rule*, 11> kMegatronRules = {&kTpCommOverlapNeedsTpAndSp, &kContextNeedsFusedAttention,
-                                                    &kMoeTensorNeedsSp,          &kInterleavedMicroBatches,
-                                                    &kPipelineScheduleLimits,    &kSlidingWindowNotModelled,
-                                                    &kGradReduceBf16NeedsBf16,   &kFp8ParamGatherNeedsLowPrecision,
-                                                    &kMoeA2aOverlapConditions,   &kUserbuffersSmCount,
+const std::array<const Rule*, 12> kMegatronRules = {&kChunkedAttentionNotModelled,
+                                                    &kTpCommOverlapNeedsTpAndSp,
+                                                    &kContextNeedsFusedAttention,
+                                                    &kMoeTensorNeedsSp,
+                                                    &kInterleavedMicroBatches,
+                                                    &kPipelineScheduleLimits,
+                                                    &kSlidingWindowNotModelled,
+                                                    &kGradReduceBf16NeedsBf16,
+                                                    &kFp8ParamGatherNeedsLowPrecision,
+                                                    &kMoeA2aOverlapConditions,
+                                                    &kUserbuffersSmCount,
                                                     &kMegatronFsdpModelled};
 
 }  // namespace

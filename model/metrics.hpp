@@ -23,7 +23,7 @@
 //     products are per query head either way);
 //   causal attention: counted as if not causal (2x what the causal kernel executes), with d_model
 //     even where n_heads * head_dim differs from it;
-//   sliding window: counted as full attention, whatever the window;
+//   sliding window and chunked attention: counted as full attention, whatever the window or chunk;
 //   mixture of experts: top_k experts per token, without the capacity factor's padding, the
 //     router's softmax and top-k, or the permutations;
 //   untied embeddings: the lookup is not counted, the output projection is.

@@ -57,6 +57,7 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
   s.positions = m.positions;
   s.tie_embeddings = m.tie_embeddings;
   s.window = m.sliding_window > 0 && m.sliding_window < seq_len ? m.sliding_window : 0;
+  s.chunk = m.attention_chunk > 0 && m.attention_chunk < seq_len ? m.attention_chunk : 0;
   s.moe = m.moe;
   s.qk_norm = m.qk_norm;
   s.mla = m.mla;
@@ -581,10 +582,12 @@ Op rope(const char* name, const BlockShape& s) {
 // elements (Qwen3's q_norm and k_norm) or over the whole q and k widths (OLMo 2). Forward: reads
 // q, k and the weights, writes them normalised and an fp32 rstd per row; keeps its inputs and the
 // rstd (the attention keeps the normalised q and k). Backward: the input and weight gradients.
+// Without a weight (Llama 4's L2Norm), neither the weight's read nor its gradient's kernel.
 void qk_norm_ops(const BlockShape& s, bool forward, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const DType act = activation_dtype(s.precision);
-  const bool per_head = s.qk_norm == QkNorm::kPerHead;
+  const bool weight = s.qk_norm != QkNorm::kPerHeadNoWeight;
+  const bool per_head = s.qk_norm == QkNorm::kPerHead || !weight;
   const int64_t q_rows = per_head ? s.tokens() * s.n_heads : s.tokens();
   const int64_t k_rows = per_head ? s.tokens() * s.n_kv_heads() : s.tokens();
   const int64_t q_cols = per_head ? s.d_head() : s.q_dim(), k_cols = per_head ? s.d_head() : s.kv_dim();
@@ -592,12 +595,12 @@ void qk_norm_ops(const BlockShape& s, bool forward, OpSink& out) {
        {std::tuple{"attn.q_norm.fwd", "attn.q_norm.bwd", q_rows, q_cols},
         std::tuple{"attn.k_norm.fwd", "attn.k_norm.bwd", k_rows, k_cols}}) {
     const double e = d(rows) * d(cols), rstd = d(rows) * 4.0;
+    const double w = weight ? d(cols) : 0.0;
     if (forward)
-      out.push(membound_op(name_fwd, MemKind::kRmsNorm, rows, cols, act, e * a + d(cols) * a, e * a + rstd, 1,
-                           e * a + rstd));
+      out.push(membound_op(name_fwd, MemKind::kRmsNorm, rows, cols, act, e * a + w * a, e * a + rstd, 1, e * a + rstd));
     else
       out.push(membound_op(name_bwd, MemKind::kRmsNormBackward, rows, cols, act, 4.0 * e * a + 2.0 * rstd,
-                           e * a + d(cols) * 4.0, 2));
+                           e * a + w * 4.0, weight ? 2 : 1));
   }
 }
 

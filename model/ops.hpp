@@ -258,7 +258,10 @@ struct BlockShape {
   Activation activation = Activation::kGelu;
   PositionKind positions = PositionKind::kLearned;
   bool tie_embeddings = true;
-  int64_t window = 0;              // sliding window, set only when shorter than seq; 0: the whole causal prefix
+  int64_t window = 0;  // sliding window, set only when shorter than seq; 0: the whole causal prefix
+  // Chunked attention's chunk (ModelConfig::attention_chunk), set only when shorter than seq (which
+  // it then divides: rules.cpp refuses a last, shorter chunk); 0: the whole causal prefix.
+  int64_t chunk = 0;
   MoeConfig moe;                   // experts: 0 for a dense feed-forward
   QkNorm qk_norm = QkNorm::kNone;  // RMSNorm of q and k before RoPE (Qwen3 per head, OLMo 2 whole)
   // Latent attention (ModelConfig::mla): head_dim is then the query's and key's head, kv_heads
@@ -379,7 +382,9 @@ inline double sliding_window_fraction(int64_t seq, int64_t window) {
 // 2*seq^2*v_head without the mask; the causal kernel skips the blocks above the diagonal, about
 // half. Grouped-query attention does the same FLOPs per query head and changes only the bytes of K
 // and V. A sliding window shorter than the sequence scales the FLOPs by sliding_window_fraction
-// and is carried in the op's `k` (0: no window) for CostModel::attention_efficiency.
+// and is carried in the op's `k` (0: no window) for CostModel::attention_efficiency. Chunked
+// attention is attention over independent sequences of the chunk's length: the op's batch is
+// batch * seq / chunk and its seq the chunk (FLOPs, bytes and kernel as those sequences'; BlockShape::chunk).
 // Forward: 2 products -> b*h*s^2*(head_dim + v_head) executed FLOPs, reads q, k, v, writes o and the
 // log-sum-exp, and keeps all five for backward.
 // Backward: 5 products (scores recomputed, dV, dP, dQ, dK) -> 2.5x the forward; reads q, k, v, o,
@@ -387,17 +392,18 @@ inline double sliding_window_fraction(int64_t seq, int64_t window) {
 inline Op attention_op(const char* name, OpKind kind, const BlockShape& s) {
   const double a = activation_bytes(s.precision);
   const int64_t dh = s.d_head();
-  const double b = static_cast<double>(s.batch), h = static_cast<double>(s.n_heads);
-  const double seq = static_cast<double>(s.seq);
+  const int64_t batch = s.chunk > 0 ? s.batch * (s.seq / s.chunk) : s.batch, seq_len = s.chunk > 0 ? s.chunk : s.seq;
+  const double b = static_cast<double>(batch), h = static_cast<double>(s.n_heads);
+  const double seq = static_cast<double>(seq_len);
   const double t = static_cast<double>(s.tokens());
   const double tq = t * static_cast<double>(s.q_dim()), tk = t * static_cast<double>(s.kv_dim());
   const double tv = t * static_cast<double>(s.v_dim()), to = t * static_cast<double>(s.o_dim());
   const double lse = b * h * seq * 4.0;  // fp32 log-sum-exp per row
   Op op = blank_op(name, kind, OpCategory::kAttention);
   op.dtype = other_gemm_dtype(s.precision);
-  op.batch = s.batch;
+  op.batch = batch;
   op.heads = s.n_heads;
-  op.seq = s.seq;
+  op.seq = seq_len;
   op.head_dim = dh;
   if (s.v_head() != dh) op.n = s.v_head();
   op.native_kernel = s.native_attention;

@@ -477,8 +477,28 @@ std::string sliding_window_not_modelled(const RuleInput& in) {
   return {};
 }
 
+// Chunked attention (Llama 4) is attention over independent sequences of the chunk's length, which
+// any fused flash-attention kernel runs (as variable-length sequences, or a block mask); a last,
+// shorter chunk, the ring of context parallelism over chunks, unfused core attention and torchtitan's
+// Llama 4 (its experiments, with FlexAttention's block mask) are not modelled.
+std::string chunked_attention_not_modelled(const RuleInput& in) {
+  const ModelConfig& m = *in.model;
+  const int64_t seq = in.cfg.seq_len;
+  if (m.attention_chunk <= 0 || m.attention_chunk >= seq) return {};
+  const std::string what = "chunked attention (chunks of " + n(m.attention_chunk) + " tokens)";
+  if (seq % m.attention_chunk != 0)
+    return what + " over a sequence of " + n(seq) + " tokens, not a multiple of the chunk, is not modelled yet";
+  if (def_of(in).id == Framework::kTorchtitan) return what + " under torchtitan is not modelled yet";
+  if (in.cfg.layout.context > 1)
+    return what + " with context parallel " + n(in.cfg.layout.context) + " is not modelled yet";
+  if (m.unfused_attention) return what + " with unfused core attention is not modelled yet";
+  return {};
+}
+
 }  // namespace
 
+const Rule kChunkedAttentionNotModelled{"chunked-attention-not-modelled", "--model, --seq, --framework",
+                                        RuleScope::kConfig, chunked_attention_not_modelled};
 const Rule kContextNeedsFusedAttention{"context-needs-fused-attention", "--cp --attention; Context Parallel",
                                        RuleScope::kLayout, context_needs_fused_attention};
 const Rule kInterleavedMicroBatches{"interleaved-micro-batches", "--vp --micro-batch; Virtual Stages",

@@ -87,10 +87,11 @@ BrokenRule first_broken_request_rule(const LayoutRequest& r);
 // Rules the table reader applies alone, and rules two frameworks share (their FrameworkDef::rules).
 extern const Rule kTensorDividesHeads;  // the search's tensor degrees keep these two
 extern const Rule kTensorDividesFfn;
-extern const Rule kDegreesDivideGpus;           // tensor x pipeline x context divides the GPU count
-extern const Rule kContextNeedsFusedAttention;  // ring attention runs on flash attention
-extern const Rule kInterleavedMicroBatches;     // interleaved 1F1B: micro-batches a multiple of pp
-extern const Rule kPipelineScheduleLimits;      // the schedule's own limits (stages, chunks, micro-batches)
-extern const Rule kSlidingWindowNotModelled;    // sliding-window attention under model parallelism
+extern const Rule kDegreesDivideGpus;            // tensor x pipeline x context divides the GPU count
+extern const Rule kContextNeedsFusedAttention;   // ring attention runs on flash attention
+extern const Rule kInterleavedMicroBatches;      // interleaved 1F1B: micro-batches a multiple of pp
+extern const Rule kPipelineScheduleLimits;       // the schedule's own limits (stages, chunks, micro-batches)
+extern const Rule kChunkedAttentionNotModelled;  // chunked attention: a last short chunk, cp, unfused, torchtitan
+extern const Rule kSlidingWindowNotModelled;     // sliding-window attention under model parallelism
 
 }  // namespace tpsim

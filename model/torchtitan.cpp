@@ -62,8 +62,8 @@ std::string moe_not_modelled(const RuleInput& in) {
 
 std::string layer_pattern_not_modelled(const RuleInput& in) {
   if (!in.model->uniform())
-    return "models whose layers differ (" + in.model->name +
-           " mixes sliding-window and full attention layers) under torchtitan are not modelled yet";
+    return "models whose layers differ (" + in.model->name + "'s layers are of " +
+           std::to_string(layer_pattern(*in.model).groups.size()) + " kinds) under torchtitan are not modelled yet";
   return {};
 }
 
@@ -114,12 +114,21 @@ constexpr Rule kSelectiveAcNeedsSelective{"selective-ac-needs-selective", "--sel
                                           RuleScope::kLayout, selective_ac_needs_selective};
 constexpr Rule kTorchtitanMeshValid{"torchtitan-mesh-valid", "--shard-degree --replicate-degree --cp --tp --pp --gpus",
                                     RuleScope::kConfig, torchtitan_mesh_valid};
-const std::array<const Rule*, 14> kTorchtitanRules = {
-    &kExpertParallelNotModelled,  &kFsdp2ReducesInBackward,      &kSelectiveAcPositive,
-    &kSequenceDividesOverTpAndCp, &kContextNeedsFusedAttention,  &kMoeNotModelled,
-    &kLayerPatternNotModelled,    &kTensorNeedsSequenceParallel, &kAsyncTpNeedsTensor,
-    &kSelectiveAcNeedsSelective,  &kInterleavedMicroBatches,     &kPipelineScheduleLimits,
-    &kSlidingWindowNotModelled,   &kTorchtitanMeshValid};
+const std::array<const Rule*, 15> kTorchtitanRules = {&kChunkedAttentionNotModelled,
+                                                      &kExpertParallelNotModelled,
+                                                      &kFsdp2ReducesInBackward,
+                                                      &kSelectiveAcPositive,
+                                                      &kSequenceDividesOverTpAndCp,
+                                                      &kContextNeedsFusedAttention,
+                                                      &kMoeNotModelled,
+                                                      &kLayerPatternNotModelled,
+                                                      &kTensorNeedsSequenceParallel,
+                                                      &kAsyncTpNeedsTensor,
+                                                      &kSelectiveAcNeedsSelective,
+                                                      &kInterleavedMicroBatches,
+                                                      &kPipelineScheduleLimits,
+                                                      &kSlidingWindowNotModelled,
+                                                      &kTorchtitanMeshValid};
 
 }  // namespace
 

@@ -175,9 +175,9 @@ BOOST_AUTO_TEST_CASE(shipped_hugging_face_configs_are_read_on_first_use_as_their
   BOOST_TEST((lazy.d_model == read.d_model && lazy.n_layers == read.n_layers && lazy.moe.experts == read.moe.experts));
   BOOST_TEST(parameter_count(lazy, 4096) == parameter_count(read, 4096));
   // A range reaches across them by name, and every model of the catalogue reads.
-  const std::vector<std::string> range = {"70b",          "dbrx",         "deepseek-v3", "gemma-3-1b",
-                                          "gpt-neo-125m", "gpt-oss-120b", "gpt-oss-20b", "gpt2-large",
-                                          "gpt2-medium",  "gpt2-xl",      "gpt2"};
+  const std::vector<std::string> range = {"70b",         "dbrx",        "deepseek-v3",  "gemma-3-12b",  "gemma-3-1b",
+                                          "gemma-3-27b", "gemma-3-4b",  "gpt-neo-125m", "gpt-oss-120b", "gpt-oss-20b",
+                                          "gpt2-large",  "gpt2-medium", "gpt2-xl",      "gpt2"};
   BOOST_TEST(shipped.expand("70b..gpt2", "--models") == range, boost::test_tools::per_element());
   for (const ModelConfig& m : shipped.models()) BOOST_TEST(m.d_model > 0, m.name);
 }
