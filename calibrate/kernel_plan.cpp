@@ -61,6 +61,12 @@ std::string mem_name(MemKind k) {
     case MemKind::kSoftmaxBackward: return "softmax_bwd";
     case MemKind::kDropout: return "dropout";
     case MemKind::kDropoutBackward: return "dropout_bwd";
+    case MemKind::kCausalConv1d: return "causal_conv1d";
+    case MemKind::kCausalConv1dBackward: return "causal_conv1d_bwd";
+    case MemKind::kSsdScan: return "ssd_scan";
+    case MemKind::kSsdScanBackward: return "ssd_scan_bwd";
+    case MemKind::kGatedRmsNorm: return "gated_rms_norm";
+    case MemKind::kGatedRmsNormBackward: return "gated_rms_norm_bwd";
   }
   return "?";
 }

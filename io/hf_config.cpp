@@ -241,11 +241,12 @@ Activation activation(Section& s, const char* key, const char* if_absent) {
   const std::string a = s.text(key, if_absent);
   if (a == "silu" || a == "swish") return Activation::kSilu;
   if (a == "relu") return Activation::kRelu;
+  if (a == "relu2") return Activation::kRelu2;  // squared ReLU (Nemotron-H)
   // transformers' ACT2FN: the exact and tanh-approximated GELUs cost alike (elementwise).
   if (a == "gelu" || a == "gelu_new" || a == "gelu_pytorch_tanh" || a == "gelu_fast" || a == "gelu_python" ||
       a == "gelu_accurate")
     return Activation::kGelu;
-  s.refuse(key, "an activation other than SiLU, GELU and ReLU");
+  s.refuse(key, "an activation other than SiLU, GELU, ReLU and squared ReLU");
 }
 
 // A size a config gives under its model_type's key, and transformers' default for it.
@@ -647,6 +648,146 @@ ModelConfig read_llama4(Section& s) {
                          "the vision encoder (34 layers), its pixel-shuffle adapter and the projector");
 }
 
+// Nemotron-H and Nemotron 3 (configuration_nemotron_h.py's defaults, modeling_nemotron_h.py): a
+// hybrid whose every layer is one of a Mamba-2 mixer ('M'), attention without positions ('*'), an
+// MLP ('-') or a mixture of experts ('E'), each behind its own RMSNorm and residual, as
+// hybrid_override_pattern (or layers_block_type, or the legacy layer names) lists them; the MLP and
+// the experts non-gated (down(relu2(up(x)))), the experts routed by sigmoid scores with a score bias
+// (e_score_correction_bias) to num_experts_per_tok of n_routed_experts, with one shared expert of
+// moe_shared_expert_intermediate_size; the Mamba-2 mixer of mamba_num_heads x mamba_head_dim (expand
+// sizes nothing), ssm_state_size, n_groups, conv_kernel, chunk_size. Latent experts
+// (moe_latent_size: Nemotron 3 Super and Ultra) are refused until costed; the multi-token prediction
+// layers a checkpoint carries are noted, as DeepSeek-V3's.
+ModelConfig read_nemotron_h(Section& s) {
+  ModelConfig m;
+  m.vocab_size = s.count("vocab_size", 131072);
+  m.d_model = s.count("hidden_size", 4096);
+  m.n_heads = s.count("num_attention_heads", 32);
+  m.n_kv_heads = s.count("num_key_value_heads", 8);
+  m.head_dim = s.count("head_dim", s.count("attention_head_dim", 128));
+  m.ffn_hidden = s.count("intermediate_size", 21504);
+  m.tie_embeddings = s.flag("tie_word_embeddings", false);
+  m.positions = PositionKind::kNone;  // NemotronHAttention applies no rotary embedding
+  m.norm = NormKind::kRmsNorm;
+  m.norm_bias = m.qkv_bias = m.linear_bias = false;
+  m.ffn = FfnKind::kMlp;
+  m.activation = activation(s, "mlp_hidden_act", "relu2");
+  for (const char* bias : {"attention_bias", "mlp_bias", "use_bias", "mamba_proj_bias"})
+    if (s.flag(bias, false)) s.refuse(bias, "biases on the projections of a Nemotron-H layer");
+  if (s.value("sliding_window")) s.refuse("sliding_window", "a sliding window in Nemotron-H's attention");
+  // The layers, from the pattern string or the list of names (legacy names too).
+  std::string pattern;
+  if (const json* v = s.value("layers_block_type")) {
+    if (!v->is_array()) s.bad("layers_block_type", "must be a list of layer types");
+    for (const json& t : *v) {
+      if (t == "mamba" || t == "linear_attention") pattern += 'M';
+      else if (t == "attention" || t == "full_attention") pattern += '*';
+      else if (t == "mlp") pattern += '-';
+      else if (t == "moe") pattern += 'E';
+      else s.refuse("layers_block_type", "layer type " + t.dump());
+    }
+  }
+  if (const json* v = s.value("hybrid_override_pattern")) {
+    if (!v->is_string()) s.bad("hybrid_override_pattern", "must be a string of M, *, - and E");
+    if (!pattern.empty() && v->get<std::string>() != pattern)
+      s.bad("hybrid_override_pattern", "differs from layers_block_type");
+    pattern = v->get<std::string>();
+  }
+  if (pattern.empty()) pattern = "ME*-";  // NemotronHConfig's default layers
+  for (const char c : pattern)
+    if (c != 'M' && c != '*' && c != '-' && c != 'E')
+      s.refuse("hybrid_override_pattern", std::string("layer symbol '") + c + "' (M, *, - and E are modelled)");
+  m.n_layers = s.count("num_hidden_layers", static_cast<int64_t>(pattern.size()));
+  if (m.n_layers != static_cast<int64_t>(pattern.size()))
+    s.bad("num_hidden_layers", "differs from the " + std::to_string(pattern.size()) + " layers of the pattern");
+  // The Mamba-2 mixer (legacy mamba_* names as the defaults of the current ones).
+  if (pattern.find('M') != std::string::npos) {
+    Mamba2Config& b = m.mamba;
+    b.heads = s.count("mamba_num_heads", 128);
+    b.head_dim = s.count("mamba_head_dim", 64);
+    b.d_state = s.count("ssm_state_size", 128);
+    b.groups = s.count("n_groups", s.count("mamba_n_groups", 8));
+    b.conv_kernel = s.count("conv_kernel", s.count("mamba_d_conv", 4));
+    b.chunk = s.count("chunk_size", s.count("mamba_chunk_size", 128));
+    b.conv_bias = s.flag("use_conv_bias", s.flag("mamba_conv_bias", true));
+    if (const std::string act = s.text("mamba_hidden_act", "silu"); act != "silu")
+      s.refuse("mamba_hidden_act", "a Mamba-2 activation other than SiLU");
+  }
+  if (pattern.find('E') != std::string::npos) {
+    if (const json* latent = s.value("moe_latent_size"))
+      s.refuse("moe_latent_size", "latent experts (projections into and out of " + latent->dump() + " wide experts)");
+    m.moe.experts = s.count("n_routed_experts", 8);
+    m.moe.top_k = s.count("num_experts_per_tok", 2);
+    m.moe.d_expert = s.count("moe_intermediate_size", 7688);
+    if (s.count("n_shared_experts", 1, 0) > 0) {
+      m.moe.shared_experts = 1;
+      m.moe.d_shared = s.count("moe_shared_expert_intermediate_size", 7688);
+    }
+    m.moe.router_bias = true;  // e_score_correction_bias
+  }
+  std::vector<LayerKind>& kinds = per_layer(s, m);
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    LayerKind& k = kinds[i];
+    switch (pattern[i]) {
+      case 'M': k.mixer = Mixer::kMamba2, k.no_ffn = true; break;
+      case '*': k.no_ffn = true; break;
+      case '-': k.mixer = Mixer::kNone, k.dense_ffn = m.moe.active(); break;
+      default: k.mixer = Mixer::kNone; break;  // 'E'
+    }
+  }
+  if (const int64_t mtp = s.count("num_nextn_predict_layers", 0, 0); mtp > 0)
+    s.src().out.notes.push_back("num_nextn_predict_layers " + std::to_string(mtp) +
+                                ": the checkpoint's multi-token prediction layers are not part of the model costed");
+  // Initialisation, epsilons, the step's limits, the residual's format, the router's scaling and
+  // group limits, the cache: none changes a step's ops or bytes.
+  s.irrelevant({"expand",
+                "mamba_expand",
+                "time_step_min",
+                "time_step_max",
+                "time_step_limit",
+                "time_step_floor",
+                "time_step_rank",
+                "mamba_dt_min",
+                "mamba_dt_max",
+                "mamba_dt_limit",
+                "mamba_dt_init_floor",
+                "use_mamba_kernels",
+                "mamba_ssm_cache_dtype",
+                "residual_in_fp32",
+                "rescale_prenorm_residual",
+                "layer_norm_epsilon",
+                "rms_norm_eps",
+                "norm_eps",
+                "hidden_dropout",
+                "attention_dropout",
+                "max_position_embeddings",
+                "num_logits_to_keep",
+                "rope_theta",
+                "partial_rotary_factor",
+                "routed_scaling_factor",
+                "n_group",
+                "topk_group",
+                "norm_topk_prob",
+                "moe_shared_expert_overlap",
+                "mtp_hybrid_override_pattern",
+                "mtp_layers_block_type",
+                "router_aux_loss_coef",
+                "output_router_logits"});
+  // The sizes of a kind of layer the pattern does not have.
+  if (!m.mamba.active())
+    s.irrelevant({"mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "mamba_n_groups", "conv_kernel",
+                  "mamba_d_conv", "chunk_size", "mamba_chunk_size", "use_conv_bias", "mamba_conv_bias",
+                  "mamba_hidden_act"});
+  if (!m.moe.active())
+    s.irrelevant({"moe_latent_size", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                  "moe_shared_expert_intermediate_size", "n_shared_experts"});
+  if (pattern.find('-') == std::string::npos) s.irrelevant({"intermediate_size"});
+  if (pattern.find_first_of("-E") == std::string::npos) s.irrelevant({"mlp_hidden_act"});
+  if (pattern.find('*') == std::string::npos)
+    s.irrelevant({"num_attention_heads", "num_key_value_heads", "head_dim", "attention_head_dim"});
+  return m;
+}
+
 ModelConfig read_olmo(Section& s) {
   ModelConfig m = llama_family(s, {50304, 4096, 11008, 32, 32, 0, 0});
   attention_bias_unmodelled(s);
@@ -808,6 +949,7 @@ const std::map<std::string, Reader> kReaders = {{"llama", read_llama},
                                                 {"gemma3", read_gemma3},
                                                 {"llama4", read_llama4},
                                                 {"llama4_text", read_llama4_text},
+                                                {"nemotron_h", read_nemotron_h},
                                                 {"gemma3_text", read_gemma3_text},
                                                 {"mistral", read_mistral},
                                                 {"mixtral", read_mixtral},

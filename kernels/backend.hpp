@@ -109,12 +109,18 @@ bool backend_built(BackendKind kind);
 
 // Why no backend runs `op` as the simulator costs it yet, or "": a grouped GEMM (the experts of a
 // mixture of experts: `batch` groups) and sliding-window attention (a window `k` shorter than the
-// sequence) would otherwise run as one plain GEMM and as full causal attention, timing other work.
+// sequence) would otherwise run as one plain GEMM and as full causal attention, timing other work;
+// the Mamba-2 mixer's kernels have no implementation in any backend yet.
 // Inline: the CPU, CUDA and HIP backend libraries each call it without linking the others.
 inline std::string unsupported_by_every_backend(const Op& op) {
   if (op.kind == OpKind::kGemm && op.batch > 1)
     return "a grouped GEMM of " + std::to_string(op.batch) +
            " groups (mixture-of-experts experts): no backend runs it yet";
+  if (op.kind == OpKind::kMemoryBound &&
+      (op.mem == MemKind::kCausalConv1d || op.mem == MemKind::kCausalConv1dBackward || op.mem == MemKind::kSsdScan ||
+       op.mem == MemKind::kSsdScanBackward || op.mem == MemKind::kGatedRmsNorm ||
+       op.mem == MemKind::kGatedRmsNormBackward))
+    return "a Mamba-2 mixer's kernel (convolution, chunked scan, gated norm): no backend runs it yet";
   if ((op.kind == OpKind::kAttentionFwd || op.kind == OpKind::kAttentionBwd) && op.k > 0 && op.k < op.seq)
     return "sliding-window attention (window " + std::to_string(op.k) + " of " + std::to_string(op.seq) +
            " positions): no backend runs it yet";

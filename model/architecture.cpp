@@ -12,8 +12,12 @@ namespace tpsim {
 std::string_view to_string(NormKind n) { return n == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"; }
 std::string_view to_string(FfnKind f) { return f == FfnKind::kMlp ? "mlp" : "glu"; }
 std::string_view to_string(Activation a) {
-  constexpr std::array<std::string_view, 3> kNames = {"gelu", "silu", "relu"};
+  constexpr std::array<std::string_view, 4> kNames = {"gelu", "silu", "relu", "relu2"};
   return name_of(a, kNames);
+}
+std::string_view to_string(Mixer m) {
+  constexpr std::array<std::string_view, 3> kNames = {"attention", "mamba2", "none"};
+  return name_of(m, kNames);
 }
 std::string_view to_string(PositionKind p) {
   constexpr std::array<std::string_view, 4> kNames = {"learned", "alibi", "rope", "none"};
@@ -40,6 +44,10 @@ std::vector<std::pair<std::string, int64_t>> unaligned_gemm_widths(const ModelCo
     check("value width", m.o_dim());
   }
   if (m.kv_dim() != m.q_dim()) check("key/value width", m.kv_dim());
+  if (m.mamba.active()) {
+    check("Mamba in projection", m.mamba.in_width());
+    check("Mamba inner width", m.mamba.d_inner());
+  }
   if (m.moe.active()) {
     check("expert width", m.moe.d_expert);
     if (m.moe.shared_experts > 0) check("shared expert width", m.moe.d_shared);
@@ -67,7 +75,11 @@ ModelConfig layer_model(const ModelConfig& m, const LayerKind& k) {
     out.positions = PositionKind::kNone;
     if (out.qk_norm == QkNorm::kPerHeadNoWeight) out.qk_norm = QkNorm::kNone;
   }
-  if (k.dense_ffn) out.moe = MoeConfig{};
+  if (k.dense_ffn || k.no_ffn) out.moe = MoeConfig{};
+  out.mixer = k.mixer;
+  out.no_ffn = k.no_ffn;
+  if (k.mixer != Mixer::kAttention) out.sliding_window = out.attention_chunk = 0;
+  if (k.mixer != Mixer::kMamba2) out.mamba = Mamba2Config{};
   return out;
 }
 
@@ -110,7 +122,14 @@ bool ModelConfig::is_mpt_default() const {
   return kv_heads() == n_heads && d_head() * n_heads == d_model && norm == NormKind::kLayerNorm && norm_bias &&
          qkv_bias && linear_bias && ffn == FfnKind::kMlp && activation == Activation::kGelu && tie_embeddings &&
          positions == PositionKind::kLearned && max_positions == 0 && sliding_window == 0 && attention_chunk == 0 &&
-         qk_norm == QkNorm::kNone && !moe.active() && !unfused_attention && layers.empty();
+         qk_norm == QkNorm::kNone && !moe.active() && !unfused_attention && layers.empty() &&
+         mixer == Mixer::kAttention && !no_ffn;
+}
+
+int64_t attention_layer_count(const ModelConfig& m) {
+  if (m.uniform()) return m.mixer == Mixer::kAttention ? m.n_layers : 0;
+  return std::count_if(m.layers.begin(), m.layers.end(),
+                       [](const LayerKind& k) { return k.mixer == Mixer::kAttention; });
 }
 
 namespace {
@@ -165,6 +184,18 @@ std::string check_architecture(const ModelConfig& m) {
     return "the key/value heads (" + str(m.kv_heads()) + ") must divide the query heads (" + str(m.n_heads) + ")";
   if (m.d_ffn() <= 0) return "expansion_ratio * d_model rounds to zero";
   if (m.max_positions > 0 && !m.learned_positions()) return "a learned position table without learned positions";
+  if (m.mamba != Mamba2Config{}) {
+    const Mamba2Config& b = m.mamba;
+    if (b.heads <= 0 || b.head_dim <= 0 || b.d_state <= 0 || b.groups <= 0 || b.conv_kernel <= 0 || b.chunk <= 0 ||
+        b.heads > (1 << 16) || b.head_dim > 4096 || b.d_state > 4096 || b.conv_kernel > 64 || b.chunk > (1 << 16))
+      return "the Mamba-2 mixer needs positive heads (at most 2^16), head_dim and d_state (at most 4096), groups, "
+             "conv_kernel (at most 64) and chunk (at most 2^16)";
+    if (b.heads % b.groups != 0)
+      return "the Mamba-2 groups (" + str(b.groups) + ") must divide its heads (" + str(b.heads) + ")";
+  }
+  if (m.layers.empty() && m.mixer == Mixer::kMamba2 && !m.mamba.active()) return "a Mamba-2 model without its sizes";
+  if (m.layers.empty() && m.mixer == Mixer::kNone && m.no_ffn)
+    return "a layer with neither a token mixer nor a feed-forward";
   if (m.layers.empty() && m.sliding_window > 0 && m.attention_chunk > 0)
     return "a sliding window and chunked attention in the same layers";
   if (m.mla.active() || m.mla != MlaConfig{}) {
@@ -191,6 +222,14 @@ std::string check_architecture(const ModelConfig& m) {
     if (any(&LayerKind::chunked) && m.attention_chunk <= 0) return "chunked-attention layers without a chunk size";
     if (std::any_of(m.layers.begin(), m.layers.end(), [](const LayerKind& k) { return k.sliding && k.chunked; }))
       return "a layer both sliding and chunked";
+    if (std::any_of(m.layers.begin(), m.layers.end(), [](const LayerKind& k) { return k.mixer == Mixer::kMamba2; }) &&
+        !m.mamba.active())
+      return "Mamba-2 layers without the Mamba-2 mixer's sizes";
+    if (std::any_of(m.layers.begin(), m.layers.end(),
+                    [](const LayerKind& k) { return k.mixer == Mixer::kNone && k.no_ffn; }))
+      return "a layer with neither a token mixer nor a feed-forward";
+    if (m.mixer != Mixer::kAttention || m.no_ffn)
+      return "per-layer kinds in a model whose own block is not attention and a feed-forward";
     if (any(&LayerKind::nope) && m.positions != PositionKind::kRope)
       return "layers without RoPE in a model whose other layers have no RoPE either";
     if (any(&LayerKind::dense_ffn) && !m.moe.active()) return "dense feed-forward layers in a model without experts";
@@ -226,9 +265,33 @@ int64_t attention_params(const ModelConfig& m) {
   return weights + biases + qk_norm + (m.attention_sinks ? m.n_heads : 0);
 }
 
+// The Mamba-2 mixer: in projection, the convolution (and its bias), dt_bias, A_log and D per head,
+// the gated norm's weight, the out projection.
+int64_t mamba_params(const ModelConfig& m) {
+  const Mamba2Config& b = m.mamba;
+  return m.d_model * b.in_width() + (b.conv_kernel + (b.conv_bias ? 1 : 0)) * b.conv_channels() + 3 * b.heads +
+         b.d_inner() + b.d_inner() * m.d_model;
+}
+
+int64_t mixer_params(const ModelConfig& m) {
+  switch (m.mixer) {
+    case Mixer::kAttention: return attention_params(m);
+    case Mixer::kMamba2: return mamba_params(m);
+    case Mixer::kNone: return 0;
+  }
+  return 0;
+}
+
+// The norms before (and with post_norms, after) each of the layer's sublayers.
+int64_t layer_norm_params(const ModelConfig& m) {
+  const int64_t sublayers = (m.mixer != Mixer::kNone ? 1 : 0) + (m.no_ffn ? 0 : 1);
+  return sublayers * (m.post_norms ? 2 : 1) * norm_params(m);
+}
+
 // The feed-forward with `routed_experts` of the routed experts' weights counted.
 int64_t ffn_params(const ModelConfig& m, int64_t routed_experts) {
   const int64_t d = m.d_model;
+  if (m.no_ffn) return 0;
   if (!m.moe.active()) {
     const int64_t f = m.d_ffn();
     const int64_t biases = m.linear_bias ? (m.ffn == FfnKind::kGlu ? 2 * f : f) + d : 0;
@@ -251,13 +314,13 @@ void require_uniform(const ModelConfig& m, const char* what) {
 
 int64_t layer_parameter_count(const ModelConfig& m) {
   require_uniform(m, "layer_parameter_count");
-  return attention_params(m) + (m.post_norms ? 4 : 2) * norm_params(m) + ffn_params(m, m.moe.experts);
+  return mixer_params(m) + layer_norm_params(m) + ffn_params(m, m.moe.experts);
 }
 
 int64_t layer_active_parameter_count(const ModelConfig& m) {
   require_uniform(m, "layer_active_parameter_count");
   if (!m.moe.active()) return layer_parameter_count(m);
-  return attention_params(m) + (m.post_norms ? 4 : 2) * norm_params(m) + ffn_params(m, m.moe.top_k);
+  return mixer_params(m) + layer_norm_params(m) + ffn_params(m, m.moe.top_k);
 }
 
 int64_t embedding_parameter_count(const ModelConfig& m, int64_t seq_len) {

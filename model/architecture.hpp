@@ -21,7 +21,9 @@ enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
 // kMlp: down(act(up(x))), two matrices. kGlu: down(act(gate(x)) * up(x)), three matrices
 // (SwiGLU with SiLU, GeGLU with GELU).
 enum class FfnKind : uint8_t { kMlp, kGlu };
-enum class Activation : uint8_t { kGelu, kSilu, kRelu };
+// kRelu2: squared ReLU, relu(x)^2 (Nemotron-H's relu2), the same bytes as ReLU (one elementwise
+// kernel each way; the backends run ReLU's for it).
+enum class Activation : uint8_t { kGelu, kSilu, kRelu, kRelu2 };
 // Learned: a table of positions added to the token embedding. ALiBi and RoPE act inside the
 // attention and have no parameters; kNone: no positional encoding at all.
 enum class PositionKind : uint8_t { kLearned, kAlibi, kRope, kNone };
@@ -77,6 +79,30 @@ struct MlaConfig {
   bool operator==(const MlaConfig&) const = default;
 };
 
+// What mixes a layer's tokens: attention, a Mamba-2 state-space mixer (Mamba2Config), or nothing
+// (a layer of a feed-forward alone: Nemotron-H's '-' and 'E' layers).
+enum class Mixer : uint8_t { kAttention, kMamba2, kNone };
+std::string_view to_string(Mixer m);
+
+// A Mamba-2 mixer (Dao and Gu, "Transformers are SSMs", 2024, Sec. 7; mamba_ssm's Mamba2, Megatron-Core's
+// MambaMixer, Hugging Face's NemotronHMamba2Mixer): an in projection d_model -> [z, x, B, C, dt]
+// (d_inner, d_inner, groups x d_state twice, heads), a depthwise causal convolution of conv_kernel
+// taps over x, B and C with SiLU, the chunked state-space scan (SSD) over heads of head_dim with a
+// d_state state per head, in chunks of `chunk` tokens, B and C shared by the heads of a group, a
+// skip D and a step dt_bias and decay A_log per head; the output gated by silu(z) and RMS-normed per
+// group (a weight of d_inner), then an out projection d_inner -> d_model. No biases on the
+// projections; the convolution's bias with conv_bias.
+struct Mamba2Config {
+  int64_t heads = 0, head_dim = 0, d_state = 0, groups = 0, conv_kernel = 0, chunk = 0;
+  bool conv_bias = true;
+
+  bool active() const { return heads > 0; }
+  int64_t d_inner() const { return heads * head_dim; }
+  int64_t conv_channels() const { return d_inner() + 2 * groups * d_state; }         // x, B and C
+  int64_t in_width() const { return 2 * d_inner() + 2 * groups * d_state + heads; }  // z, x, B, C, dt
+  bool operator==(const Mamba2Config&) const = default;
+};
+
 // How one layer departs from the model's block (ModelConfig's fields): the per-layer patterns of
 // Hugging Face's layer_types, Qwen-MoE's decoder_sparse_step and mlp_only_layers, Qwen2's
 // max_window_layers, Llama 4's no_rope_layers and interleave_moe_layer_step (ModelConfig::layers).
@@ -87,6 +113,8 @@ struct LayerKind {
   // No RoPE where the model's other layers rotate q and k (Llama 4's NoPE layers), and none of what
   // only the rotated layers run: a kPerHeadNoWeight QK-norm.
   bool nope = false;
+  Mixer mixer = Mixer::kAttention;  // Nemotron-H's hybrid_override_pattern: 'M' Mamba-2, '-' and 'E' none
+  bool no_ffn = false;              // no feed-forward ('M' and '*' layers of Nemotron-H)
 
   bool operator==(const LayerKind&) const = default;
 };
@@ -136,6 +164,13 @@ struct ModelConfig {
   // A learned logit per query head that every softmax row includes (GPT-OSS's attention sinks):
   // n_heads parameters per layer; the attention kernel reads them, no op of its own.
   bool attention_sinks = false;
+  // Each layer's token mixer and whether it has a feed-forward (a Nemotron-H layer holds one of a
+  // Mamba-2 mixer, attention, an MLP or a mixture of experts, each behind its own norm and residual);
+  // the Mamba-2 mixer's sizes. With layers, mixer and no_ffn are those of the uniform model only: the
+  // kinds say each layer's.
+  Mixer mixer = Mixer::kAttention;
+  bool no_ffn = false;
+  Mamba2Config mamba;
   // Latent attention (MlaConfig); with it, head_dim is the query's and key's head (nope + rope),
   // n_kv_heads n_heads (each head its own key and value after the up projection).
   MlaConfig mla;
@@ -191,6 +226,9 @@ void set_layer_kinds(ModelConfig& m, const std::vector<LayerKind>& kinds);
 // Throws std::logic_error naming `what` when m's layers differ: what costs one block must be given
 // a group's model (layer_pattern), never a per-layer model.
 void require_uniform(const ModelConfig& m, const char* what);
+
+// The layers whose mixer is attention (all of a transformer's; a hybrid's '*' layers).
+int64_t attention_layer_count(const ModelConfig& m);
 
 // Empty when the architecture can be modelled, else the reason (heads that do not divide d_model,
 // query heads not a multiple of the key/value heads, ...).

@@ -83,8 +83,8 @@ constexpr Rule kHsdpMeshValid{"hsdp-mesh-valid", "--shard-degree --replicate-deg
                               RuleScope::kConfig, hsdp_mesh_valid};
 constexpr Rule kHybridShardWholeNodes{"hybrid-shard-whole-nodes", "--sharding --gpus; Sharding Strategy",
                                       RuleScope::kConfig, hybrid_shard_whole_nodes};
-constexpr std::array<const Rule*, 3> kComposerRules = {&kHsdpMeshValid, &kHybridShardWholeNodes,
-                                                       &kChunkedAttentionNotModelled};
+constexpr std::array<const Rule*, 4> kComposerRules = {&kHsdpMeshValid, &kHybridShardWholeNodes,
+                                                       &kChunkedAttentionNotModelled, &kHybridLayersModelled};
 
 }  // namespace
 

@@ -51,6 +51,8 @@ ModelConfig tensor_parallel_slice(const ModelConfig& model, int64_t tp, const Mo
   slice.n_kv_heads = model.kv_heads() / tp;
   slice.n_heads = model.n_heads / tp;
   slice.ffn_hidden = model.d_ffn() / tp;
+  slice.mamba.heads = model.mamba.heads / tp;
+  slice.mamba.groups = model.mamba.groups / tp;
   slice.moe = moe;
   return slice;
 }
@@ -162,17 +164,12 @@ constexpr Rule kUserbuffersSmCount{"userbuffers-sm-count", "--tp-comm-overlap --
                                    userbuffers_sm_count};
 constexpr Rule kMegatronFsdpModelled{"megatron-fsdp-modelled", "--megatron-fsdp --pp --dist-opt; Megatron FSDP",
                                      RuleScope::kLayout, megatron_fsdp_modelled};
-const std::array<const Rule*, 12> kMegatronRules = {&kChunkedAttentionNotModelled,
-                                                    &kTpCommOverlapNeedsTpAndSp,
-                                                    &kContextNeedsFusedAttention,
-                                                    &kMoeTensorNeedsSp,
-                                                    &kInterleavedMicroBatches,
-                                                    &kPipelineScheduleLimits,
-                                                    &kSlidingWindowNotModelled,
-                                                    &kGradReduceBf16NeedsBf16,
-                                                    &kFp8ParamGatherNeedsLowPrecision,
-                                                    &kMoeA2aOverlapConditions,
-                                                    &kUserbuffersSmCount,
+const std::array<const Rule*, 13> kMegatronRules = {&kHybridLayersModelled,      &kChunkedAttentionNotModelled,
+                                                    &kTpCommOverlapNeedsTpAndSp, &kContextNeedsFusedAttention,
+                                                    &kMoeTensorNeedsSp,          &kInterleavedMicroBatches,
+                                                    &kPipelineScheduleLimits,    &kSlidingWindowNotModelled,
+                                                    &kGradReduceBf16NeedsBf16,   &kFp8ParamGatherNeedsLowPrecision,
+                                                    &kMoeA2aOverlapConditions,   &kUserbuffersSmCount,
                                                     &kMegatronFsdpModelled};
 
 }  // namespace
@@ -326,9 +323,12 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     b.lora = lora_block_params(shape);
     b.attention_again = cfg.layout.checkpointing == Checkpointing::kSelective ? b.fwd.attention : 0.0;
     b.ring_again_s = cfg.layout.checkpointing == Checkpointing::kSelective ? b.ring.fwd_exposed_s : 0.0;
+    // One all-reduce (all-gather and reduce-scatter) per sublayer each way: the mixer's and the
+    // feed-forward's (a Nemotron-H layer has one of them).
     const double sync = cost_.collective_seconds(CollectiveKind::kAllReduce, td_bytes, l.tp_group);
-    b.tp_fwd_s = 2.0 * sync;
-    b.tp_bwd_s = 2.0 * sync;
+    const double sublayers = (model.mixer != Mixer::kNone ? 1.0 : 0.0) + (model.no_ffn ? 0.0 : 1.0);
+    b.tp_fwd_s = sublayers * sync;
+    b.tp_bwd_s = sublayers * sync;
     if (model.mla.active()) {
       // Latent attention gathers its compressed query and key/value (and the shared RoPE key) before
       // the up projections, not the hidden state: the down projections run on each rank's own rows.

@@ -108,6 +108,11 @@ double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Pre
       model.mla.active()
           ? t * static_cast<double>(model.mla.q_lora_rank + model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
           : 0.0;
+  // The mixer's: attention's (above) or the Mamba-2 mixer's in projection, convolution and inner width.
+  double mixer = tq + tkv + tv + latent;
+  if (model.mixer == Mixer::kMamba2)
+    mixer = t * static_cast<double>(model.mamba.in_width() + model.mamba.conv_channels() + model.mamba.d_inner());
+  if (model.mixer == Mixer::kNone) mixer = 0;
   const double per_width = model.ffn == FfnKind::kGlu ? 3.0 : 2.0;
   double ffn = per_width * t * static_cast<double>(model.d_ffn());
   if (model.moe.active()) {
@@ -116,7 +121,8 @@ double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Pre
     ffn = per_width * rows * static_cast<double>(e.d_expert) + 2.0 * rows * static_cast<double>(model.d_model) +
           t * static_cast<double>(e.experts) + per_width * t * static_cast<double>(e.shared_experts * e.d_shared);
   }
-  return (td + tq + tkv + tv + latent + ffn) * activation_bytes(p);
+  if (model.no_ffn) ffn = 0;
+  return (td + mixer + ffn) * activation_bytes(p);
 }
 
 ModelMemoryCounts model_memory_counts(const ModelConfig& model, int64_t seq_len, const Lora& lora) {

@@ -24,6 +24,8 @@
 //   causal attention: counted as if not causal (2x what the causal kernel executes), with d_model
 //     even where n_heads * head_dim differs from it;
 //   sliding window and chunked attention: counted as full attention, whatever the window or chunk;
+//   hybrid models (Mamba-2 layers): the attention term over the attention layers alone, and the
+//     Mamba-2 scan's FLOPs not counted (its parameters' are, in the parameter term);
 //   mixture of experts: top_k experts per token, without the capacity factor's padding, the
 //     router's softmax and top-k, or the permutations;
 //   untied embeddings: the lookup is not counted, the output projection is.

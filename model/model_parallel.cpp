@@ -161,17 +161,20 @@ void tensor_parallel_seconds(const CostModel& cost, const BlockShape& shape, con
                              double td_bytes, double& fwd, double& bwd, double& ag, double& rs) {
   ag = cost.collective_seconds(CollectiveKind::kAllGather, td_bytes, group);
   rs = cost.collective_seconds(CollectiveKind::kReduceScatter, td_bytes, group);
+  // A gather and a scatter around each sublayer: the mixer's (attention's or Mamba-2's, whose in and
+  // out projections carry attention's roles) and the feed-forward's.
+  const double mixer = shape.mixer != Mixer::kNone ? 1.0 : 0.0, ffn = shape.no_ffn ? 0.0 : 1.0;
   if (!overlapped) {
-    fwd = bwd = 2.0 * ag + 2.0 * rs;
+    fwd = bwd = (mixer + ffn) * (ag + rs);
     return;
   }
   const LinearSeconds f = linear_seconds(cost, block_forward_ops, shape, OpPass::kForward);
   const LinearSeconds b = linear_seconds(cost, block_backward_ops, shape, OpPass::kDataGrad);
   const auto hidden = [](double comm, double gemm) { return std::max(comm - gemm, 0.0); };
   // Forward: gather -> QKV, out projection -> scatter, gather -> gate/up, down -> scatter.
-  fwd = hidden(ag, f.qkv) + hidden(rs, f.out) + hidden(ag, f.gate + f.up) + hidden(rs, f.down);
+  fwd = mixer * (hidden(ag, f.qkv) + hidden(rs, f.out)) + ffn * (hidden(ag, f.gate + f.up) + hidden(rs, f.down));
   // Backward: gather -> down's dgrad, gate/up's dgrad -> scatter, gather -> out's dgrad, QKV's -> scatter.
-  bwd = hidden(ag, b.down) + hidden(rs, b.gate + b.up) + hidden(ag, b.out) + hidden(rs, b.qkv);
+  bwd = ffn * (hidden(ag, b.down) + hidden(rs, b.gate + b.up)) + mixer * (hidden(ag, b.out) + hidden(rs, b.qkv));
 }
 
 RingAttention ring_attention(const CostModel& cost, const BlockShape& local, int64_t cp, const CommGroup& ring) {

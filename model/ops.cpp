@@ -62,6 +62,9 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
   s.qk_norm = m.qk_norm;
   s.mla = m.mla;
   s.post_norms = m.post_norms;
+  s.mixer = m.mixer;
+  s.no_ffn = m.no_ffn;
+  s.mamba = m.mamba;
   s.unfused_attention = m.unfused_attention;
   s.torch_attention = m.unfused_attention && m.torch_attention;
   s.attention_dropout_per_mille = static_cast<int64_t>(std::lround(m.attention_dropout * 1000.0));
@@ -74,6 +77,8 @@ BlockShape tensor_parallel_shape(BlockShape s, int64_t tp, bool sequence_paralle
   s.kv_heads = s.n_kv_heads() / tp;
   s.n_heads /= tp;
   s.d_ffn /= tp;
+  s.mamba.heads /= tp;  // Megatron-Core's MambaMixer: heads and groups split (check_config: tp divides both)
+  s.mamba.groups /= tp;
   s.vocab = (padded_vocab + tp - 1) / tp;
   s.tp = tp;
   s.sequence_parallel = sequence_parallel;
@@ -212,8 +217,8 @@ Linear mla_kv_up(const BlockShape& s) {
 struct FfnNames {
   LinearNames gate, up, down;
   LinearNames fc1;  // the gate and up projections as one linear (BlockShape::fused_swiglu)
-  const char* act_fwd[3];
-  const char* act_bwd[3];
+  const char* act_fwd[4];
+  const char* act_bwd[4];
   const char* mul_fwd;
   const char* mul_bwd;
   const char* dx_sum;  // GLU backward: the gate's and up's input gradients summed
@@ -221,13 +226,13 @@ struct FfnNames {
 };
 // The dense feed-forward's linears each have a role of their own; every op of the routed or the
 // shared experts has the experts' role.
-#define TPSIM_FFN(stem, gate_role, up_role, fc1_role, down_role, role)                                                \
-  {                                                                                                                   \
-    TPSIM_LINEAR(stem ".gate_proj", gate_role), TPSIM_LINEAR(stem ".up_proj", up_role),                               \
-        TPSIM_LINEAR(stem ".down_proj", down_role), TPSIM_LINEAR(stem ".fc1", fc1_role),                              \
-        {stem ".gelu.fwd", stem ".silu.fwd", stem ".relu.fwd"},                                                       \
-        {stem ".gelu.bwd", stem ".silu.bwd", stem ".relu.bwd"}, stem ".mul.fwd", stem ".mul.bwd", stem ".dx_sum.bwd", \
-        role                                                                                                          \
+#define TPSIM_FFN(stem, gate_role, up_role, fc1_role, down_role, role)                                               \
+  {                                                                                                                  \
+    TPSIM_LINEAR(stem ".gate_proj", gate_role), TPSIM_LINEAR(stem ".up_proj", up_role),                              \
+        TPSIM_LINEAR(stem ".down_proj", down_role), TPSIM_LINEAR(stem ".fc1", fc1_role),                             \
+        {stem ".gelu.fwd", stem ".silu.fwd", stem ".relu.fwd", stem ".relu2.fwd"},                                   \
+        {stem ".gelu.bwd", stem ".silu.bwd", stem ".relu.bwd", stem ".relu2.bwd"}, stem ".mul.fwd", stem ".mul.bwd", \
+        stem ".dx_sum.bwd", role                                                                                     \
   }
 #define TPSIM_EXPERTS(stem, role) TPSIM_FFN(stem, role, role, role, role, role)
 constexpr FfnNames kDenseFfn =
@@ -236,7 +241,6 @@ constexpr FfnNames kExpertFfn = TPSIM_EXPERTS("moe.experts", OpRole::kRoutedExpe
 constexpr FfnNames kSharedFfn = TPSIM_EXPERTS("moe.shared", OpRole::kSharedExpert);
 #undef TPSIM_EXPERTS
 #undef TPSIM_FFN
-#undef TPSIM_LINEAR
 
 struct Ffn {
   const FfnNames* names;
@@ -289,7 +293,8 @@ MemKind activation_kind(Activation act) {
   switch (act) {
     case Activation::kGelu: return MemKind::kGelu;
     case Activation::kSilu: return MemKind::kSilu;
-    case Activation::kRelu: return MemKind::kRelu;
+    case Activation::kRelu:
+    case Activation::kRelu2: return MemKind::kRelu;  // relu(x)^2: the same bytes, one kernel
   }
   return MemKind::kGelu;
 }
@@ -297,7 +302,8 @@ MemKind activation_backward_kind(Activation act) {
   switch (act) {
     case Activation::kGelu: return MemKind::kGeluBackward;
     case Activation::kSilu: return MemKind::kSiluBackward;
-    case Activation::kRelu: return MemKind::kReluBackward;
+    case Activation::kRelu:
+    case Activation::kRelu2: return MemKind::kReluBackward;
   }
   return MemKind::kGeluBackward;
 }
@@ -961,27 +967,137 @@ void moe_backward(const BlockShape& s, OpSink& out) {
                        d(sums) * td * a, sums));
 }
 
+// The Mamba-2 mixer's projections: the in projection column-parallel over the heads (its input
+// gathered, each rank keeping its own rows), the out projection row-parallel (Megatron-Core's
+// MambaMixer); no biases, no LoRA adapters (rules refuse LoRA on Mamba-2 layers).
+Linear mamba_in(const BlockShape& s) {
+  return {
+      TPSIM_LINEAR("mamba.in_proj", OpRole::kQkv), s.tokens(), s.mamba.in_width(), s.d_model, 1, false, s.row_tokens()};
+}
+Linear mamba_out(const BlockShape& s) {
+  return {
+      TPSIM_LINEAR("mamba.out_proj", OpRole::kAttnOut), s.tokens(), s.d_model, s.mamba.d_inner(), 1, false, s.tokens()};
+}
+
+// The scan's fp32 intermediates per pass (mamba_scan_flops): the cumulative decay per head, C B^T
+// per group over the chunk, the chunk states (H x P x N per chunk).
+struct ScanSizes {
+  double t, x, bc, dt, decay, cb, states;  // tokens; elements of x, of B and C, of dt; fp32 bytes
+};
+ScanSizes scan_sizes(const BlockShape& s) {
+  const Mamba2Config& b = s.mamba;
+  const double t = d(s.tokens()), q = d(std::min(b.chunk, s.seq));
+  const double chunks = d(s.batch) * std::ceil(d(s.seq) / q);
+  return {t,
+          t * d(b.d_inner()),
+          t * d(2 * b.groups * b.d_state),
+          t * d(b.heads),
+          t * d(b.heads) * 4.0,
+          t * q * d(b.groups) * 4.0,
+          chunks * d(b.d_inner()) * d(b.d_state) * 4.0};
+}
+
+// Forward, as Megatron-Core's MambaMixer runs it on mamba_ssm's memory-efficient path
+// (mamba_split_conv1d_scan_combined with the gated norm): the in projection keeps its input; the
+// combined function keeps the in projection's output (z, x, B, C, dt) and the norm's rstd and
+// recomputes the convolution and the scan's output in its backward; the out projection keeps the
+// norm's output.
+void mamba_forward(const BlockShape& s, OpSink& out) {
+  const Mamba2Config& b = s.mamba;
+  const double a = activation_bytes(s.precision);
+  const DType act = activation_dtype(s.precision);
+  const ScanSizes z = scan_sizes(s);
+  const double conv = z.t * d(b.conv_channels()), taps = d(b.conv_channels()) * d(b.conv_kernel + 1);
+  linear_forward(s, mamba_in(s), false, out);
+  Op c = membound_op("mamba.conv1d.fwd", MemKind::kCausalConv1d, s.tokens(), b.conv_channels(), act,
+                     conv * a + taps * a, conv * a, 1, z.t * d(b.in_width()) * a);
+  c.k = b.conv_kernel;
+  out.push(c);
+  Op scan = membound_op("mamba.scan.fwd", MemKind::kSsdScan, s.tokens(), b.d_inner(), act,
+                        (z.x + z.bc + z.dt) * a + z.decay + z.cb + 2.0 * z.states,
+                        z.x * a + z.decay + z.cb + 2.0 * z.states, 5);
+  scan.k = b.d_state;
+  scan.flops = mamba_scan_flops(s);
+  out.push(scan);
+  const int64_t rows = s.tokens() * b.groups, group = b.d_inner() / b.groups;
+  out.push(membound_op("mamba.gated_norm.fwd", MemKind::kGatedRmsNorm, rows, group, act,
+                       2.0 * z.x * a + d(b.d_inner()) * a, z.x * a + d(rows) * 4.0, 1, d(rows) * 4.0));
+  linear_forward(s, mamba_out(s), false, out);
+}
+
+// Backward: the out projection's; the convolution and the scan's output run again; the gated norm's,
+// the scan's (its states recomputed: twice the forward's intermediates, and twice its FLOPs, an
+// assumption of the same order as attention's 2.5) and the convolution's backward; the in projection's.
+void mamba_backward(const BlockShape& s, OpSink& out) {
+  const Mamba2Config& b = s.mamba;
+  const double a = activation_bytes(s.precision);
+  const DType act = activation_dtype(s.precision);
+  const ScanSizes z = scan_sizes(s);
+  const double conv = z.t * d(b.conv_channels()), taps = d(b.conv_channels()) * d(b.conv_kernel + 1);
+  linear_backward(s, mamba_out(s), out);
+  Op again = membound_op("mamba.conv1d.recompute", MemKind::kCausalConv1d, s.tokens(), b.conv_channels(), act,
+                         conv * a + taps * a, conv * a);
+  again.k = b.conv_kernel;
+  out.push(again);
+  Op y = membound_op("mamba.scan.recompute", MemKind::kSsdScan, s.tokens(), b.d_inner(), act,
+                     (z.x + z.bc + z.dt) * a + z.decay + z.cb + 2.0 * z.states,
+                     z.x * a + z.decay + z.cb + 2.0 * z.states, 5);
+  y.k = b.d_state;
+  y.flops = mamba_scan_flops(s);
+  out.push(y);
+  const int64_t rows = s.tokens() * b.groups, group = b.d_inner() / b.groups;
+  out.push(membound_op("mamba.gated_norm.bwd", MemKind::kGatedRmsNormBackward, rows, group, act,
+                       3.0 * z.x * a + d(rows) * 4.0 + d(b.d_inner()) * a, 2.0 * z.x * a + d(b.d_inner()) * 4.0, 2));
+  Op scan = membound_op("mamba.scan.bwd", MemKind::kSsdScanBackward, s.tokens(), b.d_inner(), act,
+                        (2.0 * z.x + z.bc + z.dt) * a + 2.0 * (z.decay + z.cb + 2.0 * z.states),
+                        (z.x + z.bc + z.dt) * a + 2.0 * (z.decay + z.cb + 2.0 * z.states), 10);
+  scan.k = b.d_state;
+  scan.flops = 2.0 * mamba_scan_flops(s);
+  out.push(scan);
+  Op c = membound_op("mamba.conv1d.bwd", MemKind::kCausalConv1dBackward, s.tokens(), b.conv_channels(), act,
+                     2.0 * conv * a + taps * a, conv * a + taps * 4.0, 2);
+  c.k = b.conv_kernel;
+  out.push(c);
+  linear_backward(s, mamba_in(s), out);
+}
+#undef TPSIM_LINEAR
+
 }  // namespace
+
+double mamba_scan_flops(const BlockShape& s) {
+  const Mamba2Config& b = s.mamba;
+  const double q = d(std::min(b.chunk, s.seq)), n = d(b.d_state), di = d(b.d_inner());
+  const double per_token = 2.0 * q * n * d(b.groups) + 2.0 * q * di + 2.0 * n * di + 2.0 * n * di / q + 2.0 * n * di;
+  return d(s.tokens()) * per_token;
+}
 
 void block_forward_ops(const BlockShape& s, OpSink& out) {
   const bool fp8 = quantized_bytes(s.precision) > 0;
-  out.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
-  if (s.mla.active()) {
-    mla_forward(s, out);
-  } else {
-    linear_forward(s, qkv(s), false, out);
-    if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/true, out);
-    if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.fwd", s));
+  if (s.mixer == Mixer::kMamba2) {
+    out.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
+    mamba_forward(s, out);
+    out.push(residual_add("resid_mamba.fwd", s));
+  } else if (s.mixer == Mixer::kAttention) {
+    out.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
+    if (s.mla.active()) {
+      mla_forward(s, out);
+    } else {
+      linear_forward(s, qkv(s), false, out);
+      if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/true, out);
+      if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.fwd", s));
+    }
+    if (s.unfused_attention) unfused_attention_forward(s, /*keep=*/true, out);
+    else out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
+    // Flash attention keeps its output, which is the out projection's input (in bf16: under fp8 the
+    // out projection keeps its own quantized copy, and its LoRA adapters share the attention's).
+    linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8 && !s.unfused_attention,
+                   /*adapter_input_kept=*/!s.unfused_attention, out);
+    if (s.post_norms) out.push(norm_forward("norm_post_attn.fwd", s));
+    out.push(residual_add("resid_attn.fwd", s));
   }
-  if (s.unfused_attention) unfused_attention_forward(s, /*keep=*/true, out);
-  else out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
-  // Flash attention keeps its output, which is the out projection's input (in bf16: under fp8 the
-  // out projection keeps its own quantized copy, and its LoRA adapters share the attention's).
-  linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8 && !s.unfused_attention,
-                 /*adapter_input_kept=*/!s.unfused_attention, out);
-  if (s.post_norms) out.push(norm_forward("norm_post_attn.fwd", s));
-  out.push(residual_add("resid_attn.fwd", s));
-  out.push(norm_forward("norm_2.fwd", s, block_norm_fusion(s, /*after_add=*/true)));
+  if (s.no_ffn) return;
+  // A layer of a feed-forward alone has only this norm, the first of its block.
+  out.push(norm_forward("norm_2.fwd", s, block_norm_fusion(s, /*after_add=*/s.mixer != Mixer::kNone)));
   if (s.moe.active()) moe_forward(s, out);
   else ffn_forward(s, dense_ffn(s), out);
   if (s.post_norms) out.push(norm_forward("norm_post_ffn.fwd", s));
@@ -989,12 +1105,21 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
 }
 
 void block_backward_ops(const BlockShape& s, OpSink& out) {
-  // The skip and branch gradients summed (under torch.compile in norm_1's backward kernel).
-  out.push(residual_add_backward("resid_ffn.bwd", s));
-  if (s.post_norms) out.push(norm_backward("norm_post_ffn.bwd", s));
-  if (s.moe.active()) moe_backward(s, out);
-  else ffn_backward(s, dense_ffn(s), out);
-  out.push(norm_backward("norm_2.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
+  if (!s.no_ffn) {
+    // The skip and branch gradients summed (under torch.compile in norm_1's backward kernel).
+    out.push(residual_add_backward("resid_ffn.bwd", s));
+    if (s.post_norms) out.push(norm_backward("norm_post_ffn.bwd", s));
+    if (s.moe.active()) moe_backward(s, out);
+    else ffn_backward(s, dense_ffn(s), out);
+    out.push(norm_backward("norm_2.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
+  }
+  if (s.mixer == Mixer::kMamba2) {
+    out.push(residual_add_backward("resid_mamba.bwd", s));
+    mamba_backward(s, out);
+    out.push(norm_backward("norm_1.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
+    return;
+  }
+  if (s.mixer == Mixer::kNone) return;
   out.push(residual_add_backward("resid_attn.bwd", s));
   if (s.post_norms) out.push(norm_backward("norm_post_attn.bwd", s));
   linear_backward(s, out_proj(s), out);
@@ -1011,6 +1136,7 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
 }
 
 void attention_recompute_ops(const BlockShape& s, OpSink& out) {
+  if (s.mixer != Mixer::kAttention) return;
   if (s.unfused_attention) {
     unfused_attention_forward(s, /*keep=*/false, out);
     return;
@@ -1029,9 +1155,11 @@ double lora_block_params(const BlockShape& s, int* adapters) {
       p += d(s.lora.rank) * (d(l.k) + d(l.adapters.widths[static_cast<size_t>(i)]));
     if (adapters) *adapters += l.adapters.count;
   };
-  if (!s.mla.active()) add(qkv(s));  // latent attention's projections carry none (lora-targets-modelled)
-  add(out_proj(s));
-  if (!s.moe.active()) {
+  if (s.mixer == Mixer::kAttention) {
+    if (!s.mla.active()) add(qkv(s));  // latent attention's projections carry none (lora-targets-modelled)
+    add(out_proj(s));
+  }
+  if (!s.moe.active() && !s.no_ffn) {
     const Ffn f = dense_ffn(s);
     if (fused_swiglu(s)) add(f.fc1());
     else if (s.ffn == FfnKind::kGlu) {
@@ -1063,6 +1191,7 @@ int64_t moe_routed_rows(const MoeConfig& e, int64_t tokens) {
 }
 
 double attention_only_saved_bytes(const BlockShape& s) {
+  if (s.mixer != Mixer::kAttention) return 0.0;
   if (s.unfused_attention) {  // the softmax output, and the dropout's mask and output
     const UnfusedSizes u = unfused_sizes(s);
     return u.scores * softmax_traffic(s, u.a).saved +

@@ -67,6 +67,13 @@ enum class MemKind : uint8_t {
   kSoftmaxBackward,  // dx = y * (dy - sum(dy * y)) per row, from the saved y and dy
   kDropout,          // y = x * mask / (1 - p), writing a one-byte mask (p in the op's k, per mille)
   kDropoutBackward,  // dx = dy * mask / (1 - p)
+  // The Mamba-2 mixer (model/architecture.hpp Mamba2Config), over m = tokens rows:
+  kCausalConv1d,          // depthwise causal convolution of k taps over n channels, then SiLU
+  kCausalConv1dBackward,  // its input, weight and bias gradients
+  kSsdScan,               // the chunked state-space scan (SSD) of n = d_inner channels, state k = d_state
+  kSsdScanBackward,       // its gradients of x, B, C and dt
+  kGatedRmsNorm,          // y = rmsnorm(x * silu(z)) per group of n channels (m = tokens x groups rows)
+  kGatedRmsNormBackward,  // dx, dz and dw
 };
 
 // What an op is part of, for the rules that treat some ops apart (the tensor-parallel
@@ -74,8 +81,9 @@ enum class MemKind : uint8_t {
 // field, so that renaming an op changes no timing.
 enum class OpRole : uint8_t {
   kOther,
-  kQkv,           // attention's QKV projection (its GEMMs, casts and bias gradient)
-  kAttnOut,       // attention's out projection
+  kQkv,           // the token mixer's input projection: attention's QKV (its GEMMs, casts and bias
+                  // gradient), latent attention's projections, the Mamba-2 mixer's in projection
+  kAttnOut,       // the token mixer's out projection (attention's, the Mamba-2 mixer's)
   kFfnGate,       // the dense feed-forward's gate projection
   kFfnUp,         // ... its up projection
   kFfnFc1,        // ... gate and up as one linear (BlockShape::fused_swiglu)
@@ -267,7 +275,12 @@ struct BlockShape {
   // Latent attention (ModelConfig::mla): head_dim is then the query's and key's head, kv_heads
   // n_heads, and the value's head mla.v_head_dim.
   MlaConfig mla;
-  bool post_norms = false;                  // a norm on each branch's output before its residual add (Gemma 2, 3)
+  bool post_norms = false;  // a norm on each branch's output before its residual add (Gemma 2, 3)
+  // The layer's token mixer and whether it has a feed-forward (ModelConfig::mixer, no_ffn); a
+  // Mamba-2 mixer's sizes, its heads and groups this rank's (tensor_parallel_shape).
+  Mixer mixer = Mixer::kAttention;
+  bool no_ffn = false;
+  Mamba2Config mamba;
   bool unfused_attention = false;           // the scores materialised (ModelConfig::unfused_attention)
   bool torch_attention = false;             // ... by PyTorch's kernels, as llm-foundry's attn_impl: torch
   int64_t attention_dropout_per_mille = 0;  // unfused attention's dropout probability x 1000
@@ -440,6 +453,18 @@ inline Op attention_op(const char* name, OpKind kind, const BlockShape& s) {
 // amp_fp8 adds TransformerEngine's cast-transposes of inputs, weights and output gradients.
 void block_forward_ops(const BlockShape& s, OpSink& out);
 void block_backward_ops(const BlockShape& s, OpSink& out);
+
+// A Mamba-2 mixer's chunked scan (SSD; Dao and Gu 2024, Sec. 6, the four steps of its block
+// decomposition as mamba_ssm's Triton kernels run them), forward, over the shape's tokens and this
+// rank's heads and groups. FLOPs per token: the chunk's C B^T per group (2 Q N G, Q the chunk), its
+// masked product with x per head (2 Q d_inner), the chunk states (2 N d_inner), the states passed
+// between chunks (2 N d_inner / Q) and the output from the states (2 N d_inner); the causal mask's
+// unneeded half of the first two is counted (the kernels compute whole chunk tiles). Bytes: x, B, C
+// and dt read, y written (activations); in fp32 the chunk's cumulative decay (written and read), C B^T
+// (written and read) and the chunk states (written, read and written by the state passing, read by
+// the output): PyTorch's Mamba-2 kernel-fusion study finds these kernels bound by memory bandwidth and
+// launch latency, not by their FLOPs (five kernels).
+double mamba_scan_flops(const BlockShape& s);
 
 // Rows the routed experts' GEMMs run over `tokens` tokens: dropless (capacity_factor 0), every
 // token's top_k choices, t * top_k (the mean expert takes t * top_k / experts); with a capacity

@@ -108,6 +108,10 @@ std::string tensor_divides_heads(const RuleInput& in) {
     return degree_text(tensor_axis(), tp) + " does not divide the " + n(m.n_heads) + " attention heads of " + m.name;
   if (m.kv_heads() % tp != 0)
     return degree_text(tensor_axis(), tp) + " does not divide the " + n(m.kv_heads()) + " key/value heads of " + m.name;
+  // Megatron-Core's MambaMixer splits the heads and the groups of B and C over the ranks.
+  if (m.mamba.active() && (m.mamba.heads % tp != 0 || m.mamba.groups % tp != 0))
+    return degree_text(tensor_axis(), tp) + " does not divide the " + n(m.mamba.heads) + " Mamba-2 heads and " +
+           n(m.mamba.groups) + " groups of " + m.name;
   return {};
 }
 
@@ -495,8 +499,30 @@ std::string chunked_attention_not_modelled(const RuleInput& in) {
   return {};
 }
 
+// Layers of a Mamba-2 mixer, or of a feed-forward alone (Nemotron-H): Megatron-Core runs them (its
+// hybrid model), and Composer through Hugging Face's model; not torchtitan, which has no such model,
+// nor context parallelism (Megatron-Core's Mamba context parallelism is an all-to-all between
+// sequence and head sharding, not modelled).
+std::string hybrid_layers_modelled(const RuleInput& in) {
+  const ModelConfig& m = *in.model;
+  const bool mamba = m.mamba.active();
+  const bool hybrid = mamba || m.mixer != Mixer::kAttention || m.no_ffn ||
+                      std::any_of(m.layers.begin(), m.layers.end(),
+                                  [](const LayerKind& k) { return k.mixer != Mixer::kAttention || k.no_ffn; });
+  if (!hybrid) return {};
+  const std::string what =
+      std::string(mamba ? "Mamba-2 layers" : "layers of a feed-forward or a mixer alone") + " (" + m.name + ")";
+  if (def_of(in).id == Framework::kTorchtitan) return what + " under torchtitan are not modelled yet";
+  if (in.cfg.layout.context > 1)
+    return what + " with context parallel " + n(in.cfg.layout.context) + " are not modelled yet";
+  if (in.cfg.lora.active()) return "LoRA on " + what + " is not modelled yet";
+  return {};
+}
+
 }  // namespace
 
+const Rule kHybridLayersModelled{"hybrid-layers-modelled", "--model, --framework, --cp, --lora-rank",
+                                 RuleScope::kConfig, hybrid_layers_modelled};
 const Rule kChunkedAttentionNotModelled{"chunked-attention-not-modelled", "--model, --seq, --framework",
                                         RuleScope::kConfig, chunked_attention_not_modelled};
 const Rule kContextNeedsFusedAttention{"context-needs-fused-attention", "--cp --attention; Context Parallel",

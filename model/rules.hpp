@@ -91,6 +91,7 @@ extern const Rule kDegreesDivideGpus;            // tensor x pipeline x context 
 extern const Rule kContextNeedsFusedAttention;   // ring attention runs on flash attention
 extern const Rule kInterleavedMicroBatches;      // interleaved 1F1B: micro-batches a multiple of pp
 extern const Rule kPipelineScheduleLimits;       // the schedule's own limits (stages, chunks, micro-batches)
+extern const Rule kHybridLayersModelled;         // Mamba-2 and single-sublayer layers: not torchtitan, cp, LoRA
 extern const Rule kChunkedAttentionNotModelled;  // chunked attention: a last short chunk, cp, unfused, torchtitan
 extern const Rule kSlidingWindowNotModelled;     // sliding-window attention under model parallelism
 

@@ -54,8 +54,8 @@ void complete_prediction(const ModelConfig& model, const DeviceSpec& device, con
       cfg.lora.active() ? round_count(static_cast<double>(model.n_layers) * lora_model_block_params(model, cfg.lora))
                         : 0;
   const FoundryMetrics fm =
-      foundry_metrics(p.active_params, model.n_layers, model.d_model, cfg.seq_len, p.seq_per_s, cfg.n_gpus,
-                      device.peak(mfu_dtype(cfg.precision)), cfg.layout.checkpointing, lora_params);
+      foundry_metrics(p.active_params, attention_layer_count(model), model.d_model, cfg.seq_len, p.seq_per_s,
+                      cfg.n_gpus, device.peak(mfu_dtype(cfg.precision)), cfg.layout.checkpointing, lora_params);
   p.mfu = fm.mfu;
   p.hfu = fm.hfu;
   p.model_flops_per_s_per_gpu = fm.model_flops_per_s_per_gpu;

@@ -114,21 +114,11 @@ constexpr Rule kSelectiveAcNeedsSelective{"selective-ac-needs-selective", "--sel
                                           RuleScope::kLayout, selective_ac_needs_selective};
 constexpr Rule kTorchtitanMeshValid{"torchtitan-mesh-valid", "--shard-degree --replicate-degree --cp --tp --pp --gpus",
                                     RuleScope::kConfig, torchtitan_mesh_valid};
-const std::array<const Rule*, 15> kTorchtitanRules = {&kChunkedAttentionNotModelled,
-                                                      &kExpertParallelNotModelled,
-                                                      &kFsdp2ReducesInBackward,
-                                                      &kSelectiveAcPositive,
-                                                      &kSequenceDividesOverTpAndCp,
-                                                      &kContextNeedsFusedAttention,
-                                                      &kMoeNotModelled,
-                                                      &kLayerPatternNotModelled,
-                                                      &kTensorNeedsSequenceParallel,
-                                                      &kAsyncTpNeedsTensor,
-                                                      &kSelectiveAcNeedsSelective,
-                                                      &kInterleavedMicroBatches,
-                                                      &kPipelineScheduleLimits,
-                                                      &kSlidingWindowNotModelled,
-                                                      &kTorchtitanMeshValid};
+const std::array<const Rule*, 16> kTorchtitanRules = {
+    &kHybridLayersModelled,    &kChunkedAttentionNotModelled, &kExpertParallelNotModelled,  &kFsdp2ReducesInBackward,
+    &kSelectiveAcPositive,     &kSequenceDividesOverTpAndCp,  &kContextNeedsFusedAttention, &kMoeNotModelled,
+    &kLayerPatternNotModelled, &kTensorNeedsSequenceParallel, &kAsyncTpNeedsTensor,         &kSelectiveAcNeedsSelective,
+    &kInterleavedMicroBatches, &kPipelineScheduleLimits,      &kSlidingWindowNotModelled,   &kTorchtitanMeshValid};
 
 }  // namespace
 

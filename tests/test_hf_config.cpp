@@ -217,7 +217,7 @@ BOOST_AUTO_TEST_CASE(unknown_keys_and_types_are_errors_with_file_line_and_hint) 
   BOOST_TEST(
       contains(error_of([&] { read_hf_config("{\"model_type\": \"llama\",", "c.json"); }), "c.json: not valid JSON"));
   BOOST_TEST(contains(error_of([&] { read_hf_config(llama + "  \"hidden_act\": \"tanh\"\n}", "c.json"); }),
-                      "c.json:5: hidden_act: \"tanh\" -- an activation other than SiLU, GELU and ReLU"));
+                      "c.json:5: hidden_act: \"tanh\" -- an activation other than SiLU, GELU, ReLU and squared ReLU"));
   BOOST_TEST(contains(error_of([&] { read_hf_config(llama + "  \"num_hidden_layers\": 1.5\n}", "c.json"); }),
                       "c.json:5: num_hidden_layers: 1.5 must be a whole number"));
   const HfConfig ok = read_hf_config(llama + "  \"rope_theta\": 10000.0, \"bos_token_id\": 1\n}", "c.json");

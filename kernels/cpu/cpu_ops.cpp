@@ -953,6 +953,12 @@ std::unique_ptr<CpuOp> make_memory_bound(const Op& op, uint64_t seed) {
     case MemKind::kSoftmaxBackward: return std::make_unique<CausalSoftmaxBackwardOp>(op, seed);
     case MemKind::kDropout: return std::make_unique<DropoutOp>(op, seed);
     case MemKind::kDropoutBackward: return std::make_unique<DropoutBackwardOp>(op, seed);
+    case MemKind::kCausalConv1d:
+    case MemKind::kCausalConv1dBackward:
+    case MemKind::kSsdScan:
+    case MemKind::kSsdScanBackward:
+    case MemKind::kGatedRmsNorm:
+    case MemKind::kGatedRmsNormBackward:  // unsupported_by_every_backend refuses them first
     case MemKind::kNone: break;
   }
   throw Error("op " + name_of(op) + ": memory-bound op without a CPU kernel");
@@ -1023,6 +1029,12 @@ double op_buffer_bytes(const Op& op) {
     case MemKind::kSoftmaxBackward: return f * 3 * e;
     case MemKind::kDropout:
     case MemKind::kDropoutBackward: return f * 2 * e + e;  // and the one-byte mask
+    case MemKind::kCausalConv1d:
+    case MemKind::kCausalConv1dBackward:
+    case MemKind::kSsdScan:
+    case MemKind::kSsdScanBackward:
+    case MemKind::kGatedRmsNorm:
+    case MemKind::kGatedRmsNormBackward:  // no CPU kernel (unsupported_by_every_backend)
     case MemKind::kNone: break;
   }
   return 0;

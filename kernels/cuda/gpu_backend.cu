@@ -162,7 +162,13 @@ std::string membound_unsupported(const Op& op) {
     case MemKind::kSoftmax:
     case MemKind::kSoftmaxBackward:
     case MemKind::kDropout:
-    case MemKind::kDropoutBackward: return std::string(op.name) + ": the GPU backend has no kernel for it yet";
+    case MemKind::kDropoutBackward:
+    case MemKind::kCausalConv1d:
+    case MemKind::kCausalConv1dBackward:
+    case MemKind::kSsdScan:
+    case MemKind::kSsdScanBackward:
+    case MemKind::kGatedRmsNorm:
+    case MemKind::kGatedRmsNormBackward: return std::string(op.name) + ": the GPU backend has no kernel for it yet";
     case MemKind::kLayerNorm:
     case MemKind::kLayerNormBackward:
     case MemKind::kGelu:
