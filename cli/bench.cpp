@@ -13,8 +13,10 @@
 //      and `plan --model 70b --seq 4096 --gpus 64..1024 --framework megatron` (target 1 s); issue
 //      39's frontier plan, `plan --model llama-3.1-405b --seq 8192 --gpus 256..2048 --framework
 //      megatron` (target 1 s); and the same sweep under `--framework torchtitan` (for information);
-//      issue 40's per-layer models: GPT-OSS 120B searched as the others, and `plan
-//      --model deepseek-v3 --seq 4096 --gpus 256..2048 --framework megatron` (for information).
+//      issue 40's per-layer models: GPT-OSS 120B and the hybrid Nemotron 3 Nano (Mamba-2, experts and
+//      attention layers) searched as the others, and `plan --model deepseek-v3 --seq 4096 --gpus
+//      256..2048 --framework megatron` and `plan --model nemotron-3-nano --seq 8192 --gpus 16..256
+//      --framework megatron` (for information).
 // Rates are the median of five timing windows (a shared machine's hiccups land in one).
 #include <sys/wait.h>
 #include <unistd.h>
@@ -190,6 +192,7 @@ void run_bench(const BenchOptions& o) {
   // Models whose layers differ (issue 40): alternating windowed and full attention over experts
   // (DeepSeek-V3 fits no FSDP layout of 64 GPUs: its Megatron plan is timed below).
   const Rate gpt_oss_rate = search_rates(models("gpt-oss-120b"), device, params, o.seconds, sink).first;
+  const Rate hybrid_rate = search_rates(models("nemotron-3-nano"), device, params, o.seconds, sink).first;
 
   const double median = median_wall({"sweep", "--models", "125m..70b", "--seq", "512..65536"}, o.sweep_runs);
   const double megatron_sweep = median_wall(
@@ -203,6 +206,9 @@ void run_bench(const BenchOptions& o) {
   const double deepseek_plan =
       median_wall({"plan", "--model", "deepseek-v3", "--seq", "4096", "--gpus", "256..2048", "--framework", "megatron"},
                   o.sweep_runs);
+  const double hybrid_plan = median_wall(
+      {"plan", "--model", "nemotron-3-nano", "--seq", "8192", "--gpus", "16..256", "--framework", "megatron"},
+      o.sweep_runs);
   const double torchtitan_sweep = median_wall(
       {"sweep", "--models", "125m..70b", "--seq", "512..65536", "--gpus", "8..1024", "--framework", "torchtitan"},
       o.sweep_runs);
@@ -221,6 +227,9 @@ void run_bench(const BenchOptions& o) {
   t.add_row({Cell::str("the same for GPT-OSS 120B (windowed and full attention alternating, 128 experts), one core (" +
                        gpt_oss_rate.describe() + ")"),
              Cell::num(gpt_oss_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
+  t.add_row({Cell::str("the same for Nemotron 3 Nano (23 Mamba-2, 23 expert and 6 attention layers), one core (" +
+                       hybrid_rate.describe() + ")"),
+             Cell::num(hybrid_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
   t.add_row({Cell::str("searches of the fastest configuration (one model, sequence length, GPU count), one core (" +
                        searches_rate.describe() + ")"),
              Cell::num(searches_rate.per_second, 0), Cell::str("per second"), Cell::str("-"), Cell::str("-")});
@@ -235,6 +244,9 @@ void run_bench(const BenchOptions& o) {
   t.add_row({Cell::str("megatron plan deepseek-v3 at 4096 on 256..2048 GPUs, wall time incl. start-up (median of " +
                        std::to_string(o.sweep_runs) + ")"),
              Cell::num(deepseek_plan, 3), Cell::str("s"), Cell::str("-"), Cell::str("-")});
+  t.add_row({Cell::str("megatron plan nemotron-3-nano at 8192 on 16..256 GPUs, wall time incl. start-up (median of " +
+                       std::to_string(o.sweep_runs) + ")"),
+             Cell::num(hybrid_plan, 3), Cell::str("s"), Cell::str("-"), Cell::str("-")});
   t.add_row({Cell::str("torchtitan sweep 125m..70b x 512..65536 x 8..1024 GPUs (tp, pp, vp, FSDP2), wall time incl. "
                        "start-up (median of " +
                        std::to_string(o.sweep_runs) + ")"),

@@ -654,9 +654,9 @@ ModelConfig read_llama4(Section& s) {
 // hybrid_override_pattern (or layers_block_type, or the legacy layer names) lists them; the MLP and
 // the experts non-gated (down(relu2(up(x)))), the experts routed by sigmoid scores with a score bias
 // (e_score_correction_bias) to num_experts_per_tok of n_routed_experts, with one shared expert of
-// moe_shared_expert_intermediate_size; the Mamba-2 mixer of mamba_num_heads x mamba_head_dim (expand
-// sizes nothing), ssm_state_size, n_groups, conv_kernel, chunk_size. Latent experts
-// (moe_latent_size: Nemotron 3 Super and Ultra) are refused until costed; the multi-token prediction
+// moe_shared_expert_intermediate_size, working at moe_latent_size where it is given (Nemotron 3
+// Super and Ultra's latent experts); the Mamba-2 mixer of mamba_num_heads x mamba_head_dim (expand
+// sizes nothing), ssm_state_size, n_groups, conv_kernel, chunk_size. The multi-token prediction
 // layers a checkpoint carries are noted, as DeepSeek-V3's.
 ModelConfig read_nemotron_h(Section& s) {
   ModelConfig m;
@@ -714,8 +714,7 @@ ModelConfig read_nemotron_h(Section& s) {
       s.refuse("mamba_hidden_act", "a Mamba-2 activation other than SiLU");
   }
   if (pattern.find('E') != std::string::npos) {
-    if (const json* latent = s.value("moe_latent_size"))
-      s.refuse("moe_latent_size", "latent experts (projections into and out of " + latent->dump() + " wide experts)");
+    m.moe.latent = s.count("moe_latent_size", 0);  // null or absent: experts at hidden_size
     m.moe.experts = s.count("n_routed_experts", 8);
     m.moe.top_k = s.count("num_experts_per_tok", 2);
     m.moe.d_expert = s.count("moe_intermediate_size", 7688);

@@ -50,6 +50,7 @@ std::vector<std::pair<std::string, int64_t>> unaligned_gemm_widths(const ModelCo
   }
   if (m.moe.active()) {
     check("expert width", m.moe.d_expert);
+    if (m.moe.latent > 0) check("expert latent width", m.moe.latent);
     if (m.moe.shared_experts > 0) check("shared expert width", m.moe.d_shared);
   } else {
     check("feed-forward width", m.d_ffn());
@@ -139,7 +140,7 @@ std::string str(int64_t v) { return std::to_string(v); }
 std::string check_moe(const MoeConfig& e) {
   if (!e.active()) {
     if (e.top_k != 0 || e.d_expert != 0 || e.shared_experts != 0 || e.d_shared != 0 || e.shared_gate ||
-        e.capacity_factor != 0 || e.output_bias || e.router_bias || e.expert_bias)
+        e.capacity_factor != 0 || e.output_bias || e.router_bias || e.expert_bias || e.latent != 0)
       return "mixture-of-experts settings without experts";
     return {};
   }
@@ -152,6 +153,7 @@ std::string check_moe(const MoeConfig& e) {
     return "the shared experts' FFN width must be positive and at most 2^22";
   if (e.shared_experts == 0 && (e.d_shared != 0 || e.shared_gate))
     return "a shared-expert width or gate without shared experts";
+  if (e.latent < 0 || e.latent > (1 << 20)) return "the experts' latent width must be positive and at most 2^20";
   if (!(e.capacity_factor >= 0) || !std::isfinite(e.capacity_factor) || e.capacity_factor > 64)
     return "capacity_factor must be 0 (dropless) or a positive number no larger than 64";
   return {};
@@ -299,8 +301,10 @@ int64_t ffn_params(const ModelConfig& m, int64_t routed_experts) {
   }
   const MoeConfig& e = m.moe;
   const int64_t router = d * e.experts + (e.router_bias ? e.experts : 0);
-  const int64_t expert_biases = e.expert_bias ? (m.ffn == FfnKind::kGlu ? 2 : 1) * e.d_expert + d : 0;
-  const int64_t routed = (ffn_weights(m, e.d_expert) + expert_biases) * routed_experts;
+  const int64_t w = e.routed_width(d);  // the routed experts' model width
+  const int64_t expert_biases = e.expert_bias ? (m.ffn == FfnKind::kGlu ? 2 : 1) * e.d_expert + w : 0;
+  const int64_t routed =
+      ((m.ffn == FfnKind::kGlu ? 3 : 2) * w * e.d_expert + expert_biases) * routed_experts + 2 * d * e.latent;
   const int64_t shared = e.shared_experts * ffn_weights(m, e.d_shared) + (e.shared_gate ? d : 0);
   return router + routed + shared + (e.output_bias ? d : 0);
 }

@@ -59,8 +59,14 @@ struct MoeConfig {
   // Biases on every routed expert's linears (GPT-OSS's gate_up_proj_bias and down_proj_bias): per
   // expert 2 x d_expert (GLU) or d_expert, and d_model.
   bool expert_bias = false;
+  // Latent experts (Nemotron 3 Super and Ultra's LatentMoE: fc1_latent_proj, fc2_latent_proj): each
+  // token projected from d_model down to `latent` before the dispatch and back up after the combine
+  // (two d_model x latent linears, no biases); the routed experts work at the latent width. 0: the
+  // routed experts work at d_model. The router and the shared experts see the token at d_model.
+  int64_t latent = 0;
 
   bool active() const { return experts > 0; }
+  int64_t routed_width(int64_t d_model) const { return latent > 0 ? latent : d_model; }
 };
 
 // Multi-head latent attention (DeepSeek-AI, "DeepSeek-V2", 2024, Sec. 2.1; DeepSeek-V3, Kimi-K2),

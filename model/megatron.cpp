@@ -29,7 +29,7 @@ double megatron_grad_bytes(const TrainConfig& cfg) {
 // matrices of d x d_expert, no biases): what expert parallelism splits. 0 for a dense block.
 double routed_expert_params(const ModelConfig& m) {
   if (!m.moe.active()) return 0.0;
-  return d(m.moe.experts) * (m.ffn == FfnKind::kGlu ? 3.0 : 2.0) * d(m.d_model) * d(m.moe.d_expert);
+  return d(m.moe.experts) * (m.ffn == FfnKind::kGlu ? 3.0 : 2.0) * d(m.moe.routed_width(m.d_model)) * d(m.moe.d_expert);
 }
 
 // A gradient collective of the dense parameters' `dense_bytes` over the data-parallel group with
@@ -532,8 +532,9 @@ void MegatronEvaluator::context_and_expert_costs(MegatronBlock& b, const ModelPa
   const auto gather_scatter = [&](double rows, const CommGroup& group) {
     return cost_.collective_seconds(CollectiveKind::kAllReduce, rows * dm * a, group);
   };
-  double tp_change =
-      gather_scatter(d(shape.expert_rows()), l.etp_group) - gather_scatter(d(shape.tokens()), l.tp_group);
+  const double routed_share = d(shape.moe.routed_width(shape.d_model)) / dm;  // latent experts' narrower rows
+  double tp_change = routed_share * gather_scatter(d(shape.expert_rows()), l.etp_group) -
+                     gather_scatter(d(shape.tokens()), l.tp_group);
   if (shape.moe.shared_experts > 0) tp_change += gather_scatter(d(shape.tokens()), l.tp_group);
   b.expert_tp_change_s = tp_change;
   const double moe_s = 2.0 * b.all_to_all_s + tp_change;

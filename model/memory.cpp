@@ -118,7 +118,8 @@ double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Pre
   if (model.moe.active()) {
     const MoeConfig& e = model.moe;
     const double rows = static_cast<double>(moe_routed_rows(e, tokens));
-    ffn = per_width * rows * static_cast<double>(e.d_expert) + 2.0 * rows * static_cast<double>(model.d_model) +
+    ffn = per_width * rows * static_cast<double>(e.d_expert) +
+          2.0 * rows * static_cast<double>(e.routed_width(model.d_model)) + 2.0 * t * static_cast<double>(e.latent) +
           t * static_cast<double>(e.experts) + per_width * t * static_cast<double>(e.shared_experts * e.d_shared);
   }
   if (model.no_ffn) ffn = 0;

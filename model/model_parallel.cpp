@@ -32,7 +32,7 @@ BlockShape rank_shape(const ModelConfig& model, const TrainConfig& cfg, int64_t 
 }
 
 double moe_dispatch_bytes(const BlockShape& s) {
-  return d(moe_routed_rows(s.moe, s.row_tokens())) * d(s.d_model) * activation_bytes(s.precision);
+  return d(moe_routed_rows(s.moe, s.row_tokens())) * d(s.moe.routed_width(s.d_model)) * activation_bytes(s.precision);
 }
 
 double ring_step_seconds(const CostModel& cost, double bytes, const CommGroup& ring) {

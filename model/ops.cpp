@@ -865,8 +865,35 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
 
 Ffn expert_ffn(const BlockShape& s) {
   const int64_t rows = s.expert_rows();
-  return {&kExpertFfn, rows, s.moe.d_expert, s.moe.experts / s.ep, s.moe.expert_bias, false,
-          s.d_model,   rows, nullptr,        s.lora.active()};
+  return {&kExpertFfn,
+          rows,
+          s.moe.d_expert,
+          s.moe.experts / s.ep,
+          s.moe.expert_bias,
+          false,
+          s.moe.routed_width(s.d_model),
+          rows,
+          nullptr,
+          s.lora.active()};
+}
+// Latent experts' projections (MoeConfig::latent) around the dispatch, over the router's tokens,
+// whole on every rank (no biases; frozen under LoRA).
+Linear latent_down(const BlockShape& s) {
+  Linear l{TPSIM_LINEAR("moe.latent_down", OpRole::kRoutedExpert),
+           s.tokens(),
+           s.moe.latent,
+           s.d_model,
+           1,
+           false,
+           s.tokens()};
+  l.frozen = s.lora.active();
+  return l;
+}
+Linear latent_up(const BlockShape& s) {
+  Linear l{
+      TPSIM_LINEAR("moe.latent_up", OpRole::kRoutedExpert), s.tokens(), s.d_model, s.moe.latent, 1, false, s.tokens()};
+  l.frozen = s.lora.active();
+  return l;
 }
 Ffn shared_ffn(const BlockShape& s) {
   // The shared experts see every token: one dense FFN of their widths together (DeepSeek fuses
@@ -881,7 +908,8 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   const DType act = activation_dtype(s.precision);
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens()), td = t * d(s.d_model), te = t * d(e.experts), tk = t * d(e.top_k);
-  const double rd = d(s.expert_rows()) * d(s.d_model);
+  const int64_t w = e.routed_width(s.d_model);  // the routed rows' width: d_model, or the latent width
+  const double rd = d(s.expert_rows()) * d(w), tw = t * d(w);
   // The router: logits t x experts (kept in bf16 under fp8, as TransformerEngine recipes leave it),
   // keeping its input x for its weight gradient (and for the shared experts).
   Op router =
@@ -893,15 +921,17 @@ void moe_forward(const BlockShape& s, OpSink& out) {
                         te * 4.0 + tk * (4.0 + 8.0), 1, te * 4.0 + tk * 8.0);
   topk.k = e.top_k;
   out.push(tagged(topk, OpRole::kRouter));
-  Op permute = membound_op("moe.permute.fwd", MemKind::kPermute, s.tokens(), s.d_model, act, td * a + tk * 8.0, rd * a);
+  if (e.latent > 0) linear_forward(s, latent_down(s), /*input_saved_elsewhere=*/true, out);  // the router keeps x
+  Op permute = membound_op("moe.permute.fwd", MemKind::kPermute, s.tokens(), w, act, tw * a + tk * 8.0, rd * a);
   permute.k = e.top_k;
   out.push(permute);
   ffn_forward(s, expert_ffn(s), out);  // its first GEMM keeps the permuted x
   // The weighted sum back to t rows keeps the experts' outputs and weights for its weight gradient.
-  Op unpermute = membound_op("moe.unpermute.fwd", MemKind::kUnpermute, s.tokens(), s.d_model, act,
-                             tk * d(s.d_model) * a + tk * (4.0 + 8.0), td * a, 1, rd * a + tk * 4.0);
+  Op unpermute = membound_op("moe.unpermute.fwd", MemKind::kUnpermute, s.tokens(), w, act,
+                             tk * d(w) * a + tk * (4.0 + 8.0), tw * a, 1, rd * a + tk * 4.0);
   unpermute.k = e.top_k;
   out.push(unpermute);
+  if (e.latent > 0) linear_forward(s, latent_up(s), false, out);
   if (e.shared_experts == 0) return;
   ffn_forward(s, shared_ffn(s), out);
   if (e.shared_gate) {
@@ -922,7 +952,8 @@ void moe_backward(const BlockShape& s, OpSink& out) {
   const DType dt = other_gemm_dtype(s.precision);
   const double a = activation_bytes(s.precision);
   const double t = d(s.tokens()), td = t * d(s.d_model), te = t * d(e.experts), tk = t * d(e.top_k);
-  const double rd = d(s.expert_rows()) * d(s.d_model);
+  const int64_t w = e.routed_width(s.d_model);
+  const double rd = d(s.expert_rows()) * d(w), tw = t * d(w);
   int64_t sums = 1;  // input gradients summed into dx: the router's and the experts'
   if (e.shared_experts > 0) {
     if (e.shared_gate) {
@@ -944,16 +975,17 @@ void moe_backward(const BlockShape& s, OpSink& out) {
         membound_op("moe.output_bias.bgrad", MemKind::kBiasGrad, s.tokens(), s.d_model, act, td * a, d(s.d_model) * a));
   // Un-permutation's backward is a permutation: each choice's row of dy times its weight, and the
   // weights' gradients (dot products with the kept expert outputs).
-  Op unpermute = membound_op("moe.unpermute.bwd", MemKind::kPermute, s.tokens(), s.d_model, act,
-                             td * a + tk * (4.0 + 8.0) + rd * a, rd * a + tk * 4.0, 2);
+  if (e.latent > 0) linear_backward(s, latent_up(s), out);
+  Op unpermute = membound_op("moe.unpermute.bwd", MemKind::kPermute, s.tokens(), w, act,
+                             tw * a + tk * (4.0 + 8.0) + rd * a, rd * a + tk * 4.0, 2);
   unpermute.k = e.top_k;
   out.push(unpermute);
   ffn_backward(s, expert_ffn(s), out);
   // Permutation's backward is an un-permutation: the top_k rows of each token summed.
-  Op permute =
-      membound_op("moe.permute.bwd", MemKind::kUnpermute, s.tokens(), s.d_model, act, rd * a + tk * 8.0, td * a);
+  Op permute = membound_op("moe.permute.bwd", MemKind::kUnpermute, s.tokens(), w, act, rd * a + tk * 8.0, tw * a);
   permute.k = e.top_k;
   out.push(permute);
+  if (e.latent > 0) linear_backward(s, latent_down(s), out);
   Op topk = membound_op("moe.router.topk.bwd", MemKind::kRouterBackward, s.tokens(), e.experts, act,
                         tk * (4.0 + 8.0) + te * 4.0, te * a);
   topk.k = e.top_k;

@@ -78,6 +78,39 @@ BOOST_AUTO_TEST_CASE(nemotron_3_nano_and_nemotron_h_8b_count_by_hand) {
   BOOST_TEST(std::abs(d(h8_total) - 8e9) <= 0.15e9);
 }
 
+BOOST_AUTO_TEST_CASE(nemotron_3_super_counts_to_its_checkpoint_with_the_mtp_block) {
+  // Nemotron 3 Super 120B-A12B: 88 layers (40 Mamba-2 of 128 heads, 40 latent expert layers, 8
+  // attention), hidden 4,096; 512 experts (top 22) of 2,688 working at a latent width of 1,024, a
+  // shared expert of 5,376. Megatron-Bridge's verification card (examples/model_verification_cards/
+  // nemotron-3-super-120b-a12b/card.yaml) counts 123,611,033,088 elements in the bf16 checkpoint, which
+  // holds the main model and one multi-token prediction block ("*E": its two norms, the 2h x h
+  // projection, an attention and an expert layer, a final norm) that the model costed leaves out.
+  const ModelConfig super = shipped("nemotron-3-super");
+  const int64_t h = 4096, vocab = 131072;
+  const int64_t attention = h * 32 * 128 * 2 + h * 2 * 128 * 2 + h;
+  const int64_t moe = (h * 512 + 512) + int64_t{512} * 2 * 1024 * 2688 + 2 * h * 1024 + 2 * h * 5376 + h;
+  const int64_t total = 40 * mamba_layer(h, 128, 64, 8, 128, 4) + 40 * moe + 8 * attention + 2 * vocab * h + h;
+  BOOST_TEST(parameter_count(super, 8192) == total);
+  BOOST_TEST(total == 120668707840);
+  const int64_t mtp_block = 2 * h + 2 * h * h + attention + moe + h;
+  BOOST_TEST(total + mtp_block == 123611033088);
+  // NVIDIA: "12B active", a name (A12B): tpsim's active count with the input table is 12.77B.
+  const int64_t active = active_parameter_count(super, 8192) + vocab * h;
+  BOOST_TEST(std::abs(d(active) - 12e9) <= 1e9);
+  // An expert layer's forward GEMMs: the router at 4,096, the latent projections, the 22 chosen
+  // experts at 1,024, the shared expert at 4,096.
+  for (const LayerGroup& g : layer_pattern(super).groups) {
+    if (!g.model.moe.active()) continue;
+    const BlockShape s = block_shape(g.model, 1, 4096, Precision::kAmpBf16);
+    OpList fwd;
+    block_forward_ops(s, fwd);
+    const double t = 4096;
+    const double gemm = 2.0 * t * (h * 512.0 + 2.0 * h * 1024 + 22.0 * 2 * 1024 * 2688 + 2.0 * h * 5376);
+    BOOST_TEST(sum(fwd, OpKind::kGemm) == gemm, tt::tolerance(kExact));
+    BOOST_TEST(find(fwd, "moe.permute.fwd")->n == 1024);  // tokens dispatched at the latent width
+  }
+}
+
 BOOST_AUTO_TEST_CASE(the_pattern_makes_one_kind_per_symbol) {
   const ModelConfig nano = shipped("nemotron-3-nano");
   const std::string pattern = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME";
@@ -188,7 +221,7 @@ BOOST_AUTO_TEST_CASE(nemotron_h_is_read_strictly) {
   };
   BOOST_TEST(read("") == "");
   BOOST_TEST(contains(read(", \"num_hidden_layers\": 5"), "c.json:1: num_hidden_layers: 5 differs from the 4 layers"));
-  BOOST_TEST(contains(read(", \"moe_latent_size\": 1024"), "moe_latent_size: 1024 -- latent experts"));
+  BOOST_TEST(contains(read(", \"moe_latent_size\": 0"), "moe_latent_size: 0 must be a whole number from 1"));
   BOOST_TEST(contains(read(", \"mamba_proj_bias\": true"), "mamba_proj_bias: true -- biases"));
   BOOST_TEST(contains(read(", \"mamba_num_heads\": 12"), "groups (8) must divide its heads (12)"));
   BOOST_TEST(contains(read(", \"ssm_state\": 12"), "unknown key 'ssm_state' for model_type nemotron_h"));
