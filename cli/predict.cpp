@@ -7,6 +7,8 @@
 #include "io/error.hpp"
 #include "io/text_format.hpp"
 #include "model/framework.hpp"
+#include "model/metrics.hpp"
+#include "model/ops.hpp"
 #include "model/plan.hpp"
 #include "model/search.hpp"
 #include "model/units.hpp"
@@ -208,6 +210,15 @@ void run_predict(const PredictOptions& o) {
   };
   restricted(model.sliding_window, &LayerKind::sliding, "within ");
   restricted(model.attention_chunk, &LayerKind::chunked, "within chunks of ");
+  // What Megatron-LM's log and Megatron-Bridge's summary print as model TFLOP/s, by their own count.
+  if (cfg.layout.framework == Framework::kMegatron && p.fits()) {
+    const double per_seq =
+        megatron_flops_per_sequence(model, cfg.seq_len, megatron_padded_vocab(model.vocab_size, cfg.layout.tensor));
+    std::cerr << "tpsim: note: Megatron-LM counts " << fixed(per_seq / static_cast<double>(cfg.seq_len) / 1e9, 2)
+              << " GFLOP per token for " << model.name << " (num_floating_point_operations): "
+              << fixed(per_seq * p.seq_per_s / static_cast<double>(cfg.n_gpus) / 1e12, 0)
+              << " model TFLOP/s per GPU at the predicted throughput, as its log would print it\n";
+  }
   emit(ctx.render({t}), ctx.output());
   if (!p.fits()) std::cerr << does_not_fit_line(p, device.id);
   if (checkpointed_near_full(p)) std::cerr << "tpsim: note: " << near_full_note(p) << "\n";

@@ -7,6 +7,74 @@
 
 namespace tpsim {
 
+double megatron_flops_per_sequence(const ModelConfig& m, int64_t seq_len, int64_t padded_vocab) {
+  const double h = static_cast<double>(m.d_model), s = static_cast<double>(seq_len);
+  const double vocab = static_cast<double>(padded_vocab), n = static_cast<double>(m.n_heads);
+  const double g = static_cast<double>(m.kv_heads()), kv_channels = static_cast<double>(m.d_head());
+  const bool swiglu = m.ffn == FfnKind::kGlu;
+  const MoeConfig& e = m.moe;
+  const double topk = static_cast<double>(e.top_k), moe_ffn = static_cast<double>(e.d_expert);
+  const double shared = static_cast<double>(e.shared_experts * e.d_shared), latent = static_cast<double>(e.latent);
+  const LayerPattern pattern = layer_pattern(m);
+  const auto count = [&](auto&& is) {
+    double layers = 0;
+    for (const LayerGroup& grp : pattern.groups)
+      if (is(grp.model)) layers += static_cast<double>(grp.layers);
+    return layers;
+  };
+  const bool hybrid =
+      count([](const ModelConfig& l) { return l.mixer != Mixer::kAttention || l.no_ffn; }) > 0 || m.mamba.active();
+  if (hybrid) {  // hybrid_flops, per sequence (T = s tokens)
+    const double t = s, scale = swiglu ? 1.5 : 1.0;
+    const double p = kv_channels * n / h;
+    const double attn = 4.0 * t * h * p * (h + h * g / n) + 2.0 * s * s * h * p;
+    const double mlp = 4.0 * static_cast<double>(m.d_ffn()) * scale * t * h;
+    double moe = 0;
+    if (e.active()) {
+      moe = latent > 0 ? 4.0 * t * latent * moe_ffn * topk * scale + 4.0 * t * h * latent
+                       : 4.0 * t * h * moe_ffn * topk * scale;
+      moe += 4.0 * t * h * shared * scale;
+    }
+    const Mamba2Config& b = m.mamba;
+    const double d_in = 2.0 * h, state = static_cast<double>(b.d_state);
+    const double mamba =
+        2.0 * t * h * (2.0 * d_in + 2.0 * static_cast<double>(b.groups) * state + static_cast<double>(b.heads)) +
+        7.0 * t * d_in * state + 2.0 * t * d_in * h;
+    const double fwd = count([](const ModelConfig& l) { return l.mixer == Mixer::kAttention; }) * attn +
+                       count([](const ModelConfig& l) { return l.mixer == Mixer::kMamba2; }) * mamba +
+                       count([](const ModelConfig& l) { return !l.no_ffn && !l.moe.active(); }) * mlp +
+                       count([](const ModelConfig& l) { return !l.no_ffn && l.moe.active(); }) * moe +
+                       2.0 * t * h * vocab;
+    return 3.0 * fwd;
+  }
+  // transformer_flops, per token, then times s (token-linear) plus the s^2 core.
+  const double ffn_factor = swiglu ? 3.0 : 2.0;
+  const double moe_layers = count([](const ModelConfig& l) { return l.moe.active(); });
+  const double dense_layers = static_cast<double>(m.n_layers) - moe_layers;
+  const double routed =
+      latent > 0 ? moe_ffn * topk * ffn_factor * latent / h + 2.0 * latent : moe_ffn * topk * ffn_factor;
+  const double mlp = 6.0 * h *
+                     (static_cast<double>(m.d_ffn()) * ffn_factor * dense_layers + routed * moe_layers +
+                      shared * ffn_factor * moe_layers);
+  double attn_linear = 0, attn_core = 0;
+  if (m.mla.active()) {
+    const MlaConfig& a = m.mla;
+    const double nope = static_cast<double>(a.qk_nope_head_dim), rope = static_cast<double>(a.qk_rope_head_dim);
+    const double v = static_cast<double>(a.v_head_dim), q_rank = static_cast<double>(a.q_lora_rank);
+    const double kv_rank = static_cast<double>(a.kv_lora_rank);
+    const double q_term = a.q_lora_rank > 0 ? q_rank * (h + n * (nope + rope) + 1.0) : h * n * (nope + rope);
+    attn_linear = 6.0 * (q_term + kv_rank * (h + n * (nope + v) + 1.0) + h * rope + n * v * h);
+    attn_core = 6.0 * (n * (nope + rope) / 2.0 + n * v / 2.0);
+  } else {
+    const double q = kv_channels * n, kv = kv_channels * g;
+    attn_linear = 6.0 * (h * (q + 2.0 * kv) + q * h);
+    attn_core = 6.0 * q;
+  }
+  const double layers = static_cast<double>(m.n_layers);
+  const double per_token = mlp + layers * attn_linear + 6.0 * h * vocab;
+  return s * per_token + s * s * layers * attn_core;
+}
+
 double foundry_flops_per_seq(int64_t n_params, int64_t seq_len) {
   return 2.0 * static_cast<double>(n_params) * static_cast<double>(seq_len);
 }

@@ -67,6 +67,26 @@ FoundryMetrics foundry_metrics(int64_t n_params, int64_t n_layers, int64_t d_mod
 struct ModelConfig;
 struct DeviceSpec;
 
+// The FLOPs of one training step's sequence as Megatron-LM counts them for its "model TFLOP/s"
+// (num_floating_point_operations, megatron/training/training.py; Megatron-Bridge's performance
+// summary divides the same count by the step time), over a vocabulary padded to `padded_vocab`:
+//   transformers (transformer_flops): 3 x 2 x per token [h (ffn x (3 with SwiGLU, else 2)) per dense
+//     layer; h (moe_ffn x top_k x the same, or at the latent width plus the two latent projections,
+//     2 h latent) and the shared experts' per expert layer; the attention's projections (q, k, v and
+//     out; latent attention's down and up projections, norms and RoPE key as its formula counts
+//     them); h x vocabulary for the logits] plus, per layer, the causal core 2 x 2 x q_width x s^2 / 2
+//     (latent attention: heads x (score head + value head) / 2);
+//   hybrids (hybrid_flops: any Mamba-2 layer or layer of one sublayer): per layer of each symbol,
+//     attention 4 T h p (h + h g / n) + 2 s^2 h p (p = head_dim n / h, g the key/value heads), MLP and
+//     experts 4 T h width (x 3/2 with SwiGLU), Mamba-2 2 T h (2 d + 2 G N + H) + 7 T d N + 2 T d h
+//     with d = 2 h whatever the mixer's heads x head_dim (Megatron's own approximation), and the
+//     logits 2 T h vocabulary; all x 3.
+// Where it differs from the FLOPs tpsim's ops execute: sliding windows and chunks counted in full;
+// the causal core at exactly half the square; norms, activations, routers' top-k and the Mamba-2
+// scan's other passes not counted; the hybrids' Mamba-2 width taken as 2 h. No multi-token
+// prediction (tpsim does not model it).
+double megatron_flops_per_sequence(const ModelConfig& m, int64_t seq_len, int64_t padded_vocab);
+
 // Why a measured throughput of `cfg` is one no run reaches, or "": the model FLOPs it needs at the
 // least (the matmuls over the active parameters, forward and backward: 3 x foundry_flops_per_seq
 // per sequence; attention, norms and recompute not counted) per GPU, more than the device's peak

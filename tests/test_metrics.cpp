@@ -57,3 +57,31 @@ BOOST_AUTO_TEST_CASE(selective_checkpointing_counts_the_attention_term_four_time
   const FoundryMetrics full = foundry_metrics(1000000000, 24, 2048, 2048, 10.0, 8, 312e12, Checkpointing::kFull);
   BOOST_TEST(full.hfu == foundry_metrics(1000000000, 24, 2048, 2048, 10.0, 8, 312e12, true).hfu);
 }
+
+// Megatron-LM's own count (num_floating_point_operations) against the ratio of the two columns
+// Megatron-Bridge's performance summary prints for a row, Model TFLOP/s/GPU over tokens/s/GPU
+// (docs/performance-summary-archive.md @ 067f987d): the FLOPs per token by its formula, to 0.5%
+// (the ratio of the printed columns of one model and sequence moves by 0.2% from row to row: the
+// two columns are rounded, and averaged over the run apart).
+BOOST_AUTO_TEST_CASE(megatron_flops_per_token_reproduce_the_published_ratio) {
+  const ModelCatalog catalog = ModelCatalog::load_default();
+  struct Row {
+    const char* model;
+    int64_t seq;
+    double tflops, tokens;  // per GPU, as printed
+    double tolerance;       // relative
+  };
+  const Row rows[] = {
+      {"nemotron-3-nano", 8192, 328, 14719, 5e-3},  // 26.04, DGX-H100, 16 GPUs, FP8 (hybrid_flops)
+      {"llama-3-70b", 4096, 1671, 3864, 5e-3},      // DGX-GB200, 32 GPUs, FP8 (transformer_flops)
+      {"llama-3-70b", 4096, 2083, 4819, 5e-3},      // DGX-GB300, 32 GPUs, FP8
+  };
+  for (const Row& r : rows) {
+    BOOST_TEST_CONTEXT(r.model << " " << r.tokens) {
+      const ModelConfig& m = catalog.get(r.model);
+      const int64_t vocab = (m.vocab_size + 127) / 128 * 128;  // --make-vocab-size-divisible-by 128, tp 1
+      const double per_token = megatron_flops_per_sequence(m, r.seq, vocab) / static_cast<double>(r.seq);
+      BOOST_TEST(per_token == r.tflops * 1e12 / r.tokens, tt::tolerance(r.tolerance));
+    }
+  }
+}
