@@ -67,6 +67,8 @@ std::string mem_name(MemKind k) {
     case MemKind::kSsdScanBackward: return "ssd_scan_bwd";
     case MemKind::kGatedRmsNorm: return "gated_rms_norm";
     case MemKind::kGatedRmsNormBackward: return "gated_rms_norm_bwd";
+    case MemKind::kGatedDeltaRule: return "gated_delta_rule";
+    case MemKind::kGatedDeltaRuleBackward: return "gated_delta_rule_bwd";
   }
   return "?";
 }

@@ -787,6 +787,53 @@ ModelConfig read_nemotron_h(Section& s) {
   return m;
 }
 
+// Qwen3-Next (configuration_qwen3_next.py's defaults, modeling_qwen3_next.py): layers of a Gated
+// DeltaNet ("linear_attention") and, every full_attention_interval-th, gated attention
+// ("full_attention": q_proj twice the query width, the output gated by sigmoid of its second half,
+// QK-norm per head, RoPE on partial_rotary_factor of each head: costed as a pass over the whole
+// head), each followed by Qwen-MoE's experts (num_experts of moe_intermediate_size, top
+// num_experts_per_tok, a shared expert of shared_expert_intermediate_size behind a sigmoid gate) or,
+// where decoder_sparse_step and mlp_only_layers say, a dense SwiGLU of intermediate_size. Its norms
+// are zero-centred RMSNorms (a weight w applied as 1 + w): the same bytes. The checkpoint's
+// multi-token prediction weights (mtp.*) are not part of Hugging Face's model or of the model costed.
+ModelConfig read_qwen3_next(Section& s) {
+  ModelConfig m = llama_family(s, {151936, 2048, 5632, 48, 16, 2, 256});
+  attention_bias_unmodelled(s);
+  m.qk_norm = QkNorm::kPerHead;
+  m.attention_output_gate = true;
+  GdnConfig& g = m.gdn;
+  g.key_heads = s.count("linear_num_key_heads", 16);
+  g.value_heads = s.count("linear_num_value_heads", 32);
+  g.key_head_dim = s.count("linear_key_head_dim", 128);
+  g.value_head_dim = s.count("linear_value_head_dim", 128);
+  g.conv_kernel = s.count("linear_conv_kernel_dim", 4);
+  g.chunk = 64;  // flash-linear-attention's chunk_gated_delta_rule
+  qwen_sparse_layers(s, m);
+  m.moe.experts = s.count("num_experts", 512);
+  m.moe.top_k = s.count("num_experts_per_tok", 10);
+  m.moe.d_expert = s.count("moe_intermediate_size", 512);
+  m.moe.shared_experts = 1;
+  m.moe.d_shared = s.count("shared_expert_intermediate_size", 512);
+  m.moe.shared_gate = true;
+  const int64_t interval = s.count("full_attention_interval", 4);
+  std::vector<LayerKind>& kinds = per_layer(s, m);
+  for (size_t i = 0; i < kinds.size(); ++i)
+    kinds[i].mixer = static_cast<int64_t>(i + 1) % interval == 0 ? Mixer::kAttention : Mixer::kGatedDeltaNet;
+  if (const json* v = s.value("layer_types")) {
+    if (!v->is_array() || v->size() != kinds.size())
+      s.bad("layer_types", "must list one type per layer (" + std::to_string(kinds.size()) + ")");
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      const json& t = (*v)[i];
+      if (t == "full_attention") kinds[i].mixer = Mixer::kAttention;
+      else if (t == "linear_attention") kinds[i].mixer = Mixer::kGatedDeltaNet;
+      else if (t.is_string()) s.refuse("layer_types", "layer type " + t.dump() + " (layer " + std::to_string(i) + ")");
+      else s.bad("layer_types", "must list layer type names");
+    }
+  }
+  s.irrelevant({"partial_rotary_factor", "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings"});
+  return m;
+}
+
 ModelConfig read_olmo(Section& s) {
   ModelConfig m = llama_family(s, {50304, 4096, 11008, 32, 32, 0, 0});
   attention_bias_unmodelled(s);
@@ -949,6 +996,7 @@ const std::map<std::string, Reader> kReaders = {{"llama", read_llama},
                                                 {"llama4", read_llama4},
                                                 {"llama4_text", read_llama4_text},
                                                 {"nemotron_h", read_nemotron_h},
+                                                {"qwen3_next", read_qwen3_next},
                                                 {"gemma3_text", read_gemma3_text},
                                                 {"mistral", read_mistral},
                                                 {"mixtral", read_mixtral},

@@ -119,8 +119,10 @@ inline std::string unsupported_by_every_backend(const Op& op) {
   if (op.kind == OpKind::kMemoryBound &&
       (op.mem == MemKind::kCausalConv1d || op.mem == MemKind::kCausalConv1dBackward || op.mem == MemKind::kSsdScan ||
        op.mem == MemKind::kSsdScanBackward || op.mem == MemKind::kGatedRmsNorm ||
-       op.mem == MemKind::kGatedRmsNormBackward))
-    return "a Mamba-2 mixer's kernel (convolution, chunked scan, gated norm): no backend runs it yet";
+       op.mem == MemKind::kGatedRmsNormBackward || op.mem == MemKind::kGatedDeltaRule ||
+       op.mem == MemKind::kGatedDeltaRuleBackward))
+    return "a Mamba-2 or Gated DeltaNet mixer's kernel (convolution, chunked scan or delta rule, gated norm): no "
+           "backend runs it yet";
   if ((op.kind == OpKind::kAttentionFwd || op.kind == OpKind::kAttentionBwd) && op.k > 0 && op.k < op.seq)
     return "sliding-window attention (window " + std::to_string(op.k) + " of " + std::to_string(op.seq) +
            " positions): no backend runs it yet";

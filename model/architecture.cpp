@@ -16,7 +16,7 @@ std::string_view to_string(Activation a) {
   return name_of(a, kNames);
 }
 std::string_view to_string(Mixer m) {
-  constexpr std::array<std::string_view, 3> kNames = {"attention", "mamba2", "none"};
+  constexpr std::array<std::string_view, 4> kNames = {"attention", "mamba2", "none", "gated_delta_net"};
   return name_of(m, kNames);
 }
 std::string_view to_string(PositionKind p) {
@@ -81,6 +81,8 @@ ModelConfig layer_model(const ModelConfig& m, const LayerKind& k) {
   out.no_ffn = k.no_ffn;
   if (k.mixer != Mixer::kAttention) out.sliding_window = out.attention_chunk = 0;
   if (k.mixer != Mixer::kMamba2) out.mamba = Mamba2Config{};
+  if (k.mixer != Mixer::kGatedDeltaNet) out.gdn = GdnConfig{};
+  if (k.mixer != Mixer::kAttention) out.attention_output_gate = false;
   return out;
 }
 
@@ -196,6 +198,22 @@ std::string check_architecture(const ModelConfig& m) {
       return "the Mamba-2 groups (" + str(b.groups) + ") must divide its heads (" + str(b.heads) + ")";
   }
   if (m.layers.empty() && m.mixer == Mixer::kMamba2 && !m.mamba.active()) return "a Mamba-2 model without its sizes";
+  if (m.gdn != GdnConfig{}) {
+    const GdnConfig& g = m.gdn;
+    if (g.key_heads <= 0 || g.value_heads <= 0 || g.key_head_dim <= 0 || g.value_head_dim <= 0 || g.conv_kernel <= 0 ||
+        g.chunk <= 0 || g.key_heads > (1 << 16) || g.value_heads > (1 << 16) || g.key_head_dim > 4096 ||
+        g.value_head_dim > 4096 || g.conv_kernel > 64 || g.chunk > 4096)
+      return "the Gated DeltaNet needs positive key and value heads (at most 2^16), head dims (at most 4096), "
+             "conv_kernel (at most 64) and chunk (at most 4096)";
+    if (g.value_heads % g.key_heads != 0)
+      return "the Gated DeltaNet's key heads (" + str(g.key_heads) + ") must divide its value heads (" +
+             str(g.value_heads) + ")";
+  }
+  if ((m.layers.empty() ? m.mixer == Mixer::kGatedDeltaNet
+                        : std::any_of(m.layers.begin(), m.layers.end(),
+                                      [](const LayerKind& k) { return k.mixer == Mixer::kGatedDeltaNet; })) &&
+      !m.gdn.active())
+    return "Gated DeltaNet layers without the mixer's sizes";
   if (m.layers.empty() && m.mixer == Mixer::kNone && m.no_ffn)
     return "a layer with neither a token mixer nor a feed-forward";
   if (m.layers.empty() && m.sliding_window > 0 && m.attention_chunk > 0)
@@ -259,7 +277,7 @@ int64_t attention_params(const ModelConfig& m) {
     return query + key_value + m.o_dim() * d;
   }
   const int64_t d = m.d_model, q = m.q_dim(), kv = m.kv_dim();
-  const int64_t weights = d * q + 2 * d * kv + q * d;
+  const int64_t weights = d * q * (m.attention_output_gate ? 2 : 1) + 2 * d * kv + q * d;
   const int64_t biases = (m.qkv_bias ? q + 2 * kv : 0) + (m.linear_bias ? d : 0);
   const int64_t qk_norm = m.qk_norm == QkNorm::kPerHead ? 2 * m.d_head()
                           : m.qk_norm == QkNorm::kWhole ? q + kv
@@ -275,10 +293,19 @@ int64_t mamba_params(const ModelConfig& m) {
          b.d_inner() + b.d_inner() * m.d_model;
 }
 
+// The Gated DeltaNet: in projections, the convolution (no bias), dt_bias and A_log per value head,
+// the gated norm's value_head_dim weight, the out projection.
+int64_t gdn_params(const ModelConfig& m) {
+  const GdnConfig& g = m.gdn;
+  return m.d_model * g.in_width() + g.conv_kernel * g.conv_channels() + 2 * g.value_heads + g.value_head_dim +
+         g.value_dim() * m.d_model;
+}
+
 int64_t mixer_params(const ModelConfig& m) {
   switch (m.mixer) {
     case Mixer::kAttention: return attention_params(m);
     case Mixer::kMamba2: return mamba_params(m);
+    case Mixer::kGatedDeltaNet: return gdn_params(m);
     case Mixer::kNone: return 0;
   }
   return 0;

@@ -85,9 +85,9 @@ struct MlaConfig {
   bool operator==(const MlaConfig&) const = default;
 };
 
-// What mixes a layer's tokens: attention, a Mamba-2 state-space mixer (Mamba2Config), or nothing
-// (a layer of a feed-forward alone: Nemotron-H's '-' and 'E' layers).
-enum class Mixer : uint8_t { kAttention, kMamba2, kNone };
+// What mixes a layer's tokens: attention, a Mamba-2 state-space mixer (Mamba2Config), a Gated
+// DeltaNet (GdnConfig), or nothing (a layer of a feed-forward alone: Nemotron-H's '-' and 'E' layers).
+enum class Mixer : uint8_t { kAttention, kMamba2, kNone, kGatedDeltaNet };
 std::string_view to_string(Mixer m);
 
 // A Mamba-2 mixer (Dao and Gu, "Transformers are SSMs", 2024, Sec. 7; mamba_ssm's Mamba2, Megatron-Core's
@@ -107,6 +107,25 @@ struct Mamba2Config {
   int64_t conv_channels() const { return d_inner() + 2 * groups * d_state; }         // x, B and C
   int64_t in_width() const { return 2 * d_inner() + 2 * groups * d_state + heads; }  // z, x, B, C, dt
   bool operator==(const Mamba2Config&) const = default;
+};
+
+// A Gated DeltaNet mixer (Yang, Kautz and Hatamizadeh, "Gated Delta Networks", 2024; Qwen3-Next's
+// Qwen3NextGatedDeltaNet, Megatron-Core's gated_delta_net): an in projection d_model -> [q, k, v, z]
+// (key_heads x key_head_dim for q and k, value_heads x value_head_dim for v and the gate z) and
+// [b, a] (a write strength and a decay per value head), a depthwise causal convolution of
+// conv_kernel taps over q, k and v with SiLU, q and k L2-normed in the kernel, the chunked gated
+// delta rule (a key_head_dim x value_head_dim state per value head, chunks of `chunk` tokens; q and k
+// shared by value_heads / key_heads value heads), the output RMS-normed per value head and gated by
+// silu(z), an out projection value_heads x value_head_dim -> d_model. No biases.
+struct GdnConfig {
+  int64_t key_heads = 0, value_heads = 0, key_head_dim = 0, value_head_dim = 0, conv_kernel = 0, chunk = 0;
+
+  bool active() const { return value_heads > 0; }
+  int64_t key_dim() const { return key_heads * key_head_dim; }
+  int64_t value_dim() const { return value_heads * value_head_dim; }
+  int64_t in_width() const { return 2 * key_dim() + 2 * value_dim() + 2 * value_heads; }  // q, k, v, z, b, a
+  int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }                   // q, k, v
+  bool operator==(const GdnConfig&) const = default;
 };
 
 // How one layer departs from the model's block (ModelConfig's fields): the per-layer patterns of
@@ -177,6 +196,10 @@ struct ModelConfig {
   Mixer mixer = Mixer::kAttention;
   bool no_ffn = false;
   Mamba2Config mamba;
+  GdnConfig gdn;  // the Gated DeltaNet mixer's sizes
+  // Attention whose output is gated per element by sigmoid of a second query-sized projection
+  // (Qwen3-Next's gated attention: q_proj twice the query width, o_proj(attn * sigmoid(gate))).
+  bool attention_output_gate = false;
   // Latent attention (MlaConfig); with it, head_dim is the query's and key's head (nope + rope),
   // n_kv_heads n_heads (each head its own key and value after the up projection).
   MlaConfig mla;

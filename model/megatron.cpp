@@ -53,6 +53,8 @@ ModelConfig tensor_parallel_slice(const ModelConfig& model, int64_t tp, const Mo
   slice.ffn_hidden = model.d_ffn() / tp;
   slice.mamba.heads = model.mamba.heads / tp;
   slice.mamba.groups = model.mamba.groups / tp;
+  slice.gdn.key_heads = model.gdn.key_heads / tp;
+  slice.gdn.value_heads = model.gdn.value_heads / tp;
   slice.moe = moe;
   return slice;
 }

@@ -112,6 +112,8 @@ double block_backward_buffer_bytes(const ModelConfig& model, int64_t tokens, Pre
   double mixer = tq + tkv + tv + latent;
   if (model.mixer == Mixer::kMamba2)
     mixer = t * static_cast<double>(model.mamba.in_width() + model.mamba.conv_channels() + model.mamba.d_inner());
+  if (model.mixer == Mixer::kGatedDeltaNet)
+    mixer = t * static_cast<double>(model.gdn.in_width() + model.gdn.conv_channels() + model.gdn.value_dim());
   if (model.mixer == Mixer::kNone) mixer = 0;
   const double per_width = model.ffn == FfnKind::kGlu ? 3.0 : 2.0;
   double ffn = per_width * t * static_cast<double>(model.d_ffn());

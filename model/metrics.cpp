@@ -22,8 +22,12 @@ double megatron_flops_per_sequence(const ModelConfig& m, int64_t seq_len, int64_
       if (is(grp.model)) layers += static_cast<double>(grp.layers);
     return layers;
   };
-  const bool hybrid =
-      count([](const ModelConfig& l) { return l.mixer != Mixer::kAttention || l.no_ffn; }) > 0 || m.mamba.active();
+  // Megatron's hybrid model (MambaModel) holds Mamba-2 layers and layers of one sublayer; a
+  // transformer with Gated DeltaNet layers is its GPT model with a linear-attention variant.
+  const bool hybrid = count([](const ModelConfig& l) {
+                        return l.mixer == Mixer::kMamba2 || l.mixer == Mixer::kNone || l.no_ffn;
+                      }) > 0 ||
+                      m.mamba.active();
   if (hybrid) {  // hybrid_flops, per sequence (T = s tokens)
     const double t = s, scale = swiglu ? 1.5 : 1.0;
     const double p = kv_channels * n / h;
@@ -66,13 +70,22 @@ double megatron_flops_per_sequence(const ModelConfig& m, int64_t seq_len, int64_
     attn_linear = 6.0 * (q_term + kv_rank * (h + n * (nope + v) + 1.0) + h * rope + n * v * h);
     attn_core = 6.0 * (n * (nope + rope) / 2.0 + n * v / 2.0);
   } else {
-    const double q = kv_channels * n, kv = kv_channels * g;
-    attn_linear = 6.0 * (h * (q + 2.0 * kv) + q * h);
+    const double q = kv_channels * n, kv = kv_channels * g, gate = m.attention_output_gate ? q : 0.0;
+    attn_linear = 6.0 * (h * (q + 2.0 * kv + gate) + q * h);
     attn_core = 6.0 * q;
   }
-  const double layers = static_cast<double>(m.n_layers);
-  const double per_token = mlp + layers * attn_linear + 6.0 * h * vocab;
-  return s * per_token + s * s * layers * attn_core;
+  // Gated DeltaNet layers (the linear-attention variant): in projection, convolution, the delta
+  // rule's 4 products per value head (KK^T, VK^T, the state's update and SQ), out projection.
+  const GdnConfig& gd = m.gdn;
+  const double gdn_layers = count([](const ModelConfig& l) { return l.mixer == Mixer::kGatedDeltaNet; });
+  const double gdn_linear =
+      6.0 * (h * static_cast<double>(gd.in_width()) + static_cast<double>(gd.conv_kernel * gd.conv_channels()) +
+             static_cast<double>(gd.value_heads) * static_cast<double>(gd.value_head_dim) *
+                 static_cast<double>(gd.value_head_dim) * 4.0 +
+             h * static_cast<double>(gd.value_dim()));
+  const double attn_layers = static_cast<double>(m.n_layers) - gdn_layers;
+  const double per_token = mlp + attn_layers * attn_linear + gdn_layers * gdn_linear + 6.0 * h * vocab;
+  return s * per_token + s * s * attn_layers * attn_core;
 }
 
 double foundry_flops_per_seq(int64_t n_params, int64_t seq_len) {

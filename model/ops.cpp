@@ -65,6 +65,8 @@ BlockShape block_shape(const ModelConfig& m, int64_t micro_batch, int64_t seq_le
   s.mixer = m.mixer;
   s.no_ffn = m.no_ffn;
   s.mamba = m.mamba;
+  s.gdn = m.gdn;
+  s.attention_output_gate = m.attention_output_gate;
   s.unfused_attention = m.unfused_attention;
   s.torch_attention = m.unfused_attention && m.torch_attention;
   s.attention_dropout_per_mille = static_cast<int64_t>(std::lround(m.attention_dropout * 1000.0));
@@ -79,6 +81,8 @@ BlockShape tensor_parallel_shape(BlockShape s, int64_t tp, bool sequence_paralle
   s.d_ffn /= tp;
   s.mamba.heads /= tp;  // Megatron-Core's MambaMixer: heads and groups split (check_config: tp divides both)
   s.mamba.groups /= tp;
+  s.gdn.key_heads /= tp;  // Megatron-Core's gated_delta_net: heads split (check_config: tp divides both)
+  s.gdn.value_heads /= tp;
   s.vocab = (padded_vocab + tp - 1) / tp;
   s.tp = tp;
   s.sequence_parallel = sequence_parallel;
@@ -167,7 +171,7 @@ Adapters adapters_of(const BlockShape& s, uint8_t bits, bool fused, std::initial
 Linear qkv(const BlockShape& s) {
   Linear l{TPSIM_LINEAR("attn.Wqkv", OpRole::kQkv),
            s.tokens(),
-           s.q_dim() + 2 * s.kv_dim(),
+           s.q_dim() * (s.attention_output_gate ? 2 : 1) + 2 * s.kv_dim(),
            s.d_model,
            1,
            s.qkv_bias,
@@ -1092,9 +1096,113 @@ void mamba_backward(const BlockShape& s, OpSink& out) {
   out.push(c);
   linear_backward(s, mamba_in(s), out);
 }
+// The Gated DeltaNet's projections (Megatron-Core's gated_delta_net: in projection column-parallel
+// over the heads, out projection row-parallel); no biases, no LoRA adapters.
+Linear gdn_in(const BlockShape& s) {
+  return {TPSIM_LINEAR("gdn.in_proj", OpRole::kQkv), s.tokens(), s.gdn.in_width(), s.d_model, 1, false, s.row_tokens()};
+}
+Linear gdn_out(const BlockShape& s) {
+  return {
+      TPSIM_LINEAR("gdn.out_proj", OpRole::kAttnOut), s.tokens(), s.d_model, s.gdn.value_dim(), 1, false, s.tokens()};
+}
+
+// The delta rule's bytes one way: q and k (read), v (read), the decay and write strength per value
+// head (fp32), o (written); W and U (written and read, activations); the fp32 chunk states (written
+// and read).
+struct DeltaRuleBytes {
+  double read, written;
+};
+DeltaRuleBytes delta_rule_bytes(const BlockShape& s) {
+  const GdnConfig& g = s.gdn;
+  const double a = activation_bytes(s.precision), t = d(s.tokens());
+  const double c = d(std::min(g.chunk, s.seq));
+  const double chunks = d(s.batch) * std::ceil(d(s.seq) / c);
+  const double wu = t * d(g.value_heads) * d(g.key_head_dim + g.value_head_dim) * a;
+  const double states = chunks * d(g.value_heads) * d(g.key_head_dim) * d(g.value_head_dim) * 4.0;
+  return {t * d(g.conv_channels()) * a + t * d(g.value_heads) * 8.0 + wu + states,
+          t * d(g.value_dim()) * a + wu + states};
+}
+
+// Forward, kept and recomputed as the Mamba-2 mixer's (an assumption: the in projection's output, the
+// norm's rstd and the out projection's input kept; the convolution and the rule's output run again).
+void gdn_forward(const BlockShape& s, OpSink& out) {
+  const GdnConfig& g = s.gdn;
+  const double a = activation_bytes(s.precision);
+  const DType act = activation_dtype(s.precision);
+  const double t = d(s.tokens()), conv = t * d(g.conv_channels()), taps = d(g.conv_channels()) * d(g.conv_kernel);
+  linear_forward(s, gdn_in(s), false, out);
+  Op c = membound_op("gdn.conv1d.fwd", MemKind::kCausalConv1d, s.tokens(), g.conv_channels(), act, conv * a + taps * a,
+                     conv * a, 1, t * d(g.in_width()) * a);
+  c.k = g.conv_kernel;
+  out.push(c);
+  const DeltaRuleBytes b = delta_rule_bytes(s);
+  Op rule =
+      membound_op("gdn.delta_rule.fwd", MemKind::kGatedDeltaRule, s.tokens(), g.value_dim(), act, b.read, b.written, 6);
+  rule.k = g.key_head_dim;
+  rule.flops = gated_delta_rule_flops(s);
+  out.push(rule);
+  const int64_t rows = s.tokens() * g.value_heads;
+  const double v = t * d(g.value_dim());
+  out.push(membound_op("gdn.gated_norm.fwd", MemKind::kGatedRmsNorm, rows, g.value_head_dim, act,
+                       2.0 * v * a + d(g.value_head_dim) * a, v * a + d(rows) * 4.0, 1, d(rows) * 4.0));
+  linear_forward(s, gdn_out(s), false, out);
+}
+
+void gdn_backward(const BlockShape& s, OpSink& out) {
+  const GdnConfig& g = s.gdn;
+  const double a = activation_bytes(s.precision);
+  const DType act = activation_dtype(s.precision);
+  const double t = d(s.tokens()), conv = t * d(g.conv_channels()), taps = d(g.conv_channels()) * d(g.conv_kernel);
+  linear_backward(s, gdn_out(s), out);
+  Op again = membound_op("gdn.conv1d.recompute", MemKind::kCausalConv1d, s.tokens(), g.conv_channels(), act,
+                         conv * a + taps * a, conv * a);
+  again.k = g.conv_kernel;
+  out.push(again);
+  const DeltaRuleBytes b = delta_rule_bytes(s);
+  Op y = membound_op("gdn.delta_rule.recompute", MemKind::kGatedDeltaRule, s.tokens(), g.value_dim(), act, b.read,
+                     b.written, 6);
+  y.k = g.key_head_dim;
+  y.flops = gated_delta_rule_flops(s);
+  out.push(y);
+  const int64_t rows = s.tokens() * g.value_heads;
+  const double v = t * d(g.value_dim());
+  out.push(membound_op("gdn.gated_norm.bwd", MemKind::kGatedRmsNormBackward, rows, g.value_head_dim, act,
+                       3.0 * v * a + d(rows) * 4.0 + d(g.value_head_dim) * a, 2.0 * v * a + d(g.value_head_dim) * 4.0,
+                       2));
+  // Twice the forward's bytes and FLOPs (its gradients of q, k, v, the decay and the write strength,
+  // the states recomputed): an assumption, as the scan's.
+  Op rule = membound_op("gdn.delta_rule.bwd", MemKind::kGatedDeltaRuleBackward, s.tokens(), g.value_dim(), act,
+                        2.0 * b.read, 2.0 * b.written, 10);
+  rule.k = g.key_head_dim;
+  rule.flops = 2.0 * gated_delta_rule_flops(s);
+  out.push(rule);
+  Op c = membound_op("gdn.conv1d.bwd", MemKind::kCausalConv1dBackward, s.tokens(), g.conv_channels(), act,
+                     2.0 * conv * a + taps * a, conv * a + taps * 4.0, 2);
+  c.k = g.conv_kernel;
+  out.push(c);
+  linear_backward(s, gdn_in(s), out);
+}
+
+// Gated attention's output gate, o * sigmoid(gate) (one kernel each way): reads the attention's
+// output and the gate, writes the gated output; keeps the gate (the attention keeps its output).
+Op output_gate(const BlockShape& s, bool forward) {
+  const double a = activation_bytes(s.precision), o = d(s.tokens()) * d(s.o_dim());
+  const DType act = activation_dtype(s.precision);
+  if (forward)
+    return membound_op("attn.output_gate.fwd", MemKind::kMul, s.tokens(), s.o_dim(), act, 2.0 * o * a, o * a, 1, o * a);
+  return membound_op("attn.output_gate.bwd", MemKind::kMulBackward, s.tokens(), s.o_dim(), act, 3.0 * o * a,
+                     2.0 * o * a);
+}
 #undef TPSIM_LINEAR
 
 }  // namespace
+
+double gated_delta_rule_flops(const BlockShape& s) {
+  const GdnConfig& g = s.gdn;
+  const double c = d(std::min(g.chunk, s.seq)), dk = d(g.key_head_dim), dv = d(g.value_head_dim);
+  const double per_head = 3.0 * c * dk + 2.0 * c * dv + 3.0 * dk * dv + c * c / 3.0;
+  return d(s.tokens()) * d(g.value_heads) * 2.0 * per_head;
+}
 
 double mamba_scan_flops(const BlockShape& s) {
   const Mamba2Config& b = s.mamba;
@@ -1109,6 +1217,10 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
     out.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
     mamba_forward(s, out);
     out.push(residual_add("resid_mamba.fwd", s));
+  } else if (s.mixer == Mixer::kGatedDeltaNet) {
+    out.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
+    gdn_forward(s, out);
+    out.push(residual_add("resid_gdn.fwd", s));
   } else if (s.mixer == Mixer::kAttention) {
     out.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
     if (s.mla.active()) {
@@ -1120,9 +1232,10 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
     }
     if (s.unfused_attention) unfused_attention_forward(s, /*keep=*/true, out);
     else out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
+    if (s.attention_output_gate) out.push(output_gate(s, /*forward=*/true));
     // Flash attention keeps its output, which is the out projection's input (in bf16: under fp8 the
     // out projection keeps its own quantized copy, and its LoRA adapters share the attention's).
-    linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8 && !s.unfused_attention,
+    linear_forward(s, out_proj(s), /*input_saved_elsewhere=*/!fp8 && !s.unfused_attention && !s.attention_output_gate,
                    /*adapter_input_kept=*/!s.unfused_attention, out);
     if (s.post_norms) out.push(norm_forward("norm_post_attn.fwd", s));
     out.push(residual_add("resid_attn.fwd", s));
@@ -1151,10 +1264,17 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
     out.push(norm_backward("norm_1.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
     return;
   }
+  if (s.mixer == Mixer::kGatedDeltaNet) {
+    out.push(residual_add_backward("resid_gdn.bwd", s));
+    gdn_backward(s, out);
+    out.push(norm_backward("norm_1.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
+    return;
+  }
   if (s.mixer == Mixer::kNone) return;
   out.push(residual_add_backward("resid_attn.bwd", s));
   if (s.post_norms) out.push(norm_backward("norm_post_attn.bwd", s));
   linear_backward(s, out_proj(s), out);
+  if (s.attention_output_gate) out.push(output_gate(s, /*forward=*/false));
   if (s.unfused_attention) unfused_attention_backward(s, out);
   else out.push(attention_op("attn.flash.bwd", OpKind::kAttentionBwd, s));
   if (s.mla.active()) {

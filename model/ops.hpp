@@ -74,6 +74,9 @@ enum class MemKind : uint8_t {
   kSsdScanBackward,       // its gradients of x, B, C and dt
   kGatedRmsNorm,          // y = rmsnorm(x * silu(z)) per group of n channels (m = tokens x groups rows)
   kGatedRmsNormBackward,  // dx, dz and dw
+  // The Gated DeltaNet (model/architecture.hpp GdnConfig), over m = tokens rows of n = value_dim:
+  kGatedDeltaRule,          // the chunked gated delta rule (k = key_head_dim)
+  kGatedDeltaRuleBackward,  // its gradients of q, k, v, the decay and the write strength
 };
 
 // What an op is part of, for the rules that treat some ops apart (the tensor-parallel
@@ -281,6 +284,8 @@ struct BlockShape {
   Mixer mixer = Mixer::kAttention;
   bool no_ffn = false;
   Mamba2Config mamba;
+  GdnConfig gdn;                            // a Gated DeltaNet's sizes, its heads this rank's
+  bool attention_output_gate = false;       // ModelConfig::attention_output_gate
   bool unfused_attention = false;           // the scores materialised (ModelConfig::unfused_attention)
   bool torch_attention = false;             // ... by PyTorch's kernels, as llm-foundry's attn_impl: torch
   int64_t attention_dropout_per_mille = 0;  // unfused attention's dropout probability x 1000
@@ -465,6 +470,16 @@ void block_backward_ops(const BlockShape& s, OpSink& out);
 // the output): PyTorch's Mamba-2 kernel-fusion study finds these kernels bound by memory bandwidth and
 // launch latency, not by their FLOPs (five kernels).
 double mamba_scan_flops(const BlockShape& s);
+
+// A Gated DeltaNet's chunked delta rule (Yang et al. 2024, Sec. 3, the chunkwise WY form as
+// flash-linear-attention's chunk_gated_delta_rule runs it), forward, over the shape's tokens and this
+// rank's value heads, per token and value head, in multiply-adds times 2: K K^T within the chunk
+// (C dk), the triangular solve (C^2 / 3), W = T K (C dk) and U = T V (C dv), W S (dk dv), the
+// intra-chunk Q K^T (C dk) and its product with U - W S (C dv), Q S (dk dv) and the state update
+// K^T (U - W S) (dk dv); C the chunk, dk and dv the head dims. Bytes: q, k, v, the gate and the
+// write strength read, o written; W and U written and read; the fp32 chunk states written and read.
+// Timed by its bytes, as the Mamba-2 scan (an assumption: nothing measured).
+double gated_delta_rule_flops(const BlockShape& s);
 
 // Rows the routed experts' GEMMs run over `tokens` tokens: dropless (capacity_factor 0), every
 // token's top_k choices, t * top_k (the mean expert takes t * top_k / experts); with a capacity

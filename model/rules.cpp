@@ -510,8 +510,10 @@ std::string hybrid_layers_modelled(const RuleInput& in) {
                       std::any_of(m.layers.begin(), m.layers.end(),
                                   [](const LayerKind& k) { return k.mixer != Mixer::kAttention || k.no_ffn; });
   if (!hybrid) return {};
-  const std::string what =
-      std::string(mamba ? "Mamba-2 layers" : "layers of a feed-forward or a mixer alone") + " (" + m.name + ")";
+  const std::string what = std::string(mamba            ? "Mamba-2 layers"
+                                       : m.gdn.active() ? "Gated DeltaNet layers"
+                                                        : "layers of a feed-forward or a mixer alone") +
+                           " (" + m.name + ")";
   if (def_of(in).id == Framework::kTorchtitan) return what + " under torchtitan are not modelled yet";
   if (in.cfg.layout.context > 1)
     return what + " with context parallel " + n(in.cfg.layout.context) + " are not modelled yet";

@@ -82,6 +82,8 @@ double tolerance(const Op& op) {
     case MemKind::kSsdScanBackward:
     case MemKind::kGatedRmsNorm:
     case MemKind::kGatedRmsNormBackward:
+    case MemKind::kGatedDeltaRule:
+    case MemKind::kGatedDeltaRuleBackward:
     case MemKind::kNone: break;
   }
   return -1;

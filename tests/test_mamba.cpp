@@ -242,3 +242,68 @@ BOOST_AUTO_TEST_CASE(nemotron_h_is_read_strictly) {
   BOOST_TEST((a.layers == b.layers));
   BOOST_TEST((a.layers[2].mixer == Mixer::kNone && a.layers[2].dense_ffn));
 }
+
+// Qwen3-Next 80B-A3B (Qwen/Qwen3-Next-80B-A3B-Instruct): 48 layers, every fourth gated attention (16
+// heads of 256, 2 key/value heads, q_proj twice the query width for the gate, QK-norm), the others a
+// Gated DeltaNet (16 key heads and 32 value heads of 128, convolution of 4); every layer 512 experts
+// (top 10) of 512 and a gated shared expert of 512; hidden 2,048, vocabulary 151,936, untied. Qwen:
+// 80B total, 3B active (tpsim: 79.67B; 3.87B active with the input table and the head, 3.25B without
+// them, as Qwen's "3B activated" counts).
+BOOST_AUTO_TEST_CASE(qwen3_next_counts_by_hand_and_its_delta_rule_runs_the_formula) {
+  const ModelConfig next = shipped("qwen3-next-80b-a3b");
+  const int64_t h = 2048, vocab = 151936;
+  const int64_t key_dim = 16 * 128, value_dim = 32 * 128;
+  const int64_t gdn =
+      h * (2 * key_dim + 2 * value_dim + 2 * 32) + 4 * (2 * key_dim + value_dim) + 2 * 32 + 128 + value_dim * h;
+  const int64_t attention = h * 16 * 256 * 2 + 2 * h * 2 * 256 + 16 * 256 * h + 2 * 256;
+  const int64_t moe = h * 512 + 512 * 3 * h * 512 + 3 * h * 512 + h;  // router, experts, shared expert and its gate
+  const int64_t total = 36 * (gdn + moe + 2 * h) + 12 * (attention + moe + 2 * h) + 2 * vocab * h + h;
+  BOOST_TEST(parameter_count(next, 4096) == total);
+  BOOST_TEST(total == 79674391296);
+  BOOST_TEST(std::abs(d(total) - 80e9) <= 0.5e9);
+  const int64_t active_moe = h * 512 + 10 * 3 * h * 512 + 3 * h * 512 + h;
+  const int64_t active = 36 * (gdn + active_moe + 2 * h) + 12 * (attention + active_moe + 2 * h) + h;
+  BOOST_TEST(active_parameter_count(next, 4096) == active + vocab * h);
+  BOOST_TEST(std::abs(d(active) - 3e9) <= 0.5e9);
+  BOOST_TEST(attention_layer_count(next) == 12);
+  for (size_t i = 0; i < 48; ++i)
+    BOOST_TEST((next.layers[i].mixer == ((i + 1) % 4 == 0 ? Mixer::kAttention : Mixer::kGatedDeltaNet)), "layer " << i);
+  // A Gated DeltaNet layer's delta rule: per token and value head 2 (3 C dk + 2 C dv + 3 dk dv + C^2 / 3)
+  // with C = 64, dk = dv = 128; its GEMMs the two projections'.
+  const ModelConfig& g = layer_pattern(next).groups[0].model;
+  BOOST_TEST_REQUIRE((g.mixer == Mixer::kGatedDeltaNet));
+  const BlockShape s = block_shape(g, 1, 4096, Precision::kAmpBf16);
+  OpList fwd;
+  block_forward_ops(s, fwd);
+  const double t = 4096, per_head = 3.0 * 64 * 128 + 2.0 * 64 * 128 + 3.0 * 128 * 128 + 64.0 * 64 / 3.0;
+  BOOST_TEST(find(fwd, "gdn.delta_rule.fwd")->flops == t * 32 * 2.0 * per_head, tt::tolerance(kExact));
+  const double mixer_gemm = 2.0 * t * h * ((2 * key_dim + 2 * value_dim + 2 * 32) + value_dim);
+  const double moe_gemm = 2.0 * t * (h * 512.0 + 10.0 * 3 * h * 512 + 3.0 * h * 512 + h);
+  BOOST_TEST(sum(fwd, OpKind::kGemm) == mixer_gemm + moe_gemm, tt::tolerance(kExact));
+  // Gated attention: the gate doubles the query's projection and gates the output elementwise.
+  const ModelConfig& a = layer_pattern(next).groups[1].model;
+  BOOST_TEST_REQUIRE((a.mixer == Mixer::kAttention && a.attention_output_gate));
+  OpList afwd;
+  block_forward_ops(block_shape(a, 1, 4096, Precision::kAmpBf16), afwd);
+  BOOST_TEST(find(afwd, "attn.Wqkv.fwd")->n == 2 * 16 * 256 + 2 * 2 * 256);
+  BOOST_TEST(find(afwd, "attn.output_gate.fwd") != nullptr);
+  // Refused where not modelled, and read strictly.
+  const DeviceSpec device = load_device("h100_80gb");
+  const DeviceProfile profile = load_shipped_profile("h100_80gb");
+  TrainConfig cfg{.seq_len = 4096, .global_batch = 256, .micro_batch = 1, .n_gpus = 32};
+  cfg.layout.framework = Framework::kMegatron;
+  cfg.layout.expert = 8;
+  cfg.layout.pipeline = 4;
+  BOOST_TEST(check_config(next, device, profile.params, cfg) == "");
+  cfg.layout.tensor = 32;
+  cfg.layout.pipeline = 1;
+  cfg.layout.sequence_parallel = true;
+  BOOST_TEST(contains(check_config(next, device, profile.params, cfg), "does not divide"));
+  BOOST_TEST(contains(test::error_of([] {
+                        read_hf_config(
+                            "{\"model_type\": \"qwen3_next\", \"num_hidden_layers\": 2, \"layer_types\": "
+                            "[\"linear_attention\", \"mamba\"]}",
+                            "c.json");
+                      }),
+                      "layer type \"mamba\" (layer 1)"));
+}

@@ -958,7 +958,9 @@ std::unique_ptr<CpuOp> make_memory_bound(const Op& op, uint64_t seed) {
     case MemKind::kSsdScan:
     case MemKind::kSsdScanBackward:
     case MemKind::kGatedRmsNorm:
-    case MemKind::kGatedRmsNormBackward:  // unsupported_by_every_backend refuses them first
+    case MemKind::kGatedRmsNormBackward:
+    case MemKind::kGatedDeltaRule:
+    case MemKind::kGatedDeltaRuleBackward:  // unsupported_by_every_backend refuses them first
     case MemKind::kNone: break;
   }
   throw Error("op " + name_of(op) + ": memory-bound op without a CPU kernel");
@@ -1034,7 +1036,9 @@ double op_buffer_bytes(const Op& op) {
     case MemKind::kSsdScan:
     case MemKind::kSsdScanBackward:
     case MemKind::kGatedRmsNorm:
-    case MemKind::kGatedRmsNormBackward:  // no CPU kernel (unsupported_by_every_backend)
+    case MemKind::kGatedRmsNormBackward:
+    case MemKind::kGatedDeltaRule:
+    case MemKind::kGatedDeltaRuleBackward:  // no CPU kernel (unsupported_by_every_backend)
     case MemKind::kNone: break;
   }
   return 0;

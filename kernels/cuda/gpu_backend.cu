@@ -168,7 +168,9 @@ std::string membound_unsupported(const Op& op) {
     case MemKind::kSsdScan:
     case MemKind::kSsdScanBackward:
     case MemKind::kGatedRmsNorm:
-    case MemKind::kGatedRmsNormBackward: return std::string(op.name) + ": the GPU backend has no kernel for it yet";
+    case MemKind::kGatedRmsNormBackward:
+    case MemKind::kGatedDeltaRule:
+    case MemKind::kGatedDeltaRuleBackward: return std::string(op.name) + ": the GPU backend has no kernel for it yet";
     case MemKind::kLayerNorm:
     case MemKind::kLayerNormBackward:
     case MemKind::kGelu:
