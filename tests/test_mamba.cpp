@@ -171,7 +171,7 @@ BOOST_AUTO_TEST_CASE(a_mamba_layer_runs_the_hand_formulas) {
 }
 
 BOOST_AUTO_TEST_CASE(tensor_parallelism_splits_the_heads_and_groups) {
-  const ModelConfig& m = layer_pattern(shipped("nemotron-3-nano")).groups[0].model;
+  const ModelConfig m = layer_pattern(shipped("nemotron-3-nano")).groups[0].model;
   const BlockShape whole = block_shape(m, 1, 4096, Precision::kAmpBf16);
   const BlockShape rank = tensor_parallel_shape(whole, 4, /*sequence_parallel=*/true, 131072);
   BOOST_TEST(rank.mamba.heads == 16);
@@ -270,7 +270,8 @@ BOOST_AUTO_TEST_CASE(qwen3_next_counts_by_hand_and_its_delta_rule_runs_the_formu
     BOOST_TEST((next.layers[i].mixer == ((i + 1) % 4 == 0 ? Mixer::kAttention : Mixer::kGatedDeltaNet)), "layer " << i);
   // A Gated DeltaNet layer's delta rule: per token and value head 2 (3 C dk + 2 C dv + 3 dk dv + C^2 / 3)
   // with C = 64, dk = dv = 128; its GEMMs the two projections'.
-  const ModelConfig& g = layer_pattern(next).groups[0].model;
+  const LayerPattern kinds = layer_pattern(next);
+  const ModelConfig& g = kinds.groups[0].model;
   BOOST_TEST_REQUIRE((g.mixer == Mixer::kGatedDeltaNet));
   const BlockShape s = block_shape(g, 1, 4096, Precision::kAmpBf16);
   OpList fwd;
@@ -281,7 +282,7 @@ BOOST_AUTO_TEST_CASE(qwen3_next_counts_by_hand_and_its_delta_rule_runs_the_formu
   const double moe_gemm = 2.0 * t * (h * 512.0 + 10.0 * 3 * h * 512 + 3.0 * h * 512 + h);
   BOOST_TEST(sum(fwd, OpKind::kGemm) == mixer_gemm + moe_gemm, tt::tolerance(kExact));
   // Gated attention: the gate doubles the query's projection and gates the output elementwise.
-  const ModelConfig& a = layer_pattern(next).groups[1].model;
+  const ModelConfig& a = kinds.groups[1].model;
   BOOST_TEST_REQUIRE((a.mixer == Mixer::kAttention && a.attention_output_gate));
   OpList afwd;
   block_forward_ops(block_shape(a, 1, 4096, Precision::kAmpBf16), afwd);
