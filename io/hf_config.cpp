@@ -302,9 +302,10 @@ std::vector<LayerKind>& per_layer(Section& s, ModelConfig& m) {
   return m.layers;
 }
 
-// transformers' layer_types (newer configs): per layer "full_attention" or "sliding_attention"
-// (a window of `window` keys).
-void layer_types(Section& s, ModelConfig& m, int64_t window) {
+// transformers' layer_types list, one name per layer: `set(name, kind)` applies a name it knows to
+// the layer's kind and returns false for one it does not (refused, naming the layer).
+template <class Set>
+void read_layer_types(Section& s, ModelConfig& m, Set set) {
   const json* v = s.value("layer_types");
   if (!v) return;
   if (!v->is_array() || static_cast<int64_t>(v->size()) != m.n_layers)
@@ -312,12 +313,21 @@ void layer_types(Section& s, ModelConfig& m, int64_t window) {
   std::vector<LayerKind>& kinds = per_layer(s, m);
   for (size_t i = 0; i < v->size(); ++i) {
     const json& t = (*v)[i];
-    if (t == "full_attention") kinds[i].sliding = false;
-    else if (t == "sliding_attention") kinds[i].sliding = true;
-    else if (t.is_string()) s.refuse("layer_types", "layer type " + t.dump() + " (layer " + std::to_string(i) + ")");
-    else s.bad("layer_types", "must list layer type names");
+    if (!t.is_string()) s.bad("layer_types", "must list layer type names");
+    if (!set(t.get<std::string>(), kinds[i]))
+      s.refuse("layer_types", "layer type " + t.dump() + " (layer " + std::to_string(i) + ")");
   }
-  const bool slides = std::any_of(kinds.begin(), kinds.end(), [](const LayerKind& k) { return k.sliding; });
+}
+
+// transformers' layer_types (newer configs): per layer "full_attention" or "sliding_attention"
+// (a window of `window` keys).
+void layer_types(Section& s, ModelConfig& m, int64_t window) {
+  read_layer_types(s, m, [](const std::string& t, LayerKind& k) {
+    if (t != "full_attention" && t != "sliding_attention") return false;
+    k.sliding = t == "sliding_attention";
+    return true;
+  });
+  const bool slides = std::any_of(m.layers.begin(), m.layers.end(), [](const LayerKind& k) { return k.sliding; });
   if (slides && window <= 0) s.bad("layer_types", "lists sliding_attention layers without a sliding_window");
   if (slides) m.sliding_window = window;
 }
@@ -626,17 +636,11 @@ ModelConfig read_llama4_text(Section& s) {
     }
   }
   for (size_t i = 0; i < n; ++i) kinds[i] = LayerKind{false, !moe[i], rope[i], !rope[i]};
-  if (const json* v = s.value("layer_types")) {
-    if (!v->is_array() || v->size() != n)
-      s.bad("layer_types", "must list one type per layer (" + std::to_string(n) + ")");
-    for (size_t i = 0; i < n; ++i) {
-      const json& t = (*v)[i];
-      if (t == "full_attention") kinds[i].chunked = false;
-      else if (t == "chunked_attention") kinds[i].chunked = true;
-      else if (t.is_string()) s.refuse("layer_types", "layer type " + t.dump() + " (layer " + std::to_string(i) + ")");
-      else s.bad("layer_types", "must list layer type names");
-    }
-  }
+  read_layer_types(s, m, [](const std::string& t, LayerKind& k) {
+    if (t != "full_attention" && t != "chunked_attention") return false;
+    k.chunked = t == "chunked_attention";
+    return true;
+  });
   s.irrelevant({"attn_temperature_tuning", "floor_scale", "attn_scale", "router_aux_loss_coef", "router_jitter_noise",
                 "output_router_logits", "for_llm_compressor", "cache_implementation"});
   return m;
@@ -646,6 +650,48 @@ ModelConfig read_llama4_text(Section& s) {
 ModelConfig read_llama4(Section& s) {
   return read_text_model(s, "llama4_text", read_llama4_text,
                          "the vision encoder (34 layers), its pixel-shuffle adapter and the projector");
+}
+
+// Nemotron-H's layers, one symbol each ('M', '*', '-', 'E'), from hybrid_override_pattern or the
+// list of names of layers_block_type (legacy names too).
+std::string nemotron_pattern(Section& s) {
+  std::string pattern;
+  if (const json* v = s.value("layers_block_type")) {
+    if (!v->is_array()) s.bad("layers_block_type", "must be a list of layer types");
+    for (const json& t : *v) {
+      if (t == "mamba" || t == "linear_attention") pattern += 'M';
+      else if (t == "attention" || t == "full_attention") pattern += '*';
+      else if (t == "mlp") pattern += '-';
+      else if (t == "moe") pattern += 'E';
+      else s.refuse("layers_block_type", "layer type " + t.dump());
+    }
+  }
+  if (const json* v = s.value("hybrid_override_pattern")) {
+    if (!v->is_string()) s.bad("hybrid_override_pattern", "must be a string of M, *, - and E");
+    if (!pattern.empty() && v->get<std::string>() != pattern)
+      s.bad("hybrid_override_pattern", "differs from layers_block_type");
+    pattern = v->get<std::string>();
+  }
+  if (pattern.empty()) pattern = "ME*-";  // NemotronHConfig's default layers
+  for (const char c : pattern)
+    if (c != 'M' && c != '*' && c != '-' && c != 'E')
+      s.refuse("hybrid_override_pattern", std::string("layer symbol '") + c + "' (M, *, - and E are modelled)");
+  return pattern;
+}
+
+// Nemotron-H's Mamba-2 mixer (legacy mamba_* names as the defaults of the current ones).
+Mamba2Config nemotron_mamba(Section& s) {
+  Mamba2Config b;
+  b.heads = s.count("mamba_num_heads", 128);
+  b.head_dim = s.count("mamba_head_dim", 64);
+  b.d_state = s.count("ssm_state_size", 128);
+  b.groups = s.count("n_groups", s.count("mamba_n_groups", 8));
+  b.conv_kernel = s.count("conv_kernel", s.count("mamba_d_conv", 4));
+  b.chunk = s.count("chunk_size", s.count("mamba_chunk_size", 128));
+  b.conv_bias = s.flag("use_conv_bias", s.flag("mamba_conv_bias", true));
+  if (const std::string act = s.text("mamba_hidden_act", "silu"); act != "silu")
+    s.refuse("mamba_hidden_act", "a Mamba-2 activation other than SiLU");
+  return b;
 }
 
 // Nemotron-H and Nemotron 3 (configuration_nemotron_h.py's defaults, modeling_nemotron_h.py): a
@@ -675,44 +721,11 @@ ModelConfig read_nemotron_h(Section& s) {
   for (const char* bias : {"attention_bias", "mlp_bias", "use_bias", "mamba_proj_bias"})
     if (s.flag(bias, false)) s.refuse(bias, "biases on the projections of a Nemotron-H layer");
   if (s.value("sliding_window")) s.refuse("sliding_window", "a sliding window in Nemotron-H's attention");
-  // The layers, from the pattern string or the list of names (legacy names too).
-  std::string pattern;
-  if (const json* v = s.value("layers_block_type")) {
-    if (!v->is_array()) s.bad("layers_block_type", "must be a list of layer types");
-    for (const json& t : *v) {
-      if (t == "mamba" || t == "linear_attention") pattern += 'M';
-      else if (t == "attention" || t == "full_attention") pattern += '*';
-      else if (t == "mlp") pattern += '-';
-      else if (t == "moe") pattern += 'E';
-      else s.refuse("layers_block_type", "layer type " + t.dump());
-    }
-  }
-  if (const json* v = s.value("hybrid_override_pattern")) {
-    if (!v->is_string()) s.bad("hybrid_override_pattern", "must be a string of M, *, - and E");
-    if (!pattern.empty() && v->get<std::string>() != pattern)
-      s.bad("hybrid_override_pattern", "differs from layers_block_type");
-    pattern = v->get<std::string>();
-  }
-  if (pattern.empty()) pattern = "ME*-";  // NemotronHConfig's default layers
-  for (const char c : pattern)
-    if (c != 'M' && c != '*' && c != '-' && c != 'E')
-      s.refuse("hybrid_override_pattern", std::string("layer symbol '") + c + "' (M, *, - and E are modelled)");
+  const std::string pattern = nemotron_pattern(s);
   m.n_layers = s.count("num_hidden_layers", static_cast<int64_t>(pattern.size()));
   if (m.n_layers != static_cast<int64_t>(pattern.size()))
     s.bad("num_hidden_layers", "differs from the " + std::to_string(pattern.size()) + " layers of the pattern");
-  // The Mamba-2 mixer (legacy mamba_* names as the defaults of the current ones).
-  if (pattern.find('M') != std::string::npos) {
-    Mamba2Config& b = m.mamba;
-    b.heads = s.count("mamba_num_heads", 128);
-    b.head_dim = s.count("mamba_head_dim", 64);
-    b.d_state = s.count("ssm_state_size", 128);
-    b.groups = s.count("n_groups", s.count("mamba_n_groups", 8));
-    b.conv_kernel = s.count("conv_kernel", s.count("mamba_d_conv", 4));
-    b.chunk = s.count("chunk_size", s.count("mamba_chunk_size", 128));
-    b.conv_bias = s.flag("use_conv_bias", s.flag("mamba_conv_bias", true));
-    if (const std::string act = s.text("mamba_hidden_act", "silu"); act != "silu")
-      s.refuse("mamba_hidden_act", "a Mamba-2 activation other than SiLU");
-  }
+  if (pattern.find('M') != std::string::npos) m.mamba = nemotron_mamba(s);
   if (pattern.find('E') != std::string::npos) {
     m.moe.latent = s.count("moe_latent_size", 0);  // null or absent: experts at hidden_size
     m.moe.experts = s.count("n_routed_experts", 8);
@@ -819,17 +832,11 @@ ModelConfig read_qwen3_next(Section& s) {
   std::vector<LayerKind>& kinds = per_layer(s, m);
   for (size_t i = 0; i < kinds.size(); ++i)
     kinds[i].mixer = static_cast<int64_t>(i + 1) % interval == 0 ? Mixer::kAttention : Mixer::kGatedDeltaNet;
-  if (const json* v = s.value("layer_types")) {
-    if (!v->is_array() || v->size() != kinds.size())
-      s.bad("layer_types", "must list one type per layer (" + std::to_string(kinds.size()) + ")");
-    for (size_t i = 0; i < kinds.size(); ++i) {
-      const json& t = (*v)[i];
-      if (t == "full_attention") kinds[i].mixer = Mixer::kAttention;
-      else if (t == "linear_attention") kinds[i].mixer = Mixer::kGatedDeltaNet;
-      else if (t.is_string()) s.refuse("layer_types", "layer type " + t.dump() + " (layer " + std::to_string(i) + ")");
-      else s.bad("layer_types", "must list layer type names");
-    }
-  }
+  read_layer_types(s, m, [](const std::string& t, LayerKind& k) {
+    if (t != "full_attention" && t != "linear_attention") return false;
+    k.mixer = t == "full_attention" ? Mixer::kAttention : Mixer::kGatedDeltaNet;
+    return true;
+  });
   s.irrelevant({"partial_rotary_factor", "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings"});
   return m;
 }

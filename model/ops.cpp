@@ -1033,69 +1033,112 @@ ScanSizes scan_sizes(const BlockShape& s) {
           chunks * d(b.d_inner()) * d(b.d_state) * 4.0};
 }
 
+// A linear-time mixer's ops between its two projections (the Mamba-2 mixer's, the Gated DeltaNet's):
+// the causal convolution, the core (the chunked scan or delta rule), the gated norm, each with its
+// names, sizes and bytes.
+struct RecurrentMixer {
+  const char *conv_fwd, *conv_again, *conv_bwd, *core_fwd, *core_again, *core_bwd, *norm_fwd, *norm_bwd;
+  Linear in, out;
+  int64_t channels, kernel;  // the convolution's channels and taps
+  double taps;               // its weight (and bias) elements
+  MemKind core, core_backward;
+  int64_t core_n, core_k, core_kernels, core_bwd_kernels;
+  double core_read, core_written, core_flops, core_bwd_read,
+      core_bwd_written;                        // the backward's FLOPs twice the forward's
+  int64_t norm_rows, norm_width, norm_weight;  // the gated norm's rows of norm_width and its weight
+};
+
 // Forward, as Megatron-Core's MambaMixer runs it on mamba_ssm's memory-efficient path
 // (mamba_split_conv1d_scan_combined with the gated norm): the in projection keeps its input; the
 // combined function keeps the in projection's output (z, x, B, C, dt) and the norm's rstd and
 // recomputes the convolution and the scan's output in its backward; the out projection keeps the
-// norm's output.
-void mamba_forward(const BlockShape& s, OpSink& out) {
-  const Mamba2Config& b = s.mamba;
+// norm's output. The Gated DeltaNet's are kept and recomputed alike (an assumption).
+void recurrent_forward(const BlockShape& s, const RecurrentMixer& r, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const DType act = activation_dtype(s.precision);
-  const ScanSizes z = scan_sizes(s);
-  const double conv = z.t * d(b.conv_channels()), taps = d(b.conv_channels()) * d(b.conv_kernel + 1);
-  linear_forward(s, mamba_in(s), false, out);
-  Op c = membound_op("mamba.conv1d.fwd", MemKind::kCausalConv1d, s.tokens(), b.conv_channels(), act,
-                     conv * a + taps * a, conv * a, 1, z.t * d(b.in_width()) * a);
-  c.k = b.conv_kernel;
+  const double t = d(s.tokens()), conv = t * d(r.channels), width = d(r.norm_rows) * d(r.norm_width);
+  linear_forward(s, r.in, false, out);
+  Op c = membound_op(r.conv_fwd, MemKind::kCausalConv1d, s.tokens(), r.channels, act, conv * a + r.taps * a, conv * a,
+                     1, t * d(r.in.n) * a);
+  c.k = r.kernel;
   out.push(c);
-  Op scan = membound_op("mamba.scan.fwd", MemKind::kSsdScan, s.tokens(), b.d_inner(), act,
-                        (z.x + z.bc + z.dt) * a + z.decay + z.cb + 2.0 * z.states,
-                        z.x * a + z.decay + z.cb + 2.0 * z.states, 5);
-  scan.k = b.d_state;
-  scan.flops = mamba_scan_flops(s);
-  out.push(scan);
-  const int64_t rows = s.tokens() * b.groups, group = b.d_inner() / b.groups;
-  out.push(membound_op("mamba.gated_norm.fwd", MemKind::kGatedRmsNorm, rows, group, act,
-                       2.0 * z.x * a + d(b.d_inner()) * a, z.x * a + d(rows) * 4.0, 1, d(rows) * 4.0));
-  linear_forward(s, mamba_out(s), false, out);
+  Op core = membound_op(r.core_fwd, r.core, s.tokens(), r.core_n, act, r.core_read, r.core_written, r.core_kernels);
+  core.k = r.core_k;
+  core.flops = r.core_flops;
+  out.push(core);
+  out.push(membound_op(r.norm_fwd, MemKind::kGatedRmsNorm, r.norm_rows, r.norm_width, act,
+                       2.0 * width * a + d(r.norm_weight) * a, width * a + d(r.norm_rows) * 4.0, 1,
+                       d(r.norm_rows) * 4.0));
+  linear_forward(s, r.out, false, out);
 }
 
-// Backward: the out projection's; the convolution and the scan's output run again; the gated norm's,
-// the scan's (its states recomputed: twice the forward's intermediates, and twice its FLOPs, an
-// assumption of the same order as attention's 2.5) and the convolution's backward; the in projection's.
-void mamba_backward(const BlockShape& s, OpSink& out) {
-  const Mamba2Config& b = s.mamba;
+// Backward: the out projection's; the convolution and the core's output run again; the gated norm's,
+// the core's (its states recomputed: twice its forward's FLOPs, an assumption of the same order as
+// attention's 2.5) and the convolution's backward; the in projection's.
+void recurrent_backward(const BlockShape& s, const RecurrentMixer& r, OpSink& out) {
   const double a = activation_bytes(s.precision);
   const DType act = activation_dtype(s.precision);
-  const ScanSizes z = scan_sizes(s);
-  const double conv = z.t * d(b.conv_channels()), taps = d(b.conv_channels()) * d(b.conv_kernel + 1);
-  linear_backward(s, mamba_out(s), out);
-  Op again = membound_op("mamba.conv1d.recompute", MemKind::kCausalConv1d, s.tokens(), b.conv_channels(), act,
-                         conv * a + taps * a, conv * a);
-  again.k = b.conv_kernel;
+  const double t = d(s.tokens()), conv = t * d(r.channels), width = d(r.norm_rows) * d(r.norm_width);
+  linear_backward(s, r.out, out);
+  Op again =
+      membound_op(r.conv_again, MemKind::kCausalConv1d, s.tokens(), r.channels, act, conv * a + r.taps * a, conv * a);
+  again.k = r.kernel;
   out.push(again);
-  Op y = membound_op("mamba.scan.recompute", MemKind::kSsdScan, s.tokens(), b.d_inner(), act,
-                     (z.x + z.bc + z.dt) * a + z.decay + z.cb + 2.0 * z.states,
-                     z.x * a + z.decay + z.cb + 2.0 * z.states, 5);
-  y.k = b.d_state;
-  y.flops = mamba_scan_flops(s);
+  Op y = membound_op(r.core_again, r.core, s.tokens(), r.core_n, act, r.core_read, r.core_written, r.core_kernels);
+  y.k = r.core_k;
+  y.flops = r.core_flops;
   out.push(y);
-  const int64_t rows = s.tokens() * b.groups, group = b.d_inner() / b.groups;
-  out.push(membound_op("mamba.gated_norm.bwd", MemKind::kGatedRmsNormBackward, rows, group, act,
-                       3.0 * z.x * a + d(rows) * 4.0 + d(b.d_inner()) * a, 2.0 * z.x * a + d(b.d_inner()) * 4.0, 2));
-  Op scan = membound_op("mamba.scan.bwd", MemKind::kSsdScanBackward, s.tokens(), b.d_inner(), act,
-                        (2.0 * z.x + z.bc + z.dt) * a + 2.0 * (z.decay + z.cb + 2.0 * z.states),
-                        (z.x + z.bc + z.dt) * a + 2.0 * (z.decay + z.cb + 2.0 * z.states), 10);
-  scan.k = b.d_state;
-  scan.flops = 2.0 * mamba_scan_flops(s);
-  out.push(scan);
-  Op c = membound_op("mamba.conv1d.bwd", MemKind::kCausalConv1dBackward, s.tokens(), b.conv_channels(), act,
-                     2.0 * conv * a + taps * a, conv * a + taps * 4.0, 2);
-  c.k = b.conv_kernel;
+  out.push(membound_op(r.norm_bwd, MemKind::kGatedRmsNormBackward, r.norm_rows, r.norm_width, act,
+                       3.0 * width * a + d(r.norm_rows) * 4.0 + d(r.norm_weight) * a,
+                       2.0 * width * a + d(r.norm_weight) * 4.0, 2));
+  Op core = membound_op(r.core_bwd, r.core_backward, s.tokens(), r.core_n, act, r.core_bwd_read, r.core_bwd_written,
+                        r.core_bwd_kernels);
+  core.k = r.core_k;
+  core.flops = 2.0 * r.core_flops;
+  out.push(core);
+  Op c = membound_op(r.conv_bwd, MemKind::kCausalConv1dBackward, s.tokens(), r.channels, act,
+                     2.0 * conv * a + r.taps * a, conv * a + r.taps * 4.0, 2);
+  c.k = r.kernel;
   out.push(c);
-  linear_backward(s, mamba_in(s), out);
+  linear_backward(s, r.in, out);
 }
+
+// The Mamba-2 mixer: the convolution with its bias over x, B and C; the scan (5 kernels; its
+// backward 10, reading and writing its intermediates twice); the norm per group of B and C.
+RecurrentMixer mamba_mixer(const BlockShape& s) {
+  const Mamba2Config& b = s.mamba;
+  const double a = activation_bytes(s.precision);
+  const ScanSizes z = scan_sizes(s);
+  const double inter = z.decay + z.cb + 2.0 * z.states;
+  return {"mamba.conv1d.fwd",
+          "mamba.conv1d.recompute",
+          "mamba.conv1d.bwd",
+          "mamba.scan.fwd",
+          "mamba.scan.recompute",
+          "mamba.scan.bwd",
+          "mamba.gated_norm.fwd",
+          "mamba.gated_norm.bwd",
+          mamba_in(s),
+          mamba_out(s),
+          b.conv_channels(),
+          b.conv_kernel,
+          d(b.conv_channels()) * d(b.conv_kernel + 1),
+          MemKind::kSsdScan,
+          MemKind::kSsdScanBackward,
+          b.d_inner(),
+          b.d_state,
+          5,
+          10,
+          (z.x + z.bc + z.dt) * a + inter,
+          z.x * a + inter,
+          mamba_scan_flops(s),
+          (2.0 * z.x + z.bc + z.dt) * a + 2.0 * inter,
+          (z.x + z.bc + z.dt) * a + 2.0 * inter,
+          s.tokens() * b.groups,
+          b.d_inner() / b.groups,
+          b.d_inner()};
+}
+
 // The Gated DeltaNet's projections (Megatron-Core's gated_delta_net: in projection column-parallel
 // over the heads, out projection row-parallel); no biases, no LoRA adapters.
 Linear gdn_in(const BlockShape& s) {
@@ -1123,64 +1166,38 @@ DeltaRuleBytes delta_rule_bytes(const BlockShape& s) {
           t * d(g.value_dim()) * a + wu + states};
 }
 
-// Forward, kept and recomputed as the Mamba-2 mixer's (an assumption: the in projection's output, the
-// norm's rstd and the out projection's input kept; the convolution and the rule's output run again).
-void gdn_forward(const BlockShape& s, OpSink& out) {
+// The Gated DeltaNet: the convolution without bias over q, k and v; the delta rule (6 kernels; its
+// backward 10, twice its forward's bytes); the norm per value head.
+RecurrentMixer gdn_mixer(const BlockShape& s) {
   const GdnConfig& g = s.gdn;
-  const double a = activation_bytes(s.precision);
-  const DType act = activation_dtype(s.precision);
-  const double t = d(s.tokens()), conv = t * d(g.conv_channels()), taps = d(g.conv_channels()) * d(g.conv_kernel);
-  linear_forward(s, gdn_in(s), false, out);
-  Op c = membound_op("gdn.conv1d.fwd", MemKind::kCausalConv1d, s.tokens(), g.conv_channels(), act, conv * a + taps * a,
-                     conv * a, 1, t * d(g.in_width()) * a);
-  c.k = g.conv_kernel;
-  out.push(c);
   const DeltaRuleBytes b = delta_rule_bytes(s);
-  Op rule =
-      membound_op("gdn.delta_rule.fwd", MemKind::kGatedDeltaRule, s.tokens(), g.value_dim(), act, b.read, b.written, 6);
-  rule.k = g.key_head_dim;
-  rule.flops = gated_delta_rule_flops(s);
-  out.push(rule);
-  const int64_t rows = s.tokens() * g.value_heads;
-  const double v = t * d(g.value_dim());
-  out.push(membound_op("gdn.gated_norm.fwd", MemKind::kGatedRmsNorm, rows, g.value_head_dim, act,
-                       2.0 * v * a + d(g.value_head_dim) * a, v * a + d(rows) * 4.0, 1, d(rows) * 4.0));
-  linear_forward(s, gdn_out(s), false, out);
-}
-
-void gdn_backward(const BlockShape& s, OpSink& out) {
-  const GdnConfig& g = s.gdn;
-  const double a = activation_bytes(s.precision);
-  const DType act = activation_dtype(s.precision);
-  const double t = d(s.tokens()), conv = t * d(g.conv_channels()), taps = d(g.conv_channels()) * d(g.conv_kernel);
-  linear_backward(s, gdn_out(s), out);
-  Op again = membound_op("gdn.conv1d.recompute", MemKind::kCausalConv1d, s.tokens(), g.conv_channels(), act,
-                         conv * a + taps * a, conv * a);
-  again.k = g.conv_kernel;
-  out.push(again);
-  const DeltaRuleBytes b = delta_rule_bytes(s);
-  Op y = membound_op("gdn.delta_rule.recompute", MemKind::kGatedDeltaRule, s.tokens(), g.value_dim(), act, b.read,
-                     b.written, 6);
-  y.k = g.key_head_dim;
-  y.flops = gated_delta_rule_flops(s);
-  out.push(y);
-  const int64_t rows = s.tokens() * g.value_heads;
-  const double v = t * d(g.value_dim());
-  out.push(membound_op("gdn.gated_norm.bwd", MemKind::kGatedRmsNormBackward, rows, g.value_head_dim, act,
-                       3.0 * v * a + d(rows) * 4.0 + d(g.value_head_dim) * a, 2.0 * v * a + d(g.value_head_dim) * 4.0,
-                       2));
-  // Twice the forward's bytes and FLOPs (its gradients of q, k, v, the decay and the write strength,
-  // the states recomputed): an assumption, as the scan's.
-  Op rule = membound_op("gdn.delta_rule.bwd", MemKind::kGatedDeltaRuleBackward, s.tokens(), g.value_dim(), act,
-                        2.0 * b.read, 2.0 * b.written, 10);
-  rule.k = g.key_head_dim;
-  rule.flops = 2.0 * gated_delta_rule_flops(s);
-  out.push(rule);
-  Op c = membound_op("gdn.conv1d.bwd", MemKind::kCausalConv1dBackward, s.tokens(), g.conv_channels(), act,
-                     2.0 * conv * a + taps * a, conv * a + taps * 4.0, 2);
-  c.k = g.conv_kernel;
-  out.push(c);
-  linear_backward(s, gdn_in(s), out);
+  return {"gdn.conv1d.fwd",
+          "gdn.conv1d.recompute",
+          "gdn.conv1d.bwd",
+          "gdn.delta_rule.fwd",
+          "gdn.delta_rule.recompute",
+          "gdn.delta_rule.bwd",
+          "gdn.gated_norm.fwd",
+          "gdn.gated_norm.bwd",
+          gdn_in(s),
+          gdn_out(s),
+          g.conv_channels(),
+          g.conv_kernel,
+          d(g.conv_channels()) * d(g.conv_kernel),
+          MemKind::kGatedDeltaRule,
+          MemKind::kGatedDeltaRuleBackward,
+          g.value_dim(),
+          g.key_head_dim,
+          6,
+          10,
+          b.read,
+          b.written,
+          gated_delta_rule_flops(s),
+          2.0 * b.read,
+          2.0 * b.written,
+          s.tokens() * g.value_heads,
+          g.value_head_dim,
+          g.value_head_dim};
 }
 
 // Gated attention's output gate, o * sigmoid(gate) (one kernel each way): reads the attention's
@@ -1215,11 +1232,11 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
   const bool fp8 = quantized_bytes(s.precision) > 0;
   if (s.mixer == Mixer::kMamba2) {
     out.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
-    mamba_forward(s, out);
+    recurrent_forward(s, mamba_mixer(s), out);
     out.push(residual_add("resid_mamba.fwd", s));
   } else if (s.mixer == Mixer::kGatedDeltaNet) {
     out.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
-    gdn_forward(s, out);
+    recurrent_forward(s, gdn_mixer(s), out);
     out.push(residual_add("resid_gdn.fwd", s));
   } else if (s.mixer == Mixer::kAttention) {
     out.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
@@ -1260,13 +1277,13 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
   }
   if (s.mixer == Mixer::kMamba2) {
     out.push(residual_add_backward("resid_mamba.bwd", s));
-    mamba_backward(s, out);
+    recurrent_backward(s, mamba_mixer(s), out);
     out.push(norm_backward("norm_1.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
     return;
   }
   if (s.mixer == Mixer::kGatedDeltaNet) {
     out.push(residual_add_backward("resid_gdn.bwd", s));
-    gdn_backward(s, out);
+    recurrent_backward(s, gdn_mixer(s), out);
     out.push(norm_backward("norm_1.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
     return;
   }
