@@ -51,7 +51,9 @@ struct PlanRequest {
   bool layout_columns = false;  // --framework given
   std::string yaml_note;        // what the --config YAML fixed and what plan searched ("": no YAML)
   OptionalColumns optional() const {
-    return {.megatron_fsdp = owns_megatron_fsdp(query.space.asked.framework), .lora = query.lora.active()};
+    return {.megatron_fsdp = owns_megatron_fsdp(query.space.asked.framework),
+            .lora = query.lora.active(),
+            .recompute_modules = query.space.asked.recompute_modules.has_value()};
   }
 };
 
@@ -218,10 +220,9 @@ PlanRequest check_plan(const PlanOptions& o, Context& ctx, RunSettings& run, boo
 
 // A layout in words: FSDP's sharding strategy, or the model-parallel degrees; then checkpointing.
 std::string choice_name(const Layout& l) {
-  if (framework_def(l.framework).sharding_strategies)
-    return sharding_text(l) + ", " + checkpointing_phrase(l.checkpointing);
+  if (framework_def(l.framework).sharding_strategies) return sharding_text(l) + ", " + checkpointing_phrase(l);
   const std::string layout = layout_phrase(l);
-  return (layout.empty() ? "data parallel" : layout) + ", " + checkpointing_phrase(l.checkpointing);
+  return (layout.empty() ? "data parallel" : layout) + ", " + checkpointing_phrase(l);
 }
 
 std::string rejection_reason(const PlanRequest& r, const PlanRejection& p) {
@@ -382,7 +383,7 @@ std::string pick_reason(const Pick& p, Objective objective) {
     case PickRule::kPowerOfTwoMicroBatch:
       chose = "micro-batch " + std::to_string(c.cfg.micro_batch) + ", a power of two";
       break;
-    case PickRule::kLessCheckpointing: chose = checkpointing_phrase(c.cfg.layout.checkpointing); break;
+    case PickRule::kLessCheckpointing: chose = checkpointing_phrase(c.cfg.layout); break;
     case PickRule::kFewerDegrees: chose = "fewer parallel degrees to set"; break;
     case PickRule::kFastest: break;
   }

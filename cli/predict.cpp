@@ -187,7 +187,9 @@ void run_predict(const PredictOptions& o) {
   OutputTable t;
   t.title = "prediction";
   t.columns = prediction_columns(asked.framework_given);
-  const OptionalColumns optional{.megatron_fsdp = owns_megatron_fsdp(asked.framework), .lora = cfg.lora.active()};
+  const OptionalColumns optional{.megatron_fsdp = owns_megatron_fsdp(asked.framework),
+                                 .lora = cfg.lora.active(),
+                                 .recompute_modules = asked.recompute_modules.has_value()};
   add_optional_columns(optional, t.columns);
   std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile, cfg));
   if (asked.framework_given) add_layout_cells(cfg, row);

@@ -157,15 +157,21 @@ bool owns_megatron_fsdp(Framework f) { return framework_def(f).owns(FrameworkOpt
 void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& columns) {
   if (o.megatron_fsdp) columns.emplace_back(kMegatronFsdpAxis.column);
   if (o.lora) columns.insert(columns.end(), {"LoRA Rank", "LoRA Targets"});
+  if (o.recompute_modules) columns.emplace_back("Recompute Modules");
 }
 
 void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::vector<Cell>& row) {
   if (o.megatron_fsdp) row.push_back(Cell::str(std::string(to_string(cfg.layout.megatron_fsdp))));
-  if (!o.lora) return;
-  std::string targets = lora_targets_name(cfg.lora);
-  std::replace(targets.begin(), targets.end(), ',', ';');
-  row.push_back(Cell::integer_value(cfg.lora.rank));
-  row.push_back(Cell::str(targets));
+  if (o.lora) {
+    std::string targets = lora_targets_name(cfg.lora);
+    std::replace(targets.begin(), targets.end(), ',', ';');
+    row.push_back(Cell::integer_value(cfg.lora.rank));
+    row.push_back(Cell::str(targets));
+  }
+  if (o.recompute_modules)
+    row.push_back(Cell::str(cfg.layout.checkpointing == Checkpointing::kSelective
+                                ? recompute_modules_text(cfg.layout.recompute_modules)
+                                : std::string()));
 }
 
 std::string sharding_text(const Layout& p) {

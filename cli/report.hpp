@@ -49,10 +49,11 @@ void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row);
 // The columns that follow every other where they apply (the measured-table reader reads them back):
 // `Megatron FSDP` (the strategy) under a framework that has it, searched by sweep and plan and so
 // shown whether or not it was asked; `LoRA Rank` and `LoRA Targets` (Megatron-Core's names when
-// fused, else PEFT's, separated by ';') when adapters are trained.
+// fused, else PEFT's, separated by ';') when adapters are trained; `Recompute Modules` (Megatron-Core's
+// names separated by ';', empty without selective recompute) when --recompute-modules is given.
 bool owns_megatron_fsdp(Framework f);
 struct OptionalColumns {
-  bool megatron_fsdp = false, lora = false;
+  bool megatron_fsdp = false, lora = false, recompute_modules = false;
 };
 void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& columns);
 void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::vector<Cell>& row);

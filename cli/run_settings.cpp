@@ -51,6 +51,12 @@ std::vector<Checkpointing> parse_ckpt_flag(const std::string& text, bool any_all
   throw Error("--ckpt '" + text + "': expected none, selective or full" + (any_allowed ? " (or any)" : ""));
 }
 
+std::string checkpointing_phrase(const Layout& l) {
+  if (l.checkpointing != Checkpointing::kSelective || l.recompute_modules == kDefaultRecomputeModules)
+    return checkpointing_phrase(l.checkpointing);
+  return "selective recompute of " + recompute_modules_text(l.recompute_modules, ", ");
+}
+
 std::string checkpointing_phrase(Checkpointing c) {
   switch (c) {
     case Checkpointing::kNone: return "no checkpointing";
@@ -236,6 +242,17 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
       "torchtitan's selective checkpointing: op (per-op, the default) or N (every N-th block in full)")
       ->type_name("op|N");
   add_parsed(
+      cmd, "--recompute-modules", r.recompute_modules,
+      [](const std::string& flag, const std::string& text) -> uint8_t {
+        std::string error;
+        const std::optional<uint8_t> m = parse_recompute_modules(text, error);
+        if (!m) throw Error(flag + " '" + text + "': " + error);
+        return *m;
+      },
+      "megatron, with --ckpt selective: Megatron-Core's recompute modules, comma-separated (core_attn, the "
+      "default; layernorm, moe_act, mla_up_proj, mlp, moe, shared_experts; docs/frameworks.md)")
+      ->type_name("LIST");
+  add_parsed(
       cmd, kMegatronFsdpAxis.flag.data(), r.megatron_fsdp,  // a literal: null-terminated
       [](const std::string& flag, const std::string& text) -> MegatronFsdp {
         const auto m = parse_megatron_fsdp(text);
@@ -268,6 +285,11 @@ void check_layout_request(const LayoutRequest& r) {
 void check_layout_request(LayoutRequest& r, const RunSettings& run) {
   r.torch_compile = r.torch_compile || run.torch_compile;  // the YAML's compile_config, or --compile
   check_layout_request(r);
+  if (r.recompute_modules &&
+      std::find(run.ckpt_asked.begin(), run.ckpt_asked.end(), Checkpointing::kSelective) == run.ckpt_asked.end())
+    throw Error(
+        "--recompute-modules: Megatron-Core's recompute modules are those of selective recompute; give "
+        "--ckpt selective (or any, under sweep and plan)");
   if (!run.shard_degree && !run.replicate_degree) return;
   if (!framework_def(r.framework).sharding_strategies)
     throw Error(run.config_origin + ": fsdp_config's data_parallel_shard_degree and data_parallel_replicate_degree " +

@@ -51,6 +51,9 @@ std::vector<Checkpointing> parse_ckpt_flag(const std::string& text, bool any_all
 // checkpointing", "selective checkpointing", "checkpointing" (full: what llm-foundry's
 // activation_checkpointing does, and what these texts said before selective existed).
 std::string checkpointing_phrase(Checkpointing c);
+// ... of a layout: under selective recompute of modules other than the default, "selective recompute of
+// moe_act, layernorm".
+std::string checkpointing_phrase(const Layout& l);
 
 // --framework, the degrees (--tp, --pp, --vp, --cp, --ep, --etp), --sp/--no-sp,
 // --dist-opt/--no-dist-opt, the switches (model/layout.hpp kSwitchAxes), the HSDP degrees

@@ -54,7 +54,9 @@ struct SweepRequest {
 };
 
 OptionalColumns optional_of(const SweepRequest& r) {
-  return {.megatron_fsdp = owns_megatron_fsdp(r.space.asked.framework), .lora = r.base.lora.active()};
+  return {.megatron_fsdp = owns_megatron_fsdp(r.space.asked.framework),
+          .lora = r.base.lora.active(),
+          .recompute_modules = r.space.asked.recompute_modules.has_value()};
 }
 
 SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<std::string>& model_specs) {
@@ -227,11 +229,11 @@ void Sweep::point(const std::string& device_id, const std::string& name, int64_t
   // The layout: FSDP's sharding strategy, or the model-parallel degrees.
   const std::string layout = framework_def(r.best.layout.framework).sharding_strategies ? sharding_text(r.best.layout)
                                                                                         : layout_phrase(r.best.layout);
-  heat_.notes[heat_row][column] = "micro-batch " + std::to_string(r.best.micro_batch) +
-                                  (r.best.layout.checkpointing != Checkpointing::kNone
-                                       ? ", " + checkpointing_phrase(r.best.layout.checkpointing) + ", "
-                                       : std::string(", ")) +
-                                  (layout.empty() ? "data parallel" : layout);
+  heat_.notes[heat_row][column] =
+      "micro-batch " + std::to_string(r.best.micro_batch) +
+      (r.best.layout.checkpointing != Checkpointing::kNone ? ", " + checkpointing_phrase(r.best.layout) + ", "
+                                                           : std::string(", ")) +
+      (layout.empty() ? "data parallel" : layout);
 }
 
 int64_t Sweep::global_batch(int64_t seq) const {

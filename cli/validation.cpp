@@ -41,6 +41,10 @@ std::vector<ResolvedRow> load_rows(Context& ctx, const std::vector<std::string>&
         refuse("activation CPU offload is not modelled yet");
         continue;
       }
+      if (!m.unmodelled.empty()) {
+        refuse(m.unmodelled);
+        continue;
+      }
       r.cfg = m.config();
       const CostParams& params = ctx.profile(m.gpu).params;
       if (const std::string why = check_config(*r.model, *r.device, params, r.cfg); !why.empty()) {

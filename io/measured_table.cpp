@@ -237,7 +237,13 @@ const char* const kGeneralColumns[] = {"Framework",
                                        "Last Stage Layers",
                                        "LoRA Rank",
                                        "LoRA Targets",
-                                       "Megatron FSDP"};
+                                       "Megatron FSDP",
+                                       "Recompute Modules",
+                                       "MTP Layers",
+                                       "Pipeline Layout",
+                                       "MoE Dispatcher",
+                                       "CUDA Graphs",
+                                       "Token Drop"};
 
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
@@ -284,10 +290,22 @@ class RowParser {
     read_parallel(cells, at, r);
     read_sharding(cells, at, r);
     r.layout.checkpointing = read_checkpointing(cells, at);
+    if (cols_.has("Recompute Modules")) {
+      // Megatron-Core's names (';', ',' or spaces between); empty: its default, core_attn. The rules
+      // (recompute-modules-apply) check them against the row's recompute and model.
+      const std::string t = cols_.cell(cells, "Recompute Modules", at);
+      if (!t.empty()) {
+        std::string error;
+        const std::optional<uint8_t> m = parse_recompute_modules(t, error);
+        if (!m) throw Error(at + ": column 'Recompute Modules' '" + t + "': " + error);
+        r.layout.recompute_modules = *m;
+      }
+    }
     if (cols_.has("Activation CPUOffload"))
       r.activation_cpu_offload = cols_.boolean(cells, "Activation CPUOffload", at);
     if (cols_.has("Attention")) r.unfused_attention = read_attention(cells, at);
     read_lora(cells, at, r);
+    read_unmodelled(cells, at, r);
     if (cols_.has("MFU")) r.mfu_percent = cols_.number(cells, "MFU", at);
     if (cols_.has("HFU")) r.hfu_percent = cols_.number(cells, "HFU", at);
     if (cols_.has("Model TFLOP")) r.model_tflop = cols_.number(cells, "Model TFLOP", at);
@@ -391,6 +409,35 @@ class RowParser {
   }
 
   // LoRA Rank (empty or 0: none) and LoRA Targets (names separated by ';', required with a rank).
+  // What a row ran that tpsim does not model yet, from the columns that say so (set: not empty, 0,
+  // False, none or Megatron-Core's alltoall dispatcher): the row is refused with it
+  // (MeasuredRow::unmodelled), never predicted as a run without it.
+  void read_unmodelled(const std::vector<std::string>& cells, const std::string& at, MeasuredRow& r) const {
+    const auto lower = [&](const char* col) {
+      std::string s = cols_.given(cells, col) ? cols_.cell(cells, col, at) : std::string();
+      std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+      return s;
+    };
+    std::string why;
+    if (const std::string mtp = lower("MTP Layers"); !mtp.empty()) {
+      const std::optional<int64_t> n = parse_integer(mtp);
+      if (!n || *n < 0) throw Error(at + ": column 'MTP Layers' must be a whole number, got '" + mtp + "'");
+      if (*n > 0) why = "multi-token prediction (MTP Layers " + mtp + ") is not modelled yet";
+    }
+    if (const std::string layout = lower("Pipeline Layout"); why.empty() && !layout.empty())
+      why = "Megatron-Core's pipeline layout '" + cols_.cell(cells, "Pipeline Layout", at) + "' is not modelled yet";
+    if (const std::string dispatcher = lower("MoE Dispatcher");
+        why.empty() && !dispatcher.empty() && dispatcher != "alltoall")
+      why = "the MoE dispatcher '" + cols_.cell(cells, "MoE Dispatcher", at) +
+            "' is not modelled yet (tpsim costs Megatron-Core's alltoall)";
+    if (const std::string graphs = lower("CUDA Graphs");
+        why.empty() && !graphs.empty() && graphs != "none" && graphs != "false")
+      why = "CUDA graphs ('" + cols_.cell(cells, "CUDA Graphs", at) + "') are not modelled yet";
+    if (why.empty() && cols_.given(cells, "Token Drop") && cols_.boolean(cells, "Token Drop", at))
+      why = "token dropping (Token Drop True) is not modelled in tables yet";
+    r.unmodelled = why;
+  }
+
   void read_lora(const std::vector<std::string>& cells, const std::string& at, MeasuredRow& r) const {
     if (cols_.has("LoRA Targets") && !cols_.has("LoRA Rank"))
       throw Error(at + ": column 'LoRA Targets' without 'LoRA Rank'");

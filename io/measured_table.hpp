@@ -27,7 +27,11 @@
 // unfused: Megatron-LM's core attention, run without --use-flash-attn as every Megatron run before
 // 2023 was; see use_megatron_core_attention), `Recompute`
 // (none/selective/full: the same as `Activation Checkpointing`, one of which is required; both
-// present and disagreeing is an error) and `Step Time (s)`, the measured quantity of a row whose
+// present and disagreeing is an error), `Recompute Modules` (Megatron-Core's recompute modules of a
+// selective row, separated by ';'; empty: core_attn, its default), `MTP Layers`, `Pipeline Layout`,
+// `MoE Dispatcher` (alltoall), `CUDA Graphs` and `Token Drop` (what the run had that tpsim does not
+// model yet: a row with one of them set, other than alltoall, is refused, MeasuredRow::unmodelled),
+// and `Step Time (s)`, the measured quantity of a row whose
 // `Throughput (T/s)` is absent or empty. A table with one of these columns may leave out `GPU`
 // when the command names the device (--device); llm-foundry's tables always have it. `MP Mode` and `Sharding Strategy`
 // are required of composer rows only: megatron rows are DDP (NO_SHARD, with or without the distributed optimizer),
@@ -67,6 +71,9 @@ struct MeasuredRow {
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
   bool activation_cpu_offload = false;
+  // What the row ran that tpsim does not model yet (its `MTP Layers`, `Pipeline Layout`, `MoE
+  // Dispatcher`, `CUDA Graphs` or `Token Drop` set): validate refuses it with this; empty: nothing.
+  std::string unmodelled;
   bool unfused_attention = false;  // Attention 'unfused': the row's model costed with use_megatron_core_attention
   Layout layout;  // framework, sharding, checkpointing, degrees (all 1 under composer for llm-foundry's tables)
   Lora lora;      // LoRA Rank, LoRA Targets: rank 0 when absent

@@ -16,6 +16,7 @@ Layout fixed_layout(const LayoutRequest& r, std::optional<Sharding> sharding) {
   l.replicate_degree = r.replicate_degree.value_or(0);
   for (const StageLayersAxis& a : kStageLayersAxes) l.*a.value = (r.*a.asked).value_or(0);
   l.selective_ac_layers = r.selective_ac_layers.value_or(0);
+  l.recompute_modules = r.recompute_modules.value_or(kDefaultRecomputeModules);
   if (r.megatron_fsdp) set_megatron_fsdp(l, *r.megatron_fsdp);
   return l;
 }

@@ -143,6 +143,37 @@ std::string megatron_fsdp_modelled(const RuleInput& in) {
   return {};
 }
 
+// Megatron-Core's recompute modules (Layout::recompute_modules) under its selective granularity, each
+// on a model with what it recomputes where Megatron-Core asserts so (moe_act needs the experts' grouped
+// GEMM, mla_up_proj latent attention) or would recompute nothing (moe and shared_experts without
+// experts or shared experts, mlp without a dense feed-forward).
+std::string recompute_modules_apply(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
+  if (par.recompute_modules == kDefaultRecomputeModules) return {};
+  const std::string what = "--recompute-modules " + recompute_modules_text(par.recompute_modules, ",");
+  if (par.checkpointing != Checkpointing::kSelective)
+    return what + ": Megatron-Core's recompute modules run under selective recompute (--ckpt selective), not " +
+           std::string(to_string(par.checkpointing));
+  const ModelConfig& m = *in.model;
+  const LayerPattern pattern = layer_pattern(m);
+  bool dense_ffn = false;
+  for (const LayerGroup& g : pattern.groups) dense_ffn = dense_ffn || (!g.model.no_ffn && !g.model.moe.active());
+  const bool moe = m.moe.active() || std::any_of(pattern.groups.begin(), pattern.groups.end(),
+                                                 [](const LayerGroup& g) { return g.model.moe.active(); });
+  const auto lacks = [&](RecomputeModule mod, std::string_view needs) {
+    return what + ": " + std::string(to_string(mod)) + " needs " + std::string(needs) + "; " + m.name + " has none";
+  };
+  if (par.recomputes(RecomputeModule::kMoeAct) && !moe) return lacks(RecomputeModule::kMoeAct, "routed experts");
+  if (par.recomputes(RecomputeModule::kMoe) && !moe) return lacks(RecomputeModule::kMoe, "routed experts");
+  if (par.recomputes(RecomputeModule::kSharedExperts) && (!moe || m.moe.shared_experts == 0))
+    return lacks(RecomputeModule::kSharedExperts, "shared experts");
+  if (par.recomputes(RecomputeModule::kMlaUpProj) && !m.mla.active())
+    return lacks(RecomputeModule::kMlaUpProj, "multi-head latent attention");
+  if (par.recomputes(RecomputeModule::kMlp) && !dense_ffn)
+    return lacks(RecomputeModule::kMlp, "a layer with a dense feed-forward");
+  return {};
+}
+
 std::string userbuffers_sm_count(const RuleInput& in) {
   if (in.cfg.layout.tp_comm_overlap && in.device->compute_units <= kUserbuffersMaxSms)
     return "tensor-parallel communication overlap needs the SM count of device " + in.device->id + " (compute_units)";
@@ -164,15 +195,17 @@ constexpr Rule kMoeA2aOverlapConditions{"moe-a2a-overlap-conditions",
                                         RuleScope::kConfig, moe_a2a_overlap_conditions};
 constexpr Rule kUserbuffersSmCount{"userbuffers-sm-count", "--tp-comm-overlap --device", RuleScope::kConfig,
                                    userbuffers_sm_count};
+constexpr Rule kRecomputeModulesApply{"recompute-modules-apply", "--recompute-modules --ckpt; Recompute Modules",
+                                      RuleScope::kConfig, recompute_modules_apply};
 constexpr Rule kMegatronFsdpModelled{"megatron-fsdp-modelled", "--megatron-fsdp --pp --dist-opt; Megatron FSDP",
                                      RuleScope::kLayout, megatron_fsdp_modelled};
-const std::array<const Rule*, 13> kMegatronRules = {&kHybridLayersModelled,      &kChunkedAttentionNotModelled,
+const std::array<const Rule*, 14> kMegatronRules = {&kHybridLayersModelled,      &kChunkedAttentionNotModelled,
                                                     &kTpCommOverlapNeedsTpAndSp, &kContextNeedsFusedAttention,
                                                     &kMoeTensorNeedsSp,          &kInterleavedMicroBatches,
                                                     &kPipelineScheduleLimits,    &kSlidingWindowNotModelled,
                                                     &kGradReduceBf16NeedsBf16,   &kFp8ParamGatherNeedsLowPrecision,
                                                     &kMoeA2aOverlapConditions,   &kUserbuffersSmCount,
-                                                    &kMegatronFsdpModelled};
+                                                    &kMegatronFsdpModelled,      &kRecomputeModulesApply};
 
 }  // namespace
 
@@ -193,15 +226,17 @@ struct MegatronBlock {
   double expert_fwd_s = 0, expert_bwd_s = 0, expert_tp_change_s = 0;
   double cp_ep_fwd_s = 0, cp_ep_bwd_s = 0;
   double ring_again_s = 0;   // selective: the forward ring's exposed exchange again
+  double comm_again_s = 0;   // the mlp and moe recomputes: the feed-forward's forward collectives again
   double params = 0;         // local parameters: the tensor-parallel slice, 1/(etp*ep) of the routed experts
   double expert_params = 0;  // of them, the routed experts'
   double lora = 0;           // local LoRA adapter parameters
   // Megatron-FSDP, per micro-batch: the layer's parameter all-gather (ZeRO-3) and gradient
   // reduce-scatter (ZeRO-2 and 3), and the bytes of its gathered parameters and unsharded gradients.
   double fsdp_gather_s = 0, fsdp_reduce_s = 0, fsdp_gather_bytes = 0, fsdp_grad_bytes = 0;
-  // What its forward keeps for the backward, of that what only the attention kernel keeps, and its
-  // backward's gradient buffers.
-  double saved = 0, saved_attention_only = 0, backward_buffers = 0;
+  // What its forward keeps for the backward (the discards of the recompute modules but core_attn left
+  // out), of that what only the attention kernel keeps (0 unless core_attn is recomputed), what the
+  // other modules discard (each rebuilt one layer at a time), and its backward's gradient buffers.
+  double saved = 0, saved_attention_only = 0, saved_dropped = 0, backward_buffers = 0;
 };
 
 // Everything of a configuration but its global batch, costed once.
@@ -299,6 +334,9 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     shape.native_attention = true;          // TransformerEngine's cuDNN fused attention: ops.hpp
     shape.per_expert_launches = true;       // TransformerEngine's GroupedLinear, one GEMM per expert: ops.hpp
     shape.fp8_weight_cache = true;          // set_is_first_microbatch: the weights cast once a step: ops.hpp
+    // The selective recompute's modules but the attention kernel's (costed below): ops.hpp.
+    if (par.checkpointing == Checkpointing::kSelective)
+      shape.recompute = par.recompute_modules & static_cast<uint8_t>(~kDefaultRecomputeModules);
     MegatronBlock& b = c.blocks[g];
     const MicroBatchOpCosts ops = cost_micro_batch_ops(cost_, shape);
     b.fwd = ops.block_fwd, b.bwd = ops.block_bwd;
@@ -323,14 +361,24 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     }
     context_and_expert_costs(b, c.layout, shape, cfg);
     b.lora = lora_block_params(shape);
-    b.attention_again = cfg.layout.checkpointing == Checkpointing::kSelective ? b.fwd.attention : 0.0;
-    b.ring_again_s = cfg.layout.checkpointing == Checkpointing::kSelective ? b.ring.fwd_exposed_s : 0.0;
+    const bool core_attn = par.recomputes(RecomputeModule::kCoreAttn);
+    b.attention_again = core_attn ? b.fwd.attention : 0.0;
+    b.ring_again_s = core_attn ? b.ring.fwd_exposed_s : 0.0;
     // One all-reduce (all-gather and reduce-scatter) per sublayer each way: the mixer's and the
     // feed-forward's (a Nemotron-H layer has one of them).
     const double sync = cost_.collective_seconds(CollectiveKind::kAllReduce, td_bytes, l.tp_group);
     const double sublayers = (model.mixer != Mixer::kNone ? 1.0 : 0.0) + (model.no_ffn ? 0.0 : 1.0);
     b.tp_fwd_s = sublayers * sync;
     b.tp_bwd_s = sublayers * sync;
+    // The mlp and moe recomputes run the feed-forward's forward collectives again before its backward:
+    // its tensor-parallel all-reduce (all-gather and reduce-scatter; hidden behind the GEMMs run again
+    // under --tp-comm-overlap, as the forward's are), and a mixture of experts' two all-to-alls and the
+    // change from the dense collectives that the experts bring.
+    b.comm_again_s = 0;
+    if (!model.no_ffn &&
+        (shape.moe.active() ? shape.recomputes(RecomputeModule::kMoe) : shape.recomputes(RecomputeModule::kMlp)))
+      b.comm_again_s =
+          (par.tp_comm_overlap ? 0.0 : sync) + (shape.moe.active() ? 2.0 * b.all_to_all_s + b.expert_tp_change_s : 0.0);
     if (model.mla.active()) {
       // Latent attention gathers its compressed query and key/value (and the shared RoPE key) before
       // the up projections, not the hidden state: the down projections run on each rank's own rows.
@@ -343,7 +391,17 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     }
     if (par.tp_comm_overlap) tp_comm_overlap_costs(b, c.layout, shape, td_bytes);
     b.saved = b.fwd.saved_bytes;
-    b.saved_attention_only = attention_only_saved_bytes(shape);
+    // What the recompute stops keeping and rebuilds one layer at a time: the attention kernel's, and
+    // what the other modules discard (the block's saved bytes without them, less with them).
+    b.saved_attention_only = core_attn ? attention_only_saved_bytes(shape) : 0.0;
+    b.saved_dropped = 0;
+    if (shape.recompute != 0) {
+      BlockShape kept = shape;
+      kept.recompute = 0;
+      OpList fwd;
+      block_forward_ops(kept, fwd);
+      b.saved_dropped += total_saved_bytes(fwd) - b.saved;
+    }
     b.backward_buffers =
         block_backward_buffer_bytes(tensor_parallel_slice(model, l.tp, shape.moe), shape.tokens(), cfg.precision);
     // The rank's parameters of the block (1/(etp*ep) of the routed experts).
@@ -579,7 +637,7 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
     HostTime::Block& h = host.blocks[g];
     const double f_pass = pass(b.fwd, b.tp_fwd_s + b.cp_ep_fwd_s, tp_launches, h.fwd);
     const double b_pass = pass(b.bwd, b.tp_bwd_s + b.cp_ep_bwd_s, tp_launches, h.bwd);
-    const double b_all = b_pass + recompute * f_pass + b.attention_again + b.ring_again_s;
+    const double b_all = b_pass + recompute * f_pass + b.attention_again + b.ring_again_s + b.comm_again_s;
     // Megatron-FSDP: a layer's collectives run on their own streams beside its compute (the next
     // layer's gather prefetched during this one's forward; its gather before and its reduce-scatter
     // after the backward): the layer takes the longer of the two, the compute slowed by the SMs the
@@ -600,7 +658,8 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
       // their (expert) tensor-parallel collectives, "attn" the rest of the block.
       const double a2a = b.all_to_all_s, tp_mlp_f = b.tp_fwd_s / 2.0, tp_mlp_b = b.tp_bwd_s / 2.0;
       const double gpu_f = b.fwd.total() + b.tp_fwd_s + b.cp_ep_fwd_s;
-      const double gpu_b = b.bwd.total() + b.tp_bwd_s + b.cp_ep_bwd_s + b.attention_again + b.ring_again_s;
+      const double gpu_b =
+          b.bwd.total() + b.tp_bwd_s + b.cp_ep_bwd_s + b.attention_again + b.ring_again_s + b.comm_again_s;
       const double mlp_f = std::max(b.expert_fwd_s + tp_mlp_f + b.expert_tp_change_s, 0.0);
       const double mlp_b = std::max(b.expert_bwd_s + tp_mlp_b + b.expert_tp_change_s, 0.0);
       const double attn_f = std::max(gpu_f - mlp_f - 2.0 * a2a, 0.0);
@@ -609,8 +668,8 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
                                 side_by_side_seconds(mlp_f + mlp_b, 2.0 * a2a, slowdown) +
                                 side_by_side_seconds(attn_b, a2a, slowdown);
       const double merged = smooth_max(merged_gpu, (b.fwd.kernels + b.bwd.kernels + 2.0 * tp_launches) * issue);
-      pair_hidden +=
-          d(pattern_.groups[g].layers) * std::max(f_pass + b_pass + b.attention_again + b.ring_again_s - merged, 0.0);
+      pair_hidden += d(pattern_.groups[g].layers) *
+                     std::max(f_pass + b_pass + b.attention_again + b.ring_again_s + b.comm_again_s - merged, 0.0);
     }
     h.bwd += recompute * h.fwd;
   }
@@ -656,7 +715,7 @@ void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, c
                       c.over_stage(critical, [](const MegatronBlock& b) { return b.fwd.per_step_s; });
   double comm = stage([&](const MegatronBlock& b) {
     return b.tp_fwd_s * (1.0 + recompute) + b.tp_bwd_s + b.cp_ep_fwd_s * (1.0 + recompute) + b.cp_ep_bwd_s +
-           b.ring_again_s;
+           b.ring_again_s + b.comm_again_s;
   });
   double host_blocks = 0;  // per micro-batch on this stage
   for (size_t g = 0; g < c.groups(); ++g) {
@@ -761,13 +820,11 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
   const double input = tokens * d(model_.d_model) * a / (par.sequence_parallel ? d(l.tp) : 1.0);
   const Checkpointing ckpt = cfg.layout.checkpointing;
   const auto per_layer = [&](const MegatronBlock& b) {
-    return ckpt == Checkpointing::kFull        ? input
-           : ckpt == Checkpointing::kSelective ? b.saved - b.saved_attention_only
-                                               : b.saved;
+    return ckpt == Checkpointing::kFull ? input : b.saved - b.saved_attention_only;
   };
   const double rebuilt = ckpt == Checkpointing::kFull ? c.most([](const MegatronBlock& b) { return b.saved; })
                          : ckpt == Checkpointing::kSelective
-                             ? c.most([](const MegatronBlock& b) { return b.saved_attention_only; })
+                             ? c.most([](const MegatronBlock& b) { return b.saved_attention_only + b.saved_dropped; })
                              : 0.0;
   const bool uniform = c.groups() == 1;
   if (!uniform) {
@@ -845,7 +902,8 @@ constinit const FrameworkDef kMegatronFramework = {
     .options = option_bit(FrameworkOption::kUnevenPipeline) | option_bit(FrameworkOption::kTpCommOverlap) |
                option_bit(FrameworkOption::kMoeA2aOverlap) | option_bit(FrameworkOption::kGradReduceBf16) |
                option_bit(FrameworkOption::kFp8ParamGather) | option_bit(FrameworkOption::kPipelineScatterGather) |
-               option_bit(FrameworkOption::kDistributedOptimizer) | option_bit(FrameworkOption::kMegatronFsdp),
+               option_bit(FrameworkOption::kDistributedOptimizer) | option_bit(FrameworkOption::kMegatronFsdp) |
+               option_bit(FrameworkOption::kRecomputeModules),
     .fit_adds = kMegatronFitAdds,
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,

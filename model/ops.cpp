@@ -27,6 +27,36 @@ const Op& tagged(Op& op, OpRole role, OpPass pass = OpPass::kNone) {
 }
 const Op& tagged(Op&& op, OpRole role, OpPass pass = OpPass::kNone) { return tagged(op, role, pass); }
 
+// Passes ops on keeping nothing for the backward: what a checkpoint discards (BlockShape::recompute).
+class Unsaved final : public OpSink {
+ public:
+  explicit Unsaved(OpSink& out) : out_(out) {}
+  void push(const Op& op) override {
+    Op o = op;
+    o.saved_bytes = 0;
+    out_.push(o);
+  }
+
+ private:
+  OpSink& out_;
+};
+
+// Passes on the forward ops a recompute runs again in the backward: nothing kept, and the ops that
+// run once a step (the cached low-precision weights) not again.
+class Recomputed final : public OpSink {
+ public:
+  explicit Recomputed(OpSink& out) : out_(out) {}
+  void push(const Op& op) override {
+    if (op.per_step) return;
+    Op o = op;
+    o.saved_bytes = 0;
+    out_.push(o);
+  }
+
+ private:
+  OpSink& out_;
+};
+
 }  // namespace
 
 void OpList::push(const Op& op) {
@@ -257,6 +287,11 @@ struct Ffn {
   int64_t input_rows;            // rows of its input kept for backward (row_tokens() for the dense FFN)
   const BlockShape* lora_shape;  // the dense feed-forward under LoRA: its adapters' shape; else null
   bool frozen;                   // LoRA: every weight frozen
+  // Megatron-Core's output-discarding recomputes (BlockShape::recompute): the norm's output that the
+  // first linear(s) read is discarded (layernorm), the activation's output that the down projection
+  // reads is discarded and the activation run again in the backward (moe_act).
+  bool input_discarded = false;
+  bool activation_recomputed = false;
   Linear with(Linear l, uint8_t bits, bool fused, std::initializer_list<int64_t> widths) const {
     l.frozen = frozen;
     if (lora_shape) l.adapters = adapters_of(*lora_shape, bits, fused, widths);
@@ -647,19 +682,29 @@ Op mla_rope(const char* name, const BlockShape& s, bool forward) {
 // Latent attention's query, key and value, forward: the down projections over the rank's rows (each
 // keeping the norm's output it reads, once), their norms, the up projections over every token, and
 // the RoPE that assembles the attention's inputs. The attention keeps q, k and v; nothing else here.
-void mla_forward(const BlockShape& s, OpSink& out) {
-  const bool q_lora = s.mla.q_lora_rank > 0;
-  if (q_lora) {
-    linear_forward(s, mla_q_down(s), false, out);
-    out.push(rms_norm("attn.q_norm.fwd", s, s.row_tokens(), s.mla.q_lora_rank, true));
-  } else {
-    linear_forward(s, mla_q_up(s), false, out);  // from the hidden state, which it keeps
-  }
-  linear_forward(s, mla_kv_down(s), /*input_saved_elsewhere=*/true, out);
-  out.push(rms_norm("attn.kv_norm.fwd", s, s.row_tokens(), s.mla.kv_lora_rank, true));
-  if (q_lora) linear_forward(s, mla_q_up(s), false, out);
+// The up projections from the latents (the query's only with a query latent) and the RoPE: what
+// Megatron-Core's mla_up_proj recompute runs again.
+void mla_up_forward(const BlockShape& s, OpSink& out) {
+  if (s.mla.q_lora_rank > 0) linear_forward(s, mla_q_up(s), false, out);
   linear_forward(s, mla_kv_up(s), false, out);
   out.push(mla_rope("attn.rope.fwd", s, true));
+}
+
+void mla_forward(const BlockShape& s, OpSink& out) {
+  const bool q_lora = s.mla.q_lora_rank > 0;
+  // Under the layernorm recompute the input norm's output, which the first projections keep, is
+  // discarded (BlockShape::recompute).
+  Unsaved unsaved(out);
+  OpSink& first = s.recomputes(RecomputeModule::kLayernorm) ? unsaved : out;
+  if (q_lora) {
+    linear_forward(s, mla_q_down(s), false, first);
+    out.push(rms_norm("attn.q_norm.fwd", s, s.row_tokens(), s.mla.q_lora_rank, true));
+  } else {
+    linear_forward(s, mla_q_up(s), false, first);  // from the hidden state, which it keeps
+  }
+  linear_forward(s, mla_kv_down(s), /*input_saved_elsewhere=*/true, first);
+  out.push(rms_norm("attn.kv_norm.fwd", s, s.row_tokens(), s.mla.kv_lora_rank, true));
+  mla_up_forward(s, out);
 }
 
 // Its backward: the RoPE's, each linear's gradients, the norms', and the two down projections'
@@ -814,35 +859,46 @@ Op ffn_elementwise(const BlockShape& s, const Ffn& f, const char* name, MemKind 
                 f.names->role);
 }
 
-void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
+// The feed-forward's activation between its first linear(s) and its down projection, forward.
+void ffn_activation_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
   const int act = static_cast<int>(s.activation);
-  if (fused_swiglu(s)) {
-    linear_forward(s, f.fc1(), f.input_saved_elsewhere, out);
-    // One kernel reads [gate | up] and writes silu(gate) * up, keeping [gate | up] for its backward.
+  if (fused_swiglu(s) || (s.ffn == FfnKind::kGlu && s.torch_compile)) {
+    // One kernel reads [gate | up] and writes act(gate) * up, keeping [gate | up] for its backward
+    // (Megatron-Core's fused SwiGLU; Inductor's fusion of the two).
     out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
   } else if (s.ffn == FfnKind::kGlu) {
-    const Linear gate = f.gate();
-    linear_forward(s, gate, f.input_saved_elsewhere, out);
-    // The gate keeps x (frozen under LoRA: only if its adapters do).
-    linear_forward(s, f.up(), /*input_saved_elsewhere=*/f.input_saved_elsewhere || gate.needs_input(), out);
-    if (s.torch_compile) {
-      // Inductor's one kernel: reads gate and up, writes act(gate) * up, keeps gate and up.
-      out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
-    } else {
-      // The activation keeps its input (the gate's output); the product keeps both its factors.
-      out.push(ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1));
-      out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
-    }
+    // The activation keeps its input (the gate's output); the product keeps both its factors.
+    out.push(ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1));
+    out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
   } else {
-    linear_forward(s, f.up(), f.input_saved_elsewhere, out);
     // The activation keeps its input for backward.
     out.push(ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1));
   }
-  linear_forward(s, f.down(), /*input_saved_elsewhere=*/false, out);
+}
+
+void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
+  Unsaved unsaved(out);
+  OpSink& first = f.input_discarded ? unsaved : out;  // what the first linear(s) keep of their input
+  if (fused_swiglu(s)) {
+    linear_forward(s, f.fc1(), f.input_saved_elsewhere, first);
+  } else if (s.ffn == FfnKind::kGlu) {
+    const Linear gate = f.gate();
+    linear_forward(s, gate, f.input_saved_elsewhere, first);
+    // The gate keeps x (frozen under LoRA: only if its adapters do).
+    linear_forward(s, f.up(), /*input_saved_elsewhere=*/f.input_saved_elsewhere || gate.needs_input(), first);
+  } else {
+    linear_forward(s, f.up(), f.input_saved_elsewhere, first);
+  }
+  ffn_activation_forward(s, f, out);
+  linear_forward(s, f.down(), /*input_saved_elsewhere=*/false, f.activation_recomputed ? unsaved : out);
 }
 
 void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
   const int act = static_cast<int>(s.activation);
+  if (f.activation_recomputed) {
+    Recomputed again(out);
+    ffn_activation_forward(s, f, again);
+  }
   linear_backward(s, f.down(), out);
   if (fused_swiglu(s)) {
     // The same kernel recomputes silu(gate) from the kept [gate | up] and writes both halves'
@@ -869,16 +925,18 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
 
 Ffn expert_ffn(const BlockShape& s) {
   const int64_t rows = s.expert_rows();
-  return {&kExpertFfn,
-          rows,
-          s.moe.d_expert,
-          s.moe.experts / s.ep,
-          s.moe.expert_bias,
-          false,
-          s.moe.routed_width(s.d_model),
-          rows,
-          nullptr,
-          s.lora.active()};
+  Ffn f{&kExpertFfn,
+        rows,
+        s.moe.d_expert,
+        s.moe.experts / s.ep,
+        s.moe.expert_bias,
+        false,
+        s.moe.routed_width(s.d_model),
+        rows,
+        nullptr,
+        s.lora.active()};
+  f.activation_recomputed = s.recomputes(RecomputeModule::kMoeAct);
+  return f;
 }
 // Latent experts' projections (MoeConfig::latent) around the dispatch, over the router's tokens,
 // whole on every rank (no biases; frozen under LoRA).
@@ -902,8 +960,27 @@ Linear latent_up(const BlockShape& s) {
 Ffn shared_ffn(const BlockShape& s) {
   // The shared experts see every token: one dense FFN of their widths together (DeepSeek fuses
   // them so; Qwen2-MoE has one), with x kept by the router.
-  return {&kSharedFfn, s.tokens(),     s.moe.shared_experts * s.moe.d_shared, 1, false, true, s.d_model, s.tokens(),
-          nullptr,     s.lora.active()};
+  Ffn f{&kSharedFfn, s.tokens(),     s.moe.shared_experts * s.moe.d_shared, 1, false, true, s.d_model, s.tokens(),
+        nullptr,     s.lora.active()};
+  f.input_discarded = s.recomputes(RecomputeModule::kLayernorm);
+  return f;
+}
+
+// The shared experts (and Qwen2-MoE's gate on their output), forward, before their sum into the
+// block's output.
+void shared_experts_forward(const BlockShape& s, OpSink& out) {
+  const DType act = activation_dtype(s.precision);
+  const double a = activation_bytes(s.precision);
+  const double t = d(s.tokens()), td = t * d(s.d_model);
+  ffn_forward(s, shared_ffn(s), out);
+  if (!s.moe.shared_gate) return;
+  // Qwen2-MoE: sigmoid(x w) scales the shared experts' output; keeps that output and the gate.
+  out.push(
+      tagged(gemm_op("moe.shared_gate.fwd", s.tokens(), 1, s.d_model, other_gemm_dtype(s.precision), a, a, false, true),
+             OpRole::kSharedExpert, OpPass::kForward));
+  out.push(tagged(membound_op("moe.shared_gate.mul.fwd", MemKind::kMul, s.tokens(), s.d_model, act, td * a + t * a,
+                              td * a, 1, td * a + t * a),
+                  OpRole::kSharedExpert));
 }
 
 // The mixture-of-experts feed-forward of one block, forward. Index tensors are int64 (torch.topk).
@@ -916,16 +993,21 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   const double rd = d(s.expert_rows()) * d(w), tw = t * d(w);
   // The router: logits t x experts (kept in bf16 under fp8, as TransformerEngine recipes leave it),
   // keeping its input x for its weight gradient (and for the shared experts).
+  // Under the layernorm recompute the norm's output, which the router, the latent projection and the
+  // shared experts keep, is discarded (BlockShape::recompute).
+  const bool input_discarded = s.recomputes(RecomputeModule::kLayernorm);
+  Unsaved unsaved(out);
   Op router =
       gemm_op("moe.router.fwd", s.tokens(), e.experts, s.d_model, other_gemm_dtype(s.precision), a, a, false, true);
-  router.saved_bytes = s.lora.active() ? 0.0 : td * a;  // frozen under LoRA: no weight gradient
+  router.saved_bytes = s.lora.active() || input_discarded ? 0.0 : td * a;  // frozen under LoRA: no weight gradient
   out.push(tagged(router, OpRole::kRouter, OpPass::kForward));
   // Softmax in fp32 and top-k: keeps the probabilities and the chosen indices.
   Op topk = membound_op("moe.router.topk.fwd", MemKind::kRouter, s.tokens(), e.experts, act, te * a,
                         te * 4.0 + tk * (4.0 + 8.0), 1, te * 4.0 + tk * 8.0);
   topk.k = e.top_k;
   out.push(tagged(topk, OpRole::kRouter));
-  if (e.latent > 0) linear_forward(s, latent_down(s), /*input_saved_elsewhere=*/true, out);  // the router keeps x
+  if (e.latent > 0)  // the router keeps x
+    linear_forward(s, latent_down(s), /*input_saved_elsewhere=*/true, input_discarded ? unsaved : out);
   Op permute = membound_op("moe.permute.fwd", MemKind::kPermute, s.tokens(), w, act, tw * a + tk * 8.0, rd * a);
   permute.k = e.top_k;
   out.push(permute);
@@ -937,16 +1019,8 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   out.push(unpermute);
   if (e.latent > 0) linear_forward(s, latent_up(s), false, out);
   if (e.shared_experts == 0) return;
-  ffn_forward(s, shared_ffn(s), out);
-  if (e.shared_gate) {
-    // Qwen2-MoE: sigmoid(x w) scales the shared experts' output; keeps that output and the gate.
-    out.push(tagged(
-        gemm_op("moe.shared_gate.fwd", s.tokens(), 1, s.d_model, other_gemm_dtype(s.precision), a, a, false, true),
-        OpRole::kSharedExpert, OpPass::kForward));
-    out.push(tagged(membound_op("moe.shared_gate.mul.fwd", MemKind::kMul, s.tokens(), s.d_model, act, td * a + t * a,
-                                td * a, 1, td * a + t * a),
-                    OpRole::kSharedExpert));
-  }
+  // The shared experts' recompute keeps nothing of theirs (their input is the router's).
+  shared_experts_forward(s, s.recomputes(RecomputeModule::kSharedExperts) ? unsaved : out);
   out.push(tagged(residual_add("moe.shared_add.fwd", s), OpRole::kSharedExpert));
 }
 
@@ -960,6 +1034,10 @@ void moe_backward(const BlockShape& s, OpSink& out) {
   const double rd = d(s.expert_rows()) * d(w), tw = t * d(w);
   int64_t sums = 1;  // input gradients summed into dx: the router's and the experts'
   if (e.shared_experts > 0) {
+    if (s.recomputes(RecomputeModule::kSharedExperts) && !s.recomputes(RecomputeModule::kMoe)) {
+      Recomputed again(out);
+      shared_experts_forward(s, again);
+    }
     if (e.shared_gate) {
       out.push(tagged(membound_op("moe.shared_gate.mul.bwd", MemKind::kMulBackward, s.tokens(), s.d_model, act,
                                   (2.0 * td + t) * a, td * a + t * a),
@@ -1247,8 +1325,15 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
       if (s.qk_norm != QkNorm::kNone) qk_norm_ops(s, /*forward=*/true, out);
       if (s.positions == PositionKind::kRope) out.push(rope("attn.rope.fwd", s));
     }
-    if (s.unfused_attention) unfused_attention_forward(s, /*keep=*/true, out);
-    else out.push(attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s));
+    if (s.unfused_attention) {
+      unfused_attention_forward(s, /*keep=*/true, out);
+    } else {
+      Op attention = attention_op("attn.flash.fwd", OpKind::kAttentionFwd, s);
+      // The mla_up_proj recompute discards the q, k and v the up projections and RoPE made.
+      if (s.mla.active() && s.recomputes(RecomputeModule::kMlaUpProj))
+        attention.saved_bytes -= attention_input_bytes(s);
+      out.push(attention);
+    }
     if (s.attention_output_gate) out.push(output_gate(s, /*forward=*/true));
     // Flash attention keeps its output, which is the out projection's input (in bf16: under fp8 the
     // out projection keeps its own quantized copy, and its LoRA adapters share the attention's).
@@ -1259,9 +1344,24 @@ void block_forward_ops(const BlockShape& s, OpSink& out) {
   }
   if (s.no_ffn) return;
   // A layer of a feed-forward alone has only this norm, the first of its block.
-  out.push(norm_forward("norm_2.fwd", s, block_norm_fusion(s, /*after_add=*/s.mixer != Mixer::kNone)));
-  if (s.moe.active()) moe_forward(s, out);
-  else ffn_forward(s, dense_ffn(s), out);
+  Op norm = norm_forward("norm_2.fwd", s, block_norm_fusion(s, /*after_add=*/s.mixer != Mixer::kNone));
+  const bool moe = s.moe.active();
+  if (moe ? s.recomputes(RecomputeModule::kMoe) : s.recomputes(RecomputeModule::kMlp)) {
+    // The checkpoint keeps its input and nothing inside: the whole mixture of experts from the norm's
+    // output (unless the layernorm recompute discards that too), the dense feed-forward with its
+    // fused norm from the norm's input.
+    const double a = activation_bytes(s.precision);
+    if (!moe) norm.saved_bytes = d(s.row_tokens()) * d(s.d_model) * a;
+    else if (!s.recomputes(RecomputeModule::kLayernorm)) norm.saved_bytes += d(s.tokens()) * d(s.d_model) * a;
+    out.push(norm);
+    Unsaved unsaved(out);
+    if (moe) moe_forward(s, unsaved);
+    else ffn_forward(s, dense_ffn(s), unsaved);
+  } else {
+    out.push(norm);
+    if (moe) moe_forward(s, out);
+    else ffn_forward(s, dense_ffn(s), out);
+  }
   if (s.post_norms) out.push(norm_forward("norm_post_ffn.fwd", s));
   out.push(residual_add("resid_ffn.fwd", s));
 }
@@ -1271,7 +1371,15 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
     // The skip and branch gradients summed (under torch.compile in norm_1's backward kernel).
     out.push(residual_add_backward("resid_ffn.bwd", s));
     if (s.post_norms) out.push(norm_backward("norm_post_ffn.bwd", s));
-    if (s.moe.active()) moe_backward(s, out);
+    // The recomputes of the feed-forward (BlockShape::recompute): the norm (a mixture of experts'
+    // under the layernorm recompute, a dense feed-forward's fused one under mlp) and the module.
+    const bool moe = s.moe.active();
+    Recomputed again(out);
+    if (moe ? s.recomputes(RecomputeModule::kLayernorm) : s.recomputes(RecomputeModule::kMlp))
+      again.push(norm_forward("norm_2.fwd", s, block_norm_fusion(s, /*after_add=*/s.mixer != Mixer::kNone)));
+    if (moe && s.recomputes(RecomputeModule::kMoe)) moe_forward(s, again);
+    if (!moe && s.recomputes(RecomputeModule::kMlp)) ffn_forward(s, dense_ffn(s), again);
+    if (moe) moe_backward(s, out);
     else ffn_backward(s, dense_ffn(s), out);
     out.push(norm_backward("norm_2.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
   }
@@ -1289,6 +1397,12 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
   }
   if (s.mixer == Mixer::kNone) return;
   out.push(residual_add_backward("resid_attn.bwd", s));
+  if (s.mla.active()) {  // latent attention's recomputes: its separate input norm, its up projections
+    Recomputed again(out);
+    if (s.recomputes(RecomputeModule::kLayernorm))
+      again.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
+    if (s.recomputes(RecomputeModule::kMlaUpProj)) mla_up_forward(s, again);
+  }
   if (s.post_norms) out.push(norm_backward("norm_post_attn.bwd", s));
   linear_backward(s, out_proj(s), out);
   if (s.attention_output_gate) out.push(output_gate(s, /*forward=*/false));

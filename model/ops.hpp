@@ -345,6 +345,27 @@ struct BlockShape {
   // feed-forward, each with its forward (x A^T, then B, then scaled and added to the output) and
   // backward (the two data and two weight gradients and the sum into the input's gradient).
   Lora lora;
+  // Megatron-Core's selective recompute modules beyond the attention kernel (Layout::recompute_modules
+  // but core_attn, whose recompute every framework costs apart: attention_recompute_ops). The forward
+  // builders stop counting as kept what a module's checkpoint discards, and the backward builders run
+  // the module's forward ops again before its backward (nothing kept, the once-a-step weight casts not
+  // repeated; megatron/core/transformer/transformer_layer.py, moe/experts.py, multi_latent_attention.py):
+  //   layernorm: the norms Megatron-Core runs as modules of their own under TransformerEngine (a mixture
+  //     of experts' pre-MLP norm, latent attention's input norm; the others are fused into the linear
+  //     after them, and nothing is recomputed): their output, which the router, the latent and shared
+  //     experts' first linears (latent attention's down projections) keep, discarded (under fp8 those
+  //     linears keep the original input to make that possible: set_save_original_input); the norm
+  //     run again;
+  //   moe_act: the routed experts' activation: fc2's kept input discarded, the activation run again
+  //     (fc2's input quantized again under fp8 is not counted);
+  //   mla_up_proj: latent attention's up projections and RoPE: the q, k and v the attention keeps
+  //     discarded, the up projections and RoPE run again;
+  //   mlp: a dense feed-forward with its fused norm: only the norm's input kept, all run again;
+  //   moe: a mixture of experts' whole layer: only its input kept, all run again (its collectives
+  //     again are the framework's to cost);
+  //   shared_experts: the shared experts: nothing of theirs kept, run again.
+  uint8_t recompute = 0;
+  bool recomputes(RecomputeModule m) const { return (recompute & module_bit(m)) != 0; }
 
   int64_t tokens() const { return batch * seq; }
   int64_t expert_tensor_parallel() const { return expert_tp > 0 ? expert_tp : tp; }
@@ -407,6 +428,11 @@ inline double sliding_window_fraction(int64_t seq, int64_t window) {
 // log-sum-exp, and keeps all five for backward.
 // Backward: 5 products (scores recomputed, dV, dP, dQ, dK) -> 2.5x the forward; reads q, k, v, o,
 // dO and the log-sum-exp, writes dQ, dK, dV.
+// The attention's inputs q, k and v, in bytes (what its forward keeps of them).
+inline double attention_input_bytes(const BlockShape& s) {
+  return static_cast<double>(s.tokens()) * static_cast<double>(s.q_dim() + s.kv_dim() + s.v_dim()) *
+         activation_bytes(s.precision);
+}
 inline Op attention_op(const char* name, OpKind kind, const BlockShape& s) {
   const double a = activation_bytes(s.precision);
   const int64_t dh = s.d_head();
@@ -435,7 +461,7 @@ inline Op attention_op(const char* name, OpKind kind, const BlockShape& s) {
     op.flops = forward_flops;
     op.bytes_read = (tq + tk + tv) * a;
     op.bytes_written = to * a + lse;
-    op.saved_bytes = (tq + tk + tv) * a + to * a + lse;  // q, k, v, output, log-sum-exp
+    op.saved_bytes = attention_input_bytes(s) + to * a + lse;  // q, k, v, output, log-sum-exp
   } else {
     op.flops = 2.5 * forward_flops;
     op.bytes_read = (tq + tk + tv + 2.0 * to) * a + lse;  // q, k, v, o, dO

@@ -266,6 +266,9 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                     const Sharding sharding = framework_sharding(a.framework);
                     for (Checkpointing ckpt : s.checkpointing) {
                       p.selective_ac_layers = ckpt == Checkpointing::kSelective ? a.selective_ac_layers.value_or(0) : 0;
+                      p.recompute_modules = ckpt == Checkpointing::kSelective
+                                                ? a.recompute_modules.value_or(kDefaultRecomputeModules)
+                                                : kDefaultRecomputeModules;
                       p.moe_a2a_overlap = a.moe_a2a_overlap && ep > 1 && ckpt != Checkpointing::kFull &&
                                           (pp == 1 || split.virtual_stages > 1);
                       p.sharding = sharding, p.checkpointing = ckpt;

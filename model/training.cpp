@@ -10,6 +10,8 @@ constexpr std::array<std::string_view, 7> kPrecisionNames = {"amp_bf16", "amp_fp
 constexpr std::array<std::string_view, 3> kMpModeNames = {"DEFAULT", "PURE", "FULL"};
 constexpr std::array<std::string_view, 4> kShardingNames = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
 constexpr std::array<std::string_view, 3> kCheckpointingNames = {"none", "selective", "full"};
+constexpr std::array<std::string_view, kRecomputeModuleCount> kRecomputeModuleNames = {
+    "core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe", "shared_experts"};
 constexpr std::array<std::string_view, 3> kFrameworkNames = {"composer", "megatron", "torchtitan"};
 constexpr std::array<std::string_view, 5> kMegatronFsdpNames = {"off", "no_shard", "optim", "optim_grads",
                                                                 "optim_grads_params"};
@@ -32,6 +34,43 @@ std::optional<Sharding> parse_sharding(std::string_view s) { return value_named<
 std::string_view to_string(Checkpointing c) { return name_of(c, kCheckpointingNames); }
 std::optional<Checkpointing> parse_checkpointing(std::string_view s) {
   return value_named<Checkpointing>(s, kCheckpointingNames);
+}
+std::string_view to_string(RecomputeModule m) { return name_of(m, kRecomputeModuleNames); }
+std::string recompute_modules_text(uint8_t modules, std::string_view sep) {
+  std::string text;
+  for (int i = 0; i < kRecomputeModuleCount; ++i) {
+    const auto m = static_cast<RecomputeModule>(i);
+    if ((modules & module_bit(m)) == 0) continue;
+    if (!text.empty()) text += sep;
+    text += to_string(m);
+  }
+  return text;
+}
+std::optional<uint8_t> parse_recompute_modules(std::string_view text, std::string& error) {
+  uint8_t modules = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t end = text.find_first_of(",; ", i);
+    const std::string_view name = text.substr(i, end == std::string_view::npos ? std::string_view::npos : end - i);
+    i = end == std::string_view::npos ? text.size() : end + 1;
+    if (name.empty()) continue;
+    const std::optional<RecomputeModule> m = value_named<RecomputeModule>(name, kRecomputeModuleNames);
+    if (!m) {
+      error = "'" + std::string(name) + "' is not one of Megatron-Core's recompute modules tpsim models (" +
+              recompute_modules_text(kAllRecomputeModules, ", ") + ")";
+      return std::nullopt;
+    }
+    if ((modules & module_bit(*m)) != 0) {
+      error = "'" + std::string(name) + "' is given twice";
+      return std::nullopt;
+    }
+    modules |= module_bit(*m);
+  }
+  if (modules == 0) {
+    error = "no module given";
+    return std::nullopt;
+  }
+  return modules;
 }
 std::optional<DType> parse_dtype(std::string_view s) { return value_named<DType>(s, kDTypeNames); }
 std::optional<ScaledFormat> parse_scaled_format(std::string_view s) {

@@ -64,6 +64,32 @@ enum class Checkpointing : uint8_t { kNone, kSelective, kFull };
 inline constexpr std::array<Checkpointing, 3> kAllCheckpointings = {Checkpointing::kNone, Checkpointing::kSelective,
                                                                     Checkpointing::kFull};
 
+// Megatron-Core's selective recompute modules (TransformerConfig.recompute_modules, Megatron-LM's
+// --recompute-modules, under --recompute-granularity selective), as a set of bits. What each runs
+// again in the backward and stops keeping (model/ops.hpp BlockShape::recompute says how tpsim costs
+// them; megatron/core/transformer/transformer_config.py documents them):
+//   core_attn (the default set): the attention kernel (what Checkpointing::kSelective means under
+//     every framework);
+//   layernorm: the norms Megatron-Core runs apart from a linear (a mixture of experts' pre-MLP norm,
+//     latent attention's input norm), their output discarded and rebuilt;
+//   moe_act: the routed experts' activation, its output (fc2's input) discarded and rebuilt;
+//   mla_up_proj: latent attention's up projections and RoPE, their outputs (the attention's q, k and
+//     v) discarded and rebuilt;
+//   mlp: a dense layer's whole feed-forward (with its fused norm) from its input;
+//   moe: a mixture of experts' whole layer, the dispatcher's all-to-alls included, from its input;
+//   shared_experts: the shared experts from their input.
+enum class RecomputeModule : uint8_t { kCoreAttn, kLayernorm, kMoeAct, kMlaUpProj, kMlp, kMoe, kSharedExperts };
+inline constexpr int kRecomputeModuleCount = 7;
+constexpr uint8_t module_bit(RecomputeModule m) { return static_cast<uint8_t>(1u << static_cast<unsigned>(m)); }
+inline constexpr uint8_t kDefaultRecomputeModules = module_bit(RecomputeModule::kCoreAttn);
+inline constexpr uint8_t kAllRecomputeModules = (1u << kRecomputeModuleCount) - 1;
+std::string_view to_string(RecomputeModule m);  // Megatron's name: "core_attn", "moe_act", ...
+// The set as its names in the enum's order, joined by `sep` ("" for the empty set).
+std::string recompute_modules_text(uint8_t modules, std::string_view sep = ";");
+// A list of Megatron's names separated by commas, semicolons or spaces (each at most once); nullopt
+// with `error` naming the first unknown or repeated name, or an empty list.
+std::optional<uint8_t> parse_recompute_modules(std::string_view text, std::string& error);
+
 std::string_view to_string(Precision p);
 std::string_view to_string(MpMode m);
 std::string_view to_string(Sharding s);
@@ -187,6 +213,9 @@ struct Layout {
   bool moe_a2a_overlap = false;
   // megatron: Megatron-FSDP's sharding strategy (above); kOff: Megatron-Core's DDP.
   MegatronFsdp megatron_fsdp = MegatronFsdp::kOff;
+  // megatron: under Checkpointing::kSelective, the modules recomputed (RecomputeModule bits); every
+  // other framework's selective checkpointing is the default set, the attention kernel alone.
+  uint8_t recompute_modules = kDefaultRecomputeModules;
   // composer and torchtitan: torch.compile of each transformer block (Composer's compile_config,
   // torchtitan's compile): Inductor fuses the block's elementwise and norm kernels (model/ops.hpp
   // BlockShape::torch_compile says which).
@@ -195,6 +224,10 @@ struct Layout {
   // not "rmsnorm" (PyTorch ops; BlockShape::eager_rms_norm).
   bool fused_rmsnorm = false;
 
+  // Whether the backward runs module `m` again (selective checkpointing with `m` in the set).
+  bool recomputes(RecomputeModule m) const {
+    return checkpointing == Checkpointing::kSelective && (recompute_modules & module_bit(m)) != 0;
+  }
   bool uneven_pipeline() const {
     return first_stage_layers > 0 || last_stage_layers > 0 || account_for_embedding || account_for_loss;
   }
