@@ -334,6 +334,7 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     shape.native_attention = true;          // TransformerEngine's cuDNN fused attention: ops.hpp
     shape.per_expert_launches = true;       // TransformerEngine's GroupedLinear, one GEMM per expert: ops.hpp
     shape.fp8_weight_cache = true;          // set_is_first_microbatch: the weights cast once a step: ops.hpp
+    shape.moe_probs_in_activation = true;   // the grouped experts' weighted activation: ops.hpp
     // The selective recompute's modules but the attention kernel's (costed below): ops.hpp.
     if (par.checkpointing == Checkpointing::kSelective)
       shape.recompute = par.recompute_modules & static_cast<uint8_t>(~kDefaultRecomputeModules);

@@ -292,6 +292,10 @@ struct Ffn {
   // reads is discarded and the activation run again in the backward (moe_act).
   bool input_discarded = false;
   bool activation_recomputed = false;
+  // The routed rows weighted by their routing probability in the activation (BlockShape::
+  // moe_probs_in_activation): its last kernel reads the fp32 probabilities and keeps them, its
+  // backward writes their gradient.
+  bool probs_in_activation = false;
   Linear with(Linear l, uint8_t bits, bool fused, std::initializer_list<int64_t> widths) const {
     l.frozen = frozen;
     if (lora_shape) l.adapters = adapters_of(*lora_shape, bits, fused, widths);
@@ -858,6 +862,16 @@ Op ffn_elementwise(const BlockShape& s, const Ffn& f, const char* name, MemKind 
                             1, saved * bytes),
                 f.names->role);
 }
+// The activation's last kernel with the routing probabilities (Ffn::probs_in_activation): forward it
+// reads and keeps one fp32 probability per row; backward it reads them and writes their gradient.
+Op weighted(const Ffn& f, Op op, bool forward) {
+  if (!f.probs_in_activation) return op;
+  const double probs = d(f.rows) * 4.0;
+  op.bytes_read += probs;
+  if (forward) op.saved_bytes += probs;
+  else op.bytes_written += probs;
+  return op;
+}
 
 // The feed-forward's activation between its first linear(s) and its down projection, forward.
 void ffn_activation_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
@@ -865,14 +879,14 @@ void ffn_activation_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
   if (fused_swiglu(s) || (s.ffn == FfnKind::kGlu && s.torch_compile)) {
     // One kernel reads [gate | up] and writes act(gate) * up, keeping [gate | up] for its backward
     // (Megatron-Core's fused SwiGLU; Inductor's fusion of the two).
-    out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
+    out.push(weighted(f, ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2), true));
   } else if (s.ffn == FfnKind::kGlu) {
     // The activation keeps its input (the gate's output); the product keeps both its factors.
     out.push(ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1));
-    out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2));
+    out.push(weighted(f, ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2), true));
   } else {
     // The activation keeps its input for backward.
-    out.push(ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1));
+    out.push(weighted(f, ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1), true));
   }
 }
 
@@ -904,11 +918,11 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
     // The same kernel recomputes silu(gate) from the kept [gate | up] and writes both halves'
     // gradients (swiglu_back): the product's bytes, no silu kernel; then fc1's backward, whose one
     // data-gradient GEMM sums over both halves.
-    out.push(ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2));
+    out.push(weighted(f, ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2), false));
     linear_backward(s, f.fc1(), out);
   } else if (s.ffn == FfnKind::kGlu) {
     // Under torch.compile one kernel reads gate, up and the gradient, and writes both gradients.
-    out.push(ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2));
+    out.push(weighted(f, ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2), false));
     if (!s.torch_compile)
       out.push(ffn_elementwise(s, f, f.names->act_bwd[act], activation_backward_kind(s.activation), 2, 1));
     linear_backward(s, f.up(), out);
@@ -918,7 +932,8 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
                                 2.0 * rd * a, rd * a),
                     f.names->role));
   } else {
-    out.push(ffn_elementwise(s, f, f.names->act_bwd[act], activation_backward_kind(s.activation), 2, 1));
+    out.push(
+        weighted(f, ffn_elementwise(s, f, f.names->act_bwd[act], activation_backward_kind(s.activation), 2, 1), false));
     linear_backward(s, f.up(), out);
   }
 }
@@ -936,6 +951,7 @@ Ffn expert_ffn(const BlockShape& s) {
         nullptr,
         s.lora.active()};
   f.activation_recomputed = s.recomputes(RecomputeModule::kMoeAct);
+  f.probs_in_activation = s.moe_probs_in_activation;
   return f;
 }
 // Latent experts' projections (MoeConfig::latent) around the dispatch, over the router's tokens,
@@ -1012,9 +1028,13 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   permute.k = e.top_k;
   out.push(permute);
   ffn_forward(s, expert_ffn(s), out);  // its first GEMM keeps the permuted x
-  // The weighted sum back to t rows keeps the experts' outputs and weights for its weight gradient.
-  Op unpermute = membound_op("moe.unpermute.fwd", MemKind::kUnpermute, s.tokens(), w, act,
-                             tk * d(w) * a + tk * (4.0 + 8.0), tw * a, 1, rd * a + tk * 4.0);
+  // The weighted sum back to t rows keeps the experts' outputs and weights for its weight gradient;
+  // with the weights applied in the activation, a plain sum that keeps nothing.
+  Op unpermute = s.moe_probs_in_activation
+                     ? membound_op("moe.unpermute.fwd", MemKind::kUnpermute, s.tokens(), w, act,
+                                   tk * d(w) * a + tk * 8.0, tw * a, 1)
+                     : membound_op("moe.unpermute.fwd", MemKind::kUnpermute, s.tokens(), w, act,
+                                   tk * d(w) * a + tk * (4.0 + 8.0), tw * a, 1, rd * a + tk * 4.0);
   unpermute.k = e.top_k;
   out.push(unpermute);
   if (e.latent > 0) linear_forward(s, latent_up(s), false, out);
@@ -1058,8 +1078,11 @@ void moe_backward(const BlockShape& s, OpSink& out) {
   // Un-permutation's backward is a permutation: each choice's row of dy times its weight, and the
   // weights' gradients (dot products with the kept expert outputs).
   if (e.latent > 0) linear_backward(s, latent_up(s), out);
-  Op unpermute = membound_op("moe.unpermute.bwd", MemKind::kPermute, s.tokens(), w, act,
-                             tw * a + tk * (4.0 + 8.0) + rd * a, rd * a + tk * 4.0, 2);
+  // (with the weights applied in the activation: the permutation alone)
+  Op unpermute = s.moe_probs_in_activation ? membound_op("moe.unpermute.bwd", MemKind::kPermute, s.tokens(), w, act,
+                                                         tw * a + tk * 8.0, rd * a)
+                                           : membound_op("moe.unpermute.bwd", MemKind::kPermute, s.tokens(), w, act,
+                                                         tw * a + tk * (4.0 + 8.0) + rd * a, rd * a + tk * 4.0, 2);
   unpermute.k = e.top_k;
   out.push(unpermute);
   ffn_backward(s, expert_ffn(s), out);

@@ -365,6 +365,13 @@ struct BlockShape {
   //     again are the framework's to cost);
   //   shared_experts: the shared experts: nothing of theirs kept, run again.
   uint8_t recompute = 0;
+  // Each routed row weighted by its routing probability inside the experts' activation, not in the
+  // combine: Megatron-Core's grouped experts (megatron/core/transformer/moe/experts.py, bias_act_func
+  // multiplies the activation's output by permuted_probs before fc2; TransformerEngine's ScaledSwiGLU
+  // in its fused path). The activation then reads and keeps one fp32 probability per row and its
+  // backward gives their gradient, and the combine is a plain sum that keeps nothing (the weighted
+  // combine keeps the experts' outputs for the weights' gradient).
+  bool moe_probs_in_activation = false;
   bool recomputes(RecomputeModule m) const { return (recompute & module_bit(m)) != 0; }
 
   int64_t tokens() const { return batch * seq; }

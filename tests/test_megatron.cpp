@@ -1113,7 +1113,7 @@ BOOST_FIXTURE_TEST_CASE(combined_1f1b_hides_all_to_alls_behind_another_micro_bat
   const MemoryBreakdown ma = e.memory(off), mb = e.memory(on);
   BlockShape as_run = s;  // the shape's flags as MegatronEvaluator sets them
   as_run.fp32_vocab_parallel_xent = as_run.fused_swiglu = as_run.native_attention = true;
-  as_run.per_expert_launches = as_run.fp8_weight_cache = true;
+  as_run.per_expert_launches = as_run.fp8_weight_cache = as_run.moe_probs_in_activation = true;
   OpList embed;
   embedding_forward_ops(as_run, embed);
   BOOST_TEST(mb.activation_bytes - ma.activation_bytes == 32.0 * saved_of(as_run) + total_saved_bytes(embed),

@@ -52,8 +52,8 @@ const Recipe kRecipes[] = {
     {"N36", "megatron-gpt-175b", "b200", 128, 2048, 256, 2, 4, 4, 12, 1, 1, 0, Precision::kAmpBf16, false, true},
     {"N10", "mixtral-8x7b", "h100_80gb", 64, 4096, 256, 1, 1, 4, 8, 1, 8, 0, Precision::kAmpFp8, false, true},
     {"N34", "qwen3-30b-a3b", "h100_80gb", 16, 4096, 512, 1, 1, 2, 24, 1, 8, 0, Precision::kAmpBf16, false, true},
-    {"N35", "qwen3-235b-a22b", "h100_80gb", 256, 4096, 2048, 1, 2, 8, 4, 1, 32, 1, Precision::kAmpBf16, true, false},
-    {"N65", "qwen3-235b-a22b", "b200", 64, 4096, 1024, 1, 1, 8, 12, 1, 8, 0, Precision::kAmpBf16, true, false},
+    {"N35", "qwen3-235b-a22b", "h100_80gb", 256, 4096, 2048, 1, 2, 8, 4, 1, 32, 1, Precision::kAmpBf16, true, true},
+    {"N65", "qwen3-235b-a22b", "b200", 64, 4096, 1024, 1, 1, 8, 12, 1, 8, 0, Precision::kAmpBf16, true, true},
 };
 
 // The shipped catalogue and the literature's Megatron GPT models (GPT-3 175B).
