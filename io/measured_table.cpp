@@ -243,7 +243,9 @@ const char* const kGeneralColumns[] = {"Framework",
                                        "Pipeline Layout",
                                        "MoE Dispatcher",
                                        "CUDA Graphs",
-                                       "Token Drop"};
+                                       "Token Drop",
+                                       "Optimizer",
+                                       "Other Features"};
 
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
@@ -435,6 +437,10 @@ class RowParser {
       why = "CUDA graphs ('" + cols_.cell(cells, "CUDA Graphs", at) + "') are not modelled yet";
     if (why.empty() && cols_.given(cells, "Token Drop") && cols_.boolean(cells, "Token Drop", at))
       why = "token dropping (Token Drop True) is not modelled in tables yet";
+    if (const std::string opt = lower("Optimizer"); why.empty() && !opt.empty() && opt != "adam" && opt != "adamw")
+      why = "the optimizer '" + cols_.cell(cells, "Optimizer", at) + "' is not modelled yet (tpsim costs AdamW)";
+    if (why.empty() && cols_.given(cells, "Other Features"))
+      why = cols_.cell(cells, "Other Features", at) + " (Other Features): not modelled yet";
     r.unmodelled = why;
   }
 

@@ -29,8 +29,9 @@
 // (none/selective/full: the same as `Activation Checkpointing`, one of which is required; both
 // present and disagreeing is an error), `Recompute Modules` (Megatron-Core's recompute modules of a
 // selective row, separated by ';'; empty: core_attn, its default), `MTP Layers`, `Pipeline Layout`,
-// `MoE Dispatcher` (alltoall), `CUDA Graphs` and `Token Drop` (what the run had that tpsim does not
-// model yet: a row with one of them set, other than alltoall, is refused, MeasuredRow::unmodelled),
+// `MoE Dispatcher` (alltoall), `CUDA Graphs`, `Token Drop`, `Optimizer` (adam, adamw) and `Other
+// Features` (what the run had that tpsim does not model yet: a row with one of them set, other than
+// alltoall and Adam, is refused, MeasuredRow::unmodelled),
 // and `Step Time (s)`, the measured quantity of a row whose
 // `Throughput (T/s)` is absent or empty. A table with one of these columns may leave out `GPU`
 // when the command names the device (--device); llm-foundry's tables always have it. `MP Mode` and `Sharding Strategy`
@@ -72,7 +73,8 @@ struct MeasuredRow {
   MpMode mp_mode = MpMode::kDefault;
   bool activation_cpu_offload = false;
   // What the row ran that tpsim does not model yet (its `MTP Layers`, `Pipeline Layout`, `MoE
-  // Dispatcher`, `CUDA Graphs` or `Token Drop` set): validate refuses it with this; empty: nothing.
+  // Dispatcher`, `CUDA Graphs`, `Token Drop`, `Optimizer` or `Other Features` set): validate refuses
+  // it with this; empty: nothing.
   std::string unmodelled;
   bool unfused_attention = false;  // Attention 'unfused': the row's model costed with use_megatron_core_attention
   Layout layout;  // framework, sharding, checkpointing, degrees (all 1 under composer for llm-foundry's tables)
