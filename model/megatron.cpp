@@ -307,6 +307,32 @@ class ExpertSeconds final : public OpSink {
   const CostModel& cost_;
 };
 
+// What selective recompute adds to a block (`b`'s forward costed, its ring and dispatcher set):
+// the attention kernel again under core_attn, with the ring's exposed exchange; the mlp and moe
+// recomputes' forward collectives again before the feed-forward's backward (its tensor-parallel
+// all-reduce, `sync`, hidden behind the GEMMs run again under --tp-comm-overlap as the forward's are;
+// a mixture of experts' two all-to-alls and the change from the dense collectives the experts bring);
+// and what the recompute stops keeping, rebuilt one layer at a time: the attention kernel's, and what
+// the other modules discard (the block's saved bytes without them, less with them).
+void recompute_costs(MegatronBlock& b, const BlockShape& shape, const Layout& par, double sync) {
+  const bool core_attn = par.recomputes(RecomputeModule::kCoreAttn);
+  b.attention_again = core_attn ? b.fwd.attention : 0.0;
+  b.ring_again_s = core_attn ? b.ring.fwd_exposed_s : 0.0;
+  b.comm_again_s = 0;
+  const bool moe = shape.moe.active();
+  if (!shape.no_ffn && (moe ? shape.recomputes(RecomputeModule::kMoe) : shape.recomputes(RecomputeModule::kMlp)))
+    b.comm_again_s = (par.tp_comm_overlap ? 0.0 : sync) + (moe ? 2.0 * b.all_to_all_s + b.expert_tp_change_s : 0.0);
+  b.saved_attention_only = core_attn ? attention_only_saved_bytes(shape) : 0.0;
+  b.saved_dropped = 0;
+  if (shape.recompute != 0) {
+    BlockShape kept = shape;
+    kept.recompute = 0;
+    OpList fwd;
+    block_forward_ops(kept, fwd);
+    b.saved_dropped = total_saved_bytes(fwd) - b.fwd.saved_bytes;
+  }
+}
+
 }  // namespace
 
 MegatronEvaluator::MegatronEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
@@ -362,24 +388,13 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     }
     context_and_expert_costs(b, c.layout, shape, cfg);
     b.lora = lora_block_params(shape);
-    const bool core_attn = par.recomputes(RecomputeModule::kCoreAttn);
-    b.attention_again = core_attn ? b.fwd.attention : 0.0;
-    b.ring_again_s = core_attn ? b.ring.fwd_exposed_s : 0.0;
     // One all-reduce (all-gather and reduce-scatter) per sublayer each way: the mixer's and the
     // feed-forward's (a Nemotron-H layer has one of them).
     const double sync = cost_.collective_seconds(CollectiveKind::kAllReduce, td_bytes, l.tp_group);
     const double sublayers = (model.mixer != Mixer::kNone ? 1.0 : 0.0) + (model.no_ffn ? 0.0 : 1.0);
     b.tp_fwd_s = sublayers * sync;
     b.tp_bwd_s = sublayers * sync;
-    // The mlp and moe recomputes run the feed-forward's forward collectives again before its backward:
-    // its tensor-parallel all-reduce (all-gather and reduce-scatter; hidden behind the GEMMs run again
-    // under --tp-comm-overlap, as the forward's are), and a mixture of experts' two all-to-alls and the
-    // change from the dense collectives that the experts bring.
-    b.comm_again_s = 0;
-    if (!model.no_ffn &&
-        (shape.moe.active() ? shape.recomputes(RecomputeModule::kMoe) : shape.recomputes(RecomputeModule::kMlp)))
-      b.comm_again_s =
-          (par.tp_comm_overlap ? 0.0 : sync) + (shape.moe.active() ? 2.0 * b.all_to_all_s + b.expert_tp_change_s : 0.0);
+    recompute_costs(b, shape, par, sync);
     if (model.mla.active()) {
       // Latent attention gathers its compressed query and key/value (and the shared RoPE key) before
       // the up projections, not the hidden state: the down projections run on each rank's own rows.
@@ -392,17 +407,6 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     }
     if (par.tp_comm_overlap) tp_comm_overlap_costs(b, c.layout, shape, td_bytes);
     b.saved = b.fwd.saved_bytes;
-    // What the recompute stops keeping and rebuilds one layer at a time: the attention kernel's, and
-    // what the other modules discard (the block's saved bytes without them, less with them).
-    b.saved_attention_only = core_attn ? attention_only_saved_bytes(shape) : 0.0;
-    b.saved_dropped = 0;
-    if (shape.recompute != 0) {
-      BlockShape kept = shape;
-      kept.recompute = 0;
-      OpList fwd;
-      block_forward_ops(kept, fwd);
-      b.saved_dropped += total_saved_bytes(fwd) - b.saved;
-    }
     b.backward_buffers =
         block_backward_buffer_bytes(tensor_parallel_slice(model, l.tp, shape.moe), shape.tokens(), cfg.precision);
     // The rank's parameters of the block (1/(etp*ep) of the routed experts).
