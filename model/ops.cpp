@@ -28,10 +28,13 @@ const Op& tagged(Op& op, OpRole role, OpPass pass = OpPass::kNone) {
 const Op& tagged(Op&& op, OpRole role, OpPass pass = OpPass::kNone) { return tagged(op, role, pass); }
 
 // Passes ops on keeping nothing for the backward: what a checkpoint discards (BlockShape::recompute).
+// `again`: the forward ops a recompute runs again in the backward, without those that run once a
+// step (the cached low-precision weights).
 class Unsaved final : public OpSink {
  public:
-  explicit Unsaved(OpSink& out) : out_(out) {}
+  explicit Unsaved(OpSink& out, bool again = false) : out_(out), again_(again) {}
   void push(const Op& op) override {
+    if (again_ && op.per_step) return;
     Op o = op;
     o.saved_bytes = 0;
     out_.push(o);
@@ -39,22 +42,7 @@ class Unsaved final : public OpSink {
 
  private:
   OpSink& out_;
-};
-
-// Passes on the forward ops a recompute runs again in the backward: nothing kept, and the ops that
-// run once a step (the cached low-precision weights) not again.
-class Recomputed final : public OpSink {
- public:
-  explicit Recomputed(OpSink& out) : out_(out) {}
-  void push(const Op& op) override {
-    if (op.per_step) return;
-    Op o = op;
-    o.saved_bytes = 0;
-    out_.push(o);
-  }
-
- private:
-  OpSink& out_;
+  bool again_;
 };
 
 }  // namespace
@@ -910,7 +898,7 @@ void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
 void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
   const int act = static_cast<int>(s.activation);
   if (f.activation_recomputed) {
-    Recomputed again(out);
+    Unsaved again(out, /*again=*/true);
     ffn_activation_forward(s, f, again);
   }
   linear_backward(s, f.down(), out);
@@ -1055,7 +1043,7 @@ void moe_backward(const BlockShape& s, OpSink& out) {
   int64_t sums = 1;  // input gradients summed into dx: the router's and the experts'
   if (e.shared_experts > 0) {
     if (s.recomputes(RecomputeModule::kSharedExperts) && !s.recomputes(RecomputeModule::kMoe)) {
-      Recomputed again(out);
+      Unsaved again(out, /*again=*/true);
       shared_experts_forward(s, again);
     }
     if (e.shared_gate) {
@@ -1397,7 +1385,7 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
     // The recomputes of the feed-forward (BlockShape::recompute): the norm (a mixture of experts'
     // under the layernorm recompute, a dense feed-forward's fused one under mlp) and the module.
     const bool moe = s.moe.active();
-    Recomputed again(out);
+    Unsaved again(out, /*again=*/true);
     if (moe ? s.recomputes(RecomputeModule::kLayernorm) : s.recomputes(RecomputeModule::kMlp))
       again.push(norm_forward("norm_2.fwd", s, block_norm_fusion(s, /*after_add=*/s.mixer != Mixer::kNone)));
     if (moe && s.recomputes(RecomputeModule::kMoe)) moe_forward(s, again);
@@ -1421,7 +1409,7 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
   if (s.mixer == Mixer::kNone) return;
   out.push(residual_add_backward("resid_attn.bwd", s));
   if (s.mla.active()) {  // latent attention's recomputes: its separate input norm, its up projections
-    Recomputed again(out);
+    Unsaved again(out, /*again=*/true);
     if (s.recomputes(RecomputeModule::kLayernorm))
       again.push(norm_forward("norm_1.fwd", s, block_norm_fusion(s, /*after_add=*/false)));
     if (s.recomputes(RecomputeModule::kMlaUpProj)) mla_up_forward(s, again);
