@@ -53,7 +53,8 @@ struct PlanRequest {
   OptionalColumns optional() const {
     return {.megatron_fsdp = owns_megatron_fsdp(query.space.asked.framework),
             .lora = query.lora.active(),
-            .recompute_modules = query.space.asked.recompute_modules.has_value()};
+            .recompute_modules = query.space.asked.recompute_modules.has_value(),
+            .mtp = query.space.asked.mtp_layers.has_value()};
   }
 };
 

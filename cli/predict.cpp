@@ -189,7 +189,8 @@ void run_predict(const PredictOptions& o) {
   t.columns = prediction_columns(asked.framework_given);
   const OptionalColumns optional{.megatron_fsdp = owns_megatron_fsdp(asked.framework),
                                  .lora = cfg.lora.active(),
-                                 .recompute_modules = asked.recompute_modules.has_value()};
+                                 .recompute_modules = asked.recompute_modules.has_value(),
+                                 .mtp = asked.mtp_layers.has_value()};
   add_optional_columns(optional, t.columns);
   std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile, cfg));
   if (asked.framework_given) add_layout_cells(cfg, row);
@@ -214,8 +215,8 @@ void run_predict(const PredictOptions& o) {
   restricted(model.attention_chunk, &LayerKind::chunked, "within chunks of ");
   // What Megatron-LM's log and Megatron-Bridge's summary print as model TFLOP/s, by their own count.
   if (cfg.layout.framework == Framework::kMegatron && p.fits()) {
-    const double per_seq =
-        megatron_flops_per_sequence(model, cfg.seq_len, megatron_padded_vocab(model.vocab_size, cfg.layout.tensor));
+    const double per_seq = megatron_flops_per_sequence(
+        model, cfg.seq_len, megatron_padded_vocab(model.vocab_size, cfg.layout.tensor), cfg.layout.mtp_layers);
     std::cerr << "tpsim: note: Megatron-LM counts " << fixed(per_seq / static_cast<double>(cfg.seq_len) / 1e9, 2)
               << " GFLOP per token for " << model.name << " (num_floating_point_operations): "
               << fixed(per_seq * p.seq_per_s / static_cast<double>(cfg.n_gpus) / 1e12, 0)

@@ -158,6 +158,7 @@ void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& co
   if (o.megatron_fsdp) columns.emplace_back(kMegatronFsdpAxis.column);
   if (o.lora) columns.insert(columns.end(), {"LoRA Rank", "LoRA Targets"});
   if (o.recompute_modules) columns.emplace_back("Recompute Modules");
+  if (o.mtp) columns.insert(columns.end(), {"MTP Layers", "MTP Repeated Layer"});
 }
 
 void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::vector<Cell>& row) {
@@ -172,6 +173,10 @@ void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::v
     row.push_back(Cell::str(cfg.layout.checkpointing == Checkpointing::kSelective
                                 ? recompute_modules_text(cfg.layout.recompute_modules)
                                 : std::string()));
+  if (o.mtp) {
+    row.push_back(Cell::integer_value(cfg.layout.mtp_layers));
+    row.push_back(Cell::flag(cfg.layout.mtp_repeated_layer));
+  }
 }
 
 std::string sharding_text(const Layout& p) {
@@ -194,6 +199,8 @@ std::string layout_phrase(const Layout& p) {
   if (p.distributed_optimizer) add(std::string(kDistributedOptimizerAxis.label));
   if (p.megatron_fsdp != MegatronFsdp::kOff)
     add(std::string(kMegatronFsdpAxis.label) + " " + std::string(to_string(p.megatron_fsdp)));
+  if (p.mtp_layers > 0)
+    add("mtp " + std::to_string(p.mtp_layers) + (p.mtp_repeated_layer && p.mtp_layers > 1 ? " (one layer)" : ""));
   for (const SwitchAxis& a : kSwitchAxes)
     if (p.*a.value && !a.names.label.empty()) add(std::string(a.names.label));
   return out;

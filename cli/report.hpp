@@ -50,10 +50,11 @@ void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row);
 // `Megatron FSDP` (the strategy) under a framework that has it, searched by sweep and plan and so
 // shown whether or not it was asked; `LoRA Rank` and `LoRA Targets` (Megatron-Core's names when
 // fused, else PEFT's, separated by ';') when adapters are trained; `Recompute Modules` (Megatron-Core's
-// names separated by ';', empty without selective recompute) when --recompute-modules is given.
+// names separated by ';', empty without selective recompute) when --recompute-modules is given;
+// `MTP Layers` and `MTP Repeated Layer` when --mtp-layers is.
 bool owns_megatron_fsdp(Framework f);
 struct OptionalColumns {
-  bool megatron_fsdp = false, lora = false, recompute_modules = false;
+  bool megatron_fsdp = false, lora = false, recompute_modules = false, mtp = false;
 };
 void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& columns);
 void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::vector<Cell>& row);

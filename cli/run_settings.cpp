@@ -242,6 +242,13 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
       "torchtitan's selective checkpointing: op (per-op, the default) or N (every N-th block in full)")
       ->type_name("op|N");
   add_parsed(
+      cmd, "--mtp-layers", r.mtp_layers,
+      [](const std::string& flag, const std::string& text) -> int64_t { return parse_count(flag, text, 64); },
+      "megatron: multi-token prediction's depths (Megatron-Core's --mtp-num-layers; DeepSeek-V3's "
+      "num_nextn_predict_layers), each one more layer and its logits on the last pipeline stage");
+  cmd->add_flag("--mtp-repeated-layer", r.mtp_repeated_layer,
+                "megatron: the multi-token prediction depths share one layer's weights (--mtp-use-repeated-layer)");
+  add_parsed(
       cmd, "--recompute-modules", r.recompute_modules,
       [](const std::string& flag, const std::string& text) -> uint8_t {
         std::string error;

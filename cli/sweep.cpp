@@ -56,7 +56,8 @@ struct SweepRequest {
 OptionalColumns optional_of(const SweepRequest& r) {
   return {.megatron_fsdp = owns_megatron_fsdp(r.space.asked.framework),
           .lora = r.base.lora.active(),
-          .recompute_modules = r.space.asked.recompute_modules.has_value()};
+          .recompute_modules = r.space.asked.recompute_modules.has_value(),
+          .mtp = r.space.asked.mtp_layers.has_value()};
 }
 
 SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<std::string>& model_specs) {

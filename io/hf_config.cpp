@@ -498,7 +498,8 @@ ModelConfig read_deepseek_v3(Section& s) {
   if (const int64_t mtp = s.count("num_nextn_predict_layers", 0, 0); mtp > 0)
     s.src().out.notes.push_back("num_nextn_predict_layers " + std::to_string(mtp) +
                                 ": the checkpoint's multi-token prediction module is not part of the model costed "
-                                "(Hugging Face's model does not build it)");
+                                "(Hugging Face's model does not build it); --framework megatron --mtp-layers " +
+                                std::to_string(mtp) + " trains it");
   return m;
 }
 

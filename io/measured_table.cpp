@@ -240,6 +240,7 @@ const char* const kGeneralColumns[] = {"Framework",
                                        "Megatron FSDP",
                                        "Recompute Modules",
                                        "MTP Layers",
+                                       "MTP Repeated Layer",
                                        "Pipeline Layout",
                                        "MoE Dispatcher",
                                        "CUDA Graphs",
@@ -308,6 +309,15 @@ class RowParser {
     if (cols_.has("Attention")) r.unfused_attention = read_attention(cells, at);
     read_lora(cells, at, r);
     read_unmodelled(cells, at, r);
+    if (cols_.given(cells, "MTP Layers")) {  // multi-token prediction's depths (Layout::mtp_layers)
+      const std::string t = cols_.cell(cells, "MTP Layers", at);
+      const std::optional<int64_t> n = parse_integer(t);
+      if (!n || *n < 0 || *n > 64)
+        throw Error(at + ": column 'MTP Layers' must be a whole number in 0..64, got '" + t + "'");
+      r.layout.mtp_layers = *n;
+    }
+    if (cols_.given(cells, "MTP Repeated Layer"))
+      r.layout.mtp_repeated_layer = cols_.boolean(cells, "MTP Repeated Layer", at);
     if (cols_.has("MFU")) r.mfu_percent = cols_.number(cells, "MFU", at);
     if (cols_.has("HFU")) r.hfu_percent = cols_.number(cells, "HFU", at);
     if (cols_.has("Model TFLOP")) r.model_tflop = cols_.number(cells, "Model TFLOP", at);
@@ -421,12 +431,7 @@ class RowParser {
       return s;
     };
     std::string why;
-    if (const std::string mtp = lower("MTP Layers"); !mtp.empty()) {
-      const std::optional<int64_t> n = parse_integer(mtp);
-      if (!n || *n < 0) throw Error(at + ": column 'MTP Layers' must be a whole number, got '" + mtp + "'");
-      if (*n > 0) why = "multi-token prediction (MTP Layers " + mtp + ") is not modelled yet";
-    }
-    if (const std::string layout = lower("Pipeline Layout"); why.empty() && !layout.empty())
+    if (const std::string layout = lower("Pipeline Layout"); !layout.empty())
       why = "Megatron-Core's pipeline layout '" + cols_.cell(cells, "Pipeline Layout", at) + "' is not modelled yet";
     if (const std::string dispatcher = lower("MoE Dispatcher");
         why.empty() && !dispatcher.empty() && dispatcher != "alltoall")

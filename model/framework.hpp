@@ -50,6 +50,7 @@ enum class FrameworkOption : uint8_t {
   kTorchCompile,           // torch.compile of each block (Composer's compile_config, torchtitan's compile)
   kFusedRmsNorm,           // torchtitan's norm_type = "fused_rmsnorm"
   kRecomputeModules,       // Megatron-Core's --recompute-modules beyond the attention kernel
+  kMtp,                    // Megatron-Core's multi-token prediction (--mtp-num-layers)
 };
 constexpr uint32_t option_bit(FrameworkOption o) { return 1u << static_cast<unsigned>(o); }
 

@@ -17,6 +17,8 @@ Layout fixed_layout(const LayoutRequest& r, std::optional<Sharding> sharding) {
   for (const StageLayersAxis& a : kStageLayersAxes) l.*a.value = (r.*a.asked).value_or(0);
   l.selective_ac_layers = r.selective_ac_layers.value_or(0);
   l.recompute_modules = r.recompute_modules.value_or(kDefaultRecomputeModules);
+  l.mtp_layers = r.mtp_layers.value_or(0);
+  l.mtp_repeated_layer = r.mtp_repeated_layer;
   if (r.megatron_fsdp) set_megatron_fsdp(l, *r.megatron_fsdp);
   return l;
 }

@@ -38,6 +38,9 @@ struct LayoutRequest {
   // megatron: Megatron-Core's recompute modules of selective recompute (RecomputeModule bits; unset:
   // core_attn, its default). A search gives them to its selective layouts.
   std::optional<uint8_t> recompute_modules;
+  // megatron: multi-token prediction's depths and whether they share one layer (Layout's fields).
+  std::optional<int64_t> mtp_layers;
+  bool mtp_repeated_layer = false;
   // The switches (kSwitchAxes): on when given, never searched.
   bool overlap_grad_reduce = false, grad_reduce_bf16 = false, fp8_param_gather = false, pipeline_scatter_gather = false,
        account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, moe_a2a_overlap = false,

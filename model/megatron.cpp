@@ -174,6 +174,25 @@ std::string recompute_modules_apply(const RuleInput& in) {
   return {};
 }
 
+// Multi-token prediction (Layout::mtp_layers) where it is modelled: a transformer whose last layer is
+// attention with a feed-forward (the MTP layer is one of its kind); not on Megatron's hybrid models,
+// whose MTP depths follow a pattern of their own (mtp_hybrid_override_pattern), nor under LoRA.
+std::string mtp_modelled(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
+  if (par.mtp_layers == 0 && !par.mtp_repeated_layer) return {};
+  if (par.mtp_layers < 0 || par.mtp_layers > 64)
+    return "--mtp-layers " + std::to_string(par.mtp_layers) + " is outside 0..64";
+  if (par.mtp_layers == 0) return "--mtp-repeated-layer needs --mtp-layers of at least 1";
+  const ModelConfig& m = *in.model;
+  const LayerPattern pattern = layer_pattern(m);
+  const ModelConfig& last = pattern.groups[static_cast<size_t>(pattern.runs.back().group)].model;
+  if (last.mixer != Mixer::kAttention || last.no_ffn || m.mamba.active())
+    return "multi-token prediction on " + m.name +
+           " (a hybrid model: its MTP depths follow a pattern of their own) is not modelled yet";
+  if (in.cfg.lora.active()) return "multi-token prediction under LoRA is not modelled";
+  return {};
+}
+
 std::string userbuffers_sm_count(const RuleInput& in) {
   if (in.cfg.layout.tp_comm_overlap && in.device->compute_units <= kUserbuffersMaxSms)
     return "tensor-parallel communication overlap needs the SM count of device " + in.device->id + " (compute_units)";
@@ -197,15 +216,25 @@ constexpr Rule kUserbuffersSmCount{"userbuffers-sm-count", "--tp-comm-overlap --
                                    userbuffers_sm_count};
 constexpr Rule kRecomputeModulesApply{"recompute-modules-apply", "--recompute-modules --ckpt; Recompute Modules",
                                       RuleScope::kConfig, recompute_modules_apply};
+constexpr Rule kMtpModelled{"mtp-modelled", "--mtp-layers --mtp-repeated-layer; MTP Layers", RuleScope::kConfig,
+                            mtp_modelled};
 constexpr Rule kMegatronFsdpModelled{"megatron-fsdp-modelled", "--megatron-fsdp --pp --dist-opt; Megatron FSDP",
                                      RuleScope::kLayout, megatron_fsdp_modelled};
-const std::array<const Rule*, 14> kMegatronRules = {&kHybridLayersModelled,      &kChunkedAttentionNotModelled,
-                                                    &kTpCommOverlapNeedsTpAndSp, &kContextNeedsFusedAttention,
-                                                    &kMoeTensorNeedsSp,          &kInterleavedMicroBatches,
-                                                    &kPipelineScheduleLimits,    &kSlidingWindowNotModelled,
-                                                    &kGradReduceBf16NeedsBf16,   &kFp8ParamGatherNeedsLowPrecision,
-                                                    &kMoeA2aOverlapConditions,   &kUserbuffersSmCount,
-                                                    &kMegatronFsdpModelled,      &kRecomputeModulesApply};
+const std::array<const Rule*, 15> kMegatronRules = {&kHybridLayersModelled,
+                                                    &kChunkedAttentionNotModelled,
+                                                    &kTpCommOverlapNeedsTpAndSp,
+                                                    &kContextNeedsFusedAttention,
+                                                    &kMoeTensorNeedsSp,
+                                                    &kInterleavedMicroBatches,
+                                                    &kPipelineScheduleLimits,
+                                                    &kSlidingWindowNotModelled,
+                                                    &kGradReduceBf16NeedsBf16,
+                                                    &kFp8ParamGatherNeedsLowPrecision,
+                                                    &kMoeA2aOverlapConditions,
+                                                    &kUserbuffersSmCount,
+                                                    &kMegatronFsdpModelled,
+                                                    &kRecomputeModulesApply,
+                                                    &kMtpModelled};
 
 }  // namespace
 
@@ -258,8 +287,13 @@ struct MegatronCosts {
   // embedding and the output layer) and their bytes.
   double fsdp_root_gather_s = 0, fsdp_root_bytes = 0;
   double embed_saved = 0, head_saved = 0;  // what the embedding and head keep for the backward
-  std::vector<int64_t> chunk_layers;       // per model chunk, in model order (split_layers)
-  std::vector<int64_t> stage_layers;       // per stage: its chunks' layers
+  // Multi-token prediction's depths together (Layout::mtp_layers), on the last stage after its head:
+  // each depth's embedding, norms and projection, layer and logits, forward and backward; their
+  // collectives; what they keep; and the rank's parameters of them (of them, the routed experts').
+  CategoryTotals mtp_fwd, mtp_bwd;
+  double mtp_comm_fwd_s = 0, mtp_comm_bwd_s = 0, mtp_saved = 0, mtp_params = 0, mtp_expert_params = 0;
+  std::vector<int64_t> chunk_layers;  // per model chunk, in model order (split_layers)
+  std::vector<int64_t> stage_layers;  // per stage: its chunks' layers
   // Layers of each group per model chunk and per stage (chunk k's of group g at k * groups + g).
   std::vector<int64_t> chunk_group_layers, stage_group_layers;
 
@@ -348,6 +382,8 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
   const int64_t vocab = megatron_padded_vocab(model_.vocab_size, l.tp);
   const size_t groups = pattern_.groups.size();
   c.blocks.resize(groups);
+  c.mtp_fwd = c.mtp_bwd = {};
+  c.mtp_comm_fwd_s = c.mtp_comm_bwd_s = c.mtp_saved = c.mtp_params = c.mtp_expert_params = 0;
   // The tensor-parallel collectives: an all-reduce, or an all-gather plus a reduce-scatter (the same
   // time in the ring model), of one micro-batch's t x d activations.
   const double a = activation_bytes(cfg.precision);
@@ -413,6 +449,7 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     const double routed = routed_expert_params(model);
     b.expert_params = routed / d(l.etp * l.ep);
     b.params = (d(layer_parameter_count(model)) - routed) / d(l.tp) + b.expert_params;
+    if (par.mtp_layers > 0 && g == static_cast<size_t>(pattern_.runs.back().group)) mtp_costs(c, b, shape, ops, cfg);
   }
   // Each chunk's and stage's layers of each group (a uniform model's: its chunks' and stages').
   c.stage_layers = stage_layers_of(c.chunk_layers, l.pp);
@@ -432,6 +469,40 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     }
   }
   stage_costs(c, cfg, vocab);
+}
+
+// Multi-token prediction's depths (Layout::mtp_layers), each one more layer of the last layer's kind
+// `b` (its shape `shape`, its micro-batch's ops `ops`) with its own embedding lookup, norms and
+// projection (mtp_forward_ops) and logits: their seconds, collectives and saved bytes times the
+// depths, their parameters once per depth or, sharing one layer, once.
+void MegatronEvaluator::mtp_costs(Costs& c, const MegatronBlock& b, const BlockShape& shape,
+                                  const MicroBatchOpCosts& ops, const TrainConfig& cfg) const {
+  const Layout& par = cfg.layout;
+  const double depths = d(par.mtp_layers), layers = par.mtp_repeated_layer ? 1.0 : depths;
+  const CategoryTotals own_fwd = costed(cost_, mtp_forward_ops, shape),
+                       own_bwd = costed(cost_, mtp_backward_ops, shape);
+  const auto depth = [](std::initializer_list<const CategoryTotals*> parts) {
+    CategoryTotals t;
+    for (const CategoryTotals* p : parts) {
+      t.add(*p, 1.0);
+      t.saved_bytes += p->saved_bytes;
+      t.kernels += p->kernels;
+    }
+    return t;
+  };
+  CategoryTotals fwd = depth({&ops.embed_fwd, &own_fwd, &b.fwd, &ops.head_fwd});
+  CategoryTotals bwd = depth({&ops.embed_bwd, &own_bwd, &b.bwd, &ops.head_bwd});
+  bwd.attention += b.attention_again;
+  c.mtp_fwd = {}, c.mtp_bwd = {};
+  c.mtp_fwd.add(fwd, depths), c.mtp_bwd.add(bwd, depths);
+  c.mtp_fwd.kernels = fwd.kernels * depths, c.mtp_bwd.kernels = bwd.kernels * depths;
+  c.mtp_comm_fwd_s = depths * (c.tp_embed_s + b.tp_fwd_s + b.cp_ep_fwd_s + c.tp_head_fwd_s);
+  c.mtp_comm_bwd_s = depths * (b.tp_bwd_s + b.cp_ep_bwd_s + c.tp_head_bwd_s + b.ring_again_s + b.comm_again_s);
+  c.mtp_saved = depths * (ops.embed_fwd.saved_bytes + own_fwd.saved_bytes + b.saved - b.saved_attention_only +
+                          ops.head_fwd.saved_bytes);
+  const double h = d(model_.d_model);
+  c.mtp_params = layers * (b.params + 2.0 * h * h / d(c.layout.tp) + 3.0 * h);  // eh_proj, enorm, hnorm, final norm
+  c.mtp_expert_params = layers * b.expert_params;
 }
 
 // Each stage's parameters (the rank's tensor-parallel slice, and 1/(etp*ep) of the routed experts),
@@ -459,11 +530,13 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
     const size_t i = static_cast<size_t>(s);
     double p = c.over_stage(i, [](const MegatronBlock& b) { return b.params; });
     if (s == 0) p += table + positions;
-    if (s == l.pp - 1) p += final_norm + (!model_.tie_embeddings || l.pp > 1 ? table : 0.0);
+    if (s == l.pp - 1) p += final_norm + (!model_.tie_embeddings || l.pp > 1 ? table : 0.0) + c.mtp_params;
     const double adapters = c.over_stage(i, [](const MegatronBlock& b) { return b.lora; });
     c.stage_params[i] = p + adapters;
     c.stage_trained[i] = lora ? adapters : p;
-    const double experts = lora ? 0.0 : c.over_stage(i, [](const MegatronBlock& b) { return b.expert_params; });
+    const double experts = lora ? 0.0 : c.over_stage(i, [](const MegatronBlock& b) {
+      return b.expert_params;
+    }) + (s == l.pp - 1 ? c.mtp_expert_params : 0.0);
     const double dense = c.stage_trained[i] - experts;
     if (par.distributed_optimizer) {
       c.reduce_s[i] = grad_collective(cost_, CollectiveKind::kReduceScatter, dense * gb, experts * gb, l);
@@ -695,6 +768,10 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
   bwd_s_.front() += pass(c.embed_bwd, 0.0, 0.0, host.first);
   fwd_s_.back() += pass(c.head_fwd, c.tp_head_fwd_s, l.tp > 1 ? 3.0 : 0.0, host.last);
   bwd_s_.back() += pass(c.head_bwd, c.tp_head_bwd_s, l.tp > 1 ? 1.0 : 0.0, host.last);
+  if (c.key.layout.mtp_layers > 0) {
+    fwd_s_.back() += pass(c.mtp_fwd, c.mtp_comm_fwd_s, 0.0, host.last);
+    bwd_s_.back() += pass(c.mtp_bwd, c.mtp_comm_bwd_s, 0.0, host.last);
+  }
   for (int64_t s = 0; s < l.pp; ++s) fwd_s_[static_cast<size_t>(s)] += params_.microbatch_overhead_s;
   const MegatronBlock& first = c.blocks[static_cast<size_t>(pattern_.runs.front().group)];
   host.fsdp_first = c.fsdp_root_gather_s + first.fsdp_gather_s;
@@ -735,9 +812,10 @@ void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, c
     comm += md * c.tp_embed_s;
   }
   if (last) {
-    t.gemm_s += md * (c.head_fwd.gemm + c.head_bwd.gemm);
-    t.other_compute_s += md * (c.head_fwd.other + c.head_bwd.other);
-    comm += md * (c.tp_head_fwd_s + c.tp_head_bwd_s);
+    t.gemm_s += md * (c.head_fwd.gemm + c.head_bwd.gemm + c.mtp_fwd.gemm + c.mtp_bwd.gemm);
+    t.attention_s += md * (c.mtp_fwd.attention + c.mtp_bwd.attention);
+    t.other_compute_s += md * (c.head_fwd.other + c.head_bwd.other + c.mtp_fwd.other + c.mtp_bwd.other);
+    comm += md * (c.tp_head_fwd_s + c.tp_head_bwd_s + c.mtp_comm_fwd_s + c.mtp_comm_bwd_s);
   }
   // Combined 1F1B's merged steps hide all-to-alls (merged_saving_s on this stage).
   t.exposed_comm_s = std::max(comm + tail_s - merged_saving_s, 0.0);
@@ -872,7 +950,7 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
     mb.sharded_state_bytes = weight_bytes + grad_bytes + 12.0 * c.stage_master_params[si];
     mb.activation_bytes = saved_in_flight + rebuilt;
     if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.embed_saved;
-    if (s == l.pp - 1) mb.activation_bytes += c.head_saved;
+    if (s == l.pp - 1) mb.activation_bytes += c.head_saved + c.mtp_saved;
     mb.transient_bytes = c.most([](const MegatronBlock& b) { return b.backward_buffers; });
     // TransformerEngine's fp8 copies (and transposes) of the stage's weights beside the bf16 ones,
     // kept all step; as fp8 parameters (fp8_param_gather) they are the weights the 2 bytes count.
@@ -908,7 +986,7 @@ constinit const FrameworkDef kMegatronFramework = {
                option_bit(FrameworkOption::kMoeA2aOverlap) | option_bit(FrameworkOption::kGradReduceBf16) |
                option_bit(FrameworkOption::kFp8ParamGather) | option_bit(FrameworkOption::kPipelineScatterGather) |
                option_bit(FrameworkOption::kDistributedOptimizer) | option_bit(FrameworkOption::kMegatronFsdp) |
-               option_bit(FrameworkOption::kRecomputeModules),
+               option_bit(FrameworkOption::kRecomputeModules) | option_bit(FrameworkOption::kMtp),
     .fit_adds = kMegatronFitAdds,
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,

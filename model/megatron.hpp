@@ -85,6 +85,8 @@ class MegatronEvaluator final : public ModelParallelEvaluator<MegatronCosts> {
   void tp_comm_overlap_costs(MegatronBlock& b, const ModelParallelLayout& l, const BlockShape& shape,
                              double td_bytes) const;
   void stage_costs(Costs& c, const TrainConfig& cfg, int64_t vocab) const;
+  void mtp_costs(Costs& c, const MegatronBlock& b, const BlockShape& shape, const MicroBatchOpCosts& ops,
+                 const TrainConfig& cfg) const;
   void fsdp_costs(Costs& c, const TrainConfig& cfg, double root) const;
   // Per layer group, one block's seconds per micro-batch in the pipeline (forward, and backward with
   // its recompute) and the host's time beyond the GPU's in them; per micro-batch the host's on the

@@ -7,7 +7,7 @@
 
 namespace tpsim {
 
-double megatron_flops_per_sequence(const ModelConfig& m, int64_t seq_len, int64_t padded_vocab) {
+double megatron_flops_per_sequence(const ModelConfig& m, int64_t seq_len, int64_t padded_vocab, int64_t mtp_layers) {
   const double h = static_cast<double>(m.d_model), s = static_cast<double>(seq_len);
   const double vocab = static_cast<double>(padded_vocab), n = static_cast<double>(m.n_heads);
   const double g = static_cast<double>(m.kv_heads()), kv_channels = static_cast<double>(m.d_head());
@@ -53,8 +53,11 @@ double megatron_flops_per_sequence(const ModelConfig& m, int64_t seq_len, int64_
   }
   // transformer_flops, per token, then times s (token-linear) plus the s^2 core.
   const double ffn_factor = swiglu ? 3.0 : 2.0;
-  const double moe_layers = count([](const ModelConfig& l) { return l.moe.active(); });
-  const double dense_layers = static_cast<double>(m.n_layers) - moe_layers;
+  // Each depth of multi-token prediction is one more layer of the last layer's kind.
+  const double mtp = static_cast<double>(mtp_layers);
+  const bool last_is_moe = pattern.groups[static_cast<size_t>(pattern.runs.back().group)].model.moe.active();
+  const double moe_layers = count([](const ModelConfig& l) { return l.moe.active(); }) + (last_is_moe ? mtp : 0.0);
+  const double dense_layers = static_cast<double>(m.n_layers) + mtp - moe_layers;
   const double routed =
       latent > 0 ? moe_ffn * topk * ffn_factor * latent / h + 2.0 * latent : moe_ffn * topk * ffn_factor;
   const double mlp = 6.0 * h *
@@ -83,8 +86,9 @@ double megatron_flops_per_sequence(const ModelConfig& m, int64_t seq_len, int64_
              static_cast<double>(gd.value_heads) * static_cast<double>(gd.value_head_dim) *
                  static_cast<double>(gd.value_head_dim) * 4.0 +
              h * static_cast<double>(gd.value_dim()));
-  const double attn_layers = static_cast<double>(m.n_layers) - gdn_layers;
-  const double per_token = mlp + attn_layers * attn_linear + gdn_layers * gdn_linear + 6.0 * h * vocab;
+  const double attn_layers = static_cast<double>(m.n_layers) + mtp - gdn_layers;
+  const double per_token = mlp + attn_layers * attn_linear + gdn_layers * gdn_linear +
+                           6.0 * mtp * (3.0 * h + 2.0 * h * h) + 6.0 * h * vocab * (1.0 + mtp);
   return s * per_token + s * s * attn_layers * attn_core;
 }
 

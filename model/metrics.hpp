@@ -83,9 +83,10 @@ struct DeviceSpec;
 //     logits 2 T h vocabulary; all x 3.
 // Where it differs from the FLOPs tpsim's ops execute: sliding windows and chunks counted in full;
 // the causal core at exactly half the square; norms, activations, routers' top-k and the Mamba-2
-// scan's other passes not counted; the hybrids' Mamba-2 width taken as 2 h. No multi-token
-// prediction (tpsim does not model it).
-double megatron_flops_per_sequence(const ModelConfig& m, int64_t seq_len, int64_t padded_vocab);
+// scan's other passes not counted; the hybrids' Mamba-2 width taken as 2 h.
+// With multi-token prediction (`mtp_layers` depths; Megatron-LM counts each depth's layer, its norms
+// and projection and its logits, whether or not the depths share one layer's weights).
+double megatron_flops_per_sequence(const ModelConfig& m, int64_t seq_len, int64_t padded_vocab, int64_t mtp_layers = 0);
 
 // Why a measured throughput of `cfg` is one no run reaches, or "": the model FLOPs it needs at the
 // least (the matmuls over the active parameters, forward and backward: 3 x foundry_flops_per_seq

@@ -1092,6 +1092,18 @@ void moe_backward(const BlockShape& s, OpSink& out) {
                        d(sums) * td * a, sums));
 }
 
+// Multi-token prediction's projection of the normed hidden state and next tokens' embedding,
+// column-parallel (its input gathered under sequence parallelism, each rank keeping its own rows).
+Linear mtp_projection(const BlockShape& s) {
+  return {TPSIM_LINEAR("mtp.eh_proj", OpRole::kOther),
+          s.tokens(),
+          s.d_model / s.tp,
+          2 * s.d_model,
+          1,
+          false,
+          s.row_tokens()};
+}
+
 // The Mamba-2 mixer's projections: the in projection column-parallel over the heads (its input
 // gathered, each rank keeping its own rows), the out projection row-parallel (Megatron-Core's
 // MambaMixer); no biases, no LoRA adapters (rules refuse LoRA on Mamba-2 layers).
@@ -1427,6 +1439,18 @@ void block_backward_ops(const BlockShape& s, OpSink& out) {
     linear_backward(s, qkv(s), out);
   }
   out.push(norm_backward("norm_1.bwd", s, block_norm_fusion(s, /*after_add=*/true)));
+}
+
+void mtp_forward_ops(const BlockShape& s, OpSink& out) {
+  out.push(rms_norm("mtp.enorm.fwd", s, s.row_tokens(), s.d_model, true));
+  out.push(rms_norm("mtp.hnorm.fwd", s, s.row_tokens(), s.d_model, true));
+  linear_forward(s, mtp_projection(s), /*input_saved_elsewhere=*/false, out);
+}
+
+void mtp_backward_ops(const BlockShape& s, OpSink& out) {
+  linear_backward(s, mtp_projection(s), out);
+  out.push(rms_norm("mtp.hnorm.bwd", s, s.row_tokens(), s.d_model, false));
+  out.push(rms_norm("mtp.enorm.bwd", s, s.row_tokens(), s.d_model, false));
 }
 
 void attention_recompute_ops(const BlockShape& s, OpSink& out) {

@@ -524,6 +524,14 @@ int64_t moe_routed_rows(const MoeConfig& e, int64_t tokens);
 // attention, torchtitan's `selective` AC). Keeps nothing: its outputs are consumed by the backward.
 void attention_recompute_ops(const BlockShape& s, OpSink& out);
 
+// Multi-token prediction's own ops of one depth (Layout::mtp_layers), beyond the embedding, the layer
+// and the logits it runs as the model's: the RMSNorms of the next tokens' embedding and of the hidden
+// state (enorm, hnorm) and the projection of their concatenation (eh_proj, 2h to h, column-parallel),
+// which keeps its input (megatron/core/transformer/multi_token_prediction.py). The concatenation's
+// copy (2 t x h elements written) is not counted.
+void mtp_forward_ops(const BlockShape& s, OpSink& out);
+void mtp_backward_ops(const BlockShape& s, OpSink& out);
+
 // What a block's forward keeps for backward only because the attention kernel alone needs it,
 // i.e. what selective checkpointing stops keeping: with flash attention, the fp32 log-sum-exp (q,
 // k and v are the recomputed region's inputs and o the out projection's input, so they stay).

@@ -59,6 +59,8 @@ std::string options_owned(const RuleInput& in) {
     return refuse("--selective-ac-option", "torchtitan's", option_owner(FrameworkOption::kSelectiveAcLayers).name);
   if (l.recompute_modules != kDefaultRecomputeModules && !def.owns(FrameworkOption::kRecomputeModules))
     return refuse("--recompute-modules", "Megatron-Core's", option_owner(FrameworkOption::kRecomputeModules).name);
+  if ((l.mtp_layers != 0 || l.mtp_repeated_layer) && !def.owns(FrameworkOption::kMtp))
+    return refuse("--mtp-layers", "Megatron-Core's", option_owner(FrameworkOption::kMtp).name);
   if (l.megatron_fsdp != MegatronFsdp::kOff && !def.owns(FrameworkOption::kMegatronFsdp))
     return refuse(kMegatronFsdpAxis.flag, "Megatron-Core's", option_owner(FrameworkOption::kMegatronFsdp).name);
   if (l.expert_tensor > 0 && def.model_parallel && !def.expert_tensor_parallel)
@@ -556,6 +558,9 @@ std::string given_options_owned(const LayoutRequest& r) {
     return std::string(*r.distributed_optimizer ? "--dist-opt" : "--no-dist-opt") + " with " +
            std::string(kMegatronFsdpAxis.flag) + " " + std::string(to_string(*r.megatron_fsdp)) +
            ": the strategy says what the optimizer shards; give one of them";
+  if ((r.mtp_layers || r.mtp_repeated_layer) && !def.owns(FrameworkOption::kMtp))
+    return "--mtp-layers: Megatron-Core's option; use --framework " +
+           std::string(option_owner(FrameworkOption::kMtp).name);
   if (r.recompute_modules && !def.owns(FrameworkOption::kRecomputeModules))
     return "--recompute-modules: Megatron-Core's option; use --framework " +
            std::string(option_owner(FrameworkOption::kRecomputeModules).name);

@@ -216,6 +216,14 @@ struct Layout {
   // megatron: under Checkpointing::kSelective, the modules recomputed (RecomputeModule bits); every
   // other framework's selective checkpointing is the default set, the attention kernel alone.
   uint8_t recompute_modules = kDefaultRecomputeModules;
+  // megatron: multi-token prediction (Megatron-Core's --mtp-num-layers; DeepSeek-V3's
+  // num_nextn_predict_layers): after the last layer, each of `mtp_layers` depths norms the hidden state
+  // and the embedding of the tokens one further ahead, projects their concatenation (eh_proj, 2h to h),
+  // runs one more layer of the model's last layer's kind and its own logits and loss, on the last
+  // pipeline stage (megatron/core/transformer/multi_token_prediction.py). mtp_repeated_layer: one
+  // such layer's weights for every depth (--mtp-use-repeated-layer; Nemotron 3 Super's recipes).
+  int64_t mtp_layers = 0;
+  bool mtp_repeated_layer = false;
   // composer and torchtitan: torch.compile of each transformer block (Composer's compile_config,
   // torchtitan's compile): Inductor fuses the block's elementwise and norm kernels (model/ops.hpp
   // BlockShape::torch_compile says which).

@@ -1,0 +1,124 @@
+// Multi-token prediction (--mtp-layers): Megatron-LM's FLOP count of a depth against the hand
+// formula, the parameters and time it adds to the last stage, a shared layer's weights once, and
+// the rules, flag and column that ask for it.
+#define BOOST_TEST_MODULE mtp
+#include <boost/test/unit_test.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "common.hpp"
+#include "io/hf_config.hpp"
+#include "io/measured_table.hpp"
+#include "model/architecture.hpp"
+#include "model/metrics.hpp"
+#include "model/simulator.hpp"
+#include "run_tpsim.hpp"
+
+using namespace tpsim;
+using tpsim::test::contains;
+using tpsim::testing::run_tpsim;
+namespace tt = boost::test_tools;
+namespace fs = std::filesystem;
+
+namespace {
+
+ModelConfig shipped(const std::string& name) {
+  return read_hf_config_file(fs::path(TPSIM_DATA) / "models" / "hf" / (name + ".json")).model;
+}
+
+// DeepSeek-V3's MoE layer with latent attention (tests/test_mla.cpp counts it the same way).
+constexpr int64_t kDm = 7168;
+int64_t moe_layer_params() {
+  const int64_t attn = kDm * 1536 + 1536 + 1536 * 128 * (128 + 64) + kDm * (512 + 64) + 512 + 512 * 128 * (128 + 128) +
+                       128 * 128 * kDm + 2 * kDm;
+  const int64_t expert = 3 * kDm * 2048;
+  return attn + (256 * kDm + 256) + 256 * expert + expert;
+}
+
+TrainConfig one_stage(int64_t mtp, bool repeated) {
+  TrainConfig cfg{.seq_len = 4096, .global_batch = 64, .micro_batch = 1, .n_gpus = 64};
+  cfg.layout.framework = Framework::kMegatron;
+  cfg.layout.expert = 64;
+  cfg.layout.mtp_layers = mtp;
+  cfg.layout.mtp_repeated_layer = repeated;
+  return cfg;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(megatron_counts_a_depth_as_a_layer_its_projection_and_its_logits) {
+  // Per token, one depth of DeepSeek-V3: its MoE layer (8 routed experts of 2,048 and the shared one,
+  // SwiGLU: 6 h 2048 x 3 x 9), its latent attention's linears and core (s = 4,096), the projection
+  // and the norms, 6 (3 h + 2 h^2), and its logits, 6 h V (V = 129,280, a multiple of 128).
+  const ModelConfig v3 = shipped("deepseek-v3");
+  const double h = kDm, s = 4096, vocab = 129280;
+  const double moe = 6.0 * h * 2048.0 * 3.0 * 9.0;
+  const double attn_linear =
+      6.0 * (1536.0 * (h + 128 * 192 + 1) + 512.0 * (h + 128 * 256 + 1) + h * 64 + 128 * 128 * h);
+  const double attn_core = 6.0 * (128 * 192 / 2.0 + 128 * 128 / 2.0) * s;
+  const double per_token = moe + attn_linear + attn_core + 6.0 * (3.0 * h + 2.0 * h * h) + 6.0 * h * vocab;
+  const double base = megatron_flops_per_sequence(v3, 4096, 129280);
+  BOOST_TEST(megatron_flops_per_sequence(v3, 4096, 129280, 1) - base == s * per_token, tt::tolerance(1e-9));
+  BOOST_TEST(megatron_flops_per_sequence(v3, 4096, 129280, 2) - base == 2.0 * s * per_token, tt::tolerance(1e-9));
+}
+
+BOOST_AUTO_TEST_CASE(a_depth_adds_its_layer_and_projection_to_the_last_stage) {
+  const ModelConfig v3 = shipped("deepseek-v3");
+  const DeviceSpec device = load_device("b200");
+  const DeviceProfile profile = load_shipped_profile("b200");
+  const TrainConfig none = one_stage(0, false), one = one_stage(1, false);
+  BOOST_TEST_REQUIRE(check_config(v3, device, profile.params, one) == "");
+  const Prediction p0 = predict(v3, device, profile.params, none), p1 = predict(v3, device, profile.params, one);
+  const Prediction p2 = predict(v3, device, profile.params, one_stage(2, false));
+  const Prediction r2 = predict(v3, device, profile.params, one_stage(2, true));
+  // The rank's parameters: the dense ones whole, the routed experts' 1/64; each depth its layer, eh_proj
+  // (2 h x h) and three norms (enorm, hnorm, the depth's final norm).
+  const double expert = 3.0 * kDm * 2048;
+  const double routed = 256.0 * expert;
+  const double depth = static_cast<double>(moe_layer_params()) - routed + routed / 64.0 + 2.0 * kDm * kDm + 3.0 * kDm;
+  // Without the distributed optimizer (a Layout's default), 2 bytes of weights, 4 of fp32 gradients
+  // and 12 of master weights and moments per parameter.
+  const double added = depth * 18.0;
+  BOOST_TEST(p1.memory.sharded_state_bytes - p0.memory.sharded_state_bytes == added, tt::tolerance(1e-9));
+  BOOST_TEST(p2.memory.sharded_state_bytes - p0.memory.sharded_state_bytes == 2.0 * added, tt::tolerance(1e-9));
+  BOOST_TEST(r2.memory.sharded_state_bytes - p0.memory.sharded_state_bytes == added, tt::tolerance(1e-9));
+  // Time: each depth one more layer, its embedding lookup, projection and logits.
+  BOOST_TEST(p1.step_s > p0.step_s);
+  BOOST_TEST(p2.step_s - p0.step_s == 2.0 * (p1.step_s - p0.step_s), tt::tolerance(0.02));
+  BOOST_TEST(r2.step_s == p2.step_s, tt::tolerance(0.005));  // the same compute, the optimizer over fewer weights
+  BOOST_TEST(p1.memory.activation_bytes > p0.memory.activation_bytes);
+}
+
+BOOST_AUTO_TEST_CASE(the_rules_flag_and_column) {
+  const DeviceSpec device = load_device("b200");
+  const DeviceProfile profile = load_shipped_profile("b200");
+  TrainConfig cfg = one_stage(0, true);
+  cfg.layout.expert = 1;
+  const ModelConfig v3 = shipped("deepseek-v3");
+  BOOST_TEST(contains(check_config(v3, device, profile.params, cfg), "--mtp-repeated-layer needs --mtp-layers"));
+  cfg.layout.mtp_layers = 2;
+  const ModelConfig super = shipped("nemotron-3-super");
+  BOOST_TEST(contains(check_config(super, device, profile.params, cfg), "(a hybrid model"));
+  cfg.layout.framework = Framework::kTorchtitan;
+  BOOST_TEST(contains(check_config(v3, device, profile.params, cfg), "Megatron-Core's option"));
+  const auto ok = run_tpsim(
+      "predict --model deepseek-v3 --seq 4096 --device b200 --gpus 64 --framework megatron --ep 64 --micro-batch 1 "
+      "--global-batch 64 --mtp-layers 1 --format csv");
+  BOOST_TEST(ok.status == 0);
+  BOOST_TEST(contains(ok.out, "MTP Layers,MTP Repeated Layer"));
+  const auto composer = run_tpsim("predict --model 7b --seq 2048 --device h100_80gb --gpus 8 --mtp-layers 1");
+  BOOST_TEST(composer.status != 0);
+  BOOST_TEST(contains(composer.err, "--mtp-layers: Megatron-Core's option; use --framework megatron"));
+  const fs::path file = fs::temp_directory_path() / "tpsim_mtp.csv";
+  {
+    std::ofstream f(file);
+    f << "Model,SeqLen (T),# GPUs,GPU,Precision,MicroBatchSize,GlobalBatchSize,Framework,Expert Parallel,Recompute,"
+         "MTP Layers,MTP Repeated Layer,Throughput (T/s)\n"
+         "deepseek-v3,4096,64,b200,amp_bf16,1,64,megatron,64,none,2,True,100000\n"
+         "deepseek-v3,4096,64,b200,amp_bf16,1,64,megatron,64,none,two,False,100000\n";
+  }
+  const std::string error = test::error_of([&] { read_measured_table(file); });
+  BOOST_TEST(contains(error, ":3: column 'MTP Layers' must be a whole number in 0..64, got 'two'"));
+  fs::remove(file);
+}
