@@ -6,6 +6,7 @@
 #include "io/text_format.hpp"
 #include "model/framework.hpp"
 #include "model/layout.hpp"
+#include "model/model_parallel.hpp"
 #include "model/memory.hpp"
 #include "model/plan.hpp"
 #include "model/units.hpp"
@@ -199,6 +200,7 @@ std::string layout_phrase(const Layout& p) {
   if (p.distributed_optimizer) add(std::string(kDistributedOptimizerAxis.label));
   if (p.megatron_fsdp != MegatronFsdp::kOff)
     add(std::string(kMegatronFsdpAxis.label) + " " + std::string(to_string(p.megatron_fsdp)));
+  if (p.pipeline_layout != 0) add("layout " + pipeline_layout(p.pipeline_layout).text);
   if (p.mtp_layers > 0)
     add("mtp " + std::to_string(p.mtp_layers) + (p.mtp_repeated_layer && p.mtp_layers > 1 ? " (one layer)" : ""));
   for (const SwitchAxis& a : kSwitchAxes)

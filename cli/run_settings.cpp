@@ -13,6 +13,7 @@
 #include "io/names.hpp"
 #include "io/text_format.hpp"
 #include "cli/args.hpp"
+#include "model/model_parallel.hpp"
 #include "model/rules.hpp"
 
 namespace tpsim {
@@ -241,6 +242,17 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
       },
       "torchtitan's selective checkpointing: op (per-op, the default) or N (every N-th block in full)")
       ->type_name("op|N");
+  cmd->add_option_function<std::string>(
+         "--pipeline-layout",
+         [&r](const std::string& text) {
+           std::string error;
+           const std::optional<uint16_t> id = parse_pipeline_layout(text, error);
+           if (!id) throw Error("--pipeline-layout '" + text + "': " + error);
+           r.pipeline_layout = *id;
+         },
+         "megatron: Megatron-Core's pipeline_model_parallel_layout, model chunks separated by '|' of E "
+         "(embedding), t (layer), m (MTP depth), L (loss), with x*N and (...)*N repeats: Et*4|(t*4|)*14tmL")
+      ->type_name("LAYOUT");
   add_parsed(
       cmd, "--mtp-layers", r.mtp_layers,
       [](const std::string& flag, const std::string& text) -> int64_t { return parse_count(flag, text, 64); },

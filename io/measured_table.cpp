@@ -10,6 +10,7 @@
 #include "io/text_format.hpp"
 #include "model/framework.hpp"
 #include "model/layout.hpp"
+#include "model/model_parallel.hpp"
 #include "model/rules.hpp"
 
 namespace tpsim {
@@ -316,6 +317,13 @@ class RowParser {
         throw Error(at + ": column 'MTP Layers' must be a whole number in 0..64, got '" + t + "'");
       r.layout.mtp_layers = *n;
     }
+    if (cols_.given(cells, "Pipeline Layout")) {  // Megatron-Core's pipeline_model_parallel_layout
+      const std::string t = cols_.cell(cells, "Pipeline Layout", at);
+      std::string error;
+      const std::optional<uint16_t> id = parse_pipeline_layout(t, error);
+      if (!id) throw Error(at + ": column 'Pipeline Layout' '" + t + "': " + error);
+      r.layout.pipeline_layout = *id;
+    }
     if (cols_.given(cells, "MTP Repeated Layer"))
       r.layout.mtp_repeated_layer = cols_.boolean(cells, "MTP Repeated Layer", at);
     if (cols_.has("MFU")) r.mfu_percent = cols_.number(cells, "MFU", at);
@@ -431,10 +439,7 @@ class RowParser {
       return s;
     };
     std::string why;
-    if (const std::string layout = lower("Pipeline Layout"); !layout.empty())
-      why = "Megatron-Core's pipeline layout '" + cols_.cell(cells, "Pipeline Layout", at) + "' is not modelled yet";
-    if (const std::string dispatcher = lower("MoE Dispatcher");
-        why.empty() && !dispatcher.empty() && dispatcher != "alltoall")
+    if (const std::string dispatcher = lower("MoE Dispatcher"); !dispatcher.empty() && dispatcher != "alltoall")
       why = "the MoE dispatcher '" + cols_.cell(cells, "MoE Dispatcher", at) +
             "' is not modelled yet (tpsim costs Megatron-Core's alltoall)";
     if (const std::string graphs = lower("CUDA Graphs");

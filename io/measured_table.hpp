@@ -29,8 +29,8 @@
 // (none/selective/full: the same as `Activation Checkpointing`, one of which is required; both
 // present and disagreeing is an error), `Recompute Modules` (Megatron-Core's recompute modules of a
 // selective row, separated by ';'; empty: core_attn, its default), `MTP Layers` and `MTP Repeated
-// Layer` (multi-token prediction: --mtp-layers, --mtp-repeated-layer), `Pipeline Layout`,
-// `MoE Dispatcher` (alltoall), `CUDA Graphs`, `Token Drop`, `Optimizer` (adam, adamw) and `Other
+// Layer` (multi-token prediction: --mtp-layers, --mtp-repeated-layer), `Pipeline Layout`
+// (--pipeline-layout), `MoE Dispatcher` (alltoall), `CUDA Graphs`, `Token Drop`, `Optimizer` (adam, adamw) and `Other
 // Features` (what the run had that tpsim does not model yet: a row with one of them set, other than
 // alltoall and Adam, is refused, MeasuredRow::unmodelled),
 // and `Step Time (s)`, the measured quantity of a row whose
@@ -73,7 +73,7 @@ struct MeasuredRow {
   Precision precision = Precision::kAmpBf16;
   MpMode mp_mode = MpMode::kDefault;
   bool activation_cpu_offload = false;
-  // What the row ran that tpsim does not model yet (its `Pipeline Layout`, `MoE
+  // What the row ran that tpsim does not model yet (its `MoE
   // Dispatcher`, `CUDA Graphs`, `Token Drop`, `Optimizer` or `Other Features` set): validate refuses
   // it with this; empty: nothing.
   std::string unmodelled;

@@ -41,6 +41,8 @@ struct LayoutRequest {
   // megatron: multi-token prediction's depths and whether they share one layer (Layout's fields).
   std::optional<int64_t> mtp_layers;
   bool mtp_repeated_layer = false;
+  // megatron: a pipeline layout's id (Layout::pipeline_layout); 0: none.
+  uint16_t pipeline_layout = 0;
   // The switches (kSwitchAxes): on when given, never searched.
   bool overlap_grad_reduce = false, grad_reduce_bf16 = false, fp8_param_gather = false, pipeline_scatter_gather = false,
        account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, moe_a2a_overlap = false,

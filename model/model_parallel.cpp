@@ -1,6 +1,8 @@
 #include "model/model_parallel.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <deque>
 #include <cmath>
 #include <string>
 
@@ -75,10 +77,141 @@ double all_to_all_seconds(const CostModel& cost, double bytes, const CommGroup& 
   return seconds + p.inter_node_latency_s;
 }
 
+namespace {
+
+// The layouts parsed so far (Layout::pipeline_layout is an index into it, from 1): a deque, so that
+// a layout's reference stays valid as others are added. Bounded, so that no input (a fuzzer's table
+// of random layouts) grows it without end.
+constexpr size_t kMaxLayouts = 1024, kMaxLayoutEntries = 10000;
+std::deque<PipelineLayout>& layouts() {
+  static std::deque<PipelineLayout> all;
+  return all;
+}
+
+// `text` with its repetitions unrolled, as Megatron-Core's parse_str_to_list does: first each
+// '(...)*N' (innermost, no nesting), then each 'x*N'. Commas dropped.
+std::optional<std::string> unrolled(std::string_view text, std::string& error) {
+  std::string s;
+  for (char ch : text)
+    if (ch != ',' && ch != ' ') s += ch;
+  const auto count_at = [&](size_t at, size_t& end) -> std::optional<int64_t> {
+    end = at;
+    while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end]))) ++end;
+    if (end == at || end - at > 4) return std::nullopt;
+    return std::stoll(s.substr(at, end - at));
+  };
+  for (size_t open = s.find('('); open != std::string::npos; open = s.find('(')) {
+    const size_t close = s.find(')', open);
+    if (close == std::string::npos || s.find('(', open + 1) < close || close + 1 >= s.size() || s[close + 1] != '*') {
+      error = "'(' at " + std::to_string(open) + " is not a group '(...)*N'";
+      return std::nullopt;
+    }
+    size_t end = 0;
+    const std::optional<int64_t> times = count_at(close + 2, end);
+    if (!times) {
+      error = "'*' after ')' needs a count";
+      return std::nullopt;
+    }
+    std::string body;
+    for (int64_t i = 0; i < *times; ++i) body += s.substr(open + 1, close - open - 1);
+    s = s.substr(0, open) + body + s.substr(end);
+    if (s.size() > kMaxLayoutEntries) break;
+  }
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '*') {
+      size_t end = 0;
+      const std::optional<int64_t> times = count_at(i + 1, end);
+      if (!times || out.empty() || out.back() == '|') {
+        error = "'*' at " + std::to_string(i) + " needs a layer before it and a count after it";
+        return std::nullopt;
+      }
+      out.append(static_cast<size_t>(*times - 1), out.back());
+      i = end - 1;
+    } else {
+      out += s[i];
+    }
+    if (out.size() > kMaxLayoutEntries) {
+      error = "it unrolls to more than " + std::to_string(kMaxLayoutEntries) + " entries";
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<uint16_t> parse_pipeline_layout(std::string_view text, std::string& error) {
+  for (size_t i = 0; i < layouts().size(); ++i)
+    if (layouts()[i].text == text) return static_cast<uint16_t>(i + 1);
+  const std::optional<std::string> s = unrolled(text, error);
+  if (!s) return std::nullopt;
+  PipelineLayout l;
+  l.text = std::string(text);
+  l.decoders.push_back(0), l.mtp.push_back(0);
+  int64_t embeddings = 0, losses = 0;
+  bool after_mtp = false;
+  for (size_t i = 0; i < s->size(); ++i) {
+    const char ch = (*s)[i];
+    const int64_t chunk = static_cast<int64_t>(l.decoders.size()) - 1;
+    const bool first = i == 0 || (*s)[i - 1] == '|', last = i + 1 == s->size() || (*s)[i + 1] == '|';
+    switch (ch) {
+      case '|': l.decoders.push_back(0), l.mtp.push_back(0); break;
+      case 't':
+        if (after_mtp) {
+          error = "decoder layers (t) must come before the multi-token prediction depths (m)";
+          return std::nullopt;
+        }
+        ++l.decoders.back();
+        break;
+      case 'm': ++l.mtp.back(), after_mtp = true; break;
+      case 'E': ++embeddings, l.embedding_chunk = chunk, l.embedding_first = first; break;
+      case 'L': ++losses, l.loss_chunk = chunk, l.loss_last = last; break;
+      default: error = std::string("'") + ch + "' is not a layer (E, t, m, L)"; return std::nullopt;
+    }
+  }
+  if (embeddings != 1 || losses != 1) {
+    error = "it needs the embedding (E) and the loss (L) exactly once each";
+    return std::nullopt;
+  }
+  if (layouts().size() >= kMaxLayouts) {
+    error = "more than " + std::to_string(kMaxLayouts) + " distinct pipeline layouts in one run";
+    return std::nullopt;
+  }
+  layouts().push_back(std::move(l));
+  return static_cast<uint16_t>(layouts().size());
+}
+
+const PipelineLayout& pipeline_layout(uint16_t id) { return layouts().at(static_cast<size_t>(id) - 1); }
+
 std::string split_layers(int64_t n_layers, const Layout& par, std::vector<int64_t>& layers) {
   const int64_t pp = par.pipeline, vp = par.virtual_stages, chunks = pp * vp;
   const auto n = [](int64_t v) { return std::to_string(v); };
   layers.clear();
+  if (par.pipeline_layout != 0) {
+    // Megatron-Core's own layout (PipelineParallelLayerLayout.validate_layer_layout's checks, and
+    // tpsim's: the embedding in the first chunk, the loss and every MTP depth in the last).
+    const PipelineLayout& l = pipeline_layout(par.pipeline_layout);
+    const std::string what = "pipeline layout '" + l.text + "'";
+    const int64_t count = static_cast<int64_t>(l.decoders.size());
+    if (par.first_stage_layers > 0 || par.last_stage_layers > 0 || par.account_for_embedding || par.account_for_loss)
+      return what + " with first or last stage layers or the embedding or loss counted: give one of them";
+    if (count != chunks)
+      return what + " has " + n(count) + " model chunks; pipeline parallel " + n(pp) + " x virtual stages " + n(vp) +
+             " is " + n(chunks);
+    int64_t decoders = 0, mtp = 0;
+    for (int64_t c = 0; c < count; ++c) decoders += l.decoders[static_cast<size_t>(c)];
+    for (int64_t c = 0; c < count; ++c) mtp += l.mtp[static_cast<size_t>(c)];
+    if (decoders != n_layers) return what + " places " + n(decoders) + " decoder layers of the model's " + n(n_layers);
+    if (l.embedding_chunk != 0 || !l.embedding_first) return what + " must begin with the embedding (E)";
+    if (l.loss_chunk != count - 1 || !l.loss_last) return what + " must end with the loss (L)";
+    if (mtp != par.mtp_layers)
+      return what + " places " + n(mtp) + " multi-token prediction depths (m); --mtp-layers is " + n(par.mtp_layers);
+    if (mtp > 0 && l.mtp.back() != mtp)
+      return what + ": multi-token prediction depths in a chunk other than the loss's are not modelled";
+    layers = l.decoders;
+    return {};
+  }
   if (!par.uneven_pipeline()) {
     if (n_layers % chunks != 0)
       return "pipeline parallel " + n(pp) + " x virtual stages " + n(vp) + " does not divide the " + n(n_layers) +

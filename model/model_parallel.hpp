@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -97,7 +98,27 @@ double all_to_all_seconds(const CostModel& cost, double bytes, const CommGroup& 
 // Refused: a split with pp < 2, F or L not divisible by vp, the rest not divisible over the stages
 // between, the two kinds of flag together (Megatron-Core refuses them together), counts that do not
 // sum to n_layers, and any chunk left with no layers.
+//   - a pipeline layout (Layout::pipeline_layout): its chunks' decoder layers, the embedding in the
+//     first chunk and the loss in the last, multi-token prediction's depths (as many as --mtp-layers)
+//     with the loss; a chunk may hold no layer.
 std::string split_layers(int64_t n_layers, const Layout& par, std::vector<int64_t>& layers);
+
+// Megatron-Core's pipeline_model_parallel_layout (megatron/core/transformer/
+// pipeline_parallel_layer_layout.py): model chunks separated by '|', each a run of 'E' (the
+// embedding), 't' (a decoder layer), 'm' (a multi-token prediction depth) and 'L' (the loss); 'x*N'
+// and '(...)*N' repeat; commas are cosmetic. Chunk k runs on stage k % pp.
+struct PipelineLayout {
+  std::string text;                                 // as given
+  std::vector<int64_t> decoders;                    // per chunk, in model order
+  std::vector<int64_t> mtp;                         // per chunk
+  int64_t embedding_chunk = -1, loss_chunk = -1;    // where E and L are (each exactly once)
+  bool embedding_first = false, loss_last = false;  // E the first entry of its chunk, L the last
+};
+// The layout `text` parses to, registered for Layout::pipeline_layout (its id, from 1), or nullopt
+// with `error` saying what is wrong. Parsing registers; call it before evaluating (not thread-safe
+// against itself).
+std::optional<uint16_t> parse_pipeline_layout(std::string_view text, std::string& error);
+const PipelineLayout& pipeline_layout(uint16_t id);  // id from parse_pipeline_layout
 
 // The seconds of a block's linears' GEMMs in one pass (the ops block_forward_ops or
 // block_backward_ops build, costed, by their OpRole): the forward GEMMs (OpPass::kForward) or the

@@ -51,6 +51,8 @@ std::string options_owned(const RuleInput& in) {
     if (l.*a.value && !def.owns(a.owner) && a.owner != FrameworkOption::kDistributedOptimizer)
       return refuse(a.names.flag, a.whose, option_owner(a.owner).name);
   const std::string_view uneven = option_owner(FrameworkOption::kUnevenPipeline).name;
+  if (l.pipeline_layout != 0 && !def.owns(FrameworkOption::kUnevenPipeline))
+    return refuse("--pipeline-layout", "Megatron-Core's", uneven);
   if (l.first_stage_layers > 0 && !def.owns(FrameworkOption::kUnevenPipeline))
     return refuse("--first-stage-layers", "Megatron-Core's", uneven);
   if (l.last_stage_layers > 0 && !def.owns(FrameworkOption::kUnevenPipeline))
@@ -317,7 +319,8 @@ constexpr Rule kExpertTensorFitsExperts{"expert-tensor-fits-experts", "--etp; Ex
                                         RuleScope::kLayout, expert_tensor_fits_experts, false, needs_model_parallelism};
 constexpr Rule kPipelineSplitsLayers{"pipeline-splits-layers",
                                      "--pp --vp --first-stage-layers --last-stage-layers --account-for-embedding "
-                                     "--account-for-loss; Pipeline Parallel, Virtual Stages",
+                                     "--account-for-loss --pipeline-layout; Pipeline Parallel, Virtual Stages, "
+                                     "Pipeline Layout",
                                      RuleScope::kLayout, pipeline_splits_layers, false, needs_model_parallelism};
 constexpr Rule kContextSplitsSequence{"context-splits-sequence", "--cp --seq; Context Parallel", RuleScope::kLayout,
                                       context_splits_sequence, false, needs_model_parallelism};

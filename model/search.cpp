@@ -248,6 +248,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                     p.account_for_loss = split.account_for_loss;
                     p.expert_tensor = etp;
                     p.mtp_layers = a.mtp_layers.value_or(0), p.mtp_repeated_layer = a.mtp_repeated_layer;
+                    p.pipeline_layout = a.pipeline_layout;
                     p.sequence_parallel = sp;
                     p.distributed_optimizer = dist_opt, p.overlap_grad_reduce = overlap_grad_reduce;
                     set_megatron_fsdp(p, fsdp);

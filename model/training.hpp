@@ -224,6 +224,9 @@ struct Layout {
   // such layer's weights for every depth (--mtp-use-repeated-layer; Nemotron 3 Super's recipes).
   int64_t mtp_layers = 0;
   bool mtp_repeated_layer = false;
+  // megatron: Megatron-Core's pipeline_model_parallel_layout (--pipeline-model-parallel-layout), as the
+  // id of its parsed chunks (model/model_parallel.hpp pipeline_layout); 0: none.
+  uint16_t pipeline_layout = 0;
   // composer and torchtitan: torch.compile of each transformer block (Composer's compile_config,
   // torchtitan's compile): Inductor fuses the block's elementwise and norm kernels (model/ops.hpp
   // BlockShape::torch_compile says which).
@@ -237,7 +240,8 @@ struct Layout {
     return checkpointing == Checkpointing::kSelective && (recompute_modules & module_bit(m)) != 0;
   }
   bool uneven_pipeline() const {
-    return first_stage_layers > 0 || last_stage_layers > 0 || account_for_embedding || account_for_loss;
+    return first_stage_layers > 0 || last_stage_layers > 0 || account_for_embedding || account_for_loss ||
+           pipeline_layout != 0;
   }
   int64_t model_parallel() const { return tensor * context * pipeline; }
   int64_t expert_tensor_degree() const { return expert_tensor > 0 ? expert_tensor : tensor; }

@@ -6,12 +6,15 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common.hpp"
 #include "io/hf_config.hpp"
 #include "io/measured_table.hpp"
 #include "model/architecture.hpp"
 #include "model/metrics.hpp"
+#include "model/model_parallel.hpp"
 #include "model/simulator.hpp"
 #include "run_tpsim.hpp"
 
@@ -121,4 +124,76 @@ BOOST_AUTO_TEST_CASE(the_rules_flag_and_column) {
   const std::string error = test::error_of([&] { read_measured_table(file); });
   BOOST_TEST(contains(error, ":3: column 'MTP Layers' must be a whole number in 0..64, got 'two'"));
   fs::remove(file);
+}
+
+BOOST_AUTO_TEST_CASE(pipeline_layouts_parse_as_megatron_core_unrolls_them) {
+  // DeepSeek-V3's recipes: the embedding and 4 layers, 14 chunks of 4, then 1 layer, the MTP depth and
+  // the loss (61 layers in 16 chunks).
+  std::string error;
+  const std::optional<uint16_t> id = parse_pipeline_layout("Et*4|(t*4|)*14tmL", error);
+  BOOST_TEST_REQUIRE(id.has_value(), error);
+  const PipelineLayout& l = pipeline_layout(*id);
+  std::vector<int64_t> expected(16, 4);
+  expected.back() = 1;
+  BOOST_TEST(l.decoders == expected, tt::per_element());
+  BOOST_TEST(l.mtp.back() == 1);
+  BOOST_TEST(*parse_pipeline_layout("Et*4|(t*4|)*14tmL", error) == *id);        // registered once
+  BOOST_TEST(parse_pipeline_layout("E,t*4|(t*4|)*14,tmL", error).has_value());  // commas are cosmetic
+  for (const auto& [bad, why] : std::vector<std::pair<std::string, std::string>>{
+           {"Et|x|L", "'x' is not a layer"},
+           {"Et|tt", "exactly once"},
+           {"E*|tL", "needs a layer before it and a count after it"},
+           {"Et|mtL", "must come before the multi-token prediction depths"},
+           {"E(t|L", "is not a group"}}) {
+    BOOST_TEST(!parse_pipeline_layout(bad, error).has_value(), bad);
+    BOOST_TEST(contains(error, why), bad << ": " << error);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_layout_splits_the_layers_over_the_chunks) {
+  std::string error;
+  const uint16_t deepseek = *parse_pipeline_layout("Et*4|(t*4|)*14tmL", error);
+  Layout par;
+  par.framework = Framework::kMegatron;
+  par.pipeline_layout = deepseek;
+  par.mtp_layers = 1;
+  std::vector<int64_t> layers;
+  for (const auto& [pp, vp] : {std::pair{16, 1}, std::pair{8, 2}, std::pair{2, 8}}) {
+    par.pipeline = pp, par.virtual_stages = vp;
+    BOOST_TEST(split_layers(61, par, layers) == "");
+    BOOST_TEST(layers.size() == 16u);
+    BOOST_TEST(layers.back() == 1);
+  }
+  par.pipeline = 4, par.virtual_stages = 1;
+  BOOST_TEST(contains(split_layers(61, par, layers), "has 16 model chunks; pipeline parallel 4 x virtual stages 1"));
+  par.pipeline = 16;
+  BOOST_TEST(contains(split_layers(60, par, layers), "places 61 decoder layers of the model's 60"));
+  par.mtp_layers = 0;
+  BOOST_TEST(contains(split_layers(61, par, layers), "places 1 multi-token prediction depths (m); --mtp-layers is 0"));
+  par.mtp_layers = 1;
+  par.first_stage_layers = 4;
+  BOOST_TEST(contains(split_layers(61, par, layers), "give one of them"));
+
+  // A layout of equal chunks predicts what the even split does.
+  const ModelConfig llama = shipped("llama-3.1-8b");
+  const DeviceSpec device = load_device("h100_80gb");
+  const DeviceProfile profile = load_shipped_profile("h100_80gb");
+  TrainConfig even{.seq_len = 4096, .global_batch = 64, .micro_batch = 1, .n_gpus = 8};
+  even.layout.framework = Framework::kMegatron;
+  even.layout.pipeline = 4;
+  TrainConfig laid = even;
+  laid.layout.pipeline_layout = *parse_pipeline_layout("E(t*8|)*3t*8L", error);
+  BOOST_TEST_REQUIRE(check_config(llama, device, profile.params, laid) == "");
+  BOOST_TEST(predict(llama, device, profile.params, laid).step_s == predict(llama, device, profile.params, even).step_s,
+             tt::tolerance(1e-12));
+  // The recipe's layout on DeepSeek-V3 through the command line.
+  const auto ok = run_tpsim(
+      "predict --model deepseek-v3 --seq 4096 --device b200 --gpus 256 --framework megatron --pp 16 --ep 16 "
+      "--micro-batch 1 --global-batch 4096 --mtp-layers 1 --pipeline-layout 'Et*4|(t*4|)*14tmL' --format csv");
+  BOOST_TEST(ok.status == 0, ok.err);
+  const auto titan = run_tpsim(
+      "predict --model llama-3.1-8b --seq 4096 --device h100_80gb --gpus 8 --framework torchtitan --pp 4 "
+      "--pipeline-layout 'E(t*8|)*3t*8L'");
+  BOOST_TEST(titan.status != 0);
+  BOOST_TEST(contains(titan.err, "--pipeline-layout: Megatron-Core's option"));
 }
