@@ -112,10 +112,15 @@ std::optional<std::string> unrolled(std::string_view text, std::string& error) {
       error = "'*' after ')' needs a count";
       return std::nullopt;
     }
-    std::string body;
-    for (int64_t i = 0; i < *times; ++i) body += s.substr(open + 1, close - open - 1);
-    s = s.substr(0, open) + body + s.substr(end);
-    if (s.size() > kMaxLayoutEntries) break;
+    const size_t width = close - open - 1;
+    if (width * static_cast<size_t>(*times) + s.size() > kMaxLayoutEntries) {
+      error = "it unrolls to more than " + std::to_string(kMaxLayoutEntries) + " entries";
+      return std::nullopt;
+    }
+    std::string unrolled_group = s.substr(0, open);
+    for (int64_t i = 0; i < *times; ++i) unrolled_group.append(s, open + 1, width);
+    unrolled_group.append(s, end);
+    s = std::move(unrolled_group);
   }
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
