@@ -1,17 +1,24 @@
 // Helpers shared by the test suites: the seed tables, resolved against the catalogue.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "io/catalog.hpp"
 #include "io/devices.hpp"
 #include "io/error.hpp"
+#include "io/hf_config.hpp"
 #include "io/measured_table.hpp"
 #include "io/profile_io.hpp"
 #include "model/architecture.hpp"
 
 namespace tpsim::test {
+
+// A shipped Hugging Face config (data/models/hf/NAME.json), read as the catalogue reads it.
+inline ModelConfig shipped_hf(const std::string& name) {
+  return read_hf_config_file(std::filesystem::path(TPSIM_DATA) / "models" / "hf" / (name + ".json")).model;
+}
 
 // Adds the models of a --models file's text to `c`; returns the warnings it gave.
 inline std::vector<std::string> add_models(ModelCatalog& c, const std::string& yaml,

@@ -15,6 +15,7 @@
 
 using namespace tpsim;
 using tpsim::test::contains;
+using tpsim::test::shipped_hf;
 namespace tt = boost::test_tools;
 namespace fs = std::filesystem;
 
@@ -22,10 +23,6 @@ namespace {
 
 constexpr double kExact = 1e-12;
 double d(int64_t x) { return static_cast<double>(x); }
-
-ModelConfig shipped(const std::string& name) {
-  return read_hf_config_file(fs::path(TPSIM_DATA) / "models" / "hf" / (name + ".json")).model;
-}
 
 // One Mamba-2 layer's parameters (Hugging Face's NemotronHMamba2Mixer and its block norm): in_proj
 // h x (2 d_inner + 2 G N + H), the depthwise convolution over d_inner + 2 G N channels (K taps and a
@@ -55,7 +52,7 @@ BOOST_AUTO_TEST_CASE(nemotron_3_nano_and_nemotron_h_8b_count_by_hand) {
   // (64 heads of 64, state 128, 8 groups), 23 of 128 experts (top 6) of 1,856 with a shared expert
   // of 3,712, 6 attention (32 heads, 2 key/value heads of 128); hidden 2,688; vocabulary 131,072,
   // untied. NVIDIA: "30B parameters in total", 3.5B active (with the embedding and the head).
-  const ModelConfig nano = shipped("nemotron-3-nano");
+  const ModelConfig nano = shipped_hf("nemotron-3-nano");
   const int64_t h = 2688, vocab = 131072;
   const int64_t mamba = mamba_layer(h, 64, 64, 8, 128, 4);
   const int64_t expert = 2 * h * 1856, shared = 2 * h * 3712, router = h * 128 + 128;
@@ -70,7 +67,7 @@ BOOST_AUTO_TEST_CASE(nemotron_3_nano_and_nemotron_h_8b_count_by_hand) {
   BOOST_TEST(attention_layer_count(nano) == 6);
   // Nemotron-H 8B (nvidia/Nemotron-H-8B-Base-8K): 24 Mamba-2 layers (128 heads), 24 MLPs of 21,504
   // (squared ReLU, two matrices), 4 attention layers of 32 heads and 8 key/value heads.
-  const ModelConfig h8 = shipped("nemotron-h-8b");
+  const ModelConfig h8 = shipped_hf("nemotron-h-8b");
   const int64_t d8 = 4096;
   const int64_t h8_total = 24 * mamba_layer(d8, 128, 64, 8, 128, 4) + 24 * (2 * d8 * 21504 + d8) +
                            4 * (d8 * 4096 * 2 + d8 * 1024 * 2 + d8) + 2 * vocab * d8 + d8;
@@ -85,7 +82,7 @@ BOOST_AUTO_TEST_CASE(nemotron_3_super_counts_to_its_checkpoint_with_the_mtp_bloc
   // nemotron-3-super-120b-a12b/card.yaml) counts 123,611,033,088 elements in the bf16 checkpoint, which
   // holds the main model and one multi-token prediction block ("*E": its two norms, the 2h x h
   // projection, an attention and an expert layer, a final norm) that the model costed leaves out.
-  const ModelConfig super = shipped("nemotron-3-super");
+  const ModelConfig super = shipped_hf("nemotron-3-super");
   const int64_t h = 4096, vocab = 131072;
   const int64_t attention = h * 32 * 128 * 2 + h * 2 * 128 * 2 + h;
   const int64_t moe = (h * 512 + 512) + int64_t{512} * 2 * 1024 * 2688 + 2 * h * 1024 + 2 * h * 5376 + h;
@@ -112,7 +109,7 @@ BOOST_AUTO_TEST_CASE(nemotron_3_super_counts_to_its_checkpoint_with_the_mtp_bloc
 }
 
 BOOST_AUTO_TEST_CASE(the_pattern_makes_one_kind_per_symbol) {
-  const ModelConfig nano = shipped("nemotron-3-nano");
+  const ModelConfig nano = shipped_hf("nemotron-3-nano");
   const std::string pattern = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME";
   BOOST_TEST_REQUIRE(nano.layers.size() == pattern.size());
   for (size_t i = 0; i < pattern.size(); ++i) {
@@ -132,7 +129,7 @@ BOOST_AUTO_TEST_CASE(the_pattern_makes_one_kind_per_symbol) {
 }
 
 BOOST_AUTO_TEST_CASE(a_mamba_layer_runs_the_hand_formulas) {
-  const ModelConfig nano = shipped("nemotron-3-nano");
+  const ModelConfig nano = shipped_hf("nemotron-3-nano");
   const LayerPattern p = layer_pattern(nano);
   const ModelConfig& m = p.groups[0].model;  // the first layer's kind: Mamba-2
   BOOST_TEST_REQUIRE((m.mixer == Mixer::kMamba2));
@@ -171,7 +168,7 @@ BOOST_AUTO_TEST_CASE(a_mamba_layer_runs_the_hand_formulas) {
 }
 
 BOOST_AUTO_TEST_CASE(tensor_parallelism_splits_the_heads_and_groups) {
-  const ModelConfig m = layer_pattern(shipped("nemotron-3-nano")).groups[0].model;
+  const ModelConfig m = layer_pattern(shipped_hf("nemotron-3-nano")).groups[0].model;
   const BlockShape whole = block_shape(m, 1, 4096, Precision::kAmpBf16);
   const BlockShape rank = tensor_parallel_shape(whole, 4, /*sequence_parallel=*/true, 131072);
   BOOST_TEST(rank.mamba.heads == 16);
@@ -188,7 +185,7 @@ BOOST_AUTO_TEST_CASE(tensor_parallelism_splits_the_heads_and_groups) {
 }
 
 BOOST_AUTO_TEST_CASE(hybrids_are_refused_where_they_are_not_modelled) {
-  const ModelConfig nano = shipped("nemotron-3-nano");
+  const ModelConfig nano = shipped_hf("nemotron-3-nano");
   const DeviceSpec device = load_device("h100_80gb");
   const DeviceProfile profile = load_shipped_profile("h100_80gb");
   TrainConfig cfg{.seq_len = 8192, .global_batch = 256, .micro_batch = 1, .n_gpus = 16};
@@ -210,7 +207,7 @@ BOOST_AUTO_TEST_CASE(hybrids_are_refused_where_they_are_not_modelled) {
   TrainConfig titan{.seq_len = 8192, .global_batch = 64, .micro_batch = 1, .n_gpus = 8};
   titan.layout.framework = Framework::kTorchtitan;
   titan.layout.sharding = Sharding::kFullShard;
-  BOOST_TEST(contains(check_config(shipped("nemotron-h-8b"), device, profile.params, titan), "under torchtitan"));
+  BOOST_TEST(contains(check_config(shipped_hf("nemotron-h-8b"), device, profile.params, titan), "under torchtitan"));
 }
 
 BOOST_AUTO_TEST_CASE(nemotron_h_is_read_strictly) {
@@ -250,7 +247,7 @@ BOOST_AUTO_TEST_CASE(nemotron_h_is_read_strictly) {
 // 80B total, 3B active (tpsim: 79.67B; 3.87B active with the input table and the head, 3.25B without
 // them, as Qwen's "3B activated" counts).
 BOOST_AUTO_TEST_CASE(qwen3_next_counts_by_hand_and_its_delta_rule_runs_the_formula) {
-  const ModelConfig next = shipped("qwen3-next-80b-a3b");
+  const ModelConfig next = shipped_hf("qwen3-next-80b-a3b");
   const int64_t h = 2048, vocab = 151936;
   const int64_t key_dim = 16 * 128, value_dim = 32 * 128;
   const int64_t gdn =

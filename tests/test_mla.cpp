@@ -14,6 +14,7 @@
 
 using namespace tpsim;
 using tpsim::test::contains;
+using tpsim::test::shipped_hf;
 namespace tt = boost::test_tools;
 namespace fs = std::filesystem;
 
@@ -22,10 +23,6 @@ namespace {
 constexpr double kExact = 1e-12;  // sums of products of whole numbers below 2^53
 
 double d(int64_t x) { return static_cast<double>(x); }
-
-ModelConfig shipped(const std::string& name) {
-  return read_hf_config_file(fs::path(TPSIM_DATA) / "models" / "hf" / (name + ".json")).model;
-}
 
 // One latent-attention block's parameters: q_down (d x q_rank) and its norm, q_up (q_rank x h(nope
 // + rope)), kv_down (d x (kv_rank + rope)) and its norm, kv_up (kv_rank x h(nope + v)), out
@@ -49,7 +46,7 @@ BOOST_AUTO_TEST_CASE(deepseek_v3_and_kimi_k2_count_by_hand) {
   // 256 routed experts of 2,048 (top 8) with one shared expert of 2,048 and a per-expert score
   // bias; 128 heads; vocabulary 129,280, untied. The model card: 671B total, 37B activated (its
   // checkpoint's 685B adds the multi-token prediction module, which the model costed leaves out).
-  const ModelConfig v3 = shipped("deepseek-v3");
+  const ModelConfig v3 = shipped_hf("deepseek-v3");
   const int64_t dm = 7168, expert = 3 * dm * 2048;
   const int64_t attn = mla_attention(dm, 128, 1536, 512, 128, 64, 128);
   BOOST_TEST(attn == 187107328 + 2 * dm);
@@ -64,7 +61,7 @@ BOOST_AUTO_TEST_CASE(deepseek_v3_and_kimi_k2_count_by_hand) {
   BOOST_TEST(active_parameter_count(v3, 4096) + embedding == 37552297472);  // with the input table: 37.6B
   // Kimi-K2 (moonshotai/Kimi-K2-Base): 64 heads, 384 experts, one dense layer, vocabulary 163,840.
   // The model card: 1T total, 32B activated.
-  const ModelConfig k2 = shipped("kimi-k2");
+  const ModelConfig k2 = shipped_hf("kimi-k2");
   const int64_t k_attn = mla_attention(dm, 64, 1536, 512, 128, 64, 128);
   const int64_t k_total =
       (k_attn + 3 * dm * 18432) + 60 * (k_attn + 384 * dm + 384 + 385 * expert) + 2 * 163840 * dm + dm;
@@ -75,7 +72,7 @@ BOOST_AUTO_TEST_CASE(deepseek_v3_and_kimi_k2_count_by_hand) {
 }
 
 BOOST_AUTO_TEST_CASE(a_latent_attention_block_runs_the_hand_formula) {
-  ModelConfig m = shipped("deepseek-v3");
+  ModelConfig m = shipped_hf("deepseek-v3");
   const LayerGroup dense = layer_pattern(m).groups.front();
   BOOST_TEST_REQUIRE(!dense.model.moe.active());
   const BlockShape s = block_shape(dense.model, 2, 4096, Precision::kAmpBf16);
@@ -117,7 +114,7 @@ BOOST_AUTO_TEST_CASE(a_latent_attention_block_runs_the_hand_formula) {
 }
 
 BOOST_AUTO_TEST_CASE(tensor_parallel_splits_the_heads_and_keeps_the_down_projections_whole) {
-  const LayerGroup dense = layer_pattern(shipped("deepseek-v3")).groups.front();
+  const LayerGroup dense = layer_pattern(shipped_hf("deepseek-v3")).groups.front();
   const BlockShape whole = block_shape(dense.model, 1, 4096, Precision::kAmpBf16);
   const BlockShape rank = tensor_parallel_shape(whole, 4, /*sequence_parallel=*/true, 129280);
   OpList fwd;
@@ -160,7 +157,7 @@ BOOST_AUTO_TEST_CASE(latent_attention_is_read_strictly) {
 }
 
 BOOST_AUTO_TEST_CASE(lora_on_the_latent_projections_is_refused) {
-  const ModelConfig m = shipped("deepseek-v3");
+  const ModelConfig m = shipped_hf("deepseek-v3");
   const DeviceSpec device = load_device("h100_80gb");
   const DeviceProfile profile = load_shipped_profile("h100_80gb");
   TrainConfig cfg{.seq_len = 4096, .global_batch = 64, .micro_batch = 1, .n_gpus = 64};

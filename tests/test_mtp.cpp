@@ -20,15 +20,12 @@
 
 using namespace tpsim;
 using tpsim::test::contains;
+using tpsim::test::shipped_hf;
 using tpsim::testing::run_tpsim;
 namespace tt = boost::test_tools;
 namespace fs = std::filesystem;
 
 namespace {
-
-ModelConfig shipped(const std::string& name) {
-  return read_hf_config_file(fs::path(TPSIM_DATA) / "models" / "hf" / (name + ".json")).model;
-}
 
 // DeepSeek-V3's MoE layer with latent attention (tests/test_mla.cpp counts it the same way).
 constexpr int64_t kDm = 7168;
@@ -54,7 +51,7 @@ BOOST_AUTO_TEST_CASE(megatron_counts_a_depth_as_a_layer_its_projection_and_its_l
   // Per token, one depth of DeepSeek-V3: its MoE layer (8 routed experts of 2,048 and the shared one,
   // SwiGLU: 6 h 2048 x 3 x 9), its latent attention's linears and core (s = 4,096), the projection
   // and the norms, 6 (3 h + 2 h^2), and its logits, 6 h V (V = 129,280, a multiple of 128).
-  const ModelConfig v3 = shipped("deepseek-v3");
+  const ModelConfig v3 = shipped_hf("deepseek-v3");
   const double h = kDm, s = 4096, vocab = 129280;
   const double moe = 6.0 * h * 2048.0 * 3.0 * 9.0;
   const double attn_linear =
@@ -67,7 +64,7 @@ BOOST_AUTO_TEST_CASE(megatron_counts_a_depth_as_a_layer_its_projection_and_its_l
 }
 
 BOOST_AUTO_TEST_CASE(a_depth_adds_its_layer_and_projection_to_the_last_stage) {
-  const ModelConfig v3 = shipped("deepseek-v3");
+  const ModelConfig v3 = shipped_hf("deepseek-v3");
   const DeviceSpec device = load_device("b200");
   const DeviceProfile profile = load_shipped_profile("b200");
   const TrainConfig none = one_stage(0, false), one = one_stage(1, false);
@@ -98,10 +95,10 @@ BOOST_AUTO_TEST_CASE(the_rules_flag_and_column) {
   const DeviceProfile profile = load_shipped_profile("b200");
   TrainConfig cfg = one_stage(0, true);
   cfg.layout.expert = 1;
-  const ModelConfig v3 = shipped("deepseek-v3");
+  const ModelConfig v3 = shipped_hf("deepseek-v3");
   BOOST_TEST(contains(check_config(v3, device, profile.params, cfg), "--mtp-repeated-layer needs --mtp-layers"));
   cfg.layout.mtp_layers = 2;
-  const ModelConfig super = shipped("nemotron-3-super");
+  const ModelConfig super = shipped_hf("nemotron-3-super");
   BOOST_TEST(contains(check_config(super, device, profile.params, cfg), "(a hybrid model"));
   cfg.layout.framework = Framework::kTorchtitan;
   BOOST_TEST(contains(check_config(v3, device, profile.params, cfg), "Megatron-Core's option"));
@@ -175,7 +172,7 @@ BOOST_AUTO_TEST_CASE(a_layout_splits_the_layers_over_the_chunks) {
   BOOST_TEST(contains(split_layers(61, par, layers), "give one of them"));
 
   // A layout of equal chunks predicts what the even split does.
-  const ModelConfig llama = shipped("llama-3.1-8b");
+  const ModelConfig llama = shipped_hf("llama-3.1-8b");
   const DeviceSpec device = load_device("h100_80gb");
   const DeviceProfile profile = load_shipped_profile("h100_80gb");
   TrainConfig even{.seq_len = 4096, .global_batch = 64, .micro_batch = 1, .n_gpus = 8};

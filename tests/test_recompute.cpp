@@ -18,15 +18,12 @@
 
 using namespace tpsim;
 using tpsim::test::contains;
+using tpsim::test::shipped_hf;
 using tpsim::testing::run_tpsim;
 namespace tt = boost::test_tools;
 namespace fs = std::filesystem;
 
 namespace {
-
-ModelConfig shipped(const std::string& name) {
-  return read_hf_config_file(fs::path(TPSIM_DATA) / "models" / "hf" / (name + ".json")).model;
-}
 
 // A block of `m`'s layer kind `kind` (its first such layer) for one micro-batch of `seq` tokens.
 BlockShape block_of(const ModelConfig& m, int64_t seq, Precision p, bool moe) {
@@ -84,7 +81,7 @@ BOOST_AUTO_TEST_CASE(module_lists_parse_as_megatron_names_them) {
 BOOST_AUTO_TEST_CASE(each_module_stops_keeping_what_its_checkpoint_discards) {
   // GPT-OSS 120B (hidden 2,880, 128 experts of 2,880, top 4, no shared experts) in bf16, one
   // sequence of 4,096 tokens: t = 4,096, routed rows 4t.
-  const ModelConfig oss = shipped("gpt-oss-120b");
+  const ModelConfig oss = shipped_hf("gpt-oss-120b");
   const BlockShape s = block_of(oss, 4096, Precision::kAmpBf16, /*moe=*/true);
   const double t = 4096, h = 2880, a = 2;
   const double base = saved(s);
@@ -111,7 +108,7 @@ BOOST_AUTO_TEST_CASE(each_module_stops_keeping_what_its_checkpoint_discards) {
 }
 
 BOOST_AUTO_TEST_CASE(the_backward_runs_each_module_again) {
-  const ModelConfig oss = shipped("gpt-oss-120b");
+  const ModelConfig oss = shipped_hf("gpt-oss-120b");
   const BlockShape s = block_of(oss, 4096, Precision::kAmpBf16, /*moe=*/true);
   const OpList base = backward(s);
   BOOST_TEST(count_named(base, "moe.experts.mul.fwd") == 0);
@@ -130,7 +127,7 @@ BOOST_AUTO_TEST_CASE(the_backward_runs_each_module_again) {
   BOOST_TEST(count_named(moe, "moe.experts.fc1.fwd") == 1);
   BOOST_TEST(count_named(moe, "moe.unpermute.fwd") == 1);
   // A dense layer's mlp: its norm and feed-forward once more (DeepSeek-V3's first layers).
-  const ModelConfig v3 = shipped("deepseek-v3");
+  const ModelConfig v3 = shipped_hf("deepseek-v3");
   const BlockShape dense = block_of(v3, 4096, Precision::kAmpBf16, /*moe=*/false);
   const OpList mlp = backward(with(dense, {RecomputeModule::kMlp}));
   BOOST_TEST(count_named(mlp, "norm_2.fwd") == 1);
@@ -149,7 +146,7 @@ BOOST_AUTO_TEST_CASE(latent_attention_up_projections_and_input_norm) {
   // DeepSeek-V3: mla_up_proj discards the attention's q, k (128 heads of 192) and v (128 of 128);
   // layernorm the input norm's output, which the q and kv down projections keep (in bf16 once: the
   // kv projection reads the q projection's kept input).
-  const ModelConfig v3 = shipped("deepseek-v3");
+  const ModelConfig v3 = shipped_hf("deepseek-v3");
   const BlockShape s = block_of(v3, 4096, Precision::kAmpBf16, /*moe=*/true);
   const double t = 4096, a = 2;
   const double base = saved(s);
@@ -169,7 +166,7 @@ BOOST_AUTO_TEST_CASE(megatron_runs_trade_memory_for_time) {
   // GPT-OSS 120B on 64 H100s as Megatron-Bridge's H100 recipe runs it (pp 4, ep 8, bf16): the
   // recipe's layernorm and moe_act recompute costs time and saves memory; core_attn (the default
   // selective set) keeps the log-sum-exp only, which is little.
-  const ModelConfig oss = shipped("gpt-oss-120b");
+  const ModelConfig oss = shipped_hf("gpt-oss-120b");
   const DeviceSpec device = load_device("h100_80gb");
   const DeviceProfile profile = load_shipped_profile("h100_80gb");
   TrainConfig cfg{.seq_len = 4096, .global_batch = 512, .micro_batch = 4, .n_gpus = 64};
@@ -199,7 +196,7 @@ BOOST_AUTO_TEST_CASE(the_rules_refuse_what_megatron_does_not_run) {
   cfg.layout.framework = Framework::kMegatron;
   cfg.layout.checkpointing = Checkpointing::kSelective;
   cfg.layout.recompute_modules = module_bit(RecomputeModule::kMoeAct);
-  const ModelConfig dense = shipped("llama-3.1-8b");
+  const ModelConfig dense = shipped_hf("llama-3.1-8b");
   BOOST_TEST(contains(check_config(dense, device, profile.params, cfg), "moe_act needs routed experts"));
   cfg.layout.recompute_modules = module_bit(RecomputeModule::kMlaUpProj);
   BOOST_TEST(contains(check_config(dense, device, profile.params, cfg), "mla_up_proj needs multi-head latent"));
