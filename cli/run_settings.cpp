@@ -179,6 +179,45 @@ void add_on_off(CLI::App* cmd, const std::string& on, const std::string& off, st
 
 }  // namespace
 
+namespace {
+
+// Megatron-Core's options that change the model run, not its layout's degrees: the pipeline layout,
+// multi-token prediction and the recompute modules.
+void add_megatron_model_flags(CLI::App* cmd, LayoutRequest& r) {
+  cmd->add_option_function<std::string>(
+         "--pipeline-layout",
+         [&r](const std::string& text) {
+           std::string error;
+           const std::optional<uint16_t> id = parse_pipeline_layout(text, error);
+           if (!id) throw Error("--pipeline-layout '" + text + "': " + error);
+           r.pipeline_layout = *id;
+         },
+         "megatron: Megatron-Core's pipeline_model_parallel_layout, model chunks separated by '|' of E "
+         "(embedding), t (layer), m (MTP depth), L (loss), with x*N and (...)*N repeats: Et*4|(t*4|)*14tmL")
+      ->type_name("LAYOUT");
+  add_parsed(
+      cmd, "--mtp-layers", r.mtp_layers,
+      [](const std::string& flag, const std::string& text) -> int64_t { return parse_count(flag, text, 64); },
+      "megatron: multi-token prediction's depths (Megatron-Core's --mtp-num-layers; DeepSeek-V3's "
+      "num_nextn_predict_layers), each one more layer and its logits on the last pipeline stage")
+      ->type_name("N");
+  cmd->add_flag("--mtp-repeated-layer", r.mtp_repeated_layer,
+                "megatron: the multi-token prediction depths share one layer's weights (--mtp-use-repeated-layer)");
+  add_parsed(
+      cmd, "--recompute-modules", r.recompute_modules,
+      [](const std::string& flag, const std::string& text) -> uint8_t {
+        std::string error;
+        const std::optional<uint8_t> m = parse_recompute_modules(text, error);
+        if (!m) throw Error(flag + " '" + text + "': " + error);
+        return *m;
+      },
+      "megatron, with --ckpt selective: Megatron-Core's recompute modules, comma-separated (core_attn, the "
+      "default; layernorm, moe_act, mla_up_proj, mlp, moe, shared_experts; docs/frameworks.md)")
+      ->type_name("LIST");
+}
+
+}  // namespace
+
 void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
   cmd->add_option_function<std::string>(
       "--framework",
@@ -242,35 +281,7 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
       },
       "torchtitan's selective checkpointing: op (per-op, the default) or N (every N-th block in full)")
       ->type_name("op|N");
-  cmd->add_option_function<std::string>(
-         "--pipeline-layout",
-         [&r](const std::string& text) {
-           std::string error;
-           const std::optional<uint16_t> id = parse_pipeline_layout(text, error);
-           if (!id) throw Error("--pipeline-layout '" + text + "': " + error);
-           r.pipeline_layout = *id;
-         },
-         "megatron: Megatron-Core's pipeline_model_parallel_layout, model chunks separated by '|' of E "
-         "(embedding), t (layer), m (MTP depth), L (loss), with x*N and (...)*N repeats: Et*4|(t*4|)*14tmL")
-      ->type_name("LAYOUT");
-  add_parsed(
-      cmd, "--mtp-layers", r.mtp_layers,
-      [](const std::string& flag, const std::string& text) -> int64_t { return parse_count(flag, text, 64); },
-      "megatron: multi-token prediction's depths (Megatron-Core's --mtp-num-layers; DeepSeek-V3's "
-      "num_nextn_predict_layers), each one more layer and its logits on the last pipeline stage");
-  cmd->add_flag("--mtp-repeated-layer", r.mtp_repeated_layer,
-                "megatron: the multi-token prediction depths share one layer's weights (--mtp-use-repeated-layer)");
-  add_parsed(
-      cmd, "--recompute-modules", r.recompute_modules,
-      [](const std::string& flag, const std::string& text) -> uint8_t {
-        std::string error;
-        const std::optional<uint8_t> m = parse_recompute_modules(text, error);
-        if (!m) throw Error(flag + " '" + text + "': " + error);
-        return *m;
-      },
-      "megatron, with --ckpt selective: Megatron-Core's recompute modules, comma-separated (core_attn, the "
-      "default; layernorm, moe_act, mla_up_proj, mlp, moe, shared_experts; docs/frameworks.md)")
-      ->type_name("LIST");
+  add_megatron_model_flags(cmd, r);
   add_parsed(
       cmd, kMegatronFsdpAxis.flag.data(), r.megatron_fsdp,  // a literal: null-terminated
       [](const std::string& flag, const std::string& text) -> MegatronFsdp {
