@@ -54,7 +54,8 @@ struct PlanRequest {
     return {.megatron_fsdp = owns_megatron_fsdp(query.space.asked.framework),
             .lora = query.lora.active(),
             .recompute_modules = query.space.asked.recompute_modules.has_value(),
-            .mtp = query.space.asked.mtp_layers.has_value()};
+            .mtp = query.space.asked.mtp_layers.has_value(),
+            .moe_dispatcher = query.space.asked.moe_dispatcher.has_value()};
   }
 };
 

@@ -190,7 +190,8 @@ void run_predict(const PredictOptions& o) {
   const OptionalColumns optional{.megatron_fsdp = owns_megatron_fsdp(asked.framework),
                                  .lora = cfg.lora.active(),
                                  .recompute_modules = asked.recompute_modules.has_value(),
-                                 .mtp = asked.mtp_layers.has_value()};
+                                 .mtp = asked.mtp_layers.has_value(),
+                                 .moe_dispatcher = asked.moe_dispatcher.has_value()};
   add_optional_columns(optional, t.columns);
   std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile, cfg));
   if (asked.framework_given) add_layout_cells(cfg, row);

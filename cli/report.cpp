@@ -160,6 +160,7 @@ void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& co
   if (o.lora) columns.insert(columns.end(), {"LoRA Rank", "LoRA Targets"});
   if (o.recompute_modules) columns.emplace_back("Recompute Modules");
   if (o.mtp) columns.insert(columns.end(), {"MTP Layers", "MTP Repeated Layer"});
+  if (o.moe_dispatcher) columns.emplace_back("MoE Dispatcher");
 }
 
 void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::vector<Cell>& row) {
@@ -178,6 +179,7 @@ void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::v
     row.push_back(Cell::integer_value(cfg.layout.mtp_layers));
     row.push_back(Cell::flag(cfg.layout.mtp_repeated_layer));
   }
+  if (o.moe_dispatcher) row.push_back(Cell::str(std::string(to_string(cfg.layout.moe_dispatcher))));
 }
 
 std::string sharding_text(const Layout& p) {
@@ -203,6 +205,7 @@ std::string layout_phrase(const Layout& p) {
   if (p.pipeline_layout != 0) add("layout " + pipeline_layout(p.pipeline_layout).text);
   if (p.mtp_layers > 0)
     add("mtp " + std::to_string(p.mtp_layers) + (p.mtp_repeated_layer && p.mtp_layers > 1 ? " (one layer)" : ""));
+  if (p.moe_dispatcher != MoeDispatcher::kAllToAll) add(std::string(to_string(p.moe_dispatcher)));
   for (const SwitchAxis& a : kSwitchAxes)
     if (p.*a.value && !a.names.label.empty()) add(std::string(a.names.label));
   return out;

@@ -182,7 +182,7 @@ void add_on_off(CLI::App* cmd, const std::string& on, const std::string& off, st
 namespace {
 
 // Megatron-Core's options that change the model run, not its layout's degrees: the pipeline layout,
-// multi-token prediction and the recompute modules.
+// multi-token prediction, the MoE dispatcher and the recompute modules.
 void add_megatron_model_flags(CLI::App* cmd, LayoutRequest& r) {
   cmd->add_option_function<std::string>(
          "--pipeline-layout",
@@ -201,6 +201,16 @@ void add_megatron_model_flags(CLI::App* cmd, LayoutRequest& r) {
       "megatron: multi-token prediction's depths (Megatron-Core's --mtp-num-layers; DeepSeek-V3's "
       "num_nextn_predict_layers), each one more layer and its logits on the last pipeline stage")
       ->type_name("N");
+  add_parsed(
+      cmd, "--moe-dispatcher", r.moe_dispatcher,
+      [](const std::string& flag, const std::string& text) -> MoeDispatcher {
+        const std::optional<MoeDispatcher> m = parse_moe_dispatcher(text);
+        if (!m) throw Error(flag + " '" + text + "': expected alltoall, deepep or hybridep");
+        return *m;
+      },
+      "megatron: the MoE token dispatcher: alltoall (the default), deepep or hybridep (Megatron-Core's "
+      "--moe-token-dispatcher-type flex with --moe-flex-dispatcher-backend)")
+      ->type_name("NAME");
   cmd->add_flag("--mtp-repeated-layer", r.mtp_repeated_layer,
                 "megatron: the multi-token prediction depths share one layer's weights (--mtp-use-repeated-layer)");
   add_parsed(
@@ -262,7 +272,9 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
        "async tensor parallelism: the collectives beside the GEMMs (torchtitan's enable_async_tensor_parallel)",
        "composer, torchtitan: torch.compile of each transformer block, which fuses its norm and elementwise kernels "
        "(Composer's compile_config, torchtitan's compile)",
-       "torchtitan: model.norm_type fused_rmsnorm, its Triton RMSNorm kernel (default: rmsnorm, PyTorch ops)"});
+       "torchtitan: model.norm_type fused_rmsnorm, its Triton RMSNorm kernel (default: rmsnorm, PyTorch ops)",
+       "megatron: the precision-aware optimizer with both Adam moments in bf16 (--use-precision-aware-optimizer "
+       "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; Megatron-Bridge's DeepSeek-V3 recipes)"});
   static_assert(switch_help.size() == kSwitchAxes.size(), "one help text per axis of the registry");
   for (size_t i = 0; i < kSwitchAxes.size(); ++i)
     cmd->add_flag(std::string(kSwitchAxes[i].names.flag), r.*kSwitchAxes[i].asked, switch_help[i]);

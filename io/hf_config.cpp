@@ -231,6 +231,21 @@ class Section {
 };
 
 // PretrainedConfig flags that would make the model something else than a decoder-only LM.
+// Group-limited routing (n_group groups of the routed experts, topk_group of them chosen per token;
+// MoeConfig::groups): which ranks a token reaches, so what the flex dispatcher sends. One group, or
+// every group chosen, limits nothing.
+void read_route_groups(Section& s, MoeConfig& e, int64_t groups_if_absent, int64_t chosen_if_absent) {
+  const int64_t groups = s.count("n_group", groups_if_absent);
+  const int64_t chosen = s.count("topk_group", chosen_if_absent);
+  if (chosen > groups) s.bad("topk_group", "exceeds n_group (" + std::to_string(groups) + ")");
+  if (groups <= 1 || chosen == groups) return;
+  if (e.experts % groups != 0) s.bad("n_group", "does not divide the " + std::to_string(e.experts) + " routed experts");
+  if (e.top_k > chosen * (e.experts / groups))
+    s.bad("topk_group", "leaves fewer experts than num_experts_per_tok (" + std::to_string(e.top_k) + ")");
+  e.groups = groups;
+  e.group_top_k = chosen;
+}
+
 void refuse_generic(Section& s) {
   if (s.flag("is_encoder_decoder", false)) s.refuse("is_encoder_decoder", "an encoder-decoder model");
   if (s.flag("add_cross_attention", false)) s.refuse("add_cross_attention", "cross-attention");
@@ -483,16 +498,18 @@ ModelConfig read_deepseek_v3(Section& s) {
   if (method != "noaux_tc" && method != "greedy" && method != "group_limited_greedy")
     s.refuse("topk_method", "a routing method other than noaux_tc, greedy and group_limited_greedy");
   m.moe.router_bias = method == "noaux_tc";
+  if (method == "greedy")  // no group limit
+    s.irrelevant({"n_group", "topk_group"});
+  else read_route_groups(s, m.moe, 8, 4);  // configuration_deepseek_v3.py's defaults
   if (const std::string f = s.text("scoring_func", "sigmoid"); f != "sigmoid" && f != "softmax")
     s.refuse("scoring_func", "router scores other than sigmoid and softmax");
   const int64_t dense_first = s.count("first_k_dense_replace", 3, 0);
   const int64_t freq = s.count("moe_layer_freq", 1);
   std::vector<LayerKind>& kinds = per_layer(s, m);
   for (int64_t i = 0; i < m.n_layers; ++i) kinds[static_cast<size_t>(i)].dense_ffn = i < dense_first || i % freq != 0;
-  // Group-limited routing (n_group, topk_group) and the score's scaling and normalisation change a
-  // router of t x experts scores by elementwise work only; the balancing loss's weights change no op.
-  s.irrelevant({"n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor", "aux_loss_alpha", "seq_aux",
-                "ep_size", "rope_interleave"});
+  // The score's scaling and normalisation change a router of t x experts scores by elementwise work
+  // only; the balancing loss's weights change no op.
+  s.irrelevant({"norm_topk_prob", "routed_scaling_factor", "aux_loss_alpha", "seq_aux", "ep_size", "rope_interleave"});
   // The multi-token prediction module a checkpoint carries: Hugging Face's model does not build it,
   // and a run trains it only when the framework is asked to (Megatron-LM's --mtp-num-layers).
   if (const int64_t mtp = s.count("num_nextn_predict_layers", 0, 0); mtp > 0)
@@ -737,6 +754,7 @@ ModelConfig read_nemotron_h(Section& s) {
       m.moe.d_shared = s.count("moe_shared_expert_intermediate_size", 7688);
     }
     m.moe.router_bias = true;  // e_score_correction_bias
+    read_route_groups(s, m.moe, 1, 1);
   }
   std::vector<LayerKind>& kinds = per_layer(s, m);
   for (size_t i = 0; i < pattern.size(); ++i) {
@@ -778,8 +796,6 @@ ModelConfig read_nemotron_h(Section& s) {
                 "rope_theta",
                 "partial_rotary_factor",
                 "routed_scaling_factor",
-                "n_group",
-                "topk_group",
                 "norm_topk_prob",
                 "moe_shared_expert_overlap",
                 "mtp_hybrid_override_pattern",
@@ -793,7 +809,7 @@ ModelConfig read_nemotron_h(Section& s) {
                   "mamba_hidden_act"});
   if (!m.moe.active())
     s.irrelevant({"moe_latent_size", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
-                  "moe_shared_expert_intermediate_size", "n_shared_experts"});
+                  "moe_shared_expert_intermediate_size", "n_shared_experts", "n_group", "topk_group"});
   if (pattern.find('-') == std::string::npos) s.irrelevant({"intermediate_size"});
   if (pattern.find_first_of("-E") == std::string::npos) s.irrelevant({"mlp_hidden_act"});
   if (pattern.find('*') == std::string::npos)

@@ -249,6 +249,9 @@ const char* const kGeneralColumns[] = {"Framework",
                                        "Optimizer",
                                        "Other Features"};
 
+// The Optimizer column's name for Megatron-Core's precision-aware Adam with bf16 moments.
+constexpr std::string_view kBf16MomentsOptimizer = "adam (bf16 moments)";
+
 // llm-foundry's columns and the general form's (see the header).
 class RowParser {
  public:
@@ -323,6 +326,16 @@ class RowParser {
       const std::optional<uint16_t> id = parse_pipeline_layout(t, error);
       if (!id) throw Error(at + ": column 'Pipeline Layout' '" + t + "': " + error);
       r.layout.pipeline_layout = *id;
+    }
+    if (cols_.given(cells, "MoE Dispatcher")) {  // Layout::moe_dispatcher; others are refused (read_unmodelled)
+      std::string t = cols_.cell(cells, "MoE Dispatcher", at);
+      std::transform(t.begin(), t.end(), t.begin(), ::tolower);
+      if (const std::optional<MoeDispatcher> m = parse_moe_dispatcher(t)) r.layout.moe_dispatcher = *m;
+    }
+    if (cols_.given(cells, "Optimizer")) {  // Adam with bf16 moments: Layout::bf16_moments; others refused
+      std::string t = cols_.cell(cells, "Optimizer", at);
+      std::transform(t.begin(), t.end(), t.begin(), ::tolower);
+      if (t == kBf16MomentsOptimizer) r.layout.bf16_moments = true;
     }
     if (cols_.given(cells, "MTP Repeated Layer"))
       r.layout.mtp_repeated_layer = cols_.boolean(cells, "MTP Repeated Layer", at);
@@ -430,7 +443,7 @@ class RowParser {
 
   // LoRA Rank (empty or 0: none) and LoRA Targets (names separated by ';', required with a rank).
   // What a row ran that tpsim does not model yet, from the columns that say so (set: not empty, 0,
-  // False, none or Megatron-Core's alltoall dispatcher): the row is refused with it
+  // False, none or a dispatcher tpsim models): the row is refused with it
   // (MeasuredRow::unmodelled), never predicted as a run without it.
   void read_unmodelled(const std::vector<std::string>& cells, const std::string& at, MeasuredRow& r) const {
     const auto lower = [&](const char* col) {
@@ -439,16 +452,19 @@ class RowParser {
       return s;
     };
     std::string why;
-    if (const std::string dispatcher = lower("MoE Dispatcher"); !dispatcher.empty() && dispatcher != "alltoall")
+    if (const std::string dispatcher = lower("MoE Dispatcher");
+        !dispatcher.empty() && !parse_moe_dispatcher(dispatcher))
       why = "the MoE dispatcher '" + cols_.cell(cells, "MoE Dispatcher", at) +
-            "' is not modelled yet (tpsim costs Megatron-Core's alltoall)";
+            "' is not modelled (tpsim costs alltoall, flex:deepep and flex:hybridep)";
     if (const std::string graphs = lower("CUDA Graphs");
         why.empty() && !graphs.empty() && graphs != "none" && graphs != "false")
       why = "CUDA graphs ('" + cols_.cell(cells, "CUDA Graphs", at) + "') are not modelled yet";
     if (why.empty() && cols_.given(cells, "Token Drop") && cols_.boolean(cells, "Token Drop", at))
       why = "token dropping (Token Drop True) is not modelled in tables yet";
-    if (const std::string opt = lower("Optimizer"); why.empty() && !opt.empty() && opt != "adam" && opt != "adamw")
-      why = "the optimizer '" + cols_.cell(cells, "Optimizer", at) + "' is not modelled yet (tpsim costs AdamW)";
+    if (const std::string opt = lower("Optimizer");
+        why.empty() && !opt.empty() && opt != "adam" && opt != "adamw" && opt != kBf16MomentsOptimizer)
+      why = "the optimizer '" + cols_.cell(cells, "Optimizer", at) +
+            "' is not modelled yet (tpsim costs AdamW, and Adam with bf16 moments)";
     if (why.empty() && cols_.given(cells, "Other Features"))
       why = cols_.cell(cells, "Other Features", at) + " (Other Features): not modelled yet";
     r.unmodelled = why;

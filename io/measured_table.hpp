@@ -30,9 +30,11 @@
 // present and disagreeing is an error), `Recompute Modules` (Megatron-Core's recompute modules of a
 // selective row, separated by ';'; empty: core_attn, its default), `MTP Layers` and `MTP Repeated
 // Layer` (multi-token prediction: --mtp-layers, --mtp-repeated-layer), `Pipeline Layout`
-// (--pipeline-layout), `MoE Dispatcher` (alltoall), `CUDA Graphs`, `Token Drop`, `Optimizer` (adam, adamw) and `Other
-// Features` (what the run had that tpsim does not model yet: a row with one of them set, other than
-// alltoall and Adam, is refused, MeasuredRow::unmodelled),
+// (--pipeline-layout), `MoE Dispatcher` (--moe-dispatcher: alltoall, flex:deepep, flex:hybridep), and
+// `Optimizer` (adam, adamw, or "adam (bf16 moments)": --bf16-adam-moments, as the `BF16 Adam Moments`
+// column), and `CUDA Graphs`, `Token Drop` and `Other Features` (what the run had that
+// tpsim does not model yet: a row with one of them set, other than Adam, or another dispatcher, is
+// refused, MeasuredRow::unmodelled),
 // and `Step Time (s)`, the measured quantity of a row whose
 // `Throughput (T/s)` is absent or empty. A table with one of these columns may leave out `GPU`
 // when the command names the device (--device); llm-foundry's tables always have it. `MP Mode` and `Sharding Strategy`

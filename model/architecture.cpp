@@ -142,7 +142,8 @@ std::string str(int64_t v) { return std::to_string(v); }
 std::string check_moe(const MoeConfig& e) {
   if (!e.active()) {
     if (e.top_k != 0 || e.d_expert != 0 || e.shared_experts != 0 || e.d_shared != 0 || e.shared_gate ||
-        e.capacity_factor != 0 || e.output_bias || e.router_bias || e.expert_bias || e.latent != 0)
+        e.capacity_factor != 0 || e.output_bias || e.router_bias || e.expert_bias || e.latent != 0 || e.groups != 0 ||
+        e.group_top_k != 0)
       return "mixture-of-experts settings without experts";
     return {};
   }
@@ -158,6 +159,16 @@ std::string check_moe(const MoeConfig& e) {
   if (e.latent < 0 || e.latent > (1 << 20)) return "the experts' latent width must be positive and at most 2^20";
   if (!(e.capacity_factor >= 0) || !std::isfinite(e.capacity_factor) || e.capacity_factor > 64)
     return "capacity_factor must be 0 (dropless) or a positive number no larger than 64";
+  if (e.groups != 0 || e.group_top_k != 0) {
+    if (e.groups <= 0 || e.experts % e.groups != 0)
+      return "expert groups (" + str(e.groups) + ") must divide the experts (" + str(e.experts) + ")";
+    if (e.group_top_k <= 0 || e.group_top_k > e.groups)
+      return "the groups each token chooses (" + str(e.group_top_k) + ") must be between 1 and the groups (" +
+             str(e.groups) + ")";
+    if (e.top_k > e.group_top_k * (e.experts / e.groups))
+      return "top_k (" + str(e.top_k) + ") exceeds the experts of the groups a token chooses (" +
+             str(e.group_top_k * (e.experts / e.groups)) + ")";
+  }
   return {};
 }
 

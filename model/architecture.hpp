@@ -64,6 +64,12 @@ struct MoeConfig {
   // (two d_model x latent linears, no biases); the routed experts work at the latent width. 0: the
   // routed experts work at d_model. The router and the shared experts see the token at d_model.
   int64_t latent = 0;
+  // Group-limited routing (DeepSeek-V3's n_group and topk_group; Megatron-Core's
+  // --moe-router-num-groups and --moe-router-group-topk): the experts in `groups` equal consecutive
+  // groups, each token choosing `group_top_k` groups first and its top_k experts among theirs. It
+  // changes no op, only which ranks and NVLink domains a token reaches (routed_hit_probability).
+  // 0: every expert open to every token.
+  int64_t groups = 0, group_top_k = 0;
 
   bool active() const { return experts > 0; }
   int64_t routed_width(int64_t d_model) const { return latent > 0 ? latent : d_model; }

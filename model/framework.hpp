@@ -51,6 +51,8 @@ enum class FrameworkOption : uint8_t {
   kFusedRmsNorm,           // torchtitan's norm_type = "fused_rmsnorm"
   kRecomputeModules,       // Megatron-Core's --recompute-modules beyond the attention kernel
   kMtp,                    // Megatron-Core's multi-token prediction (--mtp-num-layers)
+  kMoeDispatcher,          // Megatron-Core's flex token dispatcher (--moe-dispatcher deepep, hybridep)
+  kBf16Moments,            // Megatron-Core's precision-aware optimizer with bf16 Adam moments
 };
 constexpr uint32_t option_bit(FrameworkOption o) { return 1u << static_cast<unsigned>(o); }
 

@@ -20,6 +20,7 @@ Layout fixed_layout(const LayoutRequest& r, std::optional<Sharding> sharding) {
   l.mtp_layers = r.mtp_layers.value_or(0);
   l.mtp_repeated_layer = r.mtp_repeated_layer;
   l.pipeline_layout = r.pipeline_layout;
+  l.moe_dispatcher = r.moe_dispatcher.value_or(MoeDispatcher::kAllToAll);
   if (r.megatron_fsdp) set_megatron_fsdp(l, *r.megatron_fsdp);
   return l;
 }

@@ -41,12 +41,14 @@ struct LayoutRequest {
   // megatron: multi-token prediction's depths and whether they share one layer (Layout's fields).
   std::optional<int64_t> mtp_layers;
   bool mtp_repeated_layer = false;
+  // megatron: the MoE token dispatcher (Layout::moe_dispatcher; unset: alltoall, never searched).
+  std::optional<MoeDispatcher> moe_dispatcher;
   // megatron: a pipeline layout's id (Layout::pipeline_layout); 0: none.
   uint16_t pipeline_layout = 0;
   // The switches (kSwitchAxes): on when given, never searched.
   bool overlap_grad_reduce = false, grad_reduce_bf16 = false, fp8_param_gather = false, pipeline_scatter_gather = false,
        account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, moe_a2a_overlap = false,
-       async_tensor_parallel = false, torch_compile = false, fused_rmsnorm = false;
+       async_tensor_parallel = false, torch_compile = false, fused_rmsnorm = false, bf16_moments = false;
   // --attention: true unfused (the scores materialised, as the framework runs it without a fused
   // kernel), false flash; unset: the model's own.
   std::optional<bool> unfused_attention;
@@ -101,7 +103,7 @@ struct SwitchAxis {
   FrameworkOption owner;
   std::string_view whose;
 };
-inline constexpr std::array<SwitchAxis, 11> kSwitchAxes = {{
+inline constexpr std::array<SwitchAxis, 12> kSwitchAxes = {{
     {{"overlapped gradient reduction", "--overlap-grad-reduce", "Overlap Grad Reduce", "overlapped grad reduce"},
      &Layout::overlap_grad_reduce,
      &LayoutRequest::overlap_grad_reduce,
@@ -157,6 +159,11 @@ inline constexpr std::array<SwitchAxis, 11> kSwitchAxes = {{
      &LayoutRequest::fused_rmsnorm,
      FrameworkOption::kFusedRmsNorm,
      "torchtitan's"},
+    {{"bf16 Adam moments", "--bf16-adam-moments", "BF16 Adam Moments", "bf16 moments"},
+     &Layout::bf16_moments,
+     &LayoutRequest::bf16_moments,
+     FrameworkOption::kBf16Moments,
+     "Megatron-Core's"},
 }};
 
 // Megatron-Core's uneven split's fixed first and last stages (0: not fixed).

@@ -25,6 +25,20 @@ double megatron_grad_bytes(const TrainConfig& cfg) {
   return cfg.precision == Precision::kAmpFp16 || cfg.layout.grad_reduce_bf16 ? 2.0 : 4.0;
 }
 
+// Bytes per master parameter of the optimizer's state: the fp32 master weight and Adam's two fp32
+// moments, 12. Under Layout::bf16_moments (Megatron-Core's precision-aware optimizer,
+// megatron/core/optimizer/optimizer_config.py and distrib_optimizer.py) the moments take 2 each, and
+// with bf16 weights (no fp8 recipe, use_precision_aware_optimizer_no_fp8_or_ds_fp8) TransformerEngine's
+// FusedAdam keeps only the 16 bits of each fp32 master weight the bf16 weight lacks
+// (store_param_remainders, on by default from TransformerEngine 2.1): 2 + 2 + 2. Under the fp8
+// recipes Megatron-Core keeps the fp32 master itself: 4 + 2 + 2. (tpsim's amp_fp8 is taken as a
+// current-scaling recipe, as Megatron-Bridge's; delayed scaling would take the remainders' 6.)
+double optimizer_state_bytes(const TrainConfig& cfg) {
+  if (!cfg.layout.bf16_moments) return 12.0;
+  const DType w = block_gemm_dtype(cfg.precision);
+  return (w == DType::kFp8 || w == DType::kFp4 ? 4.0 : 2.0) + 2.0 + 2.0;
+}
+
 // The routed experts' weights of one block (architecture.cpp ffn_params: each expert's 2 or 3
 // matrices of d x d_expert, no biases): what expert parallelism splits. 0 for a dense block.
 double routed_expert_params(const ModelConfig& m) {
@@ -193,6 +207,34 @@ std::string mtp_modelled(const RuleInput& in) {
   return {};
 }
 
+// The flex dispatcher (Layout::moe_dispatcher) where Megatron-Core runs it: on routed experts; DeepEP
+// over more than one rank (token_dispatcher.py asserts TPxEP > 1), without padding to the capacity
+// (transformer_config.py refuses moe_pad_expert_input_to_capacity) and within DeepEP's 8 NVLink peers
+// (its NUM_MAX_NVL_PEERS; Megatron-Core: only hybridep supports a multi-node NVLink domain).
+std::string moe_dispatcher_applies(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
+  if (par.moe_dispatcher == MoeDispatcher::kAllToAll) return {};
+  const std::string what = "--moe-dispatcher " + std::string(to_string(par.moe_dispatcher));
+  const ModelConfig& m = *in.model;
+  const LayerPattern pattern = layer_pattern(m);
+  const auto routed = std::find_if(pattern.groups.begin(), pattern.groups.end(),
+                                   [](const LayerGroup& g) { return g.model.moe.active(); });
+  if (!m.moe.active() && routed == pattern.groups.end()) return what + ": " + m.name + " has no routed experts";
+  if (par.moe_dispatcher != MoeDispatcher::kDeepEp) return {};
+  const MoeConfig& moe = m.moe.active() ? m.moe : routed->model.moe;
+  const int64_t ranks = par.expert * par.expert_tensor_degree();
+  if (ranks < 2) return what + " needs expert x expert tensor parallel > 1, as Megatron-Core asserts";
+  if (moe.capacity_factor > 0)
+    return what + " does not pad experts to a capacity (capacity factor " + std::to_string(moe.capacity_factor) +
+           "), as Megatron-Core refuses; use flex:hybridep or alltoall";
+  const int64_t peers = std::min<int64_t>(ranks, in.device->gpus_per_node);
+  if (peers > 8)
+    return what + " over " + std::to_string(peers) +
+           " ranks of one NVLink domain: DeepEP reaches at most 8 NVLink peers (Megatron-Core runs only "
+           "flex:hybridep across a multi-node NVLink domain)";
+  return {};
+}
+
 std::string userbuffers_sm_count(const RuleInput& in) {
   if (in.cfg.layout.tp_comm_overlap && in.device->compute_units <= kUserbuffersMaxSms)
     return "tensor-parallel communication overlap needs the SM count of device " + in.device->id + " (compute_units)";
@@ -218,9 +260,11 @@ constexpr Rule kRecomputeModulesApply{"recompute-modules-apply", "--recompute-mo
                                       RuleScope::kConfig, recompute_modules_apply};
 constexpr Rule kMtpModelled{"mtp-modelled", "--mtp-layers --mtp-repeated-layer; MTP Layers", RuleScope::kConfig,
                             mtp_modelled};
+constexpr Rule kMoeDispatcherApplies{"moe-dispatcher-applies", "--moe-dispatcher --ep --etp; MoE Dispatcher",
+                                     RuleScope::kConfig, moe_dispatcher_applies};
 constexpr Rule kMegatronFsdpModelled{"megatron-fsdp-modelled", "--megatron-fsdp --pp --dist-opt; Megatron FSDP",
                                      RuleScope::kLayout, megatron_fsdp_modelled};
-const std::array<const Rule*, 15> kMegatronRules = {&kHybridLayersModelled,
+const std::array<const Rule*, 16> kMegatronRules = {&kHybridLayersModelled,
                                                     &kChunkedAttentionNotModelled,
                                                     &kTpCommOverlapNeedsTpAndSp,
                                                     &kContextNeedsFusedAttention,
@@ -234,7 +278,8 @@ const std::array<const Rule*, 15> kMegatronRules = {&kHybridLayersModelled,
                                                     &kUserbuffersSmCount,
                                                     &kMegatronFsdpModelled,
                                                     &kRecomputeModulesApply,
-                                                    &kMtpModelled};
+                                                    &kMtpModelled,
+                                                    &kMoeDispatcherApplies};
 
 }  // namespace
 
@@ -564,7 +609,7 @@ void MegatronEvaluator::stage_costs(Costs& c, const TrainConfig& cfg, int64_t vo
     const double master =
         par.distributed_optimizer ? dense / d(l.grad_ranks()) + experts / d(l.expert_grad_ranks()) : c.stage_trained[i];
     c.stage_master_params[i] = master;
-    CategoryTotals opt = costed(cost_, optimizer_ops, master);
+    CategoryTotals opt = costed(cost_, adam_ops, master, par.bf16_moments ? 2.0 : 4.0);
     c.optimizer_s[i] =
         opt.total() + cost_.op_seconds(membound_op("optim.copy_to_model", MemKind::kCast, static_cast<int64_t>(master),
                                                    1, DType::kFp32, 4.0 * master, 2.0 * master));
@@ -649,7 +694,9 @@ void MegatronEvaluator::tp_comm_overlap_costs(MegatronBlock& b, const ModelParal
 // inputs are all-gathered over the (expert) tensor-parallel ranks after the all-to-all and
 // reduce-scattered before the return (gather_from_sequence_parallel_region, its reverse), over the
 // routed rows of the rank's t tokens where the dense MLP's ran over t tokens; the shared experts are
-// a dense MLP's own all-gather and reduce-scatter beside them.
+// a dense MLP's own all-gather and reduce-scatter beside them. The flex dispatcher (DeepEP, HybridEP;
+// Layout::moe_dispatcher) sends each token once per rank it reaches over the etp x ep ranks instead,
+// with no gather after it (flex_dispatch_seconds); its four per block take the all-to-alls' place.
 void MegatronEvaluator::context_and_expert_costs(MegatronBlock& b, const ModelParallelLayout& l,
                                                  const BlockShape& shape, const TrainConfig& cfg) const {
   b.ring = ring_attention(cost_, shape, l.cp, l.cp_group);
@@ -665,20 +712,23 @@ void MegatronEvaluator::context_and_expert_costs(MegatronBlock& b, const ModelPa
   if (!shape.moe.active()) return;
   const double a = activation_bytes(cfg.precision);
   const double dm = d(model_.d_model);
-  b.all_to_all_s = all_to_all_seconds(cost_, moe_dispatch_bytes(shape), l.ep_group);
+  const bool flex = cfg.layout.moe_dispatcher != MoeDispatcher::kAllToAll;
+  b.all_to_all_s = flex ? flex_dispatch_seconds(cost_, shape, l.tp_ep_group)
+                        : all_to_all_seconds(cost_, moe_dispatch_bytes(shape), l.ep_group);
   // the time of an all-gather and a reduce-scatter of `rows` rows over `group`
   const auto gather_scatter = [&](double rows, const CommGroup& group) {
     return cost_.collective_seconds(CollectiveKind::kAllReduce, rows * dm * a, group);
   };
   const double routed_share = d(shape.moe.routed_width(shape.d_model)) / dm;  // latent experts' narrower rows
-  double tp_change = routed_share * gather_scatter(d(shape.expert_rows()), l.etp_group) -
+  // The flex dispatcher's group spans the expert tensor-parallel ranks: no gather over them.
+  double tp_change = (flex ? 0.0 : routed_share * gather_scatter(d(shape.expert_rows()), l.etp_group)) -
                      gather_scatter(d(shape.tokens()), l.tp_group);
   if (shape.moe.shared_experts > 0) tp_change += gather_scatter(d(shape.tokens()), l.tp_group);
   b.expert_tp_change_s = tp_change;
   const double moe_s = 2.0 * b.all_to_all_s + tp_change;
   b.cp_ep_fwd_s += moe_s;
   b.cp_ep_bwd_s += moe_s;
-  const double launches = l.ep > 1 ? 2.0 : 0.0;
+  const double launches = l.ep > 1 || (flex && l.etp > 1) ? 2.0 : 0.0;
   b.fwd.kernels += launches;
   b.bwd.kernels += launches;
 }
@@ -885,7 +935,8 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
 }
 
 // Peak memory of the most loaded rank. Per stage: the weights (bf16 or fp16, 2 bytes), the main
-// gradients (megatron_grad_bytes) and the fp32 master weights and Adam moments (12 bytes, divided by
+// gradients (megatron_grad_bytes) and the fp32 master weights and Adam moments (12 bytes, or
+// optimizer_state_bytes under the precision-aware optimizer; divided by
 // dp under the distributed optimizer: Megatron-LM's docs give 18 and 6 + 12/dp bytes per parameter
 // for bf16); the activations of the chunk-micro-batches in flight (1F1B: the first stage holds p of
 // them, stage s p - s; interleaved: Megatron's warm-up count plus one; combined 1F1B one more), each
@@ -947,7 +998,7 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
                        (model_.tie_embeddings ? 1.0 : 0.5) * c.fsdp_root_bytes;
       }
     }
-    mb.sharded_state_bytes = weight_bytes + grad_bytes + 12.0 * c.stage_master_params[si];
+    mb.sharded_state_bytes = weight_bytes + grad_bytes + optimizer_state_bytes(cfg) * c.stage_master_params[si];
     mb.activation_bytes = saved_in_flight + rebuilt;
     if (s == 0) mb.activation_bytes += std::ceil(in_flight / d(l.vp)) * c.embed_saved;
     if (s == l.pp - 1) mb.activation_bytes += c.head_saved + c.mtp_saved;
@@ -986,7 +1037,8 @@ constinit const FrameworkDef kMegatronFramework = {
                option_bit(FrameworkOption::kMoeA2aOverlap) | option_bit(FrameworkOption::kGradReduceBf16) |
                option_bit(FrameworkOption::kFp8ParamGather) | option_bit(FrameworkOption::kPipelineScatterGather) |
                option_bit(FrameworkOption::kDistributedOptimizer) | option_bit(FrameworkOption::kMegatronFsdp) |
-               option_bit(FrameworkOption::kRecomputeModules) | option_bit(FrameworkOption::kMtp),
+               option_bit(FrameworkOption::kRecomputeModules) | option_bit(FrameworkOption::kMtp) |
+               option_bit(FrameworkOption::kMoeDispatcher) | option_bit(FrameworkOption::kBf16Moments),
     .fit_adds = kMegatronFitAdds,
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,

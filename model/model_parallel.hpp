@@ -33,6 +33,31 @@ BlockShape rank_shape(const ModelConfig& model, const TrainConfig& cfg, int64_t 
 // rank (all_to_all_seconds).
 double moe_dispatch_bytes(const BlockShape& rank_shape);
 
+// The chance that a token's routed experts include one of `span` consecutive experts (a rank's, or
+// an NVLink domain's), for a router that picks them uniformly at random: what Megatron-Core's
+// --moe-router-force-load-balancing makes of every router (iid normal logits, moe_utils.py
+// RandomSTE), as Megatron-Bridge's performance recipes run it, and the even load the rest of the
+// cost model assumes. Without groups it is 1 - C(E-span, k) / C(E, k); with group-limited routing
+// (MoeConfig::groups, g of n groups chosen) the groups are chosen uniformly (a group's score, the sum
+// of its two best, is iid) and each chosen group takes k/g of the token's experts: a span inside a
+// group is hit with 1 - C(size-span, k/g) / C(size, k/g) of its group's g/n chance, a span of c whole
+// groups whenever one of them is chosen, 1 - C(n-c, g) / C(n, g). tests/test_dispatcher.cpp holds
+// both to a simulation of Megatron-Core's router.
+double routed_hit_probability(const MoeConfig& e, int64_t span);
+
+// One of the flex dispatcher's dispatches or combines (Layout::moe_dispatcher deepep or hybridep;
+// megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher, fused_a2a.py) of one
+// micro-batch of a block: over the etp x ep ranks (`group`, ModelParallelLayout::tp_ep_group), each of
+// the rank's row_tokens() tokens goes once to every rank holding one of its experts (the etp ranks
+// of a hit expert slot), not once per expert as the all-to-all's rows do. Between NVLink domains
+// (DeepEP's internode kernels, HybridEP's RDMA path) a token crosses the network once to each domain
+// it reaches, to the rank of its own local index, which forwards it over NVLink: per rank, the
+// network carries row bytes x P(domain hit) x (domains - 1), shared by the node's ranks, and NVLink
+// row bytes x P(rank hit) x (ranks per domain - 1) x domains. Both at the links' rates and
+// efficiencies (DeepEP's published normal kernels reach 153 of the H800's ~160 GB/s of NVLink and
+// 43-58 GB/s of its 50 GB/s InfiniBand, deepseek-ai/DeepEP README), whichever is slower.
+double flex_dispatch_seconds(const CostModel& cost, const BlockShape& rank_shape, const CommGroup& group);
+
 // One rank's ring attention over one micro-batch of a block under context parallelism:
 // TransformerEngine's AttnFuncWithCPAndKVP2P (cp_comm_type "p2p"), which Megatron-Core's
 // TEDotProductAttention runs with --context-parallel-size. With causal load balancing each rank holds

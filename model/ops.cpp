@@ -1596,16 +1596,19 @@ void head_backward_ops(const BlockShape& s, OpSink& out) {
   out.push(norm_backward("norm_f.bwd", s));
 }
 
-void optimizer_ops(double p, OpSink& out) {
-  // fp32 master parameters, gradients and both Adam moments.
+void adam_ops(double p, double moment_bytes, OpSink& out) {
+  // fp32 master parameters and gradients, and both Adam moments.
   const int64_t n = count(p);
   out.push(membound_op("optim.grad_norm", MemKind::kGradNorm, n, 1, DType::kFp32, 4.0 * p, 0.0, 1, 0.0,
                        OpCategory::kOptimizer));
   out.push(
       membound_op("optim.clip", MemKind::kScale, n, 1, DType::kFp32, 4.0 * p, 4.0 * p, 1, 0.0, OpCategory::kOptimizer));
-  out.push(membound_op("optim.adamw", MemKind::kAdamW, n, 1, DType::kFp32, 16.0 * p, 12.0 * p, 1, 0.0,
+  const double moments = 2.0 * moment_bytes * p;
+  out.push(membound_op("optim.adamw", MemKind::kAdamW, n, 1, DType::kFp32, 8.0 * p + moments, 4.0 * p + moments, 1, 0.0,
                        OpCategory::kOptimizer));
 }
+
+void optimizer_ops(double p, OpSink& out) { adam_ops(p, 4.0, out); }
 
 void fsdp_pre_gather_ops(double unit_params, double shard, double gather_bytes, OpSink& out) {
   if (gather_bytes < 4.0)

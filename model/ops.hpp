@@ -548,7 +548,10 @@ void embedding_backward_ops(const BlockShape& s, OpSink& out);
 void head_forward_ops(const BlockShape& s, OpSink& out);
 void head_backward_ops(const BlockShape& s, OpSink& out);
 
-// Decoupled AdamW with gradient-norm clipping over `local_params` fp32 parameters.
+// Decoupled AdamW with gradient-norm clipping over `local_params` fp32 parameters, its two moments of
+// `moment_bytes` each (4: fp32; 2: Megatron-Core's precision-aware optimizer with bf16 moments).
+void adam_ops(double local_params, double moment_bytes, OpSink& out);
+// adam_ops with fp32 moments.
 void optimizer_ops(double local_params, OpSink& out);
 
 // FSDP's casts around collectives, per FSDP unit of `unit_params` parameters sharded `shard` ways:

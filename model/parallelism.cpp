@@ -139,6 +139,7 @@ ModelParallelLayout model_parallel_layout(const Layout& par, int64_t n_gpus, int
   l.dp_group = strided_group(l.dp * l.cp, l.tp, gpus_per_node);
   l.etp_group = strided_group(l.etp, 1, gpus_per_node);
   l.ep_group = strided_group(l.ep, l.etp, gpus_per_node);
+  l.tp_ep_group = strided_group(l.etp * l.ep, 1, gpus_per_node);
   l.expert_dp_group = strided_group(l.expert_grad_ranks(), l.etp * l.ep, gpus_per_node);
   const int64_t stage_stride = l.tp * l.cp * l.dp;
   // Some stage boundary falls between nodes once the stages span more than one node; the schedule

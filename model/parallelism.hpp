@@ -91,6 +91,7 @@ struct ModelParallelLayout {
   CommGroup dp_group;
   CommGroup etp_group;                    // the routed experts' rows gathered and scattered: etp consecutive ranks
   CommGroup ep_group;                     // the token dispatcher's all-to-alls: ep ranks etp apart
+  CommGroup tp_ep_group;                  // the flex dispatcher's: the etp x ep ranks, consecutive
   CommGroup expert_dp_group;              // the routed experts' gradients: tp*cp*dp/(etp*ep) ranks etp*ep apart
   CommGroup embedding_group;              // first and last stage: the tied word embedding's gradient all-reduce
   bool stage_link_crosses_nodes = false;  // pipeline sends between stages go over the network

@@ -15,6 +15,7 @@ constexpr std::array<std::string_view, kRecomputeModuleCount> kRecomputeModuleNa
 constexpr std::array<std::string_view, 3> kFrameworkNames = {"composer", "megatron", "torchtitan"};
 constexpr std::array<std::string_view, 5> kMegatronFsdpNames = {"off", "no_shard", "optim", "optim_grads",
                                                                 "optim_grads_params"};
+constexpr std::array<std::string_view, 3> kMoeDispatcherNames = {"alltoall", "flex:deepep", "flex:hybridep"};
 
 }  // namespace
 
@@ -23,6 +24,12 @@ std::optional<Framework> parse_framework(std::string_view s) { return value_name
 std::string_view to_string(MegatronFsdp m) { return name_of(m, kMegatronFsdpNames); }
 std::optional<MegatronFsdp> parse_megatron_fsdp(std::string_view s) {
   return value_named<MegatronFsdp>(s, kMegatronFsdpNames);
+}
+std::string_view to_string(MoeDispatcher m) { return name_of(m, kMoeDispatcherNames); }
+std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view s) {
+  if (s == "deepep") return MoeDispatcher::kDeepEp;
+  if (s == "hybridep") return MoeDispatcher::kHybridEp;
+  return value_named<MoeDispatcher>(s, kMoeDispatcherNames);
 }
 std::string_view to_string(Precision p) { return name_of(p, kPrecisionNames); }
 std::string_view to_string(MpMode m) { return name_of(m, kMpModeNames); }

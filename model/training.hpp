@@ -145,6 +145,21 @@ enum class MegatronFsdp : uint8_t { kOff, kNoShard, kOptim, kOptimGrads, kOptimG
 std::string_view to_string(MegatronFsdp m);  // "off", "no_shard", "optim", "optim_grads", "optim_grads_params"
 std::optional<MegatronFsdp> parse_megatron_fsdp(std::string_view s);
 
+// Megatron-Core's MoE token dispatcher (--moe-token-dispatcher-type, and --moe-flex-dispatcher-backend
+// under 'flex'; megatron/core/transformer/moe/token_dispatcher.py):
+//   kAllToAll: MoEAlltoAllTokenDispatcher: each routed (token, expert) pair permuted into its own row
+//     and sent by torch.distributed's all-to-all over the ep ranks (a token routed to two experts of
+//     one rank goes twice), the rows gathered over the expert tensor-parallel ranks after it;
+//   kDeepEp, kHybridEp: MoEFlexTokenDispatcher over the etp x ep ranks at once, with DeepEP's fused
+//     dispatch and combine kernels (deepseek-ai/DeepEP) or NVIDIA's HybridEP (DeepEP's hybrid-ep
+//     branch): each token sent once to each rank holding one of its experts, and between NVLink
+//     domains once to each domain, forwarded inside it (model/model_parallel.hpp
+//     flex_dispatch_seconds).
+enum class MoeDispatcher : uint8_t { kAllToAll, kDeepEp, kHybridEp };
+std::string_view to_string(MoeDispatcher m);  // "alltoall", "flex:deepep", "flex:hybridep"
+// "alltoall", "flex:deepep" or "deepep", "flex:hybridep" or "hybridep".
+std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view s);
+
 // A configuration's layout: every choice of a training run but its size (sequence length, batches,
 // GPU count) and number formats: the framework, its data parallelism (the FSDP sharding strategy),
 // activation checkpointing, and how its GPUs divide the model beyond data parallelism. Ranks are
@@ -211,6 +226,12 @@ struct Layout {
   // moe_a2a_overlap): the expert-parallel all-to-alls of one micro-batch hidden behind another's
   // compute (model/megatron.hpp, model/pipeline.hpp).
   bool moe_a2a_overlap = false;
+  // megatron: the MoE token dispatcher (above).
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // megatron: Megatron-Core's precision-aware optimizer (--use-precision-aware-optimizer) with both
+  // Adam moments in bf16 (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; Megatron-Bridge's DeepSeek-V3
+  // recipes): model/megatron.cpp optimizer_state_bytes says what the optimizer then keeps.
+  bool bf16_moments = false;
   // megatron: Megatron-FSDP's sharding strategy (above); kOff: Megatron-Core's DDP.
   MegatronFsdp megatron_fsdp = MegatronFsdp::kOff;
   // megatron: under Checkpointing::kSelective, the modules recomputed (RecomputeModule bits); every
@@ -252,7 +273,8 @@ struct Layout {
   bool is_data_parallel_only() const {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
            !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16 &&
-           !pipeline_scatter_gather && !moe_a2a_overlap && megatron_fsdp == MegatronFsdp::kOff;
+           !pipeline_scatter_gather && !moe_a2a_overlap && moe_dispatcher == MoeDispatcher::kAllToAll &&
+           !bf16_moments && megatron_fsdp == MegatronFsdp::kOff;
   }
   // Megatron-FSDP sharding the gradients (ZeRO-2), and the parameters too (ZeRO-3).
   bool fsdp_shards_grads() const { return megatron_fsdp >= MegatronFsdp::kOptimGrads; }
