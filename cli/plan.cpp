@@ -55,7 +55,8 @@ struct PlanRequest {
             .lora = query.lora.active(),
             .recompute_modules = query.space.asked.recompute_modules.has_value(),
             .mtp = query.space.asked.mtp_layers.has_value(),
-            .moe_dispatcher = query.space.asked.moe_dispatcher.has_value()};
+            .moe_dispatcher = query.space.asked.moe_dispatcher.has_value(),
+            .cuda_graphs = query.space.asked.cuda_graphs.has_value()};
   }
 };
 

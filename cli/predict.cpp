@@ -191,7 +191,8 @@ void run_predict(const PredictOptions& o) {
                                  .lora = cfg.lora.active(),
                                  .recompute_modules = asked.recompute_modules.has_value(),
                                  .mtp = asked.mtp_layers.has_value(),
-                                 .moe_dispatcher = asked.moe_dispatcher.has_value()};
+                                 .moe_dispatcher = asked.moe_dispatcher.has_value(),
+                                 .cuda_graphs = asked.cuda_graphs.has_value()};
   add_optional_columns(optional, t.columns);
   std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile, cfg));
   if (asked.framework_given) add_layout_cells(cfg, row);

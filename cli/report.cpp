@@ -161,6 +161,7 @@ void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& co
   if (o.recompute_modules) columns.emplace_back("Recompute Modules");
   if (o.mtp) columns.insert(columns.end(), {"MTP Layers", "MTP Repeated Layer"});
   if (o.moe_dispatcher) columns.emplace_back("MoE Dispatcher");
+  if (o.cuda_graphs) columns.emplace_back("CUDA Graphs");
 }
 
 void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::vector<Cell>& row) {
@@ -180,6 +181,7 @@ void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::v
     row.push_back(Cell::flag(cfg.layout.mtp_repeated_layer));
   }
   if (o.moe_dispatcher) row.push_back(Cell::str(std::string(to_string(cfg.layout.moe_dispatcher))));
+  if (o.cuda_graphs) row.push_back(Cell::str(cuda_graphs_text(cfg.layout.cuda_graphs)));
 }
 
 std::string sharding_text(const Layout& p) {
@@ -206,6 +208,7 @@ std::string layout_phrase(const Layout& p) {
   if (p.mtp_layers > 0)
     add("mtp " + std::to_string(p.mtp_layers) + (p.mtp_repeated_layer && p.mtp_layers > 1 ? " (one layer)" : ""));
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) add(std::string(to_string(p.moe_dispatcher)));
+  if (p.cuda_graphs != 0) add("cuda graphs " + cuda_graphs_text(p.cuda_graphs, ","));
   for (const SwitchAxis& a : kSwitchAxes)
     if (p.*a.value && !a.names.label.empty()) add(std::string(a.names.label));
   return out;

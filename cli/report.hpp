@@ -54,7 +54,8 @@ void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row);
 // `MTP Layers` and `MTP Repeated Layer` when --mtp-layers is.
 bool owns_megatron_fsdp(Framework f);
 struct OptionalColumns {
-  bool megatron_fsdp = false, lora = false, recompute_modules = false, mtp = false, moe_dispatcher = false;
+  bool megatron_fsdp = false, lora = false, recompute_modules = false, mtp = false, moe_dispatcher = false,
+       cuda_graphs = false;
 };
 void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& columns);
 void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::vector<Cell>& row);

@@ -182,7 +182,7 @@ void add_on_off(CLI::App* cmd, const std::string& on, const std::string& off, st
 namespace {
 
 // Megatron-Core's options that change the model run, not its layout's degrees: the pipeline layout,
-// multi-token prediction, the MoE dispatcher and the recompute modules.
+// multi-token prediction, the MoE dispatcher, CUDA graphs and the recompute modules.
 void add_megatron_model_flags(CLI::App* cmd, LayoutRequest& r) {
   cmd->add_option_function<std::string>(
          "--pipeline-layout",
@@ -211,6 +211,17 @@ void add_megatron_model_flags(CLI::App* cmd, LayoutRequest& r) {
       "megatron: the MoE token dispatcher: alltoall (the default), deepep or hybridep (Megatron-Core's "
       "--moe-token-dispatcher-type flex with --moe-flex-dispatcher-backend)")
       ->type_name("NAME");
+  add_parsed(
+      cmd, "--cuda-graphs", r.cuda_graphs,
+      [](const std::string& flag, const std::string& text) -> uint8_t {
+        std::string error;
+        const std::optional<uint8_t> m = parse_cuda_graphs(text, error);
+        if (!m) throw Error(flag + " '" + text + "': " + error);
+        return *m;
+      },
+      "megatron: the modules Megatron-Core captures in CUDA graphs, comma-separated (attn, mlp, moe, moe_router, "
+      "moe_preprocess, mamba; layer: the whole layer), or full_iteration (the whole step); docs/frameworks.md")
+      ->type_name("MODULES");
   cmd->add_flag("--mtp-repeated-layer", r.mtp_repeated_layer,
                 "megatron: the multi-token prediction depths share one layer's weights (--mtp-use-repeated-layer)");
   add_parsed(

@@ -332,6 +332,11 @@ class RowParser {
       std::transform(t.begin(), t.end(), t.begin(), ::tolower);
       if (const std::optional<MoeDispatcher> m = parse_moe_dispatcher(t)) r.layout.moe_dispatcher = *m;
     }
+    if (cols_.given(cells, "CUDA Graphs")) {  // Layout::cuda_graphs; a value it cannot read is refused
+      std::string t = cols_.cell(cells, "CUDA Graphs", at), error;
+      std::transform(t.begin(), t.end(), t.begin(), ::tolower);
+      if (const std::optional<uint8_t> m = parse_cuda_graphs(t, error)) r.layout.cuda_graphs = *m;
+    }
     if (cols_.given(cells, "Optimizer")) {  // Adam with bf16 moments: Layout::bf16_moments; others refused
       std::string t = cols_.cell(cells, "Optimizer", at);
       std::transform(t.begin(), t.end(), t.begin(), ::tolower);
@@ -456,9 +461,9 @@ class RowParser {
         !dispatcher.empty() && !parse_moe_dispatcher(dispatcher))
       why = "the MoE dispatcher '" + cols_.cell(cells, "MoE Dispatcher", at) +
             "' is not modelled (tpsim costs alltoall, flex:deepep and flex:hybridep)";
-    if (const std::string graphs = lower("CUDA Graphs");
-        why.empty() && !graphs.empty() && graphs != "none" && graphs != "false")
-      why = "CUDA graphs ('" + cols_.cell(cells, "CUDA Graphs", at) + "') are not modelled yet";
+    if (std::string graphs = lower("CUDA Graphs"), error;
+        why.empty() && !graphs.empty() && !parse_cuda_graphs(graphs, error))
+      why = "CUDA graphs '" + cols_.cell(cells, "CUDA Graphs", at) + "': " + error;
     if (why.empty() && cols_.given(cells, "Token Drop") && cols_.boolean(cells, "Token Drop", at))
       why = "token dropping (Token Drop True) is not modelled in tables yet";
     if (const std::string opt = lower("Optimizer");

@@ -32,9 +32,10 @@
 // Layer` (multi-token prediction: --mtp-layers, --mtp-repeated-layer), `Pipeline Layout`
 // (--pipeline-layout), `MoE Dispatcher` (--moe-dispatcher: alltoall, flex:deepep, flex:hybridep), and
 // `Optimizer` (adam, adamw, or "adam (bf16 moments)": --bf16-adam-moments, as the `BF16 Adam Moments`
-// column), and `CUDA Graphs`, `Token Drop` and `Other Features` (what the run had that
-// tpsim does not model yet: a row with one of them set, other than Adam, or another dispatcher, is
-// refused, MeasuredRow::unmodelled),
+// column), `CUDA Graphs` (--cuda-graphs: transformer_engine:attn,moe_router, local:layer,
+// full_iteration, ...), and `Token Drop` and `Other Features` (what the run had that
+// tpsim does not model yet: a row with one of them set, or with an optimizer, dispatcher or CUDA
+// graph value other than these, is refused, MeasuredRow::unmodelled),
 // and `Step Time (s)`, the measured quantity of a row whose
 // `Throughput (T/s)` is absent or empty. A table with one of these columns may leave out `GPU`
 // when the command names the device (--device); llm-foundry's tables always have it. `MP Mode` and `Sharding Strategy`

@@ -21,6 +21,7 @@ Layout fixed_layout(const LayoutRequest& r, std::optional<Sharding> sharding) {
   l.mtp_repeated_layer = r.mtp_repeated_layer;
   l.pipeline_layout = r.pipeline_layout;
   l.moe_dispatcher = r.moe_dispatcher.value_or(MoeDispatcher::kAllToAll);
+  l.cuda_graphs = r.cuda_graphs.value_or(0);
   if (r.megatron_fsdp) set_megatron_fsdp(l, *r.megatron_fsdp);
   return l;
 }

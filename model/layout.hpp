@@ -43,6 +43,8 @@ struct LayoutRequest {
   bool mtp_repeated_layer = false;
   // megatron: the MoE token dispatcher (Layout::moe_dispatcher; unset: alltoall, never searched).
   std::optional<MoeDispatcher> moe_dispatcher;
+  // megatron: the modules captured in CUDA graphs (Layout::cuda_graphs; unset: none, never searched).
+  std::optional<uint8_t> cuda_graphs;
   // megatron: a pipeline layout's id (Layout::pipeline_layout); 0: none.
   uint16_t pipeline_layout = 0;
   // The switches (kSwitchAxes): on when given, never searched.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -235,6 +236,57 @@ std::string moe_dispatcher_applies(const RuleInput& in) {
   return {};
 }
 
+// CUDA graphs (Layout::cuda_graphs) as Megatron-Core's TransformerConfig asserts them: each module on
+// a model with what it captures (mlp needs a dense layer, moe and moe_router routed experts, mamba
+// Mamba layers, attn attention), moe_preprocess with moe_router, not moe with moe_router, moe only
+// with drop-padding (a capacity factor), moe_preprocess not with the all-to-all's capacity (its
+// preprocessing copies to the host), and full recompute only under full_iteration.
+std::string cuda_graphs_apply(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
+  if (par.cuda_graphs == 0) return {};
+  const std::string what = "--cuda-graphs " + cuda_graphs_text(par.cuda_graphs, ",");
+  const bool full_iteration = par.cuda_graphs == graph_bit(GraphModule::kFullIteration);
+  if (par.checkpointing == Checkpointing::kFull && !full_iteration)
+    return what + ": full recompute runs only under full_iteration graphs, as Megatron-Core asserts";
+  if (full_iteration) return {};
+  const auto has = [&](GraphModule m) { return (par.cuda_graphs & graph_bit(m)) != 0; };
+  if (has(GraphModule::kMoePreprocess) && !has(GraphModule::kMoeRouter))
+    return what + ": moe_preprocess needs moe_router, as Megatron-Core asserts";
+  if (has(GraphModule::kMoe) && has(GraphModule::kMoeRouter))
+    return what + ": moe and moe_router together, which Megatron-Core refuses";
+  const ModelConfig& m = *in.model;
+  const LayerPattern pattern = layer_pattern(m);
+  bool attention = false, mamba = false, dense = false;
+  const MoeConfig* moe = m.moe.active() ? &m.moe : nullptr;
+  for (const LayerGroup& g : pattern.groups) {
+    attention = attention || g.model.mixer == Mixer::kAttention;
+    mamba = mamba || g.model.mixer == Mixer::kMamba2;
+    dense = dense || (!g.model.no_ffn && !g.model.moe.active());
+    if (!moe && g.model.moe.active()) moe = &g.model.moe;
+  }
+  const bool whole_layer = (par.cuda_graphs & kWholeLayerGraphs) == kWholeLayerGraphs;
+  const auto lacks = [&](GraphModule g, std::string_view needs) {
+    return what + ": " + std::string(to_string(g)) + " captures " + std::string(needs) + "; " + m.name + " has none";
+  };
+  if (!whole_layer) {
+    if (has(GraphModule::kAttn) && !attention) return lacks(GraphModule::kAttn, "attention layers");
+    if (has(GraphModule::kMamba) && !mamba) return lacks(GraphModule::kMamba, "Mamba layers");
+    if (has(GraphModule::kMlp) && !dense) return lacks(GraphModule::kMlp, "dense feed-forward layers");
+    if ((has(GraphModule::kMoeRouter) || has(GraphModule::kMoe)) && !moe)
+      return lacks(has(GraphModule::kMoe) ? GraphModule::kMoe : GraphModule::kMoeRouter, "routed experts");
+  }
+  if (moe && has(GraphModule::kMoe) && moe->capacity_factor <= 0)
+    return what +
+           ": Megatron-Core captures a whole mixture-of-experts layer only with drop-padding (a capacity "
+           "factor); dropless routing's shapes change every step";
+  if (moe && has(GraphModule::kMoePreprocess) && moe->capacity_factor > 0 &&
+      par.moe_dispatcher == MoeDispatcher::kAllToAll)
+    return what +
+           ": moe_preprocess with the all-to-all dispatcher and a capacity factor, whose preprocessing "
+           "copies to the host (Megatron-Core refuses it)";
+  return {};
+}
+
 std::string userbuffers_sm_count(const RuleInput& in) {
   if (in.cfg.layout.tp_comm_overlap && in.device->compute_units <= kUserbuffersMaxSms)
     return "tensor-parallel communication overlap needs the SM count of device " + in.device->id + " (compute_units)";
@@ -262,9 +314,11 @@ constexpr Rule kMtpModelled{"mtp-modelled", "--mtp-layers --mtp-repeated-layer; 
                             mtp_modelled};
 constexpr Rule kMoeDispatcherApplies{"moe-dispatcher-applies", "--moe-dispatcher --ep --etp; MoE Dispatcher",
                                      RuleScope::kConfig, moe_dispatcher_applies};
+constexpr Rule kCudaGraphsApply{"cuda-graphs-apply", "--cuda-graphs --ckpt; CUDA Graphs", RuleScope::kConfig,
+                                cuda_graphs_apply};
 constexpr Rule kMegatronFsdpModelled{"megatron-fsdp-modelled", "--megatron-fsdp --pp --dist-opt; Megatron FSDP",
                                      RuleScope::kLayout, megatron_fsdp_modelled};
-const std::array<const Rule*, 16> kMegatronRules = {&kHybridLayersModelled,
+const std::array<const Rule*, 17> kMegatronRules = {&kHybridLayersModelled,
                                                     &kChunkedAttentionNotModelled,
                                                     &kTpCommOverlapNeedsTpAndSp,
                                                     &kContextNeedsFusedAttention,
@@ -279,7 +333,8 @@ const std::array<const Rule*, 16> kMegatronRules = {&kHybridLayersModelled,
                                                     &kMegatronFsdpModelled,
                                                     &kRecomputeModulesApply,
                                                     &kMtpModelled,
-                                                    &kMoeDispatcherApplies};
+                                                    &kMoeDispatcherApplies,
+                                                    &kCudaGraphsApply};
 
 }  // namespace
 
@@ -386,6 +441,54 @@ class ExpertSeconds final : public OpSink {
   const CostModel& cost_;
 };
 
+// The CUDA graph modules (GraphModule bits) an op of a block runs in, its backward's alike, by the
+// op's name and role (model/ops.cpp's names): a mixer's input norm, ops and residual are its
+// module's (attn, mamba; a Gated DeltaNet's none); a dense feed-forward's norm, ops and residual
+// mlp's; of a mixture of experts, the pre-MLP norm, the router and the shared experts moe_router's,
+// the latent down projection and the permutation moe_preprocess's, every op moe's.
+uint8_t graphed_modules(const Op& op, Mixer mixer, bool moe) {
+  const std::string_view name = op.name;
+  const auto starts = [&](std::string_view prefix) { return name.substr(0, prefix.size()) == prefix; };
+  const uint8_t mixer_module = mixer == Mixer::kAttention ? graph_bit(GraphModule::kAttn)
+                               : mixer == Mixer::kMamba2  ? graph_bit(GraphModule::kMamba)
+                                                          : uint8_t{0};
+  if (starts("norm_1.")) return mixer_module;
+  if (starts("attn.") || starts("resid_attn.") || starts("norm_post_attn.")) return graph_bit(GraphModule::kAttn);
+  if (starts("mamba.") || starts("resid_mamba.")) return graph_bit(GraphModule::kMamba);
+  const bool ffn = starts("norm_2.") || starts("ffn.") || starts("resid_ffn.") || starts("norm_post_ffn.") ||
+                   starts("moe.") || op.role == OpRole::kRouter || op.role == OpRole::kRoutedExpert ||
+                   op.role == OpRole::kSharedExpert;
+  if (!ffn) return 0;
+  if (!moe) return graph_bit(GraphModule::kMlp);
+  const uint8_t whole = graph_bit(GraphModule::kMoe);
+  if (starts("norm_2.") || starts("moe.router.") || op.role == OpRole::kRouter || op.role == OpRole::kSharedExpert)
+    return whole | graph_bit(GraphModule::kMoeRouter);
+  if (starts("moe.latent_down") || starts("moe.permute.")) return whole | graph_bit(GraphModule::kMoePreprocess);
+  return whole;
+}
+
+// The kernels of a block's pass that run inside its CUDA graphs (`modules`), and the graphs: one
+// launch per module that holds any of them.
+class GraphedKernels final : public OpSink {
+ public:
+  GraphedKernels(uint8_t modules, Mixer mixer, bool moe) : modules_(modules), mixer_(mixer), moe_(moe) {}
+  void push(const Op& op) override {
+    if (op.per_step) return;
+    const uint8_t in = graphed_modules(op, mixer_, moe_) & modules_;
+    if (in == 0) return;
+    kernels += static_cast<double>(op.kernels);
+    // a module of its own, or the first of two an op is in (moe_router with moe)
+    seen_ |= static_cast<uint8_t>(in & (~in + 1u));
+  }
+  double graphs() const { return static_cast<double>(std::popcount(static_cast<unsigned>(seen_))); }
+  double kernels = 0;
+
+ private:
+  uint8_t modules_, seen_ = 0;
+  Mixer mixer_;
+  bool moe_;
+};
+
 // What selective recompute adds to a block (`b`'s forward costed, its ring and dispatcher set):
 // the attention kernel again under core_attn, with the ring's exposed exchange; the mlp and moe
 // recomputes' forward collectives again before the feed-forward's backward (its tensor-parallel
@@ -448,6 +551,15 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     MegatronBlock& b = c.blocks[g];
     const MicroBatchOpCosts ops = cost_micro_batch_ops(cost_, shape);
     b.fwd = ops.block_fwd, b.bwd = ops.block_bwd;
+    // Per-layer CUDA graphs: the host issues one launch per graph for the kernels they hold.
+    if (par.cuda_graphs != 0 && par.cuda_graphs != graph_bit(GraphModule::kFullIteration)) {
+      GraphedKernels fwd(par.cuda_graphs, model.mixer, model.moe.active()),
+          bwd(par.cuda_graphs, model.mixer, model.moe.active());
+      block_forward_ops(shape, fwd);
+      block_backward_ops(shape, bwd);
+      b.fwd.kernels += fwd.graphs() - fwd.kernels;
+      b.bwd.kernels += bwd.graphs() - bwd.kernels;
+    }
     if (g == 0) {
       c.embed_fwd = ops.embed_fwd, c.embed_bwd = ops.embed_bwd, c.head_fwd = ops.head_fwd, c.head_bwd = ops.head_bwd;
       c.embed_saved = ops.embed_fwd.saved_bytes, c.head_saved = ops.head_fwd.saved_bytes;
@@ -742,8 +854,10 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
   // PyTorch at small sizes: the GPU waits for the next launch); a collective is one more launch. Near
   // the crossing the two only partly hide each other (the launch queue drains and refills), so they
   // combine as a smooth maximum, (gpu^4 + host^4)^(1/4): on vTrain's runs exponents 4 and 8 fit alike
-  // (6.5% in-sample) and 2 worse (8.0%); 4 keeps the fit's derivatives smooth.
-  const double issue = params_.host_kernel_issue_s;
+  // (6.5% in-sample) and 2 worse (8.0%); 4 keeps the fit's derivatives smooth. Under a full-iteration
+  // CUDA graph the host issues nothing (per-layer graphs: cost_layout's kernel counts).
+  const double issue =
+      c.key.layout.cuda_graphs == graph_bit(GraphModule::kFullIteration) ? 0.0 : params_.host_kernel_issue_s;
   const double tp_launches = l.tp > 1 ? 2.0 : 0.0;
   HostTime host;
   host_blocks_.assign(c.groups(), {});
@@ -1038,7 +1152,8 @@ constinit const FrameworkDef kMegatronFramework = {
                option_bit(FrameworkOption::kFp8ParamGather) | option_bit(FrameworkOption::kPipelineScatterGather) |
                option_bit(FrameworkOption::kDistributedOptimizer) | option_bit(FrameworkOption::kMegatronFsdp) |
                option_bit(FrameworkOption::kRecomputeModules) | option_bit(FrameworkOption::kMtp) |
-               option_bit(FrameworkOption::kMoeDispatcher) | option_bit(FrameworkOption::kBf16Moments),
+               option_bit(FrameworkOption::kMoeDispatcher) | option_bit(FrameworkOption::kBf16Moments) |
+               option_bit(FrameworkOption::kCudaGraphs),
     .fit_adds = kMegatronFitAdds,
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,

@@ -250,6 +250,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                     p.mtp_layers = a.mtp_layers.value_or(0), p.mtp_repeated_layer = a.mtp_repeated_layer;
                     p.pipeline_layout = a.pipeline_layout;
                     p.moe_dispatcher = a.moe_dispatcher.value_or(MoeDispatcher::kAllToAll);
+                    p.cuda_graphs = a.cuda_graphs.value_or(0);
                     p.sequence_parallel = sp;
                     p.distributed_optimizer = dist_opt, p.overlap_grad_reduce = overlap_grad_reduce;
                     set_megatron_fsdp(p, fsdp);

@@ -1,5 +1,7 @@
 #include "model/training.hpp"
 
+#include <algorithm>
+
 #include "model/enum_names.hpp"
 
 namespace tpsim {
@@ -15,6 +17,8 @@ constexpr std::array<std::string_view, kRecomputeModuleCount> kRecomputeModuleNa
 constexpr std::array<std::string_view, 3> kFrameworkNames = {"composer", "megatron", "torchtitan"};
 constexpr std::array<std::string_view, 5> kMegatronFsdpNames = {"off", "no_shard", "optim", "optim_grads",
                                                                 "optim_grads_params"};
+constexpr std::array<std::string_view, kGraphModuleCount> kGraphModuleNames = {
+    "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"};
 constexpr std::array<std::string_view, 3> kMoeDispatcherNames = {"alltoall", "flex:deepep", "flex:hybridep"};
 
 }  // namespace
@@ -25,6 +29,53 @@ std::string_view to_string(MegatronFsdp m) { return name_of(m, kMegatronFsdpName
 std::optional<MegatronFsdp> parse_megatron_fsdp(std::string_view s) {
   return value_named<MegatronFsdp>(s, kMegatronFsdpNames);
 }
+std::string_view to_string(GraphModule m) { return name_of(m, kGraphModuleNames); }
+
+std::string cuda_graphs_text(uint8_t modules, std::string_view sep) {
+  std::string out;
+  for (int i = 0; i < kGraphModuleCount; ++i)
+    if ((modules & (1u << i)) != 0) {
+      if (!out.empty()) out += sep;
+      out += kGraphModuleNames[static_cast<size_t>(i)];
+    }
+  return out;
+}
+
+std::optional<uint8_t> parse_cuda_graphs(std::string_view text, std::string& error) {
+  for (std::string_view impl : {"transformer_engine:", "local:"})
+    if (text.substr(0, impl.size()) == impl) text.remove_prefix(impl.size());
+  if (text == "none" || text == "false") return uint8_t{0};
+  if (text == "layer") return kWholeLayerGraphs;
+  uint8_t modules = 0;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find_first_of(",; ", at), text.size());
+    const std::string_view name = text.substr(at, end - at);
+    at = end + 1;
+    if (name.empty()) continue;
+    const std::optional<GraphModule> m = value_named<GraphModule>(name, kGraphModuleNames);
+    if (!m) {
+      error = "unknown CUDA graph module '" + std::string(name) + "' (" +
+              cuda_graphs_text((1u << kGraphModuleCount) - 1, ", ") + ", or layer, none)";
+      return std::nullopt;
+    }
+    if ((modules & graph_bit(*m)) != 0) {
+      error = "'" + std::string(name) + "' given twice";
+      return std::nullopt;
+    }
+    modules |= graph_bit(*m);
+  }
+  if (modules == 0) {
+    error = "no module named";
+    return std::nullopt;
+  }
+  if ((modules & graph_bit(GraphModule::kFullIteration)) != 0 && modules != graph_bit(GraphModule::kFullIteration)) {
+    error = "full_iteration captures the whole step; it takes no modules";
+    return std::nullopt;
+  }
+  return modules;
+}
+
 std::string_view to_string(MoeDispatcher m) { return name_of(m, kMoeDispatcherNames); }
 std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view s) {
   if (s == "deepep") return MoeDispatcher::kDeepEp;

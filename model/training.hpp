@@ -160,6 +160,33 @@ std::string_view to_string(MoeDispatcher m);  // "alltoall", "flex:deepep", "fle
 // "alltoall", "flex:deepep" or "deepep", "flex:hybridep" or "hybridep".
 std::optional<MoeDispatcher> parse_moe_dispatcher(std::string_view s);
 
+// Megatron-Core's CUDA graphs (transformer_config.py: --cuda-graph-impl transformer_engine or local
+// with --cuda-graph-modules, or full_iteration), as a set of bits: the modules each layer captures,
+// its forward and backward each replayed as one graph, so that the host issues one launch for each
+// instead of one per kernel (model/megatron.cpp graphed_modules says which ops each holds):
+//   attn: TransformerLayer._forward_attention (the input norm, the attention, its residual);
+//   mlp: a dense layer's _forward_mlp (the pre-MLP norm, the MLP, its residual);
+//   moe: a mixture of experts' whole _forward_mlp (Megatron-Core: only with drop-padding);
+//   moe_router: _forward_mlp up to the router (the pre-MLP norm, the router, the shared experts);
+//   moe_preprocess: MoELayer.preprocess (latent experts' down projection, the dispatcher's
+//     preprocessing: the all-to-all's permutation);
+//   mamba: a Mamba layer;
+//   full_iteration: the whole step, one graph (--cuda-graph-impl full_iteration): no host time.
+// "layer" (an empty module list: the whole layer) is attn, mlp, moe and mamba.
+enum class GraphModule : uint8_t { kAttn, kMlp, kMoe, kMoeRouter, kMoePreprocess, kMamba, kFullIteration };
+inline constexpr int kGraphModuleCount = 7;
+constexpr uint8_t graph_bit(GraphModule m) { return static_cast<uint8_t>(1u << static_cast<unsigned>(m)); }
+inline constexpr uint8_t kWholeLayerGraphs = graph_bit(GraphModule::kAttn) | graph_bit(GraphModule::kMlp) |
+                                             graph_bit(GraphModule::kMoe) | graph_bit(GraphModule::kMamba);
+std::string_view to_string(GraphModule m);  // Megatron's name: "attn", "moe_router", "full_iteration", ...
+// The set as its names in the enum's order, joined by `sep` ("" for none), the implementation's
+// prefix left out.
+std::string cuda_graphs_text(uint8_t modules, std::string_view sep = ";");
+// Megatron's names separated by commas, semicolons or spaces, after an optional implementation
+// ("transformer_engine:", "local:"), or "layer", "full_iteration", "none"; nullopt with `error` naming
+// what is wrong (an unknown or repeated name, full_iteration with modules).
+std::optional<uint8_t> parse_cuda_graphs(std::string_view text, std::string& error);
+
 // A configuration's layout: every choice of a training run but its size (sequence length, batches,
 // GPU count) and number formats: the framework, its data parallelism (the FSDP sharding strategy),
 // activation checkpointing, and how its GPUs divide the model beyond data parallelism. Ranks are
@@ -232,6 +259,8 @@ struct Layout {
   // Adam moments in bf16 (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; Megatron-Bridge's DeepSeek-V3
   // recipes): model/megatron.cpp optimizer_state_bytes says what the optimizer then keeps.
   bool bf16_moments = false;
+  // megatron: the modules Megatron-Core captures in CUDA graphs (GraphModule bits; 0: none).
+  uint8_t cuda_graphs = 0;
   // megatron: Megatron-FSDP's sharding strategy (above); kOff: Megatron-Core's DDP.
   MegatronFsdp megatron_fsdp = MegatronFsdp::kOff;
   // megatron: under Checkpointing::kSelective, the modules recomputed (RecomputeModule bits); every
@@ -274,7 +303,7 @@ struct Layout {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
            !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16 &&
            !pipeline_scatter_gather && !moe_a2a_overlap && moe_dispatcher == MoeDispatcher::kAllToAll &&
-           !bf16_moments && megatron_fsdp == MegatronFsdp::kOff;
+           !bf16_moments && cuda_graphs == 0 && megatron_fsdp == MegatronFsdp::kOff;
   }
   // Megatron-FSDP sharding the gradients (ZeRO-2), and the parameters too (ZeRO-3).
   bool fsdp_shards_grads() const { return megatron_fsdp >= MegatronFsdp::kOptimGrads; }

@@ -256,7 +256,7 @@ BOOST_AUTO_TEST_CASE(a_table_names_them_in_its_column) {
 }
 
 BOOST_AUTO_TEST_CASE(what_a_row_ran_that_is_not_modelled_refuses_it) {
-  // A dispatcher tpsim does not cost, CUDA graphs and token dropping change what a row ran: each
+  // A dispatcher tpsim does not cost, CUDA graphs it cannot read and token dropping change what a row ran: each
   // refuses the row by name (never a prediction of a run without it); the alltoall and flex
   // dispatchers, no graphs and no dropping are what tpsim costs, and multi-token prediction and
   // pipeline layouts are modelled.
@@ -269,7 +269,7 @@ BOOST_AUTO_TEST_CASE(what_a_row_ran_that_is_not_modelled_refuses_it) {
          "gpt-oss-120b,4096,64,h100_80gb,amp_bf16,1,1280,megatron,4,8,none,1,,alltoall,,False,372736\n"
          "gpt-oss-120b,4096,64,h100_80gb,amp_bf16,1,1280,megatron,4,8,none,0,Et|(tt|)*17L,alltoall,,False,372736\n"
          "gpt-oss-120b,4096,64,h100_80gb,amp_bf16,1,1280,megatron,4,8,none,0,,flex:ncclep,,False,372736\n"
-         "gpt-oss-120b,4096,64,h100_80gb,amp_bf16,1,1280,megatron,4,8,none,0,,alltoall,attn,False,372736\n"
+         "gpt-oss-120b,4096,64,h100_80gb,amp_bf16,1,1280,megatron,4,8,none,0,,alltoall,transformer_engine:all,False,372736\n"
          "gpt-oss-120b,4096,64,h100_80gb,amp_bf16,1,1280,megatron,4,8,none,0,,alltoall,,True,372736\n";
   }
   const MeasuredTable t = read_measured_table(file);
@@ -280,7 +280,7 @@ BOOST_AUTO_TEST_CASE(what_a_row_ran_that_is_not_modelled_refuses_it) {
   BOOST_TEST(t.rows[2].unmodelled.empty());  // a layout is modelled: the rules check it against the row
   BOOST_TEST(t.rows[2].layout.pipeline_layout != 0);
   BOOST_TEST(contains(t.rows[3].unmodelled, "the MoE dispatcher 'flex:ncclep' is not modelled"));
-  BOOST_TEST(contains(t.rows[4].unmodelled, "CUDA graphs ('attn')"));
+  BOOST_TEST(contains(t.rows[4].unmodelled, "CUDA graphs 'transformer_engine:all': unknown CUDA graph module 'all'"));
   BOOST_TEST(contains(t.rows[5].unmodelled, "token dropping"));
   const auto v = run_tpsim("validate --table " + file.string());
   BOOST_TEST(v.status != 0);
