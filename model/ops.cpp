@@ -33,6 +33,18 @@ const Op& tagged(Op&& op, OpRole role, OpPass pass = OpPass::kNone) { return tag
 class Unsaved final : public OpSink {
  public:
   explicit Unsaved(OpSink& out, bool again = false) : out_(out), again_(again) {}
+  // Runs build(sink) with `out` itself, or with an Unsaved sink over it when `discard`. Two calls, not
+  // one through a sink chosen at run time: where the builders are inlined into a costing
+  // (cost_micro_batch_ops) the common path then pushes to a sink of known type, without a virtual call.
+  template <typename Build>
+  static void maybe(bool discard, OpSink& out, Build&& build) {
+    if (discard) {
+      Unsaved unsaved(out);
+      build(static_cast<OpSink&>(unsaved));
+    } else {
+      build(out);
+    }
+  }
   void push(const Op& op) override {
     if (again_ && op.per_step) return;
     Op o = op;
@@ -686,15 +698,15 @@ void mla_forward(const BlockShape& s, OpSink& out) {
   const bool q_lora = s.mla.q_lora_rank > 0;
   // Under the layernorm recompute the input norm's output, which the first projections keep, is
   // discarded (BlockShape::recompute).
-  Unsaved unsaved(out);
-  OpSink& first = s.recomputes(RecomputeModule::kLayernorm) ? unsaved : out;
+  const bool discarded = s.recomputes(RecomputeModule::kLayernorm);
   if (q_lora) {
-    linear_forward(s, mla_q_down(s), false, first);
+    Unsaved::maybe(discarded, out, [&](OpSink& first) { linear_forward(s, mla_q_down(s), false, first); });
     out.push(rms_norm("attn.q_norm.fwd", s, s.row_tokens(), s.mla.q_lora_rank, true));
-  } else {
-    linear_forward(s, mla_q_up(s), false, first);  // from the hidden state, which it keeps
+  } else {  // from the hidden state, which it keeps
+    Unsaved::maybe(discarded, out, [&](OpSink& first) { linear_forward(s, mla_q_up(s), false, first); });
   }
-  linear_forward(s, mla_kv_down(s), /*input_saved_elsewhere=*/true, first);
+  Unsaved::maybe(discarded, out,
+                 [&](OpSink& first) { linear_forward(s, mla_kv_down(s), /*input_saved_elsewhere=*/true, first); });
   out.push(rms_norm("attn.kv_norm.fwd", s, s.row_tokens(), s.mla.kv_lora_rank, true));
   mla_up_forward(s, out);
 }
@@ -843,21 +855,21 @@ void unfused_attention_backward(const BlockShape& s, OpSink& out) {
 
 // An elementwise op of the feed-forward over its [rows, width] activations, reading, writing and
 // keeping for backward (saved) the given multiples of that tensor's bytes.
+// The activation's last kernel applies the routing probabilities (Ffn::probs_in_activation): forward
+// it reads and keeps one fp32 probability per row; backward it reads them and writes their gradient.
+enum class Probs : uint8_t { kNone, kForward, kBackward };
+
 Op ffn_elementwise(const BlockShape& s, const Ffn& f, const char* name, MemKind kind, double read, double written,
-                   double saved = 0) {
+                   double saved = 0, Probs probs = Probs::kNone) {
   const double bytes = d(f.rows) * d(f.width) * activation_bytes(s.precision);
-  return tagged(membound_op(name, kind, f.rows, f.width, activation_dtype(s.precision), read * bytes, written * bytes,
-                            1, saved * bytes),
-                f.names->role);
-}
-// The activation's last kernel with the routing probabilities (Ffn::probs_in_activation): forward it
-// reads and keeps one fp32 probability per row; backward it reads them and writes their gradient.
-Op weighted(const Ffn& f, Op op, bool forward) {
-  if (!f.probs_in_activation) return op;
-  const double probs = d(f.rows) * 4.0;
-  op.bytes_read += probs;
-  if (forward) op.saved_bytes += probs;
-  else op.bytes_written += probs;
+  Op op = tagged(membound_op(name, kind, f.rows, f.width, activation_dtype(s.precision), read * bytes, written * bytes,
+                             1, saved * bytes),
+                 f.names->role);
+  if (probs != Probs::kNone && f.probs_in_activation) {
+    const double weights = d(f.rows) * 4.0;
+    op.bytes_read += weights;
+    (probs == Probs::kForward ? op.saved_bytes : op.bytes_written) += weights;
+  }
   return op;
 }
 
@@ -867,32 +879,34 @@ void ffn_activation_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
   if (fused_swiglu(s) || (s.ffn == FfnKind::kGlu && s.torch_compile)) {
     // One kernel reads [gate | up] and writes act(gate) * up, keeping [gate | up] for its backward
     // (Megatron-Core's fused SwiGLU; Inductor's fusion of the two).
-    out.push(weighted(f, ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2), true));
+    out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2, Probs::kForward));
   } else if (s.ffn == FfnKind::kGlu) {
     // The activation keeps its input (the gate's output); the product keeps both its factors.
     out.push(ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1));
-    out.push(weighted(f, ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2), true));
+    out.push(ffn_elementwise(s, f, f.names->mul_fwd, MemKind::kMul, 2, 1, 2, Probs::kForward));
   } else {
     // The activation keeps its input for backward.
-    out.push(weighted(f, ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1), true));
+    out.push(ffn_elementwise(s, f, f.names->act_fwd[act], activation_kind(s.activation), 1, 1, 1, Probs::kForward));
   }
 }
 
 void ffn_forward(const BlockShape& s, const Ffn& f, OpSink& out) {
-  Unsaved unsaved(out);
-  OpSink& first = f.input_discarded ? unsaved : out;  // what the first linear(s) keep of their input
-  if (fused_swiglu(s)) {
-    linear_forward(s, f.fc1(), f.input_saved_elsewhere, first);
-  } else if (s.ffn == FfnKind::kGlu) {
-    const Linear gate = f.gate();
-    linear_forward(s, gate, f.input_saved_elsewhere, first);
-    // The gate keeps x (frozen under LoRA: only if its adapters do).
-    linear_forward(s, f.up(), /*input_saved_elsewhere=*/f.input_saved_elsewhere || gate.needs_input(), first);
-  } else {
-    linear_forward(s, f.up(), f.input_saved_elsewhere, first);
-  }
+  // What the first linear(s) keep of their input (nothing when f.input_discarded).
+  Unsaved::maybe(f.input_discarded, out, [&](OpSink& first) {
+    if (fused_swiglu(s)) {
+      linear_forward(s, f.fc1(), f.input_saved_elsewhere, first);
+    } else if (s.ffn == FfnKind::kGlu) {
+      const Linear gate = f.gate();
+      linear_forward(s, gate, f.input_saved_elsewhere, first);
+      // The gate keeps x (frozen under LoRA: only if its adapters do).
+      linear_forward(s, f.up(), /*input_saved_elsewhere=*/f.input_saved_elsewhere || gate.needs_input(), first);
+    } else {
+      linear_forward(s, f.up(), f.input_saved_elsewhere, first);
+    }
+  });
   ffn_activation_forward(s, f, out);
-  linear_forward(s, f.down(), /*input_saved_elsewhere=*/false, f.activation_recomputed ? unsaved : out);
+  Unsaved::maybe(f.activation_recomputed, out,
+                 [&](OpSink& down) { linear_forward(s, f.down(), /*input_saved_elsewhere=*/false, down); });
 }
 
 void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
@@ -906,11 +920,11 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
     // The same kernel recomputes silu(gate) from the kept [gate | up] and writes both halves'
     // gradients (swiglu_back): the product's bytes, no silu kernel; then fc1's backward, whose one
     // data-gradient GEMM sums over both halves.
-    out.push(weighted(f, ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2), false));
+    out.push(ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2, 0, Probs::kBackward));
     linear_backward(s, f.fc1(), out);
   } else if (s.ffn == FfnKind::kGlu) {
     // Under torch.compile one kernel reads gate, up and the gradient, and writes both gradients.
-    out.push(weighted(f, ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2), false));
+    out.push(ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2, 0, Probs::kBackward));
     if (!s.torch_compile)
       out.push(ffn_elementwise(s, f, f.names->act_bwd[act], activation_backward_kind(s.activation), 2, 1));
     linear_backward(s, f.up(), out);
@@ -920,8 +934,8 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
                                 2.0 * rd * a, rd * a),
                     f.names->role));
   } else {
-    out.push(
-        weighted(f, ffn_elementwise(s, f, f.names->act_bwd[act], activation_backward_kind(s.activation), 2, 1), false));
+    out.push(ffn_elementwise(s, f, f.names->act_bwd[act], activation_backward_kind(s.activation), 2, 1, 0,
+                             Probs::kBackward));
     linear_backward(s, f.up(), out);
   }
 }
@@ -1000,7 +1014,6 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   // Under the layernorm recompute the norm's output, which the router, the latent projection and the
   // shared experts keep, is discarded (BlockShape::recompute).
   const bool input_discarded = s.recomputes(RecomputeModule::kLayernorm);
-  Unsaved unsaved(out);
   Op router =
       gemm_op("moe.router.fwd", s.tokens(), e.experts, s.d_model, other_gemm_dtype(s.precision), a, a, false, true);
   router.saved_bytes = s.lora.active() || input_discarded ? 0.0 : td * a;  // frozen under LoRA: no weight gradient
@@ -1011,7 +1024,8 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   topk.k = e.top_k;
   out.push(tagged(topk, OpRole::kRouter));
   if (e.latent > 0)  // the router keeps x
-    linear_forward(s, latent_down(s), /*input_saved_elsewhere=*/true, input_discarded ? unsaved : out);
+    Unsaved::maybe(input_discarded, out,
+                   [&](OpSink& sink) { linear_forward(s, latent_down(s), /*input_saved_elsewhere=*/true, sink); });
   Op permute = membound_op("moe.permute.fwd", MemKind::kPermute, s.tokens(), w, act, tw * a + tk * 8.0, rd * a);
   permute.k = e.top_k;
   out.push(permute);
@@ -1028,7 +1042,8 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   if (e.latent > 0) linear_forward(s, latent_up(s), false, out);
   if (e.shared_experts == 0) return;
   // The shared experts' recompute keeps nothing of theirs (their input is the router's).
-  shared_experts_forward(s, s.recomputes(RecomputeModule::kSharedExperts) ? unsaved : out);
+  Unsaved::maybe(s.recomputes(RecomputeModule::kSharedExperts), out,
+                 [&](OpSink& sink) { shared_experts_forward(s, sink); });
   out.push(tagged(residual_add("moe.shared_add.fwd", s), OpRole::kSharedExpert));
 }
 
