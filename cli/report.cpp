@@ -209,6 +209,7 @@ std::string layout_phrase(const Layout& p) {
     add("mtp " + std::to_string(p.mtp_layers) + (p.mtp_repeated_layer && p.mtp_layers > 1 ? " (one layer)" : ""));
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) add(std::string(to_string(p.moe_dispatcher)));
   if (p.cuda_graphs != 0) add("cuda graphs " + cuda_graphs_text(p.cuda_graphs, ","));
+  if (p.moe_capacity_factor > 0) add("capacity factor " + general(p.moe_capacity_factor));
   for (const SwitchAxis& a : kSwitchAxes)
     if (p.*a.value && !a.names.label.empty()) add(std::string(a.names.label));
   return out;

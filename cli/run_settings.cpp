@@ -182,7 +182,7 @@ void add_on_off(CLI::App* cmd, const std::string& on, const std::string& off, st
 namespace {
 
 // Megatron-Core's options that change the model run, not its layout's degrees: the pipeline layout,
-// multi-token prediction, the MoE dispatcher, CUDA graphs and the recompute modules.
+// multi-token prediction, the MoE dispatcher and token dropping, CUDA graphs and the recompute modules.
 void add_megatron_model_flags(CLI::App* cmd, LayoutRequest& r) {
   cmd->add_option_function<std::string>(
          "--pipeline-layout",
@@ -222,6 +222,12 @@ void add_megatron_model_flags(CLI::App* cmd, LayoutRequest& r) {
       "megatron: the modules Megatron-Core captures in CUDA graphs, comma-separated (attn, mlp, moe, moe_router, "
       "moe_preprocess, mamba; layer: the whole layer), or full_iteration (the whole step); docs/frameworks.md")
       ->type_name("MODULES");
+  cmd->add_option("--moe-capacity-factor", r.moe_capacity_factor,
+                  "megatron: token dropping, each expert taking this many times its even share of the routed rows "
+                  "and padded to it (Megatron-Core's --moe-expert-capacity-factor with "
+                  "--moe-pad-expert-input-to-capacity; Megatron-Bridge's token-drop runs: 1.0); default: the model's")
+      ->check(finite_range(0.01, 64.0))
+      ->type_name("X");
   cmd->add_flag("--mtp-repeated-layer", r.mtp_repeated_layer,
                 "megatron: the multi-token prediction depths share one layer's weights (--mtp-use-repeated-layer)");
   add_parsed(

@@ -246,6 +246,7 @@ const char* const kGeneralColumns[] = {"Framework",
                                        "MoE Dispatcher",
                                        "CUDA Graphs",
                                        "Token Drop",
+                                       "MoE Capacity Factor",
                                        "Optimizer",
                                        "Other Features"};
 
@@ -331,6 +332,13 @@ class RowParser {
       std::string t = cols_.cell(cells, "MoE Dispatcher", at);
       std::transform(t.begin(), t.end(), t.begin(), ::tolower);
       if (const std::optional<MoeDispatcher> m = parse_moe_dispatcher(t)) r.layout.moe_dispatcher = *m;
+    }
+    if (cols_.given(cells, "MoE Capacity Factor")) {  // token dropping's (Layout::moe_capacity_factor)
+      const double cf = cols_.number(cells, "MoE Capacity Factor", at);
+      if (!(cf > 0) || cf > 64)
+        throw Error(at + ": column 'MoE Capacity Factor' must be in (0, 64], got '" +
+                    cols_.cell(cells, "MoE Capacity Factor", at) + "'");
+      r.layout.moe_capacity_factor = cf;
     }
     if (cols_.given(cells, "CUDA Graphs")) {  // Layout::cuda_graphs; a value it cannot read is refused
       std::string t = cols_.cell(cells, "CUDA Graphs", at), error;
@@ -464,8 +472,9 @@ class RowParser {
     if (std::string graphs = lower("CUDA Graphs"), error;
         why.empty() && !graphs.empty() && !parse_cuda_graphs(graphs, error))
       why = "CUDA graphs '" + cols_.cell(cells, "CUDA Graphs", at) + "': " + error;
-    if (why.empty() && cols_.given(cells, "Token Drop") && cols_.boolean(cells, "Token Drop", at))
-      why = "token dropping (Token Drop True) is not modelled in tables yet";
+    if (why.empty() && cols_.given(cells, "Token Drop") && cols_.boolean(cells, "Token Drop", at) &&
+        !cols_.given(cells, "MoE Capacity Factor"))
+      why = "token dropping (Token Drop True) without its capacity (MoE Capacity Factor)";
     if (const std::string opt = lower("Optimizer");
         why.empty() && !opt.empty() && opt != "adam" && opt != "adamw" && opt != kBf16MomentsOptimizer)
       why = "the optimizer '" + cols_.cell(cells, "Optimizer", at) +

@@ -54,6 +54,7 @@ enum class FrameworkOption : uint8_t {
   kMoeDispatcher,          // Megatron-Core's flex token dispatcher (--moe-dispatcher deepep, hybridep)
   kBf16Moments,            // Megatron-Core's precision-aware optimizer with bf16 Adam moments
   kCudaGraphs,             // Megatron-Core's CUDA graphs (--cuda-graphs)
+  kMoeCapacity,            // Megatron-Core's token dropping (--moe-capacity-factor)
 };
 constexpr uint32_t option_bit(FrameworkOption o) { return 1u << static_cast<unsigned>(o); }
 

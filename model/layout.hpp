@@ -45,6 +45,8 @@ struct LayoutRequest {
   std::optional<MoeDispatcher> moe_dispatcher;
   // megatron: the modules captured in CUDA graphs (Layout::cuda_graphs; unset: none, never searched).
   std::optional<uint8_t> cuda_graphs;
+  // megatron: token dropping's capacity factor (Layout::moe_capacity_factor; unset: the model's).
+  std::optional<double> moe_capacity_factor;
   // megatron: a pipeline layout's id (Layout::pipeline_layout); 0: none.
   uint16_t pipeline_layout = 0;
   // The switches (kSwitchAxes): on when given, never searched.

@@ -225,8 +225,8 @@ std::string moe_dispatcher_applies(const RuleInput& in) {
   const MoeConfig& moe = m.moe.active() ? m.moe : routed->model.moe;
   const int64_t ranks = par.expert * par.expert_tensor_degree();
   if (ranks < 2) return what + " needs expert x expert tensor parallel > 1, as Megatron-Core asserts";
-  if (moe.capacity_factor > 0)
-    return what + " does not pad experts to a capacity (capacity factor " + std::to_string(moe.capacity_factor) +
+  if (const double cf = par.moe_capacity_factor > 0 ? par.moe_capacity_factor : moe.capacity_factor; cf > 0)
+    return what + " does not pad experts to a capacity (capacity factor " + std::to_string(cf) +
            "), as Megatron-Core refuses; use flex:hybridep or alltoall";
   const int64_t peers = std::min<int64_t>(ranks, in.device->gpus_per_node);
   if (peers > 8)
@@ -275,15 +275,30 @@ std::string cuda_graphs_apply(const RuleInput& in) {
     if ((has(GraphModule::kMoeRouter) || has(GraphModule::kMoe)) && !moe)
       return lacks(has(GraphModule::kMoe) ? GraphModule::kMoe : GraphModule::kMoeRouter, "routed experts");
   }
-  if (moe && has(GraphModule::kMoe) && moe->capacity_factor <= 0)
+  const double capacity = par.moe_capacity_factor > 0 ? par.moe_capacity_factor : moe ? moe->capacity_factor : 0.0;
+  if (moe && has(GraphModule::kMoe) && capacity <= 0)
     return what +
            ": Megatron-Core captures a whole mixture-of-experts layer only with drop-padding (a capacity "
            "factor); dropless routing's shapes change every step";
-  if (moe && has(GraphModule::kMoePreprocess) && moe->capacity_factor > 0 &&
-      par.moe_dispatcher == MoeDispatcher::kAllToAll)
+  if (moe && has(GraphModule::kMoePreprocess) && capacity > 0 && par.moe_dispatcher == MoeDispatcher::kAllToAll)
     return what +
            ": moe_preprocess with the all-to-all dispatcher and a capacity factor, whose preprocessing "
            "copies to the host (Megatron-Core refuses it)";
+  return {};
+}
+
+// Token dropping (Layout::moe_capacity_factor) on a model with routed experts, at a factor Megatron-Core
+// can run (positive; at most 64, as a model's own).
+std::string moe_capacity_applies(const RuleInput& in) {
+  const double cf = in.cfg.layout.moe_capacity_factor;
+  if (cf == 0) return {};
+  if (!(cf > 0) || !std::isfinite(cf) || cf > 64)
+    return "--moe-capacity-factor " + std::to_string(cf) + " is outside (0, 64]";
+  const ModelConfig& m = *in.model;
+  const LayerPattern pattern = layer_pattern(m);
+  if (!m.moe.active() && std::none_of(pattern.groups.begin(), pattern.groups.end(),
+                                      [](const LayerGroup& g) { return g.model.moe.active(); }))
+    return "--moe-capacity-factor: " + m.name + " has no routed experts to drop tokens from";
   return {};
 }
 
@@ -316,9 +331,11 @@ constexpr Rule kMoeDispatcherApplies{"moe-dispatcher-applies", "--moe-dispatcher
                                      RuleScope::kConfig, moe_dispatcher_applies};
 constexpr Rule kCudaGraphsApply{"cuda-graphs-apply", "--cuda-graphs --ckpt; CUDA Graphs", RuleScope::kConfig,
                                 cuda_graphs_apply};
+constexpr Rule kMoeCapacityApplies{"moe-capacity-applies", "--moe-capacity-factor; MoE Capacity Factor",
+                                   RuleScope::kConfig, moe_capacity_applies};
 constexpr Rule kMegatronFsdpModelled{"megatron-fsdp-modelled", "--megatron-fsdp --pp --dist-opt; Megatron FSDP",
                                      RuleScope::kLayout, megatron_fsdp_modelled};
-const std::array<const Rule*, 17> kMegatronRules = {&kHybridLayersModelled,
+const std::array<const Rule*, 18> kMegatronRules = {&kHybridLayersModelled,
                                                     &kChunkedAttentionNotModelled,
                                                     &kTpCommOverlapNeedsTpAndSp,
                                                     &kContextNeedsFusedAttention,
@@ -334,7 +351,8 @@ const std::array<const Rule*, 17> kMegatronRules = {&kHybridLayersModelled,
                                                     &kRecomputeModulesApply,
                                                     &kMtpModelled,
                                                     &kMoeDispatcherApplies,
-                                                    &kCudaGraphsApply};
+                                                    &kCudaGraphsApply,
+                                                    &kMoeCapacityApplies};
 
 }  // namespace
 
@@ -1153,7 +1171,7 @@ constinit const FrameworkDef kMegatronFramework = {
                option_bit(FrameworkOption::kDistributedOptimizer) | option_bit(FrameworkOption::kMegatronFsdp) |
                option_bit(FrameworkOption::kRecomputeModules) | option_bit(FrameworkOption::kMtp) |
                option_bit(FrameworkOption::kMoeDispatcher) | option_bit(FrameworkOption::kBf16Moments) |
-               option_bit(FrameworkOption::kCudaGraphs),
+               option_bit(FrameworkOption::kCudaGraphs) | option_bit(FrameworkOption::kMoeCapacity),
     .fit_adds = kMegatronFitAdds,
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,

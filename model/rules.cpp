@@ -63,6 +63,8 @@ std::string options_owned(const RuleInput& in) {
     return refuse("--recompute-modules", "Megatron-Core's", option_owner(FrameworkOption::kRecomputeModules).name);
   if ((l.mtp_layers != 0 || l.mtp_repeated_layer) && !def.owns(FrameworkOption::kMtp))
     return refuse("--mtp-layers", "Megatron-Core's", option_owner(FrameworkOption::kMtp).name);
+  if (l.moe_capacity_factor != 0 && !def.owns(FrameworkOption::kMoeCapacity))
+    return refuse("--moe-capacity-factor", "Megatron-Core's", option_owner(FrameworkOption::kMoeCapacity).name);
   if (l.cuda_graphs != 0 && !def.owns(FrameworkOption::kCudaGraphs))
     return refuse("--cuda-graphs", "Megatron-Core's", option_owner(FrameworkOption::kCudaGraphs).name);
   if (l.moe_dispatcher != MoeDispatcher::kAllToAll && !def.owns(FrameworkOption::kMoeDispatcher))
@@ -568,6 +570,9 @@ std::string given_options_owned(const LayoutRequest& r) {
   if ((r.mtp_layers || r.mtp_repeated_layer) && !def.owns(FrameworkOption::kMtp))
     return "--mtp-layers: Megatron-Core's option; use --framework " +
            std::string(option_owner(FrameworkOption::kMtp).name);
+  if (r.moe_capacity_factor && !def.owns(FrameworkOption::kMoeCapacity))
+    return "--moe-capacity-factor: Megatron-Core's option; use --framework " +
+           std::string(option_owner(FrameworkOption::kMoeCapacity).name);
   if (r.cuda_graphs && !def.owns(FrameworkOption::kCudaGraphs))
     return "--cuda-graphs: Megatron-Core's option; use --framework " +
            std::string(option_owner(FrameworkOption::kCudaGraphs).name);

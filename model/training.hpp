@@ -261,6 +261,11 @@ struct Layout {
   bool bf16_moments = false;
   // megatron: the modules Megatron-Core captures in CUDA graphs (GraphModule bits; 0: none).
   uint8_t cuda_graphs = 0;
+  // megatron: token dropping, Megatron-Core's --moe-expert-capacity-factor with
+  // --moe-pad-expert-input-to-capacity (Megatron-Bridge's apply_moe_token_drop: 1.0): each expert
+  // takes this many times its even share of the routed rows, the rest dropped and short experts
+  // padded (the run's MoeConfig::capacity_factor, in place of the model's). 0: the model's own.
+  double moe_capacity_factor = 0;
   // megatron: Megatron-FSDP's sharding strategy (above); kOff: Megatron-Core's DDP.
   MegatronFsdp megatron_fsdp = MegatronFsdp::kOff;
   // megatron: under Checkpointing::kSelective, the modules recomputed (RecomputeModule bits); every
@@ -303,7 +308,7 @@ struct Layout {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
            !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16 &&
            !pipeline_scatter_gather && !moe_a2a_overlap && moe_dispatcher == MoeDispatcher::kAllToAll &&
-           !bf16_moments && cuda_graphs == 0 && megatron_fsdp == MegatronFsdp::kOff;
+           !bf16_moments && cuda_graphs == 0 && moe_capacity_factor == 0 && megatron_fsdp == MegatronFsdp::kOff;
   }
   // Megatron-FSDP sharding the gradients (ZeRO-2), and the parameters too (ZeRO-3).
   bool fsdp_shards_grads() const { return megatron_fsdp >= MegatronFsdp::kOptimGrads; }

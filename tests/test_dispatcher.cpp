@@ -237,3 +237,65 @@ BOOST_AUTO_TEST_CASE(the_rules_flag_column_and_config_keys) {
   BOOST_TEST(contains(error, ":4: n_group"), error);
   BOOST_TEST(contains(error, "does not divide the 256 routed experts"), error);
 }
+
+BOOST_AUTO_TEST_CASE(token_dropping_pads_each_expert_to_its_capacity) {
+  // Megatron-Core's --moe-expert-capacity-factor with padding: every expert takes cf times its even
+  // share of the routed rows, so the dispatch and the experts' rows grow by cf (rounded up per expert).
+  const ModelConfig qwen = shipped_hf("qwen3-30b-a3b");
+  TrainConfig cfg{.seq_len = 4096, .global_batch = 64, .micro_batch = 1, .n_gpus = 8};
+  cfg.layout.framework = Framework::kMegatron;
+  cfg.layout.expert = 8;
+  const BlockShape dropless = rank_shape(qwen, cfg, 151936);
+  cfg.layout.moe_capacity_factor = 1.25;
+  const BlockShape padded = rank_shape(qwen, cfg, 151936);
+  BOOST_TEST(padded.moe.capacity_factor == 1.25);
+  const double rows = 4096.0 * 8.0, per_expert = std::ceil(1.25 * rows / 128.0);
+  BOOST_TEST(moe_dispatch_bytes(padded) / moe_dispatch_bytes(dropless) == per_expert * 128.0 / rows,
+             tt::tolerance(1e-12));
+  const DeviceSpec device = load_device("h100_80gb");
+  const DeviceProfile profile = load_shipped_profile("h100_80gb");
+  BOOST_TEST(check_config(qwen, device, profile.params, cfg) == "");
+  BOOST_TEST(predict(qwen, device, profile.params, cfg).step_s > predict(qwen, device, profile.params,
+                                                                         [&] {
+                                                                           TrainConfig c = cfg;
+                                                                           c.layout.moe_capacity_factor = 0;
+                                                                           return c;
+                                                                         }())
+                                                                     .step_s);
+  cfg.layout.moe_dispatcher = MoeDispatcher::kDeepEp;
+  BOOST_TEST(contains(check_config(qwen, device, profile.params, cfg), "does not pad experts to a capacity"));
+  TrainConfig dense = cfg;
+  dense.layout.moe_dispatcher = MoeDispatcher::kAllToAll;
+  dense.layout.expert = 1;
+  BOOST_TEST(contains(check_config(shipped_hf("llama-3.1-8b"), device, profile.params, dense),
+                      "has no routed experts to drop tokens from"));
+
+  const auto titan = run_tpsim(
+      "predict --model qwen3-30b-a3b --seq 4096 --device h100_80gb --gpus 8 --framework torchtitan --micro-batch 1 "
+      "--global-batch 64 --moe-capacity-factor 1");
+  BOOST_TEST(titan.status != 0);
+  BOOST_TEST(contains(titan.err, "--moe-capacity-factor: Megatron-Core's option"), titan.err);
+
+  const fs::path file = fs::temp_directory_path() / "tpsim_token_drop.csv";
+  {
+    std::ofstream f(file);
+    f << "Model,SeqLen (T),# GPUs,GPU,Precision,MicroBatchSize,GlobalBatchSize,Framework,Expert Parallel,Recompute,"
+         "Token Drop,MoE Capacity Factor,Throughput (T/s)\n"
+         "qwen3-30b-a3b,4096,8,h100_80gb,amp_bf16,1,64,megatron,8,none,True,1.0,100000\n"
+         "qwen3-30b-a3b,4096,8,h100_80gb,amp_bf16,1,64,megatron,8,none,True,,100000\n";
+  }
+  const MeasuredTable t = read_measured_table(file);
+  BOOST_TEST_REQUIRE(t.rows.size() == 2u);
+  BOOST_TEST(t.rows[0].layout.moe_capacity_factor == 1.0);
+  BOOST_TEST(t.rows[0].unmodelled == "");
+  BOOST_TEST(contains(t.rows[1].unmodelled, "without its capacity (MoE Capacity Factor)"));
+  {
+    std::ofstream f(file);
+    f << "Model,SeqLen (T),# GPUs,GPU,Precision,MicroBatchSize,GlobalBatchSize,Framework,Expert Parallel,Recompute,"
+         "MoE Capacity Factor,Throughput (T/s)\n"
+         "qwen3-30b-a3b,4096,8,h100_80gb,amp_bf16,1,64,megatron,8,none,0,100000\n";
+  }
+  const std::string error = test::error_of([&] { read_measured_table(file); });
+  fs::remove(file);
+  BOOST_TEST(contains(error, ":2: column 'MoE Capacity Factor' must be in (0, 64], got '0'"), error);
+}
