@@ -26,6 +26,15 @@ double megatron_grad_bytes(const TrainConfig& cfg) {
   return cfg.precision == Precision::kAmpFp16 || cfg.layout.grad_reduce_bf16 ? 2.0 : 4.0;
 }
 
+// The routed experts of `m`: its own, or its first expert layer's (a model whose layers differ); null
+// without any.
+const MoeConfig* routed_experts(const ModelConfig& m, const LayerPattern& pattern) {
+  if (m.moe.active()) return &m.moe;
+  for (const LayerGroup& g : pattern.groups)
+    if (g.model.moe.active()) return &g.model.moe;
+  return nullptr;
+}
+
 // Bytes per master parameter of the optimizer's state: the fp32 master weight and Adam's two fp32
 // moments, 12. Under Layout::bf16_moments (Megatron-Core's precision-aware optimizer,
 // megatron/core/optimizer/optimizer_config.py and distrib_optimizer.py) the moments take 2 each, and
@@ -173,8 +182,7 @@ std::string recompute_modules_apply(const RuleInput& in) {
   const LayerPattern pattern = layer_pattern(m);
   bool dense_ffn = false;
   for (const LayerGroup& g : pattern.groups) dense_ffn = dense_ffn || (!g.model.no_ffn && !g.model.moe.active());
-  const bool moe = m.moe.active() || std::any_of(pattern.groups.begin(), pattern.groups.end(),
-                                                 [](const LayerGroup& g) { return g.model.moe.active(); });
+  const bool moe = routed_experts(m, pattern) != nullptr;
   const auto lacks = [&](RecomputeModule mod, std::string_view needs) {
     return what + ": " + std::string(to_string(mod)) + " needs " + std::string(needs) + "; " + m.name + " has none";
   };
@@ -218,14 +226,12 @@ std::string moe_dispatcher_applies(const RuleInput& in) {
   const std::string what = "--moe-dispatcher " + std::string(to_string(par.moe_dispatcher));
   const ModelConfig& m = *in.model;
   const LayerPattern pattern = layer_pattern(m);
-  const auto routed = std::find_if(pattern.groups.begin(), pattern.groups.end(),
-                                   [](const LayerGroup& g) { return g.model.moe.active(); });
-  if (!m.moe.active() && routed == pattern.groups.end()) return what + ": " + m.name + " has no routed experts";
+  const MoeConfig* moe = routed_experts(m, pattern);
+  if (!moe) return what + ": " + m.name + " has no routed experts";
   if (par.moe_dispatcher != MoeDispatcher::kDeepEp) return {};
-  const MoeConfig& moe = m.moe.active() ? m.moe : routed->model.moe;
   const int64_t ranks = par.expert * par.expert_tensor_degree();
   if (ranks < 2) return what + " needs expert x expert tensor parallel > 1, as Megatron-Core asserts";
-  if (const double cf = par.moe_capacity_factor > 0 ? par.moe_capacity_factor : moe.capacity_factor; cf > 0)
+  if (const double cf = run_capacity_factor(par, *moe); cf > 0)
     return what + " does not pad experts to a capacity (capacity factor " + std::to_string(cf) +
            "), as Megatron-Core refuses; use flex:hybridep or alltoall";
   const int64_t peers = std::min<int64_t>(ranks, in.device->gpus_per_node);
@@ -257,12 +263,11 @@ std::string cuda_graphs_apply(const RuleInput& in) {
   const ModelConfig& m = *in.model;
   const LayerPattern pattern = layer_pattern(m);
   bool attention = false, mamba = false, dense = false;
-  const MoeConfig* moe = m.moe.active() ? &m.moe : nullptr;
+  const MoeConfig* moe = routed_experts(m, pattern);
   for (const LayerGroup& g : pattern.groups) {
     attention = attention || g.model.mixer == Mixer::kAttention;
     mamba = mamba || g.model.mixer == Mixer::kMamba2;
     dense = dense || (!g.model.no_ffn && !g.model.moe.active());
-    if (!moe && g.model.moe.active()) moe = &g.model.moe;
   }
   const bool whole_layer = (par.cuda_graphs & kWholeLayerGraphs) == kWholeLayerGraphs;
   const auto lacks = [&](GraphModule g, std::string_view needs) {
@@ -275,7 +280,7 @@ std::string cuda_graphs_apply(const RuleInput& in) {
     if ((has(GraphModule::kMoeRouter) || has(GraphModule::kMoe)) && !moe)
       return lacks(has(GraphModule::kMoe) ? GraphModule::kMoe : GraphModule::kMoeRouter, "routed experts");
   }
-  const double capacity = par.moe_capacity_factor > 0 ? par.moe_capacity_factor : moe ? moe->capacity_factor : 0.0;
+  const double capacity = moe ? run_capacity_factor(par, *moe) : 0.0;
   if (moe && has(GraphModule::kMoe) && capacity <= 0)
     return what +
            ": Megatron-Core captures a whole mixture-of-experts layer only with drop-padding (a capacity "
@@ -295,9 +300,7 @@ std::string moe_capacity_applies(const RuleInput& in) {
   if (!(cf > 0) || !std::isfinite(cf) || cf > 64)
     return "--moe-capacity-factor " + std::to_string(cf) + " is outside (0, 64]";
   const ModelConfig& m = *in.model;
-  const LayerPattern pattern = layer_pattern(m);
-  if (!m.moe.active() && std::none_of(pattern.groups.begin(), pattern.groups.end(),
-                                      [](const LayerGroup& g) { return g.model.moe.active(); }))
+  if (!routed_experts(m, layer_pattern(m)))
     return "--moe-capacity-factor: " + m.name + " has no routed experts to drop tokens from";
   return {};
 }
@@ -507,6 +510,18 @@ class GraphedKernels final : public OpSink {
   bool moe_;
 };
 
+// Per-layer CUDA graphs (`graphs`, not full_iteration): the host issues one launch per graph for the
+// kernels they hold, in a block's forward (`fwd`) and backward (`bwd`) kernel counts.
+void count_graph_launches(uint8_t graphs, const ModelConfig& model, const BlockShape& shape, CategoryTotals& fwd,
+                          CategoryTotals& bwd) {
+  if (graphs == 0 || graphs == graph_bit(GraphModule::kFullIteration)) return;
+  GraphedKernels f(graphs, model.mixer, model.moe.active()), b(graphs, model.mixer, model.moe.active());
+  block_forward_ops(shape, f);
+  block_backward_ops(shape, b);
+  fwd.kernels += f.graphs() - f.kernels;
+  bwd.kernels += b.graphs() - b.kernels;
+}
+
 // What selective recompute adds to a block (`b`'s forward costed, its ring and dispatcher set):
 // the attention kernel again under core_attn, with the ring's exposed exchange; the mlp and moe
 // recomputes' forward collectives again before the feed-forward's backward (its tensor-parallel
@@ -569,15 +584,7 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     MegatronBlock& b = c.blocks[g];
     const MicroBatchOpCosts ops = cost_micro_batch_ops(cost_, shape);
     b.fwd = ops.block_fwd, b.bwd = ops.block_bwd;
-    // Per-layer CUDA graphs: the host issues one launch per graph for the kernels they hold.
-    if (par.cuda_graphs != 0 && par.cuda_graphs != graph_bit(GraphModule::kFullIteration)) {
-      GraphedKernels fwd(par.cuda_graphs, model.mixer, model.moe.active()),
-          bwd(par.cuda_graphs, model.mixer, model.moe.active());
-      block_forward_ops(shape, fwd);
-      block_backward_ops(shape, bwd);
-      b.fwd.kernels += fwd.graphs() - fwd.kernels;
-      b.bwd.kernels += bwd.graphs() - bwd.kernels;
-    }
+    count_graph_launches(par.cuda_graphs, model, shape, b.fwd, b.bwd);
     if (g == 0) {
       c.embed_fwd = ops.embed_fwd, c.embed_bwd = ops.embed_bwd, c.head_fwd = ops.head_fwd, c.head_bwd = ops.head_bwd;
       c.embed_saved = ops.embed_fwd.saved_bytes, c.head_saved = ops.head_fwd.saved_bytes;

@@ -25,7 +25,7 @@ BlockShape rank_shape(const ModelConfig& model, const TrainConfig& cfg, int64_t 
   s.eager_rope = framework_def(par.framework).conventions.eager_norm_rope;
   s.eager_rms_norm = s.eager_rope && !par.fused_rmsnorm;
   if (s.moe.active()) {
-    if (par.moe_capacity_factor > 0) s.moe.capacity_factor = par.moe_capacity_factor;
+    s.moe.capacity_factor = run_capacity_factor(par, s.moe);
     s.moe.d_expert /= par.expert_tensor_degree();
     s.moe.d_shared /= par.tensor;
     s.ep = par.expert;

@@ -27,6 +27,12 @@ namespace tpsim {
 // experts split over ep (BlockShape::ep, BlockShape::expert_tp).
 BlockShape rank_shape(const ModelConfig& model, const TrainConfig& cfg, int64_t padded_vocab);
 
+// The capacity factor a run's routed experts `e` take: the run's token dropping
+// (Layout::moe_capacity_factor) where given, else the model's own (0: dropless).
+inline double run_capacity_factor(const Layout& par, const MoeConfig& e) {
+  return par.moe_capacity_factor > 0 ? par.moe_capacity_factor : e.capacity_factor;
+}
+
 // What one rank of `rank_shape` holds for each of the token dispatcher's all-to-alls of a block:
 // its routed rows (moe_routed_rows of its row_tokens(): t/tp tokens under sequence parallelism,
 // times top_k, or the capacity's padded slots) of d_model activations. (ep-1)/ep of it leaves the
