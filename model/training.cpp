@@ -21,6 +21,50 @@ constexpr std::array<std::string_view, kGraphModuleCount> kGraphModuleNames = {
     "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"};
 constexpr std::array<std::string_view, 3> kMoeDispatcherNames = {"alltoall", "flex:deepep", "flex:hybridep"};
 
+// A set of names (bit i: names[i]) as its names in order, joined by `sep` ("" for none).
+template <size_t N>
+std::string name_set_text(unsigned bits, const std::array<std::string_view, N>& names, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < N; ++i)
+    if ((bits & (1u << i)) != 0) {
+      if (!out.empty()) out += sep;
+      out += names[i];
+    }
+  return out;
+}
+
+// The set `text` names, separated by commas, semicolons or spaces, each at most once; nullopt with
+// `error` set (`unknown(name)` for a name not in `names`) otherwise, or for an empty list.
+template <size_t N, typename Unknown>
+std::optional<uint8_t> parse_name_set(std::string_view text, const std::array<std::string_view, N>& names,
+                                      std::string& error, Unknown&& unknown) {
+  static_assert(N <= 8, "a set of names is a byte of bits");
+  uint8_t bits = 0;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find_first_of(",; ", at), text.size());
+    const std::string_view name = text.substr(at, end - at);
+    at = end + 1;
+    if (name.empty()) continue;
+    const auto i = std::find(names.begin(), names.end(), name);
+    if (i == names.end()) {
+      error = unknown(name);
+      return std::nullopt;
+    }
+    const auto bit = static_cast<uint8_t>(1u << static_cast<unsigned>(i - names.begin()));
+    if ((bits & bit) != 0) {
+      error = "'" + std::string(name) + "' given twice";
+      return std::nullopt;
+    }
+    bits |= bit;
+  }
+  if (bits == 0) {
+    error = "no module given";
+    return std::nullopt;
+  }
+  return bits;
+}
+
 }  // namespace
 
 std::string_view to_string(Framework f) { return name_of(f, kFrameworkNames); }
@@ -32,13 +76,7 @@ std::optional<MegatronFsdp> parse_megatron_fsdp(std::string_view s) {
 std::string_view to_string(GraphModule m) { return name_of(m, kGraphModuleNames); }
 
 std::string cuda_graphs_text(uint8_t modules, std::string_view sep) {
-  std::string out;
-  for (int i = 0; i < kGraphModuleCount; ++i)
-    if ((modules & (1u << i)) != 0) {
-      if (!out.empty()) out += sep;
-      out += kGraphModuleNames[static_cast<size_t>(i)];
-    }
-  return out;
+  return name_set_text(modules, kGraphModuleNames, sep);
 }
 
 std::optional<uint8_t> parse_cuda_graphs(std::string_view text, std::string& error) {
@@ -46,30 +84,12 @@ std::optional<uint8_t> parse_cuda_graphs(std::string_view text, std::string& err
     if (text.substr(0, impl.size()) == impl) text.remove_prefix(impl.size());
   if (text == "none" || text == "false") return uint8_t{0};
   if (text == "layer") return kWholeLayerGraphs;
-  uint8_t modules = 0;
-  size_t at = 0;
-  while (at < text.size()) {
-    const size_t end = std::min(text.find_first_of(",; ", at), text.size());
-    const std::string_view name = text.substr(at, end - at);
-    at = end + 1;
-    if (name.empty()) continue;
-    const std::optional<GraphModule> m = value_named<GraphModule>(name, kGraphModuleNames);
-    if (!m) {
-      error = "unknown CUDA graph module '" + std::string(name) + "' (" +
-              cuda_graphs_text((1u << kGraphModuleCount) - 1, ", ") + ", or layer, none)";
-      return std::nullopt;
-    }
-    if ((modules & graph_bit(*m)) != 0) {
-      error = "'" + std::string(name) + "' given twice";
-      return std::nullopt;
-    }
-    modules |= graph_bit(*m);
-  }
-  if (modules == 0) {
-    error = "no module named";
-    return std::nullopt;
-  }
-  if ((modules & graph_bit(GraphModule::kFullIteration)) != 0 && modules != graph_bit(GraphModule::kFullIteration)) {
+  const std::optional<uint8_t> modules = parse_name_set(text, kGraphModuleNames, error, [](std::string_view name) {
+    return "unknown CUDA graph module '" + std::string(name) + "' (" +
+           name_set_text((1u << kGraphModuleCount) - 1, kGraphModuleNames, ", ") + ", or layer, none)";
+  });
+  if (modules && (*modules & graph_bit(GraphModule::kFullIteration)) != 0 &&
+      *modules != graph_bit(GraphModule::kFullIteration)) {
     error = "full_iteration captures the whole step; it takes no modules";
     return std::nullopt;
   }
@@ -95,40 +115,13 @@ std::optional<Checkpointing> parse_checkpointing(std::string_view s) {
 }
 std::string_view to_string(RecomputeModule m) { return name_of(m, kRecomputeModuleNames); }
 std::string recompute_modules_text(uint8_t modules, std::string_view sep) {
-  std::string text;
-  for (int i = 0; i < kRecomputeModuleCount; ++i) {
-    const auto m = static_cast<RecomputeModule>(i);
-    if ((modules & module_bit(m)) == 0) continue;
-    if (!text.empty()) text += sep;
-    text += to_string(m);
-  }
-  return text;
+  return name_set_text(modules, kRecomputeModuleNames, sep);
 }
 std::optional<uint8_t> parse_recompute_modules(std::string_view text, std::string& error) {
-  uint8_t modules = 0;
-  size_t i = 0;
-  while (i < text.size()) {
-    const size_t end = text.find_first_of(",; ", i);
-    const std::string_view name = text.substr(i, end == std::string_view::npos ? std::string_view::npos : end - i);
-    i = end == std::string_view::npos ? text.size() : end + 1;
-    if (name.empty()) continue;
-    const std::optional<RecomputeModule> m = value_named<RecomputeModule>(name, kRecomputeModuleNames);
-    if (!m) {
-      error = "'" + std::string(name) + "' is not one of Megatron-Core's recompute modules tpsim models (" +
-              recompute_modules_text(kAllRecomputeModules, ", ") + ")";
-      return std::nullopt;
-    }
-    if ((modules & module_bit(*m)) != 0) {
-      error = "'" + std::string(name) + "' is given twice";
-      return std::nullopt;
-    }
-    modules |= module_bit(*m);
-  }
-  if (modules == 0) {
-    error = "no module given";
-    return std::nullopt;
-  }
-  return modules;
+  return parse_name_set(text, kRecomputeModuleNames, error, [](std::string_view name) {
+    return "'" + std::string(name) + "' is not one of Megatron-Core's recompute modules tpsim models (" +
+           name_set_text(kAllRecomputeModules, kRecomputeModuleNames, ", ") + ")";
+  });
 }
 std::optional<DType> parse_dtype(std::string_view s) { return value_named<DType>(s, kDTypeNames); }
 std::optional<ScaledFormat> parse_scaled_format(std::string_view s) {
