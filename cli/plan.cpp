@@ -56,7 +56,8 @@ struct PlanRequest {
             .recompute_modules = query.space.asked.recompute_modules.has_value(),
             .mtp = query.space.asked.mtp_layers.has_value(),
             .moe_dispatcher = query.space.asked.moe_dispatcher.has_value(),
-            .cuda_graphs = query.space.asked.cuda_graphs.has_value()};
+            .cuda_graphs = query.space.asked.cuda_graphs.has_value(),
+            .bf16_layers = query.space.asked.bf16_layers_start || query.space.asked.bf16_layers_end};
   }
 };
 

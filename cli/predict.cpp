@@ -192,7 +192,8 @@ void run_predict(const PredictOptions& o) {
                                  .recompute_modules = asked.recompute_modules.has_value(),
                                  .mtp = asked.mtp_layers.has_value(),
                                  .moe_dispatcher = asked.moe_dispatcher.has_value(),
-                                 .cuda_graphs = asked.cuda_graphs.has_value()};
+                                 .cuda_graphs = asked.cuda_graphs.has_value(),
+                                 .bf16_layers = asked.bf16_layers_start || asked.bf16_layers_end};
   add_optional_columns(optional, t.columns);
   std::vector<Cell> row = prediction_row(model.name, device.id, cfg, p, interval_for(model, profile, cfg));
   if (asked.framework_given) add_layout_cells(cfg, row);

@@ -162,6 +162,7 @@ void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& co
   if (o.mtp) columns.insert(columns.end(), {"MTP Layers", "MTP Repeated Layer"});
   if (o.moe_dispatcher) columns.emplace_back("MoE Dispatcher");
   if (o.cuda_graphs) columns.emplace_back("CUDA Graphs");
+  if (o.bf16_layers) columns.insert(columns.end(), {"BF16 Layers At Start", "BF16 Layers At End"});
 }
 
 void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::vector<Cell>& row) {
@@ -182,6 +183,10 @@ void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::v
   }
   if (o.moe_dispatcher) row.push_back(Cell::str(std::string(to_string(cfg.layout.moe_dispatcher))));
   if (o.cuda_graphs) row.push_back(Cell::str(cuda_graphs_text(cfg.layout.cuda_graphs)));
+  if (o.bf16_layers) {
+    row.push_back(Cell::integer_value(cfg.layout.bf16_layers_start));
+    row.push_back(Cell::integer_value(cfg.layout.bf16_layers_end));
+  }
 }
 
 std::string sharding_text(const Layout& p) {
@@ -210,6 +215,8 @@ std::string layout_phrase(const Layout& p) {
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) add(std::string(to_string(p.moe_dispatcher)));
   if (p.cuda_graphs != 0) add("cuda graphs " + cuda_graphs_text(p.cuda_graphs, ","));
   if (p.moe_capacity_factor > 0) add("capacity factor " + general(p.moe_capacity_factor));
+  if (p.bf16_layers_start > 0) add("first " + std::to_string(p.bf16_layers_start) + " layers bf16");
+  if (p.bf16_layers_end > 0) add("last " + std::to_string(p.bf16_layers_end) + " layers bf16");
   for (const SwitchAxis& a : kSwitchAxes)
     if (p.*a.value && !a.names.label.empty()) add(std::string(a.names.label));
   return out;

@@ -51,11 +51,12 @@ void add_layout_cells(const TrainConfig& cfg, std::vector<Cell>& row);
 // shown whether or not it was asked; `LoRA Rank` and `LoRA Targets` (Megatron-Core's names when
 // fused, else PEFT's, separated by ';') when adapters are trained; `Recompute Modules` (Megatron-Core's
 // names separated by ';', empty without selective recompute) when --recompute-modules is given;
-// `MTP Layers` and `MTP Repeated Layer` when --mtp-layers is.
+// `MTP Layers` and `MTP Repeated Layer` when --mtp-layers is; `BF16 Layers At Start` and `BF16
+// Layers At End` when either count is given.
 bool owns_megatron_fsdp(Framework f);
 struct OptionalColumns {
   bool megatron_fsdp = false, lora = false, recompute_modules = false, mtp = false, moe_dispatcher = false,
-       cuda_graphs = false;
+       cuda_graphs = false, bf16_layers = false;
 };
 void add_optional_columns(const OptionalColumns& o, std::vector<std::string>& columns);
 void add_optional_cells(const OptionalColumns& o, const TrainConfig& cfg, std::vector<Cell>& row);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <thread>
+#include <tuple>
 
 #include "io/error.hpp"
 #include "io/hf_config.hpp"
@@ -228,6 +229,18 @@ void add_megatron_model_flags(CLI::App* cmd, LayoutRequest& r) {
                   "--moe-pad-expert-input-to-capacity; Megatron-Bridge's token-drop runs: 1.0); default: the model's")
       ->check(finite_range(0.01, 64.0))
       ->type_name("X");
+  for (auto [flag, count, where] : {std::tuple{"--bf16-layers-at-start", &r.bf16_layers_start, "first"},
+                                    std::tuple{"--bf16-layers-at-end", &r.bf16_layers_end, "last"}})
+    add_parsed(
+        cmd, flag, *count,
+        [](const std::string& f, const std::string& text) -> int64_t {
+          return text == "0" ? 0 : parse_count(f, text, 1 << 16);
+        },
+        std::string("megatron: the ") + where +
+            " N decoder layers run in bf16 under an fp8 or fp4 precision (Megatron-Core's --first-last-layers-bf16 "
+            "with --num-layers-at-" +
+            (where[0] == 'f' ? "start" : "end") + "-in-bf16; Nemotron 3 Super's NVFP4 recipes: the last 14)")
+        ->type_name("N");
   cmd->add_flag("--mtp-repeated-layer", r.mtp_repeated_layer,
                 "megatron: the multi-token prediction depths share one layer's weights (--mtp-use-repeated-layer)");
   add_parsed(

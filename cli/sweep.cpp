@@ -59,7 +59,8 @@ OptionalColumns optional_of(const SweepRequest& r) {
           .recompute_modules = r.space.asked.recompute_modules.has_value(),
           .mtp = r.space.asked.mtp_layers.has_value(),
           .moe_dispatcher = r.space.asked.moe_dispatcher.has_value(),
-          .cuda_graphs = r.space.asked.cuda_graphs.has_value()};
+          .cuda_graphs = r.space.asked.cuda_graphs.has_value(),
+          .bf16_layers = r.space.asked.bf16_layers_start || r.space.asked.bf16_layers_end};
 }
 
 SweepRequest check_sweep(const SweepOptions& o, Context& ctx, const std::vector<std::string>& model_specs) {

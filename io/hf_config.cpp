@@ -670,31 +670,43 @@ ModelConfig read_llama4(Section& s) {
                          "the vision encoder (34 layers), its pixel-shuffle adapter and the projector");
 }
 
-// Nemotron-H's layers, one symbol each ('M', '*', '-', 'E'), from hybrid_override_pattern or the
-// list of names of layers_block_type (legacy names too).
-std::string nemotron_pattern(Section& s) {
+// Nemotron-H's layers, one symbol each ('M', '*', '-', 'E'), from the pattern string `pattern_key`
+// or the list of names `list_key` (legacy names too); `fallback` where neither is given.
+std::string nemotron_pattern(Section& s, const char* list_key, const char* pattern_key, const char* fallback) {
   std::string pattern;
-  if (const json* v = s.value("layers_block_type")) {
-    if (!v->is_array()) s.bad("layers_block_type", "must be a list of layer types");
+  if (const json* v = s.value(list_key)) {
+    if (!v->is_array()) s.bad(list_key, "must be a list of layer types");
     for (const json& t : *v) {
       if (t == "mamba" || t == "linear_attention") pattern += 'M';
       else if (t == "attention" || t == "full_attention") pattern += '*';
       else if (t == "mlp") pattern += '-';
       else if (t == "moe") pattern += 'E';
-      else s.refuse("layers_block_type", "layer type " + t.dump());
+      else s.refuse(list_key, "layer type " + t.dump());
     }
   }
-  if (const json* v = s.value("hybrid_override_pattern")) {
-    if (!v->is_string()) s.bad("hybrid_override_pattern", "must be a string of M, *, - and E");
+  if (const json* v = s.value(pattern_key)) {
+    if (!v->is_string()) s.bad(pattern_key, "must be a string of M, *, - and E");
     if (!pattern.empty() && v->get<std::string>() != pattern)
-      s.bad("hybrid_override_pattern", "differs from layers_block_type");
+      s.bad(pattern_key, std::string("differs from ") + list_key);
     pattern = v->get<std::string>();
   }
-  if (pattern.empty()) pattern = "ME*-";  // NemotronHConfig's default layers
+  if (pattern.empty()) pattern = fallback;
   for (const char c : pattern)
     if (c != 'M' && c != '*' && c != '-' && c != 'E')
-      s.refuse("hybrid_override_pattern", std::string("layer symbol '") + c + "' (M, *, - and E are modelled)");
+      s.refuse(pattern_key, std::string("layer symbol '") + c + "' (M, *, - and E are modelled)");
   return pattern;
+}
+
+// A Nemotron-H layer of pattern symbol c, in a model that has experts or not.
+LayerKind nemotron_kind(char c, bool moe) {
+  LayerKind k;
+  switch (c) {
+    case 'M': k.mixer = Mixer::kMamba2, k.no_ffn = true; break;
+    case '*': k.no_ffn = true; break;
+    case '-': k.mixer = Mixer::kNone, k.dense_ffn = moe; break;
+    default: k.mixer = Mixer::kNone; break;  // 'E'
+  }
+  return k;
 }
 
 // Nemotron-H's Mamba-2 mixer (legacy mamba_* names as the defaults of the current ones).
@@ -739,7 +751,7 @@ ModelConfig read_nemotron_h(Section& s) {
   for (const char* bias : {"attention_bias", "mlp_bias", "use_bias", "mamba_proj_bias"})
     if (s.flag(bias, false)) s.refuse(bias, "biases on the projections of a Nemotron-H layer");
   if (s.value("sliding_window")) s.refuse("sliding_window", "a sliding window in Nemotron-H's attention");
-  const std::string pattern = nemotron_pattern(s);
+  const std::string pattern = nemotron_pattern(s, "layers_block_type", "hybrid_override_pattern", "ME*-");
   m.n_layers = s.count("num_hidden_layers", static_cast<int64_t>(pattern.size()));
   if (m.n_layers != static_cast<int64_t>(pattern.size()))
     s.bad("num_hidden_layers", "differs from the " + std::to_string(pattern.size()) + " layers of the pattern");
@@ -757,18 +769,26 @@ ModelConfig read_nemotron_h(Section& s) {
     read_route_groups(s, m.moe, 1, 1);
   }
   std::vector<LayerKind>& kinds = per_layer(s, m);
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    LayerKind& k = kinds[i];
-    switch (pattern[i]) {
-      case 'M': k.mixer = Mixer::kMamba2, k.no_ffn = true; break;
-      case '*': k.no_ffn = true; break;
-      case '-': k.mixer = Mixer::kNone, k.dense_ffn = m.moe.active(); break;
-      default: k.mixer = Mixer::kNone; break;  // 'E'
+  for (size_t i = 0; i < pattern.size(); ++i) kinds[i] = nemotron_kind(pattern[i], m.moe.active());
+  // One multi-token prediction depth's layers (mtp_hybrid_override_pattern, or mtp_layers_block_type):
+  // Megatron-Core builds each depth as a hybrid stack of them (multi_token_prediction.py,
+  // MultiTokenPredictionLayer); they must be kinds the model's own layers have.
+  if (s.value("mtp_hybrid_override_pattern") || s.value("mtp_layers_block_type")) {
+    const std::string mtp = nemotron_pattern(s, "mtp_layers_block_type", "mtp_hybrid_override_pattern", "");
+    if (mtp.empty() || mtp.size() > 64) s.bad("mtp_hybrid_override_pattern", "must name 1 to 64 layers");
+    for (const char c : mtp) {
+      m.mtp_kinds.push_back(nemotron_kind(c, m.moe.active()));
+      if (pattern.find(c) == std::string::npos)
+        s.refuse("mtp_hybrid_override_pattern",
+                 std::string("a multi-token prediction layer '") + c + "' of a kind the model's layers lack");
     }
   }
   if (const int64_t mtp = s.count("num_nextn_predict_layers", 0, 0); mtp > 0)
-    s.src().out.notes.push_back("num_nextn_predict_layers " + std::to_string(mtp) +
-                                ": the checkpoint's multi-token prediction layers are not part of the model costed");
+    s.src().out.notes.push_back(
+        "num_nextn_predict_layers " + std::to_string(mtp) +
+        ": the checkpoint's multi-token prediction layers are not part of the model costed (Hugging Face's model "
+        "does not build them); --framework megatron --mtp-layers " +
+        std::to_string(mtp) + " trains them");
   // Initialisation, epsilons, the step's limits, the residual's format, the router's scaling and
   // group limits, the cache: none changes a step's ops or bytes.
   s.irrelevant({"expand",
@@ -798,8 +818,6 @@ ModelConfig read_nemotron_h(Section& s) {
                 "routed_scaling_factor",
                 "norm_topk_prob",
                 "moe_shared_expert_overlap",
-                "mtp_hybrid_override_pattern",
-                "mtp_layers_block_type",
                 "router_aux_loss_coef",
                 "output_router_logits"});
   // The sizes of a kind of layer the pattern does not have.

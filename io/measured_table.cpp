@@ -247,6 +247,8 @@ const char* const kGeneralColumns[] = {"Framework",
                                        "CUDA Graphs",
                                        "Token Drop",
                                        "MoE Capacity Factor",
+                                       "BF16 Layers At Start",
+                                       "BF16 Layers At End",
                                        "Optimizer",
                                        "Other Features"};
 
@@ -339,6 +341,16 @@ class RowParser {
         throw Error(at + ": column 'MoE Capacity Factor' must be in (0, 64], got '" +
                     cols_.cell(cells, "MoE Capacity Factor", at) + "'");
       r.layout.moe_capacity_factor = cf;
+    }
+    // The first and last layers left out of an fp8 or fp4 recipe (Layout::bf16_layers_start, _end).
+    for (const auto& [column, field] : {std::pair{"BF16 Layers At Start", &Layout::bf16_layers_start},
+                                        std::pair{"BF16 Layers At End", &Layout::bf16_layers_end}}) {
+      if (!cols_.given(cells, column)) continue;
+      const std::string t = cols_.cell(cells, column, at);
+      const std::optional<int64_t> n = parse_integer(t);
+      if (!n || *n < 0 || *n > (1 << 16))
+        throw Error(at + ": column '" + column + "' must be a whole number in 0..65536, got '" + t + "'");
+      r.layout.*field = *n;
     }
     if (cols_.given(cells, "CUDA Graphs")) {  // Layout::cuda_graphs; a value it cannot read is refused
       std::string t = cols_.cell(cells, "CUDA Graphs", at), error;

@@ -60,7 +60,7 @@ std::vector<std::pair<std::string, int64_t>> unaligned_gemm_widths(const ModelCo
 
 void set_layer_kinds(ModelConfig& m, const std::vector<LayerKind>& kinds) {
   const bool one_kind = std::all_of(kinds.begin(), kinds.end(), [&](const LayerKind& k) { return k == kinds.front(); });
-  if (kinds.empty() || !one_kind) {
+  if (kinds.empty() || !one_kind || !m.mtp_kinds.empty()) {  // MTP kinds name kinds of `layers`
     m.layers = kinds;
     return;
   }
@@ -70,6 +70,7 @@ void set_layer_kinds(ModelConfig& m, const std::vector<LayerKind>& kinds) {
 ModelConfig layer_model(const ModelConfig& m, const LayerKind& k) {
   ModelConfig out = m;
   out.layers.clear();
+  out.mtp_kinds.clear();
   if (!k.sliding) out.sliding_window = 0;
   if (!k.chunked) out.attention_chunk = 0;
   if (k.nope) {
@@ -265,6 +266,10 @@ std::string check_architecture(const ModelConfig& m) {
       return "layers without RoPE in a model whose other layers have no RoPE either";
     if (any(&LayerKind::dense_ffn) && !m.moe.active()) return "dense feed-forward layers in a model without experts";
   }
+  if (m.mtp_kinds.size() > 64) return "more than 64 layers in a multi-token prediction depth";
+  for (const LayerKind& k : m.mtp_kinds)
+    if (std::find(m.layers.begin(), m.layers.end(), k) == m.layers.end())
+      return "a multi-token prediction layer of a kind none of the model's layers is";
   return check_moe(m.moe);
 }
 

@@ -215,6 +215,11 @@ struct ModelConfig {
   // positions those of the layers whose kind is not nope, and moe the experts of those whose kind is
   // not dense.
   std::vector<LayerKind> layers;
+  // The layers of one multi-token prediction depth where the model names them (Nemotron-H's
+  // mtp_hybrid_override_pattern: "*E", attention then experts), each a kind of `layers`; empty: a
+  // depth is one layer of the last layer's kind (Megatron-Core's GPT path). The model costed holds
+  // no depth; a run trains `Layout::mtp_layers` of them.
+  std::vector<LayerKind> mtp_kinds;
 
   int64_t d_head() const { return head_dim > 0 ? head_dim : d_model / n_heads; }
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
@@ -254,8 +259,9 @@ LayerPattern layer_pattern(const ModelConfig& m);
 // positions and experts are the kind's.
 ModelConfig layer_model(const ModelConfig& m, const LayerKind& k);
 
-// Sets m's layers to `kinds` (one per layer), or, when they are all of one kind, m's fields to that
-// kind's block with no per-layer kinds (so that a uniform model has one representation).
+// Sets m's layers to `kinds` (one per layer), or, when they are all of one kind and m names no
+// multi-token prediction kinds, m's fields to that kind's block with no per-layer kinds (so that a
+// uniform model has one representation).
 void set_layer_kinds(ModelConfig& m, const std::vector<LayerKind>& kinds);
 
 // Throws std::logic_error naming `what` when m's layers differ: what costs one block must be given

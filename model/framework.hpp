@@ -55,6 +55,7 @@ enum class FrameworkOption : uint8_t {
   kBf16Moments,            // Megatron-Core's precision-aware optimizer with bf16 Adam moments
   kCudaGraphs,             // Megatron-Core's CUDA graphs (--cuda-graphs)
   kMoeCapacity,            // Megatron-Core's token dropping (--moe-capacity-factor)
+  kBf16Layers,             // Megatron-Core's first and last layers in bf16 (--bf16-layers-at-start, -end)
 };
 constexpr uint32_t option_bit(FrameworkOption o) { return 1u << static_cast<unsigned>(o); }
 

@@ -198,8 +198,8 @@ std::string recompute_modules_apply(const RuleInput& in) {
 }
 
 // Multi-token prediction (Layout::mtp_layers) where it is modelled: a transformer whose last layer is
-// attention with a feed-forward (the MTP layer is one of its kind); not on Megatron's hybrid models,
-// whose MTP depths follow a pattern of their own (mtp_hybrid_override_pattern), nor under LoRA.
+// attention with a feed-forward (the MTP layer is one of its kind), or a hybrid model that names its
+// depth's layers (ModelConfig::mtp_kinds, from mtp_hybrid_override_pattern); not under LoRA.
 std::string mtp_modelled(const RuleInput& in) {
   const Layout& par = in.cfg.layout;
   if (par.mtp_layers == 0 && !par.mtp_repeated_layer) return {};
@@ -209,9 +209,10 @@ std::string mtp_modelled(const RuleInput& in) {
   const ModelConfig& m = *in.model;
   const LayerPattern pattern = layer_pattern(m);
   const ModelConfig& last = pattern.groups[static_cast<size_t>(pattern.runs.back().group)].model;
-  if (last.mixer != Mixer::kAttention || last.no_ffn || m.mamba.active())
+  if (m.mtp_kinds.empty() && (last.mixer != Mixer::kAttention || last.no_ffn || m.mamba.active()))
     return "multi-token prediction on " + m.name +
-           " (a hybrid model: its MTP depths follow a pattern of their own) is not modelled yet";
+           " (a hybrid model: its MTP depths follow a pattern of their own, which its config does not give as "
+           "mtp_hybrid_override_pattern)";
   if (in.cfg.lora.active()) return "multi-token prediction under LoRA is not modelled";
   return {};
 }
@@ -305,6 +306,27 @@ std::string moe_capacity_applies(const RuleInput& in) {
   return {};
 }
 
+// The first and last layers in bf16 (Layout::bf16_layers_start, bf16_layers_end) as Megatron-Core
+// takes them: out of a recipe that quantizes the layers (amp_fp8, mxfp8, nvfp4; under any other
+// precision there is no recipe to leave them out of), each count at most the layers of one pipeline
+// stage (num_layers // pp, as transformer_config.py asserts).
+std::string bf16_layers_apply(const RuleInput& in) {
+  const Layout& par = in.cfg.layout;
+  if (par.bf16_layers_start == 0 && par.bf16_layers_end == 0) return {};
+  const char* flag = par.bf16_layers_start != 0 ? "--bf16-layers-at-start" : "--bf16-layers-at-end";
+  const DType w = block_gemm_dtype(in.cfg.precision);
+  if (w != DType::kFp8 && w != DType::kFp4)
+    return std::string(flag) + ": precision " + std::string(to_string(in.cfg.precision)) +
+           " quantizes no layer to leave out (it applies under amp_fp8, mxfp8 and nvfp4)";
+  const int64_t most = in.model->n_layers / par.pipeline;
+  for (const auto& [name, n] : {std::pair{"--bf16-layers-at-start", par.bf16_layers_start},
+                                std::pair{"--bf16-layers-at-end", par.bf16_layers_end}})
+    if (n < 0 || n > most)
+      return std::string(name) + " " + std::to_string(n) + " is outside 0.." + std::to_string(most) +
+             " (the layers of one pipeline stage, as Megatron-Core asserts)";
+  return {};
+}
+
 std::string userbuffers_sm_count(const RuleInput& in) {
   if (in.cfg.layout.tp_comm_overlap && in.device->compute_units <= kUserbuffersMaxSms)
     return "tensor-parallel communication overlap needs the SM count of device " + in.device->id + " (compute_units)";
@@ -336,9 +358,12 @@ constexpr Rule kCudaGraphsApply{"cuda-graphs-apply", "--cuda-graphs --ckpt; CUDA
                                 cuda_graphs_apply};
 constexpr Rule kMoeCapacityApplies{"moe-capacity-applies", "--moe-capacity-factor; MoE Capacity Factor",
                                    RuleScope::kConfig, moe_capacity_applies};
+constexpr Rule kBf16LayersApply{"bf16-layers-apply",
+                                "--bf16-layers-at-start --bf16-layers-at-end --precision; BF16 Layers At Start",
+                                RuleScope::kConfig, bf16_layers_apply};
 constexpr Rule kMegatronFsdpModelled{"megatron-fsdp-modelled", "--megatron-fsdp --pp --dist-opt; Megatron FSDP",
                                      RuleScope::kLayout, megatron_fsdp_modelled};
-const std::array<const Rule*, 18> kMegatronRules = {&kHybridLayersModelled,
+const std::array<const Rule*, 19> kMegatronRules = {&kHybridLayersModelled,
                                                     &kChunkedAttentionNotModelled,
                                                     &kTpCommOverlapNeedsTpAndSp,
                                                     &kContextNeedsFusedAttention,
@@ -355,7 +380,8 @@ const std::array<const Rule*, 18> kMegatronRules = {&kHybridLayersModelled,
                                                     &kMtpModelled,
                                                     &kMoeDispatcherApplies,
                                                     &kCudaGraphsApply,
-                                                    &kMoeCapacityApplies};
+                                                    &kMoeCapacityApplies,
+                                                    &kBf16LayersApply};
 
 }  // namespace
 
@@ -394,7 +420,8 @@ struct MegatronCosts {
   TrainConfig key;  // global_batch unused
   ModelParallelLayout layout;
   CategoryTotals embed_fwd, embed_bwd, head_fwd, head_bwd;
-  std::vector<MegatronBlock> blocks;  // by layer group
+  std::vector<MegatronBlock> blocks;      // by layer group of `pattern`
+  const LayerPattern* pattern = nullptr;  // the run's layer pattern (the evaluator's, which outlives it)
   double tp_embed_s = 0, tp_head_fwd_s = 0, tp_head_bwd_s = 0;
   double p2p_s = 0;
   std::vector<double> stage_params;         // local parameters per stage
@@ -551,9 +578,68 @@ void recompute_costs(MegatronBlock& b, const BlockShape& shape, const Layout& pa
 }  // namespace
 
 MegatronEvaluator::MegatronEvaluator(const ModelConfig& model, const DeviceSpec& device, const CostParams& params)
-    : ModelParallelEvaluator(model, device, params), pattern_(layer_pattern(model)) {}
+    : ModelParallelEvaluator(model, device, params), pattern_(layer_pattern(model)) {
+  base_.pattern = pattern_;
+  base_.bf16.assign(pattern_.groups.size(), false);
+  // One multi-token prediction depth's layers as runs of the pattern's groups: the model's MTP kinds
+  // (check_architecture: each a kind of its layers) or one layer of the last layer's kind.
+  if (model.mtp_kinds.empty()) {
+    mtp_depth_.push_back({pattern_.runs.back().group, 1});
+    return;
+  }
+  for (const LayerKind& k : model.mtp_kinds) {
+    const auto at = std::find(model.layers.begin(), model.layers.end(), k) - model.layers.begin();
+    int64_t first = 0;
+    int group = pattern_.runs.back().group;
+    for (const LayerRun& r : pattern_.runs) {
+      if (at < first + r.layers) {
+        group = r.group;
+        break;
+      }
+      first += r.layers;
+    }
+    if (!mtp_depth_.empty() && mtp_depth_.back().group == group) ++mtp_depth_.back().layers;
+    else mtp_depth_.push_back({group, 1});
+  }
+}
 
 MegatronEvaluator::~MegatronEvaluator() = default;
+
+// The model's pattern with its first `par.bf16_layers_start` and last `par.bf16_layers_end` layers
+// moved into groups of their own, one per kind they are of (appended after the model's groups, which
+// keep their indices and the rest of their layers), the runs split where the bf16 layers begin and
+// end. Made once per pair of counts.
+const MegatronEvaluator::RunPattern& MegatronEvaluator::run_pattern(const Layout& par) {
+  const int64_t start = par.bf16_layers_start, end = par.bf16_layers_end;
+  if (start == 0 && end == 0) return base_;
+  for (const std::unique_ptr<RunPattern>& r : bf16_patterns_)
+    if (r->start == start && r->end == end) return *r;
+  auto out = std::make_unique<RunPattern>(base_);
+  out->start = start, out->end = end;
+  LayerPattern& p = out->pattern;
+  p.runs.clear();
+  std::vector<int> bf16_group(pattern_.groups.size(), -1);
+  int64_t layer = 0;
+  for (const LayerRun& r : pattern_.runs) {
+    for (int64_t i = 0; i < r.layers; ++i, ++layer) {
+      int g = r.group;
+      if (layer < start || layer >= model_.n_layers - end) {
+        int& b = bf16_group[static_cast<size_t>(g)];
+        if (b < 0) {
+          b = static_cast<int>(p.groups.size());
+          p.groups.push_back({pattern_.groups[static_cast<size_t>(g)].model, 0});
+          out->bf16.push_back(true);
+        }
+        --p.groups[static_cast<size_t>(g)].layers, ++p.groups[static_cast<size_t>(b)].layers;
+        g = b;
+      }
+      if (!p.runs.empty() && p.runs.back().group == g) ++p.runs.back().layers;
+      else p.runs.push_back({g, 1});
+    }
+  }
+  bf16_patterns_.push_back(std::move(out));
+  return *bf16_patterns_.back();
+}
 
 void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
   const Layout& par = cfg.layout;
@@ -561,7 +647,9 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
   if (const std::string why = split_layers(model_.n_layers, par, c.chunk_layers); !why.empty())
     throw std::invalid_argument("MegatronEvaluator: " + why + " (the rule pipeline-splits-layers refuses the layout)");
   const int64_t vocab = megatron_padded_vocab(model_.vocab_size, l.tp);
-  const size_t groups = pattern_.groups.size();
+  const RunPattern& run = run_pattern(par);
+  c.pattern = &run.pattern;
+  const size_t groups = run.pattern.groups.size();
   c.blocks.resize(groups);
   c.mtp_fwd = c.mtp_bwd = {};
   c.mtp_comm_fwd_s = c.mtp_comm_bwd_s = c.mtp_saved = c.mtp_params = c.mtp_expert_params = 0;
@@ -569,9 +657,15 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
   // time in the ring model), of one micro-batch's t x d activations.
   const double a = activation_bytes(cfg.precision);
   double td_bytes = 0;
+  BlockShape last_shape;
   for (size_t g = 0; g < groups; ++g) {
-    const ModelConfig& model = pattern_.groups[g].model;
-    BlockShape shape = rank_shape(model, cfg, vocab);
+    const ModelConfig& model = run.pattern.groups[g].model;
+    // A layer left out of the run's fp8 or fp4 recipe (Layout::bf16_layers_start, bf16_layers_end)
+    // runs as under amp_bf16.
+    TrainConfig bf16_cfg;
+    if (run.bf16[g]) bf16_cfg = cfg, bf16_cfg.precision = Precision::kAmpBf16;
+    const TrainConfig& group_cfg = run.bf16[g] ? bf16_cfg : cfg;
+    BlockShape shape = rank_shape(model, group_cfg, vocab);
     shape.fp32_vocab_parallel_xent = true;  // Megatron's loss: ops.hpp
     shape.fused_swiglu = true;              // bias_activation_fusion: ops.hpp
     shape.native_attention = true;          // TransformerEngine's cuDNN fused attention: ops.hpp
@@ -604,7 +698,7 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
       block_backward_ops(shape, bwd);
       b.expert_fwd_s = fwd.seconds, b.expert_bwd_s = bwd.seconds;
     }
-    context_and_expert_costs(b, c.layout, shape, cfg);
+    context_and_expert_costs(b, c.layout, shape, group_cfg);
     b.lora = lora_block_params(shape);
     // One all-reduce (all-gather and reduce-scatter) per sublayer each way: the mixer's and the
     // feed-forward's (a Nemotron-H layer has one of them).
@@ -626,13 +720,14 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     if (par.tp_comm_overlap) tp_comm_overlap_costs(b, c.layout, shape, td_bytes);
     b.saved = b.fwd.saved_bytes;
     b.backward_buffers =
-        block_backward_buffer_bytes(tensor_parallel_slice(model, l.tp, shape.moe), shape.tokens(), cfg.precision);
+        block_backward_buffer_bytes(tensor_parallel_slice(model, l.tp, shape.moe), shape.tokens(), group_cfg.precision);
     // The rank's parameters of the block (1/(etp*ep) of the routed experts).
     const double routed = routed_expert_params(model);
     b.expert_params = routed / d(l.etp * l.ep);
     b.params = (d(layer_parameter_count(model)) - routed) / d(l.tp) + b.expert_params;
-    if (par.mtp_layers > 0 && g == static_cast<size_t>(pattern_.runs.back().group)) mtp_costs(c, b, shape, ops, cfg);
+    if (g == static_cast<size_t>(pattern_.runs.back().group)) last_shape = shape;
   }
+  if (par.mtp_layers > 0) mtp_costs(c, last_shape, cfg);
   // Each chunk's and stage's layers of each group (a uniform model's: its chunks' and stages').
   c.stage_layers = stage_layers_of(c.chunk_layers, l.pp);
   if (groups == 1) {
@@ -643,7 +738,7 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     c.stage_group_layers.assign(static_cast<size_t>(l.pp) * groups, 0);
     int64_t first = 0;
     for (size_t k = 0; k < c.chunk_layers.size(); ++k) {
-      const std::vector<int64_t> n = pattern_.count_in(first, c.chunk_layers[k]);
+      const std::vector<int64_t> n = run.pattern.count_in(first, c.chunk_layers[k]);
       first += c.chunk_layers[k];
       c.chunk_group_layers.insert(c.chunk_group_layers.end(), n.begin(), n.end());
       const size_t stage = k % static_cast<size_t>(l.pp);
@@ -653,38 +748,44 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
   stage_costs(c, cfg, vocab);
 }
 
-// Multi-token prediction's depths (Layout::mtp_layers), each one more layer of the last layer's kind
-// `b` (its shape `shape`, its micro-batch's ops `ops`) with its own embedding lookup, norms and
-// projection (mtp_forward_ops) and logits: their seconds, collectives and saved bytes times the
-// depths, their parameters once per depth or, sharing one layer, once.
-void MegatronEvaluator::mtp_costs(Costs& c, const MegatronBlock& b, const BlockShape& shape,
-                                  const MicroBatchOpCosts& ops, const TrainConfig& cfg) const {
+// Multi-token prediction's depths (Layout::mtp_layers), each the layers mtp_depth_ names (one of the
+// last layer's kind, or a hybrid model's MTP pattern) with its own embedding lookup, norms and
+// projection (mtp_forward_ops, at the last layer's shape `shape`) and logits: their seconds,
+// collectives and saved bytes times the depths, their parameters once per depth or, sharing one
+// depth's layers (mtp_repeated_layer), once.
+void MegatronEvaluator::mtp_costs(Costs& c, const BlockShape& shape, const TrainConfig& cfg) const {
   const Layout& par = cfg.layout;
-  const double depths = d(par.mtp_layers), layers = par.mtp_repeated_layer ? 1.0 : depths;
+  const double depths = d(par.mtp_layers), copies = par.mtp_repeated_layer ? 1.0 : depths;
   const CategoryTotals own_fwd = costed(cost_, mtp_forward_ops, shape),
                        own_bwd = costed(cost_, mtp_backward_ops, shape);
-  const auto depth = [](std::initializer_list<const CategoryTotals*> parts) {
-    CategoryTotals t;
-    for (const CategoryTotals* p : parts) {
-      t.add(*p, 1.0);
-      t.saved_bytes += p->saved_bytes;
-      t.kernels += p->kernels;
-    }
-    return t;
+  CategoryTotals fwd, bwd;
+  const auto add = [](CategoryTotals& t, const CategoryTotals& p, double n) {
+    t.add(p, n);
+    t.saved_bytes += n * p.saved_bytes;
+    t.kernels += n * p.kernels;
   };
-  CategoryTotals fwd = depth({&ops.embed_fwd, &own_fwd, &b.fwd, &ops.head_fwd});
-  CategoryTotals bwd = depth({&ops.embed_bwd, &own_bwd, &b.bwd, &ops.head_bwd});
-  bwd.attention += b.attention_again;
+  add(fwd, c.embed_fwd, 1.0), add(fwd, own_fwd, 1.0), add(fwd, c.head_fwd, 1.0);
+  add(bwd, c.embed_bwd, 1.0), add(bwd, own_bwd, 1.0), add(bwd, c.head_bwd, 1.0);
+  double comm_fwd = c.tp_embed_s + c.tp_head_fwd_s, comm_bwd = c.tp_head_bwd_s;
+  double saved = c.embed_saved + own_fwd.saved_bytes + c.head_saved, params = 0, expert_params = 0;
+  for (const LayerRun& r : mtp_depth_) {
+    const MegatronBlock& b = c.blocks[static_cast<size_t>(r.group)];
+    const double n = d(r.layers);
+    add(fwd, b.fwd, n), add(bwd, b.bwd, n);
+    bwd.attention += n * b.attention_again;
+    comm_fwd += n * (b.tp_fwd_s + b.cp_ep_fwd_s);
+    comm_bwd += n * (b.tp_bwd_s + b.cp_ep_bwd_s + b.ring_again_s + b.comm_again_s);
+    saved += n * (b.saved - b.saved_attention_only);
+    params += n * b.params, expert_params += n * b.expert_params;
+  }
   c.mtp_fwd = {}, c.mtp_bwd = {};
   c.mtp_fwd.add(fwd, depths), c.mtp_bwd.add(bwd, depths);
   c.mtp_fwd.kernels = fwd.kernels * depths, c.mtp_bwd.kernels = bwd.kernels * depths;
-  c.mtp_comm_fwd_s = depths * (c.tp_embed_s + b.tp_fwd_s + b.cp_ep_fwd_s + c.tp_head_fwd_s);
-  c.mtp_comm_bwd_s = depths * (b.tp_bwd_s + b.cp_ep_bwd_s + c.tp_head_bwd_s + b.ring_again_s + b.comm_again_s);
-  c.mtp_saved = depths * (ops.embed_fwd.saved_bytes + own_fwd.saved_bytes + b.saved - b.saved_attention_only +
-                          ops.head_fwd.saved_bytes);
+  c.mtp_comm_fwd_s = depths * comm_fwd, c.mtp_comm_bwd_s = depths * comm_bwd;
+  c.mtp_saved = depths * saved;
   const double h = d(model_.d_model);
-  c.mtp_params = layers * (b.params + 2.0 * h * h / d(c.layout.tp) + 3.0 * h);  // eh_proj, enorm, hnorm, final norm
-  c.mtp_expert_params = layers * b.expert_params;
+  c.mtp_params = copies * (params + 2.0 * h * h / d(c.layout.tp) + 3.0 * h);  // eh_proj, enorm, hnorm, final norm
+  c.mtp_expert_params = copies * expert_params;
 }
 
 // Each stage's parameters (the rank's tensor-parallel slice, and 1/(etp*ep) of the routed experts),
@@ -784,7 +885,7 @@ void MegatronEvaluator::fsdp_costs(Costs& c, const TrainConfig& cfg, double root
   // What is left after the last backward: the last layer's reduce-scatter (the step's last block is
   // the model's last) and the root's.
   const double root_reduce = lora ? 0.0 : grad_collective(cost_, CollectiveKind::kReduceScatter, root * gb, 0.0, l);
-  const double last_layer = c.blocks[static_cast<size_t>(pattern_.runs.back().group)].fsdp_reduce_s;
+  const double last_layer = c.blocks[static_cast<size_t>(c.pattern->runs.back().group)].fsdp_reduce_s;
   c.reduce_s.assign(c.reduce_s.size(), last_layer + root_reduce);
   if (!par.fsdp_shards_params()) return;
   for (MegatronBlock& b : c.blocks) {
@@ -935,7 +1036,7 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
                                 side_by_side_seconds(mlp_f + mlp_b, 2.0 * a2a, slowdown) +
                                 side_by_side_seconds(attn_b, a2a, slowdown);
       const double merged = smooth_max(merged_gpu, (b.fwd.kernels + b.bwd.kernels + 2.0 * tp_launches) * issue);
-      pair_hidden += d(pattern_.groups[g].layers) *
+      pair_hidden += d(c.pattern->groups[g].layers) *
                      std::max(f_pass + b_pass + b.attention_again + b.ring_again_s + b.comm_again_s - merged, 0.0);
     }
     h.bwd += recompute * h.fwd;
@@ -962,7 +1063,7 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
     bwd_s_.back() += pass(c.mtp_bwd, c.mtp_comm_bwd_s, 0.0, host.last);
   }
   for (int64_t s = 0; s < l.pp; ++s) fwd_s_[static_cast<size_t>(s)] += params_.microbatch_overhead_s;
-  const MegatronBlock& first = c.blocks[static_cast<size_t>(pattern_.runs.front().group)];
+  const MegatronBlock& first = c.blocks[static_cast<size_t>(c.pattern->runs.front().group)];
   host.fsdp_first = c.fsdp_root_gather_s + first.fsdp_gather_s;
   fwd_s_.front() += host.fsdp_first;
   return host;
@@ -1178,7 +1279,8 @@ constinit const FrameworkDef kMegatronFramework = {
                option_bit(FrameworkOption::kDistributedOptimizer) | option_bit(FrameworkOption::kMegatronFsdp) |
                option_bit(FrameworkOption::kRecomputeModules) | option_bit(FrameworkOption::kMtp) |
                option_bit(FrameworkOption::kMoeDispatcher) | option_bit(FrameworkOption::kBf16Moments) |
-               option_bit(FrameworkOption::kCudaGraphs) | option_bit(FrameworkOption::kMoeCapacity),
+               option_bit(FrameworkOption::kCudaGraphs) | option_bit(FrameworkOption::kMoeCapacity) |
+               option_bit(FrameworkOption::kBf16Layers),
     .fit_adds = kMegatronFitAdds,
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,

@@ -85,8 +85,7 @@ class MegatronEvaluator final : public ModelParallelEvaluator<MegatronCosts> {
   void tp_comm_overlap_costs(MegatronBlock& b, const ModelParallelLayout& l, const BlockShape& shape,
                              double td_bytes) const;
   void stage_costs(Costs& c, const TrainConfig& cfg, int64_t vocab) const;
-  void mtp_costs(Costs& c, const MegatronBlock& b, const BlockShape& shape, const MicroBatchOpCosts& ops,
-                 const TrainConfig& cfg) const;
+  void mtp_costs(Costs& c, const BlockShape& shape, const TrainConfig& cfg) const;
   void fsdp_costs(Costs& c, const TrainConfig& cfg, double root) const;
   // Per layer group, one block's seconds per micro-batch in the pipeline (forward, and backward with
   // its recompute) and the host's time beyond the GPU's in them; per micro-batch the host's on the
@@ -107,7 +106,19 @@ class MegatronEvaluator final : public ModelParallelEvaluator<MegatronCosts> {
   void breakdown(const Costs& c, int64_t m, double recompute, const HostTime& host, size_t critical, double tail_s,
                  double merged_saving_s, Prediction& p) const;
 
-  LayerPattern pattern_;
+  // A run's layer pattern (Costs::pattern): the model's, or with the layers Layout::bf16_layers_start
+  // and bf16_layers_end leave out of the precision's recipe as groups of their own (bf16: which).
+  struct RunPattern {
+    int64_t start = 0, end = 0;
+    LayerPattern pattern;
+    std::vector<bool> bf16;  // per group
+  };
+  const RunPattern& run_pattern(const Layout& par);
+
+  LayerPattern pattern_;  // the model's
+  RunPattern base_;       // pattern_, no layer in bf16
+  std::vector<std::unique_ptr<RunPattern>> bf16_patterns_;
+  std::vector<LayerRun> mtp_depth_;           // one multi-token prediction depth's layers, as runs of pattern_'s groups
   std::vector<HostTime::Block> host_blocks_;  // chunk_seconds' per-group storage, reused
   std::vector<double> chunk_saved_;           // memory(): per model chunk, its layers' saved bytes
   double pair_hidden_s_ = 0;                  // combined 1F1B: what merging a layer's forward and backward saves

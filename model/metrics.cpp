@@ -44,11 +44,21 @@ double megatron_flops_per_sequence(const ModelConfig& m, int64_t seq_len, int64_
     const double mamba =
         2.0 * t * h * (2.0 * d_in + 2.0 * static_cast<double>(b.groups) * state + static_cast<double>(b.heads)) +
         7.0 * t * d_in * state + 2.0 * t * d_in * h;
-    const double fwd = count([](const ModelConfig& l) { return l.mixer == Mixer::kAttention; }) * attn +
-                       count([](const ModelConfig& l) { return l.mixer == Mixer::kMamba2; }) * mamba +
-                       count([](const ModelConfig& l) { return !l.no_ffn && !l.moe.active(); }) * mlp +
-                       count([](const ModelConfig& l) { return !l.no_ffn && l.moe.active(); }) * moe +
-                       2.0 * t * h * vocab;
+    // With multi-token prediction, get_hybrid_layer_counts counts each depth's layers of the MTP
+    // pattern (hybrid_layer_allocation.py) and the logits once more per depth; the depths' own
+    // projections go uncounted.
+    const double mtp = static_cast<double>(mtp_layers);
+    const auto layers = [&](auto&& is) {
+      double n = count([&](const ModelConfig& l) { return is(l.mixer, l.no_ffn, l.moe.active()); });
+      for (const LayerKind& k : m.mtp_kinds)
+        if (is(k.mixer, k.no_ffn, e.active() && !k.dense_ffn && !k.no_ffn)) n += mtp;
+      return n;
+    };
+    const double fwd = layers([](Mixer x, bool, bool) { return x == Mixer::kAttention; }) * attn +
+                       layers([](Mixer x, bool, bool) { return x == Mixer::kMamba2; }) * mamba +
+                       layers([](Mixer, bool no_ffn, bool experts) { return !no_ffn && !experts; }) * mlp +
+                       layers([](Mixer, bool no_ffn, bool experts) { return !no_ffn && experts; }) * moe +
+                       2.0 * t * h * vocab * (1.0 + mtp);
     return 3.0 * fwd;
   }
   // transformer_flops, per token, then times s (token-linear) plus the s^2 core.

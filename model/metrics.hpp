@@ -85,7 +85,8 @@ struct DeviceSpec;
 // the causal core at exactly half the square; norms, activations, routers' top-k and the Mamba-2
 // scan's other passes not counted; the hybrids' Mamba-2 width taken as 2 h.
 // With multi-token prediction (`mtp_layers` depths; Megatron-LM counts each depth's layer, its norms
-// and projection and its logits, whether or not the depths share one layer's weights).
+// and projection and its logits, whether or not the depths share one layer's weights; on a hybrid
+// model each depth's layers of the MTP pattern and its logits, not its projection).
 double megatron_flops_per_sequence(const ModelConfig& m, int64_t seq_len, int64_t padded_vocab, int64_t mtp_layers = 0);
 
 // Why a measured throughput of `cfg` is one no run reaches, or "": the model FLOPs it needs at the

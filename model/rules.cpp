@@ -65,6 +65,9 @@ std::string options_owned(const RuleInput& in) {
     return refuse("--mtp-layers", "Megatron-Core's", option_owner(FrameworkOption::kMtp).name);
   if (l.moe_capacity_factor != 0 && !def.owns(FrameworkOption::kMoeCapacity))
     return refuse("--moe-capacity-factor", "Megatron-Core's", option_owner(FrameworkOption::kMoeCapacity).name);
+  if ((l.bf16_layers_start != 0 || l.bf16_layers_end != 0) && !def.owns(FrameworkOption::kBf16Layers))
+    return refuse(l.bf16_layers_start != 0 ? "--bf16-layers-at-start" : "--bf16-layers-at-end", "Megatron-Core's",
+                  option_owner(FrameworkOption::kBf16Layers).name);
   if (l.cuda_graphs != 0 && !def.owns(FrameworkOption::kCudaGraphs))
     return refuse("--cuda-graphs", "Megatron-Core's", option_owner(FrameworkOption::kCudaGraphs).name);
   if (l.moe_dispatcher != MoeDispatcher::kAllToAll && !def.owns(FrameworkOption::kMoeDispatcher))
@@ -573,6 +576,9 @@ std::string given_options_owned(const LayoutRequest& r) {
   if (r.moe_capacity_factor && !def.owns(FrameworkOption::kMoeCapacity))
     return "--moe-capacity-factor: Megatron-Core's option; use --framework " +
            std::string(option_owner(FrameworkOption::kMoeCapacity).name);
+  if ((r.bf16_layers_start || r.bf16_layers_end) && !def.owns(FrameworkOption::kBf16Layers))
+    return std::string(r.bf16_layers_start ? "--bf16-layers-at-start" : "--bf16-layers-at-end") +
+           ": Megatron-Core's option; use --framework " + std::string(option_owner(FrameworkOption::kBf16Layers).name);
   if (r.cuda_graphs && !def.owns(FrameworkOption::kCudaGraphs))
     return "--cuda-graphs: Megatron-Core's option; use --framework " +
            std::string(option_owner(FrameworkOption::kCudaGraphs).name);

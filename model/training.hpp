@@ -266,6 +266,13 @@ struct Layout {
   // takes this many times its even share of the routed rows, the rest dropped and short experts
   // padded (the run's MoeConfig::capacity_factor, in place of the model's). 0: the model's own.
   double moe_capacity_factor = 0;
+  // megatron: the first and last decoder layers that run in bf16 under an fp8 or fp4 recipe
+  // (Megatron-Core's --first-last-layers-bf16 with --num-layers-at-start-in-bf16 and
+  // --num-layers-at-end-in-bf16; Nemotron 3 Super's NVFP4 recipes: 0 and 14): their GEMMs, casts and
+  // buffers as under amp_bf16, the other layers' as the run's precision (fp8_utils.py and
+  // fp4_utils.py: get_fp8_context and get_fp4_context leave those layers out of the recipe).
+  int64_t bf16_layers_start = 0;
+  int64_t bf16_layers_end = 0;
   // megatron: Megatron-FSDP's sharding strategy (above); kOff: Megatron-Core's DDP.
   MegatronFsdp megatron_fsdp = MegatronFsdp::kOff;
   // megatron: under Checkpointing::kSelective, the modules recomputed (RecomputeModule bits); every
@@ -308,7 +315,8 @@ struct Layout {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
            !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16 &&
            !pipeline_scatter_gather && !moe_a2a_overlap && moe_dispatcher == MoeDispatcher::kAllToAll &&
-           !bf16_moments && cuda_graphs == 0 && moe_capacity_factor == 0 && megatron_fsdp == MegatronFsdp::kOff;
+           !bf16_moments && cuda_graphs == 0 && moe_capacity_factor == 0 && bf16_layers_start == 0 &&
+           bf16_layers_end == 0 && megatron_fsdp == MegatronFsdp::kOff;
   }
   // Megatron-FSDP sharding the gradients (ZeRO-2), and the parameters too (ZeRO-3).
   bool fsdp_shards_grads() const { return megatron_fsdp >= MegatronFsdp::kOptimGrads; }

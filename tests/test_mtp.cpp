@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,6 +91,72 @@ BOOST_AUTO_TEST_CASE(a_depth_adds_its_layer_and_projection_to_the_last_stage) {
   BOOST_TEST(p1.memory.activation_bytes > p0.memory.activation_bytes);
 }
 
+BOOST_AUTO_TEST_CASE(a_hybrid_depth_is_its_mtp_pattern) {
+  // Nemotron 3 Super's config.json: mtp_hybrid_override_pattern "*E", an attention layer then an
+  // expert layer per depth (Megatron-Core's HybridStack inside MultiTokenPredictionLayer).
+  const ModelConfig super = shipped_hf("nemotron-3-super");
+  BOOST_TEST_REQUIRE(super.mtp_kinds.size() == 2u);
+  BOOST_TEST((super.mtp_kinds[0].mixer == Mixer::kAttention && super.mtp_kinds[0].no_ffn));
+  BOOST_TEST((super.mtp_kinds[1].mixer == Mixer::kNone && !super.mtp_kinds[1].no_ffn));
+  BOOST_TEST(check_architecture(super) == "");
+  // Megatron-LM's hybrid count (hybrid_flops): per depth one more attention and expert layer and the
+  // logits once more; t = s = 4,096 tokens, h = 4,096, 32 heads of 128, 2 key/value heads, experts of
+  // 2,688 at a latent width of 1,024 (top 22), a shared expert of 5,376, squared ReLU (no GLU).
+  const double t = 4096, h = 4096, vocab = 131072;
+  const double attn = 4.0 * t * h * (h + h * 2.0 / 32.0) + 2.0 * t * t * h;
+  const double moe = 4.0 * t * 1024 * 2688 * 22 + 4.0 * t * h * 1024 + 4.0 * t * h * 5376;
+  const double base = megatron_flops_per_sequence(super, 4096, 131072);
+  BOOST_TEST(
+      megatron_flops_per_sequence(super, 4096, 131072, 2) - base == 2.0 * 3.0 * (attn + moe + 2.0 * t * h * vocab),
+      tt::tolerance(1e-9));
+
+  const DeviceSpec device = load_device("gb200");
+  const DeviceProfile profile = load_shipped_profile("gb200");
+  const auto run = [](int64_t mtp, bool repeated) {
+    TrainConfig cfg = one_stage(mtp, repeated);
+    cfg.precision = Precision::kAmpBf16;
+    return cfg;
+  };
+  BOOST_TEST_REQUIRE(check_config(super, device, profile.params, run(2, true)) == "");
+  const Prediction p0 = predict(super, device, profile.params, run(0, false));
+  const Prediction p1 = predict(super, device, profile.params, run(1, false));
+  const Prediction p2 = predict(super, device, profile.params, run(2, false));
+  const Prediction r2 = predict(super, device, profile.params, run(2, true));
+  // Per depth on the rank: the attention layer, the expert layer with 1/64 of its routed experts,
+  // eh_proj (2 h x h) and three norms; 18 bytes per parameter (weights, fp32 gradients, master
+  // weights and moments without the distributed optimizer).
+  const double attention = h * 32 * 128 * 2 + h * 2 * 128 * 2 + h;
+  const double routed = 512.0 * 2 * 1024 * 2688;
+  const double experts = (h * 512 + 512) + routed + 2 * h * 1024 + 2 * h * 5376 + h;
+  const double depth = attention + experts - routed + routed / 64.0 + 2.0 * h * h + 3.0 * h;
+  BOOST_TEST(p1.memory.sharded_state_bytes - p0.memory.sharded_state_bytes == 18.0 * depth, tt::tolerance(1e-9));
+  BOOST_TEST(p2.memory.sharded_state_bytes - p0.memory.sharded_state_bytes == 36.0 * depth, tt::tolerance(1e-9));
+  BOOST_TEST(r2.memory.sharded_state_bytes - p0.memory.sharded_state_bytes == 18.0 * depth, tt::tolerance(1e-9));
+  // Time: each depth two layers more, its embedding lookup, projection and logits; the depth costs
+  // more than one expert layer alone would.
+  BOOST_TEST(p1.step_s > p0.step_s);
+  BOOST_TEST(p2.step_s - p0.step_s == 2.0 * (p1.step_s - p0.step_s), tt::tolerance(0.02));
+  // The same compute; the optimizer over one depth's weights (8 of 512 experts' on the rank) not two.
+  BOOST_TEST(r2.step_s < p2.step_s);
+  BOOST_TEST(r2.step_s == p2.step_s, tt::tolerance(0.01));
+  BOOST_TEST(p1.memory.activation_bytes > p0.memory.activation_bytes);
+
+  // The reader: an MTP layer of a kind the model lacks, a symbol it does not model, or an empty
+  // pattern is refused with its key.
+  std::ifstream in(fs::path(TPSIM_DATA) / "models" / "hf" / "nemotron-3-super.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (
+      const auto& [pattern, why] : std::vector<std::pair<std::string, std::string>>{
+          {"*-",
+           "mtp_hybrid_override_pattern: \"*-\" -- a multi-token prediction layer '-' of a kind the model's layers lack"},
+          {"*X", "layer symbol 'X'"},
+          {"", "must name 1 to 64 layers"}}) {
+    j["mtp_hybrid_override_pattern"] = pattern;
+    const std::string error = test::error_of([&] { read_hf_config(j.dump(2), "super.json"); });
+    BOOST_TEST(contains(error, why), pattern << ": " << error);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(the_rules_flag_and_column) {
   const DeviceSpec device = load_device("b200");
   const DeviceProfile profile = load_shipped_profile("b200");
@@ -98,8 +165,8 @@ BOOST_AUTO_TEST_CASE(the_rules_flag_and_column) {
   const ModelConfig v3 = shipped_hf("deepseek-v3");
   BOOST_TEST(contains(check_config(v3, device, profile.params, cfg), "--mtp-repeated-layer needs --mtp-layers"));
   cfg.layout.mtp_layers = 2;
-  const ModelConfig super = shipped_hf("nemotron-3-super");
-  BOOST_TEST(contains(check_config(super, device, profile.params, cfg), "(a hybrid model"));
+  const ModelConfig nano = shipped_hf("nemotron-3-nano");  // a hybrid whose config names no MTP pattern
+  BOOST_TEST(contains(check_config(nano, device, profile.params, cfg), "(a hybrid model"));
   cfg.layout.framework = Framework::kTorchtitan;
   BOOST_TEST(contains(check_config(v3, device, profile.params, cfg), "Megatron-Core's option"));
   const auto ok = run_tpsim(
