@@ -296,6 +296,8 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
        "megatron: Megatron-Core's combined 1F1B, each micro-batch's expert-parallel all-to-alls hidden behind "
        "another's compute (Megatron-Bridge's moe_a2a_overlap; needs --ep > 1, no full recompute, and --vp > 1 with "
        "--pp > 1)",
+       "megatron: under --overlap-moe-expert-parallel-comm, the weight gradients computed apart from the data "
+       "gradients, so that the all-to-alls start earlier (Megatron-Core's --delay-wgrad-compute)",
        "megatron: the embedding counts as a layer of the first stage in the pipeline split "
        "(--account-for-embedding-in-pipeline-split)",
        "megatron: the loss counts as a layer of the last stage (--account-for-loss-in-pipeline-split)",

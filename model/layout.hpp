@@ -54,7 +54,8 @@ struct LayoutRequest {
   // The switches (kSwitchAxes): on when given, never searched.
   bool overlap_grad_reduce = false, grad_reduce_bf16 = false, fp8_param_gather = false, pipeline_scatter_gather = false,
        account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, moe_a2a_overlap = false,
-       async_tensor_parallel = false, torch_compile = false, fused_rmsnorm = false, bf16_moments = false;
+       async_tensor_parallel = false, torch_compile = false, fused_rmsnorm = false, bf16_moments = false,
+       delay_wgrad = false;
   // --attention: true unfused (the scores materialised, as the framework runs it without a fused
   // kernel), false flash; unset: the model's own.
   std::optional<bool> unfused_attention;
@@ -109,7 +110,7 @@ struct SwitchAxis {
   FrameworkOption owner;
   std::string_view whose;
 };
-inline constexpr std::array<SwitchAxis, 12> kSwitchAxes = {{
+inline constexpr std::array<SwitchAxis, 13> kSwitchAxes = {{
     {{"overlapped gradient reduction", "--overlap-grad-reduce", "Overlap Grad Reduce", "overlapped grad reduce"},
      &Layout::overlap_grad_reduce,
      &LayoutRequest::overlap_grad_reduce,
@@ -138,6 +139,11 @@ inline constexpr std::array<SwitchAxis, 12> kSwitchAxes = {{
     {{"expert-parallel all-to-all overlap", "--overlap-moe-expert-parallel-comm", "MoE A2A Overlap", ""},
      &Layout::moe_a2a_overlap,
      &LayoutRequest::moe_a2a_overlap,
+     FrameworkOption::kMoeA2aOverlap,
+     "Megatron-Core's"},
+    {{"delayed weight gradients", "--delay-wgrad-compute", "Delay Wgrad Compute", "delayed wgrad"},
+     &Layout::delay_wgrad,
+     &LayoutRequest::delay_wgrad,
      FrameworkOption::kMoeA2aOverlap,
      "Megatron-Core's"},
     {{"embedding counted as a layer", "--account-for-embedding", "Account For Embedding", "embedding as a layer"},

@@ -138,6 +138,9 @@ std::string fp8_param_gather_needs_low_precision(const RuleInput& in) {
 
 std::string moe_a2a_overlap_conditions(const RuleInput& in) {
   const Layout& par = in.cfg.layout;
+  if (par.delay_wgrad && !par.moe_a2a_overlap)
+    return "delayed weight gradients (--delay-wgrad-compute) need the expert-parallel all-to-all overlap "
+           "(--overlap-moe-expert-parallel-comm), as Megatron-Core asserts";
   if (!par.moe_a2a_overlap) return {};
   const std::string what = "the expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-comm)";
   if (!in.model->moe.active() || par.expert < 2)
@@ -400,6 +403,8 @@ struct MegatronBlock {
   // Combined 1F1B's split of a block: the GPU seconds of its experts' ops (routed and shared) and the
   // change in its MLP's tensor-parallel collectives that the experts bring (expert_tp_change_s).
   double expert_fwd_s = 0, expert_bwd_s = 0, expert_tp_change_s = 0;
+  // Of the backward, the weight gradients' GPU seconds: the experts' and the rest's (Layout::delay_wgrad).
+  double expert_wgrad_s = 0, other_wgrad_s = 0;
   double cp_ep_fwd_s = 0, cp_ep_bwd_s = 0;
   double ring_again_s = 0;   // selective: the forward ring's exposed exchange again
   double comm_again_s = 0;   // the mlp and moe recomputes: the feed-forward's forward collectives again
@@ -480,10 +485,15 @@ class ExpertSeconds final : public OpSink {
  public:
   explicit ExpertSeconds(const CostModel& cost) : cost_(cost) {}
   void push(const Op& op) override {
-    if (!op.per_step && (op.role == OpRole::kRoutedExpert || op.role == OpRole::kSharedExpert))
-      seconds += cost_.op_seconds(op);
+    if (op.per_step) return;
+    const bool expert = op.role == OpRole::kRoutedExpert || op.role == OpRole::kSharedExpert;
+    if (!expert && op.pass != OpPass::kWeightGrad) return;
+    const double s = cost_.op_seconds(op);
+    if (expert) seconds += s;
+    if (op.pass == OpPass::kWeightGrad) (expert ? expert_wgrad : other_wgrad) += s;
   }
   double seconds = 0;
+  double expert_wgrad = 0, other_wgrad = 0;  // the weight gradients' seconds, of the experts and the rest
 
  private:
   const CostModel& cost_;
@@ -691,12 +701,13 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
       c.tp_head_bwd_s = sync;
       c.p2p_s = pipeline_send_seconds(cost_, l, par, td_bytes);
     }
-    b.expert_fwd_s = b.expert_bwd_s = 0;
+    b.expert_fwd_s = b.expert_bwd_s = b.expert_wgrad_s = b.other_wgrad_s = 0;
     if (par.moe_a2a_overlap) {
       ExpertSeconds fwd(cost_), bwd(cost_);
       block_forward_ops(shape, fwd);
       block_backward_ops(shape, bwd);
       b.expert_fwd_s = fwd.seconds, b.expert_bwd_s = bwd.seconds;
+      b.expert_wgrad_s = bwd.expert_wgrad, b.other_wgrad_s = bwd.other_wgrad;
     }
     context_and_expert_costs(b, c.layout, shape, group_cfg);
     b.lora = lora_block_params(shape);
@@ -1021,9 +1032,15 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
       // (megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
       //   communication stream: combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd
       //   compute stream:       attn_fwd    | mlp_bwd, mlp_fwd           | attn_bwd
-      // three phases, each as long as the longer of its two streams; the compute that runs beside an
-      // all-to-all slows by overlap_slowdown (the SMs the collective holds). "mlp" is the experts with
-      // their (expert) tensor-parallel collectives, "attn" the rest of the block.
+      // each piece waiting for what it consumes on the other stream: the dispatch for attn_fwd's
+      // output, mlp_bwd for combine_bwd's, mlp_fwd for the dispatch's, dispatch_bwd for mlp_bwd's,
+      // combine_fwd for mlp_fwd's, attn_bwd for dispatch_bwd's (two_stream_seconds); the compute
+      // that runs beside an all-to-all slows by overlap_slowdown (the SMs the collective holds).
+      // "mlp" is the experts with their (expert) tensor-parallel collectives, "attn" the rest of the
+      // block. With delayed weight gradients the experts' run after their data gradients, so that
+      // dispatch_bwd starts once those are done, and the attention's at the end of the layer, beside
+      // the next layer's combine_bwd: in the steady state, this layer's compute starts with the
+      // previous layer's.
       const double a2a = b.all_to_all_s, tp_mlp_f = b.tp_fwd_s / 2.0, tp_mlp_b = b.tp_bwd_s / 2.0;
       const double gpu_f = b.fwd.total() + b.tp_fwd_s + b.cp_ep_fwd_s;
       const double gpu_b =
@@ -1032,9 +1049,18 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
       const double mlp_b = std::max(b.expert_bwd_s + tp_mlp_b + b.expert_tp_change_s, 0.0);
       const double attn_f = std::max(gpu_f - mlp_f - 2.0 * a2a, 0.0);
       const double attn_b = std::max(gpu_b - mlp_b - 2.0 * a2a, 0.0);
-      const double merged_gpu = side_by_side_seconds(attn_f, a2a, slowdown) +
-                                side_by_side_seconds(mlp_f + mlp_b, 2.0 * a2a, slowdown) +
-                                side_by_side_seconds(attn_b, a2a, slowdown);
+      double merged_gpu = 0;
+      if (c.key.layout.delay_wgrad) {
+        const double mlp_w = std::min(b.expert_wgrad_s, mlp_b), attn_w = std::min(b.other_wgrad_s, attn_b);
+        const std::array<StreamPiece, 6> compute = {
+            {{attn_w, -1}, {attn_f, -1}, {mlp_b - mlp_w, 0}, {mlp_w, -1}, {mlp_f, 1}, {attn_b - attn_w, 2}}};
+        const std::array<StreamPiece, 4> comm = {{{a2a, -1}, {a2a, 1}, {a2a, 2}, {a2a, 4}}};
+        merged_gpu = two_stream_seconds(compute, comm, slowdown);
+      } else {
+        const std::array<StreamPiece, 4> compute = {{{attn_f, -1}, {mlp_b, 0}, {mlp_f, 1}, {attn_b, 2}}};
+        const std::array<StreamPiece, 4> comm = {{{a2a, -1}, {a2a, 0}, {a2a, 1}, {a2a, 2}}};
+        merged_gpu = two_stream_seconds(compute, comm, slowdown);
+      }
       const double merged = smooth_max(merged_gpu, (b.fwd.kernels + b.bwd.kernels + 2.0 * tp_launches) * issue);
       pair_hidden += d(c.pattern->groups[g].layers) *
                      std::max(f_pass + b_pass + b.attention_again + b.ring_again_s + b.comm_again_s - merged, 0.0);

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "model/architecture.hpp"
@@ -22,6 +24,46 @@ namespace tpsim {
 // the time they overlap, as the stream timeline below charges it.
 inline double side_by_side_seconds(double compute, double comm, double slowdown) {
   return std::max(compute, comm) + slowdown * std::min(compute, comm);
+}
+
+// A piece of work on one of two streams: its seconds, and the index of the piece on the other
+// stream it waits for (-1: none).
+struct StreamPiece {
+  double s = 0;
+  int after = -1;
+};
+
+// Two streams each running its pieces in order, a piece starting once its stream is free and the
+// piece it waits for has ended (CUDA events between the streams). The seconds until both are done,
+// plus `slowdown` times the seconds both are busy at once (side_by_side_seconds' rule, which this
+// is when neither waits). Every wait must point at a piece that
+// can run first.
+template <size_t N, size_t M>
+double two_stream_seconds(const std::array<StreamPiece, N>& compute, const std::array<StreamPiece, M>& comm,
+                          double slowdown) {
+  std::array<double, N> c_start{}, c_end{};
+  std::array<double, M> m_start{}, m_end{};
+  size_t i = 0, j = 0;
+  double c_free = 0, m_free = 0;
+  const auto ready = [](int after, size_t done) { return after < 0 || static_cast<size_t>(after) < done; };
+  while (i < N || j < M) {
+    if (i < N && ready(compute[i].after, j)) {
+      c_start[i] = std::max(c_free, compute[i].after < 0 ? 0.0 : m_end[static_cast<size_t>(compute[i].after)]);
+      c_free = c_end[i] = c_start[i] + compute[i].s;
+      ++i;
+    } else if (j < M && ready(comm[j].after, i)) {
+      m_start[j] = std::max(m_free, comm[j].after < 0 ? 0.0 : c_end[static_cast<size_t>(comm[j].after)]);
+      m_free = m_end[j] = m_start[j] + comm[j].s;
+      ++j;
+    } else {
+      throw std::logic_error("two_stream_seconds: the pieces wait for each other");  // a caller's bug
+    }
+  }
+  double both = 0;
+  for (size_t a = 0; a < N; ++a)
+    for (size_t b = 0; b < M; ++b)
+      both += std::max(0.0, std::min(c_end[a], m_end[b]) - std::max(c_start[a], m_start[b]));
+  return std::max(c_free, m_free) + slowdown * both;
 }
 
 // Costs of one micro-batch, in seconds, each at least 0. Collective times are 0 where the strategy

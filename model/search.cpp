@@ -262,6 +262,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                     // What depends on the checkpointing is set below and checked with the
                     // configuration (check_config).
                     p.checkpointing = Checkpointing::kNone, p.selective_ac_layers = 0, p.moe_a2a_overlap = false;
+                    p.delay_wgrad = false;
                     if (const BrokenRule broken = first_broken_layout_rule(model, cfg)) {
                       if (batch_rejected && splits_the_batch(broken.rule))
                         add_rejection(*batch_rejected, p, broken.why);
@@ -278,6 +279,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                                                 : kDefaultRecomputeModules;
                       p.moe_a2a_overlap = a.moe_a2a_overlap && ep > 1 && ckpt != Checkpointing::kFull &&
                                           (pp == 1 || split.virtual_stages > 1);
+                      p.delay_wgrad = a.delay_wgrad && p.moe_a2a_overlap;
                       p.sharding = sharding, p.checkpointing = ckpt;
                       set_megatron_fsdp(p, fsdp);
                       out.push_back(p);

@@ -253,6 +253,12 @@ struct Layout {
   // moe_a2a_overlap): the expert-parallel all-to-alls of one micro-batch hidden behind another's
   // compute (model/megatron.hpp, model/pipeline.hpp).
   bool moe_a2a_overlap = false;
+  // megatron: under combined 1F1B, each layer's weight gradients computed apart from its data
+  // gradients (Megatron-Core's --delay-wgrad-compute; TransformerEngine's delay_wgrad_compute): the
+  // experts' after their data gradients, so that the dispatch's backward all-to-all starts earlier,
+  // and the attention's at the end of the layer, beside the next layer's combine
+  // (model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run).
+  bool delay_wgrad = false;
   // megatron: the MoE token dispatcher (above).
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   // megatron: Megatron-Core's precision-aware optimizer (--use-precision-aware-optimizer) with both
@@ -314,7 +320,7 @@ struct Layout {
   bool is_data_parallel_only() const {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
            !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16 &&
-           !pipeline_scatter_gather && !moe_a2a_overlap && moe_dispatcher == MoeDispatcher::kAllToAll &&
+           !pipeline_scatter_gather && !moe_a2a_overlap && !delay_wgrad && moe_dispatcher == MoeDispatcher::kAllToAll &&
            !bf16_moments && cuda_graphs == 0 && moe_capacity_factor == 0 && bf16_layers_start == 0 &&
            bf16_layers_end == 0 && megatron_fsdp == MegatronFsdp::kOff;
   }

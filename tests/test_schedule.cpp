@@ -1,8 +1,10 @@
 // The two-stream FSDP timeline: hand-checkable cases, and the steady-state skip against stepping
 // through every block (the slow reference).
 #define BOOST_TEST_MODULE schedule
+#include <array>
 #include <boost/test/unit_test.hpp>
 #include <random>
+#include <stdexcept>
 
 #include "model/schedule.hpp"
 
@@ -208,4 +210,28 @@ BOOST_AUTO_TEST_CASE(the_extrapolator_matches_stepping_on_short_loops_and_exact_
     BOOST_TEST_REQUIRE(fast.slowdown_s + 1.0 == slow.slowdown_s + 1.0, tt::tolerance(kExact));
     BOOST_TEST_REQUIRE(fast.overhead_s == slow.overhead_s, tt::tolerance(kExact));
   }
+}
+
+// Two streams with waits between them (combined 1F1B's layer: model/megatron.cpp), by hand.
+BOOST_AUTO_TEST_CASE(two_streams_wait_for_what_they_consume) {
+  // Neither waits: side_by_side_seconds.
+  BOOST_TEST(two_stream_seconds(std::array<StreamPiece, 1>{{{3.0, -1}}}, std::array<StreamPiece, 1>{{{2.0, -1}}},
+                                0.1) == side_by_side_seconds(3.0, 2.0, 0.1),
+             tt::tolerance(kExact));
+  // Combined 1F1B's middle: the dispatch (2) beside mlp_bwd (4), whose end the dispatch's backward
+  // (2) waits for, and mlp_fwd (1) waits for the dispatch: compute 0-4, 4-5; comm 0-2, 4-6. Busy at
+  // once 2 + 1 = 3 s.
+  const std::array<StreamPiece, 2> compute = {{{4.0, -1}, {1.0, 0}}};
+  const std::array<StreamPiece, 2> comm = {{{2.0, -1}, {2.0, 0}}};
+  BOOST_TEST(two_stream_seconds(compute, comm, 0.0) == 6.0, tt::tolerance(kExact));
+  BOOST_TEST(two_stream_seconds(compute, comm, 0.5) == 6.0 + 0.5 * 3.0, tt::tolerance(kExact));
+  // Its weight gradient (3 of the 4) apart: the dispatch's backward starts after the data gradient
+  // (1): compute 0-1, 1-4, 4-5; comm 0-2, 2-4. Done at 5, where max(sum, sum) would say 5 too.
+  const std::array<StreamPiece, 3> delayed = {{{1.0, -1}, {3.0, -1}, {1.0, 0}}};
+  BOOST_TEST(two_stream_seconds(delayed, std::array<StreamPiece, 2>{{{2.0, -1}, {2.0, 0}}}, 0.0) == 5.0,
+             tt::tolerance(kExact));
+  // Waits that point at each other are a caller's bug, not a number.
+  BOOST_CHECK_THROW(
+      two_stream_seconds(std::array<StreamPiece, 1>{{{1.0, 0}}}, std::array<StreamPiece, 1>{{{1.0, 0}}}, 0.0),
+      std::logic_error);
 }
