@@ -289,6 +289,8 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
        "ddp.grad_reduce_in_fp32 False)",
        "megatron under fp8: the weights are fp8 parameters, not bf16 ones with TransformerEngine's fp8 copy beside "
        "them (megatron's --fp8-param-gather; Megatron-Bridge's fp8 recipes set it)",
+       "megatron under mxfp8: the output layer's GEMMs in MXFP8 with their casts, not bf16 (Megatron-Core's "
+       "--fp8-output-proj)",
        "megatron: each tensor-parallel rank sends 1/tp of the activations to the next pipeline stage, which "
        "all-gathers them (legacy Megatron-LM's and Megatron-DeepSpeed's default, "
        "--scatter-gather-tensors-in-pipeline; Megatron-Core ignores it); no effect under --sp",

@@ -330,6 +330,20 @@ std::string bf16_layers_apply(const RuleInput& in) {
   return {};
 }
 
+// The output layer under MXFP8 (Layout::fp8_output_proj) as Megatron-Core runs it: with the MXFP8
+// recipe (transformer_config.py asserts fp8_recipe 'mxfp8'), on an untied output layer
+// (TELMHeadColumnParallelLinear refuses skip_weight_param_allocation, which a tied one takes).
+std::string fp8_output_proj_applies(const RuleInput& in) {
+  if (!in.cfg.layout.fp8_output_proj) return {};
+  if (in.cfg.precision != Precision::kMxfp8)
+    return "--fp8-output-proj needs precision mxfp8 (Megatron-Core asserts the MXFP8 recipe); precision is " +
+           std::string(to_string(in.cfg.precision));
+  if (in.model->tie_embeddings)
+    return "--fp8-output-proj: " + in.model->name +
+           " ties its output layer to the embedding, which Megatron-Core's MXFP8 output layer refuses";
+  return {};
+}
+
 std::string userbuffers_sm_count(const RuleInput& in) {
   if (in.cfg.layout.tp_comm_overlap && in.device->compute_units <= kUserbuffersMaxSms)
     return "tensor-parallel communication overlap needs the SM count of device " + in.device->id + " (compute_units)";
@@ -364,9 +378,11 @@ constexpr Rule kMoeCapacityApplies{"moe-capacity-applies", "--moe-capacity-facto
 constexpr Rule kBf16LayersApply{"bf16-layers-apply",
                                 "--bf16-layers-at-start --bf16-layers-at-end --precision; BF16 Layers At Start",
                                 RuleScope::kConfig, bf16_layers_apply};
+constexpr Rule kFp8OutputProjApplies{"fp8-output-proj-applies", "--fp8-output-proj --precision; FP8 Output Proj",
+                                     RuleScope::kConfig, fp8_output_proj_applies};
 constexpr Rule kMegatronFsdpModelled{"megatron-fsdp-modelled", "--megatron-fsdp --pp --dist-opt; Megatron FSDP",
                                      RuleScope::kLayout, megatron_fsdp_modelled};
-const std::array<const Rule*, 19> kMegatronRules = {&kHybridLayersModelled,
+const std::array<const Rule*, 20> kMegatronRules = {&kHybridLayersModelled,
                                                     &kChunkedAttentionNotModelled,
                                                     &kTpCommOverlapNeedsTpAndSp,
                                                     &kContextNeedsFusedAttention,
@@ -384,7 +400,8 @@ const std::array<const Rule*, 19> kMegatronRules = {&kHybridLayersModelled,
                                                     &kMoeDispatcherApplies,
                                                     &kCudaGraphsApply,
                                                     &kMoeCapacityApplies,
-                                                    &kBf16LayersApply};
+                                                    &kBf16LayersApply,
+                                                    &kFp8OutputProjApplies};
 
 }  // namespace
 
@@ -451,6 +468,17 @@ struct MegatronCosts {
   std::vector<int64_t> chunk_group_layers, stage_group_layers;
 
   size_t groups() const { return blocks.size(); }
+  // The once-a-step casts of stage s's low-precision weights into TransformerEngine's cache: its
+  // layers' and, on the last stage, the output layer's (BlockShape::fp8_head); their seconds and the
+  // bytes they keep.
+  double stage_cast_s(size_t s) const {
+    return over_stage(s, [](const MegatronBlock& b) { return b.fwd.per_step_s; }) +
+           (s + 1 == static_cast<size_t>(layout.pp) ? head_fwd.per_step_s : 0.0);
+  }
+  double stage_cast_bytes(size_t s) const {
+    return over_stage(s, [](const MegatronBlock& b) { return b.fwd.per_step_written_bytes; }) +
+           (s + 1 == static_cast<size_t>(layout.pp) ? head_fwd.per_step_written_bytes : 0.0);
+  }
   // The sum over chunk k's (stage s's) layers of f(block).
   template <class F>
   double over_chunk(size_t k, F&& f) const {
@@ -681,6 +709,7 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     shape.native_attention = true;          // TransformerEngine's cuDNN fused attention: ops.hpp
     shape.per_expert_launches = true;       // TransformerEngine's GroupedLinear, one GEMM per expert: ops.hpp
     shape.fp8_weight_cache = true;          // set_is_first_microbatch: the weights cast once a step: ops.hpp
+    shape.fp8_head = par.fp8_output_proj;   // the output layer in MXFP8: ops.hpp
     shape.moe_probs_in_activation = true;   // the grouped experts' weighted activation: ops.hpp
     // The selective recompute's modules but the attention kernel's (costed below): ops.hpp.
     if (par.checkpointing == Checkpointing::kSelective)
@@ -1110,7 +1139,7 @@ void MegatronEvaluator::breakdown(const Costs& c, int64_t m, double recompute, c
     return b.fwd.attention * (1.0 + recompute) + b.bwd.attention + b.attention_again;
   });
   t.other_compute_s = stage([&](const MegatronBlock& b) { return b.fwd.other * (1.0 + recompute) + b.bwd.other; }) +
-                      c.over_stage(critical, [](const MegatronBlock& b) { return b.fwd.per_step_s; });
+                      c.stage_cast_s(critical);
   double comm = stage([&](const MegatronBlock& b) {
     return b.tp_fwd_s * (1.0 + recompute) + b.tp_bwd_s + b.cp_ep_fwd_s * (1.0 + recompute) + b.cp_ep_bwd_s +
            b.ring_again_s + b.comm_again_s;
@@ -1176,8 +1205,7 @@ Prediction MegatronEvaluator::predict(const TrainConfig& cfg) {
       reduce = std::max(reduce - stage_backward, 0.0);
     if (s == 0 || s == l.pp - 1) reduce += c.embedding_sync_s;
     // The step's one cast of the stage's low-precision weights (the first micro-batch's).
-    const double end =
-        pipe.stage_end_s[i] + c.over_stage(i, [](const MegatronBlock& b) { return b.fwd.per_step_s; }) + reduce;
+    const double end = pipe.stage_end_s[i] + c.stage_cast_s(i) + reduce;
     if (end > flushed) {
       flushed = end;
       critical = i;
@@ -1271,8 +1299,7 @@ MemoryBreakdown MegatronEvaluator::memory(const TrainConfig& cfg) {
     mb.transient_bytes = c.most([](const MegatronBlock& b) { return b.backward_buffers; });
     // TransformerEngine's fp8 copies (and transposes) of the stage's weights beside the bf16 ones,
     // kept all step; as fp8 parameters (fp8_param_gather) they are the weights the 2 bytes count.
-    if (!par.fp8_param_gather)
-      mb.gathered_params_bytes = c.over_stage(si, [](const MegatronBlock& b) { return b.fwd.per_step_written_bytes; });
+    if (!par.fp8_param_gather) mb.gathered_params_bytes = c.stage_cast_bytes(si);
     mb = with_peak(mb, params_);
     if (mb.peak_bytes > worst.peak_bytes) worst = mb;
   }
@@ -1306,7 +1333,7 @@ constinit const FrameworkDef kMegatronFramework = {
                option_bit(FrameworkOption::kRecomputeModules) | option_bit(FrameworkOption::kMtp) |
                option_bit(FrameworkOption::kMoeDispatcher) | option_bit(FrameworkOption::kBf16Moments) |
                option_bit(FrameworkOption::kCudaGraphs) | option_bit(FrameworkOption::kMoeCapacity) |
-               option_bit(FrameworkOption::kBf16Layers),
+               option_bit(FrameworkOption::kBf16Layers) | option_bit(FrameworkOption::kFp8OutputProj),
     .fit_adds = kMegatronFitAdds,
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,

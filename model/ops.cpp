@@ -523,6 +523,14 @@ void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
                     l.names.role));
 }
 
+// The output layer as a block-format linear (BlockShape::fp8_head): tokens x vocab (the rank's
+// vocabulary slice) from d_model, no bias, its input kept for its weight gradient (frozen under LoRA).
+Linear output_linear(const BlockShape& s) {
+  Linear l{TPSIM_LINEAR("lm_head", OpRole::kOther), s.tokens(), s.vocab, s.d_model, 1, false, s.row_tokens()};
+  l.frozen = s.lora.active();
+  return l;
+}
+
 // What torch.compile makes of a norm (BlockShape::torch_compile): nothing (outside a compiled block
 // or without compile), its own fused kernel, or one kernel with the residual add before it (forward)
 // or the residual gradient sum after it (backward).
@@ -1572,10 +1580,14 @@ void head_forward_ops(const BlockShape& s, OpSink& out) {
   const double t = d(s.tokens());
   const double tv = t * d(s.vocab);
   out.push(norm_forward("norm_f.fwd", s));
-  Op logits = gemm_op("logits.fwd", s.tokens(), s.vocab, s.d_model, other_gemm_dtype(s.precision), a, a, false, true);
-  // its input, for the weight gradient (none under LoRA: frozen)
-  logits.saved_bytes = s.lora.active() ? 0.0 : d(s.row_tokens()) * d(s.d_model) * a;
-  out.push(logits);
+  if (s.fp8_head) {
+    linear_forward(s, output_linear(s), false, out);
+  } else {
+    Op logits = gemm_op("logits.fwd", s.tokens(), s.vocab, s.d_model, other_gemm_dtype(s.precision), a, a, false, true);
+    // its input, for the weight gradient (none under LoRA: frozen)
+    logits.saved_bytes = s.lora.active() ? 0.0 : d(s.row_tokens()) * d(s.d_model) * a;
+    out.push(logits);
+  }
   if (s.fp32_vocab_parallel_xent) {
     // Megatron-LM's vocab_parallel_cross_entropy(logits.float()) (core/tensor_parallel/cross_entropy.py,
     // fp16_lm_cross_entropy off by default): the cast to fp32, the row max, its subtraction, exp in
@@ -1603,11 +1615,15 @@ void head_backward_ops(const BlockShape& s, OpSink& out) {
   else
     out.push(membound_op("loss.xent.bwd", MemKind::kCrossEntropyBackward, s.tokens(), s.vocab, act, tv * a,
                          tv * a));  // scale the stored gradient by dL
-  out.push(gemm_op("logits.dgrad", s.tokens(), s.d_model, s.vocab, dt, a, a));
-  // Into the tied wte gradient, or the untied lm_head's: the same GEMM (frozen under LoRA: none).
-  if (!s.lora.active())
-    out.push(gemm_op(s.tie_embeddings ? "logits.wgrad" : "lm_head.wgrad", s.vocab, s.d_model, s.tokens(), dt, a, a,
-                     true, false));
+  if (s.fp8_head) {
+    linear_backward(s, output_linear(s), out);
+  } else {
+    out.push(gemm_op("logits.dgrad", s.tokens(), s.d_model, s.vocab, dt, a, a));
+    // Into the tied wte gradient, or the untied lm_head's: the same GEMM (frozen under LoRA: none).
+    if (!s.lora.active())
+      out.push(gemm_op(s.tie_embeddings ? "logits.wgrad" : "lm_head.wgrad", s.vocab, s.d_model, s.tokens(), dt, a, a,
+                       true, false));
+  }
   out.push(norm_backward("norm_f.bwd", s));
 }
 

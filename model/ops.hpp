@@ -331,6 +331,10 @@ struct BlockShape {
   // parameters the optimizer writes once a step. Each micro-batch casts only the linear's input; the
   // weight's cast is an op marked per_step.
   bool fp8_weight_cache = false;
+  // The output layer (the logits' GEMMs) as a TransformerEngine linear under the block format, its
+  // input and weight cast as a block linear's: Megatron-Core's fp8_output_proj under the MXFP8
+  // recipe (TELMHeadColumnParallelLinear). Off: the output layer in bf16 (other_gemm_dtype).
+  bool fp8_head = false;
   // Expert-parallel ranks the routed experts are split over (Megatron-LM's --expert-model-parallel-size):
   // this rank's grouped GEMMs run moe.experts / ep experts over as many rows in all as without it
   // (the ep ranks' tokens routed to them, balanced).

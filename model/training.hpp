@@ -218,6 +218,10 @@ struct Layout {
   // its transpose. Without it TransformerEngine caches an fp8 copy and its transpose of each weight
   // beside the bf16 one, 2 bytes a parameter more (BlockShape::fp8_weight_cache).
   bool fp8_param_gather = false;
+  // megatron: the output layer under the MXFP8 recipe (Megatron-Core's --fp8-output-proj,
+  // TELMHeadColumnParallelLinear; Megatron-Bridge's DeepSeek-V3 and GPT-OSS Blackwell recipes): the
+  // logits' GEMMs in MXFP8 with their casts (BlockShape::fp8_head), not in bf16.
+  bool fp8_output_proj = false;
   // composer: HSDP's 2D device mesh (replicate, shard), fsdp_config.data_parallel_shard_degree and
   // data_parallel_replicate_degree (Composer's _create_device_mesh): parameters sharded over
   // shard_degree consecutive ranks, gradients all-reduced over replicate_degree ranks that far
@@ -320,9 +324,10 @@ struct Layout {
   bool is_data_parallel_only() const {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
            !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16 &&
-           !pipeline_scatter_gather && !moe_a2a_overlap && !delay_wgrad && moe_dispatcher == MoeDispatcher::kAllToAll &&
-           !bf16_moments && cuda_graphs == 0 && moe_capacity_factor == 0 && bf16_layers_start == 0 &&
-           bf16_layers_end == 0 && megatron_fsdp == MegatronFsdp::kOff;
+           !pipeline_scatter_gather && !moe_a2a_overlap && !delay_wgrad && !fp8_output_proj &&
+           moe_dispatcher == MoeDispatcher::kAllToAll && !bf16_moments && cuda_graphs == 0 &&
+           moe_capacity_factor == 0 && bf16_layers_start == 0 && bf16_layers_end == 0 &&
+           megatron_fsdp == MegatronFsdp::kOff;
   }
   // Megatron-FSDP sharding the gradients (ZeRO-2), and the parameters too (ZeRO-3).
   bool fsdp_shards_grads() const { return megatron_fsdp >= MegatronFsdp::kOptimGrads; }

@@ -1,8 +1,10 @@
-// The first and last layers left out of an fp8 or fp4 recipe (--bf16-layers-at-start, --bf16-layers-at-end;
-// a table's BF16 Layers At Start and BF16 Layers At End; Megatron-Core's --first-last-layers-bf16): each
-// such layer costed as under amp_bf16 and the others as the run's precision, the rule that bounds
-// them, and the flags and columns that ask for them.
-#define BOOST_TEST_MODULE bf16_layers
+// Which layers run in which format under Megatron-Core's low-precision recipes: the first and last
+// layers left out of an fp8 or fp4 recipe (--bf16-layers-at-start, --bf16-layers-at-end; a table's
+// BF16 Layers At Start and BF16 Layers At End; Megatron-Core's --first-last-layers-bf16), each such
+// layer costed as under amp_bf16 and the others as the run's precision; and the output layer under
+// MXFP8 (--fp8-output-proj; FP8 Output Proj). The rules that bound them, and the flags and columns
+// that ask for them.
+#define BOOST_TEST_MODULE layer_precision
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include "common.hpp"
 #include "io/measured_table.hpp"
 #include "model/architecture.hpp"
+#include "model/ops.hpp"
 #include "model/simulator.hpp"
 #include "run_tpsim.hpp"
 
@@ -103,4 +106,55 @@ BOOST_AUTO_TEST_CASE(the_rule_flags_and_columns) {
   const std::string error = test::error_of([&] { read_measured_table(file); });
   BOOST_TEST(contains(error, ":3: column 'BF16 Layers At End' must be a whole number in 0..65536, got '-1'"), error);
   fs::remove(file);
+}
+
+BOOST_AUTO_TEST_CASE(the_output_layer_under_mxfp8) {
+  // Llama 3.1 8B (untied output layer, vocabulary 128,256, hidden 4,096) on one B200.
+  const ModelConfig llama = shipped_hf("llama-3.1-8b");
+  const DeviceSpec device = load_device("b200");
+  const CostParams params = load_shipped_profile("b200").params;
+  BlockShape s = block_shape(llama, 1, 4096, Precision::kMxfp8);
+  s.fp8_weight_cache = true;
+  s.fp8_head = true;
+  OpList fwd, bwd;
+  head_forward_ops(s, fwd);
+  head_backward_ops(s, bwd);
+  // Its GEMMs in the block format, 2 t V h FLOPs each; its input cast each micro-batch (and kept in
+  // MXFP8, 1 + 1/32 bytes an element), its weight once a step.
+  const double t = 4096, vocab = 128256, h = 4096, q = 1.0 + 1.0 / 32.0;
+  for (const auto& [ops, name] :
+       {std::pair{&fwd, "lm_head.fwd"}, std::pair{&bwd, "lm_head.dgrad"}, std::pair{&bwd, "lm_head.wgrad"}}) {
+    const auto op = std::find_if(ops->begin(), ops->end(), [&](const Op& o) { return std::string(o.name) == name; });
+    BOOST_TEST_REQUIRE((op != ops->end()), name);
+    BOOST_TEST((op->dtype == DType::kFp8), name);
+    BOOST_TEST(op->flops == 2.0 * t * vocab * h, tt::tolerance(1e-12));
+  }
+  const auto weight = std::find_if(fwd.begin(), fwd.end(),
+                                   [](const Op& o) { return std::string(o.name) == "lm_head.fp8_cast_weight"; });
+  BOOST_TEST_REQUIRE((weight != fwd.end()));
+  BOOST_TEST(weight->per_step);
+  BOOST_TEST(weight->bytes_written == 2.0 * q * vocab * h, tt::tolerance(1e-12));
+  BOOST_TEST(total_saved_bytes(fwd) > 0);
+
+  // The step: faster GEMMs; without fp8 parameters the weight's MXFP8 copy and transpose stay
+  // allocated beside the bf16 weight.
+  TrainConfig off = one_gpu(Precision::kMxfp8, 0, 0);
+  TrainConfig on = off;
+  on.layout.fp8_output_proj = true;
+  BOOST_TEST_REQUIRE(check_config(llama, device, params, on) == "");
+  const Prediction p_off = predict(llama, device, params, off), p_on = predict(llama, device, params, on);
+  BOOST_TEST(p_on.time.gemm_s < p_off.time.gemm_s);
+  BOOST_TEST(p_on.memory.gathered_params_bytes - p_off.memory.gathered_params_bytes == 2.0 * q * vocab * h,
+             tt::tolerance(1e-9));
+
+  // Megatron-Core runs it under the MXFP8 recipe, on an untied output layer.
+  TrainConfig fp8 = on;
+  fp8.precision = Precision::kAmpFp8;
+  BOOST_TEST(contains(check_config(llama, device, params, fp8), "--fp8-output-proj needs precision mxfp8"));
+  BOOST_TEST(contains(check_config(shipped_hf("llama-3.2-1b"), device, params, on), "ties its output layer"));
+  const auto titan = run_tpsim(
+      "predict --model llama-3.1-8b --seq 4096 --device b200 --gpus 8 --framework torchtitan --precision mxfp8 "
+      "--fp8-output-proj");
+  BOOST_TEST(titan.status != 0);
+  BOOST_TEST(contains(titan.err, "--fp8-output-proj"), titan.err);
 }
