@@ -291,6 +291,8 @@ void add_layout_flags(CLI::App* cmd, LayoutRequest& r) {
        "them (megatron's --fp8-param-gather; Megatron-Bridge's fp8 recipes set it)",
        "megatron under mxfp8: the output layer's GEMMs in MXFP8 with their casts, not bf16 (Megatron-Core's "
        "--fp8-output-proj)",
+       "megatron on Blackwell under mxfp8 or nvfp4: the routed experts' MLP as TransformerEngine's fused grouped "
+       "MLP, the activation and casts in the GEMMs' epilogues (Megatron-Core's --use-transformer-engine-op-fuser)",
        "megatron: each tensor-parallel rank sends 1/tp of the activations to the next pipeline stage, which "
        "all-gathers them (legacy Megatron-LM's and Megatron-DeepSpeed's default, "
        "--scatter-gather-tensors-in-pipeline; Megatron-Core ignores it); no effect under --sp",

@@ -57,6 +57,7 @@ enum class FrameworkOption : uint8_t {
   kMoeCapacity,            // Megatron-Core's token dropping (--moe-capacity-factor)
   kBf16Layers,             // Megatron-Core's first and last layers in bf16 (--bf16-layers-at-start, -end)
   kFp8OutputProj,          // Megatron-Core's output layer under MXFP8 (--fp8-output-proj)
+  kFusedGroupedMlp,        // TransformerEngine's fused grouped MLP of the experts (--fused-grouped-mlp)
 };
 constexpr uint32_t option_bit(FrameworkOption o) { return 1u << static_cast<unsigned>(o); }
 

@@ -55,7 +55,7 @@ struct LayoutRequest {
   bool overlap_grad_reduce = false, grad_reduce_bf16 = false, fp8_param_gather = false, pipeline_scatter_gather = false,
        account_for_embedding = false, account_for_loss = false, tp_comm_overlap = false, moe_a2a_overlap = false,
        async_tensor_parallel = false, torch_compile = false, fused_rmsnorm = false, bf16_moments = false,
-       delay_wgrad = false, fp8_output_proj = false;
+       delay_wgrad = false, fp8_output_proj = false, fused_grouped_mlp = false;
   // --attention: true unfused (the scores materialised, as the framework runs it without a fused
   // kernel), false flash; unset: the model's own.
   std::optional<bool> unfused_attention;
@@ -110,7 +110,7 @@ struct SwitchAxis {
   FrameworkOption owner;
   std::string_view whose;
 };
-inline constexpr std::array<SwitchAxis, 14> kSwitchAxes = {{
+inline constexpr std::array<SwitchAxis, 15> kSwitchAxes = {{
     {{"overlapped gradient reduction", "--overlap-grad-reduce", "Overlap Grad Reduce", "overlapped grad reduce"},
      &Layout::overlap_grad_reduce,
      &LayoutRequest::overlap_grad_reduce,
@@ -131,6 +131,11 @@ inline constexpr std::array<SwitchAxis, 14> kSwitchAxes = {{
      &LayoutRequest::fp8_output_proj,
      FrameworkOption::kFp8OutputProj,
      "Megatron-Core's"},
+    {{"fused grouped MLP", "--fused-grouped-mlp", "Fused Grouped MLP", "fused grouped mlp"},
+     &Layout::fused_grouped_mlp,
+     &LayoutRequest::fused_grouped_mlp,
+     FrameworkOption::kFusedGroupedMlp,
+     "TransformerEngine's"},
     {{"scatter-gather between stages", "--pipeline-scatter-gather", "Pipeline Scatter Gather", "scatter-gather p2p"},
      &Layout::pipeline_scatter_gather,
      &LayoutRequest::pipeline_scatter_gather,

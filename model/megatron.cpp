@@ -344,6 +344,22 @@ std::string fp8_output_proj_applies(const RuleInput& in) {
   return {};
 }
 
+// TransformerEngine's fused grouped MLP (Layout::fused_grouped_mlp) where it runs
+// (ops/fused/grouped_mlp.py: fuse_grouped_mlp_ops and is_supported): routed experts, the MXFP8 or
+// NVFP4 recipe, and compute capability 10 (Blackwell's B200, B300, GB200 and GB300).
+std::string fused_grouped_mlp_applies(const RuleInput& in) {
+  if (!in.cfg.layout.fused_grouped_mlp) return {};
+  const ModelConfig& m = *in.model;
+  if (!routed_experts(m, layer_pattern(m))) return "--fused-grouped-mlp: " + m.name + " has no routed experts";
+  if (in.cfg.precision != Precision::kMxfp8 && in.cfg.precision != Precision::kNvfp4)
+    return "--fused-grouped-mlp runs under mxfp8 or nvfp4 (TransformerEngine's fused kernels); precision is " +
+           std::string(to_string(in.cfg.precision));
+  if (in.device->architecture != "blackwell")
+    return "--fused-grouped-mlp runs on Blackwell GPUs (compute capability 10); device " + in.device->id + " is " +
+           (in.device->architecture.empty() ? std::string("of no stated architecture") : in.device->architecture);
+  return {};
+}
+
 std::string userbuffers_sm_count(const RuleInput& in) {
   if (in.cfg.layout.tp_comm_overlap && in.device->compute_units <= kUserbuffersMaxSms)
     return "tensor-parallel communication overlap needs the SM count of device " + in.device->id + " (compute_units)";
@@ -380,9 +396,12 @@ constexpr Rule kBf16LayersApply{"bf16-layers-apply",
                                 RuleScope::kConfig, bf16_layers_apply};
 constexpr Rule kFp8OutputProjApplies{"fp8-output-proj-applies", "--fp8-output-proj --precision; FP8 Output Proj",
                                      RuleScope::kConfig, fp8_output_proj_applies};
+constexpr Rule kFusedGroupedMlpApplies{"fused-grouped-mlp-applies",
+                                       "--fused-grouped-mlp --precision --device; Fused Grouped MLP",
+                                       RuleScope::kConfig, fused_grouped_mlp_applies};
 constexpr Rule kMegatronFsdpModelled{"megatron-fsdp-modelled", "--megatron-fsdp --pp --dist-opt; Megatron FSDP",
                                      RuleScope::kLayout, megatron_fsdp_modelled};
-const std::array<const Rule*, 20> kMegatronRules = {&kHybridLayersModelled,
+const std::array<const Rule*, 21> kMegatronRules = {&kHybridLayersModelled,
                                                     &kChunkedAttentionNotModelled,
                                                     &kTpCommOverlapNeedsTpAndSp,
                                                     &kContextNeedsFusedAttention,
@@ -401,7 +420,8 @@ const std::array<const Rule*, 20> kMegatronRules = {&kHybridLayersModelled,
                                                     &kCudaGraphsApply,
                                                     &kMoeCapacityApplies,
                                                     &kBf16LayersApply,
-                                                    &kFp8OutputProjApplies};
+                                                    &kFp8OutputProjApplies,
+                                                    &kFusedGroupedMlpApplies};
 
 }  // namespace
 
@@ -704,13 +724,14 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     if (run.bf16[g]) bf16_cfg = cfg, bf16_cfg.precision = Precision::kAmpBf16;
     const TrainConfig& group_cfg = run.bf16[g] ? bf16_cfg : cfg;
     BlockShape shape = rank_shape(model, group_cfg, vocab);
-    shape.fp32_vocab_parallel_xent = true;  // Megatron's loss: ops.hpp
-    shape.fused_swiglu = true;              // bias_activation_fusion: ops.hpp
-    shape.native_attention = true;          // TransformerEngine's cuDNN fused attention: ops.hpp
-    shape.per_expert_launches = true;       // TransformerEngine's GroupedLinear, one GEMM per expert: ops.hpp
-    shape.fp8_weight_cache = true;          // set_is_first_microbatch: the weights cast once a step: ops.hpp
-    shape.fp8_head = par.fp8_output_proj;   // the output layer in MXFP8: ops.hpp
-    shape.moe_probs_in_activation = true;   // the grouped experts' weighted activation: ops.hpp
+    shape.fp32_vocab_parallel_xent = true;           // Megatron's loss: ops.hpp
+    shape.fused_swiglu = true;                       // bias_activation_fusion: ops.hpp
+    shape.native_attention = true;                   // TransformerEngine's cuDNN fused attention: ops.hpp
+    shape.per_expert_launches = true;                // TransformerEngine's GroupedLinear, one GEMM per expert: ops.hpp
+    shape.fp8_weight_cache = true;                   // set_is_first_microbatch: the weights cast once a step: ops.hpp
+    shape.fp8_head = par.fp8_output_proj;            // the output layer in MXFP8: ops.hpp
+    shape.fused_expert_mlp = par.fused_grouped_mlp;  // TransformerEngine's fused grouped MLP: ops.hpp
+    shape.moe_probs_in_activation = true;            // the grouped experts' weighted activation: ops.hpp
     // The selective recompute's modules but the attention kernel's (costed below): ops.hpp.
     if (par.checkpointing == Checkpointing::kSelective)
       shape.recompute = par.recompute_modules & static_cast<uint8_t>(~kDefaultRecomputeModules);
@@ -1333,7 +1354,8 @@ constinit const FrameworkDef kMegatronFramework = {
                option_bit(FrameworkOption::kRecomputeModules) | option_bit(FrameworkOption::kMtp) |
                option_bit(FrameworkOption::kMoeDispatcher) | option_bit(FrameworkOption::kBf16Moments) |
                option_bit(FrameworkOption::kCudaGraphs) | option_bit(FrameworkOption::kMoeCapacity) |
-               option_bit(FrameworkOption::kBf16Layers) | option_bit(FrameworkOption::kFp8OutputProj),
+               option_bit(FrameworkOption::kBf16Layers) | option_bit(FrameworkOption::kFp8OutputProj) |
+               option_bit(FrameworkOption::kFusedGroupedMlp),
     .fit_adds = kMegatronFitAdds,
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,

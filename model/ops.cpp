@@ -174,6 +174,10 @@ struct Linear {
   int64_t saved_rows;   // rows of the input it keeps for backward (row_tokens() for a column-parallel
                         // linear under sequence parallelism; else rows)
   bool frozen = false;  // LoRA: no weight gradient, so its input is kept only for its adapters
+  // Its input's low-precision copies written by the epilogue of the GEMM before it, and its output
+  // gradient's by the GEMM after it in the backward (BlockShape::fused_expert_mlp): those casts
+  // read nothing and launch nothing of their own.
+  bool input_from_epilogue = false, grad_from_epilogue = false;
   Adapters adapters;
   // Whether its backward needs its input: for its weight gradient or its adapters'.
   bool needs_input() const { return !frozen || adapters.count > 0; }
@@ -296,6 +300,11 @@ struct Ffn {
   // moe_probs_in_activation): its last kernel reads the fp32 probabilities and keeps them, its
   // backward writes their gradient.
   bool probs_in_activation = false;
+  // The activation (and its probability product) in the first linear's GEMM epilogue, which writes
+  // the down projection's quantized input; its backward in the down projection's data-gradient
+  // epilogue, which writes the first linear's quantized output gradient (BlockShape::
+  // fused_expert_mlp).
+  bool in_gemm_epilogues = false;
   Linear with(Linear l, uint8_t bits, bool fused, std::initializer_list<int64_t> widths) const {
     l.frozen = frozen;
     if (lora_shape) l.adapters = adapters_of(*lora_shape, bits, fused, widths);
@@ -312,17 +321,24 @@ struct Ffn {
                 {width});
   }
   Linear up() const {
-    return with({names->up, rows, width, d_model, groups, bias, input_rows},
-                fused_fc1_adapter() ? uint8_t{0} : lora_bit(LoraTarget::kUp), false, {width});
+    Linear l = with({names->up, rows, width, d_model, groups, bias, input_rows},
+                    fused_fc1_adapter() ? uint8_t{0} : lora_bit(LoraTarget::kUp), false, {width});
+    l.grad_from_epilogue = in_gemm_epilogues;
+    return l;
   }
   Linear down() const {
-    return with({names->down, rows, d_model, width, groups, bias, rows}, lora_bit(LoraTarget::kDown), false, {d_model});
+    Linear l =
+        with({names->down, rows, d_model, width, groups, bias, rows}, lora_bit(LoraTarget::kDown), false, {d_model});
+    l.input_from_epilogue = in_gemm_epilogues;
+    return l;
   }
   // Megatron-Core's linear_fc1 of a gated unit: [gate | up] = x [W_gate | W_up]^T, one GEMM (one per
   // expert) of twice the width, one cast of x and of the weight under fp8.
   Linear fc1() const {
-    return with({names->fc1, rows, 2 * width, d_model, groups, bias, input_rows}, kLoraGateUp,
-                lora_shape && lora_shape->lora.fused_fc1, {width, width});
+    Linear l = with({names->fc1, rows, 2 * width, d_model, groups, bias, input_rows}, kLoraGateUp,
+                    lora_shape && lora_shape->lora.fused_fc1, {width, width});
+    l.grad_from_epilogue = in_gemm_epilogues;
+    return l;
   }
 };
 
@@ -466,18 +482,20 @@ void linear_forward(const BlockShape& s, const Linear& l, bool input_saved_elsew
     // fp8 (or MXFP8/NVFP4 with their block scales), computing amax on the way; the low-precision
     // copy of the input is what it keeps for backward.
     const double copies = l.frozen ? 1.0 : 2.0;
+    const double input_read = l.input_from_epilogue ? 0.0 : t * d(l.k) * a;
     if (s.fp8_weight_cache) {  // the input every micro-batch; the weight once a step, into the cache
-      out.push(tagged(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a,
-                                  copies * q * t * d(l.k), cast_launches(s, l, 1)),
+      out.push(tagged(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, input_read,
+                                  copies * q * t * d(l.k), l.input_from_epilogue ? 0 : cast_launches(s, l, 1)),
                       l.names.role));
       Op weight = membound_op(l.names.cast_weight, MemKind::kCast, l.groups * l.n, l.k, act, w * a, 2.0 * q * w,
                               cast_launches(s, l, 1));
       weight.per_step = true;
       out.push(tagged(weight, l.names.role));
     } else {
-      out.push(tagged(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, t * d(l.k) * a + w * a,
-                                  copies * q * t * d(l.k) + 2.0 * q * w, cast_launches(s, l, 2)),
-                      l.names.role));
+      out.push(
+          tagged(membound_op(l.names.cast_in, MemKind::kCast, l.rows, l.k, act, input_read + w * a,
+                             copies * q * t * d(l.k) + 2.0 * q * w, cast_launches(s, l, l.input_from_epilogue ? 1 : 2)),
+                 l.names.role));
     }
     saved = l.frozen ? 0.0 : d(l.saved_rows) * d(l.k) * q;
     Op g = gemm_op(l.names.fwd, l.rows, l.n, l.k, dt, q, a, false, true);
@@ -506,9 +524,10 @@ void linear_backward(const BlockShape& s, const Linear& l, OpSink& out) {
   const double in_bytes = q > 0 ? q : a;
   lora_backward(s, l, out);
   if (q > 0)  // cast-transpose of the output gradient (frozen: only the copy the data gradient reads)
-    out.push(tagged(membound_op(l.names.cast_grad, MemKind::kCast, l.rows, l.n, act, t * d(l.n) * a,
-                                (l.frozen ? 1.0 : 2.0) * q * t * d(l.n), cast_launches(s, l, 1)),
-                    l.names.role));
+    out.push(tagged(
+        membound_op(l.names.cast_grad, MemKind::kCast, l.rows, l.n, act, l.grad_from_epilogue ? 0.0 : t * d(l.n) * a,
+                    (l.frozen ? 1.0 : 2.0) * q * t * d(l.n), l.grad_from_epilogue ? 0 : cast_launches(s, l, 1)),
+        l.names.role));
   // dX[t,K] = dY[t,N] W[N,K];  dW[N,K] = dY^T[N,t] X[t,K]; the parameter gradient is written in
   // the parameter dtype (bf16 under FSDP mixed precision). Grouped: each expert's rows.
   Op dgrad = gemm_op(l.names.dgrad, l.rows, l.k, l.n, dt, in_bytes, a);  // dX = dY W
@@ -867,11 +886,14 @@ void unfused_attention_backward(const BlockShape& s, OpSink& out) {
 // it reads and keeps one fp32 probability per row; backward it reads them and writes their gradient.
 enum class Probs : uint8_t { kNone, kForward, kBackward };
 
+// In a GEMM's epilogue (Ffn::in_gemm_epilogues) it launches nothing and moves only `epilogue_read`
+// times the tensor (what it reads that the GEMM does not hand it), keeping what it keeps.
 Op ffn_elementwise(const BlockShape& s, const Ffn& f, const char* name, MemKind kind, double read, double written,
-                   double saved = 0, Probs probs = Probs::kNone) {
+                   double saved = 0, Probs probs = Probs::kNone, double epilogue_read = 0) {
   const double bytes = d(f.rows) * d(f.width) * activation_bytes(s.precision);
+  if (f.in_gemm_epilogues) read = epilogue_read, written = 0;
   Op op = tagged(membound_op(name, kind, f.rows, f.width, activation_dtype(s.precision), read * bytes, written * bytes,
-                             1, saved * bytes),
+                             f.in_gemm_epilogues ? 0 : 1, saved * bytes),
                  f.names->role);
   if (probs != Probs::kNone && f.probs_in_activation) {
     const double weights = d(f.rows) * 4.0;
@@ -928,11 +950,11 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
     // The same kernel recomputes silu(gate) from the kept [gate | up] and writes both halves'
     // gradients (swiglu_back): the product's bytes, no silu kernel; then fc1's backward, whose one
     // data-gradient GEMM sums over both halves.
-    out.push(ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2, 0, Probs::kBackward));
+    out.push(ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2, 0, Probs::kBackward, 2));
     linear_backward(s, f.fc1(), out);
   } else if (s.ffn == FfnKind::kGlu) {
     // Under torch.compile one kernel reads gate, up and the gradient, and writes both gradients.
-    out.push(ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2, 0, Probs::kBackward));
+    out.push(ffn_elementwise(s, f, f.names->mul_bwd, MemKind::kMulBackward, 3, 2, 0, Probs::kBackward, 2));
     if (!s.torch_compile)
       out.push(ffn_elementwise(s, f, f.names->act_bwd[act], activation_backward_kind(s.activation), 2, 1));
     linear_backward(s, f.up(), out);
@@ -943,7 +965,7 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
                     f.names->role));
   } else {
     out.push(ffn_elementwise(s, f, f.names->act_bwd[act], activation_backward_kind(s.activation), 2, 1, 0,
-                             Probs::kBackward));
+                             Probs::kBackward, 1));
     linear_backward(s, f.up(), out);
   }
 }
@@ -962,6 +984,7 @@ Ffn expert_ffn(const BlockShape& s) {
         s.lora.active()};
   f.activation_recomputed = s.recomputes(RecomputeModule::kMoeAct);
   f.probs_in_activation = s.moe_probs_in_activation;
+  f.in_gemm_epilogues = s.fused_expert_mlp && quantized_bytes(s.precision) > 0;
   return f;
 }
 // Latent experts' projections (MoeConfig::latent) around the dispatch, over the router's tokens,

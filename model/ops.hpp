@@ -335,6 +335,14 @@ struct BlockShape {
   // input and weight cast as a block linear's: Megatron-Core's fp8_output_proj under the MXFP8
   // recipe (TELMHeadColumnParallelLinear). Off: the output layer in bf16 (other_gemm_dtype).
   bool fp8_head = false;
+  // The routed experts' MLP as TransformerEngine's fused grouped MLP (Megatron-Core's
+  // use_transformer_engine_op_fuser; TransformerEngine's ops/fused/grouped_mlp.py on cuDNN's CuTe DSL
+  // grouped GEMMs, Blackwell under MXFP8 or NVFP4): the activation, its routing probability and the
+  // quantization of the down projection's input in the first GEMM's epilogue; their backward and the
+  // quantization of the first linear's output gradient in the down projection's data-gradient
+  // epilogue. The GEMMs themselves as the grouped GEMMs' (an assumption: no kernel run or published
+  // figure times the fused kernels).
+  bool fused_expert_mlp = false;
   // Expert-parallel ranks the routed experts are split over (Megatron-LM's --expert-model-parallel-size):
   // this rank's grouped GEMMs run moe.experts / ep experts over as many rows in all as without it
   // (the ep ranks' tokens routed to them, balanced).
