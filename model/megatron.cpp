@@ -4,6 +4,8 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -482,6 +484,8 @@ struct MegatronCosts {
   // collectives; what they keep; and the rank's parameters of them (of them, the routed experts').
   CategoryTotals mtp_fwd, mtp_bwd;
   double mtp_comm_fwd_s = 0, mtp_comm_bwd_s = 0, mtp_saved = 0, mtp_params = 0, mtp_expert_params = 0;
+  // Their layers' weights cast once a step (as many copies as mtp_params counts): seconds and bytes.
+  double mtp_cast_s = 0, mtp_cast_bytes = 0;
   std::vector<int64_t> chunk_layers;  // per model chunk, in model order (split_layers)
   std::vector<int64_t> stage_layers;  // per stage: its chunks' layers
   // Layers of each group per model chunk and per stage (chunk k's of group g at k * groups + g).
@@ -489,15 +493,15 @@ struct MegatronCosts {
 
   size_t groups() const { return blocks.size(); }
   // The once-a-step casts of stage s's low-precision weights into TransformerEngine's cache: its
-  // layers' and, on the last stage, the output layer's (BlockShape::fp8_head); their seconds and the
-  // bytes they keep.
+  // layers' and, on the last stage, the output layer's (BlockShape::fp8_head) and the multi-token
+  // prediction depths' layers'; their seconds and the bytes they keep.
   double stage_cast_s(size_t s) const {
     return over_stage(s, [](const MegatronBlock& b) { return b.fwd.per_step_s; }) +
-           (s + 1 == static_cast<size_t>(layout.pp) ? head_fwd.per_step_s : 0.0);
+           (s + 1 == static_cast<size_t>(layout.pp) ? head_fwd.per_step_s + mtp_cast_s : 0.0);
   }
   double stage_cast_bytes(size_t s) const {
     return over_stage(s, [](const MegatronBlock& b) { return b.fwd.per_step_written_bytes; }) +
-           (s + 1 == static_cast<size_t>(layout.pp) ? head_fwd.per_step_written_bytes : 0.0);
+           (s + 1 == static_cast<size_t>(layout.pp) ? head_fwd.per_step_written_bytes + mtp_cast_bytes : 0.0);
   }
   // The sum over chunk k's (stage s's) layers of f(block).
   template <class F>
@@ -711,6 +715,7 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
   c.blocks.resize(groups);
   c.mtp_fwd = c.mtp_bwd = {};
   c.mtp_comm_fwd_s = c.mtp_comm_bwd_s = c.mtp_saved = c.mtp_params = c.mtp_expert_params = 0;
+  c.mtp_cast_s = c.mtp_cast_bytes = 0;
   // The tensor-parallel collectives: an all-reduce, or an all-gather plus a reduce-scatter (the same
   // time in the ring model), of one micro-batch's t x d activations.
   const double a = activation_bytes(cfg.precision);
@@ -720,9 +725,9 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     const ModelConfig& model = run.pattern.groups[g].model;
     // A layer left out of the run's fp8 or fp4 recipe (Layout::bf16_layers_start, bf16_layers_end)
     // runs as under amp_bf16.
-    TrainConfig bf16_cfg;
-    if (run.bf16[g]) bf16_cfg = cfg, bf16_cfg.precision = Precision::kAmpBf16;
-    const TrainConfig& group_cfg = run.bf16[g] ? bf16_cfg : cfg;
+    std::optional<TrainConfig> bf16_cfg;  // made only for such a group
+    if (run.bf16[g]) bf16_cfg.emplace(cfg).precision = Precision::kAmpBf16;
+    const TrainConfig& group_cfg = bf16_cfg ? *bf16_cfg : cfg;
     BlockShape shape = rank_shape(model, group_cfg, vocab);
     shape.fp32_vocab_parallel_xent = true;           // Megatron's loss: ops.hpp
     shape.fused_swiglu = true;                       // bias_activation_fusion: ops.hpp
@@ -829,6 +834,7 @@ void MegatronEvaluator::mtp_costs(Costs& c, const BlockShape& shape, const Train
   add(bwd, c.embed_bwd, 1.0), add(bwd, own_bwd, 1.0), add(bwd, c.head_bwd, 1.0);
   double comm_fwd = c.tp_embed_s + c.tp_head_fwd_s, comm_bwd = c.tp_head_bwd_s;
   double saved = c.embed_saved + own_fwd.saved_bytes + c.head_saved, params = 0, expert_params = 0;
+  double cast_s = 0, cast_bytes = 0;
   for (const LayerRun& r : mtp_depth_) {
     const MegatronBlock& b = c.blocks[static_cast<size_t>(r.group)];
     const double n = d(r.layers);
@@ -838,6 +844,7 @@ void MegatronEvaluator::mtp_costs(Costs& c, const BlockShape& shape, const Train
     comm_bwd += n * (b.tp_bwd_s + b.cp_ep_bwd_s + b.ring_again_s + b.comm_again_s);
     saved += n * (b.saved - b.saved_attention_only);
     params += n * b.params, expert_params += n * b.expert_params;
+    cast_s += n * b.fwd.per_step_s, cast_bytes += n * b.fwd.per_step_written_bytes;
   }
   c.mtp_fwd = {}, c.mtp_bwd = {};
   c.mtp_fwd.add(fwd, depths), c.mtp_bwd.add(bwd, depths);
@@ -847,6 +854,7 @@ void MegatronEvaluator::mtp_costs(Costs& c, const BlockShape& shape, const Train
   const double h = d(model_.d_model);
   c.mtp_params = copies * (params + 2.0 * h * h / d(c.layout.tp) + 3.0 * h);  // eh_proj, enorm, hnorm, final norm
   c.mtp_expert_params = copies * expert_params;
+  c.mtp_cast_s = copies * cast_s, c.mtp_cast_bytes = copies * cast_bytes;
 }
 
 // Each stage's parameters (the rank's tensor-parallel slice, and 1/(etp*ep) of the routed experts),

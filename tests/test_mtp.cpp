@@ -89,6 +89,17 @@ BOOST_AUTO_TEST_CASE(a_depth_adds_its_layer_and_projection_to_the_last_stage) {
   BOOST_TEST(p2.step_s - p0.step_s == 2.0 * (p1.step_s - p0.step_s), tt::tolerance(0.02));
   BOOST_TEST(r2.step_s == p2.step_s, tt::tolerance(0.005));  // the same compute, the optimizer over fewer weights
   BOOST_TEST(p1.memory.activation_bytes > p0.memory.activation_bytes);
+  // Under MXFP8 each depth's layer casts its weights once a step into TransformerEngine's cache
+  // (without fp8 parameters the copies stay allocated): once per copy of the weights.
+  const auto cache = [&](int64_t mtp, bool repeated) {
+    TrainConfig cfg = one_stage(mtp, repeated);
+    cfg.precision = Precision::kMxfp8;
+    return predict(v3, device, profile.params, cfg).memory.gathered_params_bytes;
+  };
+  const double c0 = cache(0, false), c1 = cache(1, false);
+  BOOST_TEST(c1 > c0);
+  BOOST_TEST(cache(2, false) - c0 == 2.0 * (c1 - c0), tt::tolerance(1e-9));
+  BOOST_TEST(cache(2, true) == c1, tt::tolerance(1e-12));
 }
 
 BOOST_AUTO_TEST_CASE(a_hybrid_depth_is_its_mtp_pattern) {
