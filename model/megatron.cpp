@@ -720,7 +720,7 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
   // time in the ring model), of one micro-batch's t x d activations.
   const double a = activation_bytes(cfg.precision);
   double td_bytes = 0;
-  BlockShape last_shape;
+  std::optional<BlockShape> last_shape;  // the last layer's, for the multi-token prediction depths
   for (size_t g = 0; g < groups; ++g) {
     const ModelConfig& model = run.pattern.groups[g].model;
     // A layer left out of the run's fp8 or fp4 recipe (Layout::bf16_layers_start, bf16_layers_end)
@@ -791,9 +791,9 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     const double routed = routed_expert_params(model);
     b.expert_params = routed / d(l.etp * l.ep);
     b.params = (d(layer_parameter_count(model)) - routed) / d(l.tp) + b.expert_params;
-    if (g == static_cast<size_t>(pattern_.runs.back().group)) last_shape = shape;
+    if (par.mtp_layers > 0 && g == static_cast<size_t>(pattern_.runs.back().group)) last_shape = shape;
   }
-  if (par.mtp_layers > 0) mtp_costs(c, last_shape, cfg);
+  if (last_shape) mtp_costs(c, *last_shape, cfg);
   // Each chunk's and stage's layers of each group (a uniform model's: its chunks' and stages').
   c.stage_layers = stage_layers_of(c.chunk_layers, l.pp);
   if (groups == 1) {
