@@ -122,9 +122,10 @@ BOOST_AUTO_TEST_CASE(the_output_layer_under_mxfp8) {
   // Its GEMMs in the block format, 2 t V h FLOPs each; its input cast each micro-batch (and kept in
   // MXFP8, 1 + 1/32 bytes an element), its weight once a step.
   const double t = 4096, vocab = 128256, h = 4096, q = 1.0 + 1.0 / 32.0;
-  for (const auto& [ops, name] :
+  for (const auto& [ops, op_name] :
        {std::pair{&fwd, "lm_head.fwd"}, std::pair{&bwd, "lm_head.dgrad"}, std::pair{&bwd, "lm_head.wgrad"}}) {
-    const auto op = std::find_if(ops->begin(), ops->end(), [&](const Op& o) { return std::string(o.name) == name; });
+    const std::string name = op_name;  // (clang 14 captures no structured binding)
+    const auto op = std::find_if(ops->begin(), ops->end(), [&](const Op& o) { return o.name == name; });
     BOOST_TEST_REQUIRE((op != ops->end()), name);
     BOOST_TEST((op->dtype == DType::kFp8), name);
     BOOST_TEST(op->flops == 2.0 * t * vocab * h, tt::tolerance(1e-12));
