@@ -551,6 +551,59 @@ class ExpertSeconds final : public OpSink {
   const CostModel& cost_;
 };
 
+// A layer's shape on the rank as Megatron-Core runs it (model/ops.hpp's flags): its loss, fused
+// SwiGLU, TransformerEngine's kernels and weight cache, the options of `cfg`'s layout, and the
+// selective recompute's modules but the attention kernel's (costed apart).
+BlockShape megatron_shape(const ModelConfig& model, const TrainConfig& cfg, int64_t vocab) {
+  const Layout& par = cfg.layout;
+  BlockShape shape = rank_shape(model, cfg, vocab);
+  shape.fp32_vocab_parallel_xent = true;           // Megatron's loss
+  shape.fused_swiglu = true;                       // bias_activation_fusion
+  shape.native_attention = true;                   // TransformerEngine's cuDNN fused attention
+  shape.per_expert_launches = true;                // TransformerEngine's GroupedLinear, one GEMM per expert
+  shape.fp8_weight_cache = true;                   // set_is_first_microbatch: the weights cast once a step
+  shape.fp8_head = par.fp8_output_proj;            // the output layer in MXFP8
+  shape.fused_expert_mlp = par.fused_grouped_mlp;  // TransformerEngine's fused grouped MLP
+  shape.moe_probs_in_activation = true;            // the grouped experts' weighted activation
+  if (par.checkpointing == Checkpointing::kSelective)
+    shape.recompute = par.recompute_modules & static_cast<uint8_t>(~kDefaultRecomputeModules);
+  return shape;
+}
+
+// Combined 1F1B merges a layer's forward of one micro-batch with its backward of another
+// (megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
+//   communication stream: combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd
+//   compute stream:       attn_fwd    | mlp_bwd, mlp_fwd           | attn_bwd
+// each piece waiting for what it consumes on the other stream: the dispatch for attn_fwd's
+// output, mlp_bwd for combine_bwd's, mlp_fwd for the dispatch's, dispatch_bwd for mlp_bwd's,
+// combine_fwd for mlp_fwd's, attn_bwd for dispatch_bwd's (two_stream_seconds); the compute
+// that runs beside an all-to-all slows by overlap_slowdown (the SMs the collective holds).
+// "mlp" is the experts with their (expert) tensor-parallel collectives, "attn" the rest of the
+// block. With delayed weight gradients the experts' run after their data gradients, so that
+// dispatch_bwd starts once those are done, and the attention's at the end of the layer, beside
+// the next layer's combine_bwd: in the steady state, this layer's compute starts with the
+// previous layer's. Returns the GPU seconds of block `b`'s merged layer (a forward beside a
+// backward), with the weight gradients delayed or not.
+double combined_1f1b_gpu_seconds(const MegatronBlock& b, bool delay_wgrad, double slowdown) {
+  const double a2a = b.all_to_all_s, tp_mlp_f = b.tp_fwd_s / 2.0, tp_mlp_b = b.tp_bwd_s / 2.0;
+  const double gpu_f = b.fwd.total() + b.tp_fwd_s + b.cp_ep_fwd_s;
+  const double gpu_b = b.bwd.total() + b.tp_bwd_s + b.cp_ep_bwd_s + b.attention_again + b.ring_again_s + b.comm_again_s;
+  const double mlp_f = std::max(b.expert_fwd_s + tp_mlp_f + b.expert_tp_change_s, 0.0);
+  const double mlp_b = std::max(b.expert_bwd_s + tp_mlp_b + b.expert_tp_change_s, 0.0);
+  const double attn_f = std::max(gpu_f - mlp_f - 2.0 * a2a, 0.0);
+  const double attn_b = std::max(gpu_b - mlp_b - 2.0 * a2a, 0.0);
+  if (delay_wgrad) {
+    const double mlp_w = std::min(b.expert_wgrad_s, mlp_b), attn_w = std::min(b.other_wgrad_s, attn_b);
+    const std::array<StreamPiece, 6> compute = {
+        {{attn_w, -1}, {attn_f, -1}, {mlp_b - mlp_w, 0}, {mlp_w, -1}, {mlp_f, 1}, {attn_b - attn_w, 2}}};
+    const std::array<StreamPiece, 4> comm = {{{a2a, -1}, {a2a, 1}, {a2a, 2}, {a2a, 4}}};
+    return two_stream_seconds(compute, comm, slowdown);
+  }
+  const std::array<StreamPiece, 4> compute = {{{attn_f, -1}, {mlp_b, 0}, {mlp_f, 1}, {attn_b, 2}}};
+  const std::array<StreamPiece, 4> comm = {{{a2a, -1}, {a2a, 0}, {a2a, 1}, {a2a, 2}}};
+  return two_stream_seconds(compute, comm, slowdown);
+}
+
 // The CUDA graph modules (GraphModule bits) an op of a block runs in, its backward's alike, by the
 // op's name and role (model/ops.cpp's names): a mixer's input norm, ops and residual are its
 // module's (attn, mamba; a Gated DeltaNet's none); a dense feed-forward's norm, ops and residual
@@ -728,18 +781,7 @@ void MegatronEvaluator::cost_layout(Costs& c, const TrainConfig& cfg) {
     std::optional<TrainConfig> bf16_cfg;  // made only for such a group
     if (run.bf16[g]) bf16_cfg.emplace(cfg).precision = Precision::kAmpBf16;
     const TrainConfig& group_cfg = bf16_cfg ? *bf16_cfg : cfg;
-    BlockShape shape = rank_shape(model, group_cfg, vocab);
-    shape.fp32_vocab_parallel_xent = true;           // Megatron's loss: ops.hpp
-    shape.fused_swiglu = true;                       // bias_activation_fusion: ops.hpp
-    shape.native_attention = true;                   // TransformerEngine's cuDNN fused attention: ops.hpp
-    shape.per_expert_launches = true;                // TransformerEngine's GroupedLinear, one GEMM per expert: ops.hpp
-    shape.fp8_weight_cache = true;                   // set_is_first_microbatch: the weights cast once a step: ops.hpp
-    shape.fp8_head = par.fp8_output_proj;            // the output layer in MXFP8: ops.hpp
-    shape.fused_expert_mlp = par.fused_grouped_mlp;  // TransformerEngine's fused grouped MLP: ops.hpp
-    shape.moe_probs_in_activation = true;            // the grouped experts' weighted activation: ops.hpp
-    // The selective recompute's modules but the attention kernel's (costed below): ops.hpp.
-    if (par.checkpointing == Checkpointing::kSelective)
-      shape.recompute = par.recompute_modules & static_cast<uint8_t>(~kDefaultRecomputeModules);
+    const BlockShape shape = megatron_shape(model, group_cfg, vocab);
     MegatronBlock& b = c.blocks[g];
     const MicroBatchOpCosts ops = cost_micro_batch_ops(cost_, shape);
     b.fwd = ops.block_fwd, b.bwd = ops.block_bwd;
@@ -1086,39 +1128,7 @@ MegatronEvaluator::HostTime MegatronEvaluator::chunk_seconds(const Costs& c, dou
     h.f_s = f_layer + params_.block_overhead_s;
     h.b_s = b_layer + params_.block_overhead_s;
     if (c.key.layout.moe_a2a_overlap) {
-      // Combined 1F1B merges a layer's forward of one micro-batch with its backward of another
-      // (megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
-      //   communication stream: combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd
-      //   compute stream:       attn_fwd    | mlp_bwd, mlp_fwd           | attn_bwd
-      // each piece waiting for what it consumes on the other stream: the dispatch for attn_fwd's
-      // output, mlp_bwd for combine_bwd's, mlp_fwd for the dispatch's, dispatch_bwd for mlp_bwd's,
-      // combine_fwd for mlp_fwd's, attn_bwd for dispatch_bwd's (two_stream_seconds); the compute
-      // that runs beside an all-to-all slows by overlap_slowdown (the SMs the collective holds).
-      // "mlp" is the experts with their (expert) tensor-parallel collectives, "attn" the rest of the
-      // block. With delayed weight gradients the experts' run after their data gradients, so that
-      // dispatch_bwd starts once those are done, and the attention's at the end of the layer, beside
-      // the next layer's combine_bwd: in the steady state, this layer's compute starts with the
-      // previous layer's.
-      const double a2a = b.all_to_all_s, tp_mlp_f = b.tp_fwd_s / 2.0, tp_mlp_b = b.tp_bwd_s / 2.0;
-      const double gpu_f = b.fwd.total() + b.tp_fwd_s + b.cp_ep_fwd_s;
-      const double gpu_b =
-          b.bwd.total() + b.tp_bwd_s + b.cp_ep_bwd_s + b.attention_again + b.ring_again_s + b.comm_again_s;
-      const double mlp_f = std::max(b.expert_fwd_s + tp_mlp_f + b.expert_tp_change_s, 0.0);
-      const double mlp_b = std::max(b.expert_bwd_s + tp_mlp_b + b.expert_tp_change_s, 0.0);
-      const double attn_f = std::max(gpu_f - mlp_f - 2.0 * a2a, 0.0);
-      const double attn_b = std::max(gpu_b - mlp_b - 2.0 * a2a, 0.0);
-      double merged_gpu = 0;
-      if (c.key.layout.delay_wgrad) {
-        const double mlp_w = std::min(b.expert_wgrad_s, mlp_b), attn_w = std::min(b.other_wgrad_s, attn_b);
-        const std::array<StreamPiece, 6> compute = {
-            {{attn_w, -1}, {attn_f, -1}, {mlp_b - mlp_w, 0}, {mlp_w, -1}, {mlp_f, 1}, {attn_b - attn_w, 2}}};
-        const std::array<StreamPiece, 4> comm = {{{a2a, -1}, {a2a, 1}, {a2a, 2}, {a2a, 4}}};
-        merged_gpu = two_stream_seconds(compute, comm, slowdown);
-      } else {
-        const std::array<StreamPiece, 4> compute = {{{attn_f, -1}, {mlp_b, 0}, {mlp_f, 1}, {attn_b, 2}}};
-        const std::array<StreamPiece, 4> comm = {{{a2a, -1}, {a2a, 0}, {a2a, 1}, {a2a, 2}}};
-        merged_gpu = two_stream_seconds(compute, comm, slowdown);
-      }
+      const double merged_gpu = combined_1f1b_gpu_seconds(b, c.key.layout.delay_wgrad, slowdown);
       const double merged = smooth_max(merged_gpu, (b.fwd.kernels + b.bwd.kernels + 2.0 * tp_launches) * issue);
       pair_hidden += d(c.pattern->groups[g].layers) *
                      std::max(f_pass + b_pass + b.attention_again + b.ring_again_s + b.comm_again_s - merged, 0.0);
