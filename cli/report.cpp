@@ -215,6 +215,7 @@ std::string layout_phrase(const Layout& p) {
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) add(std::string(to_string(p.moe_dispatcher)));
   if (p.cuda_graphs != 0) add("cuda graphs " + cuda_graphs_text(p.cuda_graphs, ","));
   if (p.moe_capacity_factor > 0) add("capacity factor " + general(p.moe_capacity_factor));
+  if (p.moe_paged_stash > 0) add("paged stash x" + general(p.moe_paged_stash));
   if (p.bf16_layers_start > 0) add("first " + std::to_string(p.bf16_layers_start) + " layers bf16");
   if (p.bf16_layers_end > 0) add("last " + std::to_string(p.bf16_layers_end) + " layers bf16");
   for (const SwitchAxis& a : kSwitchAxes)

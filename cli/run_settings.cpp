@@ -241,6 +241,12 @@ void add_megatron_model_flags(CLI::App* cmd, LayoutRequest& r) {
             "with --num-layers-at-" +
             (where[0] == 'f' ? "start" : "end") + "-in-bf16; Nemotron 3 Super's NVFP4 recipes: the last 14)")
         ->type_name("N");
+  cmd->add_option("--moe-paged-stash", r.moe_paged_stash,
+                  "megatron: the routed experts' kept activations in Megatron-Core's paged stash, a buffer of this "
+                  "many times their expected size (moe_paged_stash with moe_paged_stash_buffer_size_factor_cuda; "
+                  "Megatron-Bridge's full-iteration recipes: 1.2); needs --fused-grouped-mlp")
+      ->check(finite_range(1.0, 4.0))
+      ->type_name("X");
   cmd->add_flag("--mtp-repeated-layer", r.mtp_repeated_layer,
                 "megatron: the multi-token prediction depths share one layer's weights (--mtp-use-repeated-layer)");
   add_parsed(

@@ -247,6 +247,7 @@ const char* const kGeneralColumns[] = {"Framework",
                                        "CUDA Graphs",
                                        "Token Drop",
                                        "MoE Capacity Factor",
+                                       "MoE Paged Stash",
                                        "BF16 Layers At Start",
                                        "BF16 Layers At End",
                                        "Optimizer",
@@ -341,6 +342,13 @@ class RowParser {
         throw Error(at + ": column 'MoE Capacity Factor' must be in (0, 64], got '" +
                     cols_.cell(cells, "MoE Capacity Factor", at) + "'");
       r.layout.moe_capacity_factor = cf;
+    }
+    if (cols_.given(cells, "MoE Paged Stash")) {  // the paged stash's buffer factor (Layout::moe_paged_stash)
+      const double f = cols_.number(cells, "MoE Paged Stash", at);
+      if (!(f >= 1.0) || f > 4.0)
+        throw Error(at + ": column 'MoE Paged Stash' must be in [1, 4] (the buffer's factor), got '" +
+                    cols_.cell(cells, "MoE Paged Stash", at) + "'");
+      r.layout.moe_paged_stash = f;
     }
     // The first and last layers left out of an fp8 or fp4 recipe (Layout::bf16_layers_start, _end).
     for (const auto& [column, field] : {std::pair{"BF16 Layers At Start", &Layout::bf16_layers_start},

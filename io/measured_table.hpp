@@ -35,7 +35,8 @@
 // column), `CUDA Graphs` (--cuda-graphs: transformer_engine:attn,moe_router, local:layer,
 // full_iteration, ...), `MoE Capacity Factor` (--moe-capacity-factor: token dropping; `Token Drop`
 // True needs it), `BF16 Layers At Start` and `BF16 Layers At End` (--bf16-layers-at-start, -end:
-// layers left out of an fp8 or fp4 recipe), and `Token Drop` and `Other Features` (what the run had that
+// layers left out of an fp8 or fp4 recipe), `MoE Paged Stash` (--moe-paged-stash: the stash
+// buffer's factor), and `Token Drop` and `Other Features` (what the run had that
 // tpsim does not model yet: a row with one of them set, or with an optimizer, dispatcher or CUDA
 // graph value other than these, is refused, MeasuredRow::unmodelled),
 // and `Step Time (s)`, the measured quantity of a row whose

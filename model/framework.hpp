@@ -58,6 +58,7 @@ enum class FrameworkOption : uint8_t {
   kBf16Layers,             // Megatron-Core's first and last layers in bf16 (--bf16-layers-at-start, -end)
   kFp8OutputProj,          // Megatron-Core's output layer under MXFP8 (--fp8-output-proj)
   kFusedGroupedMlp,        // TransformerEngine's fused grouped MLP of the experts (--fused-grouped-mlp)
+  kMoePagedStash,          // Megatron-Core's paged stash of the experts' activations (--moe-paged-stash)
 };
 constexpr uint32_t option_bit(FrameworkOption o) { return 1u << static_cast<unsigned>(o); }
 

@@ -23,6 +23,7 @@ Layout fixed_layout(const LayoutRequest& r, std::optional<Sharding> sharding) {
   l.moe_dispatcher = r.moe_dispatcher.value_or(MoeDispatcher::kAllToAll);
   l.cuda_graphs = r.cuda_graphs.value_or(0);
   l.moe_capacity_factor = r.moe_capacity_factor.value_or(0);
+  l.moe_paged_stash = r.moe_paged_stash.value_or(0);
   l.bf16_layers_start = r.bf16_layers_start.value_or(0);
   l.bf16_layers_end = r.bf16_layers_end.value_or(0);
   if (r.megatron_fsdp) set_megatron_fsdp(l, *r.megatron_fsdp);

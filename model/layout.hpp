@@ -47,6 +47,8 @@ struct LayoutRequest {
   std::optional<uint8_t> cuda_graphs;
   // megatron: token dropping's capacity factor (Layout::moe_capacity_factor; unset: the model's).
   std::optional<double> moe_capacity_factor;
+  // megatron: the paged stash's buffer factor (Layout::moe_paged_stash; unset: off).
+  std::optional<double> moe_paged_stash;
   // megatron: the first and last layers in bf16 under an fp8 or fp4 recipe (Layout's fields; unset: 0).
   std::optional<int64_t> bf16_layers_start, bf16_layers_end;
   // megatron: a pipeline layout's id (Layout::pipeline_layout); 0: none.

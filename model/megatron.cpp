@@ -362,6 +362,21 @@ std::string fused_grouped_mlp_applies(const RuleInput& in) {
   return {};
 }
 
+// Megatron-Core's paged stash (Layout::moe_paged_stash) where it runs: on routed experts, inside
+// the TransformerEngine op fuser's grouped MLP (experts.py, _fused_forward), with a buffer of at
+// least the activations' expected size (a smaller one spills to the host, which is not modelled).
+std::string moe_paged_stash_applies(const RuleInput& in) {
+  const double f = in.cfg.layout.moe_paged_stash;
+  if (f == 0) return {};
+  if (!(f >= 1.0) || f > 4.0 || !std::isfinite(f))
+    return "--moe-paged-stash " + std::to_string(f) + " is outside [1, 4] (the buffer over the expected activations)";
+  const ModelConfig& m = *in.model;
+  if (!routed_experts(m, layer_pattern(m))) return "--moe-paged-stash: " + m.name + " has no routed experts";
+  if (!in.cfg.layout.fused_grouped_mlp)
+    return "--moe-paged-stash runs inside TransformerEngine's fused grouped MLP: it needs --fused-grouped-mlp";
+  return {};
+}
+
 std::string userbuffers_sm_count(const RuleInput& in) {
   if (in.cfg.layout.tp_comm_overlap && in.device->compute_units <= kUserbuffersMaxSms)
     return "tensor-parallel communication overlap needs the SM count of device " + in.device->id + " (compute_units)";
@@ -401,9 +416,12 @@ constexpr Rule kFp8OutputProjApplies{"fp8-output-proj-applies", "--fp8-output-pr
 constexpr Rule kFusedGroupedMlpApplies{"fused-grouped-mlp-applies",
                                        "--fused-grouped-mlp --precision --device; Fused Grouped MLP",
                                        RuleScope::kConfig, fused_grouped_mlp_applies};
+constexpr Rule kMoePagedStashApplies{"moe-paged-stash-applies",
+                                     "--moe-paged-stash --fused-grouped-mlp; MoE Paged Stash", RuleScope::kConfig,
+                                     moe_paged_stash_applies};
 constexpr Rule kMegatronFsdpModelled{"megatron-fsdp-modelled", "--megatron-fsdp --pp --dist-opt; Megatron FSDP",
                                      RuleScope::kLayout, megatron_fsdp_modelled};
-const std::array<const Rule*, 21> kMegatronRules = {&kHybridLayersModelled,
+const std::array<const Rule*, 22> kMegatronRules = {&kHybridLayersModelled,
                                                     &kChunkedAttentionNotModelled,
                                                     &kTpCommOverlapNeedsTpAndSp,
                                                     &kContextNeedsFusedAttention,
@@ -423,7 +441,8 @@ const std::array<const Rule*, 21> kMegatronRules = {&kHybridLayersModelled,
                                                     &kMoeCapacityApplies,
                                                     &kBf16LayersApply,
                                                     &kFp8OutputProjApplies,
-                                                    &kFusedGroupedMlpApplies};
+                                                    &kFusedGroupedMlpApplies,
+                                                    &kMoePagedStashApplies};
 
 }  // namespace
 
@@ -564,6 +583,7 @@ BlockShape megatron_shape(const ModelConfig& model, const TrainConfig& cfg, int6
   shape.fp8_weight_cache = true;                   // set_is_first_microbatch: the weights cast once a step
   shape.fp8_head = par.fp8_output_proj;            // the output layer in MXFP8
   shape.fused_expert_mlp = par.fused_grouped_mlp;  // TransformerEngine's fused grouped MLP
+  shape.paged_stash = par.moe_paged_stash;         // Megatron-Core's paged stash
   shape.moe_probs_in_activation = true;            // the grouped experts' weighted activation
   if (par.checkpointing == Checkpointing::kSelective)
     shape.recompute = par.recompute_modules & static_cast<uint8_t>(~kDefaultRecomputeModules);
@@ -1373,7 +1393,7 @@ constinit const FrameworkDef kMegatronFramework = {
                option_bit(FrameworkOption::kMoeDispatcher) | option_bit(FrameworkOption::kBf16Moments) |
                option_bit(FrameworkOption::kCudaGraphs) | option_bit(FrameworkOption::kMoeCapacity) |
                option_bit(FrameworkOption::kBf16Layers) | option_bit(FrameworkOption::kFp8OutputProj) |
-               option_bit(FrameworkOption::kFusedGroupedMlp),
+               option_bit(FrameworkOption::kFusedGroupedMlp) | option_bit(FrameworkOption::kMoePagedStash),
     .fit_adds = kMegatronFitAdds,
     .fit_uninformed = kMegatronFitUninformed,
     .expert_tensor_parallel = true,

@@ -970,6 +970,31 @@ void ffn_backward(const BlockShape& s, const Ffn& f, OpSink& out) {
   }
 }
 
+// Passes the ops on to `out` (or nowhere, without one), summing what they keep for the backward.
+class KeptBytes final : public OpSink {
+ public:
+  explicit KeptBytes(OpSink* out) : out_(out) {}
+  void push(const Op& op) override {
+    bytes += op.saved_bytes;
+    if (out_) out_->push(op);
+  }
+  double bytes = 0;
+
+ private:
+  OpSink* out_;
+};
+
+// Megatron-Core's paged stash (BlockShape::paged_stash) of the routed experts' kept activations
+// (`kept` bytes): their copy into the stash's pages after the forward, or back before the backward,
+// a row gather each way; the forward's op keeps the buffer beyond what the experts keep.
+Op paged_stash_op(const BlockShape& s, double kept, bool forward) {
+  Op op = membound_op(forward ? "moe.paged_stash.fwd" : "moe.paged_stash.bwd", MemKind::kPermute, s.expert_rows(),
+                      s.moe.routed_width(s.d_model), activation_dtype(s.precision), kept, kept, 1,
+                      forward ? (s.paged_stash - 1.0) * kept : 0.0);
+  op.k = 1;
+  return tagged(op, OpRole::kRoutedExpert);
+}
+
 Ffn expert_ffn(const BlockShape& s) {
   const int64_t rows = s.expert_rows();
   Ffn f{&kExpertFfn,
@@ -1060,7 +1085,13 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   Op permute = membound_op("moe.permute.fwd", MemKind::kPermute, s.tokens(), w, act, tw * a + tk * 8.0, rd * a);
   permute.k = e.top_k;
   out.push(permute);
-  ffn_forward(s, expert_ffn(s), out);  // its first GEMM keeps the permuted x
+  if (s.paged_stash > 0) {
+    KeptBytes kept(&out);
+    ffn_forward(s, expert_ffn(s), kept);  // its first GEMM keeps the permuted x
+    out.push(paged_stash_op(s, kept.bytes, true));
+  } else {
+    ffn_forward(s, expert_ffn(s), out);  // its first GEMM keeps the permuted x
+  }
   // The weighted sum back to t rows keeps the experts' outputs and weights for its weight gradient;
   // with the weights applied in the activation, a plain sum that keeps nothing.
   Op unpermute = s.moe_probs_in_activation
@@ -1119,6 +1150,11 @@ void moe_backward(const BlockShape& s, OpSink& out) {
                                                          tw * a + tk * (4.0 + 8.0) + rd * a, rd * a + tk * 4.0, 2);
   unpermute.k = e.top_k;
   out.push(unpermute);
+  if (s.paged_stash > 0) {  // what the forward kept, back out of the stash
+    KeptBytes kept(nullptr);
+    ffn_forward(s, expert_ffn(s), kept);
+    out.push(paged_stash_op(s, kept.bytes, false));
+  }
   ffn_backward(s, expert_ffn(s), out);
   // Permutation's backward is an un-permutation: the top_k rows of each token summed.
   Op permute = membound_op("moe.permute.bwd", MemKind::kUnpermute, s.tokens(), w, act, rd * a + tk * 8.0, tw * a);

@@ -343,6 +343,11 @@ struct BlockShape {
   // epilogue. The GEMMs themselves as the grouped GEMMs' (an assumption: no kernel run or published
   // figure times the fused kernels).
   bool fused_expert_mlp = false;
+  // The routed experts' kept activations copied into Megatron-Core's paged stash after their
+  // forward and back before their backward (transformer/moe/paged_stash.py: a page gather each way
+  // over what they keep), in a buffer of this many times what they keep (its
+  // moe_paged_stash_buffer_size_factor_cuda). 0: none.
+  double paged_stash = 0;
   // Expert-parallel ranks the routed experts are split over (Megatron-LM's --expert-model-parallel-size):
   // this rank's grouped GEMMs run moe.experts / ep experts over as many rows in all as without it
   // (the ep ranks' tokens routed to them, balanced).

@@ -65,6 +65,8 @@ std::string options_owned(const RuleInput& in) {
     return refuse("--mtp-layers", "Megatron-Core's", option_owner(FrameworkOption::kMtp).name);
   if (l.moe_capacity_factor != 0 && !def.owns(FrameworkOption::kMoeCapacity))
     return refuse("--moe-capacity-factor", "Megatron-Core's", option_owner(FrameworkOption::kMoeCapacity).name);
+  if (l.moe_paged_stash != 0 && !def.owns(FrameworkOption::kMoePagedStash))
+    return refuse("--moe-paged-stash", "Megatron-Core's", option_owner(FrameworkOption::kMoePagedStash).name);
   if ((l.bf16_layers_start != 0 || l.bf16_layers_end != 0) && !def.owns(FrameworkOption::kBf16Layers))
     return refuse(l.bf16_layers_start != 0 ? "--bf16-layers-at-start" : "--bf16-layers-at-end", "Megatron-Core's",
                   option_owner(FrameworkOption::kBf16Layers).name);
@@ -573,6 +575,9 @@ std::string given_options_owned(const LayoutRequest& r) {
   if ((r.mtp_layers || r.mtp_repeated_layer) && !def.owns(FrameworkOption::kMtp))
     return "--mtp-layers: Megatron-Core's option; use --framework " +
            std::string(option_owner(FrameworkOption::kMtp).name);
+  if (r.moe_paged_stash && !def.owns(FrameworkOption::kMoePagedStash))
+    return "--moe-paged-stash: Megatron-Core's option; use --framework " +
+           std::string(option_owner(FrameworkOption::kMoePagedStash).name);
   if (r.moe_capacity_factor && !def.owns(FrameworkOption::kMoeCapacity))
     return "--moe-capacity-factor: Megatron-Core's option; use --framework " +
            std::string(option_owner(FrameworkOption::kMoeCapacity).name);

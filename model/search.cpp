@@ -252,6 +252,7 @@ std::vector<Layout> parallel_layouts(const SearchSpace& s, const ModelConfig& mo
                     p.moe_dispatcher = a.moe_dispatcher.value_or(MoeDispatcher::kAllToAll);
                     p.cuda_graphs = a.cuda_graphs.value_or(0);
                     p.moe_capacity_factor = a.moe_capacity_factor.value_or(0);
+                    p.moe_paged_stash = a.moe_paged_stash.value_or(0);
                     p.bf16_layers_start = a.bf16_layers_start.value_or(0);
                     p.bf16_layers_end = a.bf16_layers_end.value_or(0);
                     p.sequence_parallel = sp;

@@ -226,6 +226,11 @@ struct Layout {
   // --use-transformer-engine-op-fuser with TransformerEngine's CuTe DSL kernels; Megatron-Bridge's
   // DeepSeek-V3 and GPT-OSS GB200/GB300 recipes): BlockShape::fused_expert_mlp.
   bool fused_grouped_mlp = false;
+  // megatron: the routed experts' kept activations in Megatron-Core's paged stash
+  // (moe_paged_stash, transformer/moe/paged_stash.py), a buffer of this many times their expected
+  // size (moe_paged_stash_buffer_size_factor_cuda; Megatron-Bridge's full-iteration recipes: 1.2):
+  // BlockShape::paged_stash. 0: off.
+  double moe_paged_stash = 0;
   // composer: HSDP's 2D device mesh (replicate, shard), fsdp_config.data_parallel_shard_degree and
   // data_parallel_replicate_degree (Composer's _create_device_mesh): parameters sharded over
   // shard_degree consecutive ranks, gradients all-reduced over replicate_degree ranks that far
@@ -329,7 +334,7 @@ struct Layout {
     return tensor == 1 && pipeline == 1 && virtual_stages == 1 && context == 1 && expert == 1 && expert_tensor == 0 &&
            !sequence_parallel && !uneven_pipeline() && !tp_comm_overlap && !grad_reduce_bf16 &&
            !pipeline_scatter_gather && !moe_a2a_overlap && !delay_wgrad && !fp8_output_proj && !fused_grouped_mlp &&
-           moe_dispatcher == MoeDispatcher::kAllToAll && !bf16_moments && cuda_graphs == 0 &&
+           moe_paged_stash == 0 && moe_dispatcher == MoeDispatcher::kAllToAll && !bf16_moments && cuda_graphs == 0 &&
            moe_capacity_factor == 0 && bf16_layers_start == 0 && bf16_layers_end == 0 &&
            megatron_fsdp == MegatronFsdp::kOff;
   }

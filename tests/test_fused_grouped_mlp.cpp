@@ -2,8 +2,9 @@
 // Grouped MLP; Megatron-Core's use_transformer_engine_op_fuser): the activation, its routing
 // probability and the down projection's input cast in the first GEMM's epilogue, their backward and
 // the first linear's output-gradient cast in the down projection's; the same GEMMs. The bytes each
-// epilogue saves by hand, and the rule of where the kernels run.
+// epilogue saves by hand, and the rule of where the kernels run; and the paged stash inside it.
 #define BOOST_TEST_MODULE fused_grouped_mlp
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <string>
 
@@ -98,4 +99,46 @@ BOOST_AUTO_TEST_CASE(where_the_fused_kernels_run) {
   dense.layout.expert = 1, dense.layout.first_stage_layers = 0, dense.layout.last_stage_layers = 0;
   dense.layout.pipeline = 2, dense.n_gpus = 16;
   BOOST_TEST(contains(check_config(shipped_hf("llama-3.1-8b"), gb200, params, dense), "has no routed experts"));
+}
+
+// Megatron-Core's paged stash (--moe-paged-stash X; a table's MoE Paged Stash): what the routed
+// experts keep copied into the stash's pages after their forward and back before their backward,
+// in a buffer X times its size; only inside the fused grouped MLP.
+BOOST_AUTO_TEST_CASE(the_paged_stash_copies_what_the_experts_keep) {
+  BlockShape plain = expert_layer(true), stashed = plain;
+  stashed.paged_stash = 1.2;
+  OpList pf, pb, sf, sb;
+  block_forward_ops(plain, pf);
+  block_backward_ops(plain, pb);
+  block_forward_ops(stashed, sf);
+  block_backward_ops(stashed, sb);
+  double kept = 0;  // the routed experts' kept bytes, without the stash
+  for (const Op& op : pf)
+    if (op.role == OpRole::kRoutedExpert) kept += op.saved_bytes;
+  BOOST_TEST_REQUIRE(kept > 0);
+  const auto find = [](const OpList& ops, const std::string& name) {
+    return std::find_if(ops.begin(), ops.end(), [&](const Op& o) { return o.name == name; });
+  };
+  const auto copy = find(sf, "moe.paged_stash.fwd"), back = find(sb, "moe.paged_stash.bwd");
+  BOOST_TEST_REQUIRE((copy != sf.end() && back != sb.end()));
+  BOOST_TEST(copy->bytes_read == kept, tt::tolerance(1e-12));
+  BOOST_TEST(copy->bytes_written == kept, tt::tolerance(1e-12));
+  BOOST_TEST(back->bytes_read + back->bytes_written == 2.0 * kept, tt::tolerance(1e-12));
+  // The buffer keeps 1.2 times what the experts keep.
+  BOOST_TEST(sums(sf).saved - sums(pf).saved == 0.2 * kept, tt::tolerance(1e-9));
+  BOOST_TEST(sums(sf).kernels - sums(pf).kernels == 1.0);
+  BOOST_TEST(sums(sb).kernels - sums(pb).kernels == 1.0);
+
+  const ModelConfig v3 = shipped_hf("deepseek-v3");
+  const DeviceSpec gb200 = load_device("gb200");
+  const CostParams params = load_shipped_profile("gb200").params;
+  TrainConfig c{.seq_len = 4096, .global_batch = 512, .micro_batch = 1, .n_gpus = 256, .precision = Precision::kMxfp8};
+  c.layout.framework = Framework::kMegatron;
+  c.layout.pipeline = 8, c.layout.expert = 32, c.layout.first_stage_layers = 7, c.layout.last_stage_layers = 6;
+  c.layout.moe_paged_stash = 1.2;
+  BOOST_TEST(contains(check_config(v3, gb200, params, c), "it needs --fused-grouped-mlp"));
+  c.layout.fused_grouped_mlp = true;
+  BOOST_TEST_REQUIRE(check_config(v3, gb200, params, c) == "");
+  c.layout.moe_paged_stash = 0.9;
+  BOOST_TEST(contains(check_config(v3, gb200, params, c), "is outside [1, 4]"));
 }
