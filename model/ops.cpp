@@ -1012,6 +1012,19 @@ Ffn expert_ffn(const BlockShape& s) {
   f.in_gemm_epilogues = s.fused_expert_mlp && quantized_bytes(s.precision) > 0;
   return f;
 }
+
+// The routed experts' forward into Megatron-Core's paged stash, and what they keep: out of line,
+// so that the common path (no stash) inlines as it did.
+[[gnu::noinline]] void stashed_experts_forward(const BlockShape& s, OpSink& out) {
+  KeptBytes kept(&out);
+  ffn_forward(s, expert_ffn(s), kept);  // its first GEMM keeps the permuted x
+  out.push(paged_stash_op(s, kept.bytes, true));
+}
+[[gnu::noinline]] double experts_kept_bytes(const BlockShape& s) {
+  KeptBytes kept(nullptr);
+  ffn_forward(s, expert_ffn(s), kept);
+  return kept.bytes;
+}
 // Latent experts' projections (MoeConfig::latent) around the dispatch, over the router's tokens,
 // whole on every rank (no biases; frozen under LoRA).
 Linear latent_down(const BlockShape& s) {
@@ -1085,13 +1098,8 @@ void moe_forward(const BlockShape& s, OpSink& out) {
   Op permute = membound_op("moe.permute.fwd", MemKind::kPermute, s.tokens(), w, act, tw * a + tk * 8.0, rd * a);
   permute.k = e.top_k;
   out.push(permute);
-  if (s.paged_stash > 0) {
-    KeptBytes kept(&out);
-    ffn_forward(s, expert_ffn(s), kept);  // its first GEMM keeps the permuted x
-    out.push(paged_stash_op(s, kept.bytes, true));
-  } else {
-    ffn_forward(s, expert_ffn(s), out);  // its first GEMM keeps the permuted x
-  }
+  if (s.paged_stash > 0) stashed_experts_forward(s, out);
+  else ffn_forward(s, expert_ffn(s), out);  // its first GEMM keeps the permuted x
   // The weighted sum back to t rows keeps the experts' outputs and weights for its weight gradient;
   // with the weights applied in the activation, a plain sum that keeps nothing.
   Op unpermute = s.moe_probs_in_activation
@@ -1150,11 +1158,7 @@ void moe_backward(const BlockShape& s, OpSink& out) {
                                                          tw * a + tk * (4.0 + 8.0) + rd * a, rd * a + tk * 4.0, 2);
   unpermute.k = e.top_k;
   out.push(unpermute);
-  if (s.paged_stash > 0) {  // what the forward kept, back out of the stash
-    KeptBytes kept(nullptr);
-    ffn_forward(s, expert_ffn(s), kept);
-    out.push(paged_stash_op(s, kept.bytes, false));
-  }
+  if (s.paged_stash > 0) out.push(paged_stash_op(s, experts_kept_bytes(s), false));  // back out of the stash
   ffn_backward(s, expert_ffn(s), out);
   // Permutation's backward is an un-permutation: the top_k rows of each token summed.
   Op permute = membound_op("moe.permute.bwd", MemKind::kUnpermute, s.tokens(), w, act, rd * a + tk * 8.0, tw * a);
